@@ -1,0 +1,498 @@
+"""TOML scenario and topology files -> frozen specs (SPEC §1-2).
+
+This is the one place where human units in files (GB/s, Gb/s, µs, ms, TFLOP/s, GiB)
+become SI. Unknown keys are errors naming the key; every error names the file.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import tomllib
+from collections.abc import Mapping
+from dataclasses import fields, replace
+from pathlib import Path
+from typing import Any
+
+from . import units
+from .errors import ConfigError
+from .resources import catalog_file, data_dir, topology_names
+from .specs import (
+    DataloaderSpec,
+    GPUEfficiency,
+    GPUSpec,
+    InterNodeSpec,
+    IntraNodeSpec,
+    KernelOptions,
+    ModelSpec,
+    ParallelConfig,
+    Scenario,
+    TopologySpec,
+    VariabilitySpec,
+)
+
+MAX_FILE_BYTES = 16 * 2**20
+
+MODEL_KEYS = (
+    "layers",
+    "hidden",
+    "heads",
+    "kv_heads",
+    "ffn_hidden",
+    "vocab",
+    "seq_len",
+    "gated_mlp",
+    "head_dim",
+    "tied_embeddings",
+    "position_embeddings",
+)
+MOE_KEYS = ("num_experts", "top_k", "expert_ffn_hidden", "shared_expert_ffn_hidden", "layer_interval")
+PARALLEL_KEYS = tuple(f.name for f in fields(ParallelConfig))
+SWEEP_KEYS = PARALLEL_KEYS + ("num_gpus",)
+INTRA_KEYS = ("fabric", "link_GBps_per_direction", "latency_us", "nvls")
+INTER_KEYS = ("fabric", "nics_per_node", "nic_Gbps", "latency_us", "nodes_per_leaf", "oversubscription")
+TOPOLOGY_KEYS = ("name", "gpu", "gpus_per_node", "rank_order", "intra_node", "inter_node")
+
+
+# ----------------------------------------------------------------------------- files
+def read_toml(path: str | Path) -> dict[str, Any]:
+    """Parse a TOML file; every failure is a ConfigError naming the file."""
+    p = Path(path)
+    name = str(path)
+    if not p.exists():
+        raise ConfigError("no such file", file=name)
+    if p.is_dir():
+        raise ConfigError("is a directory, expected a TOML file", file=name)
+    try:
+        raw = p.read_bytes()
+    except OSError as exc:
+        raise ConfigError(f"cannot read: {exc.strerror or exc}", file=name) from None
+    if len(raw) > MAX_FILE_BYTES:
+        raise ConfigError(f"file too large ({len(raw)} bytes) for a TOML description", file=name)
+    if not raw.strip():
+        raise ConfigError("file is empty", file=name)
+    if b"\x00" in raw:
+        raise ConfigError("binary file, expected TOML text", file=name)
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise ConfigError("not UTF-8 text, expected TOML", file=name) from None
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"malformed TOML: {exc}", file=name) from None
+    except RecursionError:
+        raise ConfigError("malformed TOML: nested too deeply", file=name) from None
+
+
+def _check_keys(table: Mapping[str, Any], allowed: tuple[str, ...], section: str) -> None:
+    for key in table:
+        if key not in allowed:
+            where = f"{section}.{key}" if section else key
+            raise ConfigError(f"unknown key; allowed here: {', '.join(allowed)}", key=where)
+
+
+def _table(data: Mapping[str, Any], key: str, section: str) -> dict[str, Any]:
+    value = data.get(key, {})
+    if not isinstance(value, dict):
+        where = f"{section}.{key}" if section else key
+        raise ConfigError(f"must be a table ([{where}]), got {value!r}", key=where)
+    return value
+
+
+def _num(table: Mapping[str, Any], key: str, section: str, default: float | None = None) -> float:
+    where = f"{section}.{key}" if section else key
+    if key not in table:
+        if default is None:
+            raise ConfigError("missing required key", key=where)
+        return default
+    value = table[key]
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ConfigError(f"must be a number, got {value!r}", key=where)
+    if not math.isfinite(value):
+        raise ConfigError(f"must be a finite number, got {value!r}", key=where)
+    if value < 0:
+        raise ConfigError(f"must be >= 0, got {value!r}", key=where)
+    return float(value)
+
+
+def _required(table: Mapping[str, Any], key: str, section: str) -> Any:
+    if key not in table:
+        raise ConfigError("missing required key", key=f"{section}.{key}" if section else key)
+    return table[key]
+
+
+# ----------------------------------------------------------------------------- catalogs
+def load_gpu_catalog() -> dict[str, GPUSpec]:
+    """The GPU catalog (simulator/catalog/gpus.toml) with calibrated efficiencies applied."""
+    gpus = read_toml(catalog_file("gpus.toml"))
+    eff = read_toml(catalog_file("efficiency.toml"))
+    default_eff = eff.get("default", {})
+    out = {}
+    for name, t in gpus.items():
+        params = {**default_eff, **eff.get(name, {})}
+        params = {k: v for k, v in params.items() if k in {f.name for f in fields(GPUEfficiency)}}
+        out[name] = GPUSpec(
+            name=name,
+            peak_bf16_flop_per_s=units.tflops_to_flop_per_s(t["peak_bf16_tflops"]),
+            peak_fp16_flop_per_s=units.tflops_to_flop_per_s(t["peak_fp16_tflops"]),
+            peak_fp8_flop_per_s=units.tflops_to_flop_per_s(t["peak_fp8_tflops"]),
+            hbm_bytes=units.gib_to_bytes(t["hbm_gib"]),
+            hbm_bandwidth_bytes_per_s=t["hbm_TBps"] * units.TERA,
+            efficiency=GPUEfficiency(**params),
+            source=t.get("description", name),
+        )
+    return out
+
+
+def gpu_by_name(name: object, key: str = "gpu") -> GPUSpec:
+    catalog = load_gpu_catalog()
+    if not isinstance(name, str) or name.lower() not in catalog:
+        raise ConfigError(f"unknown GPU {name!r}; known: {', '.join(catalog)}", key=key)
+    return catalog[name.lower()]
+
+
+def load_model_presets() -> dict[str, dict[str, Any]]:
+    return read_toml(catalog_file("models.toml"))
+
+
+def model_preset(name: str) -> ModelSpec:
+    return model_from_table({"preset": name}, base_dir=Path.cwd())
+
+
+# ----------------------------------------------------------------------------- model
+def hf_config_fields(path: Path) -> dict[str, Any]:
+    """Model fields from a Hugging Face config.json (Llama/Mistral/Qwen/Mixtral keys), offline."""
+    name = str(path)
+    if not path.is_file():
+        raise ConfigError("hf_config file not found", key="model.hf_config", file=name)
+    try:
+        cfg = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ConfigError(f"not a readable JSON config: {exc}", key="model.hf_config", file=name) from None
+    if not isinstance(cfg, dict):
+        raise ConfigError("expected a JSON object", key="model.hf_config", file=name)
+    cfg = cfg.get("text_config", cfg) if isinstance(cfg.get("text_config"), dict) else cfg
+
+    def get(*keys: str) -> Any:
+        for k in keys:
+            if k in cfg and cfg[k] is not None:
+                return cfg[k]
+        return None
+
+    out: dict[str, Any] = {}
+    mapping = {
+        "layers": ("num_hidden_layers", "n_layer", "num_layers"),
+        "hidden": ("hidden_size", "n_embd", "d_model"),
+        "heads": ("num_attention_heads", "n_head"),
+        "kv_heads": ("num_key_value_heads",),
+        "ffn_hidden": ("intermediate_size", "n_inner", "ffn_hidden_size"),
+        "vocab": ("vocab_size",),
+        "seq_len": ("max_position_embeddings", "n_positions", "seq_length"),
+        "head_dim": ("head_dim",),
+    }
+    for field_name, keys in mapping.items():
+        value = get(*keys)
+        if value is not None:
+            out[field_name] = value
+    for required in ("layers", "hidden", "heads", "vocab"):
+        if required not in out:
+            raise ConfigError(
+                f"config.json lacks {mapping[required][0]!r}", key="model.hf_config", file=name
+            )
+    act = str(get("hidden_act", "activation_function") or "").lower()
+    model_type = str(get("model_type") or "").lower()
+    out["gated_mlp"] = act in ("silu", "swiglu", "gelu_pytorch_tanh") or model_type in (
+        "llama",
+        "mistral",
+        "mixtral",
+        "qwen2",
+        "qwen3",
+        "qwen2_moe",
+        "qwen3_moe",
+        "gemma",
+    )
+    out["tied_embeddings"] = bool(get("tie_word_embeddings") or False)
+    experts = get("num_local_experts", "num_experts", "n_routed_experts")
+    if experts:
+        out["num_experts"] = int(experts)
+        out["top_k"] = int(get("num_experts_per_tok", "moe_top_k") or 1)
+        moe_ffn = get("moe_intermediate_size")
+        if moe_ffn:
+            out["expert_ffn_hidden"] = int(moe_ffn)
+        shared = get("shared_expert_intermediate_size")
+        if shared:
+            out["shared_expert_ffn_hidden"] = int(shared)
+    if out.get("head_dim") and out["head_dim"] * out["heads"] == out["hidden"]:
+        out.pop("head_dim")
+    out["name"] = str(get("_name_or_path") or path.parent.name or "hf-model")
+    return out
+
+
+def model_from_table(table: Mapping[str, Any], base_dir: Path) -> ModelSpec:
+    """[model]: a preset or hf_config, overridden by explicit keys."""
+    _check_keys(table, ("preset", "hf_config", "name", "moe") + MODEL_KEYS, "model")
+    values: dict[str, Any] = {}
+    name = "custom"
+    if "preset" in table and "hf_config" in table:
+        raise ConfigError("give either preset or hf_config, not both", key="model.preset")
+    if "preset" in table:
+        preset = table["preset"]
+        presets = load_model_presets()
+        if not isinstance(preset, str) or preset.lower() not in presets:
+            raise ConfigError(f"unknown model preset {preset!r}; known: {', '.join(presets)}", key="model.preset")
+        raw = dict(presets[preset.lower()])
+        moe = raw.pop("moe", {})
+        values.update(raw)
+        values.update(_moe_fields(moe))
+        name = preset.lower()
+    elif "hf_config" in table:
+        ref = table["hf_config"]
+        if not isinstance(ref, str) or not ref:
+            raise ConfigError("must be a path to a config.json", key="model.hf_config")
+        path = Path(ref) if Path(ref).is_absolute() else base_dir / ref
+        values.update(hf_config_fields(path))
+        name = values.pop("name")
+    for key in MODEL_KEYS:
+        if key in table:
+            values[key] = table[key]
+    if "moe" in table:
+        moe_table = _table(table, "moe", "model")
+        _check_keys(moe_table, MOE_KEYS, "model.moe")
+        values.update(_moe_fields(moe_table))
+    if "name" in table:
+        name = table["name"]
+    for key in ("layers", "hidden", "heads", "vocab", "seq_len"):
+        if key not in values:
+            raise ConfigError("missing required key (or give a preset / hf_config)", key=f"model.{key}")
+    return ModelSpec(name=name, **values)
+
+
+def _moe_fields(moe: Mapping[str, Any]) -> dict[str, Any]:
+    out = dict(moe)
+    if "layer_interval" in out:
+        out["moe_layer_interval"] = out.pop("layer_interval")
+    return out
+
+
+# ----------------------------------------------------------------------------- topology
+def _intra_node(table: Mapping[str, Any], section: str, base: IntraNodeSpec | None = None) -> IntraNodeSpec:
+    _check_keys(table, INTRA_KEYS, section)
+    b = base or IntraNodeSpec()
+    return IntraNodeSpec(
+        fabric=table.get("fabric", b.fabric),
+        link_bandwidth_bytes_per_s=units.gBps_to_bytes_per_s(
+            _num(table, "link_GBps_per_direction", section, b.link_bandwidth_bytes_per_s / units.GIGA)
+        ),
+        latency_s=units.us_to_s(_num(table, "latency_us", section, b.latency_s / units.US_S)),
+        nvls=table.get("nvls", b.nvls),
+    )
+
+
+def _inter_node(table: Mapping[str, Any], section: str, base: InterNodeSpec | None = None) -> InterNodeSpec:
+    _check_keys(table, INTER_KEYS, section)
+    b = base or InterNodeSpec()
+    return InterNodeSpec(
+        fabric=table.get("fabric", b.fabric),
+        nics_per_node=table.get("nics_per_node", b.nics_per_node),
+        nic_bandwidth_bytes_per_s=units.gbps_to_bytes_per_s(
+            _num(table, "nic_Gbps", section, b.nic_bandwidth_bytes_per_s * units.BITS_PER_BYTE / units.GIGA)
+        ),
+        latency_s=units.us_to_s(_num(table, "latency_us", section, b.latency_s / units.US_S)),
+        nodes_per_leaf=table.get("nodes_per_leaf", b.nodes_per_leaf),
+        oversubscription=table.get("oversubscription", b.oversubscription),
+    )
+
+
+def topology_from_dict(data: Mapping[str, Any]) -> TopologySpec:
+    _check_keys(data, TOPOLOGY_KEYS, "")
+    rank_order = data.get("rank_order", ["tp", "cp", "dp", "pp"])
+    if not isinstance(rank_order, list) or not all(isinstance(x, str) for x in rank_order):
+        raise ConfigError("must be a list of axis names", key="rank_order")
+    name = data.get("name", "topology")
+    return TopologySpec(
+        name=name,
+        gpu=gpu_by_name(_required(data, "gpu", "")),
+        gpus_per_node=_required(data, "gpus_per_node", ""),
+        intra_node=_intra_node(_table(data, "intra_node", ""), "intra_node"),
+        inter_node=_inter_node(_table(data, "inter_node", ""), "inter_node"),
+        rank_order=tuple(rank_order),
+    )
+
+
+def resolve_topology_path(ref: object, base_dir: Path, key: str = "cluster.topology") -> Path:
+    if not isinstance(ref, str) or not ref:
+        raise ConfigError("must be a topology name or a path to a topology file", key=key)
+    shipped = data_dir("topologies") / f"{ref}.toml"
+    if "/" not in ref and not ref.endswith(".toml") and shipped.is_file():
+        return shipped
+    path = Path(ref)
+    if not path.is_absolute():
+        candidates = [base_dir / path, Path.cwd() / path]
+        path = next((c for c in candidates if c.exists()), candidates[0])
+    if not path.exists():
+        raise ConfigError(
+            f"unknown topology {ref!r}: not a shipped name ({', '.join(topology_names())}) nor a file",
+            key=key,
+        )
+    return path
+
+
+def load_topology(ref: str, base_dir: Path | None = None) -> TopologySpec:
+    path = resolve_topology_path(ref, base_dir or Path.cwd(), key="topology")
+    data = read_toml(path)
+    try:
+        return topology_from_dict(data)
+    except ConfigError as err:
+        raise err.with_file(str(path)) from None
+
+
+# ----------------------------------------------------------------------------- scenario
+SCENARIO_KEYS = (
+    "name",
+    "model",
+    "cluster",
+    "parallel",
+    "precision",
+    "dataloader",
+    "variability",
+    "kernels",
+    "sweep",
+)
+CLUSTER_KEYS = ("topology", "num_gpus", "gpu", "gpus_per_node", "rank_order", "intra_node", "inter_node")
+
+
+def load_scenario(path: str | Path) -> Scenario:
+    """Read a scenario file; any problem is a ConfigError naming this file."""
+    data = read_toml(path)
+    try:
+        return scenario_from_dict(data, base_dir=Path(path).resolve().parent, source=str(path))
+    except ConfigError as err:
+        raise err.with_file(str(path)) from None
+
+
+def _cluster(data: Mapping[str, Any], base_dir: Path) -> tuple[TopologySpec, int]:
+    cluster = _table(data, "cluster", "")
+    if "cluster" not in data:
+        raise ConfigError("missing required table [cluster]", key="cluster")
+    _check_keys(cluster, CLUSTER_KEYS, "cluster")
+    topo_path = resolve_topology_path(_required(cluster, "topology", "cluster"), base_dir)
+    topo_data = read_toml(topo_path)
+    try:
+        topo = topology_from_dict(topo_data)
+    except ConfigError as err:
+        raise err.with_file(str(topo_path)) from None
+    changes: dict[str, Any] = {}
+    if "gpu" in cluster:
+        changes["gpu"] = gpu_by_name(cluster["gpu"], key="cluster.gpu")
+    if "gpus_per_node" in cluster:
+        changes["gpus_per_node"] = cluster["gpus_per_node"]
+    if "rank_order" in cluster:
+        ro = cluster["rank_order"]
+        if not isinstance(ro, list) or not all(isinstance(x, str) for x in ro):
+            raise ConfigError("must be a list of axis names", key="cluster.rank_order")
+        changes["rank_order"] = tuple(ro)
+    if "intra_node" in cluster:
+        changes["intra_node"] = _intra_node(
+            _table(cluster, "intra_node", "cluster"), "cluster.intra_node", topo.intra_node
+        )
+    if "inter_node" in cluster:
+        changes["inter_node"] = _inter_node(
+            _table(cluster, "inter_node", "cluster"), "cluster.inter_node", topo.inter_node
+        )
+    if changes:
+        try:
+            topo = replace(topo, **changes)
+        except ConfigError as err:
+            raise err.with_key_prefix("cluster") from None
+    num_gpus = _required(cluster, "num_gpus", "cluster")
+    if isinstance(num_gpus, float) and num_gpus.is_integer() and abs(num_gpus) < 1e18:
+        raise ConfigError(f"must be an integer (write {int(num_gpus)}), got {num_gpus!r}", key="cluster.num_gpus")
+    return topo, num_gpus
+
+
+def parallel_from_table(table: Mapping[str, Any], num_gpus: int) -> ParallelConfig:
+    _check_keys(table, PARALLEL_KEYS, "parallel")
+    values = dict(table)
+    for key in ("tp", "pp", "cp"):
+        v = values.get(key, 1)
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            raise ConfigError(f"must be a positive integer, got {v!r}", key=f"parallel.{key}")
+    if "dp" not in values:
+        if not isinstance(num_gpus, int) or isinstance(num_gpus, bool) or num_gpus < 1:
+            raise ConfigError(f"must be a positive integer, got {num_gpus!r}", key="cluster.num_gpus")
+        mp = values.get("tp", 1) * values.get("pp", 1) * values.get("cp", 1)
+        if num_gpus % mp:
+            raise ConfigError(
+                f"tp*pp*cp = {mp} does not divide num_gpus = {num_gpus}; no integer dp", key="parallel.dp"
+            )
+        values["dp"] = num_gpus // mp
+    if "schedule" not in values:
+        vp = values.get("vp", 1)
+        values["schedule"] = "interleaved" if isinstance(vp, int) and not isinstance(vp, bool) and vp > 1 else "1f1b"
+    if "global_batch" not in values:
+        raise ConfigError("missing required key", key="parallel.global_batch")
+    return ParallelConfig(**values)
+
+
+def scenario_from_dict(data: Mapping[str, Any], base_dir: Path | None = None, source: str = "") -> Scenario:
+    base = base_dir or Path.cwd()
+    if not isinstance(data, Mapping):
+        raise ConfigError("expected a TOML table at top level")
+    _check_keys(data, SCENARIO_KEYS, "")
+    if "model" not in data:
+        raise ConfigError("missing required table [model]", key="model")
+    model = model_from_table(_table(data, "model", ""), base)
+    topology, num_gpus = _cluster(data, base)
+    parallel = parallel_from_table(_table(data, "parallel", ""), num_gpus)
+
+    precision = _table(data, "precision", "")
+    _check_keys(precision, ("dtype",), "precision")
+
+    dl = _table(data, "dataloader", "")
+    _check_keys(dl, ("microbatch_latency_ms", "workers", "prefetch", "jitter", "seed"), "dataloader")
+    dataloader = DataloaderSpec(
+        microbatch_latency_s=units.ms_to_s(_num(dl, "microbatch_latency_ms", "dataloader", 0.0)),
+        workers=dl.get("workers", 2),
+        prefetch=dl.get("prefetch", 2),
+        jitter=dl.get("jitter", 0.0),
+        seed=dl.get("seed", 0),
+    )
+    var = _table(data, "variability", "")
+    var_keys = tuple(f.name for f in fields(VariabilitySpec))
+    _check_keys(var, var_keys, "variability")
+    variability = VariabilitySpec(**var)
+    kern = _table(data, "kernels", "")
+    _check_keys(kern, tuple(f.name for f in fields(KernelOptions)), "kernels")
+    kernels = KernelOptions(**kern)
+    sweep = _sweep_table(_table(data, "sweep", ""))
+    name = data.get("name", Path(source).stem if source else "scenario")
+    return Scenario(
+        name=name,
+        model=model,
+        topology=topology,
+        num_gpus=num_gpus,
+        parallel=parallel,
+        dtype=precision.get("dtype", "bf16"),
+        dataloader=dataloader,
+        variability=variability,
+        kernels=kernels,
+        sweep=sweep,
+        source=source,
+    )
+
+
+def _sweep_table(table: Mapping[str, Any]) -> tuple[tuple[str, tuple[object, ...]], ...]:
+    _check_keys(table, SWEEP_KEYS, "sweep")
+    out = []
+    for key, value in table.items():
+        values = value if isinstance(value, list) else [value]
+        if not values:
+            raise ConfigError("must be a non-empty list", key=f"sweep.{key}")
+        if len(values) > 10_000:
+            raise ConfigError("more than 10,000 values", key=f"sweep.{key}")
+        for v in values:
+            if isinstance(v, dict | list):
+                raise ConfigError(f"values must be scalars, got {v!r}", key=f"sweep.{key}")
+        out.append((key, tuple(values)))
+    return tuple(out)

@@ -1,0 +1,515 @@
+"""Frozen, validated descriptions of what is simulated (DESIGN.md §2-3).
+
+Every dataclass validates itself in `__post_init__` and raises `ConfigError`
+naming the offending key (the loader adds the file). All quantities are SI;
+derived values are properties, never fields filled in later.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from .errors import ConfigError
+
+DTYPES = ("bf16", "fp16", "fp8")
+SCHEDULES = ("gpipe", "1f1b", "interleaved", "zb-h1")
+RECOMPUTE = ("none", "selective", "full")
+INTRA_FABRICS = ("nvswitch", "pcie", "nvlink")
+INTER_FABRICS = ("rail-optimized", "fat-tree")
+RANK_AXES = ("tp", "cp", "dp", "pp")
+
+MAX_GPUS = 1_000_000  # larger than any cluster built; guards against typos like 1e12
+MAX_DIM = 10_000_000
+
+
+# ----------------------------------------------------------------------------- checks
+def _check_int(key: str, value: object, *, minimum: int = 1, maximum: int | None = None) -> None:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ConfigError(f"must be an integer, got {value!r}", key=key)
+    if value < minimum:
+        raise ConfigError(f"must be >= {minimum}, got {value}", key=key)
+    if maximum is not None and value > maximum:
+        raise ConfigError(f"must be <= {maximum}, got {value}", key=key)
+
+
+def _check_num(
+    key: str,
+    value: object,
+    *,
+    minimum: float = 0.0,
+    strict: bool = False,
+    maximum: float | None = None,
+) -> None:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ConfigError(f"must be a number, got {value!r}", key=key)
+    if not math.isfinite(value):
+        raise ConfigError(f"must be a finite number, got {value!r}", key=key)
+    if strict and value <= minimum:
+        raise ConfigError(f"must be > {minimum:g}, got {value!r}", key=key)
+    if not strict and value < minimum:
+        raise ConfigError(f"must be >= {minimum:g}, got {value!r}", key=key)
+    if maximum is not None and value > maximum:
+        raise ConfigError(f"must be <= {maximum:g}, got {value!r}", key=key)
+
+
+def _check_bool(key: str, value: object) -> None:
+    if not isinstance(value, bool):
+        raise ConfigError(f"must be true or false, got {value!r}", key=key)
+
+
+def _check_choice(key: str, value: object, allowed: tuple[str, ...]) -> None:
+    if not isinstance(value, str) or value not in allowed:
+        raise ConfigError(f"must be one of {', '.join(allowed)}; got {value!r}", key=key)
+
+
+def _check_str(key: str, value: object) -> None:
+    if not isinstance(value, str):
+        raise ConfigError(f"must be a string, got {value!r}", key=key)
+
+
+# ----------------------------------------------------------------------------- model
+@dataclass(frozen=True, slots=True)
+class ModelSpec:
+    """A decoder-only transformer. `kv_heads < heads` is GQA/MQA."""
+
+    name: str
+    layers: int
+    hidden: int
+    heads: int
+    vocab: int
+    seq_len: int
+    kv_heads: int = 0  # 0 -> heads
+    ffn_hidden: int = 0  # 0 -> 4 * hidden
+    gated_mlp: bool = False
+    head_dim: int = 0  # 0 -> hidden // heads
+    tied_embeddings: bool = False
+    position_embeddings: bool = False  # learned absolute positions (GPT-2/3); rotary otherwise
+    num_experts: int = 0  # 0 = dense model
+    top_k: int = 0
+    expert_ffn_hidden: int = 0  # 0 -> ffn_hidden
+    shared_expert_ffn_hidden: int = 0
+    moe_layer_interval: int = 1  # every k-th layer is MoE when num_experts > 0
+
+    def __post_init__(self) -> None:
+        p = "model"
+        _check_str(f"{p}.name", self.name)
+        for key in ("layers", "hidden", "heads", "vocab", "seq_len"):
+            _check_int(f"{p}.{key}", getattr(self, key), maximum=MAX_DIM)
+        for key in ("kv_heads", "ffn_hidden", "head_dim", "num_experts", "top_k"):
+            _check_int(f"{p}.{key}", getattr(self, key), minimum=0, maximum=MAX_DIM)
+        for key in ("expert_ffn_hidden", "shared_expert_ffn_hidden"):
+            _check_int(f"{p}.{key}", getattr(self, key), minimum=0, maximum=MAX_DIM)
+        _check_int(f"{p}.moe_layer_interval", self.moe_layer_interval, maximum=MAX_DIM)
+        for key in ("gated_mlp", "tied_embeddings", "position_embeddings"):
+            _check_bool(f"{p}.{key}", getattr(self, key))
+        if self.head_dim == 0 and self.hidden % self.heads:
+            raise ConfigError(
+                f"hidden ({self.hidden}) must be a multiple of heads ({self.heads}) "
+                "unless head_dim is given",
+                key=f"{p}.heads",
+            )
+        if self.num_kv_heads > self.heads or self.heads % self.num_kv_heads:
+            raise ConfigError(
+                f"must divide heads ({self.heads}); got {self.num_kv_heads}", key=f"{p}.kv_heads"
+            )
+        if self.num_experts:
+            if not 1 <= self.top_k <= self.num_experts:
+                raise ConfigError(
+                    f"must be between 1 and num_experts ({self.num_experts}); got {self.top_k}",
+                    key=f"{p}.moe.top_k",
+                )
+        elif self.top_k:
+            raise ConfigError("top_k given without num_experts", key=f"{p}.moe.top_k")
+
+    # derived -------------------------------------------------------------
+    @property
+    def num_kv_heads(self) -> int:
+        return self.kv_heads or self.heads
+
+    @property
+    def dim_per_head(self) -> int:
+        return self.head_dim or self.hidden // self.heads
+
+    @property
+    def q_dim(self) -> int:
+        """Width of the query projection (= hidden for standard models)."""
+        return self.heads * self.dim_per_head
+
+    @property
+    def kv_dim(self) -> int:
+        return self.num_kv_heads * self.dim_per_head
+
+    @property
+    def ffn(self) -> int:
+        return self.ffn_hidden or 4 * self.hidden
+
+    @property
+    def is_moe(self) -> bool:
+        return self.num_experts > 0
+
+    @property
+    def expert_ffn(self) -> int:
+        return self.expert_ffn_hidden or self.ffn
+
+    def is_moe_layer(self, layer: int) -> bool:
+        return self.is_moe and (layer % self.moe_layer_interval == self.moe_layer_interval - 1)
+
+    @property
+    def num_moe_layers(self) -> int:
+        return sum(1 for i in range(self.layers) if self.is_moe_layer(i))
+
+
+# ----------------------------------------------------------------------------- GPU
+@dataclass(frozen=True, slots=True)
+class GPUEfficiency:
+    """Per-GPU kernel and communication efficiencies (calibrated, never per scenario).
+
+    matmul: achieved = peak * matmul_peak_fraction * shape factor (see costs/compute.py);
+    the shape factor falls for small GEMMs with a soft roofline of `matmul_ramp_flop`.
+    """
+
+    matmul_peak_fraction: float = 0.80
+    matmul_ramp_flop: float = 2e9  # GEMM size (FLOP) at which half of the peak fraction is lost
+    attention_peak_fraction: float = 0.60  # FlashAttention kernels vs dense peak
+    memory_bw_fraction: float = 0.80  # achievable fraction of HBM bandwidth
+    kernel_launch_s: float = 4e-6  # per-kernel fixed overhead
+    nccl_bw_fraction: float = 0.85  # achieved / link bandwidth for large collectives
+    overlap_slowdown: float = 0.0  # compute slowdown while overlapping communication
+
+    def __post_init__(self) -> None:
+        for key in (
+            "matmul_peak_fraction",
+            "attention_peak_fraction",
+            "memory_bw_fraction",
+            "nccl_bw_fraction",
+        ):
+            _check_num(f"gpu.efficiency.{key}", getattr(self, key), strict=True, maximum=1.0)
+        _check_num("gpu.efficiency.matmul_ramp_flop", self.matmul_ramp_flop)
+        _check_num("gpu.efficiency.kernel_launch_s", self.kernel_launch_s)
+        _check_num("gpu.efficiency.overlap_slowdown", self.overlap_slowdown, maximum=1.0)
+
+
+@dataclass(frozen=True, slots=True)
+class GPUSpec:
+    """One GPU type: dense peaks per dtype, HBM, and calibrated efficiencies."""
+
+    name: str
+    peak_bf16_flop_per_s: float
+    peak_fp16_flop_per_s: float
+    peak_fp8_flop_per_s: float  # 0 = not supported
+    hbm_bytes: float
+    hbm_bandwidth_bytes_per_s: float
+    efficiency: GPUEfficiency = field(default_factory=GPUEfficiency)
+    source: str = ""
+
+    def __post_init__(self) -> None:
+        _check_num("gpu.peak_bf16_tflops", self.peak_bf16_flop_per_s, strict=True)
+        _check_num("gpu.peak_fp16_tflops", self.peak_fp16_flop_per_s, strict=True)
+        _check_num("gpu.peak_fp8_tflops", self.peak_fp8_flop_per_s)
+        _check_num("gpu.hbm_gib", self.hbm_bytes, strict=True)
+        _check_num("gpu.hbm_TBps", self.hbm_bandwidth_bytes_per_s, strict=True)
+
+    def peak_flop_per_s(self, dtype: str) -> float:
+        peak = {
+            "bf16": self.peak_bf16_flop_per_s,
+            "fp16": self.peak_fp16_flop_per_s,
+            "fp8": self.peak_fp8_flop_per_s,
+        }.get(dtype, 0.0)
+        if peak <= 0:
+            raise ConfigError(f"GPU {self.name} has no dense {dtype} peak", key="precision.dtype")
+        return peak
+
+
+# ----------------------------------------------------------------------------- topology
+@dataclass(frozen=True, slots=True)
+class IntraNodeSpec:
+    fabric: str = "nvswitch"
+    link_bandwidth_bytes_per_s: float = 300e9  # per GPU, one direction
+    latency_s: float = 3e-6
+    nvls: bool = False  # NVLink SHARP (in-switch reduction), NVSwitch gen 3+ (H100 and later)
+
+    def __post_init__(self) -> None:
+        _check_choice("intra_node.fabric", self.fabric, INTRA_FABRICS)
+        _check_bool("intra_node.nvls", self.nvls)
+        _check_num("intra_node.link_GBps_per_direction", self.link_bandwidth_bytes_per_s, strict=True)
+        _check_num("intra_node.latency_us", self.latency_s, maximum=1.0)
+
+
+@dataclass(frozen=True, slots=True)
+class InterNodeSpec:
+    fabric: str = "rail-optimized"
+    nics_per_node: int = 8
+    nic_bandwidth_bytes_per_s: float = 25e9  # per NIC, one direction
+    latency_s: float = 5e-6
+    nodes_per_leaf: int = 32
+    oversubscription: float = 1.0
+
+    def __post_init__(self) -> None:
+        _check_choice("inter_node.fabric", self.fabric, INTER_FABRICS)
+        _check_int("inter_node.nics_per_node", self.nics_per_node, maximum=1024)
+        _check_num("inter_node.nic_Gbps", self.nic_bandwidth_bytes_per_s, strict=True)
+        _check_num("inter_node.latency_us", self.latency_s, maximum=1.0)
+        _check_int("inter_node.nodes_per_leaf", self.nodes_per_leaf, maximum=MAX_GPUS)
+        _check_num("inter_node.oversubscription", self.oversubscription, minimum=1.0, maximum=1e3)
+
+
+@dataclass(frozen=True, slots=True)
+class TopologySpec:
+    name: str
+    gpu: GPUSpec
+    gpus_per_node: int
+    intra_node: IntraNodeSpec
+    inter_node: InterNodeSpec
+    rank_order: tuple[str, ...] = ("tp", "cp", "dp", "pp")  # innermost first
+
+    def __post_init__(self) -> None:
+        _check_str("name", self.name)
+        _check_int("gpus_per_node", self.gpus_per_node, maximum=1024)
+        if sorted(self.rank_order) != sorted(RANK_AXES):
+            raise ConfigError(
+                f"must be a permutation of {list(RANK_AXES)}; got {list(self.rank_order)}",
+                key="rank_order",
+            )
+
+    @property
+    def nic_bandwidth_per_node_bytes_per_s(self) -> float:
+        return self.inter_node.nics_per_node * self.inter_node.nic_bandwidth_bytes_per_s
+
+
+# ----------------------------------------------------------------------------- parallel
+@dataclass(frozen=True, slots=True)
+class ParallelConfig:
+    """How the job is split. Cross-checks against the model and cluster live in Scenario."""
+
+    tp: int = 1
+    pp: int = 1
+    dp: int = 1
+    cp: int = 1
+    ep: int = 1
+    vp: int = 1
+    micro_batch: int = 1
+    global_batch: int = 1
+    schedule: str = "1f1b"
+    sequence_parallel: bool = False
+    recompute: str = "none"
+    zero: int = 0
+    overlap_grad_reduce: bool = True
+    overlap_param_gather: bool = True
+    tp_comm_overlap: bool = False
+    grad_bucket_mb: float = 40.0  # DP gradient bucket, MB of gradients (Megatron default 40M params)
+
+    def __post_init__(self) -> None:
+        p = "parallel"
+        for key in ("tp", "pp", "dp", "cp", "ep", "vp"):
+            _check_int(f"{p}.{key}", getattr(self, key), maximum=MAX_GPUS)
+        _check_int(f"{p}.micro_batch", self.micro_batch, maximum=MAX_DIM)
+        _check_int(f"{p}.global_batch", self.global_batch, maximum=100 * MAX_DIM)
+        _check_choice(f"{p}.schedule", self.schedule, SCHEDULES)
+        _check_choice(f"{p}.recompute", self.recompute, RECOMPUTE)
+        _check_int(f"{p}.zero", self.zero, minimum=0, maximum=3)
+        for key in ("sequence_parallel", "overlap_grad_reduce", "overlap_param_gather", "tp_comm_overlap"):
+            _check_bool(f"{p}.{key}", getattr(self, key))
+        _check_num(f"{p}.grad_bucket_mb", self.grad_bucket_mb, strict=True, maximum=1e6)
+        if self.global_batch % (self.micro_batch * self.dp):
+            raise ConfigError(
+                f"must be a multiple of micro_batch*dp = {self.micro_batch}*{self.dp}"
+                f" = {self.micro_batch * self.dp}; got {self.global_batch}",
+                key=f"{p}.global_batch",
+            )
+        if self.vp > 1:
+            if self.pp == 1:
+                raise ConfigError("vp > 1 (interleaved) needs pp > 1", key=f"{p}.vp")
+            if self.schedule != "interleaved":
+                raise ConfigError(
+                    f"vp = {self.vp} needs schedule = 'interleaved'; got {self.schedule!r}",
+                    key=f"{p}.schedule",
+                )
+            if self.num_microbatches % self.pp:
+                raise ConfigError(
+                    f"the interleaved schedule needs the number of micro-batches "
+                    f"({self.num_microbatches}) to be a multiple of pp ({self.pp})",
+                    key=f"{p}.global_batch",
+                )
+        elif self.schedule == "interleaved" and self.pp > 1:
+            raise ConfigError("schedule 'interleaved' needs vp > 1", key=f"{p}.vp")
+        if self.sequence_parallel and self.tp == 1:
+            # harmless: SP with tp=1 is a no-op; keep it valid
+            pass
+
+    @property
+    def num_microbatches(self) -> int:
+        return self.global_batch // (self.micro_batch * self.dp)
+
+    @property
+    def model_parallel_size(self) -> int:
+        return self.tp * self.pp * self.cp
+
+    @property
+    def num_gpus(self) -> int:
+        return self.tp * self.pp * self.dp * self.cp
+
+
+# ----------------------------------------------------------------------------- run
+@dataclass(frozen=True, slots=True)
+class DataloaderSpec:
+    microbatch_latency_s: float = 0.0
+    workers: int = 2
+    prefetch: int = 2
+    jitter: float = 0.0  # coefficient of variation of the latency
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        _check_num("dataloader.microbatch_latency_ms", self.microbatch_latency_s, maximum=3600.0)
+        _check_int("dataloader.workers", self.workers, maximum=4096)
+        _check_int("dataloader.prefetch", self.prefetch, minimum=0, maximum=4096)
+        _check_num("dataloader.jitter", self.jitter, maximum=10.0)
+        _check_int("dataloader.seed", self.seed, minimum=0, maximum=2**63 - 1)
+
+
+@dataclass(frozen=True, slots=True)
+class VariabilitySpec:
+    """Step-to-step variation (issue 8). All zero = a deterministic step."""
+
+    compute_jitter: float = 0.0  # coefficient of variation of each compute block
+    straggler_probability: float = 0.0  # chance that a given GPU is slow this step
+    straggler_slowdown: float = 1.0  # its compute time multiplier (>= 1)
+    network_jitter: float = 0.0  # coefficient of variation of each collective
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        _check_num("variability.compute_jitter", self.compute_jitter, maximum=10.0)
+        _check_num("variability.straggler_probability", self.straggler_probability, maximum=1.0)
+        _check_num("variability.straggler_slowdown", self.straggler_slowdown, minimum=1.0, maximum=1e3)
+        _check_num("variability.network_jitter", self.network_jitter, maximum=10.0)
+        _check_int("variability.seed", self.seed, minimum=0, maximum=2**63 - 1)
+
+    @property
+    def is_deterministic(self) -> bool:
+        return (
+            self.compute_jitter == 0
+            and self.network_jitter == 0
+            and (self.straggler_probability == 0 or self.straggler_slowdown == 1.0)
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class KernelOptions:
+    """Implementation switches that change kernel cost, not the model's math."""
+
+    flash_attention: bool = True
+
+    def __post_init__(self) -> None:
+        _check_bool("kernels.flash_attention", self.flash_attention)
+
+
+@dataclass(frozen=True, slots=True)
+class Scenario:
+    """One model on one cluster with one parallel configuration."""
+
+    name: str
+    model: ModelSpec
+    topology: TopologySpec
+    num_gpus: int
+    parallel: ParallelConfig
+    dtype: str = "bf16"
+    dataloader: DataloaderSpec = field(default_factory=DataloaderSpec)
+    variability: VariabilitySpec = field(default_factory=VariabilitySpec)
+    kernels: KernelOptions = field(default_factory=KernelOptions)
+    sweep: tuple[tuple[str, tuple[object, ...]], ...] = ()
+    source: str = ""  # file it came from, for messages
+
+    def __post_init__(self) -> None:
+        _check_str("name", self.name)
+        _check_int("cluster.num_gpus", self.num_gpus, maximum=MAX_GPUS)
+        _check_choice("precision.dtype", self.dtype, DTYPES)
+        self.gpu.peak_flop_per_s(self.dtype)  # raises if the GPU lacks this dtype
+        check_parallel_fits(self.model, self.parallel, self.num_gpus)
+
+    @property
+    def gpu(self) -> GPUSpec:
+        return self.topology.gpu
+
+    @property
+    def peak_flop_per_s(self) -> float:
+        return self.gpu.peak_flop_per_s(self.dtype)
+
+    @property
+    def tokens_per_step(self) -> int:
+        return self.parallel.global_batch * self.model.seq_len
+
+    def warnings(self) -> list[str]:
+        """Legal but suspicious choices, printed on stderr by the CLI."""
+        out = []
+        par = self.parallel
+        if par.tp > self.topology.gpus_per_node:
+            out.append(
+                f"tp = {par.tp} exceeds gpus_per_node = {self.topology.gpus_per_node}: "
+                "tensor-parallel traffic crosses the inter-node network"
+            )
+        if par.pp > 1 and par.num_microbatches < par.pp:
+            out.append(
+                f"only {par.num_microbatches} micro-batches for pp = {par.pp}: "
+                "the pipeline never fills (bubble > 50%)"
+            )
+        if self.model.layers % (par.pp * par.vp):
+            out.append(
+                f"{self.model.layers} layers do not divide into pp*vp = {par.pp * par.vp} "
+                "equal stages: the first stages get one layer more"
+            )
+        return out
+
+
+def check_parallel_fits(model: ModelSpec, par: ParallelConfig, num_gpus: int) -> None:
+    """Cross-checks between the model, the split and the cluster (raise ConfigError)."""
+    p = "parallel"
+    if par.num_gpus != num_gpus:
+        raise ConfigError(
+            f"tp*pp*dp*cp = {par.tp}*{par.pp}*{par.dp}*{par.cp} = {par.num_gpus} "
+            f"must equal cluster.num_gpus = {num_gpus}",
+            key=f"{p}.dp",
+        )
+    if model.heads % par.tp:
+        raise ConfigError(
+            f"tp = {par.tp} must divide the number of heads ({model.heads})", key=f"{p}.tp"
+        )
+    kv = model.num_kv_heads
+    if kv % par.tp and par.tp % kv:
+        # Megatron needs tp | kv_heads; with tp > kv_heads the KV heads are replicated,
+        # which only works when kv_heads divides tp.
+        raise ConfigError(
+            f"tp = {par.tp} and kv_heads = {kv}: one must divide the other", key=f"{p}.tp"
+        )
+    if par.pp > model.layers:
+        raise ConfigError(f"pp = {par.pp} exceeds the number of layers ({model.layers})", key=f"{p}.pp")
+    if par.vp > 1 and model.layers % (par.pp * par.vp):
+        raise ConfigError(
+            f"the interleaved schedule needs pp*vp = {par.pp * par.vp} to divide "
+            f"the number of layers ({model.layers})",
+            key=f"{p}.vp",
+        )
+    if model.seq_len % par.cp or (par.cp > 1 and model.seq_len % (2 * par.cp)):
+        raise ConfigError(
+            f"cp = {par.cp}: seq_len ({model.seq_len}) must be a multiple of 2*cp "
+            "(load-balanced causal context parallelism)",
+            key=f"{p}.cp",
+        )
+    if par.sequence_parallel and par.tp > 1 and model.seq_len // par.cp % par.tp:
+        raise ConfigError(
+            f"sequence parallel needs tp = {par.tp} to divide the sequence per CP rank "
+            f"({model.seq_len // par.cp})",
+            key=f"{p}.sequence_parallel",
+        )
+    if par.ep > 1:
+        if not model.is_moe:
+            raise ConfigError("ep > 1 needs a mixture-of-experts model ([model.moe])", key=f"{p}.ep")
+        if model.num_experts % par.ep:
+            raise ConfigError(
+                f"ep = {par.ep} must divide num_experts ({model.num_experts})", key=f"{p}.ep"
+            )
+        if (par.dp * par.cp * par.tp) % par.ep:
+            raise ConfigError(
+                f"ep = {par.ep} must divide dp*cp*tp = {par.dp * par.cp * par.tp} "
+                "(expert-parallel groups are carved from the data-parallel ranks)",
+                key=f"{p}.ep",
+            )

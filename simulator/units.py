@@ -1,0 +1,61 @@
+"""Unit constants: the one place human units meet SI (DESIGN.md §3).
+
+Everything inside the simulator is SI: seconds, bytes, FLOP, FLOP/s, bytes/s.
+Rates use decimal prefixes (tera = 1e12). GiB is binary and is used for memory
+capacity only. Files and reports convert with these constants and nowhere else.
+"""
+
+from __future__ import annotations
+
+KILO = 1e3
+MEGA = 1e6
+GIGA = 1e9
+TERA = 1e12
+PETA = 1e15
+
+GIB_BYTES = 2**30
+MIB_BYTES = 2**20
+
+US_S = 1e-6  # one microsecond in seconds
+MS_S = 1e-3  # one millisecond in seconds
+
+BITS_PER_BYTE = 8
+
+
+def gbps_to_bytes_per_s(gbit_per_s: float) -> float:
+    """Network link rate in Gb/s (decimal, bits) -> bytes/s."""
+    return gbit_per_s * GIGA / BITS_PER_BYTE
+
+
+def gBps_to_bytes_per_s(gbyte_per_s: float) -> float:
+    """Bandwidth in GB/s (decimal, bytes) -> bytes/s."""
+    return gbyte_per_s * GIGA
+
+
+def tflops_to_flop_per_s(tflop_per_s: float) -> float:
+    return tflop_per_s * TERA
+
+
+def us_to_s(us: float) -> float:
+    return us * US_S
+
+
+def ms_to_s(ms: float) -> float:
+    return ms * MS_S
+
+
+def gib_to_bytes(gib: float) -> float:
+    return gib * GIB_BYTES
+
+
+def bytes_to_gib(num_bytes: float) -> float:
+    return num_bytes / GIB_BYTES
+
+
+def s_to_us(seconds: float) -> float:
+    """Chrome trace `ts`/`dur` are microseconds: convert there and only there."""
+    return seconds / US_S
+
+
+# Bytes per element of each training dtype (weights/activations as stored).
+DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 1}
