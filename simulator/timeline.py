@@ -1,0 +1,63 @@
+"""What the engine records: spans on each pipeline stage's timelines.
+
+The `compute` stream of a stage is that GPU's own timeline: its spans are exclusive and,
+once the step is done, tile [0, step_time_s] exactly (idle time is recorded as explicit
+`bubble` / `dataloader` / `*_comm` spans), so attribution is a sum. Other streams (`dp`,
+`pp`, `tp`, `data`) show work that runs beside it (overlapped communication, transfers, the
+dataloader) for traces and plots; they are not summed into the breakdown.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+CATEGORIES = (
+    "compute",
+    "recompute",
+    "tp_comm",
+    "cp_comm",
+    "ep_comm",
+    "pp_comm",
+    "dp_comm",
+    "bubble",
+    "dataloader",
+    "optimizer",
+    "other",
+)
+MAIN_STREAM = "compute"
+
+
+@dataclass(frozen=True, slots=True)
+class Span:
+    stage: int
+    stream: str
+    category: str
+    name: str
+    start_s: float
+    end_s: float
+    microbatch: int = -1
+    chunk: int = -1
+    flops: float = 0.0
+    message_bytes: float = 0.0
+
+    @property
+    def duration_s(self) -> float:
+        return self.end_s - self.start_s
+
+
+@dataclass(frozen=True, slots=True)
+class Timeline:
+    spans: tuple[Span, ...]
+    step_time_s: float
+    num_stages: int
+
+    def stage_spans(self, stage: int, stream: str = MAIN_STREAM) -> list[Span]:
+        return [s for s in self.spans if s.stage == stage and s.stream == stream]
+
+    def breakdown_by_stage_s(self) -> list[dict[str, float]]:
+        """Seconds per category on each stage's own timeline (sums to step_time_s)."""
+        out = [dict.fromkeys(CATEGORIES, 0.0) for _ in range(self.num_stages)]
+        for s in self.spans:
+            if s.stream == MAIN_STREAM:
+                out[s.stage][s.category] += s.duration_s
+        return out
