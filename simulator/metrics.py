@@ -1,0 +1,138 @@
+"""From a simulated step to the numbers users read (SPEC §4).
+
+MFU = model FLOPs per step / (step time × N × peak); HFU adds recomputed FLOPs;
+`mfu_6psi` uses the seed's 6Ψ per token. The breakdown is the mean over pipeline stages
+of each stage's exclusive timeline, so it sums to the step time.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from .specs import ParallelConfig
+from .timeline import CATEGORIES
+from .units import GIB_BYTES, TERA
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryReport:
+    """Per-GPU memory of the most loaded GPU (pipeline stage 0 under 1F1B)."""
+
+    parts_bytes: dict[str, float]
+    capacity_bytes: float
+    stage_peak_bytes: tuple[float, ...] = ()
+
+    @property
+    def peak_bytes(self) -> float:
+        return sum(self.parts_bytes.values())
+
+    @property
+    def fits(self) -> bool:
+        return self.peak_bytes <= self.capacity_bytes
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "peak_gib_per_gpu": self.peak_bytes / GIB_BYTES,
+            "capacity_gib": self.capacity_bytes / GIB_BYTES,
+            "fits": self.fits,
+            "parts_gib": {k: v / GIB_BYTES for k, v in self.parts_bytes.items()},
+        }
+        if self.stage_peak_bytes:
+            out["peak_gib_by_stage"] = [b / GIB_BYTES for b in self.stage_peak_bytes]
+        return out
+
+
+def mean_breakdown(by_stage: tuple[dict[str, float], ...] | list[dict[str, float]]) -> dict[str, float]:
+    n = max(len(by_stage), 1)
+    return {c: sum(s.get(c, 0.0) for s in by_stage) / n for c in CATEGORIES}
+
+
+@dataclass(frozen=True, slots=True)
+class StepReport:
+    name: str
+    num_gpus: int
+    parallel: ParallelConfig
+    step_time_s: float
+    tokens_per_step: int
+    model_flops_per_step: float
+    hardware_flops_per_step: float
+    six_psi_flops_per_step: float
+    peak_flop_per_s: float
+    breakdown_by_stage_s: tuple[dict[str, float], ...]
+    memory: MemoryReport | None = None
+    warnings: tuple[str, ...] = ()
+    collectives: tuple[dict[str, Any], ...] = ()
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.tokens_per_step / self.step_time_s
+
+    @property
+    def tokens_per_s_per_gpu(self) -> float:
+        return self.tokens_per_s / self.num_gpus
+
+    def _utilization(self, flops: float) -> float:
+        return flops / (self.step_time_s * self.num_gpus * self.peak_flop_per_s)
+
+    @property
+    def mfu(self) -> float:
+        return self._utilization(self.model_flops_per_step)
+
+    @property
+    def hfu(self) -> float:
+        return self._utilization(self.hardware_flops_per_step)
+
+    @property
+    def mfu_6psi(self) -> float:
+        return self._utilization(self.six_psi_flops_per_step)
+
+    @property
+    def model_tflops_per_gpu(self) -> float:
+        return self.model_flops_per_step / self.step_time_s / self.num_gpus / TERA
+
+    @property
+    def breakdown_s(self) -> dict[str, float]:
+        return mean_breakdown(self.breakdown_by_stage_s)
+
+    def to_dict(self) -> dict[str, Any]:
+        par = self.parallel
+        out: dict[str, Any] = {
+            "name": self.name,
+            "num_gpus": self.num_gpus,
+            "parallel": {
+                "tp": par.tp,
+                "pp": par.pp,
+                "dp": par.dp,
+                "cp": par.cp,
+                "ep": par.ep,
+                "vp": par.vp,
+                "micro_batch": par.micro_batch,
+                "global_batch": par.global_batch,
+                "num_microbatches": par.num_microbatches,
+                "schedule": par.schedule,
+                "recompute": par.recompute,
+                "sequence_parallel": par.sequence_parallel,
+                "zero": par.zero,
+            },
+            "step_time_s": self.step_time_s,
+            "tokens_per_s": self.tokens_per_s,
+            "tokens_per_s_per_gpu": self.tokens_per_s_per_gpu,
+            "model_flops_per_step": self.model_flops_per_step,
+            "hardware_flops_per_step": self.hardware_flops_per_step,
+            "model_tflops_per_gpu": self.model_tflops_per_gpu,
+            "mfu": self.mfu,
+            "hfu": self.hfu,
+            "mfu_6psi": self.mfu_6psi,
+            "breakdown_s": self.breakdown_s,
+            "breakdown_by_stage_s": [dict(s) for s in self.breakdown_by_stage_s],
+        }
+        if self.memory is not None:
+            out["memory"] = self.memory.to_dict()
+        if self.warnings:
+            out["warnings"] = list(self.warnings)
+        if self.collectives:
+            out["collectives"] = list(self.collectives)
+        out.update(self.extra)
+        return out
