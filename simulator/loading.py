@@ -55,20 +55,38 @@ TOPOLOGY_KEYS = ("name", "gpu", "gpus_per_node", "rank_order", "intra_node", "in
 
 
 # ----------------------------------------------------------------------------- files
+def path_kind(path: Path) -> str:
+    """'file', 'dir', 'missing' or 'other' -- without raising on odd paths.
+
+    `Path.exists()` raises OSError for names the OS rejects (ENAMETOOLONG, EACCES on a
+    parent folder); a user's typo must still end in one clear line.
+    """
+    try:
+        if path.is_dir():
+            return "dir"
+        if path.is_file():
+            return "file"
+        return "other" if path.exists() else "missing"
+    except (OSError, ValueError):
+        return "missing"
+
+
 def read_toml(path: str | Path) -> dict[str, Any]:
     """Parse a TOML file; every failure is a ConfigError naming the file."""
     p = Path(path)
     name = str(path)
-    if not p.exists():
+    kind = path_kind(p)
+    if kind == "missing":
         raise ConfigError("no such file", file=name)
-    if p.is_dir():
+    if kind == "dir":
         raise ConfigError("is a directory, expected a TOML file", file=name)
     try:
-        raw = p.read_bytes()
+        with p.open("rb") as fh:
+            raw = fh.read(MAX_FILE_BYTES + 1)
     except OSError as exc:
         raise ConfigError(f"cannot read: {exc.strerror or exc}", file=name) from None
     if len(raw) > MAX_FILE_BYTES:
-        raise ConfigError(f"file too large ({len(raw)} bytes) for a TOML description", file=name)
+        raise ConfigError(f"file too large (over {MAX_FILE_BYTES} bytes) for a TOML description", file=name)
     if not raw.strip():
         raise ConfigError("file is empty", file=name)
     if b"\x00" in raw:
@@ -140,6 +158,7 @@ def load_gpu_catalog() -> dict[str, GPUSpec]:
             hbm_bytes=units.gib_to_bytes(t["hbm_gib"]),
             hbm_bandwidth_bytes_per_s=t["hbm_TBps"] * units.TERA,
             efficiency=GPUEfficiency(**params),
+            num_sms=int(t.get("num_sms", 108)),
             source=t.get("description", name),
         )
     return out
@@ -164,11 +183,17 @@ def model_preset(name: str) -> ModelSpec:
 def hf_config_fields(path: Path) -> dict[str, Any]:
     """Model fields from a Hugging Face config.json (Llama/Mistral/Qwen/Mixtral keys), offline."""
     name = str(path)
-    if not path.is_file():
+    if path_kind(path) != "file":
         raise ConfigError("hf_config file not found", key="model.hf_config", file=name)
     try:
-        cfg = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        with path.open("rb") as fh:
+            raw = fh.read(MAX_FILE_BYTES + 1)
+        if len(raw) > MAX_FILE_BYTES:
+            raise ConfigError("file too large for a config.json", key="model.hf_config", file=name)
+        cfg = json.loads(raw.decode("utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as exc:
+        if isinstance(exc, ConfigError):
+            raise
         raise ConfigError(f"not a readable JSON config: {exc}", key="model.hf_config", file=name) from None
     if not isinstance(cfg, dict):
         raise ConfigError("expected a JSON object", key="model.hf_config", file=name)
@@ -215,15 +240,17 @@ def hf_config_fields(path: Path) -> dict[str, Any]:
     out["tied_embeddings"] = bool(get("tie_word_embeddings") or False)
     experts = get("num_local_experts", "num_experts", "n_routed_experts")
     if experts:
-        out["num_experts"] = int(experts)
-        out["top_k"] = int(get("num_experts_per_tok", "moe_top_k") or 1)
+        # values stay as written: ModelSpec rejects non-integers with the field's key
+        out["num_experts"] = experts
+        out["top_k"] = get("num_experts_per_tok", "moe_top_k") or 1
         moe_ffn = get("moe_intermediate_size")
         if moe_ffn:
-            out["expert_ffn_hidden"] = int(moe_ffn)
+            out["expert_ffn_hidden"] = moe_ffn
         shared = get("shared_expert_intermediate_size")
         if shared:
-            out["shared_expert_ffn_hidden"] = int(shared)
-    if out.get("head_dim") and out["head_dim"] * out["heads"] == out["hidden"]:
+            out["shared_expert_ffn_hidden"] = shared
+    hd, heads, hidden = out.get("head_dim"), out["heads"], out["hidden"]
+    if all(isinstance(v, int) and not isinstance(v, bool) for v in (hd, heads, hidden)) and hd * heads == hidden:
         out.pop("head_dim")
     out["name"] = str(get("_name_or_path") or path.parent.name or "hf-model")
     return out
@@ -324,13 +351,13 @@ def resolve_topology_path(ref: object, base_dir: Path, key: str = "cluster.topol
     if not isinstance(ref, str) or not ref:
         raise ConfigError("must be a topology name or a path to a topology file", key=key)
     shipped = data_dir("topologies") / f"{ref}.toml"
-    if "/" not in ref and not ref.endswith(".toml") and shipped.is_file():
+    if "/" not in ref and not ref.endswith(".toml") and path_kind(shipped) == "file":
         return shipped
     path = Path(ref)
     if not path.is_absolute():
         candidates = [base_dir / path, Path.cwd() / path]
-        path = next((c for c in candidates if c.exists()), candidates[0])
-    if not path.exists():
+        path = next((c for c in candidates if path_kind(c) != "missing"), candidates[0])
+    if path_kind(path) == "missing":
         raise ConfigError(
             f"unknown topology {ref!r}: not a shipped name ({', '.join(topology_names())}) nor a file",
             key=key,
@@ -377,7 +404,10 @@ def _cluster(data: Mapping[str, Any], base_dir: Path) -> tuple[TopologySpec, int
         raise ConfigError("missing required table [cluster]", key="cluster")
     _check_keys(cluster, CLUSTER_KEYS, "cluster")
     topo_path = resolve_topology_path(_required(cluster, "topology", "cluster"), base_dir)
-    topo_data = read_toml(topo_path)
+    try:
+        topo_data = read_toml(topo_path)
+    except ConfigError as err:
+        raise ConfigError(str(err), key="cluster.topology") from None
     try:
         topo = topology_from_dict(topo_data)
     except ConfigError as err:
@@ -392,14 +422,19 @@ def _cluster(data: Mapping[str, Any], base_dir: Path) -> tuple[TopologySpec, int
         if not isinstance(ro, list) or not all(isinstance(x, str) for x in ro):
             raise ConfigError("must be a list of axis names", key="cluster.rank_order")
         changes["rank_order"] = tuple(ro)
-    if "intra_node" in cluster:
-        changes["intra_node"] = _intra_node(
-            _table(cluster, "intra_node", "cluster"), "cluster.intra_node", topo.intra_node
-        )
-    if "inter_node" in cluster:
-        changes["inter_node"] = _inter_node(
-            _table(cluster, "inter_node", "cluster"), "cluster.inter_node", topo.inter_node
-        )
+    try:
+        if "intra_node" in cluster:
+            changes["intra_node"] = _intra_node(
+                _table(cluster, "intra_node", "cluster"), "cluster.intra_node", topo.intra_node
+            )
+        if "inter_node" in cluster:
+            changes["inter_node"] = _inter_node(
+                _table(cluster, "inter_node", "cluster"), "cluster.inter_node", topo.inter_node
+            )
+    except ConfigError as err:
+        if err.key and not err.key.startswith("cluster."):
+            raise err.with_key_prefix("cluster") from None
+        raise
     if changes:
         try:
             topo = replace(topo, **changes)
