@@ -9,7 +9,9 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import sys
+import traceback
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -203,12 +205,18 @@ def cmd_mfu(args: argparse.Namespace) -> int:
     from .loading import gpu_by_name, model_preset
 
     gpu = gpu_by_name(args.gpu, key="--gpu")
-    peak = gpu.peak_flop_per_s(args.dtype)
+    try:
+        peak = gpu.peak_flop_per_s(args.dtype)
+    except ConfigError as err:
+        raise ConfigError(err.message, key="--dtype") from None
     if (args.params is None) == (args.model is None):
         raise ConfigError("give exactly one of --params or --model", key="--params")
     model = None
     if args.model is not None:
-        model = model_preset(args.model)
+        try:
+            model = model_preset(args.model)
+        except ConfigError as err:
+            raise ConfigError(err.message, key="--model") from None
         if args.seq_len:
             model = replace(model, seq_len=args.seq_len)
     if args.tokens_per_s is not None:
@@ -255,6 +263,11 @@ def cmd_mfu(args: argparse.Namespace) -> int:
             hfu=flops.mfu(hw_per_token, tokens_per_s, args.gpus, peak),
         )
     result["model_tflops_per_gpu"] = float(result["mfu"]) * peak / 1e12  # type: ignore[arg-type]
+    if float(result["mfu"]) > 1.0:  # type: ignore[arg-type]
+        sys.stderr.write(
+            f"mfusim mfu: warning: MFU {float(result['mfu']):.0%} exceeds 100% of peak: "  # type: ignore[arg-type]
+            "check --tokens-per-s (aggregate over all GPUs), --gpus and --gpu\n"
+        )
     if args.json:
         print_json(result)
         return 0
@@ -315,6 +328,11 @@ COMMANDS = {
 }
 
 
+def one_line(text: str) -> str:
+    """A message as one printable line: newlines and control characters escaped."""
+    return "".join(c if c.isprintable() else ascii(c)[1:-1] for c in " ".join(str(text).splitlines()))
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -324,10 +342,27 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return COMMANDS[args.command](args)
     except ConfigError as err:
-        sys.stderr.write(f"mfusim {args.command}: error: {err}\n")
+        sys.stderr.write(one_line(f"mfusim {args.command}: error: {err}") + "\n")
         return EXIT_USAGE
     except KeyboardInterrupt:
         sys.stderr.write("mfusim: interrupted\n")
         return 130
     except BrokenPipeError:
         return 0
+    except OSError as exc:
+        # The environment refused a file operation (permissions, disk full, a path that
+        # vanished): the user's to fix, so one line and exit 2 like any bad input.
+        where = f"{exc.filename}: " if exc.filename else ""
+        sys.stderr.write(one_line(f"mfusim {args.command}: error: {where}{exc.strerror or exc}") + "\n")
+        return EXIT_USAGE
+    except Exception as exc:  # a bug in mfusim, not in the user's input
+        if os.environ.get("MFUSIM_DEBUG"):
+            traceback.print_exc()
+        sys.stderr.write(
+            one_line(
+                f"mfusim: internal error: {type(exc).__name__}: {exc} -- this is a bug in mfusim; "
+                "please report it with the command line and input files (MFUSIM_DEBUG=1 shows the traceback)"
+            )
+            + "\n"
+        )
+        return 1

@@ -33,6 +33,6 @@ class ConfigError(ValueError):
         if self.file:
             where.append(str(self.file))
         if self.key:
-            where.append(f"key '{self.key}'")
+            where.append(f"flag {self.key}" if self.key.startswith("-") else f"key '{self.key}'")
         prefix = ": ".join(where)
         return f"{prefix}: {self.message}" if prefix else self.message
