@@ -1,0 +1,417 @@
+"""Pictures of a simulated step and of a sweep (issue 7).
+
+Every public function returns a `matplotlib.figure.Figure` drawn on an Agg canvas: no
+pyplot, no global backend switch, nothing shown. Save with `fig.savefig("step.png")`;
+in a notebook the figure displays itself.
+
+* `pipeline_gantt(timeline, report)`: the pipeline as a Gantt chart, stages as rows,
+  forward / backward / recompute / exposed communication colored, idle bubbles hatched.
+* `breakdown_bars(report)`: the stacked time breakdown of each stage (seconds and %).
+* `step_figure(timeline, report)`: both, one above the other (`mfusim run --plot`).
+* `sweep_mfu_figure(rows)`: MFU over the configurations of a sweep (`mfusim sweep --plot`).
+
+Seconds are SI inside; the axes show ms or s, whichever reads better.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from matplotlib.axes import Axes
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.colors import to_rgb
+from matplotlib.figure import Figure
+from matplotlib.patches import Patch
+
+from .metrics import StepReport
+from .timeline import CATEGORIES, MAIN_STREAM, Span, Timeline
+from .units import MS_S
+
+# Phases drawn on the Gantt chart: `compute` spans split into forward and backward.
+PHASES = (
+    "forward",
+    "backward",
+    "recompute",
+    "tp_comm",
+    "cp_comm",
+    "ep_comm",
+    "pp_comm",
+    "dp_comm",
+    "dataloader",
+    "optimizer",
+    "other",
+    "bubble",
+)
+COLORS = {
+    "forward": "#4C72B0",
+    "backward": "#55A868",
+    "compute": "#4C72B0",
+    "recompute": "#8172B2",
+    "tp_comm": "#C44E52",
+    "cp_comm": "#DD8452",
+    "ep_comm": "#DA8BC3",
+    "pp_comm": "#E07BB0",
+    "dp_comm": "#937860",
+    "dataloader": "#E5B800",
+    "optimizer": "#404040",
+    "other": "#A0A0A0",
+    "bubble": "#FFFFFF",
+}
+LABELS = {
+    "forward": "forward",
+    "backward": "backward",
+    "compute": "compute (fwd+bwd)",
+    "recompute": "recompute",
+    "tp_comm": "TP comm (exposed)",
+    "cp_comm": "CP comm (exposed)",
+    "ep_comm": "EP comm (exposed)",
+    "pp_comm": "PP send/recv (exposed)",
+    "dp_comm": "DP comm (exposed)",
+    "dataloader": "waiting for data",
+    "optimizer": "optimizer",
+    "other": "other",
+    "bubble": "bubble (idle)",
+}
+BUBBLE_HATCH = "////"
+BUBBLE_EDGE = "#9A9A9A"
+SIDE_ALPHA = 0.75
+
+# Span names such as "F3", "B3", "fwd mb 3 chunk 1", "backward 3", "W3" (zero-bubble weight grad).
+_BACKWARD = re.compile(r"(^|[^a-z])(b|bw|bwd|backward|w|wgrad|dgrad)([^a-z]|$)", re.IGNORECASE)
+_FORWARD = re.compile(r"(^|[^a-z])(f|fw|fwd|forward)([^a-z]|$)", re.IGNORECASE)
+
+
+# ----------------------------------------------------------------------------- helpers
+def _new_figure(width_in: float, height_in: float) -> Figure:
+    fig = Figure(figsize=(width_in, height_in), dpi=100, layout="constrained")
+    FigureCanvasAgg(fig)
+    return fig
+
+
+def phase_of(span: Span) -> str:
+    """The Gantt color class of a span: compute splits into forward and backward by name."""
+    if span.category != "compute":
+        return span.category
+    if _BACKWARD.search(span.name):
+        return "backward"
+    if _FORWARD.search(span.name):
+        return "forward"
+    return "compute"
+
+
+def _time_unit(step_time_s: float) -> tuple[float, str]:
+    """(seconds per axis unit, unit name): ms below 2 s, else s."""
+    return (MS_S, "ms") if step_time_s < 2.0 else (1.0, "s")
+
+
+def _chunk_color(color: str, chunk: int) -> tuple[float, float, float]:
+    """Later model chunks of an interleaved schedule in lighter shades of their phase."""
+    r, g, b = to_rgb(color)
+    k = 0.0 if chunk <= 0 else min(0.55, 0.22 * chunk)
+    return (r + (1 - r) * k, g + (1 - g) * k, b + (1 - b) * k)
+
+
+def _merged(spans: Iterable[Span], key: Any) -> list[tuple[float, float, Span]]:
+    """Adjacent spans of the same key merged into (start_s, end_s, first span) blocks."""
+    out: list[tuple[float, float, Span]] = []
+    tol = 1e-12
+    for s in sorted(spans, key=lambda x: (x.start_s, x.end_s)):
+        if out and key(out[-1][2]) == key(s) and abs(out[-1][1] - s.start_s) <= tol * max(1.0, s.start_s):
+            out[-1] = (out[-1][0], s.end_s, out[-1][2])
+        else:
+            out.append((s.start_s, s.end_s, s))
+    return out
+
+
+def _legend_handles(keys: Iterable[str]) -> list[Patch]:
+    handles = []
+    for k in keys:
+        if k == "bubble":
+            handles.append(Patch(facecolor=COLORS[k], edgecolor=BUBBLE_EDGE, hatch=BUBBLE_HATCH, label=LABELS[k]))
+        else:
+            handles.append(Patch(facecolor=COLORS[k], edgecolor="none", label=LABELS.get(k, k)))
+    return handles
+
+
+def _pct(x: float) -> str:
+    return f"{100 * x:.1f}%"
+
+
+# ----------------------------------------------------------------------------- Gantt
+def draw_pipeline_gantt(ax: Axes, timeline: Timeline, report: StepReport, *, label_microbatches: bool = True) -> None:
+    """Draw the pipeline Gantt chart on `ax` (see `pipeline_gantt`)."""
+    step = timeline.step_time_s
+    unit_s, unit = _time_unit(step)
+    fig: Any = ax.figure
+    while fig is not None and not isinstance(fig, Figure):  # a SubFigure: climb to the root figure
+        fig = getattr(fig, "figure", None) if getattr(fig, "figure", None) is not fig else None
+    width_in = float(fig.get_size_inches()[0]) if isinstance(fig, Figure) else 10.0
+    width_px = width_in * (fig.dpi if isinstance(fig, Figure) else 100.0) * ax.get_position().width
+    px_per_unit = width_px / max(step / unit_s, 1e-30)
+
+    main_h, side_h = 0.62, 0.2
+    present: set[str] = set()
+    side_present: set[str] = set()
+    for stage in range(timeline.num_stages):
+        y = stage
+        main = timeline.stage_spans(stage, MAIN_STREAM)
+        blocks = _merged(main, key=lambda s: (phase_of(s), s.microbatch, s.chunk))
+        by_color: dict[tuple[str, int], list[tuple[float, float]]] = {}
+        for start, end, s in blocks:
+            ph = phase_of(s)
+            present.add(ph)
+            by_color.setdefault((ph, max(s.chunk, 0)), []).append((start / unit_s, (end - start) / unit_s))
+        for (ph, chunk), xr in by_color.items():
+            if ph == "bubble":
+                ax.broken_barh(xr, (y - main_h / 2, main_h), facecolors=COLORS[ph], edgecolors=BUBBLE_EDGE,
+                               hatch=BUBBLE_HATCH, linewidth=0.0)
+            else:
+                ax.broken_barh(xr, (y - main_h / 2, main_h), facecolors=_chunk_color(COLORS.get(ph, "#A0A0A0"), chunk),
+                               edgecolors="white", linewidth=0.3)
+        if label_microbatches:
+            for start, end, s in blocks:
+                if s.microbatch < 0 or phase_of(s) not in ("forward", "backward", "compute", "recompute"):
+                    continue
+                text = str(s.microbatch)
+                if (end - start) / unit_s * px_per_unit < 6.5 * len(text) + 4:
+                    continue
+                ax.text((start + end) / 2 / unit_s, y, text, ha="center", va="center", fontsize=7, color="white",
+                        clip_on=True)
+        # Work beside the GPU timeline (overlapped communication, transfers, loading): a thin lane.
+        side = [s for s in timeline.spans if s.stage == stage and s.stream != MAIN_STREAM and s.duration_s > 0]
+        side_by_cat: dict[str, list[tuple[float, float]]] = {}
+        for start, end, s in _merged(side, key=lambda s: (s.category, s.stream)):
+            side_by_cat.setdefault(s.category, []).append((start / unit_s, (end - start) / unit_s))
+        for cat, xr in side_by_cat.items():
+            side_present.add(cat)
+            ax.broken_barh(xr, (y + main_h / 2, side_h), facecolors=COLORS.get(cat, "#A0A0A0"), alpha=SIDE_ALPHA,
+                           linewidth=0)
+
+    ax.set_xlim(0, step / unit_s)
+    ax.set_ylim(timeline.num_stages - 0.5 + side_h, -0.5)
+    ax.set_yticks(range(timeline.num_stages))
+    ax.set_yticklabels([f"stage {i}" for i in range(timeline.num_stages)])
+    ax.set_xlabel(f"time within the step ({unit})")
+    ax.grid(axis="x", color="#DDDDDD", linewidth=0.6)
+    ax.set_axisbelow(True)
+    bubble = report.breakdown_s.get("bubble", 0.0) / report.step_time_s if report.step_time_s > 0 else 0.0
+    par = report.parallel
+    ax.set_title(
+        f"Pipeline timeline: pp={par.pp}, vp={par.vp}, {par.num_microbatches} micro-batches, "
+        f"schedule {par.schedule}  |  bubble {_pct(bubble)} of the step",
+        fontsize=10,
+    )
+    keys = [k for k in ("forward", "backward", "compute", *PHASES[2:]) if k in present]
+    handles = _legend_handles(keys)
+    for cat in (c for c in CATEGORIES if c in side_present):
+        name = LABELS.get(cat, cat).replace(" (exposed)", "")
+        handles.append(Patch(facecolor=COLORS.get(cat, "#A0A0A0"), alpha=SIDE_ALPHA, label=f"thin lane: {name}"))
+    ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.005, 1.0), fontsize=8, frameon=False,
+              title="GPU is doing", title_fontsize=8)
+
+
+def pipeline_gantt(timeline: Timeline, report: StepReport) -> Figure:
+    """The step's pipeline as a Gantt chart: one row per stage, its GPU timeline colored by phase.
+
+    Forward, backward, recomputation and exposed communication are colored; bubbles are
+    hatched white (the GPU idles); micro-batch numbers are written on blocks wide enough.
+    A thin lane under each row shows what runs beside it (overlapped DP/TP comm, P2P, data).
+    """
+    height = 1.6 + 0.42 * timeline.num_stages
+    fig = _new_figure(13.0, min(height, 14.0))
+    ax = fig.add_subplot(1, 1, 1)
+    draw_pipeline_gantt(ax, timeline, report)
+    fig.suptitle(_headline(report), fontsize=11)
+    return fig
+
+
+def _headline(report: StepReport) -> str:
+    return (
+        f"{report.name}: step {report.step_time_s:.3g} s, MFU {_pct(report.mfu)}, HFU {_pct(report.hfu)}, "
+        f"{report.tokens_per_s:,.0f} tokens/s on {report.num_gpus:,} GPUs"
+    )
+
+
+# ----------------------------------------------------------------------------- breakdown
+def draw_breakdown_bars(ax: Axes, report: StepReport) -> None:
+    """Stacked horizontal bars of each stage's breakdown (and the mean) on `ax`."""
+    step = report.step_time_s
+    unit_s, unit = _time_unit(step)
+    rows = [("mean", report.breakdown_s)] + [(f"stage {i}", b) for i, b in enumerate(report.breakdown_by_stage_s)]
+    if len(rows) == 2:  # one stage: the mean is the stage
+        rows = rows[1:]
+    used = [c for c in CATEGORIES if any(r[1].get(c, 0.0) > 0 for r in rows)]
+    for y, (_, bd) in enumerate(rows):
+        left = 0.0
+        for c in used:
+            w = bd.get(c, 0.0)
+            if w <= 0:
+                continue
+            kw: dict[str, Any] = {"color": COLORS[c], "edgecolor": "white", "linewidth": 0.4}
+            if c == "bubble":
+                kw = {"color": COLORS[c], "edgecolor": BUBBLE_EDGE, "hatch": BUBBLE_HATCH, "linewidth": 0.0}
+            ax.barh(y, w / unit_s, left=left / unit_s, height=0.7, **kw)
+            if step > 0 and w / step >= 0.06:
+                dark = c not in ("bubble", "dataloader", "other")
+                ax.text((left + w / 2) / unit_s, y, f"{100 * w / step:.0f}%", ha="center", va="center",
+                        fontsize=7, color="white" if dark else "black")
+            left += w
+    ax.set_yticks(range(len(rows)))
+    ax.set_yticklabels([r[0] for r in rows])
+    ax.set_ylim(len(rows) - 0.5, -0.5)
+    ax.set_xlim(0, step / unit_s * 1.001 if step > 0 else 1.0)
+    ax.set_xlabel(f"time per step ({unit})")
+    if step > 0:
+        def to_pct(x: Any) -> Any:
+            return x * (unit_s / step * 100.0)
+
+        def from_pct(p: Any) -> Any:
+            return p * (step / 100.0 / unit_s)
+
+        top = ax.secondary_xaxis("top", functions=(to_pct, from_pct))
+        top.set_xlabel("% of the step", fontsize=8)
+        top.tick_params(labelsize=8)
+    ax.grid(axis="x", color="#DDDDDD", linewidth=0.6)
+    ax.set_axisbelow(True)
+    ax.set_title("Where the step time goes (exclusive categories; hidden communication counts as compute)",
+                 fontsize=10)
+    ax.legend(handles=_legend_handles(used), loc="upper left", bbox_to_anchor=(1.005, 1.0), fontsize=8,
+              frameon=False)
+
+
+def breakdown_bars(report: StepReport) -> Figure:
+    """The time breakdown of every pipeline stage as stacked bars, in seconds and in % of the step."""
+    n = len(report.breakdown_by_stage_s) + 1
+    fig = _new_figure(12.0, min(2.0 + 0.32 * n, 12.0))
+    ax = fig.add_subplot(1, 1, 1)
+    draw_breakdown_bars(ax, report)
+    fig.suptitle(_headline(report), fontsize=11)
+    return fig
+
+
+def step_figure(timeline: Timeline, report: StepReport) -> Figure:
+    """`mfusim run --plot`: the pipeline Gantt chart above the per-stage breakdown."""
+    p = timeline.num_stages
+    gantt_h = 1.2 + 0.42 * p
+    bars_h = 1.4 + 0.3 * (p + (1 if p > 1 else 0))
+    total = min(gantt_h + bars_h + 0.6, 20.0)
+    fig = _new_figure(14.0, total)
+    gs = fig.add_gridspec(2, 1, height_ratios=[gantt_h, bars_h])
+    draw_pipeline_gantt(fig.add_subplot(gs[0]), timeline, report)
+    draw_breakdown_bars(fig.add_subplot(gs[1]), report)
+    fig.suptitle(_headline(report), fontsize=12, fontweight="bold")
+    return fig
+
+
+# ----------------------------------------------------------------------------- sweeps
+def _get(row: Any, key: str, default: Any = None) -> Any:
+    if isinstance(row, Mapping):
+        return row.get(key, default)
+    if dataclasses.is_dataclass(row) and not isinstance(row, type):
+        return getattr(row, key, default)
+    to_dict = getattr(row, "to_dict", None)
+    if callable(to_dict):
+        return to_dict().get(key, default)
+    return getattr(row, key, default)
+
+
+def _float(value: Any) -> float | None:
+    if value is None or value == "":
+        return None
+    try:
+        x = float(value)
+    except (TypeError, ValueError):
+        return None
+    return x if math.isfinite(x) else None
+
+
+def config_label(row: Any) -> str:
+    """A short name of one configuration: `tp8 pp16 dp8 mb1 vp2 sel zero1`."""
+    parts = []
+    for key in ("tp", "pp", "dp", "cp", "ep", "vp"):
+        v = _get(row, key)
+        if v in (None, ""):
+            continue
+        if key in ("cp", "ep", "vp") and str(v) == "1":
+            continue
+        parts.append(f"{key}{v}")
+    mb = _get(row, "micro_batch")
+    if mb not in (None, ""):
+        parts.append(f"mb{mb}")
+    rc = _get(row, "recompute")
+    if rc not in (None, "", "none"):
+        parts.append({"selective": "sel", "full": "full-rc"}.get(str(rc), str(rc)))
+    sp = _get(row, "sequence_parallel")
+    if str(sp).lower() in ("true", "1"):
+        parts.append("sp")
+    z = _get(row, "zero")
+    if z not in (None, "", 0, "0"):
+        parts.append(f"zero{z}")
+    return " ".join(parts)
+
+
+def sweep_mfu_figure(rows: Sequence[Any], *, top: int = 25, title: str | None = None) -> Figure:
+    """MFU over the configurations of a sweep.
+
+    `rows` are sweep results: mappings (e.g. `csv.DictReader` rows of `mfusim sweep --out`)
+    or objects with the SPEC §3 columns (`tp, pp, dp, ..., status, mfu`). Left: every
+    simulated configuration ranked by MFU (memory-infeasible ones marked). Right: the
+    `top` best, named. Invalid rows are counted, not drawn.
+    """
+    scored = []
+    invalid = 0
+    for r in rows:
+        status = str(_get(r, "status", "ok") or "ok")
+        mfu = _float(_get(r, "mfu"))
+        if status == "invalid" or mfu is None:
+            invalid += 1
+            continue
+        scored.append((mfu, status == "ok", r))
+    scored.sort(key=lambda t: t[0], reverse=True)
+    fig = _new_figure(14.0, max(4.0, min(2.0 + 0.26 * min(top, max(len(scored), 1)), 12.0)))
+    gs = fig.add_gridspec(1, 2, width_ratios=[1.0, 1.5])
+    ax_rank = fig.add_subplot(gs[0])
+    ax_top = fig.add_subplot(gs[1])
+    n_fit = sum(1 for s in scored if s[1])
+    if scored:
+        xs = list(range(1, len(scored) + 1))
+        ax_rank.scatter([x for x, s in zip(xs, scored, strict=True) if s[1]],
+                        [100 * s[0] for s in scored if s[1]], s=12, color="#4C72B0", label=f"fits in memory ({n_fit})")
+        ax_rank.scatter([x for x, s in zip(xs, scored, strict=True) if not s[1]],
+                        [100 * s[0] for s in scored if not s[1]], s=12, marker="x", color="#C44E52",
+                        label=f"does not fit ({len(scored) - n_fit})")
+        ax_rank.legend(fontsize=8, loc="upper right")
+    ax_rank.set_xlabel("configuration rank")
+    ax_rank.set_ylabel("predicted MFU (%)")
+    ax_rank.set_ylim(bottom=0)
+    ax_rank.grid(color="#DDDDDD", linewidth=0.6)
+    ax_rank.set_title(f"All {len(scored)} simulated configurations" + (f" ({invalid} invalid, not shown)" if invalid else ""),
+                      fontsize=10)
+
+    best = scored[:top]
+    ys = range(len(best))
+    ax_top.barh(list(ys), [100 * b[0] for b in best], height=0.7,
+                color=["#4C72B0" if b[1] else "#F2B8BA" for b in best],
+                hatch=None, edgecolor=["none" if b[1] else "#C44E52" for b in best])
+    for y, b in zip(ys, best, strict=True):
+        ax_top.text(100 * b[0], y, f" {100 * b[0]:.1f}%" + ("" if b[1] else " (OOM)"), va="center", fontsize=7)
+    ax_top.set_yticks(list(ys))
+    ax_top.set_yticklabels([config_label(b[2]) for b in best], fontsize=7)
+    ax_top.set_ylim(len(best) - 0.5, -0.5)
+    xmax = max((100 * b[0] for b in best), default=1.0)
+    ax_top.set_xlim(0, xmax * 1.18 + 1e-9)
+    ax_top.set_xlabel("predicted MFU (%)")
+    ax_top.grid(axis="x", color="#DDDDDD", linewidth=0.6)
+    ax_top.set_axisbelow(True)
+    ax_top.set_title(f"Top {len(best)} by MFU", fontsize=10)
+    fig.suptitle(title or "Sweep: predicted MFU of every configuration", fontsize=12)
+    return fig
+
+
+def save_figure(fig: Figure, path: str, *, dpi: int = 120) -> None:
+    """Write a figure (PNG, SVG or PDF by the file's extension)."""
+    fig.savefig(path, dpi=dpi)

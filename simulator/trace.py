@@ -1,0 +1,129 @@
+"""Chrome Trace Event / Perfetto export of one simulated step (issue 7).
+
+Layout: one *process* per pipeline stage (the GPU that stands for that stage's TP/CP
+group), one *thread* per stream of that stage — `compute` (the GPU's own exclusive
+timeline, which tiles [0, step_time_s]), then `tp`, `dp`, `pp`, `data` (work that runs
+beside it). Every `Span` becomes one complete event (`"ph": "X"`) with its name, its
+category as `cat`, and `args` (FLOPs, message bytes, micro-batch, model chunk).
+
+Format: "Trace Event Format", Google, 2016 (the JSON Object Format with `traceEvents`;
+`ts`/`dur` in microseconds). Loads in ui.perfetto.dev and chrome://tracing. Seconds
+become microseconds here, with `units.s_to_us`, and nowhere else.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from .metrics import StepReport
+from .timeline import MAIN_STREAM, Span, Timeline
+from .units import s_to_us
+
+# Thread order inside each stage's process: the GPU's own timeline first.
+STREAM_ORDER = (MAIN_STREAM, "tp", "cp", "ep", "dp", "pp", "data")
+STREAM_LABELS = {
+    MAIN_STREAM: "compute (GPU timeline)",
+    "tp": "tp comm",
+    "cp": "cp comm",
+    "ep": "ep comm",
+    "dp": "dp comm",
+    "pp": "pp send/recv",
+    "data": "dataloader",
+}
+
+
+def _stream_ids(timeline: Timeline) -> dict[str, int]:
+    """Thread id of each stream: the fixed order first, then any other stream by name."""
+    seen = {s.stream for s in timeline.spans}
+    ordered = [s for s in STREAM_ORDER if s in seen or s == MAIN_STREAM]
+    ordered += sorted(seen - set(ordered))
+    return {name: i + 1 for i, name in enumerate(ordered)}
+
+
+def _span_event(span: Span, tid: int) -> dict[str, Any]:
+    return {
+        "name": span.name,
+        "cat": span.category,
+        "ph": "X",
+        "ts": s_to_us(span.start_s),
+        "dur": s_to_us(span.duration_s),
+        "pid": span.stage,
+        "tid": tid,
+        "args": {
+            "stream": span.stream,
+            "flops": span.flops,
+            "message_bytes": span.message_bytes,
+            "microbatch": span.microbatch,
+            "chunk": span.chunk,
+        },
+    }
+
+
+def _metadata_events(timeline: Timeline, report: StepReport, tids: dict[str, int]) -> list[dict[str, Any]]:
+    events: list[dict[str, Any]] = []
+    streams_by_stage: dict[int, set[str]] = {st: {MAIN_STREAM} for st in range(timeline.num_stages)}
+    for s in timeline.spans:
+        streams_by_stage.setdefault(s.stage, {MAIN_STREAM}).add(s.stream)
+    pp = report.parallel.pp
+    for stage in sorted(streams_by_stage):
+        label = f"stage {stage}" + (f" of {pp}" if pp > 1 else "")
+        events.append({"name": "process_name", "ph": "M", "pid": stage, "tid": 0, "args": {"name": label}})
+        events.append({"name": "process_sort_index", "ph": "M", "pid": stage, "tid": 0, "args": {"sort_index": stage}})
+        for stream in sorted(streams_by_stage[stage], key=lambda n: tids[n]):
+            tid = tids[stream]
+            name = STREAM_LABELS.get(stream, stream)
+            events.append({"name": "thread_name", "ph": "M", "pid": stage, "tid": tid, "args": {"name": name}})
+            events.append({"name": "thread_sort_index", "ph": "M", "pid": stage, "tid": tid, "args": {"sort_index": tid}})
+    return events
+
+
+def chrome_trace_events(timeline: Timeline, report: StepReport) -> list[dict[str, Any]]:
+    """The trace's event list: metadata (process/thread names) then one "X" event per span."""
+    tids = _stream_ids(timeline)
+    events = _metadata_events(timeline, report, tids)
+    spans = sorted(timeline.spans, key=lambda s: (s.stage, tids[s.stream], s.start_s, s.end_s))
+    events.extend(_span_event(s, tids[s.stream]) for s in spans)
+    return events
+
+
+def chrome_trace(timeline: Timeline, report: StepReport) -> dict[str, Any]:
+    """The whole JSON object: `traceEvents` plus a summary of the step under `otherData`."""
+    return {
+        "traceEvents": chrome_trace_events(timeline, report),
+        "displayTimeUnit": "ms",
+        "otherData": {
+            "name": report.name,
+            "num_gpus": report.num_gpus,
+            "step_time_s": report.step_time_s,
+            "mfu": report.mfu,
+            "hfu": report.hfu,
+            "tokens_per_s": report.tokens_per_s,
+            "time_unit": "ts and dur are microseconds",
+        },
+    }
+
+
+def write_chrome_trace(timeline: Timeline, report: StepReport, path: str | Path) -> Path:
+    """Write the trace of one simulated step to `path` (open it in ui.perfetto.dev)."""
+    out = Path(path)
+    with open(out, "w", encoding="utf-8") as f:
+        json.dump(chrome_trace(timeline, report), f, separators=(",", ":"))
+        f.write("\n")
+    return out
+
+
+def category_totals_s(events: list[dict[str, Any]], stream: str = MAIN_STREAM) -> dict[int, dict[str, float]]:
+    """Seconds per category per stage (pid) on one stream, read back from trace events.
+
+    The inverse check of the export: on the `compute` stream it equals the report's
+    `breakdown_by_stage_s`.
+    """
+    out: dict[int, dict[str, float]] = {}
+    for e in events:
+        if e.get("ph") != "X" or e.get("args", {}).get("stream") != stream:
+            continue
+        per = out.setdefault(int(e["pid"]), {})
+        per[e["cat"]] = per.get(e["cat"], 0.0) + float(e["dur"]) / s_to_us(1.0)
+    return out

@@ -1,0 +1,135 @@
+"""Figures render to PNG with the expected axes, titles and legends (Agg, nothing shown)."""
+
+from __future__ import annotations
+
+import csv
+import io
+from pathlib import Path
+
+import pytest
+from matplotlib.figure import Figure
+from test_trace import gpipe_step  # noqa: E402  (tests/ is on sys.path under pytest)
+
+from simulator.plots import (
+    breakdown_bars,
+    config_label,
+    phase_of,
+    pipeline_gantt,
+    step_figure,
+    sweep_mfu_figure,
+)
+from simulator.timeline import Span
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+def _png(fig: Figure, tmp_path: Path, name: str) -> Path:
+    path = tmp_path / name
+    fig.savefig(path, dpi=60)
+    assert path.read_bytes()[:8] == PNG_MAGIC
+    assert path.stat().st_size > 5_000
+    return path
+
+
+def _texts(fig: Figure) -> list[str]:
+    return [t.get_text() for t in fig.findobj(match=lambda o: hasattr(o, "get_text"))]
+
+
+def test_phase_of_splits_forward_and_backward() -> None:
+    def sp(name: str, cat: str = "compute") -> Span:
+        return Span(0, "compute", cat, name, 0.0, 1.0)
+
+    assert phase_of(sp("F3")) == "forward"
+    assert phase_of(sp("fwd mb 3 chunk 1")) == "forward"
+    assert phase_of(sp("B12")) == "backward"
+    assert phase_of(sp("backward 3")) == "backward"
+    assert phase_of(sp("bubble", "bubble")) == "bubble"
+    assert phase_of(sp("recompute 3", "recompute")) == "recompute"
+
+
+def test_pipeline_gantt(tmp_path: Path) -> None:
+    tl, report = gpipe_step(p=4, m=8)
+    fig = pipeline_gantt(tl, report)
+    ax = fig.axes[0]
+    assert "Pipeline timeline" in ax.get_title() and "bubble" in ax.get_title()
+    assert "ms" in ax.get_xlabel()
+    assert [t.get_text() for t in ax.get_yticklabels()] == [f"stage {i}" for i in range(4)]
+    legend = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert {"forward", "backward", "bubble (idle)", "optimizer"} <= set(legend)
+    # micro-batch numbers are written on the blocks: 0..7 appear for forward and backward on each stage
+    labels = [t.get_text() for t in ax.texts]
+    assert labels.count("0") == 2 * 4
+    assert fig._suptitle is not None and "MFU" in fig._suptitle.get_text()
+    _png(fig, tmp_path, "gantt.png")
+
+
+def test_breakdown_bars(tmp_path: Path) -> None:
+    tl, report = gpipe_step(p=4, m=8)
+    fig = breakdown_bars(report)
+    ax = fig.axes[0]
+    assert "Where the step time goes" in ax.get_title()
+    assert ax.get_xlabel().startswith("time per step")
+    assert [t.get_text() for t in ax.get_yticklabels()] == ["mean"] + [f"stage {i}" for i in range(4)]
+    assert any("% of the step" in t for t in _texts(fig))
+    legend = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert legend == ["compute (fwd+bwd)", "bubble (idle)", "optimizer"]
+    # the bars of each stage add up to the step time (in ms on the axis)
+    widths: dict[float, float] = {}
+    for patch in ax.patches:
+        y = round(patch.get_y() + patch.get_height() / 2, 6)
+        widths[y] = widths.get(y, 0.0) + patch.get_width()
+    for total in widths.values():
+        assert total == pytest.approx(report.step_time_s * 1e3, rel=1e-9)
+    _png(fig, tmp_path, "bars.png")
+
+
+def test_step_figure_has_both_panels(tmp_path: Path) -> None:
+    tl, report = gpipe_step(p=2, m=4)
+    fig = step_figure(tl, report)
+    titles = [a.get_title() for a in fig.axes]
+    assert any(t.startswith("Pipeline timeline") for t in titles)
+    assert any(t.startswith("Where the step time goes") for t in titles)
+    _png(fig, tmp_path, "step.png")
+
+
+def _sweep_rows() -> list[dict[str, object]]:
+    rows: list[dict[str, object]] = []
+    for i, (tp, pp) in enumerate([(1, 1), (2, 1), (2, 2), (4, 2), (8, 1), (8, 4)]):
+        status = ("ok", "ok", "infeasible_memory", "ok", "invalid", "ok")[i]
+        rows.append({"tp": tp, "pp": pp, "dp": 64 // (tp * pp), "cp": 1, "vp": 1, "micro_batch": 1,
+                     "recompute": "selective", "sequence_parallel": True, "zero": 1, "status": status,
+                     "mfu": "" if status == "invalid" else 0.3 + 0.02 * i})
+    return rows
+
+
+def test_sweep_mfu_figure_from_dicts_and_csv(tmp_path: Path) -> None:
+    rows = _sweep_rows()
+    fig = sweep_mfu_figure(rows, top=3)
+    ax_rank, ax_top = fig.axes[:2]
+    assert "MFU" in ax_rank.get_ylabel() and "MFU" in ax_top.get_xlabel()
+    assert "5 simulated" in ax_rank.get_title() and "1 invalid" in ax_rank.get_title()
+    assert [t.get_text() for t in ax_top.get_yticklabels()][0] == "tp8 pp4 dp2 mb1 sel sp zero1"
+    _png(fig, tmp_path, "sweep.png")
+    # the same from a CSV as `mfusim sweep --out` writes it (all strings)
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, fieldnames=list(rows[0]))
+    w.writeheader()
+    w.writerows(rows)
+    buf.seek(0)
+    fig2 = sweep_mfu_figure(list(csv.DictReader(buf)))
+    assert "5 simulated" in fig2.axes[0].get_title()
+
+
+def test_config_label_skips_defaults() -> None:
+    assert config_label({"tp": 2, "pp": 4, "dp": 8, "cp": 1, "vp": 2, "micro_batch": 2, "recompute": "none",
+                         "zero": 0}) == "tp2 pp4 dp8 vp2 mb2"
+
+
+def test_engine_step_figure(tmp_path: Path) -> None:
+    engine = pytest.importorskip("simulator.engine")
+    from simulator.cli import scenario_path
+    from simulator.loading import load_scenario
+
+    result = engine.simulate(load_scenario(scenario_path(None)))
+    fig = step_figure(result.timeline, result.report)
+    _png(fig, tmp_path, "engine_step.png")
