@@ -1,0 +1,114 @@
+"""Shared test helpers: run the CLI in-process, write small scenario files."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from simulator.cli import main
+
+# A small, valid scenario: quick to load and (once the engine exists) to simulate.
+SMALL_SCENARIO = """\
+name = "small test scenario"
+
+[model]
+layers = 4
+hidden = 512
+heads = 8
+kv_heads = 8
+ffn_hidden = 2048
+vocab = 32000
+seq_len = 1024
+gated_mlp = false
+
+[cluster]
+topology = "dgx-a100"
+num_gpus = 16
+
+[parallel]
+tp = 2
+pp = 2
+dp = 4
+micro_batch = 1
+global_batch = 16
+schedule = "1f1b"
+sequence_parallel = false
+recompute = "none"
+zero = 1
+
+[precision]
+dtype = "bf16"
+
+[dataloader]
+microbatch_latency_ms = 0.0
+workers = 2
+prefetch = 2
+jitter = 0.0
+seed = 0
+
+[variability]
+compute_jitter = 0.0
+straggler_probability = 0.0
+straggler_slowdown = 1.0
+network_jitter = 0.0
+seed = 0
+"""
+
+
+@dataclass(frozen=True, slots=True)
+class CliResult:
+    code: int
+    out: str
+    err: str
+
+    @property
+    def err_lines(self) -> list[str]:
+        return [line for line in self.err.splitlines() if line.strip()]
+
+
+def _exit_code(value: object) -> int:
+    if value is None:
+        return 0
+    if isinstance(value, int):
+        return value
+    return 1  # SystemExit("message") prints the message and exits 1
+
+
+@pytest.fixture
+def run_cli(capsys: pytest.CaptureFixture[str]) -> Callable[[Sequence[str]], CliResult]:
+    """Run `mfusim ARGS` in-process; SystemExit becomes an exit code, anything else propagates."""
+
+    def run(argv: Sequence[str]) -> CliResult:
+        capsys.readouterr()  # drop anything printed before
+        try:
+            code = _exit_code(main(list(argv)))
+        except SystemExit as exc:
+            code = _exit_code(exc.code)
+        captured = capsys.readouterr()
+        return CliResult(code, captured.out, captured.err)
+
+    return run
+
+
+@pytest.fixture
+def small_scenario_text() -> str:
+    return SMALL_SCENARIO
+
+
+@pytest.fixture
+def write_file(tmp_path: Path) -> Callable[..., Path]:
+    """write_file(text, name="scenario.toml") -> path in tmp_path (bytes allowed)."""
+
+    def write(content: str | bytes, name: str = "scenario.toml") -> Path:
+        path = tmp_path / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if isinstance(content, bytes):
+            path.write_bytes(content)
+        else:
+            path.write_text(content, encoding="utf-8")
+        return path
+
+    return write
