@@ -1,0 +1,351 @@
+"""Per-GPU memory footprint of one training configuration (issue 5).
+
+What one GPU holds at its peak, part by part (all in bytes):
+
+* **Model state** — mixed-precision Adam as Megatron-LM runs it (docs/source/api-guide/
+  dist_optimizer.md, "bf16 param, fp32 grads: 6 + 12/d bytes per parameter"):
+  16-bit weights (2 B), fp32 "main" gradients (4 B: Megatron accumulates gradients in fp32
+  over the micro-batches, unlike ZeRO's paper which assumes fp16 gradients), and the fp32
+  optimizer state: master weights + Adam's two moments (12 B). ZeRO (Rajbhandari et al.
+  2020, §5) shards them over the data-parallel ranks: stage 1 (= Megatron's distributed
+  optimizer) the 12 B, stage 2 also the gradients, stage 3 (FSDP) also the weights.
+  Megatron's distributed optimizer shards over dp×cp (CP ranks hold the same weights), so
+  the sharding degree here is d = dp·cp; expert weights of an MoE shard over their own
+  expert-data-parallel group d/ep. fp8 training keeps 16-bit weights and adds a 1-byte fp8
+  copy of each weight (Transformer Engine's cast cache).
+* **Activations** — Korthikanti et al. 2022 (arXiv 2205.05198) §4, Table 2, per layer and
+  micro-batch with 16-bit activations and 1-byte dropout masks:
+
+      no parallelism            s·b·h·(34 + 5·a·s/h)
+      tensor parallel (TP)      s·b·h·(10 + 24/t + 5·a·s/(h·t))
+      TP + sequence parallel    s·b·h/t·(34 + 5·a·s/h)
+      + selective recompute     the 5·a·s/h term goes (attention core recomputed)
+      full recompute            only the layer input, 2·s·b·h (/t with SP) per layer
+
+  The 34 splits as (§4.1): attention block 11·h (LayerNorm-output input of QKV 2h, Q 2h,
+  K 2h, V 2h, input of the output projection 2h, dropout mask h), MLP 19·h (input 2h, GeLU
+  input 8h, GeLU output 8h, dropout mask h), two LayerNorm inputs 4h; the s² part is the
+  softmax output 2as, its dropout mask as, and the dropped-out scores 2as. We keep that
+  split and generalize it: GQA stores K and V at the KV width (2·kv_dim each instead of 2h),
+  heads·head_dim ≠ hidden stores Q and the attention output at q_dim, and a gated (SwiGLU)
+  MLP of width f stores its input 2h, the gate and up projections 2f + 2f and their product
+  2f (6f in all, against the GeLU MLP's 2f + 2f = 16h for f = 4h), so the paper's 19h of the
+  MLP becomes 3h + 4f (GeLU) or 3h + 6f (SwiGLU).
+  FlashAttention (Dao et al. 2022) never materializes the s×s scores: the 5as term is
+  replaced by the fp32 log-sum-exp statistics, 4·a bytes per token. The replicated part
+  under TP without SP is the paper's 10h (two LayerNorm inputs, the inputs of QKV and of
+  the first MLP matmul, the two dropout masks). Full recompute still needs one layer's
+  activations at a time while that layer is recomputed; we add that working set once.
+  Context parallelism splits the sequence: each rank holds s/cp tokens (and scores of
+  s/cp × s without FlashAttention). In fp8 training the inputs of the four matmuls are saved
+  as fp8 (1 B) casts. Dropout masks are counted as in the paper even for models trained
+  without dropout (conservative by 2·s·b·h per layer).
+* **In-flight micro-batches** per pipeline stage: 1F1B (Narayanan et al. 2021 §2.2) —
+  stage i (0-based) holds min(p − i, m) micro-batches before its first backward; interleaved
+  1F1B with v chunks — Megatron's warm-up count 2·(p − i − 1) + (v − 1)·p + 1 chunk
+  micro-batches of L/(p·v) layers, which for the first stage is Korthikanti §4.2.3's
+  L·(1 + (p − 1)/(p·v)) layer-micro-batches; GPipe holds all m. So the first stage is the most
+  loaded one (and has the embeddings); the last stage has the output layer and the logits.
+* **Embedding / output buffers** (Korthikanti §4.3): the first stage's embedding dropout mask
+  (s·b·h bytes per in-flight micro-batch, /t with SP); the last stage's final-norm and
+  output-layer inputs (4·s·b·h, /t with SP) and its fp32 logits for the cross entropy
+  (4·s·b·V/t) for the one micro-batch between its forward and backward.
+* **Communication buffers**: with SP the all-gathered layer input of width h over the full
+  sequence (2·s·b·h) and its reduce-scatter staging (same size); the pipeline's send/receive
+  buffers (2 × 2·s·b·h/t); ZeRO-3's prefetched full weights of two layers.
+* **Reserved**: what the PyTorch caching allocator cannot hand out. FRAMEWORK_BYTES covers
+  the CUDA context (≈ 0.5 GiB on A100/H100 with lazy module loading), cuBLAS/cuDNN
+  workspaces and NCCL's per-communicator channel buffers (NCCL_BUFFSIZE = 4 MiB per channel
+  and peer, a few communicators per rank: ≈ 1 GiB); FRAGMENTATION_FRACTION of the allocated
+  bytes is lost to the allocator's block rounding and fragmentation (Megatron's memory logs
+  typically show "reserved" 3-10 % above "max allocated").
+
+`fits` compares the most loaded stage's total with the GPU's HBM (the catalog's GiB, as
+nvidia-smi reports it). MoE: the routed experts' weights are split over ep (and tp), their
+activations scale with top_k (each token visits top_k experts of width expert_ffn).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from . import flops
+from .metrics import MemoryReport
+from .specs import ModelSpec, ParallelConfig, Scenario
+from .units import GIB_BYTES
+
+# --- bytes per parameter (Megatron mixed precision, fp32 main grads) --------------------------
+WEIGHT_BYTES = 2  # bf16 / fp16 weights used by the forward and backward passes
+FP8_WEIGHT_CACHE_BYTES = 1  # fp8 training: Transformer Engine's cached fp8 copy of each weight
+GRAD_BYTES = 4  # fp32 main gradients (Megatron accumulates in fp32)
+OPTIMIZER_BYTES = 12  # fp32 master weights + Adam m + Adam v (Rajbhandari et al. 2020 §3: K = 12)
+
+# --- activations (Korthikanti et al. 2022) -----------------------------------------------------
+ACT_BYTES = 2  # 16-bit activations
+MASK_BYTES = 1  # dropout masks
+FP8_BYTES = 1  # fp8 copies of matmul inputs saved for backward (fp8 training)
+LSE_BYTES = 4  # FlashAttention's fp32 log-sum-exp per head and query
+
+# --- reserved -----------------------------------------------------------------------------------
+FRAMEWORK_BYTES = 1.5 * GIB_BYTES  # CUDA context + cuBLAS workspaces + NCCL buffers (see above)
+FRAGMENTATION_FRACTION = 0.05  # caching-allocator rounding and fragmentation, of allocated bytes
+
+PARTS = ("weights", "grads", "optimizer", "activations", "buffers", "reserved")
+
+
+# ----------------------------------------------------------------------------- activations
+@dataclass(frozen=True, slots=True)
+class LayerActivationBytes:
+    """Bytes one layer stores for one micro-batch on one GPU, by where they come from."""
+
+    replicated: float  # the paper's 10·s·b·h: LayerNorm inputs, QKV/MLP inputs, dropout masks
+    sharded: float  # the paper's 24·s·b·h/t: Q, K, V, attention output, MLP intermediates
+    attention_core: float  # the paper's 5·a·s²·b/t (or FlashAttention's statistics)
+    stored: float  # what is actually kept between forward and backward
+    working: float  # full recompute: one layer re-materialized during backward (else 0)
+
+
+def layer_activation_bytes(
+    model: ModelSpec,
+    micro_batch: int,
+    *,
+    tp: int = 1,
+    cp: int = 1,
+    sequence_parallel: bool = False,
+    recompute: str = "none",
+    flash_attention: bool = True,
+    moe: bool = False,
+    fp8: bool = False,
+) -> LayerActivationBytes:
+    """Korthikanti et al. 2022 Table 2, generalized to GQA, gated MLPs, MoE and CP (module doc)."""
+    s_local = model.seq_len / cp  # tokens of a sequence on this CP rank
+    sb = s_local * micro_batch
+    h = model.hidden
+    t = tp
+    q_rank = model.q_dim / t
+    # K/V heads are replicated when tp > kv_heads (Megatron needs kv_heads | tp then).
+    kv_rank = model.dim_per_head * max(model.num_kv_heads / t, 1.0)
+    if moe:
+        f_rank = model.top_k * model.expert_ffn / t
+        if model.shared_expert_ffn_hidden:
+            f_rank += model.shared_expert_ffn_hidden / t
+        # routed tokens: dispatched input and combined output, top_k copies of h (16-bit)
+        routing = 2 * ACT_BYTES * model.top_k * h / t
+    else:
+        f_rank = model.ffn / t
+        routing = 0.0
+    # inputs of the four matmuls are kept in fp8 when training in fp8 (Transformer Engine saves
+    # the fp8 casts for the weight-gradient GEMMs); everything else stays 16-bit
+    mm = FP8_BYTES if fp8 else ACT_BYTES
+    # GeLU: its input 2f + its output (fc2's input) 2f; SwiGLU: gate 2f + up 2f + product 2f
+    mlp_inner = ((2 if model.gated_mlp else 1) * ACT_BYTES + mm) * f_rank
+    # §4.1: LayerNorm inputs 2·2h, QKV input 2h, MLP input 2h, two dropout masks 2·1h = 10h
+    replicated = (2 * ACT_BYTES * h + mm * h + mm * h + 2 * MASK_BYTES * h) * sb
+    if sequence_parallel and t > 1:
+        replicated /= t
+    # Q 2q, K 2kv, V 2kv, attention output (input of the output projection) 2q, MLP intermediates
+    sharded = (ACT_BYTES * (q_rank + 2 * kv_rank) + mm * q_rank + mlp_inner + routing) * sb
+    heads_rank = model.heads / t
+    if flash_attention:
+        core = LSE_BYTES * heads_rank * sb
+    else:
+        # softmax output 2as², its dropout mask as², dropped-out scores 2as² (per sequence)
+        core = (2 * ACT_BYTES + MASK_BYTES) * heads_rank * sb * model.seq_len
+    full_layer = replicated + sharded + core
+    if recompute == "none":
+        return LayerActivationBytes(replicated, sharded, core, full_layer, 0.0)
+    if recompute == "selective":
+        # §5: the attention core (scores, softmax, dropout, ·V) is recomputed, Q/K/V stay
+        return LayerActivationBytes(replicated, sharded, core, replicated + sharded, 0.0)
+    if recompute == "full":
+        layer_input = ACT_BYTES * h * sb / (t if sequence_parallel and t > 1 else 1)
+        return LayerActivationBytes(replicated, sharded, core, layer_input, full_layer)
+    raise ValueError(f"unknown recompute {recompute!r}")
+
+
+def korthikanti_per_layer_bytes(
+    s: int, b: int, h: int, a: int, t: int = 1, *, sequence_parallel: bool = False, recompute: str = "none"
+) -> float:
+    """Korthikanti et al. 2022 Table 2 verbatim (GPT-style layer, no FlashAttention)."""
+    if recompute == "full":
+        return 2.0 * s * b * h / (t if sequence_parallel else 1)
+    core = 0.0 if recompute == "selective" else 5.0 * a * s / h
+    if t == 1:
+        return s * b * h * (34 + core)
+    if sequence_parallel:
+        return s * b * h / t * (34 + core)
+    return s * b * h * (10 + 24 / t + core / t)
+
+
+# ----------------------------------------------------------------------------- schedule
+def stage_layer_counts(num_layers: int, pp: int) -> list[int]:
+    """Layers per pipeline stage; the first L mod p stages get one more."""
+    base, extra = divmod(num_layers, pp)
+    return [base + (1 if i < extra else 0) for i in range(pp)]
+
+
+def inflight_layer_microbatches(par: ParallelConfig, stage: int, stage_layers: int) -> float:
+    """Layer-micro-batches whose activations stage `stage` holds at its peak.
+
+    1F1B: min(p − i, m) micro-batches of the stage's layers (Narayanan et al. 2021 §2.2).
+    Interleaved (v chunks): Megatron's warm-up count 2(p−i−1) + (v−1)p + 1 chunk-micro-batches
+    of L_i/v layers; for i = 0 this is L_i·p·(1 + (p−1)/(p·v)) (Korthikanti §4.2.3).
+    GPipe: all m micro-batches.
+    """
+    p, m, v = par.pp, par.num_microbatches, par.vp
+    if par.schedule == "gpipe":
+        return float(m * stage_layers)
+    if v > 1 and par.schedule == "interleaved":
+        chunks = min(2 * (p - stage - 1) + (v - 1) * p + 1, m * v)
+        return chunks * stage_layers / v
+    return float(min(p - stage, m) * stage_layers)
+
+
+def inflight_microbatches(par: ParallelConfig, stage: int) -> float:
+    """Micro-batches in flight on a stage (for its per-micro-batch buffers)."""
+    p, m, v = par.pp, par.num_microbatches, par.vp
+    if par.schedule == "gpipe":
+        return float(m)
+    if v > 1 and par.schedule == "interleaved":
+        return min(2 * (p - stage - 1) + (v - 1) * p + 1, m * v) / v
+    return float(min(p - stage, m))
+
+
+# ----------------------------------------------------------------------------- parameters
+def _moe_layers_in(model: ModelSpec, start: int, stop: int) -> int:
+    """Count of MoE layers among layers [start, stop) (layer i is MoE when i % k == k − 1)."""
+    if not model.is_moe:
+        return 0
+    k = model.moe_layer_interval
+    return stop // k - start // k
+
+
+@dataclass(frozen=True, slots=True)
+class StageParams:
+    """Parameters one GPU of a stage holds: replicated over dp (dense) and over dp/ep (experts)."""
+
+    dense: float
+    expert: float
+
+
+def _attention_params_per_rank(model: ModelSpec, tp: int) -> float:
+    q = model.q_dim / tp
+    kv = model.dim_per_head * max(model.num_kv_heads / tp, 1.0)
+    h = model.hidden
+    return h * (q + 2 * kv) + q * h
+
+
+def stage_params(model: ModelSpec, par: ParallelConfig, stage: int, first_layer: int, num_layers: int) -> StageParams:
+    """Weights of one GPU of pipeline stage `stage` (TP-sharded matrices, replicated norms)."""
+    t = par.tp
+    h = model.hidden
+    num_moe = _moe_layers_in(model, first_layer, first_layer + num_layers)
+    num_dense = num_layers - num_moe
+    attn = _attention_params_per_rank(model, t)
+    norms = 2 * h
+    dense = num_layers * (attn + norms) + num_dense * flops.mlp_params(model, model.ffn) / t
+    expert = 0.0
+    if num_moe:
+        routed = model.num_experts * flops.mlp_params(model, model.expert_ffn) / (par.ep * t)
+        shared = flops.mlp_params(model, model.shared_expert_ffn_hidden) / t if model.shared_expert_ffn_hidden else 0
+        dense += num_moe * (shared + h * model.num_experts)  # shared expert and router
+        expert = num_moe * routed
+    if stage == 0:
+        dense += model.vocab * h / t  # vocab-parallel word embeddings
+        if model.position_embeddings:
+            dense += model.seq_len * h
+    if stage == par.pp - 1:
+        dense += h  # final norm
+        # the output layer; with tied embeddings and pp > 1 Megatron keeps a copy on the last stage
+        if not model.tied_embeddings or par.pp > 1:
+            dense += model.vocab * h / t
+    return StageParams(dense=dense, expert=expert)
+
+
+# ----------------------------------------------------------------------------- footprint
+def _model_state_bytes(params: StageParams, par: ParallelConfig, dtype: str) -> tuple[float, float, float]:
+    """(weights, grads, optimizer) bytes for one GPU, sharded by the ZeRO stage."""
+    d = par.dp * par.cp
+    d_expert = max(d // par.ep, 1)
+    total = params.dense + params.expert
+    sharded = params.dense / d + params.expert / d_expert  # this rank's 1/d share
+    weight_bytes = WEIGHT_BYTES + (FP8_WEIGHT_CACHE_BYTES if dtype == "fp8" else 0)
+    weights = weight_bytes * (sharded if par.zero >= 3 else total)
+    grads = GRAD_BYTES * (sharded if par.zero >= 2 else total)
+    optimizer = OPTIMIZER_BYTES * (sharded if par.zero >= 1 else total)
+    return weights, grads, optimizer
+
+
+def memory_footprint(scn: Scenario) -> MemoryReport:
+    """Per-GPU memory of the most loaded pipeline stage (see the module docstring)."""
+    model, par = scn.model, scn.parallel
+    flash = scn.kernels.flash_attention
+    t, p = par.tp, par.pp
+    sp = par.sequence_parallel and t > 1
+    b = par.micro_batch
+    s_local = model.seq_len / par.cp
+    sbh = s_local * b * model.hidden
+
+    fp8 = scn.dtype == "fp8"
+    dense_act = layer_activation_bytes(
+        model, b, tp=t, cp=par.cp, sequence_parallel=sp, recompute=par.recompute, flash_attention=flash, fp8=fp8
+    )
+    moe_act = (
+        layer_activation_bytes(
+            model, b, tp=t, cp=par.cp, sequence_parallel=sp, recompute=par.recompute,
+            flash_attention=flash, moe=True, fp8=fp8,
+        )
+        if model.is_moe
+        else dense_act
+    )
+    # Korthikanti §4.3: embedding dropout mask (first stage); final norm + output-layer inputs
+    # and the fp32 logits of one micro-batch (last stage).
+    sp_div = t if sp else 1
+    embed_mask = MASK_BYTES * sbh / sp_div
+    output_inputs = 2 * ACT_BYTES * sbh / sp_div
+    logits = 4.0 * s_local * b * model.vocab / t
+    # communication buffers: SP gather + reduce-scatter staging, pipeline send/recv
+    comm = (2 * ACT_BYTES * sbh if sp else 0.0) + (2 * ACT_BYTES * sbh / t if p > 1 else 0.0)
+
+    counts = stage_layer_counts(model.layers, p)
+    stage_totals: list[float] = []
+    stage_parts: list[dict[str, float]] = []
+    first = 0
+    for i, n_layers in enumerate(counts):
+        params = stage_params(model, par, i, first, n_layers)
+        weights, grads, optimizer = _model_state_bytes(params, par, scn.dtype)
+        n_moe = _moe_layers_in(model, first, first + n_layers)
+        first += n_layers
+        layer_mbs = inflight_layer_microbatches(par, i, n_layers)
+        per_layer = dense_act.stored if n_layers == 0 else (
+            ((n_layers - n_moe) * dense_act.stored + n_moe * moe_act.stored) / n_layers
+        )
+        activations = layer_mbs * per_layer
+        activations += max(dense_act.working, moe_act.working if n_moe else 0.0)
+        if i == 0:
+            activations += embed_mask * inflight_microbatches(par, i)
+        if i == p - 1:
+            activations += output_inputs + logits
+        buffers = comm
+        if par.zero >= 3 and n_layers:
+            # FSDP prefetch: the current and the next layer's full (unsharded) weights
+            per_layer_params = (params.dense + params.expert) / n_layers
+            buffers += 2 * WEIGHT_BYTES * per_layer_params
+        allocated = weights + grads + optimizer + activations + buffers
+        reserved = FRAMEWORK_BYTES + FRAGMENTATION_FRACTION * allocated
+        parts = {
+            "weights": weights,
+            "grads": grads,
+            "optimizer": optimizer,
+            "activations": activations,
+            "buffers": buffers,
+            "reserved": reserved,
+        }
+        stage_parts.append(parts)
+        stage_totals.append(allocated + reserved)
+    worst = max(range(p), key=stage_totals.__getitem__)
+    return MemoryReport(
+        parts_bytes=stage_parts[worst],
+        capacity_bytes=scn.gpu.hbm_bytes,
+        stage_peak_bytes=tuple(stage_totals),
+    )
