@@ -1,0 +1,340 @@
+"""`mfusim validate`: published rows -> scenarios, source conventions, MAPE, bad CSVs.
+
+The engine is replaced by a tiny roofline stand-in (`fake_simulate`) so these tests are fast
+and test this module only; `test_engine_smoke` runs the real engine on two rows when present.
+"""
+
+from __future__ import annotations
+
+import csv
+import importlib.util
+import io
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from simulator import cli, flops
+from simulator import validate as V
+from simulator.errors import ConfigError
+from simulator.resources import published_runs_csv
+from simulator.specs import Scenario
+
+
+@dataclass(frozen=True)
+class FakeReport:
+    step_time_s: float
+    mfu: float
+    memory: None = None
+
+
+def fake_simulate(scenario: Scenario) -> FakeReport:
+    """Roofline stand-in: hardware FLOPs at 50% of the dense peak."""
+    sf = flops.step_flops(scenario.model, scenario.parallel.global_batch, scenario.parallel.recompute)
+    t = sf.hardware / (scenario.num_gpus * scenario.peak_flop_per_s * 0.5)
+    return FakeReport(step_time_s=t, mfu=sf.model / (t * scenario.num_gpus * scenario.peak_flop_per_s))
+
+
+@pytest.fixture(scope="module")
+def shipped() -> dict[str, V.PublishedRun]:
+    return {r.run_id: r for r in V.read_runs_csv(published_runs_csv())}
+
+
+def case_of(shipped: dict[str, V.PublishedRun], run_id: str) -> V.Case:
+    case = V.build_case(shipped[run_id])
+    assert isinstance(case, V.Case), case
+    return case
+
+
+def test_shipped_csv_is_in_the_package_and_complete(shipped):
+    path = published_runs_csv()
+    assert path.is_file() and (path.parent / "SOURCES.md").is_file()
+    assert "shared" not in path.parts
+    assert len(shipped) == 585
+    with open(path, newline="") as fh:
+        assert tuple(next(csv.reader(fh))) == V.CSV_COLUMNS
+
+
+# ----------------------------------------------------------------------------- row -> scenario
+def test_narayanan_table1_row(shipped):
+    case = case_of(shipped, "narayanan21_t1_145.6B")
+    par = case.scenario["parallel"]
+    assert case.source_key == "narayanan21"
+    assert case.metric == V.METRIC_TFLOPS and case.measured == 148
+    assert case.flop_convention == V.FLOPS_NARAYANAN
+    assert case.scenario["cluster"] == {"topology": "dgx-a100", "num_gpus": 1536}
+    assert (par["tp"], par["pp"], par["dp"]) == (8, 8, 24)
+    assert par["micro_batch"] == 1 and par["recompute"] == "full"
+    assert par["vp"] == 2 and par["schedule"] == "interleaved"  # 80 layers / 8 stages = 10 -> vp 2
+    assert par["sequence_parallel"] is False and par["overlap_grad_reduce"] is False
+    assert case.dtype == "fp16" and case.is_target
+    text = " ".join(case.assumptions)
+    assert "micro_batch" in text and "vp" in text and "precision" in text
+    s = V.scenario_for(case)
+    assert s.model.layers == 80 and s.model.hidden == 12288 and s.model.vocab == 51200
+
+
+def test_narayanan_zero3_row_assumes_full_recompute(shipped):
+    case = case_of(shipped, "narayanan21_t2_zero3_174.6B_384gpu")
+    par = case.scenario["parallel"]
+    assert par["zero"] == 3 and par["recompute"] == "full" and par["micro_batch"] == 4
+    assert any("recompute" in a for a in case.assumptions)
+
+
+def test_megatron_readme_row(shipped):
+    case = case_of(shipped, "megatronlm_readme_h100_70B")
+    par = case.scenario["parallel"]
+    assert case.scenario["cluster"]["topology"] == "dgx-h100"
+    assert case.dtype == "bf16" and case.flop_convention == V.FLOPS_EXACT
+    assert par["sequence_parallel"] and par["tp_comm_overlap"] and par["zero"] == 1
+    assert par["pp"] == 2 and par["vp"] == 2  # 84 layers / 2 stages = 42 -> vp 2
+    s = V.scenario_for(case)
+    assert s.model.ffn == 4 * 8192 and s.model.num_kv_heads == 64 and s.model.vocab == 131072
+
+
+def test_nemo_rows(shipped):
+    case = case_of(shipped, "nemo2407_pretrain_LLAMA3-70B_64gpu")
+    assert case.metric == V.METRIC_TOKENS and case.measured == 1524 and case.dtype == "fp8"
+    par = case.scenario["parallel"]
+    assert (par["tp"], par["pp"], par["cp"], par["vp"], par["dp"]) == (4, 4, 2, 5, 2)
+    s = V.scenario_for(case)
+    assert s.model.gated_mlp and s.model.num_kv_heads == 8
+    nemotron = case_of(shipped, "nemo2407_pretrain_Nemotron-8B_64gpu")
+    assert nemotron.scenario["model"]["vocab"] == 256000
+    assert any("vocab" in a for a in nemotron.assumptions)
+    # B200 long-sequence table: the published split covers num_gpus/4
+    b200 = case_of(shipped, "nemo_longseq_llama3_8b_b200_8k_cp1")
+    assert b200.scenario["cluster"]["num_gpus"] == 2
+    assert any("num_gpus" in a for a in b200.assumptions)
+    longseq = case_of(shipped, "nemo_longseq_llama2_7b_h100_32k_cp2")
+    assert longseq.metric == V.METRIC_TFLOPS and longseq.flop_convention == V.FLOPS_EXACT
+
+
+def test_megatron_bridge_rows(shipped):
+    case = case_of(shipped, "mbridge_26.04.01_LLAMA3_70B_DGX-GB300_64gpu_mxfp8")
+    assert case.dtype == "fp8" and any("mxfp8" in a for a in case.assumptions)
+    assert case.scenario["cluster"]["topology"] == "gb200-nvl72"
+    assert case.scenario["cluster"]["gpu"] == "gb300"
+    fsdp = case_of(shipped, "mbridge_25.11_LLAMA3_8B_DGX-H100_8gpu_fp8-cs")
+    assert fsdp.scenario["parallel"]["zero"] == 3 and fsdp.metric == V.METRIC_TOKENS
+
+
+def test_mpt_rows(shipped):
+    case = case_of(shipped, "mpt_A100-SXM-80GB_70b_s2048_64gpu_bf16")
+    par = case.scenario["parallel"]
+    assert case.metric == V.METRIC_TOKENS and case.measured == 410
+    assert par["zero"] == 3 and par["recompute"] == "full" and par["micro_batch"] == 8
+    assert par["global_batch"] == 2048  # grad accumulation 4: 8 x 64 x 4
+    assert case.scenario["cluster"]["inter_node"] == {
+        "fabric": "fat-tree",
+        "nics_per_node": 8,
+        "nic_Gbps": 200,
+    }
+    s = V.scenario_for(case)
+    assert s.model.tied_embeddings and not s.model.position_embeddings
+    assert s.topology.inter_node.fabric == "fat-tree"
+    h100 = case_of(shipped, "mpt_H100-SXM-80GB_3b_s2048_8gpu_fp8")
+    assert h100.dtype == "fp8" and "inter_node" not in h100.scenario["cluster"]
+    zero2 = case_of(shipped, "mpt_H100-SXM-80GB_1b_s2048_128gpu_bf16")
+    assert zero2.scenario["parallel"]["zero"] == 2
+
+
+@pytest.mark.parametrize(
+    ("run_id", "needle"),
+    [
+        ("narayanan21_text_gpt3_1024gpu", "parallel split"),
+        ("nemo_longseq_llama2_7b_h100_32k_nocp", "parallel split"),
+        ("nemo2407_lora_LLAMA2-7B_8gpu", "fine-tuning"),
+        ("mbridge_26.04_LLAMA3_70B_DGX-GB300_64gpu_nvfp4", "nvfp4"),
+        ("mbridge_26.08_DeepSeekV3_DGX-GB300_256gpu_mxfp8", "mixture-of-experts"),
+        ("mbridge_26.06_Qwen3_30B_a3B_DGX-H100_16gpu_fp8", "mixture-of-experts"),
+    ],
+)
+def test_unusable_rows_have_reasons(shipped, run_id, needle):
+    out = V.build_case(shipped[run_id])
+    assert isinstance(out, V.Unusable)
+    assert needle in out.reason
+
+
+def test_unknown_gpu_and_missing_architecture():
+    run = V.PublishedRun(
+        line=2,
+        cells={
+            "id": "x",
+            "gpu": "TPU v4",
+            "num_gpus": "8",
+            "seq_len": "2048",
+            "global_batch": "8",
+            "tokens_per_s": "100",
+        },
+    )
+    out = V.build_case(run)
+    assert isinstance(out, V.Unusable) and "TPU" in out.reason
+    run = V.PublishedRun(
+        line=3,
+        cells={
+            "id": "y",
+            "model_name": "mystery-9b",
+            "gpu": "A100-SXM-80GB",
+            "num_gpus": "8",
+            "tp": "1",
+            "pp": "1",
+            "seq_len": "2048",
+            "global_batch": "8",
+            "tokens_per_s": "100",
+        },
+    )
+    out = V.build_case(run)
+    assert isinstance(out, V.Unusable) and "architecture" in out.reason
+
+
+# ----------------------------------------------------------------------------- conventions
+def test_narayanan_tflops_convention(shipped):
+    case = case_of(shipped, "narayanan21_t1_145.6B")
+    s = V.scenario_for(case)
+    step_time_s = 20.0
+    B, seq, L, h, vocab, n = 2304, 2048, 80, 12288, 51200, 1536
+    expected = 96 * B * seq * L * h**2 * (1 + seq / (6 * h) + vocab / (16 * L * h)) / step_time_s / n / 1e12
+    assert V.predicted_value(case, s, step_time_s) == pytest.approx(expected, rel=1e-12)
+    # and it is 4/3 of the model FLOPs (to the logit term): HFU-style, not MFU
+    model = V.source_flops_per_step(V.FLOPS_EXACT, s.model, B, "none") / step_time_s / n / 1e12
+    assert 1.30 < expected / model < 1.34
+
+
+def test_tokens_and_mpt_conventions(shipped):
+    case = case_of(shipped, "mpt_H100-SXM-80GB_7b_s2048_8gpu_bf16")
+    s = V.scenario_for(case)
+    assert V.predicted_value(case, s, 2.0) == pytest.approx(48 * 2048 / 2.0 / 8)
+    n = flops.total_params(s.model)
+    per_token = 6 * n + 12 * 32 * 4096 * 2048
+    assert V.mpt_flops_per_step(s.model, 48, "none") == pytest.approx(per_token * 48 * 2048)
+    assert n == pytest.approx(6.659e9, rel=0.01)  # the row's params_b (MPT NumParams)
+    # MFU fallback for FP8 rows uses the FP8 peak, as composer does
+    fp8 = case_of(shipped, "mpt_H100-SXM-80GB_3b_s2048_8gpu_fp8")
+    fp8_mfu = V.Case(
+        **{**{f: getattr(fp8, f) for f in fp8.__dataclass_fields__}, "metric": V.METRIC_MFU, "measured": 27.7}
+    )
+    s8 = V.scenario_for(fp8_mfu)
+    tokens_per_gpu = 480 * 2048 / 1.0 / 8
+    expected = 100 * V.mpt_flops_per_step(s8.model, 1, "none") / 2048 * tokens_per_gpu / 1978.9e12
+    assert V.predicted_value(fp8_mfu, s8, 1.0) == pytest.approx(expected)
+
+
+def test_exact_causal_is_below_exact(shipped):
+    case = case_of(shipped, "mbridge_25.11_LLAMA3_8B_DGX-H100_8gpu_fp8-cs")
+    s = V.scenario_for(case)
+    exact = V.source_flops_per_step(V.FLOPS_EXACT, s.model, 128, "none")
+    causal = V.source_flops_per_step(V.FLOPS_EXACT_CAUSAL, s.model, 128, "none")
+    assert 0.85 < causal / exact < 0.92  # published TFLOPs / tokens ratio: 0.889
+
+
+# ----------------------------------------------------------------------------- end to end
+def small_csv(tmp_path: Path, shipped, ids: list[str]) -> Path:
+    path = tmp_path / "runs.csv"
+    with open(path, "w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=V.CSV_COLUMNS)
+        w.writeheader()
+        for i in ids:
+            w.writerow(dict(shipped[i].cells))
+    return path
+
+
+IDS = [
+    "narayanan21_t1_1.7B",
+    "megatronlm_readme_h100_1.7B",
+    "mpt_A100-SXM-40GB_1b_s2048_8gpu_bf16",
+    "mpt_H100-SXM-80GB_1b_s2048_8gpu_bf16",
+    "nemo2407_pretrain_LLAMA2-7B_8gpu",
+    "mbridge_26.04_LLAMA3_70B_DGX-GB300_64gpu_nvfp4",
+]
+
+
+def test_validate_report_and_mape(shipped):
+    runs = [shipped[i] for i in IDS]
+    report = V.validate_runs(runs, fake_simulate, progress=False)
+    assert len(report.results) == 5 and len(report.unusable) == 1
+    summary = report.summary()
+    assert summary["overall"]["rows"] == 5
+    assert summary["target_a100_h100_dense_16bit"]["rows"] == 4
+    assert set(summary["by_source"]) == {"narayanan21", "megatron-lm", "mpt", "nemo"}
+    errs = [abs(r.error_pct) for r in report.results]
+    assert summary["overall"]["mape_pct"] == pytest.approx(sum(errs) / len(errs))
+    text = V.format_report(report)
+    assert "MAPE" in text and "nvfp4" in text
+
+
+def test_cli_validate_small_csv(tmp_path, shipped, monkeypatch, capsys):
+    monkeypatch.setattr(V, "default_simulate", lambda: fake_simulate)
+    path = small_csv(tmp_path, shipped, IDS)
+    out = tmp_path / "out.csv"
+    assert cli.main(["validate", str(path), "--out", str(out)]) == 0
+    captured = capsys.readouterr()
+    assert "MAPE" in captured.out and "overall" in captured.out
+    assert "validate: 6/6" in captured.err  # progress on stderr
+    rows = list(csv.DictReader(io.StringIO(out.read_text())))
+    assert len(rows) == 6 and {r["status"] for r in rows} == {"ok", "unusable"}
+    assert cli.main(["validate", str(path), "--json", "--gpu", "A100"]) == 0
+    import json
+
+    data = json.loads(capsys.readouterr().out)
+    assert {r["gpu"] for r in data["rows"]} == {"A100-SXM-80GB", "A100-SXM-40GB"}
+    assert data["summary"]["overall"]["rows"] == 2
+    assert cli.main(["validate", str(path), "--source", "nowhere"]) == 2
+    assert "--source" in capsys.readouterr().err
+
+
+def _bad(tmp_path: Path, name: str, text: str | None) -> Path:
+    path = tmp_path / name
+    if text is None:
+        path.mkdir()
+    else:
+        path.write_text(text)
+    return path
+
+
+HEADER = ",".join(V.CSV_COLUMNS)
+GOOD_ROW = "r1,src,GPT-1.7B,1.7,24,2304,24,24,9216,51200,2048,A100-SXM-80GB,32,1,1,32,1,,1,,512,full,no,none,,137,,44,,,"
+
+
+@pytest.mark.parametrize(
+    ("name", "text", "needle"),
+    [
+        ("missing.csv", "id,source,gpu\nx,y,A100\n", "missing column"),
+        ("nonnumeric.csv", HEADER + "\n" + GOOD_ROW.replace(",512,", ",lots,"), "global_batch"),
+        ("nonnumeric2.csv", HEADER + "\n" + GOOD_ROW.replace(",137,", ",fast,"), "measured_tflops_per_gpu"),
+        ("empty.csv", "", "empty"),
+        ("header_only.csv", HEADER + "\n", "no data rows"),
+        ("adir.csv", None, "directory"),
+    ],
+)
+def test_bad_csv_exits_2_with_one_line(tmp_path, capsys, monkeypatch, name, text, needle):
+    monkeypatch.setattr(V, "default_simulate", lambda: fake_simulate)
+    path = _bad(tmp_path, name, text)
+    assert cli.main(["validate", str(path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and str(path) in err and needle in err
+    with pytest.raises(ConfigError):
+        V.read_runs_csv(path)
+
+
+def test_good_row_from_header_constant_parses(tmp_path):
+    path = _bad(tmp_path, "ok.csv", HEADER + "\n" + GOOD_ROW + "\n")
+    (run,) = V.read_runs_csv(path)
+    assert isinstance(V.build_case(run), V.Case)
+
+
+def _engine_ready() -> bool:
+    if importlib.util.find_spec("simulator.engine") is None:
+        return False
+    import simulator.engine as engine
+
+    return hasattr(engine, "simulate")
+
+
+@pytest.mark.skipif(not _engine_ready(), reason="engine not built yet")
+def test_engine_smoke(shipped):
+    runs = [shipped["mpt_H100-SXM-80GB_1b_s2048_8gpu_bf16"], shipped["narayanan21_t1_1.7B"]]
+    report = V.validate_runs(runs, V.default_simulate(), progress=False)
+    assert len(report.results) == 2
+    for r in report.results:
+        assert r.step_time_s > 0 and abs(r.error_pct) < 60
