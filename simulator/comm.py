@@ -90,8 +90,10 @@ class FlatCommModel:
             return CollectiveCost(0.0, "none", "", 0.0)
         inter = self._spans_nodes(axis, n) if kind != "sendrecv" else self._stride("pp") >= topo.gpus_per_node
         if inter:
-            gpus_in_node = min(topo.gpus_per_node, self._stride(axis)) if kind != "sendrecv" else 1
-            nic_per_gpu = topo.nic_bandwidth_per_node_bytes_per_s / min(topo.gpus_per_node, max(gpus_in_node, 1))
+            if kind == "sendrecv":  # one GPU's transfer uses its own rail's NIC
+                nic_per_gpu = topo.nic_bandwidth_per_node_bytes_per_s / topo.gpus_per_node
+            else:  # ring: every GPU of the node sends through the node's NICs at once
+                nic_per_gpu = topo.nic_bandwidth_per_node_bytes_per_s / min(topo.gpus_per_node, self._stride(axis))
             bw = min(topo.intra_node.link_bandwidth_bytes_per_s, nic_per_gpu)
             latency = topo.inter_node.latency_s
             link = "nic"

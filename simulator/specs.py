@@ -201,6 +201,7 @@ class GPUSpec:
     hbm_bytes: float
     hbm_bandwidth_bytes_per_s: float
     efficiency: GPUEfficiency = field(default_factory=GPUEfficiency)
+    num_sms: int = 108  # streaming multiprocessors: sets GEMM wave quantization
     source: str = ""
 
     def __post_init__(self) -> None:
@@ -297,7 +298,7 @@ class ParallelConfig:
     overlap_grad_reduce: bool = True
     overlap_param_gather: bool = True
     tp_comm_overlap: bool = False
-    grad_bucket_mb: float = 40.0  # DP gradient bucket, MB of gradients (Megatron default 40M params)
+    grad_bucket_params: int = 40_000_000  # DP bucket; Megatron: max(40M, 1M*dp) parameters
 
     def __post_init__(self) -> None:
         p = "parallel"
@@ -310,7 +311,7 @@ class ParallelConfig:
         _check_int(f"{p}.zero", self.zero, minimum=0, maximum=3)
         for key in ("sequence_parallel", "overlap_grad_reduce", "overlap_param_gather", "tp_comm_overlap"):
             _check_bool(f"{p}.{key}", getattr(self, key))
-        _check_num(f"{p}.grad_bucket_mb", self.grad_bucket_mb, strict=True, maximum=1e6)
+        _check_int(f"{p}.grad_bucket_params", self.grad_bucket_params, maximum=10**13)
         if self.global_batch % (self.micro_batch * self.dp):
             raise ConfigError(
                 f"must be a multiple of micro_batch*dp = {self.micro_batch}*{self.dp}"

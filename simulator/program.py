@@ -1,0 +1,515 @@
+"""Workload and costing: what each pipeline stage does for one micro-batch, and how long it takes.
+
+From a Scenario this builds, per pipeline stage and model chunk, the ops of one
+micro-batch (DESIGN.md §2 "workload"): per layer the TP-split matmuls, attention
+(FlashAttention or unfused), memory-bound ops, TP/CP/EP collectives, ZeRO-3 gathers,
+the embedding on the first stage and logits + loss on the last; forward, backward
+(input-gradient B and weight-gradient W parts) and recomputation. Each op is costed
+once with the compute roofline (simulator/costs.py) and the comm model
+(simulator/comm.py), and the results are summed into `Block`s of `Segment`s. The engine
+only replays blocks: a better cost model changes numbers here, never the engine.
+
+All micro-batches of a chunk are identical, so a layer is costed once and multiplied.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from . import flops as fl
+from .comm import CommModel, default_comm_model
+from .costs import Device, flash_attention_time_s, matmul_time_s, memory_op_time_s
+from .specs import ModelSpec, Scenario
+
+CAUSAL_WORK_FRACTION = 0.5  # a causal FlashAttention kernel skips the upper-triangle blocks
+FLASH_BWD_TO_FWD = 2.5  # FlashAttention-2 (Dao 2023) backward runs 5 matmuls vs 2 forward
+ADAM_BYTES_PER_PARAM = 34  # fused Adam: fp32 grad r(4) + master r/w(8) + m r/w(8) + v r/w(8) + 16-bit param w(2) + grad zero(4)
+UNFUSED_SOFTMAX_PASSES = 8  # scale, mask, softmax, dropout: read + write of the s×s scores each
+
+
+# ----------------------------------------------------------------------------- blocks
+@dataclass(frozen=True, slots=True)
+class Segment:
+    """A stretch of one block spent in one category (SPEC §4), with what it did."""
+
+    category: str
+    name: str
+    duration_s: float
+    flops: float = 0.0
+    message_bytes: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class Block:
+    """One phase (forward, backward, ...) of one micro-batch on one model chunk."""
+
+    segments: tuple[Segment, ...]
+
+    @property
+    def duration_s(self) -> float:
+        return sum(s.duration_s for s in self.segments)
+
+    def seconds(self, category: str) -> float:
+        return sum(s.duration_s for s in self.segments if s.category == category)
+
+
+def _block(parts: Iterable[tuple[str, str, float, float, float]]) -> Block:
+    """Merge consecutive (category, name) parts; drop empty ones."""
+    merged: list[list] = []
+    for category, name, dur, flops, nbytes in parts:
+        if dur <= 0:
+            continue
+        if merged and merged[-1][0] == category and merged[-1][1] == name:
+            merged[-1][2] += dur
+            merged[-1][3] += flops
+            merged[-1][4] += nbytes
+        else:
+            merged.append([category, name, dur, flops, nbytes])
+    return Block(tuple(Segment(*m) for m in merged))
+
+
+@dataclass(frozen=True, slots=True)
+class ChunkProgram:
+    stage: int
+    chunk: int
+    num_layers: int
+    forward: Block
+    backward: Block  # B then W, recomputation first
+    backward_input: Block  # B only (zero-bubble schedules)
+    backward_weight: Block  # W only
+    grad_bucket_s: tuple[float, ...]  # DP gradient reduction per bucket, in backward order
+    param_gather_s: tuple[float, ...]  # ZeRO-1/2 parameter AllGather per bucket
+    params_local: float  # parameters this GPU holds for the chunk (TP/EP-sharded)
+
+
+@dataclass(frozen=True, slots=True)
+class StageProgram:
+    stage: int
+    chunks: tuple[ChunkProgram, ...]
+    optimizer_s: float
+    p2p_s: float  # activation (or gradient) transfer to the neighbouring stage
+
+
+@dataclass(frozen=True, slots=True)
+class Program:
+    """Everything the engine needs, in seconds; no cost model left to consult."""
+
+    stages: tuple[StageProgram, ...]
+    num_microbatches: int
+    pp: int
+    vp: int
+    schedule: str
+    zero: int
+    overlap_grad_reduce: bool
+    overlap_param_gather: bool
+    dataloader_latency_s: float
+    dataloader_workers: int
+    dataloader_prefetch: int
+    dataloader_jitter: float = 0.0
+    dataloader_seed: int = 0
+    collectives: tuple[dict, ...] = field(default=())
+
+
+# ----------------------------------------------------------------------------- layout
+def layers_per_chunk(num_layers: int, pp: int, vp: int) -> list[list[int]]:
+    """Layer indices of each virtual stage (chunk c of stage s is virtual stage c·pp + s,
+    as Megatron interleaves). Uneven splits give the first virtual stages one more layer."""
+    n_virtual = pp * vp
+    base, extra = divmod(num_layers, n_virtual)
+    out, start = [], 0
+    for v in range(n_virtual):
+        n = base + (1 if v < extra else 0)
+        out.append(list(range(start, start + n)))
+        start += n
+    return out
+
+
+def grad_reduce_bytes_per_param(dtype: str) -> int:
+    """Megatron reduces gradients in fp32 for bf16/fp8 training (main_grad buffers,
+    accumulate_allreduce_grads_in_fp32); fp16 keeps 16-bit gradients."""
+    return 2 if dtype == "fp16" else 4
+
+
+# ----------------------------------------------------------------------------- costing
+@dataclass(frozen=True, slots=True)
+class _Phase:
+    """Cost parts of one layer in one phase, before merging into a block."""
+
+    parts: tuple[tuple[str, str, float, float, float], ...]
+
+
+@dataclass
+class _Coster:
+    """Costs one scenario's layers; records the distinct collectives it asked for."""
+
+    scn: Scenario
+    comm: CommModel
+    seen: dict = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.device = Device(self.scn.gpu, self.scn.dtype)
+
+    # -- communication
+    def coll(self, kind: str, axis: str, message_bytes: float, stage: int = 0) -> float:
+        if message_bytes <= 0:
+            return 0.0
+        cost = self.comm.collective(kind, axis, message_bytes, stage)
+        key = (kind, axis, round(message_bytes), stage if axis == "pp" else 0)
+        if key not in self.seen and cost.time_s > 0:
+            self.seen[key] = {
+                "group": axis,
+                "kind": kind,
+                "message_bytes": message_bytes,
+                "algorithm": cost.algorithm,
+                "time_s": cost.time_s,
+                "bottleneck": cost.bottleneck,
+                "bus_bandwidth_bytes_per_s": cost.bus_bandwidth_bytes_per_s,
+            }
+        return cost.time_s
+
+    # -- one transformer layer
+    def layer(self, moe: bool) -> tuple[_Phase, _Phase, _Phase, _Phase, float]:
+        """(forward, backward-input, backward-weight, recompute, params_local) of one layer."""
+        scn, d = self.scn, self.device
+        m: ModelSpec = scn.model
+        par = scn.parallel
+        t, cp = par.tp, par.cp
+        b, s = par.micro_batch, m.seq_len
+        s_local = s // cp
+        T = b * s_local  # tokens of one micro-batch on this CP rank
+        a = d.activation_bytes
+        h = m.hidden
+        heads_local = m.heads // t
+        kv_heads_local = max(m.num_kv_heads // t, 1)  # replicated when tp > kv_heads
+        q_local = heads_local * m.dim_per_head
+        kv_local = kv_heads_local * m.dim_per_head
+        norm_tokens = T // t if par.sequence_parallel and t > 1 else T
+
+        fwd: list = []
+        b_in: list = []
+        b_w: list = []
+
+        def mm(name: str, mm_m: int, mm_n: int, mm_k: int, count: int = 1) -> None:
+            tt = matmul_time_s(d, mm_m, mm_n, mm_k, count)
+            f = 2.0 * mm_m * mm_n * mm_k * count
+            fwd.append(("compute", name, tt, f, 0.0))
+            b_in.append(("compute", name + " dgrad", tt, f, 0.0))
+            b_w.append(("compute", name + " wgrad", tt, f, 0.0))
+
+        def mem(name: str, fwd_bytes: float, kernels: int = 1) -> None:
+            tt = memory_op_time_s(d, fwd_bytes, kernels)
+            fwd.append(("compute", name, tt, 0.0, fwd_bytes))
+            b_in.append(("compute", name + " bwd", 2 * tt, 0.0, 2 * fwd_bytes))
+
+        # --- attention block (Megatron column/row-parallel linear layers)
+        tp_msg = T * h * a  # full-sequence activation of this micro-batch (AG output / AR buffer)
+        mem("input norm", 2 * norm_tokens * h * a)
+        self._tp_entry(fwd, b_in, tp_msg)
+        mm("qkv", T, q_local + 2 * kv_local, h)
+        if not m.position_embeddings:
+            mem("rope", 2 * T * (q_local + kv_local) * a)
+        attn_fwd, attn_bwd, attn_parts = self._attention(T, s_local, s, heads_local, q_local)
+        fwd.extend(attn_parts[0])
+        b_in.extend(attn_parts[1])
+        if cp > 1:
+            kv_msg = 2 * b * s * kv_local * a  # K and V of the whole sequence (AG output)
+            t_kv = self.coll("allgather", "cp", kv_msg)
+            fwd.append(("cp_comm", "cp kv ring", max(0.0, t_kv - attn_fwd), 0.0, kv_msg))
+            t_bwd = t_kv + self.coll("reducescatter", "cp", kv_msg)
+            b_in.append(("cp_comm", "cp dkv ring", max(0.0, t_bwd - attn_bwd), 0.0, kv_msg))
+        mm("attn out", T, h, q_local)
+        self._tp_exit(fwd, b_in, tp_msg)
+        mem("residual add", 3 * norm_tokens * h * a)
+
+        # --- MLP or MoE block
+        mem("post-attn norm", 2 * norm_tokens * h * a)
+        if moe:
+            self._moe(fwd, b_in, b_w, mm, mem, T, tp_msg)
+        else:
+            self._tp_entry(fwd, b_in, tp_msg)
+            f_local = m.ffn // t
+            mm("fc1", T, (2 if m.gated_mlp else 1) * f_local, h)
+            mem("swiglu" if m.gated_mlp else "gelu", (3 if m.gated_mlp else 2) * T * f_local * a)
+            mm("fc2", T, h, f_local)
+            self._tp_exit(fwd, b_in, tp_msg)
+        mem("residual add", 3 * norm_tokens * h * a)
+
+        params_local = self._layer_params_local(moe)
+        # --- ZeRO-3 / FSDP: gather weights before use, reduce-scatter grads after (prefetched)
+        if par.zero == 3 and par.dp > 1:
+            ag = self.coll("allgather", "dp", params_local * d.element_bytes)
+            rs = self.coll("reducescatter", "dp", params_local * grad_reduce_bytes_per_param(scn.dtype))
+            fwd_compute = sum(p[2] for p in fwd if p[0] == "compute")
+            bwd_compute = sum(p[2] for p in b_in + b_w if p[0] == "compute")
+            fwd.append(("dp_comm", "zero3 param allgather", max(0.0, ag - fwd_compute), 0.0, 0.0))
+            b_w.append(("dp_comm", "zero3 allgather+reducescatter", max(0.0, ag + rs - bwd_compute), 0.0, 0.0))
+
+        recompute = self._recompute(fwd, attn_parts[0])
+        return _Phase(tuple(fwd)), _Phase(tuple(b_in)), _Phase(tuple(b_w)), recompute, params_local
+
+    def _attention(self, T: int, s_local: int, s: int, heads_local: int, q_local: int):
+        d = self.device
+        b = self.scn.parallel.micro_batch
+        model_flops_fwd = 2 * 2.0 * b * s_local * s * q_local  # scores + values, full s×s
+        if self.scn.kernels.flash_attention:
+            work = model_flops_fwd * CAUSAL_WORK_FRACTION
+            t_f = flash_attention_time_s(d, work)
+            t_b = flash_attention_time_s(d, work * FLASH_BWD_TO_FWD)
+            fwd = [("compute", "flash attention", t_f, model_flops_fwd, 0.0)]
+            bwd = [("compute", "flash attention bwd", t_b, 2 * model_flops_fwd, 0.0)]
+        else:
+            count = b * heads_local
+            hd = self.scn.model.dim_per_head
+            t_scores = matmul_time_s(d, s_local, s, hd, count)
+            t_values = matmul_time_s(d, s_local, hd, s, count)
+            score_bytes = count * s_local * s * d.activation_bytes * UNFUSED_SOFTMAX_PASSES
+            t_soft = memory_op_time_s(d, score_bytes, kernels=4)
+            t_f = t_scores + t_values + t_soft
+            t_b = 2 * (t_scores + t_values) + 2 * t_soft
+            fwd = [
+                ("compute", "attention scores", t_scores, model_flops_fwd / 2, 0.0),
+                ("compute", "softmax", t_soft, 0.0, score_bytes),
+                ("compute", "attention values", t_values, model_flops_fwd / 2, 0.0),
+            ]
+            bwd = [
+                ("compute", "attention bwd", 2 * (t_scores + t_values), 2 * model_flops_fwd, 0.0),
+                ("compute", "softmax bwd", 2 * t_soft, 0.0, 2 * score_bytes),
+            ]
+        return t_f, t_b, (fwd, bwd)
+
+    def _tp_entry(self, fwd: list, b_in: list, msg: float) -> None:
+        """Column-parallel entry: SP AllGather forward / ReduceScatter backward (or the
+        backward AllReduce of Megatron's `f` operator without SP)."""
+        par = self.scn.parallel
+        if par.tp == 1:
+            return
+        if par.sequence_parallel:
+            fwd.append(("tp_comm", "tp allgather", self.coll("allgather", "tp", msg), 0.0, msg))
+            b_in.append(("tp_comm", "tp reducescatter", self.coll("reducescatter", "tp", msg), 0.0, msg))
+        else:
+            b_in.append(("tp_comm", "tp allreduce", self.coll("allreduce", "tp", msg), 0.0, msg))
+
+    def _tp_exit(self, fwd: list, b_in: list, msg: float) -> None:
+        """Row-parallel exit: SP ReduceScatter forward / AllGather backward (or the forward
+        AllReduce of Megatron's `g` operator without SP)."""
+        par = self.scn.parallel
+        if par.tp == 1:
+            return
+        if par.sequence_parallel:
+            fwd.append(("tp_comm", "tp reducescatter", self.coll("reducescatter", "tp", msg), 0.0, msg))
+            b_in.append(("tp_comm", "tp allgather", self.coll("allgather", "tp", msg), 0.0, msg))
+        else:
+            fwd.append(("tp_comm", "tp allreduce", self.coll("allreduce", "tp", msg), 0.0, msg))
+
+    def _moe(self, fwd: list, b_in: list, b_w: list, mm, mem, T: int, tp_msg: float) -> None:
+        """Routed experts: router, token dispatch/combine All-to-All over EP, grouped expert GEMMs.
+
+        Balanced routing (every expert gets T·top_k/E of the tokens). With ep > 1 experts
+        are not tensor-split (Megatron expert-tensor-parallel size 1) and each TP rank
+        routes its own tokens; with ep = 1 the experts are TP-split like a dense MLP.
+        """
+        scn = self.scn
+        m, par = scn.model, scn.parallel
+        a = self.device.activation_bytes
+        mm("router", T, m.num_experts, m.hidden)
+        if par.ep > 1:
+            tokens = T * m.top_k // par.tp if par.tp > 1 else T * m.top_k
+            f_local = m.expert_ffn
+        else:
+            self._tp_entry(fwd, b_in, tp_msg)
+            tokens = T * m.top_k
+            f_local = m.expert_ffn // par.tp
+        experts_local = m.num_experts // par.ep
+        per_expert = max(tokens // experts_local, 1)
+        if par.ep > 1:
+            a2a_msg = tokens * m.hidden * a
+            t_a2a = self.coll("alltoall", "ep", a2a_msg)
+            fwd.append(("ep_comm", "ep dispatch", t_a2a, 0.0, a2a_msg))
+            b_in.append(("ep_comm", "ep combine bwd", t_a2a, 0.0, a2a_msg))
+        mm("expert fc1", per_expert, (2 if m.gated_mlp else 1) * f_local, m.hidden, experts_local)
+        mem("expert act", (3 if m.gated_mlp else 2) * tokens * f_local * a)
+        mm("expert fc2", per_expert, m.hidden, f_local, experts_local)
+        if m.shared_expert_ffn_hidden:
+            fs = m.shared_expert_ffn_hidden // par.tp
+            mm("shared fc1", T, (2 if m.gated_mlp else 1) * fs, m.hidden)
+            mm("shared fc2", T, m.hidden, fs)
+        if par.ep > 1:
+            fwd.append(("ep_comm", "ep combine", t_a2a, 0.0, a2a_msg))
+            b_in.append(("ep_comm", "ep dispatch bwd", t_a2a, 0.0, a2a_msg))
+        else:
+            self._tp_exit(fwd, b_in, tp_msg)
+
+    def _layer_params_local(self, moe: bool) -> float:
+        m, par = self.scn.model, self.scn.parallel
+        attn = fl.attention_params(m) / par.tp
+        norms = 2 * m.hidden
+        if moe:
+            expert_tp = 1 if par.ep > 1 else par.tp
+            experts = m.num_experts / par.ep * fl.mlp_params(m, m.expert_ffn) / expert_tp
+            shared = fl.mlp_params(m, m.shared_expert_ffn_hidden) / par.tp if m.shared_expert_ffn_hidden else 0
+            return attn + experts + shared + m.hidden * m.num_experts + norms
+        return attn + fl.mlp_params(m, m.ffn) / par.tp + norms
+
+    def _recompute(self, fwd: list, attn_fwd_parts: list) -> _Phase:
+        mode = self.scn.parallel.recompute
+        if mode == "none":
+            return _Phase(())
+        source = attn_fwd_parts if mode == "selective" else fwd
+        parts = []
+        for cat, name, dur, f, nbytes in source:
+            # recomputed compute is `recompute`; its repeated TP collectives stay tp_comm
+            parts.append(("recompute" if cat == "compute" else cat, name, dur, f, nbytes))
+        return _Phase(tuple(parts))
+
+    # -- first and last stage extras
+    def embedding(self) -> tuple[_Phase, _Phase]:
+        scn, d = self.scn, self.device
+        par, m = scn.parallel, scn.model
+        T = par.micro_batch * m.seq_len // par.cp
+        a = d.activation_bytes
+        fwd = [("compute", "embedding lookup", memory_op_time_s(d, 2 * T * m.hidden * a), 0.0, 2 * T * m.hidden * a)]
+        bwd = [("compute", "embedding grad", memory_op_time_s(d, 3 * T * m.hidden * 4), 0.0, 3 * T * m.hidden * 4)]
+        if par.tp > 1:  # vocab-parallel embedding: partial sums reduced across TP
+            msg = T * m.hidden * a
+            kind = "reducescatter" if par.sequence_parallel else "allreduce"
+            fwd.append(("tp_comm", "embedding " + kind, self.coll(kind, "tp", msg), 0.0, msg))
+        return _Phase(tuple(fwd)), _Phase(tuple(bwd))
+
+    def logits(self) -> tuple[_Phase, _Phase, _Phase]:
+        scn, d = self.scn, self.device
+        par, m = scn.parallel, scn.model
+        T = par.micro_batch * m.seq_len // par.cp
+        a = d.activation_bytes
+        v_local = -(-m.vocab // par.tp)
+        t_mm = matmul_time_s(d, T, v_local, m.hidden)
+        f = 2.0 * T * v_local * m.hidden
+        ce_bytes = T * v_local * (a + 4 + 4)  # read 16-bit logits, fp32 softmax, write fp32 grad
+        t_ce = memory_op_time_s(d, ce_bytes, kernels=3)
+        fwd = [("compute", "final norm", memory_op_time_s(d, 2 * T * m.hidden * a), 0.0, 0.0)]
+        bwd_in = []
+        if par.tp > 1 and par.sequence_parallel:
+            msg = T * m.hidden * a
+            fwd.append(("tp_comm", "tp allgather", self.coll("allgather", "tp", msg), 0.0, msg))
+            bwd_in.append(("tp_comm", "tp reducescatter", self.coll("reducescatter", "tp", msg), 0.0, msg))
+        fwd += [("compute", "logits", t_mm, f, 0.0), ("compute", "cross-entropy", t_ce, 0.0, ce_bytes)]
+        bwd_in += [("compute", "cross-entropy bwd", t_ce, 0.0, ce_bytes), ("compute", "logits dgrad", t_mm, f, 0.0)]
+        bwd_w = [("compute", "logits wgrad", t_mm, f, 0.0)]
+        return _Phase(tuple(fwd)), _Phase(tuple(bwd_in)), _Phase(tuple(bwd_w))
+
+
+def _repeat(phase: _Phase, n: int) -> list:
+    """n identical layers, summed part by part (the block keeps one entry per op)."""
+    return [(c, name, dur * n, f * n, nb * n) for c, name, dur, f, nb in phase.parts]
+
+
+def build_program(scn: Scenario, comm: CommModel | None = None) -> Program:
+    """Cost every stage's chunks for this scenario."""
+    comm = comm or default_comm_model(scn)
+    coster = _Coster(scn, comm)
+    par, m = scn.parallel, scn.model
+    pp, vp = par.pp, par.vp
+    layout = layers_per_chunk(m.layers, pp, vp)
+    layer_cost = {False: coster.layer(False)}
+    if m.is_moe:
+        layer_cost[True] = coster.layer(True)
+    emb_f, emb_b = coster.embedding()
+    log_f, log_bi, log_bw = coster.logits()
+    gbytes = grad_reduce_bytes_per_param(scn.dtype)
+    bucket_params = max(par.grad_bucket_params, 1_000_000 * par.dp)  # Megatron DDP bucket rule
+    device = coster.device
+    embed_params = m.vocab * m.hidden / par.tp
+
+    stages = []
+    for s in range(pp):
+        chunks = []
+        stage_params = 0.0
+        for c in range(vp):
+            layers = layout[c * pp + s]
+            first, last = s == 0 and c == 0, s == pp - 1 and c == vp - 1
+            n_moe = sum(1 for i in layers if m.is_moe_layer(i))
+            counts = {False: len(layers) - n_moe, True: n_moe}
+            fwd: list = []
+            b_in: list = []
+            b_w: list = []
+            rec: list = []
+            params = 0.0
+            if first:
+                fwd += emb_f.parts
+                params += embed_params + (m.seq_len * m.hidden if m.position_embeddings else 0)
+            for moe, n in counts.items():
+                if n == 0:
+                    continue
+                lf, lbi, lbw, lrec, lparams = layer_cost[moe]
+                fwd += _repeat(lf, n)
+                rec += _repeat(lrec, n)
+                b_in += _repeat(lbi, n)
+                b_w += _repeat(lbw, n)
+                params += lparams * n
+            if last:
+                fwd += log_f.parts
+                b_in = list(log_bi.parts) + b_in
+                b_w = list(log_bw.parts) + b_w
+                params += 0 if m.tied_embeddings and pp == 1 else embed_params
+            if first:
+                b_in += emb_b.parts
+            stage_params += params
+            buckets = _buckets(params, bucket_params)
+            dp_grad_s, dp_param_s = [], []
+            if par.dp > 1 and par.zero < 3:
+                for n_params in buckets:
+                    if par.zero == 0:
+                        dp_grad_s.append(coster.coll("allreduce", "dp", n_params * gbytes, s))
+                    else:
+                        dp_grad_s.append(coster.coll("reducescatter", "dp", n_params * gbytes, s))
+                        dp_param_s.append(coster.coll("allgather", "dp", n_params * device.element_bytes, s))
+            rec_block = list(rec)
+            chunks.append(
+                ChunkProgram(
+                    stage=s,
+                    chunk=c,
+                    num_layers=len(layers),
+                    forward=_block(fwd),
+                    backward=_block(rec_block + b_in + b_w),
+                    backward_input=_block(rec_block + b_in),
+                    backward_weight=_block(b_w),
+                    grad_bucket_s=tuple(dp_grad_s),
+                    param_gather_s=tuple(dp_param_s),
+                    params_local=params,
+                )
+            )
+        shard = par.dp if par.zero >= 1 else 1
+        opt_bytes = stage_params / shard * ADAM_BYTES_PER_PARAM
+        optimizer_s = memory_op_time_s(device, opt_bytes, kernels=4)
+        act_msg = par.micro_batch * m.seq_len // par.cp * m.hidden * device.activation_bytes / par.tp
+        p2p_s = coster.coll("sendrecv", "pp", act_msg, s) if pp > 1 else 0.0
+        stages.append(StageProgram(stage=s, chunks=tuple(chunks), optimizer_s=optimizer_s, p2p_s=p2p_s))
+
+    dl = scn.dataloader
+    return Program(
+        stages=tuple(stages),
+        num_microbatches=par.num_microbatches,
+        pp=pp,
+        vp=vp,
+        schedule=par.schedule,
+        zero=par.zero,
+        overlap_grad_reduce=par.overlap_grad_reduce,
+        overlap_param_gather=par.overlap_param_gather,
+        dataloader_latency_s=dl.microbatch_latency_s,
+        dataloader_workers=dl.workers,
+        dataloader_prefetch=dl.prefetch,
+        dataloader_jitter=dl.jitter,
+        dataloader_seed=dl.seed,
+        collectives=tuple(coster.seen.values()),
+    )
+
+
+def _buckets(params: float, bucket_params: float) -> list[float]:
+    """Split a chunk's parameters into DP buckets (last one partial)."""
+    if params <= 0:
+        return []
+    full, rest = divmod(params, bucket_params)
+    out = [bucket_params] * int(full)
+    if rest > 0:
+        out.append(rest)
+    return out
