@@ -1,0 +1,143 @@
+"""`mfusim run`: simulate one step and show it (SPEC §3-4)."""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+from typing import Any
+
+from .metrics import StepReport
+from .specs import Scenario
+from .timeline import CATEGORIES
+
+BAR_WIDTH = 30
+
+
+def comm_model_for(scn: Scenario, name: str):
+    from .comm import FlatCommModel, default_comm_model
+
+    return FlatCommModel(scn) if name == "flat" else default_comm_model(scn)
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from .cli import check_writable, print_json, scenario_path
+    from .engine import simulate
+    from .loading import load_scenario
+
+    scn = load_scenario(scenario_path(args.scenario))
+    trace_path = check_writable(args.trace, "--trace") if args.trace else None
+    plot_path = check_writable(args.plot, "--plot") if args.plot else None
+    comm = comm_model_for(scn, getattr(args, "comm_model", "topology"))
+    base_seed = args.seed if args.seed is not None else scn.variability.seed
+    result = simulate(scn, comm, seed=args.seed)
+    report = result.report
+    samples = [report]
+    for i in range(1, args.samples):
+        samples.append(simulate(scn, comm, seed=base_seed + i).report)
+
+    for w in report.warnings:
+        sys.stderr.write(f"warning: {w}\n")
+    # --- trace and plot hooks (simulator/trace.py, simulator/plots.py)
+    if trace_path is not None:
+        from .trace import write_chrome_trace
+
+        write_chrome_trace(result.timeline, report, trace_path)
+        sys.stderr.write(f"wrote trace {trace_path} (open in ui.perfetto.dev)\n")
+    if plot_path is not None:
+        from .plots import step_figure
+
+        fig = step_figure(result.timeline, report)
+        fig.savefig(plot_path, dpi=120, bbox_inches="tight")
+        sys.stderr.write(f"wrote plot {plot_path}\n")
+
+    stats = sample_stats(samples) if args.samples > 1 else None
+    if args.json:
+        out = report.to_dict()
+        if stats is not None:
+            out["samples"] = stats
+        print_json(out)
+    else:
+        print(format_report(scn, report))
+        if stats is not None:
+            print(format_samples(stats))
+    return 0
+
+
+def _percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    if len(ordered) == 1:
+        return ordered[0]
+    pos = q * (len(ordered) - 1)
+    lo = int(pos)
+    hi = min(lo + 1, len(ordered) - 1)
+    return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
+
+
+def sample_stats(samples: list[StepReport]) -> dict[str, Any]:
+    steps = [r.step_time_s for r in samples]
+    mfus = [r.mfu for r in samples]
+    return {
+        "n": len(samples),
+        "step_time_s": {
+            "mean": statistics.fmean(steps),
+            "p50": _percentile(steps, 0.5),
+            "p99": _percentile(steps, 0.99),
+            "min": min(steps),
+            "max": max(steps),
+        },
+        "mfu": {"mean": statistics.fmean(mfus), "p50": _percentile(mfus, 0.5), "p99": _percentile(mfus, 0.01)},
+    }
+
+
+def format_samples(stats: dict[str, Any]) -> str:
+    st, mf = stats["step_time_s"], stats["mfu"]
+    return (
+        f"\nOver {stats['n']} sampled steps: step time mean {st['mean']:.3f} s, p50 {st['p50']:.3f} s, "
+        f"p99 {st['p99']:.3f} s; MFU mean {mf['mean']:.1%}, p50 {mf['p50']:.1%}, worst-1% {mf['p99']:.1%}"
+    )
+
+
+def format_report(scn: Scenario, r: StepReport) -> str:
+    par = r.parallel
+    flags = [par.schedule + (f" vp={par.vp}" if par.vp > 1 else ""), f"recompute {par.recompute}"]
+    if par.sequence_parallel:
+        flags.append("SP")
+    if par.zero:
+        flags.append(f"ZeRO-{par.zero}")
+    lines = [
+        f"{r.name}",
+        f"  {r.num_gpus} x {scn.gpu.name} ({scn.topology.name}), {scn.model.name}, {scn.dtype}",
+        f"  tp {par.tp} · pp {par.pp} · dp {par.dp} · cp {par.cp}" + (f" · ep {par.ep}" if par.ep > 1 else "")
+        + f";  micro-batch {par.micro_batch} x {par.num_microbatches} = global batch {par.global_batch}; "
+        + ", ".join(flags),
+        "",
+        f"  MFU  {r.mfu:6.1%}     HFU {r.hfu:6.1%}     MFU(6Ψ) {r.mfu_6psi:6.1%}     "
+        f"{r.model_tflops_per_gpu:.1f} model TFLOP/s per GPU",
+        f"  step time {r.step_time_s:.4g} s     {r.tokens_per_s:,.0f} tokens/s ({r.tokens_per_s_per_gpu:,.1f} per GPU)",
+    ]
+    if r.memory is not None:
+        mem = r.memory
+        fit = "fits" if mem.fits else "DOES NOT FIT"
+        parts = ", ".join(f"{k} {v / 2**30:.1f}" for k, v in mem.parts_bytes.items())
+        lines.append(f"  memory {mem.peak_bytes / 2**30:.1f} GiB of {mem.capacity_bytes / 2**30:.0f} GiB per GPU ({fit}): {parts}")
+    lines += ["", "  Where the time goes (mean over pipeline stages):", f"  {'category':<11} {'seconds':>10} {'% step':>7}"]
+    bd = r.breakdown_s
+    for cat in CATEGORIES:
+        sec = bd[cat]
+        if sec <= 0:
+            continue
+        frac = sec / r.step_time_s
+        bar = "█" * max(1, round(frac * BAR_WIDTH)) if frac > 0.005 else ""
+        lines.append(f"  {cat:<11} {sec:>10.4g} {frac:>7.1%} {bar}")
+    if par.pp > 1:
+        used = [c for c in CATEGORIES if any(st[c] > 0 for st in r.breakdown_by_stage_s)]
+        lines += ["", "  Per stage (% of step):", "  stage " + " ".join(f"{c[:9]:>9}" for c in used)]
+        shown = range(par.pp) if par.pp <= 16 else [*range(4), -1, *range(par.pp - 4, par.pp)]
+        for i in shown:
+            if i < 0:
+                lines.append("  ...")
+                continue
+            st = r.breakdown_by_stage_s[i]
+            lines.append(f"  {i:>5} " + " ".join(f"{st[c] / r.step_time_s:>9.1%}" for c in used))
+    return "\n".join(lines)
