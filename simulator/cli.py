@@ -55,6 +55,19 @@ def _positive_int(flag: str):
     return parse
 
 
+def _seed(flag: str):
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{flag} must be an integer >= 0, got {text!r}") from None
+        if not 0 <= value < 2**63:
+            raise argparse.ArgumentTypeError(f"{flag} must be an integer in [0, 2**63), got {text!r}")
+        return value
+
+    return parse
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="mfusim", description="Distributed-training bottleneck simulator: MFU, HFU and where the time goes.")
     from . import __version__
@@ -68,7 +81,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--trace", metavar="FILE.json", help="write a Chrome/Perfetto trace of the step")
     p.add_argument("--plot", metavar="FILE.png", help="write a picture of the step (Gantt + breakdown)")
     p.add_argument("--samples", type=_positive_int("--samples"), default=1, help="simulate N steps with different seeds")
-    p.add_argument("--seed", type=int, default=None, help="override the scenario's seeds")
+    p.add_argument("--seed", type=_seed("--seed"), default=None, help="override the scenario's seeds")
     p.add_argument("--comm-model", choices=("topology", "flat"), default="topology", help="collective cost model")
 
     p = sub.add_parser("sweep", help="simulate every valid configuration of a scenario's [sweep] table")
