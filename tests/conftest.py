@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -112,3 +113,41 @@ def write_file(tmp_path: Path) -> Callable[..., Path]:
         return path
 
     return write
+
+
+# ----------------------------------------------------------------------------- TOML writing
+def _toml_value(value: object) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        if value != value:
+            return "nan"
+        if value in (float("inf"), float("-inf")):
+            return "inf" if value > 0 else "-inf"
+        return repr(value)
+    if isinstance(value, str):
+        return json.dumps(value)  # JSON string escapes are valid TOML basic-string escapes
+    if isinstance(value, list | tuple):
+        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{json.dumps(str(k))} = {_toml_value(v)}" for k, v in value.items()) + "}"
+    return json.dumps(str(value))
+
+
+def dump_toml(data: dict[str, object], _prefix: str = "") -> str:
+    """A minimal TOML writer (scalars, lists, nested tables; nan/inf as TOML literals)."""
+    lines = []
+    tables = []
+    for key, value in data.items():
+        name = json.dumps(str(key)) if not str(key).replace("_", "").replace("-", "").isalnum() else str(key)
+        if isinstance(value, dict) and value and all(isinstance(k, str) for k in value):
+            tables.append((name, value))
+        else:
+            lines.append(f"{name} = {_toml_value(value)}")
+    out = "\n".join(lines) + ("\n" if lines else "")
+    for name, table in tables:
+        full = f"{_prefix}.{name}" if _prefix else name
+        out += f"\n[{full}]\n" + dump_toml(table, full)
+    return out
