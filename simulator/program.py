@@ -245,8 +245,26 @@ class _Coster:
             fwd.append(("dp_comm", "zero3 param allgather", max(0.0, ag - fwd_compute), 0.0, 0.0))
             b_w.append(("dp_comm", "zero3 allgather+reducescatter", max(0.0, ag + rs - bwd_compute), 0.0, 0.0))
 
+        if par.tp_comm_overlap and par.tp > 1:
+            fwd = self._overlap_tp(fwd, fwd)
+            b_in = self._overlap_tp(b_in, b_in + b_w)
         recompute = self._recompute(fwd, attn_parts[0])
         return _Phase(tuple(fwd)), _Phase(tuple(b_in)), _Phase(tuple(b_w)), recompute, params_local
+
+    def _overlap_tp(self, parts: list, compute_parts: list) -> list:
+        """TP communication overlapped with the layer's GEMMs (Megatron/Transformer Engine
+        userbuffers, `--tp-comm-overlap`): only what exceeds the GEMM time stays exposed;
+        the hidden part slows the GEMMs by the GPU's `overlap_slowdown` (SM/memory sharing)."""
+        tp_s = sum(p[2] for p in parts if p[0] == "tp_comm")
+        gemm_s = sum(p[2] for p in compute_parts if p[0] == "compute" and p[3] > 0)
+        if tp_s <= 0:
+            return parts
+        exposed = max(0.0, tp_s - gemm_s)
+        hidden = tp_s - exposed
+        keep = exposed / tp_s
+        out = [(c, n, d * keep if c == "tp_comm" else d, f, b) for c, n, d, f, b in parts]
+        out.append(("compute", "tp overlap interference", hidden * self.scn.gpu.efficiency.overlap_slowdown, 0.0, 0.0))
+        return out
 
     def _attention(self, T: int, s_local: int, s: int, heads_local: int, q_local: int):
         d = self.device

@@ -483,10 +483,9 @@ def check_parallel_fits(model: ModelSpec, par: ParallelConfig, num_gpus: int) ->
         )
     if par.pp > model.layers:
         raise ConfigError(f"pp = {par.pp} exceeds the number of layers ({model.layers})", key=f"{p}.pp")
-    if par.vp > 1 and model.layers % (par.pp * par.vp):
+    if par.vp > 1 and model.layers < par.pp * par.vp:
         raise ConfigError(
-            f"the interleaved schedule needs pp*vp = {par.pp * par.vp} to divide "
-            f"the number of layers ({model.layers})",
+            f"pp*vp = {par.pp * par.vp} model chunks exceed the number of layers ({model.layers})",
             key=f"{p}.vp",
         )
     if model.seq_len % par.cp or (par.cp > 1 and model.seq_len % (2 * par.cp)):
