@@ -29,13 +29,11 @@ import numpy as np
 import simpy
 
 from .comm import CommModel
-from .flops import step_flops
-from .metrics import StepReport
+from .metrics import StepReport, step_report
 from .program import Block, Program, build_program
 from .schedules import Task, stage_tasks
 from .specs import Scenario, VariabilitySpec
 from .timeline import MAIN_STREAM, Span, Timeline
-from .units import GIB_BYTES
 
 
 @dataclass(frozen=True, slots=True)
@@ -334,32 +332,3 @@ def simulate(scn: Scenario, comm_model: CommModel | None = None, seed: int | Non
     timeline = run_step(program, scn.variability, group_size=par.tp * par.cp, replicas=par.dp)
     report = step_report(scn, program, timeline.step_time_s, tuple(timeline.breakdown_by_stage_s()))
     return StepResult(report=report, timeline=timeline, program=program)
-
-
-def step_report(scn: Scenario, program: Program, step_time_s: float, by_stage: tuple[dict[str, float], ...]) -> StepReport:
-    """The SPEC §4 report of a step, however its time was obtained (engine or closed form)."""
-    from .memory import memory_footprint
-
-    f = step_flops(scn.model, scn.parallel.global_batch, scn.parallel.recompute)
-    memory = memory_footprint(scn)
-    warnings = list(scn.warnings())
-    if not memory.fits:
-        warnings.append(
-            f"does not fit in GPU memory: {memory.peak_bytes / GIB_BYTES:.1f} GiB needed per GPU, "
-            f"{memory.capacity_bytes / GIB_BYTES:.0f} GiB available"
-        )
-    return StepReport(
-        name=scn.name,
-        num_gpus=scn.num_gpus,
-        parallel=scn.parallel,
-        step_time_s=step_time_s,
-        tokens_per_step=scn.tokens_per_step,
-        model_flops_per_step=f.model,
-        hardware_flops_per_step=f.hardware,
-        six_psi_flops_per_step=f.six_psi,
-        peak_flop_per_s=scn.peak_flop_per_s,
-        breakdown_by_stage_s=by_stage,
-        memory=memory,
-        warnings=tuple(warnings),
-        collectives=program.collectives,
-    )

@@ -8,11 +8,14 @@ of each stage's exclusive timeline, so it sums to the step time.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from .specs import ParallelConfig
+from .specs import ParallelConfig, Scenario
 from .timeline import CATEGORIES
 from .units import GIB_BYTES, TERA
+
+if TYPE_CHECKING:
+    from .program import Program
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,3 +139,33 @@ class StepReport:
             out["collectives"] = list(self.collectives)
         out.update(self.extra)
         return out
+
+
+def step_report(scn: Scenario, program: Program, step_time_s: float, by_stage: tuple[dict[str, float], ...]) -> StepReport:
+    """The SPEC §4 report of a step, however its time was obtained (engine or closed form)."""
+    from .flops import step_flops
+    from .memory import memory_footprint
+
+    f = step_flops(scn.model, scn.parallel.global_batch, scn.parallel.recompute)
+    memory = memory_footprint(scn)
+    warnings = list(scn.warnings())
+    if not memory.fits:
+        warnings.append(
+            f"does not fit in GPU memory: {memory.peak_bytes / GIB_BYTES:.1f} GiB needed per GPU, "
+            f"{memory.capacity_bytes / GIB_BYTES:.0f} GiB available"
+        )
+    return StepReport(
+        name=scn.name,
+        num_gpus=scn.num_gpus,
+        parallel=scn.parallel,
+        step_time_s=step_time_s,
+        tokens_per_step=scn.tokens_per_step,
+        model_flops_per_step=f.model,
+        hardware_flops_per_step=f.hardware,
+        six_psi_flops_per_step=f.six_psi,
+        peak_flop_per_s=scn.peak_flop_per_s,
+        breakdown_by_stage_s=by_stage,
+        memory=memory,
+        warnings=tuple(warnings),
+        collectives=program.collectives,
+    )
