@@ -21,6 +21,9 @@ RANK_AXES = ("tp", "cp", "dp", "pp")
 
 MAX_GPUS = 1_000_000  # larger than any cluster built; guards against typos like 1e12
 MAX_DIM = 10_000_000
+# Discrete-event budget: pp·vp·micro-batches tasks per stage timeline (~130 µs and ~12 KB each);
+# far above real jobs (GPT-3 1T: 64·1·~100), low enough that no scenario runs for minutes.
+MAX_PIPELINE_TASKS = 100_000
 
 
 # ----------------------------------------------------------------------------- checks
@@ -334,6 +337,14 @@ class ParallelConfig:
                 )
         elif self.schedule == "interleaved" and self.pp > 1:
             raise ConfigError("schedule 'interleaved' needs vp > 1", key=f"{p}.vp")
+        tasks = self.pp * self.vp * self.num_microbatches
+        if tasks > MAX_PIPELINE_TASKS:
+            raise ConfigError(
+                f"pp*vp*micro-batches = {self.pp}*{self.vp}*{self.num_microbatches} = {tasks:,} pipeline "
+                f"tasks per step, over the simulator's budget of {MAX_PIPELINE_TASKS:,}; "
+                "raise micro_batch or lower global_batch",
+                key=f"{p}.global_batch",
+            )
         if self.sequence_parallel and self.tp == 1:
             # harmless: SP with tp=1 is a no-op; keep it valid
             pass
