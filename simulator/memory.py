@@ -77,7 +77,9 @@ from .units import GIB_BYTES
 # --- bytes per parameter (Megatron mixed precision, fp32 main grads) --------------------------
 WEIGHT_BYTES = 2  # bf16 / fp16 weights used by the forward and backward passes
 FP8_WEIGHT_CACHE_BYTES = 1  # fp8 training: Transformer Engine's cached fp8 copy of each weight
-GRAD_BYTES = 4  # fp32 main gradients (Megatron accumulates in fp32)
+GRAD_BYTES = 4  # fp32 main gradients (Megatron-LM arguments.py: bf16 forces
+# accumulate_allreduce_grads_in_fp32, so main_grad buffers are fp32)
+FP16_GRAD_BYTES = 2  # fp16 training keeps 16-bit gradients
 OPTIMIZER_BYTES = 12  # fp32 master weights + Adam m + Adam v (Rajbhandari et al. 2020 §3: K = 12)
 
 # --- activations (Korthikanti et al. 2022) -----------------------------------------------------
@@ -270,9 +272,13 @@ def _model_state_bytes(params: StageParams, par: ParallelConfig, dtype: str) -> 
     total = params.dense + params.expert
     sharded = params.dense / d + params.expert / d_expert  # this rank's 1/d share
     weight_bytes = WEIGHT_BYTES + (FP8_WEIGHT_CACHE_BYTES if dtype == "fp8" else 0)
+    # fp16 keeps 16-bit gradients and an fp32 copy of them in the optimizer (Megatron's
+    # "fp16 param, fp16 grads: 4 + 16/d"); bf16/fp8 accumulate fp32 main grads ("6 + 12/d").
+    grad_bytes = FP16_GRAD_BYTES if dtype == "fp16" else GRAD_BYTES
+    optimizer_bytes = OPTIMIZER_BYTES + (GRAD_BYTES if dtype == "fp16" else 0)
     weights = weight_bytes * (sharded if par.zero >= 3 else total)
-    grads = GRAD_BYTES * (sharded if par.zero >= 2 else total)
-    optimizer = OPTIMIZER_BYTES * (sharded if par.zero >= 1 else total)
+    grads = grad_bytes * (sharded if par.zero >= 2 else total)
+    optimizer = optimizer_bytes * (sharded if par.zero >= 1 else total)
     return weights, grads, optimizer
 
 
