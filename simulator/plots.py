@@ -92,14 +92,26 @@ def _new_figure(width_in: float, height_in: float) -> Figure:
     return fig
 
 
-def phase_of(span: Span) -> str:
-    """The Gantt color class of a span: compute splits into forward and backward by name."""
+def phase_of(span: Span, default: str = "compute") -> str:
+    """The Gantt color class of a span: compute splits into forward and backward by name.
+
+    A compute span whose name says neither (e.g. a forward segment named "qkv" next to
+    "qkv dgrad") gets `default`.
+    """
     if span.category != "compute":
         return span.category
     if _BACKWARD.search(span.name):
         return "backward"
     if _FORWARD.search(span.name):
         return "forward"
+    return default
+
+
+def _compute_default(timeline: Timeline) -> str:
+    """When some compute spans are named as backward, the unnamed rest are forward."""
+    for s in timeline.spans:
+        if s.category == "compute" and _BACKWARD.search(s.name):
+            return "forward"
     return "compute"
 
 
@@ -125,6 +137,12 @@ def _merged(spans: Iterable[Span], key: Any) -> list[tuple[float, float, Span]]:
         else:
             out.append((s.start_s, s.end_s, s))
     return out
+
+
+def _task_key(span: Span) -> tuple[str, int, int]:
+    """Which task a span belongs to: its name's first word ("F3", "B3.1", "W3") and indices."""
+    head = span.name.split(" ", 1)[0] if span.name else ""
+    return (head, span.microbatch, span.chunk)
 
 
 def _legend_handles(keys: Iterable[str]) -> list[Patch]:
@@ -154,38 +172,52 @@ def draw_pipeline_gantt(ax: Axes, timeline: Timeline, report: StepReport, *, lab
     px_per_unit = width_px / max(step / unit_s, 1e-30)
 
     main_h, side_h = 0.62, 0.2
+    default = _compute_default(timeline)
+
+    def phase(span: Span) -> str:
+        return phase_of(span, default)
+
+    main_by_stage: dict[int, list[Span]] = {st: [] for st in range(timeline.num_stages)}
+    side_by_stage: dict[int, list[Span]] = {st: [] for st in range(timeline.num_stages)}
+    for sp in timeline.spans:
+        if sp.duration_s > 0:
+            (main_by_stage if sp.stream == MAIN_STREAM else side_by_stage).setdefault(sp.stage, []).append(sp)
+
     present: set[str] = set()
     side_present: set[str] = set()
     for stage in range(timeline.num_stages):
         y = stage
-        main = timeline.stage_spans(stage, MAIN_STREAM)
-        blocks = _merged(main, key=lambda s: (phase_of(s), s.microbatch, s.chunk))
+        main = main_by_stage[stage]
         by_color: dict[tuple[str, int], list[tuple[float, float]]] = {}
-        for start, end, s in blocks:
-            ph = phase_of(s)
+        for start, end, sp in _merged(main, key=lambda x: (phase(x), x.microbatch, x.chunk)):
+            ph = phase(sp)
             present.add(ph)
-            by_color.setdefault((ph, max(s.chunk, 0)), []).append((start / unit_s, (end - start) / unit_s))
+            by_color.setdefault((ph, max(sp.chunk, 0)), []).append((start / unit_s, (end - start) / unit_s))
         for (ph, chunk), xr in by_color.items():
             if ph == "bubble":
                 ax.broken_barh(xr, (y - main_h / 2, main_h), facecolors=COLORS[ph], edgecolors=BUBBLE_EDGE,
                                hatch=BUBBLE_HATCH, linewidth=0.0)
             else:
                 ax.broken_barh(xr, (y - main_h / 2, main_h), facecolors=_chunk_color(COLORS.get(ph, "#A0A0A0"), chunk),
-                               edgecolors="white", linewidth=0.3)
+                               linewidth=0.0)
+        # One outline (and its micro-batch number) per task: a forward or backward of one micro-batch
+        # on one chunk, including the exposed communication inside it.
+        tasks = _merged((x for x in main if x.microbatch >= 0 and x.category not in ("bubble", "pp_comm", "dataloader")),
+                        key=_task_key)
+        outlines = [(a / unit_s, (b - a) / unit_s) for a, b, _ in tasks if (b - a) / unit_s * px_per_unit >= 4]
+        if outlines:
+            ax.broken_barh(outlines, (y - main_h / 2, main_h), facecolors="none", edgecolors="white", linewidth=0.7)
         if label_microbatches:
-            for start, end, s in blocks:
-                if s.microbatch < 0 or phase_of(s) not in ("forward", "backward", "compute", "recompute"):
-                    continue
-                text = str(s.microbatch)
+            for start, end, sp in tasks:
+                text = str(sp.microbatch)
                 if (end - start) / unit_s * px_per_unit < 6.5 * len(text) + 4:
                     continue
                 ax.text((start + end) / 2 / unit_s, y, text, ha="center", va="center", fontsize=7, color="white",
                         clip_on=True)
         # Work beside the GPU timeline (overlapped communication, transfers, loading): a thin lane.
-        side = [s for s in timeline.spans if s.stage == stage and s.stream != MAIN_STREAM and s.duration_s > 0]
         side_by_cat: dict[str, list[tuple[float, float]]] = {}
-        for start, end, s in _merged(side, key=lambda s: (s.category, s.stream)):
-            side_by_cat.setdefault(s.category, []).append((start / unit_s, (end - start) / unit_s))
+        for start, end, sp in _merged(side_by_stage[stage], key=lambda x: (x.category, x.stream)):
+            side_by_cat.setdefault(sp.category, []).append((start / unit_s, (end - start) / unit_s))
         for cat, xr in side_by_cat.items():
             side_present.add(cat)
             ax.broken_barh(xr, (y + main_h / 2, side_h), facecolors=COLORS.get(cat, "#A0A0A0"), alpha=SIDE_ALPHA,
@@ -210,8 +242,9 @@ def draw_pipeline_gantt(ax: Axes, timeline: Timeline, report: StepReport, *, lab
     for cat in (c for c in CATEGORIES if c in side_present):
         name = LABELS.get(cat, cat).replace(" (exposed)", "")
         handles.append(Patch(facecolor=COLORS.get(cat, "#A0A0A0"), alpha=SIDE_ALPHA, label=f"thin lane: {name}"))
+    title = "GPU is doing" + ("\n(lighter shade: later model chunk)" if report.parallel.vp > 1 else "")
     ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.005, 1.0), fontsize=8, frameon=False,
-              title="GPU is doing", title_fontsize=8)
+              title=title, title_fontsize=8)
 
 
 def pipeline_gantt(timeline: Timeline, report: StepReport) -> Figure:

@@ -1,0 +1,704 @@
+"""`mfusim whatif`: the seed notes' "how to raise MFU" list, answered with numbers (issue 7).
+
+For each lever of the seed's list (more micro-batches, interleaving, overlap, sequence
+parallel / selective recomputation, a faster network, a faster dataloader, FlashAttention,
+tensor-core friendly shapes) the baseline Scenario is changed with `dataclasses.replace`
+on its frozen specs, simulated, and compared with the baseline. A lever that does not
+apply (pp = 1 for interleaving, FlashAttention already on, ...) or that makes an invalid
+configuration is kept with the reason it was skipped. One sentence names the bottleneck
+(the largest non-compute category of the baseline breakdown) and what recovers it.
+
+MFU of every variant counts the *baseline* model's FLOPs per token, so padding a shape
+(extra, useless FLOPs) is credited only with the time it saves; for every other lever this
+equals the variant's own MFU.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, replace
+from typing import Any, Protocol
+
+from .errors import ConfigError
+from .metrics import StepReport
+from .specs import Scenario
+from .units import GIB_BYTES
+
+# Phrases naming each breakdown category in the headline sentence.
+CATEGORY_PHRASES = {
+    "bubble": "pipeline bubble",
+    "dataloader": "waiting for the dataloader",
+    "dp_comm": "exposed data-parallel communication",
+    "tp_comm": "exposed tensor-parallel communication",
+    "pp_comm": "exposed pipeline send/recv",
+    "cp_comm": "exposed context-parallel communication",
+    "ep_comm": "exposed expert-parallel (all-to-all) communication",
+    "recompute": "activation recomputation",
+    "optimizer": "the optimizer step",
+    "other": "other overhead",
+    "compute": "compute",
+}
+MIN_BOTTLENECK_FRACTION = 0.03  # below this, no loss category is worth naming: compute-bound
+
+
+class _Result(Protocol):
+    @property
+    def report(self) -> StepReport: ...
+
+
+SimulateFn = Callable[[Scenario], _Result]
+
+
+@dataclass(frozen=True, slots=True)
+class Lever:
+    """One what-if variant of the baseline and its predicted effect."""
+
+    key: str  # stable identifier, e.g. "interleave_vp3"
+    name: str  # e.g. "interleave, vp=3"
+    change: str  # what was changed, e.g. "parallel.vp 1 -> 3, schedule interleaved"
+    addresses: tuple[str, ...]  # breakdown categories the lever attacks
+    mfu: float | None = None  # predicted MFU (baseline model FLOPs per token), None if skipped
+    gain: float | None = None  # mfu - baseline mfu (fraction; x100 = points of MFU)
+    step_time_s: float | None = None
+    tokens_per_s: float | None = None
+    peak_memory_bytes: float | None = None
+    fits: bool | None = None
+    note: str = ""
+    skipped: str = ""  # why the lever was not simulated ("" when it was)
+    phrase: str = ""  # the lever inside a sentence: "interleaving with vp=3"
+
+    @property
+    def applied(self) -> bool:
+        return not self.skipped
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "key": self.key,
+            "name": self.name,
+            "change": self.change,
+            "addresses": list(self.addresses),
+        }
+        if self.applied:
+            out.update(
+                mfu=self.mfu,
+                gain=self.gain,
+                step_time_s=self.step_time_s,
+                tokens_per_s=self.tokens_per_s,
+                peak_memory_gib=None if self.peak_memory_bytes is None else self.peak_memory_bytes / GIB_BYTES,
+                fits=self.fits,
+            )
+            if self.note:
+                out["note"] = self.note
+        else:
+            out["skipped"] = self.skipped
+        return out
+
+
+@dataclass(frozen=True, slots=True)
+class WhatIf:
+    """The baseline, every lever (applied ones sorted by predicted MFU), and the headline."""
+
+    scenario_name: str
+    baseline: StepReport
+    levers: tuple[Lever, ...]
+
+    @property
+    def applied(self) -> tuple[Lever, ...]:
+        return tuple(lv for lv in self.levers if lv.applied)
+
+    @property
+    def skipped(self) -> tuple[Lever, ...]:
+        return tuple(lv for lv in self.levers if not lv.applied)
+
+    @property
+    def bottleneck(self) -> tuple[str, float]:
+        """(category, fraction of the step) of the largest loss; ("compute", f) if none matters."""
+        return bottleneck(self.baseline)
+
+    @property
+    def headline(self) -> str:
+        return headline(self.baseline, self.applied)
+
+    def to_dict(self) -> dict[str, Any]:
+        base = self.baseline
+        cat, frac = self.bottleneck
+        step = base.step_time_s
+        return {
+            "name": self.scenario_name,
+            "headline": self.headline,
+            "bottleneck": {"category": cat, "fraction_of_step": frac},
+            "baseline": {
+                "mfu": base.mfu,
+                "hfu": base.hfu,
+                "step_time_s": step,
+                "tokens_per_s": base.tokens_per_s,
+                "breakdown_s": base.breakdown_s,
+                "breakdown_fraction": {k: (v / step if step > 0 else 0.0) for k, v in base.breakdown_s.items()},
+                "attributed_fraction": {
+                    k: (v / step if step > 0 else 0.0) for k, v in attributed_losses_s(base).items()
+                },
+                "memory_fits": None if base.memory is None else base.memory.fits,
+            },
+            "levers": [lv.to_dict() for lv in self.applied],
+            "skipped": [lv.to_dict() for lv in self.skipped],
+        }
+
+
+# ----------------------------------------------------------------------------- the levers
+@dataclass(frozen=True, slots=True)
+class _Variant:
+    key: str
+    name: str
+    change: str
+    addresses: tuple[str, ...]
+    build: Callable[[], Scenario] | None  # None: skipped
+    skipped: str = ""
+    note: str = ""
+
+    @property
+    def phrase(self) -> str:
+        return lever_phrase(self.key, self.name)
+
+
+_PHRASES = {
+    "microbatches_x2_global": "doubling the micro-batches (global batch x2)",
+    "microbatches_x2_smaller": "doubling the micro-batches (half-size micro-batches)",
+    "enable_overlap_grad_reduce": "overlapping the gradient reduction with backward",
+    "enable_overlap_param_gather": "overlapping the parameter all-gather with forward",
+    "enable_tp_comm_overlap": "overlapping TP communication with the GEMMs",
+    "enable_all_overlap": "turning on every communication overlap",
+    "sequence_parallel": "sequence parallelism",
+    "recompute_selective": "selective instead of full recomputation",
+    "recompute_none": "dropping recomputation",
+    "zero1_instead_of_zero3": "ZeRO-1 instead of ZeRO-3",
+    "network_x2": "a 2x faster network",
+    "dataloader_x4": "a 4x faster dataloader",
+    "dataloader_free": "an instant dataloader",
+    "flash_attention": "FlashAttention",
+    "pad_shapes": "padding to tensor-core friendly shapes",
+    "micro_batch_x2": "doubling the micro-batch size",
+}
+
+
+def lever_phrase(key: str, name: str) -> str:
+    """How a lever reads inside the headline sentence."""
+    if key.startswith("interleave_vp"):
+        return f"interleaving with vp={key.removeprefix('interleave_vp')}"
+    return _PHRASES.get(key, name)
+
+
+def _par(scn: Scenario, **changes: Any) -> Scenario:
+    return replace(scn, parallel=replace(scn.parallel, **changes))
+
+
+def _with_micro_batch(scn: Scenario, micro_batch: int) -> Scenario:
+    """A new micro-batch size; loading one micro-batch takes proportionally longer or shorter
+    (the dataloader's latency is per micro-batch), so loading does not become free."""
+    dl = scn.dataloader
+    scale = micro_batch / scn.parallel.micro_batch
+    return replace(
+        _par(scn, micro_batch=micro_batch),
+        dataloader=replace(dl, microbatch_latency_s=dl.microbatch_latency_s * scale),
+    )
+
+
+def _skip(key: str, name: str, addresses: tuple[str, ...], reason: str) -> _Variant:
+    return _Variant(key, name, "", addresses, None, skipped=reason)
+
+
+def _round_up(x: int, multiple: int) -> int:
+    return -(-x // multiple) * multiple
+
+
+def _latency_change(scn: Scenario, scale: float) -> str:
+    lat_ms = scn.dataloader.microbatch_latency_s * 1e3
+    return f", dataloader latency {lat_ms:g} -> {lat_ms * scale:g} ms" if lat_ms > 0 else ""
+
+
+def _microbatch_levers(scn: Scenario) -> Iterator[_Variant]:
+    par = scn.parallel
+    addr = ("bubble",)
+    m = par.num_microbatches
+    if par.pp == 1:
+        reason = "pp = 1: there is no pipeline bubble to shrink"
+        yield _skip("microbatches_x2_global", "2x micro-batches (global batch x2)", addr, reason)
+        yield _skip("microbatches_x2_smaller", "2x micro-batches (micro-batch /2)", addr, reason)
+        return
+    yield _Variant(
+        "microbatches_x2_global",
+        "2x micro-batches (global batch x2)",
+        f"parallel.global_batch {par.global_batch} -> {2 * par.global_batch} (m {m} -> {2 * m})",
+        addr,
+        lambda: _par(scn, global_batch=2 * par.global_batch),
+        note="changes the optimizer batch: check convergence",
+    )
+    if par.micro_batch % 2:
+        yield _skip(
+            "microbatches_x2_smaller",
+            "2x micro-batches (micro-batch /2)",
+            addr,
+            f"micro_batch = {par.micro_batch} cannot be halved",
+        )
+    else:
+        yield _Variant(
+            "microbatches_x2_smaller",
+            "2x micro-batches (micro-batch /2)",
+            f"parallel.micro_batch {par.micro_batch} -> {par.micro_batch // 2} (m {m} -> {2 * m})"
+            + _latency_change(scn, 0.5),
+            addr,
+            lambda: _with_micro_batch(scn, par.micro_batch // 2),
+        )
+
+
+def _interleave_levers(scn: Scenario) -> Iterator[_Variant]:
+    par = scn.parallel
+    for vp in (2, 3, 4):
+        key, name = f"interleave_vp{vp}", f"interleave, vp={vp}"
+        if par.pp == 1:
+            yield _skip(key, name, ("bubble",), "pp = 1: interleaving needs a pipeline")
+            continue
+        if vp == par.vp:
+            yield _skip(key, name, ("bubble",), f"already vp = {vp}")
+            continue
+        yield _Variant(
+            key,
+            name,
+            f"parallel.vp {par.vp} -> {vp}, schedule {par.schedule} -> interleaved",
+            ("bubble",),
+            lambda vp=vp: _par(scn, vp=vp, schedule="interleaved"),  # type: ignore[misc]
+            note="more P2P traffic; more in-flight activations",
+        )
+
+
+def _overlap_levers(scn: Scenario) -> Iterator[_Variant]:
+    par = scn.parallel
+    switches = (
+        ("overlap_grad_reduce", "overlap DP gradient reduction with backward", ("dp_comm",), par.dp > 1, "dp = 1"),
+        (
+            "overlap_param_gather",
+            "overlap parameter all-gather with forward",
+            ("dp_comm",),
+            par.dp > 1 and par.zero >= 1,
+            "no sharded parameters to gather (dp = 1 or zero = 0)",
+        ),
+        ("tp_comm_overlap", "overlap TP communication with GEMMs", ("tp_comm",), par.tp > 1, "tp = 1"),
+    )
+    off = []
+    for flag, name, addr, relevant, why_not in switches:
+        if not relevant:
+            yield _skip(f"enable_{flag}", name, addr, f"{why_not}: nothing to overlap")
+        elif getattr(par, flag):
+            yield _skip(f"enable_{flag}", name, addr, f"parallel.{flag} is already on")
+        else:
+            off.append(flag)
+            yield _Variant(
+                f"enable_{flag}",
+                name,
+                f"parallel.{flag} false -> true",
+                addr,
+                lambda flag=flag: _par(scn, **{flag: True}),  # type: ignore[misc]
+            )
+    if len(off) > 1:
+        yield _Variant(
+            "enable_all_overlap",
+            "all communication overlaps on",
+            ", ".join(f"parallel.{f} -> true" for f in off),
+            ("dp_comm", "tp_comm"),
+            lambda: _par(scn, **dict.fromkeys(off, True)),
+        )
+
+
+def _memory_levers(scn: Scenario) -> Iterator[_Variant]:
+    par = scn.parallel
+    if par.tp == 1:
+        yield _skip("sequence_parallel", "sequence parallel", ("tp_comm", "recompute"), "tp = 1")
+    elif par.sequence_parallel:
+        yield _skip("sequence_parallel", "sequence parallel", ("tp_comm", "recompute"), "already on")
+    else:
+        yield _Variant(
+            "sequence_parallel",
+            "sequence parallel",
+            "parallel.sequence_parallel false -> true",
+            ("tp_comm", "recompute"),
+            lambda: _par(scn, sequence_parallel=True),
+            note="shards LayerNorm/dropout activations over TP (less memory; AG+RS instead of AR)",
+        )
+    if par.recompute == "full":
+        yield _Variant(
+            "recompute_selective",
+            "selective instead of full recomputation",
+            "parallel.recompute full -> selective",
+            ("recompute",),
+            lambda: _par(scn, recompute="selective"),
+        )
+    else:
+        yield _skip(
+            "recompute_selective",
+            "selective instead of full recomputation",
+            ("recompute",),
+            f"recompute = {par.recompute}, not full",
+        )
+    if par.recompute == "none":
+        yield _skip("recompute_none", "no recomputation", ("recompute",), "recompute is already none")
+    else:
+        yield _Variant(
+            "recompute_none",
+            "no recomputation",
+            f"parallel.recompute {par.recompute} -> none",
+            ("recompute",),
+            lambda: _par(scn, recompute="none"),
+            note="needs the activation memory",
+        )
+    if par.zero == 3:
+        yield _Variant(
+            "zero1_instead_of_zero3",
+            "ZeRO-1 instead of ZeRO-3",
+            "parallel.zero 3 -> 1",
+            ("dp_comm",),
+            lambda: _par(scn, zero=1),
+            note="no per-layer parameter all-gathers; full weights on every GPU",
+        )
+
+
+def _network_lever(scn: Scenario) -> Iterator[_Variant]:
+    topo = scn.topology
+    name = "faster network (2x NIC bandwidth)"
+    addr = ("dp_comm", "pp_comm", "tp_comm", "cp_comm", "ep_comm")
+    if scn.num_gpus <= topo.gpus_per_node:
+        yield _skip("network_x2", name, addr, f"all {scn.num_gpus} GPUs are in one node: no inter-node traffic")
+        return
+    inter = topo.inter_node
+    gbps_old = inter.nic_bandwidth_bytes_per_s * 8 / 1e9
+    yield _Variant(
+        "network_x2",
+        name,
+        f"cluster.inter_node.nic_Gbps {gbps_old:g} -> {2 * gbps_old:g}",
+        addr,
+        lambda: replace(
+            scn,
+            topology=replace(topo, inter_node=replace(inter, nic_bandwidth_bytes_per_s=2 * inter.nic_bandwidth_bytes_per_s)),
+        ),
+    )
+
+
+def _dataloader_levers(scn: Scenario) -> Iterator[_Variant]:
+    dl = scn.dataloader
+    lat_ms = dl.microbatch_latency_s * 1e3
+    for key, name, factor in (
+        ("dataloader_x4", "4x faster dataloader", 0.25),
+        ("dataloader_free", "instant dataloader (latency 0)", 0.0),
+    ):
+        if dl.microbatch_latency_s <= 0:
+            yield _skip(key, name, ("dataloader",), "the dataloader latency is already 0")
+            continue
+        yield _Variant(
+            key,
+            name,
+            f"dataloader.microbatch_latency_ms {lat_ms:g} -> {lat_ms * factor:g}",
+            ("dataloader",),
+            lambda factor=factor: replace(  # type: ignore[misc]
+                scn, dataloader=replace(dl, microbatch_latency_s=dl.microbatch_latency_s * factor)
+            ),
+        )
+
+
+def _kernel_levers(scn: Scenario) -> Iterator[_Variant]:
+    if scn.kernels.flash_attention:
+        yield _skip("flash_attention", "FlashAttention on", ("compute", "recompute"), "already on")
+    else:
+        yield _Variant(
+            "flash_attention",
+            "FlashAttention on",
+            "kernels.flash_attention false -> true",
+            ("compute", "recompute"),
+            lambda: replace(scn, kernels=replace(scn.kernels, flash_attention=True)),
+        )
+    yield _shapes_lever(scn)
+
+
+def padded_shapes(scn: Scenario) -> dict[str, int]:
+    """Tensor-core friendly model dimensions: the fields that change and their new values.
+
+    hidden up to a multiple of 64 (and of heads, so heads keep equal size); the per-GPU
+    shards of the MLP and of the vocabulary up to multiples of 128 (Megatron pads the
+    vocabulary to a multiple of 128·tp: `--make-vocab-size-divisible-by 128`).
+    """
+    m, tp = scn.model, scn.parallel.tp
+    out: dict[str, int] = {}
+    hidden_multiple = 64 if m.head_dim else math.lcm(64, m.heads)
+    hidden = _round_up(m.hidden, hidden_multiple)
+    if hidden != m.hidden and hidden <= 1.25 * m.hidden:
+        out["hidden"] = hidden
+    ffn = _round_up(m.ffn, 128 * tp)
+    if ffn != m.ffn or ("hidden" in out and not m.ffn_hidden):
+        out["ffn_hidden"] = ffn if ffn != m.ffn else m.ffn
+    vocab = _round_up(m.vocab, 128 * tp)
+    if vocab != m.vocab:
+        out["vocab"] = vocab
+    return out
+
+
+def _shapes_lever(scn: Scenario) -> _Variant:
+    name = "tensor-core friendly shapes (pad to multiples of 64/128)"
+    addr = ("compute",)
+    pads = padded_shapes(scn)
+    if not pads:
+        return _skip("pad_shapes", name, addr, "hidden, ffn/tp and vocab/tp are already multiples of 64/128")
+    m = scn.model
+    change = ", ".join(f"model.{k} {getattr(m, k) or m.ffn} -> {v}" for k, v in pads.items())
+    return _Variant(
+        "pad_shapes",
+        name,
+        change,
+        addr,
+        lambda: replace(
+            scn,
+            model=replace(
+                m,
+                hidden=pads.get("hidden", m.hidden),
+                ffn_hidden=pads.get("ffn_hidden", m.ffn_hidden),
+                vocab=pads.get("vocab", m.vocab),
+            ),
+        ),
+        note="padding is wasted work: MFU counts the unpadded model's FLOPs",
+    )
+
+
+def _batch_shape_lever(scn: Scenario) -> _Variant:
+    par = scn.parallel
+    name = "2x micro-batch size (bigger GEMMs)"
+    if par.global_batch % (2 * par.micro_batch * par.dp):
+        return _skip(
+            "micro_batch_x2",
+            name,
+            ("compute",),
+            f"global_batch {par.global_batch} is not a multiple of 2*micro_batch*dp",
+        )
+    return _Variant(
+        "micro_batch_x2",
+        name,
+        f"parallel.micro_batch {par.micro_batch} -> {2 * par.micro_batch}" + _latency_change(scn, 2.0),
+        ("compute",),
+        lambda: _with_micro_batch(scn, 2 * par.micro_batch),
+        note="halves the number of micro-batches (more bubble when pp > 1); more activation memory",
+    )
+
+
+def candidate_variants(scn: Scenario) -> list[_Variant]:
+    """Every lever of the seed's list, applicable or not (the latter with the reason)."""
+    out: list[_Variant] = []
+    out += _dataloader_levers(scn)
+    out += _microbatch_levers(scn)
+    out += _interleave_levers(scn)
+    out += _overlap_levers(scn)
+    out += _memory_levers(scn)
+    out += _network_lever(scn)
+    out += _kernel_levers(scn)
+    out.append(_batch_shape_lever(scn))
+    return out
+
+
+# ----------------------------------------------------------------------------- analysis
+def _default_simulate() -> SimulateFn:
+    from .engine import simulate
+
+    return simulate
+
+
+def _useful_flops_per_token(report: StepReport) -> float:
+    return report.model_flops_per_step / report.tokens_per_step
+
+
+def analyze(scenario: Scenario, simulate: SimulateFn | None = None) -> WhatIf:
+    """Simulate the baseline and every applicable lever; applied levers sorted by MFU."""
+    sim = simulate or _default_simulate()
+    base = sim(scenario).report
+    per_token = _useful_flops_per_token(base)
+    applied: list[Lever] = []
+    skipped: list[Lever] = []
+    for v in candidate_variants(scenario):
+        if v.build is None:
+            skipped.append(Lever(v.key, v.name, v.change, v.addresses, skipped=v.skipped, phrase=v.phrase))
+            continue
+        try:
+            variant = v.build()
+            rep = sim(variant).report
+        except ConfigError as err:
+            skipped.append(
+                Lever(v.key, v.name, v.change, v.addresses, skipped=f"invalid: {err.message}", phrase=v.phrase)
+            )
+            continue
+        mfu = per_token * rep.tokens_per_s / (rep.num_gpus * rep.peak_flop_per_s)
+        mem = rep.memory
+        note = v.note
+        if mem is not None and not mem.fits:
+            warn = f"does not fit: {mem.peak_bytes / GIB_BYTES:.1f} GiB > {mem.capacity_bytes / GIB_BYTES:.0f} GiB"
+            note = f"{warn}; {note}" if note else warn
+        applied.append(
+            Lever(
+                v.key,
+                v.name,
+                v.change,
+                v.addresses,
+                mfu=mfu,
+                gain=mfu - base.mfu,
+                step_time_s=rep.step_time_s,
+                tokens_per_s=rep.tokens_per_s,
+                peak_memory_bytes=None if mem is None else mem.peak_bytes,
+                fits=None if mem is None else mem.fits,
+                note=note,
+                phrase=v.phrase,
+            )
+        )
+    # best first; equal MFU keeps the candidate order (the milder lever first)
+    applied.sort(key=lambda lv: -round(lv.mfu or 0.0, 9))
+    return WhatIf(scenario.name, base, tuple(applied) + tuple(skipped))
+
+
+def whatif(scenario: Scenario, simulate: SimulateFn | None = None) -> list[Lever]:
+    """Every lever: applied ones first, sorted by predicted MFU (best first), then skipped ones."""
+    return list(analyze(scenario, simulate).levers)
+
+
+WORK_CATEGORIES = ("compute", "recompute", "tp_comm", "cp_comm", "ep_comm", "pp_comm")
+
+
+def expected_bubble_s(report: StepReport) -> float:
+    """The pipeline bubble the schedule itself causes, per stage on average.
+
+    Closed form (Narayanan et al. 2021 §2.2): bubble = (p−1)/(v·m) of the ideal (busy) time
+    for GPipe, 1F1B and interleaved 1F1B; no pipeline, no bubble.
+    """
+    par = report.parallel
+    if par.pp <= 1:
+        return 0.0
+    work = sum(report.breakdown_s.get(c, 0.0) for c in WORK_CATEGORIES)
+    return (par.pp - 1) / (par.vp * par.num_microbatches) * work
+
+
+def attributed_losses_s(report: StepReport) -> dict[str, float]:
+    """The mean breakdown with stalls charged to their cause.
+
+    When stage 0 waits for data, every later stage then idles waiting for its activations:
+    that idle time is recorded as `bubble` on those stages, but its cause is the dataloader.
+    Bubble beyond the schedule's own (p−1)/(v·m) share is moved to `dataloader`, up to what
+    the dataloader stall on stage 0 can have caused downstream ((p−1) × its mean share).
+    """
+    out = dict(report.breakdown_s)
+    data = out.get("dataloader", 0.0)
+    if data > 0 and report.parallel.pp > 1:
+        excess = max(0.0, out.get("bubble", 0.0) - expected_bubble_s(report))
+        moved = min(excess, data * (report.parallel.pp - 1))
+        out["bubble"] = out.get("bubble", 0.0) - moved
+        out["dataloader"] = data + moved
+    return out
+
+
+def bottleneck(report: StepReport) -> tuple[str, float]:
+    """The largest loss (stalls charged to their cause) and its fraction of the step.
+
+    ("compute", compute fraction) when no loss reaches MIN_BOTTLENECK_FRACTION.
+    """
+    step = report.step_time_s
+    if step <= 0:
+        return ("compute", 0.0)
+    losses = {c: v / step for c, v in attributed_losses_s(report).items() if c != "compute"}
+    cat, frac = max(losses.items(), key=lambda kv: kv[1], default=("compute", 0.0))
+    if frac < MIN_BOTTLENECK_FRACTION:
+        return ("compute", report.breakdown_s.get("compute", 0.0) / step)
+    return (cat, frac)
+
+
+def _usable(levers: tuple[Lever, ...], baseline_fits: bool) -> list[Lever]:
+    """Levers worth recommending: positive gain and, when the baseline fits, fitting in memory."""
+    return [lv for lv in levers if (lv.gain or 0.0) > 0 and (not baseline_fits or lv.fits is not False)]
+
+
+def headline(base: StepReport, applied: tuple[Lever, ...]) -> str:
+    """One sentence: the bottleneck of the baseline and the lever that recovers most of it."""
+    cat, frac = bottleneck(base)
+    fits = base.memory is None or base.memory.fits
+    good = _usable(applied, fits)
+    pct = f"{100 * frac:.0f}%"
+
+    def recovers(lv: Lever) -> str:
+        gain = 100 * (lv.gain or 0.0)
+        return f"{lv.phrase or lv.name} recovers {gain:.1f} points of MFU ({100 * base.mfu:.1f}% -> {100 * (lv.mfu or 0):.1f}%)"
+
+    if cat == "compute":
+        first = f"The step is compute-bound: {pct} of it is compute and no other category reaches {100 * MIN_BOTTLENECK_FRACTION:.0f}%"
+        return f"{first}; {recovers(good[0])}." if good else f"{first}; none of the levers raises MFU."
+    first = f"{pct} of the step is {CATEGORY_PHRASES.get(cat, cat)}"
+    if cat == "dataloader" and base.parallel.pp > 1:
+        first += " (stage 0 waits for data, the later stages idle behind it)"
+    targeted = [lv for lv in good if cat in lv.addresses]
+    if targeted:
+        return f"{first}; {recovers(targeted[0])}."
+    if good:
+        return f"{first}; no lever tried removes it, the best overall is: {recovers(good[0])}."
+    return f"{first}; none of the levers tried raises MFU."
+
+
+# ----------------------------------------------------------------------------- CLI
+def _print_table(result: WhatIf, out: Any) -> None:
+    base = result.baseline
+    step = base.step_time_s
+    bd = sorted(((v / step, k) for k, v in base.breakdown_s.items() if v > 0), reverse=True) if step > 0 else []
+    out.write(
+        f"{result.scenario_name}: baseline MFU {100 * base.mfu:.1f}%, HFU {100 * base.hfu:.1f}%, "
+        f"step {step:.4g} s, {base.tokens_per_s:,.0f} tokens/s on {base.num_gpus:,} GPUs\n"
+    )
+    out.write(result.headline + "\n")
+    out.write("breakdown: " + ", ".join(f"{k} {100 * f:.1f}%" for f, k in bd) + "\n\n")
+    rows = [("#", "lever", "MFU", "gain", "step (s)", "tokens/s", "mem", "change")]
+    for i, lv in enumerate(result.applied, 1):
+        mem = "" if lv.fits is None else ("ok" if lv.fits else "OOM")
+        rows.append(
+            (
+                str(i),
+                lv.name,
+                f"{100 * (lv.mfu or 0):.1f}%",
+                f"{100 * (lv.gain or 0):+.1f}",
+                f"{lv.step_time_s or 0:.4g}",
+                f"{lv.tokens_per_s or 0:,.0f}",
+                mem,
+                lv.change,
+            )
+        )
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    right = {0, 2, 3, 4, 5}
+    for r in rows:
+        cells = [c.rjust(w) if i in right else c.ljust(w) for i, (c, w) in enumerate(zip(r, widths, strict=True))]
+        out.write("  ".join(cells).rstrip() + "\n")
+    notes = [(i, lv) for i, lv in enumerate(result.applied, 1) if lv.note]
+    if notes:
+        out.write("\nnotes:\n")
+        for i, lv in notes:
+            out.write(f"  {i}. {lv.note}\n")
+    if result.skipped:
+        out.write("\nnot applicable:\n")
+        for lv in result.skipped:
+            out.write(f"  - {lv.name}: {lv.skipped}\n")
+    out.write("\ngain = points of MFU over the baseline; MFU counts the baseline model's FLOPs per token.\n")
+
+
+def cmd_whatif(args: argparse.Namespace) -> int:
+    """`mfusim whatif [SCENARIO] [--json]`."""
+    from .cli import print_json, scenario_path
+    from .loading import load_scenario
+
+    scenario = load_scenario(scenario_path(getattr(args, "scenario", None)))
+    result = analyze(scenario)
+    if getattr(args, "json", False):
+        print_json(result.to_dict())
+    else:
+        _print_table(result, sys.stdout)
+    return 0
+
+
+def format_json(result: WhatIf) -> str:
+    return json.dumps(result.to_dict(), indent=2)

@@ -1,0 +1,159 @@
+"""`mfusim whatif`: the seed's levers, built, simulated, ranked, and the bottleneck named."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from simulator.cli import main, scenario_path
+from simulator.loading import load_scenario, scenario_from_dict
+from simulator.specs import Scenario
+from simulator.whatif import analyze, candidate_variants, lever_phrase, padded_shapes, whatif
+
+SMALL_MODEL = {"preset": "gpt3-175b", "layers": 24, "hidden": 2048, "heads": 16, "seq_len": 2048}
+
+DATALOADER_BOUND = {
+    "name": "dataloader-bound",
+    "model": SMALL_MODEL,
+    "cluster": {"topology": "dgx-a100", "num_gpus": 16},
+    "parallel": {"tp": 1, "pp": 2, "micro_batch": 4, "global_batch": 256},
+    "dataloader": {"microbatch_latency_ms": 1000.0, "workers": 2, "prefetch": 2},
+}
+DATALOADER_BOUND_NO_PP = {
+    **DATALOADER_BOUND,
+    "name": "dataloader-bound, no pipeline",
+    "parallel": {"tp": 1, "pp": 1, "micro_batch": 4, "global_batch": 4096},
+}
+BUBBLE_HEAVY = {
+    "name": "bubble-heavy",
+    "model": SMALL_MODEL,
+    "cluster": {"topology": "dgx-a100", "num_gpus": 32},
+    "parallel": {"tp": 4, "pp": 8, "micro_batch": 1, "global_batch": 8, "sequence_parallel": True},
+}
+
+
+def scn(d: dict) -> Scenario:
+    return scenario_from_dict(d)
+
+
+# ----------------------------------------------------------------------------- levers (no engine)
+def test_every_seed_lever_is_listed_with_a_reason_when_skipped() -> None:
+    variants = candidate_variants(load_scenario(scenario_path(None)))
+    keys = {v.key for v in variants}
+    for key in (
+        "microbatches_x2_global",
+        "interleave_vp2",
+        "interleave_vp3",
+        "interleave_vp4",
+        "enable_overlap_grad_reduce",
+        "enable_tp_comm_overlap",
+        "sequence_parallel",
+        "recompute_selective",
+        "network_x2",
+        "dataloader_x4",
+        "dataloader_free",
+        "flash_attention",
+        "pad_shapes",
+    ):
+        assert key in keys, key
+    for v in variants:
+        if v.build is None:
+            assert v.skipped, v.key
+        else:
+            built = v.build()  # a valid, frozen Scenario
+            assert isinstance(built, Scenario)
+            assert v.change
+
+
+def test_levers_change_what_they_say() -> None:
+    base = load_scenario(scenario_path(None))
+    by_key = {v.key: v for v in candidate_variants(base)}
+    vp3 = by_key["interleave_vp3"].build()
+    assert (vp3.parallel.vp, vp3.parallel.schedule) == (3, "interleaved")
+    net = by_key["network_x2"].build()
+    assert net.topology.inter_node.nic_bandwidth_bytes_per_s == 2 * base.topology.inter_node.nic_bandwidth_bytes_per_s
+    gb = by_key["microbatches_x2_global"].build()
+    assert gb.parallel.num_microbatches == 2 * base.parallel.num_microbatches
+    assert by_key["dataloader_x4"].build is None  # the default has no dataloader latency
+    dl = {v.key: v for v in candidate_variants(scn(DATALOADER_BOUND))}
+    assert dl["dataloader_x4"].build().dataloader.microbatch_latency_s == pytest.approx(0.25)
+    assert dl["dataloader_free"].build().dataloader.microbatch_latency_s == 0.0
+
+
+def test_pipeline_levers_skip_without_a_pipeline() -> None:
+    by_key = {v.key: v for v in candidate_variants(scn(DATALOADER_BOUND_NO_PP))}
+    assert "pp = 1" in by_key["interleave_vp2"].skipped
+    assert "pp = 1" in by_key["microbatches_x2_global"].skipped
+    assert "tp = 1" in by_key["sequence_parallel"].skipped
+
+
+def test_padded_shapes() -> None:
+    d = {**DATALOADER_BOUND, "model": {**SMALL_MODEL, "hidden": 2000, "vocab": 50257}}
+    pads = padded_shapes(scn(d))
+    assert pads == {"hidden": 2048, "ffn_hidden": 8064, "vocab": 50304}
+    assert padded_shapes(load_scenario(scenario_path(None))) == {}
+
+
+def test_lever_phrases() -> None:
+    assert lever_phrase("interleave_vp3", "x") == "interleaving with vp=3"
+    assert "dataloader" in lever_phrase("dataloader_x4", "x")
+
+
+# ----------------------------------------------------------------------------- with the engine
+def test_dataloader_bound_names_the_dataloader_first() -> None:
+    for d in (DATALOADER_BOUND, DATALOADER_BOUND_NO_PP):
+        result = analyze(scn(d))
+        assert result.bottleneck[0] == "dataloader", d["name"]
+        assert result.headline.split(";")[0].endswith(")") or "dataloader" in result.headline.split(";")[0]
+        assert "dataloader" in result.headline.split(";")[0]
+        first = result.applied[0]
+        assert first.key.startswith("dataloader"), (d["name"], first.key)
+        assert first.gain is not None and first.gain > 0.05
+
+
+def test_bubble_heavy_more_microbatches_and_interleaving_gain() -> None:
+    result = analyze(scn(BUBBLE_HEAVY))
+    assert result.bottleneck[0] == "bubble"
+    gains = {lv.key: lv.gain for lv in result.applied}
+    assert gains["microbatches_x2_global"] > 0.02
+    assert max(g for k, g in gains.items() if k.startswith("interleave")) > 0.01
+    head = result.headline
+    assert head.split(";")[0].endswith("pipeline bubble")
+    assert "interleaving" in head or "micro-batches" in head
+    # sorted by predicted MFU, skipped levers last with their reasons
+    mfus = [lv.mfu for lv in result.applied]
+    assert mfus == sorted(mfus, reverse=True)
+    assert all(lv.skipped for lv in result.levers[len(result.applied):])
+    assert whatif(scn(BUBBLE_HEAVY))[0].key == result.applied[0].key
+
+
+def _write(tmp_path: Path, d: dict) -> Path:
+    from simulator.loading import scenario_from_dict as _  # noqa: F401  (same schema)
+
+    lines = [f'name = "{d["name"]}"']
+    for table in ("model", "cluster", "parallel", "dataloader"):
+        if table not in d:
+            continue
+        lines.append(f"[{table}]")
+        for k, v in d[table].items():
+            lines.append(f"{k} = {json.dumps(v)}")
+    path = tmp_path / "s.toml"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def test_cli_whatif_table_and_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = _write(tmp_path, DATALOADER_BOUND)
+    assert main(["whatif", str(path)]) == 0
+    out = capsys.readouterr().out
+    lines = out.splitlines()
+    assert "dataloader" in lines[1]  # the headline, right under the baseline line
+    assert "lever" in out and "MFU" in out and "gain" in out and "not applicable" in out
+    assert main(["whatif", str(path), "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["bottleneck"]["category"] == "dataloader"
+    assert data["levers"][0]["key"].startswith("dataloader")
+    assert all("skipped" in s for s in data["skipped"])
+    assert data["baseline"]["mfu"] < data["levers"][0]["mfu"]
