@@ -22,8 +22,9 @@ RANK_AXES = ("tp", "cp", "dp", "pp")
 MAX_GPUS = 1_000_000  # larger than any cluster built; guards against typos like 1e12
 MAX_DIM = 10_000_000
 # Discrete-event budget: pp·vp·micro-batches tasks per stage timeline (~130 µs and ~12 KB each);
-# far above real jobs (GPT-3 1T: 64·1·~100), low enough that no scenario runs for minutes.
-MAX_PIPELINE_TASKS = 100_000
+# above every published job (MT-NLG 530B in Narayanan et al. Table 2: 35·3·1120 = 117,600),
+# low enough that no scenario runs for more than a couple of minutes.
+MAX_PIPELINE_TASKS = 1_000_000
 
 
 # ----------------------------------------------------------------------------- checks
@@ -345,9 +346,6 @@ class ParallelConfig:
                 "raise micro_batch or lower global_batch",
                 key=f"{p}.global_batch",
             )
-        if self.sequence_parallel and self.tp == 1:
-            # harmless: SP with tp=1 is a no-op; keep it valid
-            pass
 
     @property
     def num_microbatches(self) -> int:
