@@ -62,34 +62,36 @@ def alignment_factor(dim: int, dtype: str) -> float:
     return 0.65
 
 
-def quantization_factor(m: int, n: int, num_sms: int) -> float:
-    """Useful fraction of the work in tile- and wave-quantized execution of an m×n output."""
+def quantization_factor(m: int, n: int, num_sms: int, count: int = 1) -> float:
+    """Useful fraction of the work in tile- and wave-quantized execution of `count` m×n
+    outputs computed by one (batched/grouped) kernel."""
     tiles_m = math.ceil(m / TILE_M)
     tiles_n = math.ceil(n / TILE_N)
     tile_eff = (m * n) / (tiles_m * TILE_M * tiles_n * TILE_N)
-    tiles = tiles_m * tiles_n
+    tiles = tiles_m * tiles_n * count
     waves = math.ceil(tiles / num_sms)
     wave_eff = tiles / (waves * num_sms)
     return tile_eff * wave_eff
 
 
-def matmul_efficiency(device: Device, m: int, n: int, k: int) -> float:
+def matmul_efficiency(device: Device, m: int, n: int, k: int, count: int = 1) -> float:
     eff = device.gpu.efficiency
-    flops = 2.0 * m * n * k
+    flops = 2.0 * m * n * k * count
     shape = min(alignment_factor(m, device.dtype), alignment_factor(n, device.dtype), alignment_factor(k, device.dtype))
     ramp = flops / (flops + eff.matmul_ramp_flop)
-    return eff.matmul_peak_fraction * quantization_factor(m, n, device.gpu.num_sms) * shape * ramp
+    return eff.matmul_peak_fraction * quantization_factor(m, n, device.gpu.num_sms, count) * shape * ramp
 
 
 def matmul_time_s(device: Device, m: int, n: int, k: int, count: int = 1) -> float:
-    """`count` independent GEMMs of (m×k)·(k×n), e.g. the experts of a grouped GEMM."""
+    """`count` independent GEMMs of (m×k)·(k×n) in one batched/grouped kernel (attention heads,
+    the local experts of an MoE layer)."""
     if m <= 0 or n <= 0 or k <= 0 or count <= 0:
         return 0.0
     flops = 2.0 * m * n * k * count
-    t_compute = flops / (device.peak_flop_per_s * matmul_efficiency(device, m, n, k))
+    t_compute = flops / (device.peak_flop_per_s * matmul_efficiency(device, m, n, k, count))
     moved_bytes = (m * k + k * n) * device.element_bytes + m * n * device.activation_bytes
     t_memory = count * moved_bytes / device.mem_bandwidth_bytes_per_s
-    return max(t_compute, t_memory) + count * device.gpu.efficiency.kernel_launch_s
+    return max(t_compute, t_memory) + device.gpu.efficiency.kernel_launch_s
 
 
 def memory_op_time_s(device: Device, moved_bytes: float, kernels: int = 1) -> float:

@@ -25,7 +25,7 @@ from .specs import ModelSpec, Scenario
 CAUSAL_WORK_FRACTION = 0.5  # a causal FlashAttention kernel skips the upper-triangle blocks
 FLASH_BWD_TO_FWD = 2.5  # FlashAttention-2 (Dao 2023) backward runs 5 matmuls vs 2 forward
 ADAM_BYTES_PER_PARAM = 34  # fused Adam: fp32 grad r(4) + master r/w(8) + m r/w(8) + v r/w(8) + 16-bit param w(2) + grad zero(4)
-UNFUSED_SOFTMAX_PASSES = 8  # scale, mask, softmax, dropout: read + write of the s×s scores each
+UNFUSED_SOFTMAX_PASSES = 4  # Megatron's fused scale-mask-softmax (read + write) and dropout (read + write)
 
 
 # ----------------------------------------------------------------------------- blocks
