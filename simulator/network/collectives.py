@@ -1,0 +1,491 @@
+"""Collective algorithms costed α–β on the bottleneck links of a group's placement (issue 4, 3-5).
+
+Message size S follows nccl-tests (simulator/comm.py): the AllReduce buffer, the AllGather
+output, the ReduceScatter input, the All-to-All buffer per rank, the bytes one rank sends in a
+send/recv. Bus factors are those of nccl-tests doc/PERFORMANCE.md: AllReduce 2(n-1)/n,
+AllGather/ReduceScatter/All-to-All (n-1)/n, Broadcast 1.
+
+A group is reduced to a `GroupShape`: n ranks on k nodes, m per node on u NICs, the load that the
+*concurrent* groups (same axis, same pipeline stage, all replicas) put on the group's busiest NIC
+and on its busiest oversubscribed leaf uplink. Every algorithm then costs
+
+    time = launch + Σ steps · α(hop, protocol) + max over links (bytes on link / (B_link · η · f_proto))
+
+with η = `gpu.efficiency.nccl_bw_fraction` (calibrated per GPU, the achieved fraction of a
+link's bandwidth) — pipelined algorithms are limited by their slowest link, not a sum.
+
+Algorithm menu and choice follow NCCL's tuner (NCCL src/graph/tuning.cc, ncclTopoTuneModel and
+ncclTopoGetAlgoTime, v2.8-2.21): every (algorithm, protocol) pair is costed and the fastest is
+taken, as NCCL does per call.
+- ring (all kinds): NCCL's steps: nsteps = 2(n-1) for AllReduce, n-1 for AllGather/ReduceScatter,
+  of which 2(k-1) / (k-1) cross the network; each rank sends bf·S through its links.
+- double binary tree (AllReduce, k > 1): latency 2·((m-1)·α_intra + log2(k)·α_inter); bandwidth
+  2S per node at 0.92 of the ring's bus bandwidth (tuning.cc: tree busBw *= 0.92, algBw = busBw/2).
+- NVLS (AllReduce inside one NVSwitch-3+ node, `intra_node.nvls`): the switch reduces and
+  multicasts, each GPU sends and receives S once (not 2(n-1)/n·S).
+- hierarchical (AllReduce, AllGather, ReduceScatter across nodes): intra-node reduce-scatter ->
+  inter-node allreduce (ring or tree) among the m rails -> intra-node all-gather, the phases in
+  sequence; with NVLS the two intra-node phases run on the switch (NCCL's NVLS-tree).
+- PAT (AllGather/ReduceScatter with one rank per node, NCCL >= 2.23): log2(n) steps at 0.75 of
+  the ring's bandwidth.
+- All-to-All and send/recv: all peers at once; bytes per link from the placement.
+Protocols (tuning.cc): LL = 8-byte stores with a 4-byte flag, half the bandwidth; LL128 = 120
+useful bytes per 128 (busBw *= 0.92), NVLink fabrics only; Simple = full bandwidth, highest
+latency. Per-hop latency = the topology's `latency_us` (our Simple hop) times NCCL's hwLat ratio
+of that protocol to Simple (NVLink ring LL 0.6/3.4, LL128 1.9/3.4; network ring LL 2.7/14,
+LL128 4.0/14); launch latency = NCCL's baseLat (ring: LL 6.6 µs, LL128 14 µs, Simple 8.4 µs).
+Not modelled: NCCL's per-size tree correction table, the ring "plateau" factor, LL bandwidth
+caps per architecture, CollNet/SHARP in-network reduction.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from ..comm import bus_factor
+from .fabric import Fabric
+from .placement import Placement
+
+US = 1e-6
+
+
+@dataclass(frozen=True, slots=True)
+class Protocol:
+    name: str
+    bandwidth_fraction: float
+    intra_latency_ratio: float  # hop latency / Simple hop latency, NVLink/PCIe hops
+    inter_latency_ratio: float  # the same for network hops
+    launch_s: float
+    nvlink_only: bool = False
+
+
+# NCCL src/graph/tuning.cc: baseLat (ring) and hwLat ratios, LL 50% / LL128 120/128 bandwidth.
+PROTOCOLS = (
+    Protocol("LL", 0.5, 0.6 / 3.4, 2.7 / 14.0, 6.6 * US),
+    Protocol("LL128", 0.92, 1.9 / 3.4, 4.0 / 14.0, 14.0 * US, nvlink_only=True),
+    Protocol("Simple", 1.0, 1.0, 1.0, 8.4 * US),
+)
+SIMPLE = PROTOCOLS[-1]
+
+# tuning.cc: `if (a == NCCL_ALGO_TREE) busBw *= .92` (v2.12+; 0.9 before).
+TREE_BW_FRACTION = 0.92
+# NCCL 2.23+ PAT algorithm: busBw *= 0.75 (tuning.cc, PAT refinement).
+PAT_BW_FRACTION = 0.75
+# NVLS AllReduce on NVSwitch gen 3 (H100/H200): nccl-tests all_reduce_perf on one DGX H100 reports
+# about 480 GB/s bus bandwidth with NVLS versus ~360-370 with rings. Each GPU moves S (not
+# 2(n-1)/n·S) per direction, so 480 = 2·7/8 · 450 GB/s · η · f with η = 0.85 gives f ≈ 0.72
+# (prior, to be calibrated). Blackwell scales it by NCCL's nvlsEfficiency ratio 0.74/0.85.
+NVLS_BW_FRACTION = 0.72
+NVLS_BW_FRACTION_BLACKWELL = NVLS_BW_FRACTION * 0.74 / 0.85
+# tuning.cc hwLat[NVLINK][NVLS][Simple] = 25 µs (v2.17): NVLS pays off only for large messages.
+NVLS_LATENCY_S = 25.0 * US
+
+MAX_SAMPLED_NODES = 16  # nodes inspected for NIC sharing (exact for periodic placements)
+MAX_SAMPLED_UNITS = 4  # scalable units inspected for leaf-uplink sharing
+SCOPES = ("node", "leaf", "spine")
+
+
+# ----------------------------------------------------------------------------- links
+@dataclass(frozen=True, slots=True)
+class Links:
+    """Achieved per-direction bandwidths (η applied) and Simple hop latencies of a cluster."""
+
+    intra_bytes_per_s: float
+    nic_bytes_per_s: float
+    uplink_bytes_per_s: float
+    intra_latency_s: float
+    inter_latency_s: float
+    intra_name: str
+    nvlink: bool
+    nvls: bool
+    nvls_fraction: float
+
+    @classmethod
+    def of(cls, fabric: Fabric, nccl_bw_fraction: float) -> Links:
+        topo = fabric.topology
+        eta = nccl_bw_fraction
+        gpu = topo.gpu.name.lower()
+        blackwell = gpu.startswith(("b", "gb"))
+        fabric_name = topo.intra_node.fabric
+        return cls(
+            intra_bytes_per_s=fabric.intra_bandwidth_bytes_per_s * eta,
+            nic_bytes_per_s=fabric.nic_bandwidth_bytes_per_s * eta,
+            uplink_bytes_per_s=fabric.leaf_uplink_bytes_per_s * eta,
+            intra_latency_s=topo.intra_node.latency_s,
+            inter_latency_s=topo.inter_node.latency_s,
+            intra_name="pcie" if fabric_name == "pcie" else "nvlink",
+            nvlink=fabric_name != "pcie",
+            nvls=topo.intra_node.nvls and fabric_name == "nvswitch",
+            nvls_fraction=NVLS_BW_FRACTION_BLACKWELL if blackwell else NVLS_BW_FRACTION,
+        )
+
+
+# ----------------------------------------------------------------------------- group shapes
+@dataclass(frozen=True, slots=True)
+class UnitLoad:
+    """One scalable unit the group crosses out of, on an oversubscribed fabric."""
+
+    weight: float  # Σ over concurrent groups leaving this SU on the group's busiest leaf of 1/rails
+    tree_crossings: int  # double-binary-tree edges with exactly one end in this SU
+    members: int  # the group's ranks in this SU
+
+
+@dataclass(frozen=True, slots=True)
+class GroupShape:
+    axis: str
+    size: int  # n
+    num_nodes: int  # k
+    members_per_node: int  # m (the largest count on one node)
+    nics_per_node: int  # u (the fewest distinct NICs the group uses on one of its nodes)
+    scope: str  # node | leaf | spine
+    nic_load: float  # Σ over groups sharing the busiest NIC of 1/u_G (1/u when alone); 0 in-node
+    units: tuple[UnitLoad, ...] = ()  # empty unless oversubscribed leaf uplinks are crossed
+
+    @property
+    def description(self) -> str:
+        return f"{self.axis} n={self.size} on {self.num_nodes} node(s), {self.scope}"
+
+
+def _sample(items: list[int], limit: int) -> list[int]:
+    if len(items) <= limit:
+        return items
+    step = (len(items) - 1) / (limit - 1)
+    return sorted({items[round(i * step)] for i in range(limit)})
+
+
+def double_binary_tree_edges(k: int) -> list[tuple[int, int]]:
+    """(child, parent) edges of NCCL's two complementary in-order binary trees over k nodes.
+
+    NCCL src/graph/trees.cc (ncclGetBtree / ncclGetDtree): in tree 0 rank r's parent flips r's
+    lowest set bit b and sets the next one, (r ^ b) | (b << 1), or just r ^ b when that is out of
+    range; tree 1 is tree 0 mirrored (r -> k-1-r) for even k, shifted by one for odd k.
+    """
+    parent = [-1] * k
+    for r in range(1, k):
+        b = r & -r
+        up = (r ^ b) | (b << 1)
+        parent[r] = up if up < k else r ^ b
+    edges = [(r, parent[r]) for r in range(1, k)]
+    if k % 2 == 0:
+        edges += [(k - 1 - r, k - 1 - parent[r]) for r in range(1, k)]
+    else:
+        edges += [((r + 1) % k, (parent[r] + 1) % k) for r in range(1, k)]
+    return edges
+
+
+def analyze_group(fabric: Fabric, placement: Placement, axis: str, stage: int) -> GroupShape:
+    """Shape of the representative group of `axis` at `stage`, with its concurrent groups' load."""
+    members = placement.group(axis, stage)
+    n = len(members)
+    gpn = fabric.gpus_per_node
+    per_node: dict[int, set[int]] = {}
+    count: dict[int, int] = {}
+    for r in members:
+        j = r // gpn
+        per_node.setdefault(j, set()).add(fabric.nic_of(r))
+        count[j] = count.get(j, 0) + 1
+    nodes = sorted(per_node)
+    k = len(nodes)
+    m = max(count.values())
+    u = min(len(s) for s in per_node.values())
+    scope = fabric.scope(members)
+    if k == 1:
+        return GroupShape(axis, n, 1, m, u, scope, 0.0)
+    rep = members[0]
+    num_gpus = fabric.num_gpus
+
+    # NIC sharing: every group of this axis and stage that leaves its node sends its node's
+    # share through its own NICs there; the representative finishes when its busiest NIC does.
+    nic_load = 0.0
+    for j in _sample(nodes, MAX_SAMPLED_NODES):
+        rails_of: dict[int, set[int]] = {}
+        for local in range(gpn):
+            r = j * gpn + local
+            if r >= num_gpus:
+                break
+            if placement.stage_of(r) != stage:
+                continue
+            first, last = placement.group_bounds(axis, r)
+            if first // gpn == last // gpn:
+                continue
+            rails_of.setdefault(first, set()).add(fabric.nic_of_local(local))
+        load: dict[int, float] = {}
+        for rails in rails_of.values():
+            for q in rails:
+                load[q] = load.get(q, 0.0) + 1.0 / len(rails)
+        nic_load = max(nic_load, max(load[q] for q in rails_of[rep]))
+
+    units: list[UnitLoad] = []
+    if scope == "spine" and fabric.topology.inter_node.oversubscription > 1.0:
+        units = _unit_loads(fabric, placement, axis, stage, nodes, count, rep)
+    return GroupShape(axis, n, k, m, u, scope, nic_load, tuple(units))
+
+
+def _unit_loads(
+    fabric: Fabric,
+    placement: Placement,
+    axis: str,
+    stage: int,
+    nodes: list[int],
+    count: dict[int, int],
+    rep: int,
+) -> list[UnitLoad]:
+    gpn = fabric.gpus_per_node
+    npl = fabric.nodes_per_leaf
+    unit_members: dict[int, int] = {}
+    for j in nodes:
+        s = fabric.unit_of_node(j)
+        unit_members[s] = unit_members.get(s, 0) + count[j]
+    crossings: dict[int, int] = {}
+    for a, b in double_binary_tree_edges(len(nodes)):
+        sa, sb = fabric.unit_of_node(nodes[a]), fabric.unit_of_node(nodes[b])
+        if sa != sb:
+            crossings[sa] = crossings.get(sa, 0) + 1
+            crossings[sb] = crossings.get(sb, 0) + 1
+    out = []
+    for s in _sample(sorted(unit_members), MAX_SAMPLED_UNITS):
+        leaves_of: dict[int, set[int]] = {}
+        for j in range(s * npl, min((s + 1) * npl, fabric.num_nodes)):
+            for local in range(gpn):
+                r = j * gpn + local
+                if r >= fabric.num_gpus:
+                    break
+                if placement.stage_of(r) != stage:
+                    continue
+                first, last = placement.group_bounds(axis, r)
+                if fabric.unit_of_node(first // gpn) == fabric.unit_of_node(last // gpn):
+                    continue
+                leaves_of.setdefault(first, set()).add(fabric.leaf_rail_of_local(local))
+        load: dict[int, float] = {}
+        for leaves in leaves_of.values():
+            for q in leaves:
+                load[q] = load.get(q, 0.0) + 1.0 / len(leaves)
+        weight = max(load[q] for q in leaves_of[rep])
+        out.append(UnitLoad(weight, crossings.get(s, 0), unit_members[s]))
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class P2PShape:
+    """Worst sender of a send/recv pattern (pp: stage -> stage+1; other axes: one ring step)."""
+
+    axis: str
+    seconds_per_byte: float  # η applied
+    latency_s: float
+    bottleneck: str
+    scope: str
+
+
+def analyze_p2p(fabric: Fabric, placement: Placement, links: Links, axis: str, stage: int) -> P2PShape:
+    """All ranks of the stage send at once (every replica), so NICs and uplinks are shared."""
+    gpn = fabric.gpus_per_node
+    rep = placement.representative_rank(stage)
+    if axis == "pp":
+        st, sc = placement.stride("tp"), placement.stride("cp")
+        senders = sorted(rep + i * st + j * sc for i in range(placement.tp) for j in range(placement.cp))
+    else:
+        senders = list(placement.members(axis, rep))
+    over = fabric.topology.inter_node.oversubscription > 1.0
+    nic_cache: dict[int, dict[int, int]] = {}
+    unit_cache: dict[int, dict[int, int]] = {}
+
+    def crosses_node(r: int) -> bool:
+        return r // gpn != placement.next_rank(axis, r) // gpn
+
+    def crosses_unit(r: int) -> bool:
+        return fabric.unit_of_node(r // gpn) != fabric.unit_of_node(placement.next_rank(axis, r) // gpn)
+
+    def nic_counts(j: int) -> dict[int, int]:
+        if j not in nic_cache:
+            c: dict[int, int] = {}
+            for local in range(gpn):
+                r = j * gpn + local
+                if r < fabric.num_gpus and placement.stage_of(r) == stage and crosses_node(r):
+                    q = fabric.nic_of_local(local)
+                    c[q] = c.get(q, 0) + 1
+            nic_cache[j] = c
+        return nic_cache[j]
+
+    def unit_counts(s: int) -> dict[int, int]:
+        if s not in unit_cache:
+            c: dict[int, int] = {}
+            npl = fabric.nodes_per_leaf
+            for r in range(s * npl * gpn, min((s + 1) * npl * gpn, fabric.num_gpus)):
+                if placement.stage_of(r) == stage and crosses_unit(r):
+                    q = fabric.leaf_rail_of_local(r % gpn)
+                    c[q] = c.get(q, 0) + 1
+            unit_cache[s] = c
+        return unit_cache[s]
+
+    worst = (0.0, 0.0, links.intra_name)
+    scope = "node"
+    for r in _sample(senders, MAX_SAMPLED_NODES):
+        dst = placement.next_rank(axis, r)
+        if dst == r:
+            continue
+        if r // gpn == dst // gpn:
+            cand = (1.0 / links.intra_bytes_per_s, links.intra_latency_s, links.intra_name)
+        else:
+            nic = nic_counts(r // gpn)[fabric.nic_of(r)]
+            spb, name = nic / links.nic_bytes_per_s, "nic"
+            if over and crosses_unit(r):
+                up = unit_counts(fabric.unit_of_node(r // gpn))[fabric.leaf_rail_of_local(r % gpn)]
+                if up / links.uplink_bytes_per_s > spb:
+                    spb, name = up / links.uplink_bytes_per_s, "leaf-uplink"
+            cand = (spb, links.inter_latency_s, name)
+        scope = max(scope, fabric.scope([r, dst]), key=SCOPES.index)
+        if (cand[0], cand[1]) > (worst[0], worst[1]):
+            worst = cand
+    return P2PShape(axis, worst[0], worst[1], worst[2], scope)
+
+
+# ----------------------------------------------------------------------------- costing
+@dataclass(frozen=True, slots=True)
+class Candidate:
+    time_s: float
+    algorithm: str
+    bottleneck: str
+    bandwidth_time_s: float
+
+
+def _inter_time(
+    shape: GroupShape, links: Links, node_bytes: float, crossing: Callable[[UnitLoad], float]
+) -> tuple[float, str]:
+    """Bytes leaving each node through its NICs (shared by concurrent groups), and leaving each
+    oversubscribed scalable unit through its leaf uplinks."""
+    t_nic = node_bytes * shape.nic_load / links.nic_bytes_per_s
+    t_up = max((u.weight * crossing(u) / links.uplink_bytes_per_s for u in shape.units), default=0.0)
+    return (t_nic, "nic") if t_nic >= t_up else (t_up, "leaf-uplink")
+
+
+def _log2_ceil(x: int) -> int:
+    return max(0, math.ceil(math.log2(x))) if x > 1 else 0
+
+
+def collective_candidates(kind: str, shape: GroupShape, links: Links, size_bytes: float) -> list[Candidate]:
+    """Every applicable (algorithm, protocol) with its time; the caller takes the fastest."""
+    n, k, m = shape.size, shape.num_nodes, shape.members_per_node
+    S = size_bytes
+    out: list[Candidate] = []
+    protocols = [p for p in PROTOCOLS if links.nvlink or not p.nvlink_only]
+    a_i, a_e = links.intra_latency_s, links.inter_latency_s
+    B_i = links.intra_bytes_per_s
+
+    def add(
+        name: str, p: Protocol, latency: float, parts: list[tuple[float, str]], frac: float = 1.0
+    ) -> None:
+        t_bw, neck = max(parts, key=lambda x: x[0])
+        t_bw /= p.bandwidth_fraction * frac
+        label = f"{name}/{p.name}"
+        out.append(Candidate(latency + t_bw, label, "latency" if latency > t_bw else neck, t_bw))
+
+    intra = links.intra_name
+    if kind in ("allreduce", "allgather", "reducescatter", "broadcast"):
+        # ring (NCCL: nsteps, nInterSteps)
+        bf = bus_factor(kind, n)
+        X = bf * S
+        steps = 2 * (n - 1) if kind == "allreduce" else n - 1
+        inter_steps = 2 * (k - 1) if kind == "allreduce" else k - 1
+        parts = [(X / B_i if m > 1 else 0.0, intra)]
+        if k > 1:
+            parts.append(_inter_time(shape, links, X, lambda u: X))
+        for p in protocols:
+            lat = p.launch_s + (steps - inter_steps) * a_i * p.intra_latency_ratio
+            lat += inter_steps * a_e * p.inter_latency_ratio
+            add("ring", p, lat, parts)
+    if kind == "allreduce" and k > 1:
+        # double binary tree: 2S per node, S/2 per tree edge and direction
+        parts = [
+            (2 * S / B_i if m > 1 else 0.0, intra),
+            _inter_time(shape, links, 2 * S, lambda u: u.tree_crossings * S / 2),
+        ]
+        for p in protocols:
+            lat = p.launch_s + 2 * (
+                (m - 1) * a_i * p.intra_latency_ratio + _log2_ceil(k) * a_e * p.inter_latency_ratio
+            )
+            add("tree", p, lat, parts, TREE_BW_FRACTION)
+    if kind == "allreduce" and k == 1 and links.nvls and n > 1:
+        out.append(
+            Candidate(
+                NVLS_LATENCY_S + S / (B_i * links.nvls_fraction),
+                "nvls/Simple",
+                intra,
+                S / (B_i * links.nvls_fraction),
+            )
+        )
+    if kind in ("allreduce", "allgather", "reducescatter") and k > 1 and m > 1:
+        out.extend(_hierarchical(kind, shape, links, S, protocols))
+    if kind in ("allgather", "reducescatter") and k > 1 and m == 1:
+        X = (n - 1) / n * S
+
+        def pat_cross(u: UnitLoad) -> float:
+            # PAT's step i talks to the rank 2^i away: the steps beyond this SU's span leave it
+            frac_out = 1.0 - math.log2(max(u.members, 1)) / math.log2(n)
+            return u.members * X * frac_out
+
+        for p in protocols:
+            lat = p.launch_s + _log2_ceil(n) * a_e * p.inter_latency_ratio
+            add("pat", p, lat, [_inter_time(shape, links, X, pat_cross)], PAT_BW_FRACTION)
+    if kind == "alltoall":
+        x_intra = (m - 1) / n * S
+        node_bytes = m * (n - m) / n * S
+        parts = [(x_intra / B_i, intra)]
+        if k > 1:
+            parts.append(_inter_time(shape, links, node_bytes, lambda u: u.members * (n - u.members) / n * S))
+        for p in protocols:
+            if p.name == "LL128":
+                continue
+            hop = a_e * p.inter_latency_ratio if k > 1 else a_i * p.intra_latency_ratio
+            add("p2p", p, p.launch_s + hop, parts)
+    return out
+
+
+def _hierarchical(
+    kind: str, shape: GroupShape, links: Links, S: float, protocols: list[Protocol]
+) -> list[Candidate]:
+    """Intra-node reduce-scatter -> inter-node collective over k nodes on m rails -> intra-node
+    all-gather (for AllReduce; one intra phase for AllGather/ReduceScatter), phases in sequence."""
+    k, m = shape.num_nodes, shape.members_per_node
+    B_i = links.intra_bytes_per_s
+    a_i, a_e = links.intra_latency_s, links.inter_latency_s
+    out = []
+    intra_phases = 2 if kind == "allreduce" else 1
+    # inter-node phase: m rails each run the collective over k nodes on S/m bytes
+    node_bytes = (2 if kind == "allreduce" else 1) * (k - 1) / k * S
+    t_ring, neck_ring = _inter_time(shape, links, node_bytes, lambda u: node_bytes)
+    t_tree, neck_tree = _inter_time(shape, links, 2 * S, lambda u: u.tree_crossings * S / 2)
+    for p in protocols:
+        f = p.bandwidth_fraction
+        intra_t = intra_phases * (
+            (m - 1) / m * S / (B_i * f) + p.launch_s + (m - 1) * a_i * p.intra_latency_ratio
+        )
+        intra_label = "ring"
+        if kind == "allreduce" and links.nvls:
+            nvls_t = S / (B_i * links.nvls_fraction) + NVLS_LATENCY_S
+            if nvls_t < intra_t:
+                intra_t, intra_label = nvls_t, "nvls"
+        if kind == "allreduce":
+            ring_t = t_ring / f + p.launch_s + 2 * (k - 1) * a_e * p.inter_latency_ratio
+            tree_t = (
+                t_tree / (f * TREE_BW_FRACTION) + p.launch_s + 2 * _log2_ceil(k) * a_e * p.inter_latency_ratio
+            )
+            if ring_t <= tree_t:
+                inter_t, inter_label, neck = ring_t, "ring", neck_ring
+            else:
+                inter_t, inter_label, neck = tree_t, "tree", neck_tree
+        else:
+            inter_t, inter_label, neck = (
+                t_ring / f + p.launch_s + (k - 1) * a_e * p.inter_latency_ratio,
+                "ring",
+                neck_ring,
+            )
+        total = intra_t + inter_t
+        bottleneck = neck if inter_t >= intra_t else links.intra_name
+        out.append(Candidate(total, f"hierarchical({intra_label}+{inter_label})/{p.name}", bottleneck, total))
+    return out
+
+
+def best(cands: list[Candidate]) -> Candidate:
+    return min(cands, key=lambda c: c.time_s)

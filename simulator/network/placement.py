@@ -1,0 +1,138 @@
+"""Ranks -> GPUs, and the communication groups of every parallel axis (issue 4, item 2).
+
+Rank r runs on GPU r. A rank's coordinates follow `topology.rank_order` (innermost first; default
+tp, cp, dp, pp = Megatron-LM's order "tp-cp-(ep)-dp-pp"): with sizes (tp, cp, dp, pp),
+    r = tp_rank + tp * (cp_rank + cp * (dp_rank + dp * pp_rank)).
+A group of axis `a` holds the ranks that differ only in their `a` coordinate: an arithmetic
+sequence with step `stride(a)`. Expert-parallel groups are carved out of the data-parallel ranks
+(Megatron-Core: the EP group is `ep` consecutive data-parallel ranks; when `ep` does not divide
+dp, the group runs over consecutive ranks of the stage's (tp, cp, dp) block in rank order).
+
+The representative pipeline is the one whose tp, cp and dp coordinates are all 0.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..errors import ConfigError
+from ..specs import Scenario
+
+GROUP_AXES = ("tp", "cp", "dp", "ep", "pp")
+
+
+@dataclass(frozen=True, slots=True)
+class Placement:
+    tp: int
+    cp: int
+    dp: int
+    pp: int
+    ep: int
+    rank_order: tuple[str, ...]
+
+    @classmethod
+    def of(cls, scn: Scenario) -> Placement:
+        par = scn.parallel
+        return cls(par.tp, par.cp, par.dp, par.pp, par.ep, scn.topology.rank_order)
+
+    # ------------------------------------------------------------------ coordinates
+    @property
+    def num_ranks(self) -> int:
+        return self.tp * self.cp * self.dp * self.pp
+
+    def size(self, axis: str) -> int:
+        if axis not in GROUP_AXES:
+            raise ConfigError(f"unknown parallel axis {axis!r}; known: {', '.join(GROUP_AXES)}")
+        return int(getattr(self, axis))
+
+    def stride(self, axis: str) -> int:
+        """Distance in ranks between neighbours of `axis` ('ep' strides like 'dp')."""
+        if axis == "ep":
+            axis = "dp" if self.dp % self.ep == 0 else self.rank_order[0]
+        s = 1
+        for a in self.rank_order:
+            if a == axis:
+                return s
+            s *= self.size(a)
+        raise ConfigError(f"axis {axis!r} is not in rank_order {list(self.rank_order)}")
+
+    def coord(self, rank: int, axis: str) -> int:
+        return (rank // self.stride(axis)) % self.size(axis)
+
+    def stage_of(self, rank: int) -> int:
+        return self.coord(rank, "pp")
+
+    def representative_rank(self, stage: int) -> int:
+        """Rank of pipeline stage `stage` in the representative pipeline (tp=cp=dp=0)."""
+        if not 0 <= stage < self.pp:
+            raise ConfigError(f"stage {stage} out of range for pp = {self.pp}")
+        return stage * self.stride("pp")
+
+    # ------------------------------------------------------------------ groups
+    def _ep_generic(self) -> bool:
+        return self.ep > 1 and self.dp % self.ep != 0
+
+    def members(self, axis: str, rank: int) -> range | list[int]:
+        """All ranks of `rank`'s group on `axis`, in group order (ring order for NCCL)."""
+        if axis == "ep" and self._ep_generic():
+            return self._ep_members(rank)
+        n = self.size(axis)
+        if axis == "ep":
+            stride = self.stride("dp")
+            base = rank - (self.coord(rank, "dp") % n) * stride
+        else:
+            stride = self.stride(axis)
+            base = rank - self.coord(rank, axis) * stride
+        return range(base, base + n * stride, stride)
+
+    def group_bounds(self, axis: str, rank: int) -> tuple[int, int]:
+        """(first, last) rank of the group, O(1) for strided groups; first identifies the group."""
+        if axis == "ep" and self._ep_generic():
+            m = self._ep_members(rank)
+            return m[0], m[-1]
+        n = self.size(axis)
+        if axis == "ep":
+            stride = self.stride("dp")
+            first = rank - (self.coord(rank, "dp") % n) * stride
+        else:
+            stride = self.stride(axis)
+            first = rank - self.coord(rank, axis) * stride
+        return first, first + (n - 1) * stride
+
+    def _ep_members(self, rank: int) -> list[int]:
+        """EP over consecutive ranks of the stage's non-pp block, in rank order."""
+        inner = [a for a in self.rank_order if a != "pp"]
+        strides = {a: self.stride(a) for a in inner}
+        # linear index of `rank` among the non-pp coordinates (innermost first)
+        lin, mul = 0, 1
+        for a in inner:
+            lin += self.coord(rank, a) * mul
+            mul *= self.size(a)
+        pp_part = rank - sum(self.coord(rank, a) * strides[a] for a in inner)
+        start = lin - lin % self.ep
+        out = []
+        for idx in range(start, start + self.ep):
+            r, rest = pp_part, idx
+            for a in inner:
+                r += (rest % self.size(a)) * strides[a]
+                rest //= self.size(a)
+            out.append(r)
+        return sorted(out)
+
+    def group(self, axis: str, stage: int = 0) -> range | list[int]:
+        """The representative pipeline's group of `axis` at pipeline stage `stage`."""
+        return self.members(axis, self.representative_rank(stage))
+
+    def next_rank(self, axis: str, rank: int) -> int:
+        """Peer that `rank` sends to in a ring step of `axis` (pp: stage s -> s+1, wrapping)."""
+        n = self.size(axis)
+        if axis == "ep" and self._ep_generic():
+            m = self._ep_members(rank)
+            return m[(m.index(rank) + 1) % n]
+        if axis == "ep":
+            stride = self.stride("dp")
+            c = self.coord(rank, "dp") % n
+        else:
+            stride = self.stride(axis)
+            c = self.coord(rank, axis)
+        return rank + (((c + 1) % n) - c) * stride

@@ -1,0 +1,99 @@
+"""`mfusim topo TOPOLOGY [--gpus N] [--json]`: what a topology file describes, in numbers."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from .. import units
+from ..errors import ConfigError
+from ..loading import load_topology
+from .fabric import Fabric
+
+DEFAULT_SCALABLE_UNITS = 4  # summary size when --gpus is not given: four SUs (a small SuperPOD)
+
+
+def topology_summary(fabric: Fabric) -> dict[str, Any]:
+    """Plain-number description (human units, as printed); the keys are stable for --json."""
+    topo = fabric.topology
+    inter = topo.inter_node
+    gbyte = units.GIGA
+    return {
+        "name": topo.name,
+        "gpu": topo.gpu.name,
+        "num_gpus": fabric.num_gpus,
+        "gpus_per_node": fabric.gpus_per_node,
+        "num_nodes": fabric.num_nodes,
+        "intra_node_fabric": topo.intra_node.fabric,
+        "nvls": topo.intra_node.nvls,
+        "intra_node_GBps_per_gpu": fabric.intra_bandwidth_bytes_per_s / gbyte,
+        "intra_node_latency_us": topo.intra_node.latency_s / units.US_S,
+        "inter_node_fabric": inter.fabric,
+        "nics_per_node": inter.nics_per_node,
+        "nic_Gbps": inter.nic_bandwidth_bytes_per_s * units.BITS_PER_BYTE / gbyte,
+        "nic_GBps_per_gpu": fabric.node_nic_bandwidth_bytes_per_s / fabric.gpus_per_node / gbyte,
+        "nic_GBps_per_node": fabric.node_nic_bandwidth_bytes_per_s / gbyte,
+        "inter_node_latency_us": inter.latency_s / units.US_S,
+        "nodes_per_leaf": fabric.nodes_per_leaf,
+        "num_scalable_units": fabric.num_scalable_units,
+        "num_leaf_switches": fabric.num_leaves,
+        "num_spine_switches": fabric.num_spines,
+        "oversubscription": inter.oversubscription,
+        "leaf_uplink_GBps": fabric.leaf_uplink_bytes_per_s / gbyte,
+        "bisection_GBps": fabric.bisection_bytes_per_s / gbyte,
+        "bisection_GBps_per_gpu": fabric.bisection_bytes_per_s / max(fabric.num_gpus // 2, 1) / gbyte,
+        "rank_order": list(topo.rank_order),
+    }
+
+
+def _text(s: dict[str, Any]) -> str:
+    rows = [
+        ("topology", f"{s['name']}  ({s['gpu']})"),
+        ("GPUs", f"{s['num_gpus']:,} = {s['num_nodes']:,} nodes x {s['gpus_per_node']}"),
+        (
+            "intra-node",
+            f"{s['intra_node_fabric']}{' + NVLS' if s['nvls'] else ''}, "
+            f"{s['intra_node_GBps_per_gpu']:.0f} GB/s per GPU per direction, {s['intra_node_latency_us']:g} us",
+        ),
+        (
+            "inter-node",
+            f"{s['inter_node_fabric']}, {s['nics_per_node']} x {s['nic_Gbps']:g} Gb/s NICs per node "
+            f"= {s['nic_GBps_per_node']:.0f} GB/s ({s['nic_GBps_per_gpu']:.1f} GB/s per GPU), "
+            f"{s['inter_node_latency_us']:g} us",
+        ),
+        (
+            "switches",
+            f"{s['num_scalable_units']} scalable unit(s) of {s['nodes_per_leaf']} nodes, "
+            f"{s['num_leaf_switches']} leaf, {s['num_spine_switches']} spine",
+        ),
+        (
+            "oversubscription",
+            f"{s['oversubscription']:g}:1  (leaf uplinks {s['leaf_uplink_GBps']:.0f} GB/s per leaf)",
+        ),
+        (
+            "bisection",
+            f"{s['bisection_GBps']:,.0f} GB/s per direction ({s['bisection_GBps_per_gpu']:.1f} GB/s per GPU)",
+        ),
+        ("rank order", " < ".join(s["rank_order"]) + "  (innermost first)"),
+    ]
+    width = max(len(k) for k, _ in rows)
+    return "\n".join(f"{k:<{width}}  {v}" for k, v in rows)
+
+
+def cmd_topo(args: argparse.Namespace) -> int:
+    ref = args.topology
+    topo = load_topology(ref, base_dir=Path.cwd())
+    gpus = getattr(args, "gpus", None)
+    if gpus is None:
+        gpus = topo.gpus_per_node * topo.inter_node.nodes_per_leaf * DEFAULT_SCALABLE_UNITS
+    if isinstance(gpus, bool) or not isinstance(gpus, int) or gpus < 1:
+        raise ConfigError(f"must be a positive integer, got {gpus!r}", key="--gpus")
+    summary = topology_summary(Fabric(topo, gpus))
+    if getattr(args, "json", False):
+        sys.stdout.write(json.dumps(summary, indent=2) + "\n")
+    else:
+        sys.stdout.write(_text(summary) + "\n")
+    return 0
