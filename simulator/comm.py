@@ -110,5 +110,8 @@ class FlatCommModel:
 
 
 def default_comm_model(scn: Scenario) -> CommModel:
-    """The comm model `mfusim run` uses (the topology-graph model once it exists)."""
-    return FlatCommModel(scn)
+    """The comm model `mfusim run` uses: collectives on the topology graph (simulator/network);
+    `--comm-model flat` keeps FlatCommModel."""
+    from .network import TopologyCommModel  # imported here: simulator.network imports this module
+
+    return TopologyCommModel(scn)
