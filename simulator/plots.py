@@ -28,6 +28,7 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 
 from .metrics import StepReport
+from .specs import ModelSpec
 from .timeline import CATEGORIES, MAIN_STREAM, Span, Timeline
 from .units import MS_S
 
@@ -337,6 +338,82 @@ def step_figure(timeline: Timeline, report: StepReport) -> Figure:
     draw_pipeline_gantt(fig.add_subplot(gs[0]), timeline, report)
     draw_breakdown_bars(fig.add_subplot(gs[1]), report)
     fig.suptitle(_headline(report), fontsize=12, fontweight="bold")
+    return fig
+
+
+def breakdown_comparison(reports: Sequence[StepReport], labels: Sequence[str] | None = None, *,
+                         title: str = "Where the step time goes") -> Figure:
+    """Several runs side by side: each one's mean breakdown as % of its step, with its MFU and HFU.
+
+    For what-if comparisons (TP inside vs across nodes, overlap on/off, recomputation
+    choices): the bars all have length 100%, the label says what each run achieves.
+    """
+    names = list(labels) if labels is not None else [r.name for r in reports]
+    if len(names) != len(reports):
+        raise ValueError(f"{len(reports)} reports but {len(names)} labels")
+    fig = _new_figure(12.0, min(1.8 + 0.5 * len(reports), 12.0))
+    ax = fig.add_subplot(1, 1, 1)
+    used = [c for c in CATEGORIES if any(r.breakdown_s.get(c, 0.0) > 0 for r in reports)]
+    for y, rep in enumerate(reports):
+        step = rep.step_time_s
+        left = 0.0
+        for c in used:
+            frac = rep.breakdown_s.get(c, 0.0) / step if step > 0 else 0.0
+            if frac <= 0:
+                continue
+            kw: dict[str, Any] = {"color": COLORS[c], "edgecolor": "white", "linewidth": 0.4}
+            if c == "bubble":
+                kw = {"color": COLORS[c], "edgecolor": BUBBLE_EDGE, "hatch": BUBBLE_HATCH, "linewidth": 0.0}
+            ax.barh(y, 100 * frac, left=100 * left, height=0.7, **kw)
+            if frac >= 0.06:
+                dark = c not in ("bubble", "dataloader", "other")
+                ax.text(100 * (left + frac / 2), y, f"{100 * frac:.0f}%", ha="center", va="center", fontsize=7,
+                        color="white" if dark else "black")
+            left += frac
+        ax.text(101, y, f"MFU {_pct(rep.mfu)}\nHFU {_pct(rep.hfu)}", va="center", fontsize=8)
+    ax.set_yticks(range(len(reports)))
+    ax.set_yticklabels(names, fontsize=8)
+    ax.set_ylim(len(reports) - 0.5, -0.5)
+    ax.set_xlim(0, 100)
+    ax.set_xlabel("% of the step")
+    ax.grid(axis="x", color="#DDDDDD", linewidth=0.6)
+    ax.set_axisbelow(True)
+    ax.set_title(title, fontsize=11)
+    ax.legend(handles=_legend_handles(used), loc="upper left", bbox_to_anchor=(1.09, 1.0), fontsize=8,
+              frameon=False)
+    return fig
+
+
+def flops_per_token_figure(model: ModelSpec, seq_lens: Sequence[int]) -> Figure:
+    """FLOPs per token of `model` by sequence length: 6Ψ, 6Ψ + 12·L·h·s (PaLM App. B) and the
+    exact count (every matmul, full s×s attention), and how far 6Ψ falls short."""
+    from . import flops
+
+    ms = [dataclasses.replace(model, seq_len=int(s)) for s in seq_lens]
+    six = [flops.flops_per_token_6psi(m) for m in ms]
+    attn = [flops.flops_per_token_6psi_attn(m) for m in ms]
+    exact = [flops.flops_per_token_exact(m) for m in ms]
+    fig = _new_figure(12.0, 4.2)
+    ax, ax2 = fig.subplots(1, 2)
+    ax.plot(seq_lens, [x / 1e9 for x in six], "o-", label="6Ψ (seed notes)")
+    ax.plot(seq_lens, [x / 1e9 for x in attn], "s-", label="6Ψ + 12·L·h·s")
+    ax.plot(seq_lens, [x / 1e9 for x in exact], "^-", label="exact (all matmuls + logits)")
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("sequence length s (tokens)")
+    ax.set_ylabel("GFLOP per token (forward + backward)")
+    ax.set_title(f"{model.name}: FLOPs per training token", fontsize=10)
+    ax.grid(color="#DDDDDD", linewidth=0.6)
+    ax.legend(fontsize=8)
+    ax2.plot(seq_lens, [100 * (1 - a / e) for a, e in zip(six, exact, strict=True)], "o-",
+             label="6Ψ misses")
+    ax2.plot(seq_lens, [100 * (1 - a / e) for a, e in zip(attn, exact, strict=True)], "s-",
+             label="6Ψ + 12·L·h·s misses")
+    ax2.set_xscale("log", base=2)
+    ax2.set_xlabel("sequence length s (tokens)")
+    ax2.set_ylabel("% of the exact FLOPs not counted")
+    ax2.set_title("How wrong the approximation is (MFU is understated by as much)", fontsize=10)
+    ax2.grid(color="#DDDDDD", linewidth=0.6)
+    ax2.legend(fontsize=8)
     return fig
 
 

@@ -133,3 +133,23 @@ def test_engine_step_figure(tmp_path: Path) -> None:
     result = engine.simulate(load_scenario(scenario_path(None)))
     fig = step_figure(result.timeline, result.report)
     _png(fig, tmp_path, "engine_step.png")
+
+
+def test_breakdown_comparison_and_flops_figure(tmp_path: Path) -> None:
+    from simulator.loading import model_preset
+    from simulator.plots import breakdown_comparison, flops_per_token_figure
+
+    _, r1 = gpipe_step(p=4, m=4)
+    _, r2 = gpipe_step(p=4, m=16)
+    fig = breakdown_comparison([r1, r2], ["m = 4", "m = 16"], title="bubbles")
+    ax = fig.axes[0]
+    assert ax.get_title() == "bubbles" and ax.get_xlabel() == "% of the step"
+    assert [t.get_text() for t in ax.get_yticklabels()] == ["m = 4", "m = 16"]
+    assert sum("MFU" in t.get_text() for t in ax.texts) == 2
+    _png(fig, tmp_path, "compare.png")
+    with pytest.raises(ValueError):
+        breakdown_comparison([r1], ["a", "b"])
+    fig2 = flops_per_token_figure(model_preset("llama2-7b"), [2048, 8192, 32768])
+    assert "sequence length" in fig2.axes[0].get_xlabel()
+    assert "GFLOP" in fig2.axes[0].get_ylabel()
+    _png(fig2, tmp_path, "flops.png")

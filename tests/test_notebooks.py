@@ -1,0 +1,57 @@
+"""The teaching notebooks run top to bottom (nbclient, a python3 kernel of this interpreter)."""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+NOTEBOOK_DIR = Path(__file__).resolve().parent.parent / "notebooks"
+NOTEBOOKS = sorted(NOTEBOOK_DIR.glob("*.ipynb"))
+TIMEOUT_S = 120
+BUDGET_S = 60.0  # each must run on a laptop in under a minute
+
+try:
+    import ipykernel  # noqa: F401
+    import nbformat
+    from nbclient import NotebookClient
+except ImportError as exc:  # pragma: no cover - depends on the environment
+    pytest.skip(f"notebook execution needs nbclient, nbformat and ipykernel ({exc})", allow_module_level=True)
+
+
+def test_notebooks_exist() -> None:
+    names = [p.name for p in NOTEBOOKS]
+    for prefix in ("01_", "02_", "03_", "04_", "05_"):
+        assert any(n.startswith(prefix) for n in names), prefix
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_notebook_is_committed_without_outputs(path: Path) -> None:
+    nb = nbformat.read(path, as_version=4)
+    for cell in nb.cells:
+        if cell.cell_type == "code":
+            assert not cell.outputs and cell.execution_count is None, f"{path.name}: clear outputs before committing"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_notebook_runs(path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    nb = nbformat.read(path, as_version=4)
+    # the kernel is this interpreter (the venv), started in a scratch directory
+    env_path = os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])
+    monkeypatch.setenv("PATH", env_path)
+    client = NotebookClient(
+        nb,
+        timeout=TIMEOUT_S,
+        kernel_name="python3",
+        resources={"metadata": {"path": str(tmp_path)}},
+        extra_arguments=[],
+    )
+    t0 = time.perf_counter()
+    client.execute()
+    elapsed = time.perf_counter() - t0
+    errors = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs if o.output_type == "error"]
+    assert not errors
+    assert elapsed < BUDGET_S * 2, f"{path.name} took {elapsed:.0f} s"
