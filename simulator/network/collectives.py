@@ -195,6 +195,7 @@ def analyze_group(fabric: Fabric, placement: Placement, axis: str, stage: int) -
         return GroupShape(axis, n, 1, m, u, scope, 0.0)
     rep = members[0]
     num_gpus = fabric.num_gpus
+    same_stage = axis != "pp"  # concurrent groups: this stage's (a pp group spans all stages)
 
     # NIC sharing: every group of this axis and stage that leaves its node sends its node's
     # share through its own NICs there; the representative finishes when its busiest NIC does.
@@ -205,7 +206,7 @@ def analyze_group(fabric: Fabric, placement: Placement, axis: str, stage: int) -
             r = j * gpn + local
             if r >= num_gpus:
                 break
-            if placement.stage_of(r) != stage:
+            if same_stage and placement.stage_of(r) != stage:
                 continue
             first, last = placement.group_bounds(axis, r)
             if first // gpn == last // gpn:
@@ -234,6 +235,7 @@ def _unit_loads(
 ) -> list[UnitLoad]:
     gpn = fabric.gpus_per_node
     npl = fabric.nodes_per_leaf
+    same_stage = axis != "pp"
     unit_members: dict[int, int] = {}
     for j in nodes:
         s = fabric.unit_of_node(j)
@@ -252,7 +254,7 @@ def _unit_loads(
                 r = j * gpn + local
                 if r >= fabric.num_gpus:
                     break
-                if placement.stage_of(r) != stage:
+                if same_stage and placement.stage_of(r) != stage:
                     continue
                 first, last = placement.group_bounds(axis, r)
                 if fabric.unit_of_node(first // gpn) == fabric.unit_of_node(last // gpn):

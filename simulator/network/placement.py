@@ -13,7 +13,7 @@ The representative pipeline is the one whose tp, cp and dp coordinates are all 0
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from ..errors import ConfigError
 from ..specs import Scenario
@@ -29,6 +29,18 @@ class Placement:
     pp: int
     ep: int
     rank_order: tuple[str, ...]
+    _strides: dict[str, int] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        strides, s = {}, 1
+        for a in self.rank_order:
+            strides[a] = s
+            s *= self.size(a)
+        missing = set(("tp", "cp", "dp", "pp")) - set(strides)
+        if missing:
+            raise ConfigError(f"rank_order {list(self.rank_order)} lacks {sorted(missing)}", key="rank_order")
+        strides["ep"] = strides["dp"] if self.dp % self.ep == 0 else strides[self.rank_order[0]]
+        object.__setattr__(self, "_strides", strides)
 
     @classmethod
     def of(cls, scn: Scenario) -> Placement:
@@ -47,20 +59,16 @@ class Placement:
 
     def stride(self, axis: str) -> int:
         """Distance in ranks between neighbours of `axis` ('ep' strides like 'dp')."""
-        if axis == "ep":
-            axis = "dp" if self.dp % self.ep == 0 else self.rank_order[0]
-        s = 1
-        for a in self.rank_order:
-            if a == axis:
-                return s
-            s *= self.size(a)
-        raise ConfigError(f"axis {axis!r} is not in rank_order {list(self.rank_order)}")
+        try:
+            return self._strides[axis]
+        except KeyError:
+            raise ConfigError(f"unknown parallel axis {axis!r}; known: {', '.join(GROUP_AXES)}") from None
 
     def coord(self, rank: int, axis: str) -> int:
         return (rank // self.stride(axis)) % self.size(axis)
 
     def stage_of(self, rank: int) -> int:
-        return self.coord(rank, "pp")
+        return (rank // self._strides["pp"]) % self.pp
 
     def representative_rank(self, stage: int) -> int:
         """Rank of pipeline stage `stage` in the representative pipeline (tp=cp=dp=0)."""
