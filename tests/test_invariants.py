@@ -1,0 +1,260 @@
+"""Invariants of the step simulator under random valid configurations (issue 8).
+
+Hypothesis draws small models (MHA/GQA/MQA, dense or gated MLP, sometimes MoE) and valid
+splits (tp, pp, vp, dp, cp, micro-batches, schedule, recompute, ZeRO, overlaps) on the
+shipped topologies, and checks what must hold for every one of them:
+
+* the breakdown categories add up to the step time (1e-6 relative), per stage and on average;
+* 0 < MFU ≤ HFU ≤ 1, and MFU is model FLOPs / (step time · GPUs · peak);
+* tokens/s × step time = tokens per step;
+* the step never gets slower when NIC bandwidth, NVLink bandwidth or GPU peak FLOP/s rise;
+* the same seed gives the same report;
+* the event count stays bounded by the pipeline's size, and a step simulates quickly.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import replace
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
+
+from simulator.engine import simulate
+from simulator.errors import ConfigError
+from simulator.loading import scenario_from_dict
+from simulator.specs import Scenario
+from simulator.timeline import CATEGORIES
+
+TOPOLOGIES = ("dgx-a100", "dgx-a100-40gb", "dgx-h100", "dgx-h200", "pcie-a100")
+
+
+def _divisors(n: int, options: tuple[int, ...]) -> list[int]:
+    return [d for d in options if n % d == 0]
+
+
+@st.composite
+def scenario_dicts(draw: st.DrawFn, variability: bool = False) -> dict[str, Any]:
+    heads = draw(st.sampled_from((4, 8, 16)))
+    head_dim = draw(st.sampled_from((32, 64, 128)))
+    hidden = heads * head_dim
+    kv_heads = draw(st.sampled_from(_divisors(heads, (1, 2, 4, 8, 16))))
+    layers = draw(st.sampled_from((2, 4, 6, 8, 12)))
+    seq_len = draw(st.sampled_from((256, 512, 1024, 2048)))
+    gated = draw(st.booleans())
+    ffn = draw(st.sampled_from((2 * hidden, 4 * hidden, (8 * hidden // 3 + 63) // 64 * 64)))
+    model: dict[str, Any] = {
+        "layers": layers, "hidden": hidden, "heads": heads, "kv_heads": kv_heads, "ffn_hidden": ffn,
+        "vocab": draw(st.sampled_from((1000, 32000, 50257))), "seq_len": seq_len, "gated_mlp": gated,
+    }
+    moe = draw(st.sampled_from((0, 0, 0, 4, 8)))
+    if moe:
+        model["moe"] = {"num_experts": moe, "top_k": draw(st.sampled_from((1, 2)))}
+
+    tp = draw(st.sampled_from([t for t in (1, 2, 4, 8) if heads % t == 0 and (kv_heads % t == 0 or t % kv_heads == 0)]))
+    pp = draw(st.sampled_from([p for p in (1, 2, 4) if p <= layers]))
+    cp = draw(st.sampled_from((1, 1, 2)))
+    dp = draw(st.sampled_from((1, 2, 4, 8)))
+    micro_batch = draw(st.sampled_from((1, 2)))
+    vp = 1
+    if pp > 1 and layers >= 2 * pp and draw(st.booleans()):
+        vp = 2
+    m = draw(st.sampled_from((1, 2, 4, 8, 16)))
+    if vp > 1:
+        m = max(pp, m // pp * pp)
+    schedule = "interleaved" if vp > 1 else draw(st.sampled_from(("gpipe", "1f1b", "1f1b", "zb-h1")))
+    sp = draw(st.booleans()) and tp > 1 and (seq_len // cp) % tp == 0
+    ep = 1
+    if moe and draw(st.booleans()):
+        ep = draw(st.sampled_from([e for e in (2, 4) if moe % e == 0 and (dp * cp * tp) % e == 0] or [1]))
+    parallel = {
+        "tp": tp, "pp": pp, "dp": dp, "cp": cp, "ep": ep, "vp": vp, "micro_batch": micro_batch,
+        "global_batch": m * micro_batch * dp, "schedule": schedule, "sequence_parallel": sp,
+        "recompute": draw(st.sampled_from(("none", "selective", "full"))),
+        "zero": draw(st.integers(0, 3)),
+        "overlap_grad_reduce": draw(st.booleans()),
+        "overlap_param_gather": draw(st.booleans()),
+        "tp_comm_overlap": draw(st.booleans()),
+    }
+    topology = draw(st.sampled_from(TOPOLOGIES))
+    data: dict[str, Any] = {
+        "name": "random",
+        "model": model,
+        "cluster": {"topology": topology, "num_gpus": tp * pp * dp * cp},
+        "parallel": parallel,
+        "precision": {"dtype": draw(st.sampled_from(("bf16", "fp16")))},
+    }
+    if draw(st.booleans()):
+        data["dataloader"] = {"microbatch_latency_ms": draw(st.sampled_from((0.0, 1.0, 20.0))),
+                              "workers": draw(st.integers(1, 4)), "prefetch": draw(st.integers(0, 4))}
+    if variability:
+        data["variability"] = {
+            "compute_jitter": draw(st.sampled_from((0.0, 0.05, 0.3))),
+            "network_jitter": draw(st.sampled_from((0.0, 0.1, 0.5))),
+            "straggler_probability": draw(st.sampled_from((0.0, 0.01, 0.2))),
+            "straggler_slowdown": draw(st.sampled_from((1.0, 1.5, 3.0))),
+            "seed": draw(st.integers(0, 2**32)),
+        }
+        data.setdefault("dataloader", {})["jitter"] = draw(st.sampled_from((0.0, 0.3)))
+    return data
+
+
+def build(data: dict[str, Any]) -> Scenario:
+    try:
+        return scenario_from_dict(data)
+    except ConfigError:
+        # a combination the strategy does not rule out (rare): not an invariant violation
+        assume(False)
+        raise
+
+
+INVARIANT_SETTINGS = settings(
+    max_examples=60,
+    deadline=None,
+    derandomize=True,
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
+)
+
+MAX_SECONDS_PER_STEP = 10.0
+
+
+def check_report(scn: Scenario, report: Any) -> None:
+    step = report.step_time_s
+    assert math.isfinite(step) and step > 0
+    # breakdown sums to the step time: per stage and on average
+    for stage in report.breakdown_by_stage_s:
+        assert set(stage) <= set(CATEGORIES)
+        assert all(v >= -1e-12 for v in stage.values()), stage
+        assert math.isclose(sum(stage.values()), step, rel_tol=1e-6), (sum(stage.values()), step)
+    assert len(report.breakdown_by_stage_s) == scn.parallel.pp
+    assert math.isclose(sum(report.breakdown_s.values()), step, rel_tol=1e-6)
+    # utilizations
+    assert 0 < report.mfu <= report.hfu <= 1, (report.mfu, report.hfu)
+    peak = scn.peak_flop_per_s
+    assert math.isclose(report.mfu, report.model_flops_per_step / (step * scn.num_gpus * peak), rel_tol=1e-9)
+    assert report.mfu_6psi > 0
+    # throughput
+    assert math.isclose(report.tokens_per_s * step, scn.tokens_per_step, rel_tol=1e-9)
+    assert scn.tokens_per_step == scn.parallel.global_batch * scn.model.seq_len
+    assert math.isclose(report.tokens_per_s_per_gpu * scn.num_gpus, report.tokens_per_s, rel_tol=1e-9)
+
+
+@INVARIANT_SETTINGS
+@given(data=scenario_dicts(variability=True))
+def test_report_invariants(data: dict[str, Any]) -> None:
+    scn = build(data)
+    start = time.perf_counter()
+    result = simulate(scn)
+    elapsed = time.perf_counter() - start
+    check_report(scn, result.report)
+    # bounded work: spans grow with the pipeline (p · v · m tasks), never with dp
+    par = scn.parallel
+    tasks = par.pp * par.vp * par.num_microbatches
+    assert len(result.timeline.spans) <= 200 * tasks * max(1, scn.model.layers) + 10_000
+    assert elapsed < MAX_SECONDS_PER_STEP
+    # JSON view agrees
+    d = result.report.to_dict()
+    assert d["step_time_s"] == result.report.step_time_s
+    assert math.isclose(sum(d["breakdown_s"].values()), d["step_time_s"], rel_tol=1e-6)
+
+
+@settings(max_examples=25, deadline=None, derandomize=True, database=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+@given(data=scenario_dicts(variability=True), seed=st.integers(0, 2**31))
+def test_deterministic_per_seed(data: dict[str, Any], seed: int) -> None:
+    scn = build(data)
+    first = simulate(scn, seed=seed).report.to_dict()
+    second = simulate(scn, seed=seed).report.to_dict()
+    assert first == second
+
+
+def _faster_nic(scn: Scenario) -> Scenario:
+    topo = scn.topology
+    inter = replace(topo.inter_node, nic_bandwidth_bytes_per_s=2 * topo.inter_node.nic_bandwidth_bytes_per_s)
+    return replace(scn, topology=replace(topo, inter_node=inter))
+
+
+def _faster_nvlink(scn: Scenario) -> Scenario:
+    topo = scn.topology
+    intra = replace(topo.intra_node, link_bandwidth_bytes_per_s=2 * topo.intra_node.link_bandwidth_bytes_per_s)
+    return replace(scn, topology=replace(topo, intra_node=intra))
+
+
+def _faster_gpu(scn: Scenario) -> Scenario:
+    gpu = scn.gpu
+    fast = replace(
+        gpu,
+        peak_bf16_flop_per_s=2 * gpu.peak_bf16_flop_per_s,
+        peak_fp16_flop_per_s=2 * gpu.peak_fp16_flop_per_s,
+        peak_fp8_flop_per_s=2 * gpu.peak_fp8_flop_per_s,
+    )
+    return replace(scn, topology=replace(scn.topology, gpu=fast))
+
+
+def _more_latency_less(scn: Scenario) -> Scenario:
+    topo = scn.topology
+    inter = replace(topo.inter_node, latency_s=topo.inter_node.latency_s / 2)
+    intra = replace(topo.intra_node, latency_s=topo.intra_node.latency_s / 2)
+    return replace(scn, topology=replace(topo, inter_node=inter, intra_node=intra))
+
+
+UPGRADES = {
+    "nic_bandwidth_x2": _faster_nic,
+    "nvlink_bandwidth_x2": _faster_nvlink,
+    "gpu_peak_x2": _faster_gpu,
+    "latency_half": _more_latency_less,
+}
+
+
+@settings(max_examples=40, deadline=None, derandomize=True, database=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+@given(data=scenario_dicts(variability=False))
+def test_faster_hardware_never_slower(data: dict[str, Any]) -> None:
+    scn = build(data)
+    base = simulate(scn).report.step_time_s
+    for name, upgrade in UPGRADES.items():
+        faster = simulate(upgrade(scn)).report
+        assert faster.step_time_s <= base * (1 + 1e-9), (name, faster.step_time_s, base)
+    # everything at once is at least as fast as any one upgrade
+    all_up = scn
+    for upgrade in UPGRADES.values():
+        all_up = upgrade(all_up)
+    assert simulate(all_up).report.step_time_s <= base * (1 + 1e-9)
+
+
+@settings(max_examples=15, deadline=None, derandomize=True, database=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+@given(data=scenario_dicts(variability=False))
+def test_peak_scaling_bounds_step_time(data: dict[str, Any]) -> None:
+    """Doubling peak FLOP/s can at most halve the step (communication and memory-bound work stay)."""
+    scn = build(data)
+    base = simulate(scn).report.step_time_s
+    fast = simulate(_faster_gpu(scn)).report.step_time_s
+    assert base / 2 * (1 - 1e-9) <= fast <= base * (1 + 1e-9)
+
+
+# ----------------------------------------------------------------------------- found by the search above
+ANOMALY = {
+    "name": "faster GPU, slower step",
+    "model": {"layers": 6, "hidden": 512, "heads": 8, "kv_heads": 2, "ffn_hidden": 2048, "vocab": 32000,
+              "seq_len": 2048},
+    "cluster": {"topology": "pcie-a100", "num_gpus": 32},
+    "parallel": {"tp": 8, "pp": 1, "dp": 4, "global_batch": 4, "recompute": "selective", "zero": 3,
+                 "overlap_grad_reduce": False, "overlap_param_gather": False, "tp_comm_overlap": True},
+    "precision": {"dtype": "fp16"},
+}
+
+
+@pytest.mark.xfail(
+    reason="engine: with tp_comm_overlap and ZeRO-3 on pcie-a100, doubling GPU peak lengthens the step "
+    "~13% (exposed tp_comm and dp_comm grow); reported to the engine owner",
+    strict=False,
+)
+def test_faster_gpu_never_slower_tp_overlap_zero3_pcie() -> None:
+    scn = build(ANOMALY)
+    base = simulate(scn).report.step_time_s
+    assert simulate(_faster_gpu(scn)).report.step_time_s <= base * (1 + 1e-9)
