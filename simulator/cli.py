@@ -88,7 +88,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("scenario", help="scenario TOML with a [sweep] table")
     p.add_argument("--top", type=_positive_int("--top"), default=10, help="rows in the ranked table")
     p.add_argument("--out", metavar="FILE.csv", help="write every configuration (CSV; .jsonl for JSON Lines)")
-    p.add_argument("--jobs", type=_positive_int("--jobs"), default=1, help="local worker processes")
+    p.add_argument("--jobs", type=_positive_int("--jobs"), default=None,
+                   help="local worker processes (default: one per CPU core)")
     p.add_argument("--resume", action="store_true", help="continue a sweep whose --out already holds rows")
     p.add_argument("--rank-by", choices=("mfu", "tokens_per_s"), default="mfu")
     p.add_argument("--plot", metavar="FILE.png", help="MFU of every configuration")

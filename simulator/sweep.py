@@ -92,6 +92,7 @@ STATUSES = (STATUS_OK, STATUS_OOM, STATUS_INVALID)
 
 PARALLEL_FIELDS = tuple(f.name for f in fields(ParallelConfig))
 CHUNK_SIZE = 24  # configurations per task sent to a worker
+MAX_JOBS_PER_CPU = 4  # --jobs beyond this many processes per core only adds overhead
 MAX_BASE_TRIALS = 2000  # combinations tried to find a valid base scenario (load_sweep_scenario)
 
 
@@ -549,18 +550,19 @@ def run_configs(
     """
     if not todo:
         return
-    size = max(1, min(CHUNK_SIZE, math.ceil(len(todo) / max(4 * jobs, 1))))
+    jobs = max(1, min(jobs, MAX_JOBS_PER_CPU * (os.cpu_count() or 1)))
+    size = max(1, min(CHUNK_SIZE, math.ceil(len(todo) / (4 * jobs))))
     chunks = _chunks(todo, size)
     if dask:
         _run_dask(base_scn, chunks, engine, dask, jobs, on_rows)
         return
-    if jobs <= 1:
+    if jobs <= 1 or len(chunks) == 1:
         for chunk in chunks:
             on_rows(evaluate_chunk(base_scn, chunk, engine))
         return
     methods = multiprocessing.get_all_start_methods()
     ctx = multiprocessing.get_context("fork" if "fork" in methods else "spawn")
-    with ctx.Pool(processes=jobs) as pool:
+    with ctx.Pool(processes=min(jobs, len(chunks))) as pool:
         try:
             for rows in pool.imap(_evaluate_chunk_args, [(base_scn, c, engine) for c in chunks]):
                 on_rows(rows)
@@ -744,11 +746,11 @@ def _engines_used(rows: Iterable[Mapping[str, Any]]) -> str:
 SHORT = {
     "compute": "comp",
     "recompute": "recomp",
-    "tp_comm": "tp",
-    "cp_comm": "cp",
-    "ep_comm": "ep",
-    "pp_comm": "pp",
-    "dp_comm": "dp",
+    "tp_comm": "tp-com",
+    "cp_comm": "cp-com",
+    "ep_comm": "ep-com",
+    "pp_comm": "pp-com",
+    "dp_comm": "dp-com",
     "bubble": "bubble",
     "dataloader": "data",
     "optimizer": "optim",
@@ -882,7 +884,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     result = run_sweep(
         scn,
         engine=args.engine,
-        jobs=args.jobs,
+        jobs=args.jobs or os.cpu_count() or 1,
         top=args.top,
         rank_by=args.rank_by,
         out=out,
