@@ -4,7 +4,9 @@ Layout: one *process* per pipeline stage (the GPU that stands for that stage's T
 group), one *thread* per stream of that stage — `compute` (the GPU's own exclusive
 timeline, which tiles [0, step_time_s]), then `tp`, `dp`, `pp`, `data` (work that runs
 beside it). Every `Span` becomes one complete event (`"ph": "X"`) with its name, its
-category as `cat`, and `args` (FLOPs, message bytes, micro-batch, model chunk).
+category as `cat`, and `args` (FLOPs, message bytes, micro-batch, model chunk). Only the
+compute thread carries the SPEC §4 categories as `cat` (they tile the step, so they sum to
+the breakdown); overlapped work beside it is `cat = "<stream>-stream.<category>"`.
 
 Format: "Trace Event Format", Google, 2016 (the JSON Object Format with `traceEvents`;
 `ts`/`dur` in microseconds). Loads in ui.perfetto.dev and chrome://tracing. Seconds
@@ -34,6 +36,11 @@ STREAM_LABELS = {
 }
 
 
+def pid_of(stage: int) -> int:
+    """Process id of a pipeline stage (1-based: some trace tools treat pid 0 as the idle task)."""
+    return stage + 1
+
+
 def _stream_ids(timeline: Timeline) -> dict[str, int]:
     """Thread id of each stream: the fixed order first, then any other stream by name."""
     seen = {s.stream for s in timeline.spans}
@@ -42,17 +49,31 @@ def _stream_ids(timeline: Timeline) -> dict[str, int]:
     return {name: i + 1 for i, name in enumerate(ordered)}
 
 
+def event_category(span: Span) -> str:
+    """`cat` of a span's event: its SPEC category on the GPU's own (compute) timeline;
+    `<stream>-stream.<category>` for work beside it (e.g. `dp-stream.dp_comm`, overlapped).
+
+    So summing `dur` by `cat` over a stage's events gives exactly its `breakdown_by_stage_s`,
+    with nothing counted twice; the plain category is also in `args.category`.
+    """
+    if span.stream == MAIN_STREAM:
+        return span.category
+    return f"{span.stream}-stream.{span.category}"
+
+
 def _span_event(span: Span, tid: int) -> dict[str, Any]:
     return {
         "name": span.name,
-        "cat": span.category,
+        "cat": event_category(span),
         "ph": "X",
         "ts": s_to_us(span.start_s),
         "dur": s_to_us(span.duration_s),
-        "pid": span.stage,
+        "pid": pid_of(span.stage),
         "tid": tid,
         "args": {
+            "stage": span.stage,
             "stream": span.stream,
+            "category": span.category,
             "flops": span.flops,
             "message_bytes": span.message_bytes,
             "microbatch": span.microbatch,
@@ -69,13 +90,14 @@ def _metadata_events(timeline: Timeline, report: StepReport, tids: dict[str, int
     pp = report.parallel.pp
     for stage in sorted(streams_by_stage):
         label = f"stage {stage}" + (f" of {pp}" if pp > 1 else "")
-        events.append({"name": "process_name", "ph": "M", "pid": stage, "tid": 0, "args": {"name": label}})
-        events.append({"name": "process_sort_index", "ph": "M", "pid": stage, "tid": 0, "args": {"sort_index": stage}})
+        pid = pid_of(stage)
+        events.append({"name": "process_name", "ph": "M", "pid": pid, "tid": 0, "args": {"name": label}})
+        events.append({"name": "process_sort_index", "ph": "M", "pid": pid, "tid": 0, "args": {"sort_index": stage}})
         for stream in sorted(streams_by_stage[stage], key=lambda n: tids[n]):
             tid = tids[stream]
             name = STREAM_LABELS.get(stream, stream)
-            events.append({"name": "thread_name", "ph": "M", "pid": stage, "tid": tid, "args": {"name": name}})
-            events.append({"name": "thread_sort_index", "ph": "M", "pid": stage, "tid": tid, "args": {"sort_index": tid}})
+            events.append({"name": "thread_name", "ph": "M", "pid": pid, "tid": tid, "args": {"name": name}})
+            events.append({"name": "thread_sort_index", "ph": "M", "pid": pid, "tid": tid, "args": {"sort_index": tid}})
     return events
 
 
@@ -115,7 +137,7 @@ def write_chrome_trace(timeline: Timeline, report: StepReport, path: str | Path)
 
 
 def category_totals_s(events: list[dict[str, Any]], stream: str = MAIN_STREAM) -> dict[int, dict[str, float]]:
-    """Seconds per category per stage (pid) on one stream, read back from trace events.
+    """Seconds per category per pipeline stage on one stream, read back from trace events.
 
     The inverse check of the export: on the `compute` stream it equals the report's
     `breakdown_by_stage_s`.
@@ -124,6 +146,7 @@ def category_totals_s(events: list[dict[str, Any]], stream: str = MAIN_STREAM) -
     for e in events:
         if e.get("ph") != "X" or e.get("args", {}).get("stream") != stream:
             continue
-        per = out.setdefault(int(e["pid"]), {})
-        per[e["cat"]] = per.get(e["cat"], 0.0) + float(e["dur"]) / s_to_us(1.0)
+        per = out.setdefault(int(e["args"]["stage"]), {})
+        cat = e["args"]["category"]
+        per[cat] = per.get(cat, 0.0) + float(e["dur"]) / s_to_us(1.0)
     return out

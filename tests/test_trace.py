@@ -75,13 +75,16 @@ def test_trace_is_json_with_microseconds(tmp_path) -> None:
     assert len(xs) == len(tl.spans)
     for e in xs:
         assert {"name", "cat", "ts", "dur", "pid", "tid", "args"} <= set(e)
-        assert e["cat"] in CATEGORIES
+        if e["args"]["stream"] == "compute":
+            assert e["cat"] in CATEGORIES
+        else:  # overlapped work never reuses a breakdown category name
+            assert e["cat"] not in CATEGORIES and e["cat"].endswith(e["args"]["category"])
         assert e["dur"] >= 0
         assert {"flops", "message_bytes", "microbatch", "chunk"} <= set(e["args"])
     # microseconds: the last event ends at step_time_s * 1e6
     end_us = max(e["ts"] + e["dur"] for e in xs)
     assert end_us == pytest.approx(report.step_time_s * 1e6, rel=1e-9)
-    first_fwd = next(e for e in xs if e["name"] == "F0" and e["pid"] == 1)
+    first_fwd = next(e for e in xs if e["name"] == "F0" and e["args"]["stage"] == 1)
     assert first_fwd["ts"] == pytest.approx(1000.0)  # stage 1 starts after one 1 ms forward
     assert first_fwd["dur"] == pytest.approx(1000.0)
 
@@ -90,7 +93,7 @@ def test_trace_metadata_names_processes_and_threads() -> None:
     tl, report = gpipe_step(p=3)
     events = chrome_trace_events(tl, report)
     procs = {e["pid"]: e["args"]["name"] for e in events if e["ph"] == "M" and e["name"] == "process_name"}
-    assert sorted(procs) == [0, 1, 2]
+    assert sorted(procs) == [1, 2, 3]  # pid = stage + 1
     assert all("stage" in n for n in procs.values())
     threads = {(e["pid"], e["args"]["name"]) for e in events if e["ph"] == "M" and e["name"] == "thread_name"}
     names = {n for _, n in threads}
@@ -130,3 +133,39 @@ def test_engine_trace_sums_match_report(tmp_path) -> None:
     _check_sums(result.timeline, result.report, data["traceEvents"])
     xs = [e for e in data["traceEvents"] if e["ph"] == "X"]
     assert max(e["ts"] + e["dur"] for e in xs) == pytest.approx(result.report.step_time_s * 1e6, rel=1e-6)
+
+
+def _sum_by_cat_per_pid(events: list[dict]) -> dict[int, dict[str, float]]:
+    """What a user does with the trace: add up `dur` by `cat` in each process."""
+    names = {e["pid"]: e["args"]["name"] for e in events if e["ph"] == "M" and e["name"] == "process_name"}
+    out: dict[int, dict[str, float]] = {}
+    for e in events:
+        if e["ph"] == "X":
+            stage = int(names[e["pid"]].split()[1])
+            per = out.setdefault(stage, {})
+            per[e["cat"]] = per.get(e["cat"], 0.0) + e["dur"] * 1e-6
+    return out
+
+
+def test_cli_trace_summed_against_json(tmp_path, capsys) -> None:
+    from simulator.cli import main
+
+    scn = tmp_path / "s.toml"
+    scn.write_text(
+        'name = "small"\n[model]\npreset = "gpt3-1.3b"\n[cluster]\ntopology = "dgx-a100"\nnum_gpus = 16\n'
+        "[parallel]\ntp = 2\npp = 4\nmicro_batch = 1\nglobal_batch = 16\nvp = 2\n"
+        "[dataloader]\nmicrobatch_latency_ms = 30\nworkers = 1\n"
+    )
+    trace = tmp_path / "t.json"
+    assert main(["run", str(scn), "--json", "--trace", str(trace)]) == 0
+    report = json.loads(capsys.readouterr().out)
+    events = json.loads(trace.read_text())["traceEvents"]
+    sums = _sum_by_cat_per_pid(events)
+    assert sorted(sums) == list(range(len(report["breakdown_by_stage_s"])))
+    for stage, expected in enumerate(report["breakdown_by_stage_s"]):
+        for cat, seconds in expected.items():
+            assert sums[stage].get(cat, 0.0) == pytest.approx(seconds, rel=1e-6, abs=1e-9), (stage, cat)
+    # and over the whole trace: the mean over stages is breakdown_s
+    for cat, seconds in report["breakdown_s"].items():
+        total = sum(s.get(cat, 0.0) for s in sums.values()) / len(sums)
+        assert total == pytest.approx(seconds, rel=1e-6, abs=1e-9), cat
