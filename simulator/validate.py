@@ -492,8 +492,9 @@ MOE_MARKERS = (
     "gpt-oss",
     "gptoss",
     "kimi",
-    "nemotron_3",
-    "nemotron-3",
+    "nemotron_3_",
+    "nemotron-3-",
+    "nemotron 3 ",
     "dbrx",
     "grok",
 )
@@ -777,13 +778,18 @@ def build_case(run: PublishedRun) -> Case | Unusable:
             "nic_Gbps": 200,
         }
         notes.append("cluster: 1600 Gbps RoCE per node (8 x 200 Gb/s, fat tree) as the notes say")
-    scenario = {
+    scenario: dict[str, Any] = {
         "name": run.run_id,
         "model": model,
         "cluster": cluster,
         "parallel": parallel,
         "precision": {"dtype": dtype},
     }
+    if rules.key == "narayanan21":
+        # Megatron-LM 2021 predates FlashAttention (Dao et al. 2022): unfused attention with
+        # Megatron's fused scale-mask-softmax kernel.
+        scenario["kernels"] = {"flash_attention": False}
+        notes.append("kernels: flash_attention = false (Megatron-LM 2021 predates FlashAttention)")
     return Case(
         run_id=run.run_id,
         source=run.source,

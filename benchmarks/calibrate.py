@@ -1,0 +1,404 @@
+#!/usr/bin/env python
+"""Fit the per-GPU efficiency parameters of simulator/catalog/efficiency.toml to published runs.
+
+    python benchmarks/calibrate.py            # fit, report, write efficiency.toml
+    python benchmarks/calibrate.py --dry-run  # fit and report only
+
+What is fitted (docs/calibration.md): only the fields of `simulator.specs.GPUEfficiency`
+(matmul_peak_fraction, matmul_ramp_flop, attention_peak_fraction, memory_bw_fraction,
+kernel_launch_s, nccl_bw_fraction, overlap_slowdown), one set per GPU type, for the GPU
+types that have dense BF16/FP16 published runs: a100-80gb, a100-40gb, h100-sxm. Never a
+parameter per run or per source.
+
+On what: the dense BF16/FP16 rows of scenarios/published/calibration_runs.csv that
+`mfusim validate` can simulate, split deterministically. Within each (source, GPU) group the
+rows are ordered by SHA-256 of their id; even positions are *fit* rows, odd positions are
+*held out* (never seen by the optimizer). FP8 rows are not fitted (the catalog has one set
+of efficiencies per GPU, and FP8 kernels reach a different fraction of their own peak);
+their error is reported by `mfusim validate`.
+
+How: the objective is the mean |log(predicted / measured)| over the fit rows (≈ MAPE, but
+symmetric) plus a weak quadratic pull toward the prior values, minimized by a small
+Nelder–Mead written here (numpy only). Parameters are optimized in a transformed space
+(logit for fractions, log for times and sizes) so every trial point is valid. The
+discrete-event engine costs up to ~10 s on the 1,000-GPU pipelines, so the optimizer works
+on the closed-form estimate of the same costed program, corrected per row by the ratio
+engine/closed-form measured at the current parameters (space mapping); the correction is
+refreshed with the engine after each round. Final errors are from the engine.
+
+Deterministic: no random numbers; the same CSV and code give the same file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import math
+import re
+import sys
+import time
+import tomllib
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, fields, replace
+from datetime import date
+from pathlib import Path
+
+import numpy as np
+
+from simulator import validate as V
+from simulator.metrics import StepReport
+from simulator.resources import catalog_file, published_runs_csv
+from simulator.specs import GPUEfficiency, Scenario
+
+FIT_GPUS = ("a100-80gb", "a100-40gb", "h100-sxm")
+SUBSET_RULE = (
+    "dense BF16/FP16 rows of scenarios/published/calibration_runs.csv usable by `mfusim validate`; "
+    "within each (source, GPU) group ordered by sha256(id): even positions fit, odd positions held out"
+)
+PRIOR_WEIGHT = 0.002  # weak pull toward the prior (per transformed unit², averaged over parameters)
+
+
+# ----------------------------------------------------------------------------- parameters
+@dataclass(frozen=True, slots=True)
+class Param:
+    name: str
+    kind: str  # "fraction" (logit) | "log" | "slowdown" (logit of x / 0.5)
+    low: float
+    high: float
+
+
+PARAMS = (
+    Param("matmul_peak_fraction", "fraction", 0.2, 0.98),
+    Param("matmul_ramp_flop", "log", 1e6, 1e12),
+    Param("attention_peak_fraction", "fraction", 0.1, 0.95),
+    Param("memory_bw_fraction", "fraction", 0.3, 0.98),
+    Param("kernel_launch_s", "log", 1e-7, 1e-4),
+    Param("nccl_bw_fraction", "fraction", 0.2, 0.98),
+    Param("overlap_slowdown", "fraction", 0.0, 0.5),
+)
+
+
+def _to_unit(p: Param, value: float) -> float:
+    """Value -> unbounded coordinate."""
+    if p.kind == "log":
+        return math.log(min(max(value, p.low), p.high))
+    span = p.high - p.low
+    u = (min(max(value, p.low), p.high) - p.low) / span
+    u = min(max(u, 1e-4), 1 - 1e-4)
+    return math.log(u / (1 - u))
+
+
+def _from_unit(p: Param, x: float) -> float:
+    if p.kind == "log":
+        return min(max(math.exp(x), p.low), p.high)
+    u = 1.0 / (1.0 + math.exp(-x))
+    return p.low + (p.high - p.low) * u
+
+
+def encode(eff: GPUEfficiency) -> np.ndarray:
+    return np.array([_to_unit(p, getattr(eff, p.name)) for p in PARAMS])
+
+
+def decode(x: np.ndarray) -> GPUEfficiency:
+    return GPUEfficiency(**{p.name: _from_unit(p, float(v)) for p, v in zip(PARAMS, x, strict=True)})
+
+
+# ----------------------------------------------------------------------------- rows
+@dataclass(frozen=True, slots=True)
+class Row:
+    case: V.Case
+    scenario: Scenario
+    fit: bool
+
+    @property
+    def gpu(self) -> str:
+        return self.scenario.gpu.name
+
+
+def _hash(run_id: str) -> str:
+    return hashlib.sha256(run_id.encode("utf-8")).hexdigest()
+
+
+def split_rows(cases: Sequence[V.Case]) -> dict[str, bool]:
+    """run id -> True for a fit row (even position by id hash within its source/GPU group)."""
+    groups: dict[tuple[str, str], list[V.Case]] = {}
+    for c in cases:
+        groups.setdefault((c.source_key, c.gpu), []).append(c)
+    out = {}
+    for members in groups.values():
+        for i, c in enumerate(sorted(members, key=lambda c: _hash(c.run_id))):
+            out[c.run_id] = i % 2 == 0
+    return out
+
+
+def load_rows(csv_path: Path, gpus: Sequence[str]) -> list[Row]:
+    cases = []
+    for run in V.read_runs_csv(csv_path):
+        case = V.build_case(run)
+        if isinstance(case, V.Case) and not case.is_moe and case.dtype in V.TARGET_DTYPES:
+            cases.append(case)
+    fit = split_rows(cases)
+    rows = []
+    for c in cases:
+        try:
+            scn = V.scenario_for(c, source=str(csv_path))
+        except Exception as exc:  # noqa: BLE001 - a row the loader rejects is reported, not fatal
+            print(f"  skip {c.run_id}: {exc}", file=sys.stderr)
+            continue
+        if scn.gpu.name in gpus:
+            rows.append(Row(case=c, scenario=scn, fit=fit[c.run_id]))
+    return rows
+
+
+def default_efficiency(path: Path | None = None) -> GPUEfficiency:
+    """The [default] table of efficiency.toml: the start and the prior of every fit, so a
+    second run of this script starts from the same point as the first (reproducible)."""
+    with open(path or catalog_file("efficiency.toml"), "rb") as fh:
+        table = tomllib.load(fh).get("default", {})
+    names = {f.name for f in fields(GPUEfficiency)}
+    return GPUEfficiency(**{k: v for k, v in table.items() if k in names})
+
+
+def with_efficiency(scn: Scenario, eff: GPUEfficiency) -> Scenario:
+    return replace(scn, topology=replace(scn.topology, gpu=replace(scn.gpu, efficiency=eff)))
+
+
+# ----------------------------------------------------------------------------- evaluation
+Evaluator = Callable[[Scenario], StepReport]
+
+
+def engine_evaluator() -> Evaluator:
+    from simulator.engine import simulate
+
+    return lambda scn: simulate(scn).report
+
+
+def fast_evaluator() -> Evaluator:
+    """The closed form of the same costed program (simulator.analytic, else sweep's stand-in)."""
+    from simulator.sweep import resolve_evaluator
+
+    fn, _ = resolve_evaluator("analytic")
+    return fn
+
+
+def step_times(rows: Sequence[Row], eff: GPUEfficiency, fn: Evaluator) -> np.ndarray:
+    return np.array([fn(with_efficiency(r.scenario, eff)).step_time_s for r in rows])
+
+
+def errors_pct(rows: Sequence[Row], times_s: np.ndarray) -> np.ndarray:
+    return np.array(
+        [
+            100.0 * (V.predicted_value(r.case, r.scenario, float(t)) - r.case.measured) / r.case.measured
+            for r, t in zip(rows, times_s, strict=True)
+        ]
+    )
+
+
+def log_ratios(rows: Sequence[Row], times_s: np.ndarray) -> np.ndarray:
+    return np.log1p(errors_pct(rows, times_s) / 100.0)
+
+
+# ----------------------------------------------------------------------------- optimizer
+def nelder_mead(
+    f: Callable[[np.ndarray], float],
+    x0: np.ndarray,
+    step: float = 0.4,
+    max_evals: int = 300,
+    tol: float = 1e-5,
+) -> tuple[np.ndarray, float, int]:
+    """Nelder & Mead (1965) with the standard coefficients; deterministic initial simplex."""
+    n = len(x0)
+    simplex = [x0.copy()] + [x0 + step * np.eye(n)[i] for i in range(n)]
+    values = [f(x) for x in simplex]
+    evals = n + 1
+    while evals < max_evals:
+        order = np.argsort(values)
+        simplex = [simplex[i] for i in order]
+        values = [values[i] for i in order]
+        if values[-1] - values[0] < tol:
+            break
+        centroid = np.mean(simplex[:-1], axis=0)
+        xr = centroid + (centroid - simplex[-1])
+        fr = f(xr)
+        evals += 1
+        if fr < values[0]:
+            xe = centroid + 2.0 * (centroid - simplex[-1])
+            fe = f(xe)
+            evals += 1
+            simplex[-1], values[-1] = (xe, fe) if fe < fr else (xr, fr)
+        elif fr < values[-2]:
+            simplex[-1], values[-1] = xr, fr
+        else:
+            inside = fr >= values[-1]
+            xc = centroid + 0.5 * ((simplex[-1] if inside else xr) - centroid)
+            fc = f(xc)
+            evals += 1
+            if fc < min(fr, values[-1]):
+                simplex[-1], values[-1] = xc, fc
+            else:  # shrink toward the best point
+                for i in range(1, n + 1):
+                    simplex[i] = simplex[0] + 0.5 * (simplex[i] - simplex[0])
+                    values[i] = f(simplex[i])
+                evals += n
+    best = int(np.argmin(values))
+    return simplex[best], values[best], evals
+
+
+@dataclass(frozen=True, slots=True)
+class FitResult:
+    gpu: str
+    prior: GPUEfficiency
+    fitted: GPUEfficiency
+    fit_mape_before: float
+    held_mape_before: float
+    fit_mape: float
+    held_mape: float
+    num_fit: int
+    num_held: int
+    evals: int
+    seconds: float
+
+
+def calibrate_gpu(
+    gpu: str,
+    rows: Sequence[Row],
+    *,
+    rounds: int,
+    max_evals: int,
+    log: Callable[[str], None],
+    prior_weight: float = PRIOR_WEIGHT,
+) -> FitResult:
+    t0 = time.time()
+    fit_rows = [r for r in rows if r.fit]
+    held_rows = [r for r in rows if not r.fit]
+    prior = default_efficiency()
+    engine, fast = engine_evaluator(), fast_evaluator()
+    x_prior = encode(prior)
+
+    def mape(rs: Sequence[Row], eff: GPUEfficiency) -> float:
+        return float(np.mean(np.abs(errors_pct(rs, step_times(rs, eff, engine))))) if rs else float("nan")
+
+    fit_before = mape(fit_rows, prior)
+    held_before = mape(held_rows, prior)
+    log(
+        f"[{gpu}] {len(fit_rows)} fit rows, {len(held_rows)} held out; prior MAPE fit {fit_before:.1f}%, held {held_before:.1f}%"
+    )
+    x = x_prior.copy()
+    evals = 0
+    for k in range(rounds):
+        eff = decode(x)
+        t_engine = step_times(fit_rows, eff, engine)
+        t_fast = step_times(fit_rows, eff, fast)
+        correction = t_engine / t_fast  # space mapping: engine ≈ correction · closed form
+
+        def objective(z: np.ndarray, correction: np.ndarray = correction) -> float:
+            t = correction * step_times(fit_rows, decode(z), fast)
+            data = float(np.mean(np.abs(log_ratios(fit_rows, t))))
+            return data + prior_weight * float(np.mean((z - x_prior) ** 2))
+
+        x, value, n = nelder_mead(objective, x, step=0.5 if k == 0 else 0.2, max_evals=max_evals)
+        evals += n
+        log(
+            f"[{gpu}] round {k + 1}/{rounds}: objective {value:.4f} after {n} evaluations ({time.time() - t0:.0f} s)"
+        )
+    fitted = decode(x)
+    return FitResult(
+        gpu=gpu,
+        prior=prior,
+        fitted=fitted,
+        fit_mape_before=fit_before,
+        held_mape_before=held_before,
+        fit_mape=mape(fit_rows, fitted),
+        held_mape=mape(held_rows, fitted),
+        num_fit=len(fit_rows),
+        num_held=len(held_rows),
+        evals=evals,
+        seconds=time.time() - t0,
+    )
+
+
+# ----------------------------------------------------------------------------- output
+def _format_value(value: float) -> str:
+    return f"{value:.4g}" if abs(value) >= 1e-3 and abs(value) < 1e4 else f"{value:.4e}"
+
+
+def efficiency_section(res: FitResult, today: str) -> str:
+    lines = [
+        f"[{res.gpu}]",
+        f"# Written by benchmarks/calibrate.py on {today} (docs/calibration.md); do not edit by hand.",
+        f"# Subset rule: {SUBSET_RULE}.",
+        f"# {res.num_fit} fit rows, {res.num_held} held-out rows; MAPE (engine) fit {res.fit_mape:.1f}% "
+        f"(prior {res.fit_mape_before:.1f}%), held out {res.held_mape:.1f}% (prior {res.held_mape_before:.1f}%).",
+    ]
+    for f in fields(GPUEfficiency):
+        lines.append(f"{f.name} = {_format_value(getattr(res.fitted, f.name))}")
+    return "\n".join(lines) + "\n"
+
+
+def write_efficiency(results: Sequence[FitResult], path: Path) -> None:
+    """Replace (or append) the fitted GPUs' tables; keep everything else of the file."""
+    text = path.read_text(encoding="utf-8")
+    today = date.today().isoformat()
+    for res in results:
+        section = efficiency_section(res, today)
+        # a table runs from its header to the next header (comments above it belong to it)
+        pattern = re.compile(rf"^\[{re.escape(res.gpu)}\]\n(?:(?!\[).*\n?)*", re.MULTILINE)
+        if pattern.search(text):
+            text = pattern.sub(lambda _m, s=section: s + "\n", text, count=1)
+        else:
+            text = text.rstrip("\n") + "\n\n" + section
+    path.write_text(text.rstrip("\n") + "\n", encoding="utf-8")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--csv", type=Path, default=published_runs_csv(), help="published runs (SPEC §5)")
+    parser.add_argument("--gpus", default=",".join(FIT_GPUS), help="GPU catalog names to fit")
+    parser.add_argument("--rounds", type=int, default=3, help="engine-correction rounds")
+    parser.add_argument("--max-evals", type=int, default=160, help="Nelder-Mead evaluations per round")
+    parser.add_argument("--prior-weight", type=float, default=PRIOR_WEIGHT, help="pull toward [default]")
+    parser.add_argument("--dry-run", action="store_true", help="do not write efficiency.toml")
+    parser.add_argument("--out", type=Path, default=catalog_file("efficiency.toml"), help="file to write")
+    args = parser.parse_args(argv)
+
+    def log(msg: str) -> None:
+        print(msg, file=sys.stderr, flush=True)
+
+    gpus = tuple(g.strip() for g in args.gpus.split(",") if g.strip())
+    rows = load_rows(args.csv, gpus)
+    results = []
+    for gpu in gpus:
+        mine = [r for r in rows if r.gpu == gpu]
+        if not any(r.fit for r in mine):
+            log(f"[{gpu}] no fit rows; skipped")
+            continue
+        results.append(
+            calibrate_gpu(
+                gpu,
+                mine,
+                rounds=args.rounds,
+                max_evals=args.max_evals,
+                log=log,
+                prior_weight=args.prior_weight,
+            )
+        )
+    print(
+        f"{'gpu':<10} {'fit rows':>8} {'held':>5} {'MAPE fit':>9} {'(prior)':>8} {'MAPE held':>10} {'(prior)':>8}"
+    )
+    for r in results:
+        print(
+            f"{r.gpu:<10} {r.num_fit:>8} {r.num_held:>5} {r.fit_mape:>8.1f}% {r.fit_mape_before:>7.1f}% "
+            f"{r.held_mape:>9.1f}% {r.held_mape_before:>7.1f}%"
+        )
+        for f in fields(GPUEfficiency):
+            print(
+                f"    {f.name:<24} {_format_value(getattr(r.prior, f.name)):>11} -> {_format_value(getattr(r.fitted, f.name))}"
+            )
+    if not args.dry_run and results:
+        write_efficiency(results, args.out)
+        print(f"wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
