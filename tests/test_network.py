@@ -311,6 +311,17 @@ def test_partial_graph_and_fat_tree() -> None:
     assert g.degree(fab.nic_name(0, 0)) == 8 + 1  # eight GPUs share the one NIC, plus the leaf
 
 
+def test_group_graph_holds_the_nodes_a_group_touches() -> None:
+    m = TopologyCommModel(make(num_gpus=4096, tp=8, pp=4))  # dp = 128 nodes per stage
+    g = m.group_graph("dp", 2)
+    gpus = [n for n, k in g.nodes(data="kind") if k == "gpu"]
+    assert len(gpus) == 128 * 8 and "spine" in g
+    path = nx.shortest_path(g, "gpu2048", "gpu2056", weight="latency_s")
+    assert [n for n in path if "leaf" in n] == [
+        "su12/leaf0"
+    ]  # nodes 256 -> 257: one rail leaf (20 nodes per SU)
+
+
 def test_double_binary_trees_span_all_nodes() -> None:
     for k in (2, 3, 7, 8, 33, 128):
         edges = double_binary_tree_edges(k)

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import networkx as nx
+
 from ..comm import KINDS, CollectiveCost, bus_factor
 from ..specs import Scenario
 from .collectives import (
@@ -25,6 +27,7 @@ from .collectives import (
     collective_candidates,
 )
 from .fabric import Fabric
+from .graph import build_graph
 from .placement import GROUP_AXES, Placement
 
 NONE = CollectiveCost(0.0, "none", "", 0.0)
@@ -75,6 +78,11 @@ class TopologyCommModel:
         shape = self._shape("p2p", axis, stage)
         assert isinstance(shape, P2PShape)
         return shape
+
+    def group_graph(self, axis: str, stage: int = 0) -> nx.Graph:
+        """The part of the cluster graph that the group of `axis` at `stage` touches."""
+        gpn = self.fabric.gpus_per_node
+        return build_graph(self.fabric, nodes={r // gpn for r in self.placement.group(axis, stage)})
 
     def candidates(self, kind: str, axis: str, message_bytes: float, stage: int = 0) -> list[CollectiveCost]:
         """Every algorithm/protocol NCCL could use here, fastest first (for reports and tests)."""
