@@ -41,6 +41,7 @@ def make(
     rank_order: list[str] | None = None,
     nccl_bw_fraction: float | None = None,
     model: dict | None = None,
+    **parallel: object,
 ) -> Scenario:
     cluster: dict = {"topology": topology, "num_gpus": num_gpus}
     if inter:
@@ -54,7 +55,7 @@ def make(
         {
             "model": model or MODEL,
             "cluster": cluster,
-            "parallel": {"tp": tp, "pp": pp, "cp": cp, "ep": ep, "global_batch": dp * pp * 2},
+            "parallel": {"tp": tp, "pp": pp, "cp": cp, "ep": ep, "global_batch": dp * pp * 2, **parallel},
         }
     )
     if nccl_bw_fraction is not None:
@@ -119,6 +120,21 @@ def test_halving_nic_bandwidth_slows_dp_not_single_node_tp() -> None:
     )
     for size in (1 * MiB, 64 * MiB):
         assert cost(half, "allreduce", "tp", size) == cost(base, "allreduce", "tp", size)
+
+
+def test_step_level_what_ifs() -> None:
+    """Through the costed program (simulator.analytic): NIC bandwidth moves DP-heavy steps only."""
+    from simulator.analytic import estimate_step
+
+    def step(**kw: object) -> float:
+        return estimate_step(make(**kw)).step_time_s  # type: ignore[arg-type]
+
+    dp_heavy = dict(num_gpus=64, overlap_grad_reduce=False)
+    assert step(inter={"nic_Gbps": 100}, **dp_heavy) > 1.02 * step(**dp_heavy)
+    tp_only = dict(num_gpus=8, tp=8)
+    assert step(inter={"nic_Gbps": 100}, **tp_only) == step(**tp_only)
+    # same work per GPU: TP=16 across two nodes vs TP=8 in a node times DP=2
+    assert step(num_gpus=16, tp=16, global_batch=8) > 1.1 * step(num_gpus=16, tp=8, global_batch=8)
 
 
 def test_oversubscription_slows_cross_leaf_dp_only() -> None:
