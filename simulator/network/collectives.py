@@ -81,6 +81,29 @@ NVLS_BW_FRACTION = 0.72
 NVLS_BW_FRACTION_BLACKWELL = NVLS_BW_FRACTION * 0.74 / 0.85
 # tuning.cc hwLat[NVLINK][NVLS][Simple] = 25 µs (v2.17): NVLS pays off only for large messages.
 NVLS_LATENCY_S = 25.0 * US
+# tuning.cc (v2.19+) llMaxBws: the LL protocol's bus bandwidth ceiling in GB/s on one node, two
+# nodes, more nodes, per GPU generation (Blackwell = 2x Hopper); ring LL busBw = min(cap, 0.5 busBw),
+# tree LL busBw = min(cap, busBw / 3.8).
+LL_MAX_GBPS = {
+    "volta": (39.0, 39.0, 20.4),
+    "ampere": (87.7, 22.5, 19.0),
+    "hopper": (141.0, 45.0, 35.0),
+    "blackwell": (2 * 141.0, 2 * 45.0, 2 * 35.0),
+}
+TREE_LL_BW_FRACTION = 1.0 / 3.8
+
+
+def gpu_generation(gpu_name: str) -> str:
+    """NCCL's tuning tables are per compute capability; map our GPU catalog names onto them."""
+    name = gpu_name.lower()
+    if name.startswith("v100"):
+        return "volta"
+    if name.startswith("a100") or name.startswith("a800"):
+        return "ampere"
+    if name.startswith(("b", "gb")):
+        return "blackwell"
+    return "hopper"
+
 
 MAX_SAMPLED_NODES = 16  # nodes inspected for NIC sharing (exact for periodic placements)
 MAX_SAMPLED_UNITS = 4  # scalable units inspected for leaf-uplink sharing
@@ -101,13 +124,13 @@ class Links:
     nvlink: bool
     nvls: bool
     nvls_fraction: float
+    ll_max_bytes_per_s: tuple[float, float, float]  # LL ceiling on 1, 2, >2 nodes
 
     @classmethod
     def of(cls, fabric: Fabric, nccl_bw_fraction: float) -> Links:
         topo = fabric.topology
         eta = nccl_bw_fraction
-        gpu = topo.gpu.name.lower()
-        blackwell = gpu.startswith(("b", "gb"))
+        generation = gpu_generation(topo.gpu.name)
         fabric_name = topo.intra_node.fabric
         return cls(
             intra_bytes_per_s=fabric.intra_bandwidth_bytes_per_s * eta,
@@ -118,8 +141,12 @@ class Links:
             intra_name="pcie" if fabric_name == "pcie" else "nvlink",
             nvlink=fabric_name != "pcie",
             nvls=topo.intra_node.nvls and fabric_name == "nvswitch",
-            nvls_fraction=NVLS_BW_FRACTION_BLACKWELL if blackwell else NVLS_BW_FRACTION,
+            nvls_fraction=NVLS_BW_FRACTION_BLACKWELL if generation == "blackwell" else NVLS_BW_FRACTION,
+            ll_max_bytes_per_s=tuple(x * 1e9 for x in LL_MAX_GBPS[generation]),  # type: ignore[arg-type]
         )
+
+    def ll_cap_bytes_per_s(self, num_nodes: int) -> float:
+        return self.ll_max_bytes_per_s[min(num_nodes, 3) - 1]
 
 
 # ----------------------------------------------------------------------------- group shapes
@@ -375,11 +402,23 @@ def collective_candidates(kind: str, shape: GroupShape, links: Links, size_bytes
     a_i, a_e = links.intra_latency_s, links.inter_latency_s
     B_i = links.intra_bytes_per_s
 
+    ll_cap = links.ll_cap_bytes_per_s(k)
+
     def add(
-        name: str, p: Protocol, latency: float, parts: list[tuple[float, str]], frac: float = 1.0
+        name: str,
+        p: Protocol,
+        latency: float,
+        parts: list[tuple[float, str]],
+        frac: float = 1.0,
+        bus_bytes: float = 0.0,
     ) -> None:
         t_bw, neck = max(parts, key=lambda x: x[0])
-        t_bw /= p.bandwidth_fraction * frac
+        if name == "tree" and p.name == "LL":
+            t_bw /= TREE_LL_BW_FRACTION
+        else:
+            t_bw /= p.bandwidth_fraction * frac
+        if p.name == "LL" and bus_bytes / ll_cap > t_bw:
+            t_bw, neck = bus_bytes / ll_cap, "ll-protocol"
         label = f"{name}/{p.name}"
         out.append(Candidate(latency + t_bw, label, "latency" if latency > t_bw else neck, t_bw))
 
@@ -396,7 +435,7 @@ def collective_candidates(kind: str, shape: GroupShape, links: Links, size_bytes
         for p in protocols:
             lat = p.launch_s + (steps - inter_steps) * a_i * p.intra_latency_ratio
             lat += inter_steps * a_e * p.inter_latency_ratio
-            add("ring", p, lat, parts)
+            add("ring", p, lat, parts, bus_bytes=X)
     if kind == "allreduce" and k > 1:
         # double binary tree: 2S per node, S/2 per tree edge and direction
         parts = [
@@ -407,7 +446,7 @@ def collective_candidates(kind: str, shape: GroupShape, links: Links, size_bytes
             lat = p.launch_s + 2 * (
                 (m - 1) * a_i * p.intra_latency_ratio + _log2_ceil(k) * a_e * p.inter_latency_ratio
             )
-            add("tree", p, lat, parts, TREE_BW_FRACTION)
+            add("tree", p, lat, parts, TREE_BW_FRACTION, bus_bytes=2 * S)
     if kind == "allreduce" and k == 1 and links.nvls and n > 1:
         out.append(
             Candidate(
@@ -460,18 +499,24 @@ def _hierarchical(
     t_tree, neck_tree = _inter_time(shape, links, 2 * S, lambda u: u.tree_crossings * S / 2)
     for p in protocols:
         f = p.bandwidth_fraction
-        intra_t = intra_phases * (
-            (m - 1) / m * S / (B_i * f) + p.launch_s + (m - 1) * a_i * p.intra_latency_ratio
-        )
+        # LL's bus-bandwidth ceiling applies phase by phase (one node inside, k nodes across)
+        cap_1 = links.ll_cap_bytes_per_s(1) if p.name == "LL" else math.inf
+        cap_k = links.ll_cap_bytes_per_s(k) if p.name == "LL" else math.inf
+        intra_bw_t = max((m - 1) / m * S / (B_i * f), (m - 1) / m * S / cap_1)
+        intra_t = intra_phases * (intra_bw_t + p.launch_s + (m - 1) * a_i * p.intra_latency_ratio)
         intra_label = "ring"
         if kind == "allreduce" and links.nvls:
             nvls_t = S / (B_i * links.nvls_fraction) + NVLS_LATENCY_S
             if nvls_t < intra_t:
                 intra_t, intra_label = nvls_t, "nvls"
         if kind == "allreduce":
-            ring_t = t_ring / f + p.launch_s + 2 * (k - 1) * a_e * p.inter_latency_ratio
+            ring_t = (
+                max(t_ring / f, node_bytes / cap_k) + p.launch_s + 2 * (k - 1) * a_e * p.inter_latency_ratio
+            )
             tree_t = (
-                t_tree / (f * TREE_BW_FRACTION) + p.launch_s + 2 * _log2_ceil(k) * a_e * p.inter_latency_ratio
+                max(t_tree / (f * TREE_BW_FRACTION), 2 * S / cap_k)
+                + p.launch_s
+                + 2 * _log2_ceil(k) * a_e * p.inter_latency_ratio
             )
             if ring_t <= tree_t:
                 inter_t, inter_label, neck = ring_t, "ring", neck_ring
@@ -479,7 +524,7 @@ def _hierarchical(
                 inter_t, inter_label, neck = tree_t, "tree", neck_tree
         else:
             inter_t, inter_label, neck = (
-                t_ring / f + p.launch_s + (k - 1) * a_e * p.inter_latency_ratio,
+                max(t_ring / f, node_bytes / cap_k) + p.launch_s + (k - 1) * a_e * p.inter_latency_ratio,
                 "ring",
                 neck_ring,
             )
