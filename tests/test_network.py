@@ -192,6 +192,25 @@ def test_algorithm_changes_with_size() -> None:
     assert small.algorithm.endswith("/LL") and large.algorithm.endswith("/Simple")
 
 
+def test_ll_protocol_ceiling_per_generation() -> None:
+    """tuning.cc llMaxBws: LL never beats 87.7 GB/s bus bandwidth on one A100 node, 35 on >2 H100 nodes."""
+    from simulator.network.collectives import gpu_generation
+
+    assert [gpu_generation(g) for g in ("a100-80gb", "h100-sxm", "h200", "gb200", "v100-32gb")] == [
+        "ampere",
+        "hopper",
+        "hopper",
+        "blackwell",
+        "volta",
+    ]
+    for c in TopologyCommModel(make(tp=8)).candidates("allreduce", "tp", 4 * MiB):
+        if c.algorithm.endswith("/LL"):
+            assert c.bus_bandwidth_bytes_per_s <= 87.7e9
+    for c in TopologyCommModel(make("dgx-h100", num_gpus=64)).candidates("allreduce", "dp", 64 * MiB):
+        if c.algorithm in ("ring/LL", "tree/LL"):
+            assert c.bus_bandwidth_bytes_per_s <= 35e9 * 1.0001
+
+
 def test_nvls_on_hopper_nodes_only_when_enabled() -> None:
     on = cost(make("dgx-h100", tp=8), "allreduce", "tp", GiB)
     off = cost(make("dgx-h100", tp=8, intra={"nvls": False}), "allreduce", "tp", GiB)
@@ -386,7 +405,8 @@ def test_topo_command(capsys: pytest.CaptureFixture[str]) -> None:
     assert out["bisection_GBps"] == pytest.approx(64 * 400.0)
     ns.json = False
     assert cmd_topo(ns) == 0
-    assert "bisection" in capsys.readouterr().out
+    text = capsys.readouterr().out
+    assert "1,024 = 128 nodes x 8" in text and "bisection" in text and "NVLS" in text
     with pytest.raises(ConfigError):
         cmd_topo(type("Args", (), {"topology": "no-such-topology", "gpus": None, "json": False})())
 
