@@ -28,7 +28,9 @@ taken, as NCCL does per call.
   sequence; with NVLS the two intra-node phases run on the switch (NCCL's NVLS-tree).
 - PAT (AllGather/ReduceScatter with one rank per node, NCCL >= 2.23): log2(n) steps at 0.75 of
   the ring's bandwidth.
-- All-to-All and send/recv: all peers at once; bytes per link from the placement.
+- All-to-All: n-1 send/recv rounds (a hop latency each), all bytes in flight at once, bytes per
+  link from the placement (intra-node peers over NVLink, the rest through the NICs and, for
+  peers in other scalable units, the leaf uplinks). Send/recv: one hop, the sender's links.
 Protocols (tuning.cc): LL = 8-byte stores with a 4-byte flag, half the bandwidth; LL128 = 120
 useful bytes per 128 (busBw *= 0.92), NVLink fabrics only; Simple = full bandwidth, highest
 latency. Per-hop latency = the topology's `latency_us` (our Simple hop) times NCCL's hwLat ratio
@@ -476,10 +478,12 @@ def collective_candidates(kind: str, shape: GroupShape, links: Links, size_bytes
         if k > 1:
             parts.append(_inter_time(shape, links, node_bytes, lambda u: u.members * (n - u.members) / n * S))
         for p in protocols:
-            if p.name == "LL128":
+            if p.name == "LL128":  # NCCL's p2p uses Simple, and LL below NCCL_P2P_LL_THRESHOLD
                 continue
-            hop = a_e * p.inter_latency_ratio if k > 1 else a_i * p.intra_latency_ratio
-            add("p2p", p, p.launch_s + hop, parts)
+            # a grouped all-to-all is n-1 send/recv pairs scheduled in rounds (peer = rank ± i);
+            # each round pays one hop: m-1 inside the node, n-m across the network
+            hops = (m - 1) * a_i * p.intra_latency_ratio + (n - m) * a_e * p.inter_latency_ratio
+            add("p2p", p, p.launch_s + hops, parts, bus_bytes=(n - 1) / n * S)
     return out
 
 
