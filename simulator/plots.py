@@ -456,7 +456,7 @@ def config_label(row: Any) -> str:
     if rc not in (None, "", "none"):
         parts.append({"selective": "sel", "full": "full-rc"}.get(str(rc), str(rc)))
     sp = _get(row, "sequence_parallel")
-    if str(sp).lower() in ("true", "1"):
+    if str(sp).lower() in ("true", "1") and str(_get(row, "tp", "1")) != "1":
         parts.append("sp")
     z = _get(row, "zero")
     if z not in (None, "", 0, "0"):
@@ -470,7 +470,7 @@ def sweep_mfu_figure(rows: Sequence[Any], *, top: int = 25, title: str | None = 
     `rows` are sweep results: mappings (e.g. `csv.DictReader` rows of `mfusim sweep --out`)
     or objects with the SPEC §3 columns (`tp, pp, dp, ..., status, mfu`). Left: every
     simulated configuration ranked by MFU (memory-infeasible ones marked). Right: the
-    `top` best, named. Invalid rows are counted, not drawn.
+    `top` best that fit in memory, named. Invalid rows are counted, not drawn.
     """
     scored = []
     invalid = 0
@@ -502,7 +502,9 @@ def sweep_mfu_figure(rows: Sequence[Any], *, top: int = 25, title: str | None = 
     ax_rank.set_title(f"All {len(scored)} simulated configurations" + (f" ({invalid} invalid, not shown)" if invalid else ""),
                       fontsize=10)
 
-    best = scored[:top]
+    fitting = [b for b in scored if b[1]]
+    best = (fitting or scored)[:top]
+    above = sum(1 for b in scored if not b[1] and best and b[0] > best[0][0]) if fitting else 0
     ys = range(len(best))
     ax_top.barh(list(ys), [100 * b[0] for b in best], height=0.7,
                 color=["#4C72B0" if b[1] else "#F2B8BA" for b in best],
@@ -517,7 +519,10 @@ def sweep_mfu_figure(rows: Sequence[Any], *, top: int = 25, title: str | None = 
     ax_top.set_xlabel("predicted MFU (%)")
     ax_top.grid(axis="x", color="#DDDDDD", linewidth=0.6)
     ax_top.set_axisbelow(True)
-    ax_top.set_title(f"Top {len(best)} by MFU", fontsize=10)
+    top_title = f"Top {len(best)} by MFU" + (" that fit in memory" if fitting else " (none fits in memory)")
+    if above:
+        top_title += f"\n({above} faster configurations do not fit, left: red x)"
+    ax_top.set_title(top_title, fontsize=10)
     fig.suptitle(title or "Sweep: predicted MFU of every configuration", fontsize=12)
     return fig
 

@@ -110,6 +110,12 @@ def test_sweep_mfu_figure_from_dicts_and_csv(tmp_path: Path) -> None:
     assert "5 simulated" in ax_rank.get_title() and "1 invalid" in ax_rank.get_title()
     assert [t.get_text() for t in ax_top.get_yticklabels()][0] == "tp8 pp4 dp2 mb1 sel sp zero1"
     _png(fig, tmp_path, "sweep.png")
+    # a faster configuration that does not fit is not recommended on the right, only counted
+    rows_oom = rows + [{**rows[0], "tp": 4, "pp": 4, "dp": 4, "status": "infeasible_memory", "mfu": 0.9}]
+    fig_oom = sweep_mfu_figure(rows_oom, top=3)
+    top_labels = [t.get_text() for t in fig_oom.axes[1].get_yticklabels()]
+    assert top_labels[0] == "tp8 pp4 dp2 mb1 sel sp zero1" and len(top_labels) == 3
+    assert "1 faster configurations do not fit" in fig_oom.axes[1].get_title()
     # the same from a CSV as `mfusim sweep --out` writes it (all strings)
     buf = io.StringIO()
     w = csv.DictWriter(buf, fieldnames=list(rows[0]))
