@@ -35,9 +35,10 @@ Protocols (tuning.cc): LL = 8-byte stores with a 4-byte flag, half the bandwidth
 useful bytes per 128 (busBw *= 0.92), NVLink fabrics only; Simple = full bandwidth, highest
 latency. Per-hop latency = the topology's `latency_us` (our Simple hop) times NCCL's hwLat ratio
 of that protocol to Simple (NVLink ring LL 0.6/3.4, LL128 1.9/3.4; network ring LL 2.7/14,
-LL128 4.0/14); launch latency = NCCL's baseLat (ring: LL 6.6 µs, LL128 14 µs, Simple 8.4 µs).
-Not modelled: NCCL's per-size tree correction table, the ring "plateau" factor, LL bandwidth
-caps per architecture, CollNet/SHARP in-network reduction.
+LL128 4.0/14); launch latency = NCCL's baseLat (ring: LL 6.6 µs, LL128 14 µs, Simple 8.4 µs);
+LL's bus bandwidth is capped per GPU generation and node count (tuning.cc llMaxBws).
+Not modelled: NCCL's per-size tree correction table, the ring "plateau" factor, per-channel
+LL128/tree caps (channel counts are not modelled), CollNet/SHARP in-network reduction.
 """
 
 from __future__ import annotations
