@@ -101,19 +101,60 @@ def _metadata_events(timeline: Timeline, report: StepReport, tids: dict[str, int
     return events
 
 
-def chrome_trace_events(timeline: Timeline, report: StepReport) -> list[dict[str, Any]]:
-    """The trace's event list: metadata (process/thread names) then one "X" event per span."""
+MAX_EVENTS = 400_000  # beyond this, per-op spans are merged per task so the UI stays usable
+
+
+def coarsened_spans(spans: tuple[Span, ...] | list[Span]) -> list[Span]:
+    """Adjacent spans of one task merged per category: `F3 qkv`, `F3 fc1`, ... -> `F3 compute`.
+
+    Only back-to-back spans of the same stage, stream, category, micro-batch, chunk and task
+    (first word of the name) merge; FLOPs and bytes add up, so every per-category sum is kept.
+    """
+    out: list[Span] = []
+    ordered = sorted(spans, key=lambda s: (s.stage, s.stream, s.start_s, s.end_s))
+    for s in ordered:
+        task = s.name.split(" ", 1)[0]
+        if out:
+            last = out[-1]
+            same = (
+                last.stage == s.stage
+                and last.stream == s.stream
+                and last.category == s.category
+                and last.microbatch == s.microbatch
+                and last.chunk == s.chunk
+                and last.name.split(" ", 1)[0] == task
+                and abs(last.end_s - s.start_s) <= 1e-12 * max(1.0, s.start_s)
+            )
+            if same:
+                out[-1] = Span(
+                    last.stage, last.stream, last.category, f"{task} {last.category}", last.start_s, s.end_s,
+                    microbatch=last.microbatch, chunk=last.chunk, flops=last.flops + s.flops,
+                    message_bytes=last.message_bytes + s.message_bytes,
+                )
+                continue
+        out.append(s)
+    return out
+
+
+def chrome_trace_events(
+    timeline: Timeline, report: StepReport, *, max_events: int | None = MAX_EVENTS
+) -> list[dict[str, Any]]:
+    """The trace's event list: metadata (process/thread names) then one "X" event per span
+    (per task and category when the timeline has more than `max_events` spans)."""
     tids = _stream_ids(timeline)
     events = _metadata_events(timeline, report, tids)
-    spans = sorted(timeline.spans, key=lambda s: (s.stage, tids[s.stream], s.start_s, s.end_s))
-    events.extend(_span_event(s, tids[s.stream]) for s in spans)
+    spans: list[Span] | tuple[Span, ...] = timeline.spans
+    if max_events is not None and len(spans) > max_events:
+        spans = coarsened_spans(spans)
+    ordered = sorted(spans, key=lambda s: (s.stage, tids[s.stream], s.start_s, s.end_s))
+    events.extend(_span_event(s, tids[s.stream]) for s in ordered)
     return events
 
 
-def chrome_trace(timeline: Timeline, report: StepReport) -> dict[str, Any]:
+def chrome_trace(timeline: Timeline, report: StepReport, *, max_events: int | None = MAX_EVENTS) -> dict[str, Any]:
     """The whole JSON object: `traceEvents` plus a summary of the step under `otherData`."""
     return {
-        "traceEvents": chrome_trace_events(timeline, report),
+        "traceEvents": chrome_trace_events(timeline, report, max_events=max_events),
         "displayTimeUnit": "ms",
         "otherData": {
             "name": report.name,
@@ -127,11 +168,17 @@ def chrome_trace(timeline: Timeline, report: StepReport) -> dict[str, Any]:
     }
 
 
-def write_chrome_trace(timeline: Timeline, report: StepReport, path: str | Path) -> Path:
-    """Write the trace of one simulated step to `path` (open it in ui.perfetto.dev)."""
+def write_chrome_trace(
+    timeline: Timeline, report: StepReport, path: str | Path, *, max_events: int | None = MAX_EVENTS
+) -> Path:
+    """Write the trace of one simulated step to `path` (open it in ui.perfetto.dev).
+
+    Every span is an event unless there are more than `max_events` (None: no limit); then
+    per-op spans are merged per task and category, which keeps every sum.
+    """
     out = Path(path)
     with open(out, "w", encoding="utf-8") as f:
-        json.dump(chrome_trace(timeline, report), f, separators=(",", ":"))
+        json.dump(chrome_trace(timeline, report, max_events=max_events), f, separators=(",", ":"))
         f.write("\n")
     return out
 

@@ -169,3 +169,29 @@ def test_cli_trace_summed_against_json(tmp_path, capsys) -> None:
     for cat, seconds in report["breakdown_s"].items():
         total = sum(s.get(cat, 0.0) for s in sums.values()) / len(sums)
         assert total == pytest.approx(seconds, rel=1e-6, abs=1e-9), cat
+
+
+def test_large_timelines_are_coarsened_keeping_sums() -> None:
+    from simulator.trace import coarsened_spans
+
+    tl, report = gpipe_step(p=3, m=4)
+    # split every forward into three back-to-back op spans, as the engine records them
+    fine: list[Span] = []
+    for s in tl.spans:
+        if s.name.startswith("F") and s.stream == "compute":
+            third = s.duration_s / 3
+            for k, op in enumerate(("qkv", "attention", "mlp")):
+                fine.append(Span(s.stage, s.stream, s.category, f"{s.name} {op}", s.start_s + k * third,
+                                 s.start_s + (k + 1) * third if k < 2 else s.end_s, microbatch=s.microbatch,
+                                 flops=s.flops / 3))
+        else:
+            fine.append(s)
+    tl_fine = Timeline(tuple(fine), tl.step_time_s, tl.num_stages)
+    merged = coarsened_spans(tl_fine.spans)
+    assert len(merged) == len(tl.spans)
+    assert sum(s.flops for s in merged) == pytest.approx(sum(s.flops for s in tl.spans))
+    full = chrome_trace_events(tl_fine, report, max_events=None)
+    small = chrome_trace_events(tl_fine, report, max_events=10)
+    assert len([e for e in small if e["ph"] == "X"]) == len(tl.spans) < len([e for e in full if e["ph"] == "X"])
+    _check_sums(tl_fine, report, small)
+    assert any(e["name"] == "F0 compute" for e in small)
