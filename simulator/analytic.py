@@ -61,7 +61,7 @@ def estimate_program(program: Program) -> tuple[float, tuple[dict[str, float], .
     pipe_s = _pipeline_time_s(program, per_stage, zb_saving)
 
     ends, dp_exposed = [], []
-    for st, t_stage in zip(program.stages, per_stage, strict=True):
+    for st in program.stages:
         grads = sum(sum(c.grad_bucket_s) for c in st.chunks)
         last_bwd = st.chunks[0].backward.duration_s if st.chunks else 0.0
         if program.overlap_grad_reduce:

@@ -117,7 +117,7 @@ def run_step(program: Program, variability: VariabilitySpec | None = None, group
         if d <= 0:
             ev.succeed()
         else:
-            env.timeout(d).callbacks.append(lambda _ev: ev.succeed())
+            env.timeout(d).callbacks.append(lambda _ev: _fire(ev))
 
     # ---- dataloader: workers fill a bounded buffer; stage 0 takes one batch per micro-batch
     latency = program.dataloader_latency_s
@@ -293,6 +293,10 @@ def run_step(program: Program, variability: VariabilitySpec | None = None, group
     for s in range(p):
         rec.add(s, "bubble", "wait for step end", stage_end[s], step_time)
     return Timeline(tuple(rec.spans), step_time, p)
+
+
+def _fire(ev: simpy.Event) -> None:
+    ev.succeed()
 
 
 def _last_grad_tasks(tasks: list[Task], split_backward: bool) -> dict[int, int]:

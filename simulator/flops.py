@@ -109,13 +109,15 @@ class LayerForwardFlops:
 def layer_forward_flops(m: ModelSpec, layer: int = 0) -> LayerForwardFlops:
     s, h = m.seq_len, m.hidden
     f = FLOP_PER_MAC
+    mlp: float
+    router: float
     if m.is_moe_layer(layer):
-        mlp = m.top_k * f * s * mlp_params(m, m.expert_ffn) / 1.0
+        mlp = float(m.top_k * f * s * mlp_params(m, m.expert_ffn))
         if m.shared_expert_ffn_hidden:
             mlp += f * s * mlp_params(m, m.shared_expert_ffn_hidden)
-        router = f * s * h * m.num_experts
+        router = float(f * s * h * m.num_experts)
     else:
-        mlp = f * s * mlp_params(m, m.ffn)
+        mlp = float(f * s * mlp_params(m, m.ffn))
         router = 0.0
     return LayerForwardFlops(
         qkv=f * s * h * (m.q_dim + 2 * m.kv_dim),

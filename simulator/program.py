@@ -402,10 +402,12 @@ class _Coster:
         v_local = -(-m.vocab // par.tp)
         t_mm = matmul_time_s(d, T, v_local, m.hidden)
         f = 2.0 * T * v_local * m.hidden
-        ce_bytes = T * v_local * (a + 4 + 4)  # read 16-bit logits, fp32 softmax, write fp32 grad
+        ce_bytes = float(T * v_local * (a + 4 + 4))  # read 16-bit logits, fp32 softmax, write fp32 grad
         t_ce = memory_op_time_s(d, ce_bytes, kernels=3)
-        fwd = [("compute", "final norm", memory_op_time_s(d, 2 * T * m.hidden * a), 0.0, 0.0)]
-        bwd_in = []
+        fwd: list[tuple[str, str, float, float, float]] = [
+            ("compute", "final norm", memory_op_time_s(d, 2 * T * m.hidden * a), 0.0, 0.0)
+        ]
+        bwd_in: list[tuple[str, str, float, float, float]] = []
         if par.tp > 1 and par.sequence_parallel:
             msg = T * m.hidden * a
             fwd.append(("tp_comm", "tp allgather", self.coll("allgather", "tp", msg), 0.0, msg))
