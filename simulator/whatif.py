@@ -532,6 +532,11 @@ def analyze(scenario: Scenario, simulate: SimulateFn | None = None) -> WhatIf:
                 Lever(v.key, v.name, v.change, v.addresses, skipped=f"invalid: {err.message}", phrase=v.phrase)
             )
             continue
+        except (ValueError, ArithmeticError) as err:  # one lever's failure must not hide the others
+            skipped.append(
+                Lever(v.key, v.name, v.change, v.addresses, skipped=f"could not be simulated: {err}", phrase=v.phrase)
+            )
+            continue
         mfu = per_token * rep.tokens_per_s / (rep.num_gpus * rep.peak_flop_per_s)
         mem = rep.memory
         note = v.note
@@ -696,6 +701,8 @@ def cmd_whatif(args: argparse.Namespace) -> int:
     from .loading import load_scenario
 
     scenario = load_scenario(scenario_path(getattr(args, "scenario", None)))
+    n = sum(1 for v in candidate_variants(scenario) if v.build is not None)
+    sys.stderr.write(f"whatif: simulating the baseline and {n} variants of {scenario.name}\n")
     result = analyze(scenario)
     if getattr(args, "json", False):
         print_json(result.to_dict())
