@@ -62,7 +62,7 @@ def profile_pass() -> None:
         return sum(v[3] for k, v in raw.items() if k[2] == name and module in k[0])
 
     total = cum("run_sweep")
-    evaluator = cum_any("estimate_step", "analytic.py") or cum("standin_estimate")
+    evaluator = cum_any("estimate_step", "analytic.py")
     memory = cum_any("memory_footprint", "memory.py")
     build = cum("build_config")
     write = cum("write")

@@ -94,7 +94,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--rank-by", choices=("mfu", "tokens_per_s"), default="mfu")
     p.add_argument("--plot", metavar="FILE.png", help="MFU of every configuration")
     p.add_argument("--engine", choices=("auto", "analytic", "des"), default="auto",
-                   help="auto: closed form for all, discrete-event engine for the top ones")
+                   help="auto: closed form for all, discrete-event engine for the best --refine ones")
+    p.add_argument("--refine", type=_positive_int("--refine"), default=3,
+                   help="with --engine auto: how many of the best configurations the engine re-simulates")
     p.add_argument("--dask", metavar="ADDRESS", help="run on an existing Dask scheduler ('local' starts one)")
     p.add_argument("--json", action="store_true", help="print the ranked results as JSON")
 

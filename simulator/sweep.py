@@ -21,7 +21,10 @@ configuration columns), drops a truncated last line and evaluates only what is m
 
 Engines: `analytic` is the closed form (`simulator.analytic.estimate_step`), `des` the
 discrete-event engine (`simulator.engine.simulate`), `auto` the closed form for every
-configuration and then the engine for the top K (re-ranked). Local parallelism is a
+configuration and then the engine for the best `--refine N` (default 3), listed first and
+re-ranked by the engine's numbers. The engine costs about 0.2-2 s per GPT-3-size
+configuration against a few ms for the closed form, so N stays small by default: that keeps
+the 1,728-configuration GPT-3 sweep near the 300 configurations/s goal on two cores. Local parallelism is a
 process pool (`--jobs N`); `--dask ADDRESS` runs the same chunks on a Dask cluster. Dask
 and not Ray: Dask distributed is pure Python and pip-installable everywhere mfusim runs
 (Ray ships large platform wheels and a C++ runtime), `LocalCluster` gives a real
@@ -33,12 +36,14 @@ from __future__ import annotations
 
 import argparse
 import csv
+import importlib
 import io
 import itertools
 import json
 import math
 import multiprocessing
 import os
+import signal
 import sys
 import time
 from collections import Counter
@@ -47,7 +52,7 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, TextIO
 
-from .comm import CollectiveCost, CommModel, default_comm_model
+from .comm import CommModel, default_comm_model
 from .errors import ConfigError
 from .loading import SWEEP_KEYS, load_scenario, parallel_from_table, read_toml, scenario_from_dict
 from .memory import memory_footprint
@@ -91,124 +96,61 @@ STATUS_INVALID = "invalid"
 STATUSES = (STATUS_OK, STATUS_OOM, STATUS_INVALID)
 
 PARALLEL_FIELDS = tuple(f.name for f in fields(ParallelConfig))
-CHUNK_SIZE = 24  # configurations per task sent to a worker
+CHUNK_SIZE = 64  # configurations per task sent to a worker (they share comm models)
 MAX_JOBS_PER_CPU = 4  # --jobs beyond this many processes per core only adds overhead
 MAX_BASE_TRIALS = 2000  # combinations tried to find a valid base scenario (load_sweep_scenario)
 
 
 # ----------------------------------------------------------------------------- evaluators
-Evaluator = Callable[[Scenario], StepReport]
+Evaluator = Callable[[Scenario, CommModel], StepReport]
+ENGINES = ("analytic", "des")
 
 
-@dataclass(slots=True)
-class MemoizedCommModel:
-    """A comm model that answers each distinct collective once per configuration.
+def _analytic(scn: Scenario, comm: CommModel) -> StepReport:
+    from .analytic import estimate_step
 
-    Costing a configuration asks the same few questions (kind, group, message size, stage)
-    once per layer and phase — about 1,500 calls for GPT-3 175B — and a comm model is a pure
-    function of them, so the sweep memoizes them (3-5× faster closed-form evaluation).
-    """
-
-    inner: CommModel
-    cache: dict[tuple[str, str, float, int], CollectiveCost] = field(default_factory=dict)
-
-    def collective(self, kind: str, axis: str, message_bytes: float, stage: int = 0) -> CollectiveCost:
-        key = (kind, axis, message_bytes, stage)
-        cost = self.cache.get(key)
-        if cost is None:
-            cost = self.cache[key] = self.inner.collective(kind, axis, message_bytes, stage)
-        return cost
-
-    def group_size(self, axis: str) -> int:
-        return self.inner.group_size(axis)
+    return estimate_step(scn, comm)
 
 
-def memoized_comm(scn: Scenario) -> MemoizedCommModel:
-    return MemoizedCommModel(default_comm_model(scn))
+def _des(scn: Scenario, comm: CommModel) -> StepReport:
+    from .engine import simulate
+
+    return simulate(scn, comm).report
 
 
-def _analytic_evaluator() -> Evaluator | None:
-    try:
-        from .analytic import estimate_step  # type: ignore[import-not-found,unused-ignore]
-    except ModuleNotFoundError as exc:
-        if exc.name != "simulator.analytic":
-            raise
-        return None
-
-    def run(scn: Scenario) -> StepReport:
-        report: StepReport = estimate_step(scn, memoized_comm(scn))
-        return report
-
-    return run
-
-
-def _des_evaluator() -> Evaluator | None:
-    try:
-        from .engine import simulate
-    except ModuleNotFoundError as exc:
-        if exc.name != "simulator.engine":
-            raise
-        return None
-
-    def run(scn: Scenario) -> StepReport:
-        return simulate(scn, memoized_comm(scn)).report
-
-    return run
-
-
-def standin_estimate(scn: Scenario) -> StepReport:
-    """Closed-form step time from the costed program, used until `simulator.analytic` exists.
-
-    Per stage: m micro-batches of its forward + backward blocks, a pipeline bubble of
-    (p − 1)/v micro-batch times (Narayanan et al. 2021 §2.2), the optimizer step, and the
-    DP gradient reduction (only the last bucket is exposed when overlapped).
-    """
-    from .engine import step_report
-    from .program import build_program
-
-    program = build_program(scn, memoized_comm(scn))
-    m, p, v = program.num_microbatches, program.pp, program.vp
-    per_stage: list[dict[str, float]] = []
-    busy: list[float] = []
-    for st in program.stages:
-        cats = dict.fromkeys(CATEGORIES, 0.0)
-        fb = 0.0
-        for ch in st.chunks:
-            for block in (ch.forward, ch.backward):
-                fb += block.duration_s
-                for seg in block.segments:
-                    cats[seg.category] = cats.get(seg.category, 0.0) + m * seg.duration_s
-            if ch.grad_bucket_s:
-                cats["dp_comm"] += ch.grad_bucket_s[-1] if program.overlap_grad_reduce else sum(ch.grad_bucket_s)
-            if ch.param_gather_s:
-                cats["dp_comm"] += ch.param_gather_s[-1] if program.overlap_param_gather else sum(ch.param_gather_s)
-        cats["pp_comm"] += (2 * m * v * st.p2p_s) if p > 1 else 0.0
-        cats["optimizer"] += st.optimizer_s
-        cats["bubble"] = (p - 1) / v * fb
-        per_stage.append(cats)
-        busy.append(sum(cats.values()))
-    step = max(busy)
-    for cats, b in zip(per_stage, busy, strict=True):
-        cats["bubble"] += step - b
-    return step_report(scn, program, step, tuple(per_stage))
-
-
-def resolve_evaluator(engine: str) -> tuple[Evaluator, str]:
-    """The function that evaluates one configuration for `engine` ('analytic' | 'des'),
-    and the name of what is actually used (falls back to the stand-in closed form)."""
+def resolve_evaluator(engine: str) -> Evaluator:
+    """The function that evaluates one configuration: 'analytic' (closed form) or 'des'."""
+    if engine == "analytic":
+        return _analytic
     if engine == "des":
-        fn = _des_evaluator()
-        if fn is not None:
-            return fn, "des"
-    fn = _analytic_evaluator()
-    if fn is not None:
-        return fn, "analytic"
-    return standin_estimate, "standin"
+        return _des
+    raise ValueError(f"unknown engine {engine!r}; known: {', '.join(ENGINES)}")
 
 
 def evaluate(scenario: Scenario, engine: str) -> StepReport:
     """One configuration's StepReport with `engine` ('analytic' or 'des')."""
-    return resolve_evaluator(engine)[0](scenario)
+    return resolve_evaluator(engine)(scenario, default_comm_model(scenario))
+
+
+@dataclass(slots=True)
+class CommModels:
+    """Comm models shared by the configurations of one chunk.
+
+    A comm model depends only on the cluster and the placement (num_gpus, tp, cp, dp, pp,
+    ep, rank order) and memoizes its answers, so configurations that differ in micro-batch,
+    recompute, ZeRO stage or vp reuse the same analysed groups (about a third of the
+    closed-form cost for GPT-3 175B).
+    """
+
+    models: dict[tuple[int, ...], CommModel] = field(default_factory=dict)
+
+    def for_scenario(self, scn: Scenario) -> CommModel:
+        par = scn.parallel
+        key = (scn.num_gpus, par.tp, par.cp, par.dp, par.pp, par.ep)
+        model = self.models.get(key)
+        if model is None:
+            model = self.models[key] = default_comm_model(scn)
+        return model
 
 
 # ----------------------------------------------------------------------------- the product
@@ -300,7 +242,9 @@ def _empty_row(values: Mapping[str, Any]) -> dict[str, Any]:
     return row
 
 
-def evaluate_config(base_scn: Scenario, values: Mapping[str, Any], evaluator: Evaluator, engine: str) -> dict[str, Any]:
+def evaluate_config(
+    base_scn: Scenario, values: Mapping[str, Any], engine: str, comms: CommModels | None = None
+) -> dict[str, Any]:
     """One row: the configuration's cells, its status and its numbers."""
     row = _empty_row(values)
     try:
@@ -314,7 +258,8 @@ def evaluate_config(base_scn: Scenario, values: Mapping[str, Any], evaluator: Ev
         row[c] = getattr(par, c)
     row["num_microbatches"] = par.num_microbatches
     try:
-        report = evaluator(scn)
+        comm = (comms or CommModels()).for_scenario(scn)
+        report = resolve_evaluator(engine)(scn, comm)
     except ConfigError as err:
         row["status"] = STATUS_INVALID
         row["reason"] = str(err)
@@ -352,8 +297,8 @@ def fill_numbers(row: dict[str, Any], report: StepReport, peak_bytes: float, cap
 
 def evaluate_chunk(base_scn: Scenario, chunk: Sequence[Mapping[str, Any]], engine: str) -> list[dict[str, Any]]:
     """Worker task: rows for a list of configurations (resolved values, see config_cells)."""
-    evaluator, used = resolve_evaluator(engine)
-    return [evaluate_config(base_scn, values, evaluator, used) for values in chunk]
+    comms = CommModels()
+    return [evaluate_config(base_scn, values, engine, comms) for values in chunk]
 
 
 def _evaluate_chunk_args(args: tuple[Scenario, Sequence[Mapping[str, Any]], str]) -> list[dict[str, Any]]:
@@ -560,15 +505,22 @@ def run_configs(
         for chunk in chunks:
             on_rows(evaluate_chunk(base_scn, chunk, engine))
         return
+    # import the evaluator here, once: forked workers inherit it instead of each importing it
+    importlib.import_module(".analytic" if engine == "analytic" else ".engine", __package__)
     methods = multiprocessing.get_all_start_methods()
     ctx = multiprocessing.get_context("fork" if "fork" in methods else "spawn")
-    with ctx.Pool(processes=min(jobs, len(chunks))) as pool:
+    with ctx.Pool(processes=min(jobs, len(chunks)), initializer=_ignore_sigint) as pool:
         try:
             for rows in pool.imap(_evaluate_chunk_args, [(base_scn, c, engine) for c in chunks]):
                 on_rows(rows)
         except BaseException:
             pool.terminate()
             raise
+
+
+def _ignore_sigint() -> None:
+    """Pool workers leave Ctrl-C to the parent, which terminates them (no worker tracebacks)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 def _run_dask(
@@ -635,6 +587,7 @@ def run_sweep(
     engine: str = "auto",
     jobs: int = 1,
     top: int = 10,
+    refine: int = 3,
     rank_by: str = "mfu",
     out: Path | None = None,
     resume: bool = False,
@@ -691,10 +644,10 @@ def run_sweep(
 
     if engine == "auto":
         ranked = rank_rows(rows, rank_by)
-        refine = [r for r in ranked[:top] if r.get("engine") != "des"]
-        if refine and _des_evaluator() is not None:
+        todo_des = [r for r in ranked[:refine] if r.get("engine") != "des"]
+        if todo_des:
             refined: list[dict[str, Any]] = []
-            bar = Progress(len(refine), progress or sys.stderr, label="engine", enabled=progress is not None)
+            bar = Progress(len(todo_des), progress or sys.stderr, label="engine", enabled=progress is not None)
 
 
             def on_refined(rs: list[dict[str, Any]]) -> None:
@@ -702,7 +655,7 @@ def run_sweep(
                 bar.update(len(rs))
 
             try:
-                run_configs(scn, [_values_of(r) for r in refine], "des", jobs=min(jobs, len(refine)), dask=dask,
+                run_configs(scn, [_values_of(r) for r in todo_des], "des", jobs=min(jobs, len(todo_des)), dask=dask,
                             on_rows=on_refined)
             finally:
                 bar.close()
@@ -737,7 +690,6 @@ def _engines_used(rows: Iterable[Mapping[str, Any]]) -> str:
     names = {
         "analytic": "closed form (simulator.analytic)",
         "des": "discrete-event engine",
-        "standin": "closed form over the costed program (stand-in)",
     }
     return "; ".join(f"{names.get(k, k)}: {n}" for k, n in sorted(used.items())) or "none"
 
@@ -886,12 +838,16 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         engine=args.engine,
         jobs=args.jobs or os.cpu_count() or 1,
         top=args.top,
+        refine=args.refine,
         rank_by=args.rank_by,
         out=out,
         resume=args.resume,
         dask=args.dask,
         progress=progress_stream,
     )
+    failed = sum(1 for r in result.rows if str(r.get("reason") or "").startswith("simulation failed"))
+    if failed:
+        sys.stderr.write(f"mfusim sweep: warning: {failed} configurations failed in the simulator (see their reason)\n")
     if args.plot:
         write_plot(args.plot, scn, result, args.top)
     if args.json:

@@ -205,7 +205,7 @@ def test_cli_errors_exit_2(small: Path, tmp_path: Path) -> None:
 
 def test_auto_refines_the_top_with_the_engine(small: Path, tmp_path: Path) -> None:
     out = tmp_path / "auto.csv"
-    result = run_sweep(load_scenario(small), engine="auto", top=2, out=out)
+    result = run_sweep(load_scenario(small), engine="auto", top=5, refine=2, out=out)
     engines = [r["engine"] for r in result.ranked[:2]]
     assert engines == ["des", "des"]
     _, rows = read_csv(out)
