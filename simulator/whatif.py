@@ -6,7 +6,8 @@ tensor-core friendly shapes) the baseline Scenario is changed with `dataclasses.
 on its frozen specs, simulated, and compared with the baseline. A lever that does not
 apply (pp = 1 for interleaving, FlashAttention already on, ...) or that makes an invalid
 configuration is kept with the reason it was skipped. One sentence names the bottleneck
-(the largest non-compute category of the baseline breakdown) and what recovers it.
+(the largest non-compute category of the baseline breakdown, with the bubble that a data
+stall causes on later stages charged to the dataloader) and the lever that recovers most of it.
 
 MFU of every variant counts the *baseline* model's FLOPs per token, so padding a shape
 (extra, useless FLOPs) is credited only with the time it saves; for every other lever this
