@@ -57,7 +57,7 @@ from .errors import ConfigError
 from .loading import SWEEP_KEYS, load_scenario, parallel_from_table, read_toml, scenario_from_dict
 from .memory import memory_footprint
 from .metrics import StepReport
-from .specs import ParallelConfig, Scenario
+from .specs import MAX_GPUS, ParallelConfig, Scenario
 from .timeline import CATEGORIES
 from .units import GIB_BYTES
 
@@ -79,16 +79,15 @@ SPEC_CONFIG_COLUMNS = (
 RESULT_COLUMNS = ("status", "reason", "step_time_s", "tokens_per_s", "mfu", "hfu", "peak_memory_gib")
 CATEGORY_COLUMNS = tuple(f"{c}_s" for c in CATEGORIES)
 # beyond SPEC §3's minimum: the other sweepable keys, so a row names its configuration fully
-EXTRA_CONFIG_COLUMNS = ("num_gpus", "overlap_grad_reduce", "overlap_param_gather", "tp_comm_overlap", "grad_bucket_mb")
+EXTRA_CONFIG_COLUMNS = ("num_gpus",) + tuple(
+    f.name for f in fields(ParallelConfig) if f.name not in SPEC_CONFIG_COLUMNS
+)  # overlap_grad_reduce, overlap_param_gather, tp_comm_overlap, grad_bucket_params, ...
 EXTRA_RESULT_COLUMNS = ("num_microbatches", "capacity_gib", "engine")
 KEY_COLUMNS = SPEC_CONFIG_COLUMNS + EXTRA_CONFIG_COLUMNS
 COLUMNS = SPEC_CONFIG_COLUMNS + RESULT_COLUMNS + CATEGORY_COLUMNS + EXTRA_CONFIG_COLUMNS + EXTRA_RESULT_COLUMNS
 NUMERIC_COLUMNS = frozenset(
     ("step_time_s", "tokens_per_s", "mfu", "hfu", "peak_memory_gib", "capacity_gib") + CATEGORY_COLUMNS
 )
-INT_COLUMNS = frozenset(("tp", "pp", "dp", "cp", "ep", "vp", "micro_batch", "global_batch", "zero", "num_gpus",
-                         "num_microbatches"))
-BOOL_COLUMNS = frozenset(("sequence_parallel", "overlap_grad_reduce", "overlap_param_gather", "tp_comm_overlap"))
 
 STATUS_OK = "ok"
 STATUS_OOM = "infeasible_memory"
@@ -98,7 +97,8 @@ STATUSES = (STATUS_OK, STATUS_OOM, STATUS_INVALID)
 PARALLEL_FIELDS = tuple(f.name for f in fields(ParallelConfig))
 CHUNK_SIZE = 64  # configurations per task sent to a worker (they share comm models)
 MAX_JOBS_PER_CPU = 4  # --jobs beyond this many processes per core only adds overhead
-MAX_BASE_TRIALS = 2000  # combinations tried to find a valid base scenario (load_sweep_scenario)
+MAX_BASE_TRIALS = 2000
+MAX_CONFIGS = 2_000_000  # one sweep; beyond this the rows alone outgrow memory  # combinations tried to find a valid base scenario (load_sweep_scenario)
 
 
 # ----------------------------------------------------------------------------- evaluators
@@ -175,13 +175,17 @@ class SweepPlan:
 
 
 def _divisors(n: int) -> list[int]:
-    return [d for d in range(1, n + 1) if n % d == 0]
+    small = [d for d in range(1, math.isqrt(n) + 1) if n % d == 0]
+    return sorted(set(small + [n // d for d in small]))
 
 
 def plan_sweep(scn: Scenario) -> SweepPlan:
     """The sweep axes of a scenario: its [sweep] lists plus defaults for tp and pp (module doc)."""
     table = dict(scn.sweep)
-    gpu_counts = [n for n in table.get("num_gpus", (scn.num_gpus,)) if isinstance(n, int) and n > 0]
+    gpu_counts = [
+        n for n in table.get("num_gpus", (scn.num_gpus,))
+        if isinstance(n, int) and not isinstance(n, bool) and 0 < n <= MAX_GPUS
+    ]
     if not gpu_counts:
         gpu_counts = [scn.num_gpus]
     axes: list[tuple[str, tuple[Any, ...]]] = []
@@ -192,7 +196,14 @@ def plan_sweep(scn: Scenario) -> SweepPlan:
         pps = sorted({d for n in gpu_counts for d in _divisors(n) if d <= scn.model.layers})
         axes.append(("pp", tuple(pps)))
     axes.extend(scn.sweep)
-    return SweepPlan(tuple(axes))
+    plan = SweepPlan(tuple(axes))
+    if plan.size > MAX_CONFIGS:
+        raise ConfigError(
+            f"the product of the lists is {plan.size:,} configurations; at most {MAX_CONFIGS:,} "
+            "(split it into several sweeps)",
+            key="sweep",
+        )
+    return plan
 
 
 def _base_values(scn: Scenario) -> dict[str, Any]:
@@ -354,23 +365,40 @@ class RowWriter:
         self._buf.truncate()
 
 
+TEXT_COLUMNS = frozenset(("status", "reason", "schedule", "recompute", "engine"))
+
+
+def _parse_cell(column: str, text: str) -> Any:
+    """A CSV cell back to the Python value whose str() it is; otherwise the text itself.
+
+    Only exact round trips are parsed, so a row's key (the str() of its configuration cells)
+    is the same read back as when it was written, whatever a user put in the [sweep] table.
+    """
+    if column in TEXT_COLUMNS:
+        return text
+    if text in ("True", "False"):
+        return text == "True"
+    for conv in (int, float):
+        try:
+            value = conv(text)
+        except ValueError:
+            continue
+        if str(value) == text:
+            return value
+    return text
+
+
 def _coerce(row: Mapping[str, Any]) -> dict[str, Any]:
     """A row read back from a file, with numbers and booleans as Python values."""
     out: dict[str, Any] = {}
     for c in COLUMNS:
         v = row.get(c)
         if v is None or v == "":
-            out[c] = None if c != "reason" else ""
-        elif c in NUMERIC_COLUMNS:
-            out[c] = float(v)
-        elif c in INT_COLUMNS:
-            out[c] = int(v) if isinstance(v, int) else int(float(v))
-        elif c in BOOL_COLUMNS:
-            out[c] = v if isinstance(v, bool) else str(v) == "True"
-        elif c == "grad_bucket_mb":
-            out[c] = float(v)
+            out[c] = "" if c == "reason" else None
+        elif isinstance(v, str):
+            out[c] = _parse_cell(c, v)
         else:
-            out[c] = v
+            out[c] = v  # JSON Lines: already typed
     return out
 
 
@@ -607,9 +635,10 @@ def run_sweep(
             todo.append(values)
 
     jsonl = out is not None and _is_jsonl(out)
-    old_rows: list[dict[str, Any]] = read_existing(out) if (out is not None and resume) else []
-    done_keys = {_key(r) for r in old_rows}
-    old_rows = [r for r in old_rows if _key(r) in seen]
+    file_rows: list[dict[str, Any]] = read_existing(out) if (out is not None and resume) else []
+    done_keys = {_key(r) for r in file_rows}
+    old_rows = [r for r in file_rows if _key(r) in seen]
+    foreign_rows = [r for r in file_rows if _key(r) not in seen]  # another [sweep]'s rows: kept
     todo = [v for v in todo if _key(v) not in done_keys]
 
     first_pass = "analytic" if engine in ("auto", "analytic") else "des"
@@ -663,7 +692,7 @@ def run_sweep(
                 by_key[_key(r)] = r
             rows = [by_key[k] for k in seen if k in by_key]
             if out is not None:
-                rewrite_atomically(out, rows)
+                rewrite_atomically(out, rows + foreign_rows)
         engine_note = _engines_used(rows)
 
     ranked = rank_rows(rows, rank_by)
@@ -745,6 +774,15 @@ def format_table(scn: Scenario, result: SweepResult, top: int, rank_by: str) -> 
             )
             line += "".join(f" {100 * (r.get(f'{k}_s') or 0.0) / step if step else 0.0:>5.1f}%" for k in cats)
             out.write(line + "\n")
+    faster_oom = [r for r in result.rows if r.get("status") == STATUS_OOM
+                  and best and _rank_value(r, rank_by) > _rank_value(best[0], rank_by)]
+    if faster_oom:
+        r = max(faster_oom, key=lambda r: _rank_value(r, rank_by))
+        out.write(
+            f"{len(faster_oom)} configurations that do not fit in memory would rank higher; the best of them "
+            f"(tp {r['tp']}, pp {r['pp']}, dp {r['dp']}, vp {r['vp']}, micro_batch {r['micro_batch']}, "
+            f"recompute {r['recompute']}, zero {r['zero']}) at {100 * r['mfu']:.1f}% MFU {r['reason']}\n"
+        )
     if c[STATUS_INVALID]:
         reasons = Counter(_reason_kind(str(r.get("reason"))) for r in result.rows if r.get("status") == STATUS_INVALID)
         out.write("invalid configurations by reason:\n")
@@ -832,6 +870,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         raise ConfigError("--resume needs --out FILE (the file to continue)", key="--resume")
     if args.plot:
         check_writable(args.plot, "--plot")
+    if out is not None and not args.resume and out.stat().st_size > 0:
+        sys.stderr.write(f"mfusim sweep: overwriting {out} (--resume continues it instead)\n")
     progress_stream = sys.stderr
     result = run_sweep(
         scn,

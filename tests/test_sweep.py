@@ -137,6 +137,19 @@ def test_resume_after_kill(small: Path, tmp_path: Path) -> None:
     assert partial.read_text() == after
 
 
+def test_resume_keys_survive_odd_values(tmp_path: Path) -> None:
+    # ints where floats are expected, strings where ints are: keys read back as written
+    path = tmp_path / "odd.toml"
+    path.write_text(SMALL.replace("micro_batch = [1, 2]", 'grad_bucket_params = [40000000, 20000000]\nzero = [0, "x"]'))
+    out = tmp_path / "odd.csv"
+    first = run_sweep(load_scenario(path), engine="analytic", out=out)
+    assert len(first.rows) == 4 * 3 * 2 * 2
+    assert sum(r["status"] == "invalid" for r in first.rows if r["zero"] == "x") == 4 * 3 * 2
+    before = out.read_text()
+    again = run_sweep(load_scenario(path), engine="analytic", out=out, resume=True)
+    assert out.read_text() == before and len(again.rows) == len(first.rows)
+
+
 def test_resume_refuses_a_foreign_file(small: Path, tmp_path: Path) -> None:
     out = tmp_path / "other.csv"
     out.write_text("a,b,c\n1,2,3\n")
