@@ -24,8 +24,11 @@ discrete-event engine (`simulator.engine.simulate`), `auto` the closed form for 
 configuration and then the engine for the best `--refine N` (default 3), listed first and
 re-ranked by the engine's numbers. The engine costs about 0.2-2 s per GPT-3-size
 configuration against a few ms for the closed form, so N stays small by default: that keeps
-the 1,728-configuration GPT-3 sweep near the 300 configurations/s goal on two cores. Local parallelism is a
-process pool (`--jobs N`); `--dask ADDRESS` runs the same chunks on a Dask cluster. Dask
+the 1,728-configuration GPT-3 sweep near the 300 configurations/s goal on two cores.
+
+Local parallelism is a process pool (`--jobs N`, default one per core; forked workers,
+chunks of configurations that share their comm models); `--dask ADDRESS` runs the same
+chunks on a Dask cluster (`local` starts a LocalCluster of `--jobs` workers). Dask
 and not Ray: Dask distributed is pure Python and pip-installable everywhere mfusim runs
 (Ray ships large platform wheels and a C++ runtime), `LocalCluster` gives a real
 scheduler + worker processes on one machine for tests, and `client.submit` /
@@ -97,8 +100,8 @@ STATUSES = (STATUS_OK, STATUS_OOM, STATUS_INVALID)
 PARALLEL_FIELDS = tuple(f.name for f in fields(ParallelConfig))
 CHUNK_SIZE = 64  # configurations per task sent to a worker (they share comm models)
 MAX_JOBS_PER_CPU = 4  # --jobs beyond this many processes per core only adds overhead
-MAX_BASE_TRIALS = 2000
-MAX_CONFIGS = 2_000_000  # one sweep; beyond this the rows alone outgrow memory  # combinations tried to find a valid base scenario (load_sweep_scenario)
+MAX_BASE_TRIALS = 2000  # combinations tried to find a valid base scenario (load_sweep_scenario)
+MAX_CONFIGS = 2_000_000  # one sweep; beyond this the rows alone outgrow memory
 
 
 # ----------------------------------------------------------------------------- evaluators
@@ -666,7 +669,7 @@ def run_sweep(
         if fh is not None:
             fh.close()
 
-    # rows in sweep order (a resumed file keeps its old rows first)
+    # rows in sweep order (in a resumed file the old rows come first)
     by_key = {_key(r): r for r in itertools.chain(old_rows, new_rows)}
     rows = [by_key[k] for k in seen if k in by_key]
     engine_note = _engines_used(rows)
@@ -678,7 +681,6 @@ def run_sweep(
             refined: list[dict[str, Any]] = []
             bar = Progress(len(todo_des), progress or sys.stderr, label="engine", enabled=progress is not None)
 
-
             def on_refined(rs: list[dict[str, Any]]) -> None:
                 refined.extend(rs)
                 bar.update(len(rs))
@@ -689,7 +691,8 @@ def run_sweep(
             finally:
                 bar.close()
             for r in refined:
-                by_key[_key(r)] = r
+                if r.get("status") != STATUS_INVALID:  # an engine failure keeps the closed form's row
+                    by_key[_key(r)] = r
             rows = [by_key[k] for k in seen if k in by_key]
             if out is not None:
                 rewrite_atomically(out, rows + foreign_rows)
