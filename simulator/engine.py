@@ -93,8 +93,88 @@ class _Arrival:
     transfer_s: float
 
 
+@dataclass(frozen=True, slots=True)
+class LoaderState:
+    """The dataloader at the start of a step: batches buffered, and when each worker's
+    batch in hand is ready (0 = ready now)."""
+
+    buffered: int
+    worker_ready_s: tuple[float, ...]
+
+
 def run_step(program: Program, variability: VariabilitySpec | None = None, group_size: int = 1, replicas: int = 1) -> Timeline:
-    """Simulate one step of `program`; return the recorded timeline."""
+    """Simulate one steady-state step of `program`; return the recorded timeline.
+
+    With a dataloader, the buffer at the start of a step is what the previous steps left:
+    a first pass (buffer full) gives the step period and when stage 0 asks for data; the
+    loader alone is then run over a few previous periods to find its steady state, and the
+    step is simulated again from there.
+    """
+    if program.dataloader_latency_s <= 0:
+        return _replay(program, variability, group_size, replicas, None)[0]
+    workers = program.dataloader_workers
+    full = LoaderState(workers * program.dataloader_prefetch, (0.0,) * workers)
+    first, requests = _replay(program, variability, group_size, replicas, full)
+    state = steady_loader_state(
+        program.dataloader_latency_s, workers, max(1, full.buffered), requests, first.step_time_s
+    )
+    return _replay(program, variability, group_size, replicas, state)[0]
+
+
+def steady_loader_state(
+    latency_s: float, workers: int, capacity: int, request_times_s: list[float], period_s: float, periods: int = 4
+) -> LoaderState:
+    """Run the loader alone (deterministic latency) over `periods` previous steps whose stage 0
+    asked for batches at `request_times_s` (relative to each step's start); return its state at
+    the start of the next step. It starts full (every worker holding a batch); when a batch is
+    late, the rest of the schedule shifts by the wait, as the stalled pipeline would."""
+    start = -periods * period_s
+    done = [start] * workers  # when each worker's batch in hand is (or was) finished
+    holding = [True] * workers  # finished, waiting for a free slot
+    buffered = capacity
+
+    def advance(t: float) -> None:
+        nonlocal buffered
+        while True:
+            running = [w for w in range(workers) if not holding[w] and done[w] <= t]
+            if not running:
+                return
+            w = min(running, key=lambda i: done[i])
+            if buffered < capacity:
+                buffered += 1
+                done[w] += latency_s
+            else:
+                holding[w] = True
+
+    shift = 0.0
+    for k in range(periods):
+        for r in request_times_s:
+            q = start + k * period_s + r + shift
+            advance(q)
+            if buffered == 0:
+                w = min((i for i in range(workers) if not holding[i]), key=lambda i: done[i])
+                shift += done[w] - q
+                q = done[w]
+                advance(q)
+            buffered -= 1
+            waiting = [w for w in range(workers) if holding[w]]
+            if waiting:  # the oldest held batch takes the freed slot; that worker starts anew
+                w = waiting[0]
+                holding[w] = False
+                buffered += 1
+                done[w] = q + latency_s
+    advance(shift)  # the new step starts `shift` later than planned
+    ready = tuple(0.0 if holding[w] else max(0.0, done[w] - shift) for w in range(workers))
+    return LoaderState(buffered, ready)
+
+
+def _replay(
+    program: Program,
+    variability: VariabilitySpec | None,
+    group_size: int,
+    replicas: int,
+    loader: LoaderState | None,
+) -> tuple[Timeline, list[float]]:
     spec = variability or VariabilitySpec()
     env = simpy.Environment()
     rec = _Recorder()
@@ -122,15 +202,19 @@ def run_step(program: Program, variability: VariabilitySpec | None = None, group
     # ---- dataloader: workers fill a bounded buffer; stage 0 takes one batch per micro-batch
     latency = program.dataloader_latency_s
     store: simpy.Store | None = None
-    if latency > 0:
-        # steady state: the buffer was filled during the previous step
-        ready = program.dataloader_workers * program.dataloader_prefetch
-        store = simpy.Store(env, capacity=max(1, ready))
-        store.items.extend(range(ready))
-
+    requests: list[float] = []
+    if loader is not None:
+        capacity = max(1, program.dataloader_workers * program.dataloader_prefetch)
+        store = simpy.Store(env, capacity=capacity)
+        store.items.extend(range(loader.buffered))
         dl_rng = np.random.default_rng(program.dataloader_seed)
 
         def worker(w: int):
+            first = loader.worker_ready_s[w]
+            if first > 0:  # finishing the batch it was loading when the step began
+                yield env.timeout(first)
+                rec.add(0, "dataloader", f"load (worker {w})", 0.0, env.now, stream="data")
+            yield store.put(w)
             while True:
                 cv = program.dataloader_jitter
                 jitter = noise._lognormal(dl_rng, cv) if cv > 0 else 1.0
@@ -207,6 +291,7 @@ def run_step(program: Program, variability: VariabilitySpec | None = None, group
                 if s == 0 and task.chunk == 0:
                     if store is not None:
                         t0 = env.now
+                        requests.append(t0)
                         yield store.get()
                         rec.add(s, "dataloader", "wait for data", t0, env.now, microbatch=task.microbatch)
                 else:
@@ -292,7 +377,7 @@ def run_step(program: Program, variability: VariabilitySpec | None = None, group
     step_time = max(stage_end)
     for s in range(p):
         rec.add(s, "bubble", "wait for step end", stage_end[s], step_time)
-    return Timeline(tuple(rec.spans), step_time, p)
+    return Timeline(tuple(rec.spans), step_time, p), requests
 
 
 def _fire(ev: simpy.Event) -> None:

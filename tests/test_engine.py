@@ -264,3 +264,16 @@ def test_event_count_independent_of_dp() -> None:
     # same p and m = global_batch / dp = 4; dp 2 vs 64 differ only in DP bucket counts
     small_dp, big_dp = spans(32, 2), spans(1024, 64)
     assert big_dp <= small_dp * 1.5
+
+
+@pytest.mark.parametrize("latency_ms,workers", [(500, 2), (1000, 2), (3000, 4), (800, 1)])
+def test_loader_bound_step_is_loader_throughput(latency_ms: float, workers: int) -> None:
+    """Steady state: a loader slower than compute paces the step at m·L/workers,
+    even when m is smaller than the prefetch buffer (the buffer is empty in steady state)."""
+    d = small(pp=1, tp=1, global_batch=32)
+    d["cluster"]["num_gpus"] = 8  # dp 8, m = 4
+    d["dataloader"] = {"microbatch_latency_ms": latency_ms, "workers": workers, "prefetch": 2}
+    r = run(d)
+    m = r.parallel.num_microbatches
+    assert r.step_time_s == pytest.approx(m * latency_ms / 1e3 / workers, rel=1e-9)
+    assert r.breakdown_s["dataloader"] > 0.5 * r.step_time_s
