@@ -334,9 +334,11 @@ def memory_footprint(scn: Scenario) -> MemoryReport:
             activations += output_inputs + logits
         buffers = comm
         if par.zero >= 3 and n_layers:
-            # FSDP prefetch: the current and the next layer's full (unsharded) weights
-            per_layer_params = (params.dense + params.expert) / n_layers
-            buffers += 2 * WEIGHT_BYTES * per_layer_params
+            # FSDP prefetch: the current and the next layer's full (unsharded) weights, or the
+            # gathered embedding / output layer when that is larger
+            layer = stage_params(model, par, -1, first - n_layers, 1)  # one layer, no embeddings
+            embedding = model.vocab * model.hidden / t if i in (0, p - 1) else 0.0
+            buffers += WEIGHT_BYTES * max(2 * (layer.dense + layer.expert), embedding)
         allocated = weights + grads + optimizer + activations + buffers
         reserved = FRAMEWORK_BYTES + FRAGMENTATION_FRACTION * allocated
         parts = {
