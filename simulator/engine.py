@@ -114,9 +114,9 @@ def run_step(program: Program, variability: VariabilitySpec | None = None, group
         return _replay(program, variability, group_size, replicas, None)[0]
     workers = program.dataloader_workers
     full = LoaderState(workers * program.dataloader_prefetch, (0.0,) * workers)
-    first, requests = _replay(program, variability, group_size, replicas, full)
+    _, requests, unstalled_period_s = _replay(program, variability, group_size, replicas, full)
     state = steady_loader_state(
-        program.dataloader_latency_s, workers, max(1, full.buffered), requests, first.step_time_s
+        program.dataloader_latency_s, workers, max(1, full.buffered), requests, unstalled_period_s
     )
     return _replay(program, variability, group_size, replicas, state)[0]
 
@@ -125,7 +125,8 @@ def steady_loader_state(
     latency_s: float, workers: int, capacity: int, request_times_s: list[float], period_s: float, periods: int = 4
 ) -> LoaderState:
     """Run the loader alone (deterministic latency) over `periods` previous steps whose stage 0
-    asked for batches at `request_times_s` (relative to each step's start); return its state at
+    would ask for batches at `request_times_s` (relative to each step's start, no stalls);
+    return its state at
     the start of the next step. It starts full (every worker holding a batch); when a batch is
     late, the rest of the schedule shifts by the wait, as the stalled pipeline would."""
     start = -periods * period_s
@@ -174,7 +175,9 @@ def _replay(
     group_size: int,
     replicas: int,
     loader: LoaderState | None,
-) -> tuple[Timeline, list[float]]:
+) -> tuple[Timeline, list[float], float]:
+    """One step from the given loader state: (timeline, stage 0's data requests as they would
+    be without data stalls, the step time without them)."""
     spec = variability or VariabilitySpec()
     env = simpy.Environment()
     rec = _Recorder()
@@ -203,6 +206,7 @@ def _replay(
     latency = program.dataloader_latency_s
     store: simpy.Store | None = None
     requests: list[float] = []
+    data_wait = [0.0]
     if loader is not None:
         capacity = max(1, program.dataloader_workers * program.dataloader_prefetch)
         store = simpy.Store(env, capacity=capacity)
@@ -291,8 +295,9 @@ def _replay(
                 if s == 0 and task.chunk == 0:
                     if store is not None:
                         t0 = env.now
-                        requests.append(t0)
+                        requests.append(t0 - data_wait[0])  # when it would ask with no stall so far
                         yield store.get()
+                        data_wait[0] += env.now - t0
                         rec.add(s, "dataloader", "wait for data", t0, env.now, microbatch=task.microbatch)
                 else:
                     src = (s - 1, task.chunk) if s > 0 else (p - 1, task.chunk - 1)
@@ -377,7 +382,7 @@ def _replay(
     step_time = max(stage_end)
     for s in range(p):
         rec.add(s, "bubble", "wait for step end", stage_end[s], step_time)
-    return Timeline(tuple(rec.spans), step_time, p), requests
+    return Timeline(tuple(rec.spans), step_time, p), requests, step_time - data_wait[0]
 
 
 def _fire(ev: simpy.Event) -> None:
