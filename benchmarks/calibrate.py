@@ -174,11 +174,12 @@ def engine_evaluator() -> Evaluator:
 
 
 def fast_evaluator() -> Evaluator:
-    """The closed form of the same costed program (simulator.analytic, else sweep's stand-in)."""
-    from simulator.sweep import resolve_evaluator
-
-    fn, _ = resolve_evaluator("analytic")
-    return fn
+    """The closed form of the same costed program (simulator.analytic); the engine without it."""
+    try:
+        from simulator.analytic import estimate_step
+    except ImportError:
+        return engine_evaluator()
+    return lambda scn: estimate_step(scn)
 
 
 def step_times(rows: Sequence[Row], eff: GPUEfficiency, fn: Evaluator) -> np.ndarray:
@@ -343,8 +344,9 @@ def write_efficiency(results: Sequence[FitResult], path: Path) -> None:
         section = efficiency_section(res, today)
         # a table runs from its header to the next header (comments above it belong to it)
         pattern = re.compile(rf"^\[{re.escape(res.gpu)}\]\n(?:(?!\[).*\n?)*", re.MULTILINE)
-        if pattern.search(text):
-            text = pattern.sub(lambda _m, s=section: s + "\n", text, count=1)
+        match = pattern.search(text)
+        if match:
+            text = text[: match.start()] + section + "\n" + text[match.end() :]
         else:
             text = text.rstrip("\n") + "\n\n" + section
     path.write_text(text.rstrip("\n") + "\n", encoding="utf-8")
@@ -357,6 +359,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=3, help="engine-correction rounds")
     parser.add_argument("--max-evals", type=int, default=160, help="Nelder-Mead evaluations per round")
     parser.add_argument("--prior-weight", type=float, default=PRIOR_WEIGHT, help="pull toward [default]")
+    parser.add_argument(
+        "--accuracy-dir", type=Path, default=Path("docs"), help="where accuracy_table.md and the histogram go"
+    )
     parser.add_argument("--dry-run", action="store_true", help="do not write efficiency.toml")
     parser.add_argument("--out", type=Path, default=catalog_file("efficiency.toml"), help="file to write")
     args = parser.parse_args(argv)
@@ -397,7 +402,33 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not args.dry_run and results:
         write_efficiency(results, args.out)
         print(f"wrote {args.out}")
+    if args.accuracy_dir is not None and not args.dry_run:
+        write_accuracy(
+            args.csv, args.accuracy_dir, {r.case.run_id: "fit" if r.fit else "held-out" for r in rows}
+        )
     return 0
+
+
+def write_accuracy(csv_path: Path, out_dir: Path, roles: dict[str, str]) -> None:
+    """`mfusim validate` on every row with the new catalog: docs/accuracy_table.md + histogram."""
+    report = V.validate_runs(V.read_runs_csv(csv_path), V.default_simulate(), csv_path=str(csv_path))
+    table = out_dir / "accuracy_table.md"
+    header = (
+        "# Accuracy table (generated)\n\n"
+        f"Written by `python benchmarks/calibrate.py` on {date.today().isoformat()} from `mfusim validate` "
+        "on the shipped published runs with the calibrated catalog. Discussion: docs/accuracy.md. "
+        "Error % = (predicted - measured) / measured of the compared quantity (tokens/s per GPU or "
+        "TFLOP/s per GPU in the source's FLOP convention); `fit` rows were used by the calibration, "
+        "`held-out` rows were not, `-` rows are outside the calibration set (FP8, Blackwell).\n\n"
+    )
+    table.write_text(header + V.markdown_table(report, roles), encoding="utf-8")
+    V.error_histogram(report, out_dir / "accuracy_errors.png")
+    summary = report.summary()
+    print(
+        f"wrote {table} and {out_dir / 'accuracy_errors.png'}: MAPE overall "
+        f"{summary['overall']['mape_pct']:.1f}%, A100/H100 dense 16-bit "
+        f"{summary['target_a100_h100_dense_16bit']['mape_pct']:.1f}%"
+    )
 
 
 if __name__ == "__main__":

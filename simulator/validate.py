@@ -1241,3 +1241,75 @@ def cmd_validate(args: argparse.Namespace, simulate_fn: SimulateFn | None = None
     else:
         sys.stdout.write(format_report(report) + "\n")
     return 0
+
+
+# ----------------------------------------------------------------------------- accuracy report
+def error_histogram(report: ValidationReport, path: Path, title: str = "") -> None:
+    """Histogram of per-row errors (%), target rows and the others stacked (matplotlib, Agg)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    target = [r.error_pct for r in report.results if r.case.is_target]
+    other = [r.error_pct for r in report.results if not r.case.is_target]
+    clip = 100.0
+    bins = [x * 5.0 for x in range(-20, 21)]
+    fig, ax = plt.subplots(figsize=(8, 4.2))
+    ax.hist(
+        [[max(min(e, clip), -clip) for e in target], [max(min(e, clip), -clip) for e in other]],
+        bins=bins,
+        stacked=True,
+        label=[
+            f"A100/H100 dense BF16/FP16 ({len(target)} rows)",
+            f"other rows: FP8, Blackwell ({len(other)})",
+        ],
+        color=["tab:blue", "tab:orange"],
+    )
+    ax.axvline(0, color="k", lw=0.8)
+    ax.set_xlabel("error of predicted throughput vs measured, % (clipped to ±100)")
+    ax.set_ylabel("rows")
+    ax.set_title(title or "mfusim validate: prediction error per published run")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def markdown_table(report: ValidationReport, roles: Mapping[str, str] | None = None) -> str:
+    """The per-row table and the MAPE groups as Markdown (docs/accuracy_table.md)."""
+    roles = roles or {}
+    s = report.summary()
+
+    def pct(entry: Mapping[str, Any]) -> str:
+        v = entry["mape_pct"]
+        return f"{v:.1f}%" if isinstance(v, float) and math.isfinite(v) else "-"
+
+    out = ["| group | MAPE | rows |", "|---|---:|---:|"]
+    out.append(f"| overall | {pct(s['overall'])} | {s['overall']['rows']} |")
+    t = s["target_a100_h100_dense_16bit"]
+    out.append(f"| **A100/H100 dense BF16/FP16** | **{pct(t)}** | {t['rows']} |")
+    for title, key in (("source", "by_source"), ("GPU", "by_gpu"), ("dtype", "by_dtype")):
+        for name, entry in s[key].items():
+            out.append(f"| {title}: {name} | {pct(entry)} | {entry['rows']} |")
+    if roles:
+        for role in ("fit", "held-out"):
+            errs = [abs(r.error_pct) for r in report.results if roles.get(r.case.run_id) == role]
+            if errs:
+                out.append(f"| calibration {role} rows | {sum(errs) / len(errs):.1f}% | {len(errs)} |")
+    out.append("")
+    out.append("| id | GPU | dtype | metric | predicted | measured | error % | calibration |")
+    out.append("|---|---|---|---|---:|---:|---:|---|")
+    for r in sorted(report.results, key=lambda r: (r.case.source_key, r.case.gpu, r.case.run_id)):
+        c = r.case
+        out.append(
+            f"| {c.run_id} | {c.gpu} | {c.dtype} | {UNITS.get(c.metric, c.metric)} | "
+            f"{_fmt(r.predicted, c.metric)} | {_fmt(c.measured, c.metric)} | {r.error_pct:+.1f} | "
+            f"{roles.get(c.run_id, '-')} |"
+        )
+    out.append("")
+    out.append(f"Rows not simulated ({len(report.unusable)}):")
+    out.append("")
+    for u in report.unusable:
+        out.append(f"* `{u.run_id}` ({u.gpu}): {u.reason}")
+    return "\n".join(out) + "\n"
