@@ -137,6 +137,19 @@ def test_resume_after_kill(small: Path, tmp_path: Path) -> None:
     assert partial.read_text() == after
 
 
+def test_resume_jsonl_after_kill(small: Path, tmp_path: Path) -> None:
+    full = tmp_path / "full.jsonl"
+    run_sweep(load_scenario(small), engine="analytic", out=full)
+    lines = full.read_text().splitlines(keepends=True)
+    partial = tmp_path / "partial.jsonl"
+    partial.write_text("".join(lines[:5]) + lines[5][:40])
+    run_sweep(load_scenario(small), engine="analytic", out=partial, resume=True)
+    rows = [json.loads(line) for line in partial.read_text().splitlines()]
+    expected = [json.loads(line) for line in lines]
+    assert len(rows) == 24
+    assert sorted(json.dumps(r, sort_keys=True) for r in rows) == sorted(json.dumps(r, sort_keys=True) for r in expected)
+
+
 def test_resume_keys_survive_odd_values(tmp_path: Path) -> None:
     # ints where floats are expected, strings where ints are: keys read back as written
     path = tmp_path / "odd.toml"
