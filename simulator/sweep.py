@@ -509,6 +509,100 @@ def _chunks(items: Sequence[Any], size: int) -> list[list[Any]]:
     return [list(items[i : i + size]) for i in range(0, len(items), size)]
 
 
+class Runner:
+    """Where configurations are evaluated: this process, a local process pool, or Dask.
+
+    One runner serves both passes of a sweep (closed form, then the engine for the best),
+    so the pool or the Dask cluster starts once. jobs = 1: in this process. jobs > 1: a
+    process pool (fork where available), chunks in order. `dask`: 'local' (a LocalCluster of
+    `jobs` worker processes) or a scheduler address; chunks as they complete. Use as a
+    context manager: leaving it closes the pool or the cluster.
+    """
+
+    def __init__(self, base_scn: Scenario, *, jobs: int = 1, dask: str | None = None) -> None:
+        self.base_scn = base_scn
+        self.jobs = max(1, min(jobs, MAX_JOBS_PER_CPU * (os.cpu_count() or 1)))
+        self.dask = dask
+        self._pool: Any = None
+        self._client: Any = None
+        self._cluster: Any = None
+        self._base_future: Any = None
+
+    def __enter__(self) -> Runner:
+        return self
+
+    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
+        self.close(terminate=exc_type is not None)
+
+    def close(self, terminate: bool = False) -> None:
+        if self._pool is not None:
+            if terminate:
+                self._pool.terminate()
+            else:
+                self._pool.close()
+            self._pool.join()
+            self._pool = None
+        if self._client is not None:
+            self._client.close()
+            self._client = None
+        if self._cluster is not None:
+            self._cluster.close()
+            self._cluster = None
+
+    def run(
+        self, todo: Sequence[Mapping[str, Any]], engine: str, on_rows: Callable[[list[dict[str, Any]]], None]
+    ) -> None:
+        """Evaluate `todo` (resolved configurations); hand each finished chunk's rows to `on_rows`."""
+        if not todo:
+            return
+        size = max(1, min(CHUNK_SIZE, math.ceil(len(todo) / (4 * self.jobs))))
+        chunks = _chunks(todo, size)
+        if self.dask:
+            self._run_dask(chunks, engine, on_rows)
+        elif self.jobs <= 1 or len(chunks) == 1:
+            for chunk in chunks:
+                on_rows(evaluate_chunk(self.base_scn, chunk, engine))
+        else:
+            pool = self._local_pool()
+            for rows in pool.imap(_evaluate_chunk_args, [(self.base_scn, c, engine) for c in chunks]):
+                on_rows(rows)
+
+    def _local_pool(self) -> Any:
+        if self._pool is None:
+            # import both evaluators here, once: forked workers inherit them
+            importlib.import_module(".analytic", __package__)
+            importlib.import_module(".engine", __package__)
+            methods = multiprocessing.get_all_start_methods()
+            ctx = multiprocessing.get_context("fork" if "fork" in methods else "spawn")
+            self._pool = ctx.Pool(processes=self.jobs, initializer=_ignore_sigint)
+        return self._pool
+
+    def _run_dask(
+        self, chunks: list[list[Any]], engine: str, on_rows: Callable[[list[dict[str, Any]]], None]
+    ) -> None:
+        try:
+            from distributed import Client, LocalCluster, as_completed
+        except ImportError:
+            raise ConfigError("needs the optional Dask extra: pip install 'mfusim[dask]'", key="--dask") from None
+        if self._client is None:
+            if self.dask == "local":
+                self._cluster = LocalCluster(
+                    n_workers=self.jobs, threads_per_worker=1, processes=True, dashboard_address=None
+                )
+                self._client = Client(self._cluster)
+            else:
+                try:
+                    self._client = Client(self.dask, timeout="20s")
+                except (OSError, TimeoutError, ValueError) as exc:
+                    raise ConfigError(f"cannot reach the Dask scheduler {self.dask!r}: {exc}", key="--dask") from None
+            self._base_future = self._client.scatter(self.base_scn, broadcast=True)
+        futures = [
+            self._client.submit(evaluate_chunk, self._base_future, chunk, engine, pure=False) for chunk in chunks
+        ]
+        for fut in as_completed(futures):
+            on_rows(fut.result())
+
+
 def run_configs(
     base_scn: Scenario,
     todo: Sequence[Mapping[str, Any]],
@@ -518,78 +612,14 @@ def run_configs(
     dask: str | None = None,
     on_rows: Callable[[list[dict[str, Any]]], None],
 ) -> None:
-    """Evaluate `todo` (resolved configurations) and hand each finished chunk to `on_rows`.
-
-    jobs = 1: in this process. jobs > 1: a local process pool (fork where available), chunks
-    in order. `dask`: 'local' (a LocalCluster of `jobs` worker processes) or a scheduler
-    address; chunks as they complete.
-    """
-    if not todo:
-        return
-    jobs = max(1, min(jobs, MAX_JOBS_PER_CPU * (os.cpu_count() or 1)))
-    size = max(1, min(CHUNK_SIZE, math.ceil(len(todo) / (4 * jobs))))
-    chunks = _chunks(todo, size)
-    if dask:
-        _run_dask(base_scn, chunks, engine, dask, jobs, on_rows)
-        return
-    if jobs <= 1 or len(chunks) == 1:
-        for chunk in chunks:
-            on_rows(evaluate_chunk(base_scn, chunk, engine))
-        return
-    # import the evaluator here, once: forked workers inherit it instead of each importing it
-    importlib.import_module(".analytic" if engine == "analytic" else ".engine", __package__)
-    methods = multiprocessing.get_all_start_methods()
-    ctx = multiprocessing.get_context("fork" if "fork" in methods else "spawn")
-    with ctx.Pool(processes=min(jobs, len(chunks)), initializer=_ignore_sigint) as pool:
-        try:
-            for rows in pool.imap(_evaluate_chunk_args, [(base_scn, c, engine) for c in chunks]):
-                on_rows(rows)
-        except BaseException:
-            pool.terminate()
-            raise
+    """Evaluate `todo` with a runner of its own (see Runner)."""
+    with Runner(base_scn, jobs=jobs, dask=dask) as runner:
+        runner.run(todo, engine, on_rows)
 
 
 def _ignore_sigint() -> None:
     """Pool workers leave Ctrl-C to the parent, which terminates them (no worker tracebacks)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-
-
-def _run_dask(
-    base_scn: Scenario,
-    chunks: list[list[Any]],
-    engine: str,
-    address: str,
-    jobs: int,
-    on_rows: Callable[[list[dict[str, Any]]], None],
-) -> None:
-    try:
-        from distributed import Client, LocalCluster, as_completed
-    except ImportError:
-        raise ConfigError(
-            "needs the optional Dask extra: pip install 'mfusim[dask]'", key="--dask"
-        ) from None
-    cluster = None
-    try:
-        if address == "local":
-            cluster = LocalCluster(
-                n_workers=max(jobs, 1), threads_per_worker=1, processes=True, dashboard_address=None
-            )
-            client = Client(cluster)
-        else:
-            try:
-                client = Client(address, timeout="20s")
-            except (OSError, TimeoutError, ValueError) as exc:
-                raise ConfigError(f"cannot reach the Dask scheduler {address!r}: {exc}", key="--dask") from None
-        try:
-            base_future = client.scatter(base_scn, broadcast=True)
-            futures = [client.submit(evaluate_chunk, base_future, chunk, engine, pure=False) for chunk in chunks]
-            for fut in as_completed(futures):
-                on_rows(fut.result())
-        finally:
-            client.close()
-    finally:
-        if cluster is not None:
-            cluster.close()
 
 
 @dataclass(frozen=True, slots=True)
@@ -637,13 +667,50 @@ def run_sweep(
             seen[k] = None
             todo.append(values)
 
-    jsonl = out is not None and _is_jsonl(out)
     file_rows: list[dict[str, Any]] = read_existing(out) if (out is not None and resume) else []
     done_keys = {_key(r) for r in file_rows}
     old_rows = [r for r in file_rows if _key(r) in seen]
     foreign_rows = [r for r in file_rows if _key(r) not in seen]  # another [sweep]'s rows: kept
     todo = [v for v in todo if _key(v) not in done_keys]
 
+    with Runner(scn, jobs=jobs, dask=dask) as runner:
+        rows = _run_passes(
+            runner, todo, seen, old_rows, foreign_rows,
+            engine=engine, refine=refine, rank_by=rank_by, out=out, resume=resume, progress=progress,
+        )
+    engine_note = _engines_used(rows)
+    ranked = rank_rows(rows, rank_by)
+    if engine == "auto":
+        # the engine's numbers are the better ones: refined configurations first, re-ranked by
+        # them, then the rest by the closed form
+        ranked = [r for r in ranked if r.get("engine") == "des"] + [r for r in ranked if r.get("engine") != "des"]
+    counts = Counter(str(r.get("status")) for r in rows)
+    return SweepResult(
+        rows=tuple(rows),
+        counts={s: counts.get(s, 0) for s in STATUSES},
+        ranked=tuple(ranked),
+        engine_note=engine_note,
+        engine=engine,
+    )
+
+
+def _run_passes(
+    runner: Runner,
+    todo: list[dict[str, Any]],
+    seen: dict[tuple[str, ...], None],
+    old_rows: list[dict[str, Any]],
+    foreign_rows: list[dict[str, Any]],
+    *,
+    engine: str,
+    refine: int,
+    rank_by: str,
+    out: Path | None,
+    resume: bool,
+    progress: TextIO | None,
+) -> list[dict[str, Any]]:
+    """The closed-form (or engine) pass over `todo`, written as it goes; then, for `auto`, the
+    engine over the best `refine` and an atomic rewrite of the file with their rows."""
+    jsonl = out is not None and _is_jsonl(out)
     first_pass = "analytic" if engine in ("auto", "analytic") else "des"
     new_rows: list[dict[str, Any]] = []
     bar = Progress(len(todo), progress or sys.stderr, enabled=progress is not None)
@@ -663,7 +730,7 @@ def run_sweep(
                 writer.write(rows)
             bar.update(len(rows))
 
-        run_configs(scn, todo, first_pass, jobs=jobs, dask=dask, on_rows=on_rows)
+        runner.run(todo, first_pass, on_rows)
     finally:
         bar.close()
         if fh is not None:
@@ -672,8 +739,6 @@ def run_sweep(
     # rows in sweep order (in a resumed file the old rows come first)
     by_key = {_key(r): r for r in itertools.chain(old_rows, new_rows)}
     rows = [by_key[k] for k in seen if k in by_key]
-    engine_note = _engines_used(rows)
-
     if engine == "auto":
         ranked = rank_rows(rows, rank_by)
         todo_des = [r for r in ranked[:refine] if r.get("engine") != "des"]
@@ -686,8 +751,7 @@ def run_sweep(
                 bar.update(len(rs))
 
             try:
-                run_configs(scn, [_values_of(r) for r in todo_des], "des", jobs=min(jobs, len(todo_des)), dask=dask,
-                            on_rows=on_refined)
+                runner.run([_values_of(r) for r in todo_des], "des", on_refined)
             finally:
                 bar.close()
             for r in refined:
@@ -696,21 +760,7 @@ def run_sweep(
             rows = [by_key[k] for k in seen if k in by_key]
             if out is not None:
                 rewrite_atomically(out, rows + foreign_rows)
-        engine_note = _engines_used(rows)
-
-    ranked = rank_rows(rows, rank_by)
-    if engine == "auto":
-        # the engine's numbers are the better ones: refined configurations first, re-ranked by
-        # them, then the rest by the closed form
-        ranked = [r for r in ranked if r.get("engine") == "des"] + [r for r in ranked if r.get("engine") != "des"]
-    counts = Counter(str(r.get("status")) for r in rows)
-    return SweepResult(
-        rows=tuple(rows),
-        counts={s: counts.get(s, 0) for s in STATUSES},
-        ranked=tuple(ranked),
-        engine_note=engine_note,
-        engine=engine,
-    )
+    return rows
 
 
 def _values_of(row: Mapping[str, Any]) -> dict[str, Any]:
