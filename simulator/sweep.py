@@ -629,6 +629,7 @@ class SweepResult:
     ranked: tuple[dict[str, Any], ...]  # feasible rows, best first
     engine_note: str
     engine: str = "analytic"  # what was asked for: auto | analytic | des
+    swept_keys: tuple[str, ...] = ()
 
 
 def _rank_value(row: Mapping[str, Any], rank_by: str) -> float:
@@ -691,6 +692,7 @@ def run_sweep(
         ranked=tuple(ranked),
         engine_note=engine_note,
         engine=engine,
+        swept_keys=plan.keys,
     )
 
 
@@ -777,6 +779,7 @@ def _engines_used(rows: Iterable[Mapping[str, Any]]) -> str:
 
 
 # ----------------------------------------------------------------------------- report
+TABLE_KEYS = ("tp", "pp", "dp", "cp", "ep", "vp", "micro_batch", "schedule", "recompute", "sequence_parallel", "zero")
 SHORT = {
     "compute": "comp",
     "recompute": "recomp",
@@ -811,18 +814,22 @@ def format_table(scn: Scenario, result: SweepResult, top: int, rank_by: str) -> 
         out.write("no configuration is valid and fits in memory\n")
     else:
         cats = [k for k in CATEGORIES if any((r.get(f"{k}_s") or 0.0) > 0 for r in best)]
+        extra = [k for k in result.swept_keys if k not in TABLE_KEYS]
         head = (
-            f"{'#':>3} {'tp':>3} {'pp':>3} {'dp':>5} {'cp':>2} {'vp':>2} {'mb':>3} {'sched':<11} {'recomp':<9} "
-            f"{'sp':<2} {'z':>1} {'engine':<8} {'MFU':>6} {'HFU':>6} {'tokens/s':>10} {'step s':>8} {'GiB':>5} |"
+            f"{'#':>3} {'tp':>3} {'pp':>3} {'dp':>5} {'cp':>2} {'ep':>2} {'vp':>2} {'mb':>3} {'sched':<11} "
+            f"{'recomp':<9} {'sp':<2} {'z':>1} " + "".join(f"{k:>{max(len(k), 6)}} " for k in extra)
+            + f"{'engine':<8} {'MFU':>6} {'HFU':>6} {'tokens/s':>10} {'step s':>8} {'GiB':>5} |"
         )
         head += "".join(f" {SHORT[k]:>6}" for k in cats) + "  (% of step)\n"
         out.write(head)
         for i, r in enumerate(best, 1):
             step = r.get("step_time_s") or 0.0
             line = (
-                f"{i:>3} {r['tp']:>3} {r['pp']:>3} {r['dp']:>5} {r['cp']:>2} {r['vp']:>2} {r['micro_batch']:>3} "
-                f"{r['schedule']:<11} {r['recompute']:<9} {'y' if r['sequence_parallel'] else 'n':<2} {r['zero']:>1} "
-                f"{r.get('engine') or '':<8} {100 * r['mfu']:>5.1f}% {100 * r['hfu']:>5.1f}% "
+                f"{i:>3} {r['tp']:>3} {r['pp']:>3} {r['dp']:>5} {r['cp']:>2} {r['ep']:>2} {r['vp']:>2} "
+                f"{r['micro_batch']:>3} {r['schedule']:<11} {r['recompute']:<9} "
+                f"{'y' if r['sequence_parallel'] else 'n':<2} {r['zero']:>1} "
+                + "".join(f"{r.get(k)!s:>{max(len(k), 6)}} " for k in extra)
+                + f"{r.get('engine') or '':<8} {100 * r['mfu']:>5.1f}% {100 * r['hfu']:>5.1f}% "
                 f"{r['tokens_per_s']:>10,.0f} {step:>8.3f} {r['peak_memory_gib']:>5.1f} |"
             )
             line += "".join(f" {100 * (r.get(f'{k}_s') or 0.0) / step if step else 0.0:>5.1f}%" for k in cats)
@@ -833,8 +840,7 @@ def format_table(scn: Scenario, result: SweepResult, top: int, rank_by: str) -> 
         r = max(faster_oom, key=lambda r: _rank_value(r, rank_by))
         out.write(
             f"{len(faster_oom)} configurations that do not fit in memory would rank higher; the best of them "
-            f"(tp {r['tp']}, pp {r['pp']}, dp {r['dp']}, vp {r['vp']}, micro_batch {r['micro_batch']}, "
-            f"recompute {r['recompute']}, zero {r['zero']}) at {100 * r['mfu']:.1f}% MFU {r['reason']}\n"
+            f"({config_name(r)}) at {100 * r['mfu']:.1f}% MFU {r['reason']}\n"
         )
     if c[STATUS_INVALID]:
         reasons = Counter(_reason_kind(str(r.get("reason"))) for r in result.rows if r.get("status") == STATUS_INVALID)
@@ -842,6 +848,12 @@ def format_table(scn: Scenario, result: SweepResult, top: int, rank_by: str) -> 
         for reason, n in reasons.most_common(6):
             out.write(f"  {n:>6}  {reason}\n")
     return out.getvalue()
+
+
+def config_name(row: Mapping[str, Any]) -> str:
+    """`tp 8, pp 16, dp 8, cp 1, ep 1, vp 1, micro_batch 1, recompute selective, zero 1`."""
+    keys = ("tp", "pp", "dp", "cp", "ep", "vp", "micro_batch", "recompute", "zero")
+    return ", ".join(f"{k} {row.get(k)}" for k in keys)
 
 
 def _reason_kind(reason: str) -> str:
