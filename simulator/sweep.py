@@ -422,6 +422,11 @@ def read_existing(path: Path) -> list[dict[str, Any]]:
         raw = raw[:cut]
     text = raw.decode("utf-8", errors="replace")
     rows: list[dict[str, Any]] = []
+    foreign = ConfigError(
+        f"{path} was not written by this version of `mfusim sweep` (its columns differ); "
+        "remove it or give another --out",
+        key="--resume",
+    )
     if _is_jsonl(path):
         for line in text.splitlines():
             if not line.strip():
@@ -429,8 +434,10 @@ def read_existing(path: Path) -> list[dict[str, Any]]:
             try:
                 obj = json.loads(line)
             except json.JSONDecodeError:
-                continue
-            if isinstance(obj, dict) and obj.get("status") in STATUSES:
+                raise foreign from None
+            if not isinstance(obj, dict) or tuple(obj) != COLUMNS:
+                raise foreign
+            if obj.get("status") in STATUSES:
                 rows.append(_coerce(obj))
         return rows
     lines = text.splitlines()
@@ -438,11 +445,7 @@ def read_existing(path: Path) -> list[dict[str, Any]]:
         return []
     header = next(csv.reader([lines[0]]), [])
     if tuple(header) != COLUMNS:
-        raise ConfigError(
-            f"{path} was not written by this version of `mfusim sweep` (its columns differ); "
-            "remove it or give another --out",
-            key="--resume",
-        )
+        raise foreign
     for rec in csv.reader(lines[1:]):
         if len(rec) != len(COLUMNS):
             continue

@@ -168,6 +168,10 @@ def test_resume_refuses_a_foreign_file(small: Path, tmp_path: Path) -> None:
     out.write_text("a,b,c\n1,2,3\n")
     assert main(["sweep", str(small), "--out", str(out), "--resume", "--engine", "analytic"]) == 2
     assert out.read_text() == "a,b,c\n1,2,3\n"
+    jsonl = tmp_path / "other.jsonl"
+    jsonl.write_text("a,b,c\n")
+    assert main(["sweep", str(small), "--out", str(jsonl), "--resume", "--engine", "analytic"]) == 2
+    assert jsonl.read_text() == "a,b,c\n"
 
 
 def test_jobs_2_gives_the_same_rows(small: Path, tmp_path: Path) -> None:
