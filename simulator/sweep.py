@@ -409,28 +409,28 @@ def read_existing(path: Path) -> list[dict[str, Any]]:
     """Rows of a previous run of this sweep; cuts a truncated last line off the file.
 
     Only whole lines are kept: everything after the last newline (a row being written when
-    the sweep was killed) is removed. A header that differs from ours is an error, so that
-    a file written by something else is never appended to.
+    the sweep was killed) is removed — after the file has been recognized as ours. A header
+    (CSV) or a line (JSON Lines) that differs from ours is an error, so a file written by
+    something else is neither truncated nor appended to.
     """
     if not path.exists() or path.stat().st_size == 0:
         return []
     raw = path.read_bytes()
     cut = raw.rfind(b"\n") + 1
-    if cut < len(raw):
-        with open(path, "r+b") as fh:
-            fh.truncate(cut)
-        raw = raw[:cut]
-    text = raw.decode("utf-8", errors="replace")
-    rows: list[dict[str, Any]] = []
+    text = raw[:cut].decode("utf-8", errors="replace")
+    tail = raw[cut:].decode("utf-8", errors="replace")
+    lines = [line for line in text.split("\n")[:-1] if line.strip()]
     foreign = ConfigError(
         f"{path} was not written by this version of `mfusim sweep` (its columns differ); "
         "remove it or give another --out",
         key="--resume",
     )
+    rows: list[dict[str, Any]] = []
+    header_line = ",".join(COLUMNS)
     if _is_jsonl(path):
-        for line in text.splitlines():
-            if not line.strip():
-                continue
+        if not lines and not ("{" + json.dumps(COLUMNS[0])).startswith(tail[: len(COLUMNS[0]) + 3]):
+            raise foreign
+        for line in lines:
             try:
                 obj = json.loads(line)
             except json.JSONDecodeError:
@@ -439,19 +439,21 @@ def read_existing(path: Path) -> list[dict[str, Any]]:
                 raise foreign
             if obj.get("status") in STATUSES:
                 rows.append(_coerce(obj))
-        return rows
-    lines = text.splitlines()
-    if not lines:
-        return []
-    header = next(csv.reader([lines[0]]), [])
-    if tuple(header) != COLUMNS:
-        raise foreign
-    for rec in csv.reader(lines[1:]):
-        if len(rec) != len(COLUMNS):
-            continue
-        row = dict(zip(COLUMNS, rec, strict=True))
-        if row["status"] in STATUSES:
-            rows.append(_coerce(row))
+    elif not lines:
+        if not header_line.startswith(tail):  # not even a partial header of ours
+            raise foreign
+    else:
+        if lines[0] != header_line:
+            raise foreign
+        for rec in csv.reader(lines[1:]):
+            if len(rec) != len(COLUMNS):
+                continue
+            row = dict(zip(COLUMNS, rec, strict=True))
+            if row["status"] in STATUSES:
+                rows.append(_coerce(row))
+    if cut < len(raw):
+        with open(path, "r+b") as fh:
+            fh.truncate(cut)
     return rows
 
 

@@ -137,6 +137,14 @@ def test_resume_after_kill(small: Path, tmp_path: Path) -> None:
     assert partial.read_text() == after
 
 
+def test_resume_after_kill_in_the_header(small: Path, tmp_path: Path) -> None:
+    out = tmp_path / "h.csv"
+    out.write_text(",".join(COLUMNS)[:30])
+    result = run_sweep(load_scenario(small), engine="analytic", out=out, resume=True)
+    header, rows = read_csv(out)
+    assert tuple(header) == COLUMNS and len(rows) == 24 and result.counts == SMALL_COUNTS
+
+
 def test_resume_jsonl_after_kill(small: Path, tmp_path: Path) -> None:
     full = tmp_path / "full.jsonl"
     run_sweep(load_scenario(small), engine="analytic", out=full)
@@ -168,6 +176,10 @@ def test_resume_refuses_a_foreign_file(small: Path, tmp_path: Path) -> None:
     out.write_text("a,b,c\n1,2,3\n")
     assert main(["sweep", str(small), "--out", str(out), "--resume", "--engine", "analytic"]) == 2
     assert out.read_text() == "a,b,c\n1,2,3\n"
+    no_newline = tmp_path / "notes.csv"
+    no_newline.write_text("my notes")
+    assert main(["sweep", str(small), "--out", str(no_newline), "--resume", "--engine", "analytic"]) == 2
+    assert no_newline.read_text() == "my notes"
     jsonl = tmp_path / "other.jsonl"
     jsonl.write_text("a,b,c\n")
     assert main(["sweep", str(small), "--out", str(jsonl), "--resume", "--engine", "analytic"]) == 2
