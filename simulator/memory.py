@@ -4,9 +4,11 @@ What one GPU holds at its peak, part by part (all in bytes):
 
 * **Model state** — mixed-precision Adam as Megatron-LM runs it (docs/source/api-guide/
   dist_optimizer.md, "bf16 param, fp32 grads: 6 + 12/d bytes per parameter"):
-  16-bit weights (2 B), fp32 "main" gradients (4 B: Megatron accumulates gradients in fp32
-  over the micro-batches, unlike ZeRO's paper which assumes fp16 gradients), and the fp32
-  optimizer state: master weights + Adam's two moments (12 B). ZeRO (Rajbhandari et al.
+  16-bit weights (2 B), fp32 "main" gradients (4 B: with bf16 Megatron-LM forces
+  accumulate_allreduce_grads_in_fp32, unlike ZeRO's paper which assumes fp16 gradients), and
+  the fp32 optimizer state: master weights + Adam's two moments (12 B) — 18 B per parameter
+  without sharding. fp16 training keeps 16-bit gradients and the optimizer an fp32 copy of
+  them ("fp16 param, fp16 grads: 4 + 16/d", 20 B unsharded). ZeRO (Rajbhandari et al.
   2020, §5) shards them over the data-parallel ranks: stage 1 (= Megatron's distributed
   optimizer) the 12 B, stage 2 also the gradients, stage 3 (FSDP) also the weights.
   Megatron's distributed optimizer shards over dp×cp (CP ranks hold the same weights), so
