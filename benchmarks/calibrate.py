@@ -55,7 +55,7 @@ SUBSET_RULE = (
     "dense BF16/FP16 rows of scenarios/published/calibration_runs.csv usable by `mfusim validate`; "
     "within each (source, GPU) group ordered by sha256(id): even positions fit, odd positions held out"
 )
-PRIOR_WEIGHT = 0.002  # weak pull toward the prior (per transformed unit², averaged over parameters)
+PRIOR_WEIGHT = 0.02  # pull toward [default] (per transformed unit², averaged over parameters)
 
 
 # ----------------------------------------------------------------------------- parameters
@@ -357,7 +357,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--csv", type=Path, default=published_runs_csv(), help="published runs (SPEC §5)")
     parser.add_argument("--gpus", default=",".join(FIT_GPUS), help="GPU catalog names to fit")
     parser.add_argument("--rounds", type=int, default=3, help="engine-correction rounds")
-    parser.add_argument("--max-evals", type=int, default=160, help="Nelder-Mead evaluations per round")
+    parser.add_argument("--max-evals", type=int, default=300, help="Nelder-Mead evaluations per round")
     parser.add_argument("--prior-weight", type=float, default=PRIOR_WEIGHT, help="pull toward [default]")
     parser.add_argument(
         "--accuracy-dir", type=Path, default=Path("docs"), help="where accuracy_table.md and the histogram go"

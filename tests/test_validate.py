@@ -338,3 +338,46 @@ def test_engine_smoke(shipped):
     assert len(report.results) == 2
     for r in report.results:
         assert r.step_time_s > 0 and abs(r.error_pct) < 60
+
+
+# ----------------------------------------------------------------------------- calibration script
+def _calibrate_module():
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "calibrate.py"
+    spec = importlib.util.spec_from_file_location("mfusim_calibrate", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    import sys
+
+    sys.modules[spec.name] = module  # dataclasses resolve their module by name
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_calibration_pieces(tmp_path, shipped):
+    import numpy as np
+
+    from simulator.specs import GPUEfficiency
+
+    C = _calibrate_module()
+    x, value, _ = C.nelder_mead(lambda z: float(np.sum((z - np.array([1.0, -2.0])) ** 2)), np.zeros(2))
+    assert value < 1e-4 and np.allclose(x, [1.0, -2.0], atol=0.02)
+    eff = GPUEfficiency(matmul_peak_fraction=0.61, kernel_launch_s=7e-6, overlap_slowdown=0.1)
+    back = C.decode(C.encode(eff))
+    assert back.matmul_peak_fraction == pytest.approx(0.61) and back.kernel_launch_s == pytest.approx(7e-6)
+    cases = [c for c in (V.build_case(r) for r in shipped.values()) if isinstance(c, V.Case) and c.is_target]
+    split = C.split_rows(cases)
+    assert split == C.split_rows(list(reversed(cases)))  # order-independent, deterministic
+    assert 0.45 < sum(split.values()) / len(split) < 0.55
+    toml = tmp_path / "efficiency.toml"
+    toml.write_text("[default]\nmatmul_peak_fraction = 0.8\n\n[h100-sxm]\nmatmul_peak_fraction = 0.5\n")
+    res = C.FitResult("h100-sxm", GPUEfficiency(), eff, 30.0, 31.0, 5.0, 6.0, 10, 11, 100, 1.0)
+    C.write_efficiency([res], toml)
+    C.write_efficiency([res], toml)  # idempotent: replaces its own table
+    import tomllib
+
+    data = tomllib.loads(toml.read_text())
+    assert data["default"] == {"matmul_peak_fraction": 0.8}
+    assert data["h100-sxm"]["matmul_peak_fraction"] == pytest.approx(0.61)
+    assert (
+        toml.read_text().count("[h100-sxm]") == 1 and "Written by benchmarks/calibrate.py" in toml.read_text()
+    )
