@@ -30,7 +30,7 @@ import simpy
 
 from .comm import CommModel
 from .metrics import StepReport, step_report
-from .program import Block, Program, build_program
+from .program import Block, Program, Segment, build_program
 from .schedules import Task, stage_tasks
 from .specs import Scenario, VariabilitySpec
 from .timeline import MAIN_STREAM, Span, Timeline
@@ -102,7 +102,13 @@ class LoaderState:
     worker_ready_s: tuple[float, ...]
 
 
-def run_step(program: Program, variability: VariabilitySpec | None = None, group_size: int = 1, replicas: int = 1) -> Timeline:
+def run_step(
+    program: Program,
+    variability: VariabilitySpec | None = None,
+    group_size: int = 1,
+    replicas: int = 1,
+    detail: bool = True,
+) -> Timeline:
     """Simulate one steady-state step of `program`; return the recorded timeline.
 
     With a dataloader, the buffer at the start of a step is what the previous steps left:
@@ -111,14 +117,14 @@ def run_step(program: Program, variability: VariabilitySpec | None = None, group
     step is simulated again from there.
     """
     if program.dataloader_latency_s <= 0:
-        return _replay(program, variability, group_size, replicas, None)[0]
+        return _replay(program, variability, group_size, replicas, None, detail)[0]
     workers = program.dataloader_workers
     full = LoaderState(workers * program.dataloader_prefetch, (0.0,) * workers)
-    _, requests, unstalled_period_s = _replay(program, variability, group_size, replicas, full)
+    _, requests, unstalled_period_s = _replay(program, variability, group_size, replicas, full, detail)
     state = steady_loader_state(
         program.dataloader_latency_s, workers, max(1, full.buffered), requests, unstalled_period_s
     )
-    return _replay(program, variability, group_size, replicas, state)[0]
+    return _replay(program, variability, group_size, replicas, state, detail)[0]
 
 
 def steady_loader_state(
@@ -175,6 +181,7 @@ def _replay(
     group_size: int,
     replicas: int,
     loader: LoaderState | None,
+    detail: bool = True,
 ) -> tuple[Timeline, list[float], float]:
     """One step from the given loader state: (timeline, stage 0's data requests as they would
     be without data stalls, the step time without them)."""
@@ -238,7 +245,8 @@ def _replay(
         start = env.now
         factor = noise.compute_factor() * slow
         t = start
-        for seg in block.segments:
+        segments = block.segments if detail else _by_category(block)
+        for seg in segments:
             dur = seg.duration_s * (factor if seg.category in ("compute", "recompute") else 1.0)
             rec.add(s, seg.category, f"{label} {seg.name}", t, t + dur, microbatch=task.microbatch, chunk=task.chunk, flops=seg.flops, message_bytes=seg.message_bytes)
             t += dur
@@ -385,6 +393,17 @@ def _replay(
     return Timeline(tuple(rec.spans), step_time, p), requests, step_time - data_wait[0]
 
 
+def _by_category(block: Block) -> tuple[Segment, ...]:
+    """A block's segments summed per category, in order of first appearance."""
+    sums: dict[str, list[float]] = {}
+    for seg in block.segments:
+        acc = sums.setdefault(seg.category, [0.0, 0.0, 0.0])
+        acc[0] += seg.duration_s
+        acc[1] += seg.flops
+        acc[2] += seg.message_bytes
+    return tuple(Segment(c, c, d, f, b) for c, (d, f, b) in sums.items())
+
+
 def _fire(ev: simpy.Event) -> None:
     ev.succeed()
 
@@ -418,11 +437,14 @@ def with_seed(scn: Scenario, seed: int | None) -> Scenario:
     )
 
 
-def simulate(scn: Scenario, comm_model: CommModel | None = None, seed: int | None = None) -> StepResult:
-    """Simulate one training step of `scn`: cost it, replay it, measure it."""
+def simulate(
+    scn: Scenario, comm_model: CommModel | None = None, seed: int | None = None, detail: bool = True
+) -> StepResult:
+    """Simulate one training step of `scn`: cost it, replay it, measure it.
+    `detail=False` keeps one span per category per block (sweeps), not one per op."""
     scn = with_seed(scn, seed)
     program = build_program(scn, comm_model)
     par = scn.parallel
-    timeline = run_step(program, scn.variability, group_size=par.tp * par.cp, replicas=par.dp)
+    timeline = run_step(program, scn.variability, group_size=par.tp * par.cp, replicas=par.dp, detail=detail)
     report = step_report(scn, program, timeline.step_time_s, tuple(timeline.breakdown_by_stage_s()))
     return StepResult(report=report, timeline=timeline, program=program)

@@ -134,8 +134,21 @@ def logits_forward_flops(m: ModelSpec) -> float:
     return FLOP_PER_MAC * m.seq_len * m.hidden * m.vocab
 
 
+def _sum_over_layers(m: ModelSpec, per_layer) -> float:
+    """Σ over layers of per_layer(LayerForwardFlops): dense and MoE layers counted once each."""
+    n_moe = m.num_moe_layers
+    total = (m.layers - n_moe) * per_layer(layer_forward_flops(m, _first_layer(m, moe=False))) if n_moe < m.layers else 0.0
+    if n_moe:
+        total += n_moe * per_layer(layer_forward_flops(m, _first_layer(m, moe=True)))
+    return total
+
+
+def _first_layer(m: ModelSpec, moe: bool) -> int:
+    return next(i for i in range(m.layers) if m.is_moe_layer(i) == moe)
+
+
 def model_forward_flops_per_sequence(m: ModelSpec) -> float:
-    return sum(layer_forward_flops(m, i).total for i in range(m.layers)) + logits_forward_flops(m)
+    return _sum_over_layers(m, lambda f: f.total) + logits_forward_flops(m)
 
 
 def model_flops_per_sequence(m: ModelSpec) -> float:
@@ -156,9 +169,9 @@ def recompute_flops_per_sequence(m: ModelSpec, recompute: str) -> float:
     if recompute == "none":
         return 0.0
     if recompute == "selective":
-        return sum(layer_forward_flops(m, i).attention_core for i in range(m.layers))
+        return _sum_over_layers(m, lambda f: f.attention_core)
     if recompute == "full":
-        return sum(layer_forward_flops(m, i).total for i in range(m.layers))
+        return _sum_over_layers(m, lambda f: f.total)
     raise ValueError(f"unknown recompute {recompute!r}")
 
 

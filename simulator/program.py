@@ -146,6 +146,7 @@ class _Coster:
     scn: Scenario
     comm: CommModel
     seen: dict = field(default_factory=dict)
+    memo: dict = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.device = Device(self.scn.gpu, self.scn.dtype)
@@ -154,7 +155,10 @@ class _Coster:
     def coll(self, kind: str, axis: str, message_bytes: float, stage: int = 0) -> float:
         if message_bytes <= 0:
             return 0.0
-        cost = self.comm.collective(kind, axis, message_bytes, stage)
+        memo = (kind, axis, message_bytes, stage)
+        cost = self.memo.get(memo)
+        if cost is None:  # DP buckets repeat the same size hundreds of times
+            cost = self.memo[memo] = self.comm.collective(kind, axis, message_bytes, stage)
         key = (kind, axis, round(message_bytes), stage if axis == "pp" else 0)
         if key not in self.seen and cost.time_s > 0:
             self.seen[key] = {

@@ -161,7 +161,7 @@ class ModelSpec:
 
     @property
     def num_moe_layers(self) -> int:
-        return sum(1 for i in range(self.layers) if self.is_moe_layer(i))
+        return self.layers // self.moe_layer_interval if self.is_moe else 0
 
 
 # ----------------------------------------------------------------------------- GPU

@@ -118,7 +118,7 @@ def _analytic(scn: Scenario, comm: CommModel) -> StepReport:
 def _des(scn: Scenario, comm: CommModel) -> StepReport:
     from .engine import simulate
 
-    return simulate(scn, comm).report
+    return simulate(scn, comm, detail=False).report
 
 
 def resolve_evaluator(engine: str) -> Evaluator:
