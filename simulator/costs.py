@@ -39,6 +39,12 @@ class Device:
         return self.gpu.peak_flop_per_s(self.dtype)
 
     @property
+    def attention_peak_flop_per_s(self) -> float:
+        """Attention runs in 16-bit even in FP8 training (Transformer Engine keeps the
+        FlashAttention kernels in BF16)."""
+        return self.gpu.peak_flop_per_s("fp16" if self.dtype == "fp16" else "bf16")
+
+    @property
     def element_bytes(self) -> int:
         return DTYPE_BYTES[self.dtype]
 
@@ -110,4 +116,4 @@ def flash_attention_time_s(device: Device, flops: float, kernels: int = 1) -> fl
     if flops <= 0:
         return 0.0
     eff = device.gpu.efficiency
-    return flops / (device.peak_flop_per_s * eff.attention_peak_fraction) + kernels * eff.kernel_launch_s
+    return flops / (device.attention_peak_flop_per_s * eff.attention_peak_fraction) + kernels * eff.kernel_launch_s

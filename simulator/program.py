@@ -25,6 +25,7 @@ from .specs import ModelSpec, Scenario
 CAUSAL_WORK_FRACTION = 0.5  # a causal FlashAttention kernel skips the upper-triangle blocks
 FLASH_BWD_TO_FWD = 2.5  # FlashAttention-2 (Dao 2023) backward runs 5 matmuls vs 2 forward
 ADAM_BYTES_PER_PARAM = 34  # fused Adam: fp32 grad r(4) + master r/w(8) + m r/w(8) + v r/w(8) + 16-bit param w(2) + grad zero(4)
+FP8_CAST_BYTES_PER_ELEMENT = 3  # read a 16-bit element, write its 8-bit copy
 UNFUSED_SOFTMAX_PASSES = 4  # Megatron's fused scale-mask-softmax (read + write) and dropout (read + write)
 
 
@@ -200,6 +201,11 @@ class _Coster:
             fwd.append(("compute", name, tt, f, 0.0))
             b_in.append(("compute", name + " dgrad", tt, f, 0.0))
             b_w.append(("compute", name + " wgrad", tt, f, 0.0))
+            if d.dtype == "fp8":  # Transformer Engine casts the GEMM input (fwd) and output grad (bwd) to FP8
+                cast_in = FP8_CAST_BYTES_PER_ELEMENT * mm_m * mm_k * count
+                cast_grad = FP8_CAST_BYTES_PER_ELEMENT * mm_m * mm_n * count
+                fwd.append(("compute", "fp8 cast", memory_op_time_s(d, cast_in), 0.0, cast_in))
+                b_in.append(("compute", "fp8 cast", memory_op_time_s(d, cast_grad), 0.0, cast_grad))
 
         def mem(name: str, fwd_bytes: float, kernels: int = 1) -> None:
             tt = memory_op_time_s(d, fwd_bytes, kernels)
