@@ -582,3 +582,21 @@ def test_internal_error_traceback_on_request(monkeypatch: pytest.MonkeyPatch, ru
 
 def test_messages_are_one_printable_line() -> None:
     assert one_line("a\nb\x00c\x1b[31m") == "a b\\x00c\\x1b[31m"
+
+
+# ----------------------------------------------------------------------------- odd paths
+@pytest.mark.parametrize(
+    ("arg", "needle"),
+    [("/dev/null", "empty"), ("/dev/zero", "too large"), ("", "directory"), ("-", "no such file")],
+    ids=["dev-null", "dev-zero", "empty-path", "dash"],
+)
+def test_special_paths(arg: str, needle: str, run_cli) -> None:
+    if arg.startswith("/dev/") and not Path(arg).exists():
+        pytest.skip(f"{arg} not on this system")
+    res = run_cli(["run", arg, "--json"])
+    assert_user_error(res, needle)
+
+
+def test_newline_in_file_name_stays_one_line(tmp_path: Path, run_cli) -> None:
+    res = run_cli(["run", str(tmp_path / "a\nb.toml"), "--json"])
+    assert_user_error(res, "no such file")
