@@ -55,6 +55,14 @@ SUBSET_RULE = (
     "dense BF16/FP16 rows of scenarios/published/calibration_runs.csv usable by `mfusim validate`; "
     "within each (source, GPU) group ordered by sha256(id): even positions fit, odd positions held out"
 )
+# GPU types without dense 16-bit runs that share the silicon of a fitted one.
+INHERIT = {
+    "h200": (
+        "h100-sxm",
+        "same GH100 die and clocks; more and faster HBM, which the roofline takes from gpus.toml",
+    ),
+    "h800": ("h100-sxm", "same GH100 die; only NVLink is cut, which its topology describes"),
+}
 PRIOR_WEIGHT = 0.02  # pull toward [default] (per transformed unit², averaged over parameters)
 
 
@@ -336,14 +344,29 @@ def efficiency_section(res: FitResult, today: str) -> str:
     return "\n".join(lines) + "\n"
 
 
+def inherited_section(gpu: str, res: FitResult, today: str, why: str) -> str:
+    lines = [
+        f"[{gpu}]",
+        f"# Written by benchmarks/calibrate.py on {today}: no dense BF16/FP16 published runs of this GPU;",
+        f"# inherits the [{res.gpu}] fit ({why}).",
+    ]
+    for f in fields(GPUEfficiency):
+        lines.append(f"{f.name} = {_format_value(getattr(res.fitted, f.name))}")
+    return "\n".join(lines) + "\n"
+
+
 def write_efficiency(results: Sequence[FitResult], path: Path) -> None:
-    """Replace (or append) the fitted GPUs' tables; keep everything else of the file."""
+    """Replace (or append) the fitted GPUs' tables (and those inheriting them); keep the rest."""
     text = path.read_text(encoding="utf-8")
     today = date.today().isoformat()
+    sections = [(res.gpu, efficiency_section(res, today)) for res in results]
     for res in results:
-        section = efficiency_section(res, today)
+        for gpu, (parent, why) in INHERIT.items():
+            if parent == res.gpu:
+                sections.append((gpu, inherited_section(gpu, res, today, why)))
+    for gpu, section in sections:
         # a table runs from its header to the next header (comments above it belong to it)
-        pattern = re.compile(rf"^\[{re.escape(res.gpu)}\]\n(?:(?!\[).*\n?)*", re.MULTILINE)
+        pattern = re.compile(rf"^\[{re.escape(gpu)}\]\n(?:(?!\[).*\n?)*", re.MULTILINE)
         match = pattern.search(text)
         if match:
             text = text[: match.start()] + section + "\n" + text[match.end() :]
