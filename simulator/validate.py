@@ -512,6 +512,53 @@ FAMILY_VOCAB = (
 )
 
 
+# MoE architectures the CSV only names (its notes point to the Hugging Face configs). Standard
+# GQA attention + routed experts only: DeepSeek-V3/Kimi-K2 (MLA, dense first layers), GPT-OSS
+# (attention sinks, sliding windows, biases) and Nemotron 3 Nano (hybrid Mamba) stay unusable.
+KNOWN_ARCHITECTURES: tuple[tuple[str, dict[str, Any], str], ...] = (
+    (
+        r"qwen3[-_ ]?30b[-_ ]?a3b",
+        {
+            "layers": 48,
+            "hidden": 2048,
+            "heads": 32,
+            "kv_heads": 4,
+            "head_dim": 128,
+            "ffn_hidden": 6144,
+            "vocab": 151936,
+            "gated_mlp": True,
+            "moe": {"num_experts": 128, "top_k": 8, "expert_ffn_hidden": 768},
+        },
+        "Qwen/Qwen3-30B-A3B config.json (48 layers, hidden 2048, 32 heads x 128, 4 KV heads, "
+        "128 experts of 768, top-8, vocab 151,936)",
+    ),
+    (
+        r"qwen3[-_ ]?235b[-_ ]?a22b",
+        {
+            "layers": 94,
+            "hidden": 4096,
+            "heads": 64,
+            "kv_heads": 4,
+            "head_dim": 128,
+            "ffn_hidden": 12288,
+            "vocab": 151936,
+            "gated_mlp": True,
+            "moe": {"num_experts": 128, "top_k": 8, "expert_ffn_hidden": 1536},
+        },
+        "Qwen/Qwen3-235B-A22B config.json (94 layers, hidden 4096, 64 heads x 128, 4 KV heads, "
+        "128 experts of 1536, top-8, vocab 151,936)",
+    ),
+)
+
+
+def known_architecture(model_name: str) -> tuple[dict[str, Any], str] | None:
+    name = model_name.strip().lower()
+    for pattern, table, citation in KNOWN_ARCHITECTURES:
+        if re.search(pattern, name):
+            return dict(table), citation
+    return None
+
+
 def preset_for(model_name: str) -> str | None:
     from .loading import load_model_presets
 
@@ -538,9 +585,20 @@ def _model_table(run: PublishedRun, rules: SourceRules, notes: list[str]) -> dic
         or any("expert" in v.lower() for v in annotated.values())
     )
     if moe:
+        known = known_architecture(name)
+        if known is not None:
+            arch_table, citation = known
+            notes.append(f"model: architecture from {citation} (the CSV has no expert columns)")
+            if "tokendrop" in lname:
+                notes.append(
+                    "moe: published as token-dropping; simulated dropless (every token reaches top_k experts)"
+                )
+            notes.append("moe: routing simulated as perfectly balanced (the page force-balances tokens)")
+            return {"name": name, **arch_table, "seq_len": run.int_cell("seq_len")}
         return (
-            "mixture-of-experts model: the CSV has no expert columns (num_experts, top_k, expert ffn) "
-            "and the notes point to an external config; MoE rows are not simulated"
+            "mixture-of-experts model: the CSV has no expert columns (num_experts, top_k, expert ffn), "
+            "the notes point to an external config we do not carry (or to MLA / hybrid Mamba layers "
+            "the simulator does not model); not simulated"
             + (
                 f" (annotated cells: {', '.join(f'{k}={v!r}' for k, v in annotated.items())})"
                 if annotated
@@ -800,7 +858,7 @@ def build_case(run: PublishedRun) -> Case | Unusable:
         measured=measured,
         flop_convention=rules.flop_convention,
         dtype=dtype,
-        is_moe=ep > 1,
+        is_moe=ep > 1 or "moe" in model,
         assumptions=tuple(notes),
     )
 

@@ -147,13 +147,25 @@ def test_mpt_rows(shipped):
         ("nemo2407_lora_LLAMA2-7B_8gpu", "fine-tuning"),
         ("mbridge_26.04_LLAMA3_70B_DGX-GB300_64gpu_nvfp4", "nvfp4"),
         ("mbridge_26.08_DeepSeekV3_DGX-GB300_256gpu_mxfp8", "mixture-of-experts"),
-        ("mbridge_26.06_Qwen3_30B_a3B_DGX-H100_16gpu_fp8", "mixture-of-experts"),
+        ("mbridge_26.04_GPTOSS120B_DGX-H100_64gpu_bf16", "mixture-of-experts"),
+        ("mbridge_26.06_Nemotron_3_Nano_DGX-H100_16gpu_fp8", "mixture-of-experts"),
     ],
 )
 def test_unusable_rows_have_reasons(shipped, run_id, needle):
     out = V.build_case(shipped[run_id])
     assert isinstance(out, V.Unusable)
     assert needle in out.reason
+
+
+def test_qwen3_moe_rows_use_the_known_architecture(shipped):
+    case = case_of(shipped, "mbridge_26.04.01_Qwen3_235B_a22B_DGX-H100_256gpu_fp8")
+    assert case.is_moe and not case.is_target
+    assert case.scenario["parallel"]["ep"] == 32
+    assert any("Qwen3-235B-A22B" in a for a in case.assumptions)
+    s = V.scenario_for(case)
+    assert s.model.num_experts == 128 and s.model.top_k == 8 and s.model.dim_per_head == 128
+    nemotron = case_of(shipped, "nemo2407_pretrain_Nemotron-340B_128gpu")  # "Nemotron-3" is not MoE
+    assert not nemotron.is_moe
 
 
 def test_unknown_gpu_and_missing_architecture():
