@@ -21,6 +21,10 @@ RANK_AXES = ("tp", "cp", "dp", "pp")
 
 MAX_GPUS = 1_000_000  # larger than any cluster built; guards against typos like 1e12
 MAX_DIM = 10_000_000
+MAX_LAYERS = 100_000  # ~500x the deepest published transformer; per-layer loops stay fast
+# ~50x the largest published models. Bounds the work of costing a step (DP gradient buckets
+# scale with parameters): a typo like hidden = 9999360 must not run for minutes.
+MAX_PARAMS = 1e14
 # Discrete-event budget: pp·vp·micro-batches tasks per stage timeline (~130 µs and ~12 KB each);
 # above every published job (MT-NLG 530B in Narayanan et al. Table 2: 35·3·1120 = 117,600),
 # low enough that no scenario runs for more than a couple of minutes.
@@ -98,7 +102,8 @@ class ModelSpec:
     def __post_init__(self) -> None:
         p = "model"
         _check_str(f"{p}.name", self.name)
-        for key in ("layers", "hidden", "heads", "vocab", "seq_len"):
+        _check_int(f"{p}.layers", self.layers, maximum=MAX_LAYERS)
+        for key in ("hidden", "heads", "vocab", "seq_len"):
             _check_int(f"{p}.{key}", getattr(self, key), maximum=MAX_DIM)
         for key in ("kv_heads", "ffn_hidden", "head_dim", "num_experts", "top_k"):
             _check_int(f"{p}.{key}", getattr(self, key), minimum=0, maximum=MAX_DIM)
@@ -125,8 +130,28 @@ class ModelSpec:
                 )
         elif self.top_k:
             raise ConfigError("top_k given without num_experts", key=f"{p}.moe.top_k")
+        if self.approx_params > MAX_PARAMS:
+            raise ConfigError(
+                f"describes about {self.approx_params:.2g} parameters, over the simulator's bound of "
+                f"{MAX_PARAMS:.0e}; check layers, hidden, ffn_hidden, vocab and the MoE sizes",
+                key=p,
+            )
 
     # derived -------------------------------------------------------------
+    @property
+    def approx_params(self) -> float:
+        """An upper estimate of the parameter count (every layer MoE if any is), for sanity bounds.
+
+        The exact counts live in simulator/flops.py; this one only guards against absurd sizes.
+        """
+        h, mats = float(self.hidden), (3 if self.gated_mlp else 2)
+        attn = h * (self.q_dim + 2 * self.kv_dim) + self.q_dim * h
+        if self.num_experts:
+            mlp = self.num_experts * mats * h * self.expert_ffn + mats * h * self.shared_expert_ffn_hidden
+        else:
+            mlp = mats * h * self.ffn
+        return self.layers * (attn + mlp) + 2.0 * self.vocab * h
+
     @property
     def num_kv_heads(self) -> int:
         return self.kv_heads or self.heads
