@@ -162,6 +162,8 @@ VALUE_CASES: list[tuple[str, tuple[str, ...], object, str]] = [
     ("num-gpus-1e12-float", ("cluster", "num_gpus"), 1e12, "cluster.num_gpus"),
     ("hidden-1e12", ("model", "hidden"), 10**12, "model.hidden"),
     ("global-batch-1e15", ("parallel", "global_batch"), 10**15, "parallel.global_batch"),
+    ("layers-1e6", ("model", "layers"), 10**6, "model.layers"),
+    ("global-batch-too-many-microbatches", ("parallel", "global_batch"), 4 * 10**7, "parallel.global_batch"),
     # choices
     ("dtype-fp4", ("precision", "dtype"), "fp4", "precision.dtype"),
     ("dtype-fp8-on-a100", ("precision", "dtype"), "fp8", "precision.dtype"),
@@ -212,6 +214,7 @@ SPLIT_CASES = [
     ("no-integer-dp", _split(2, 2, 4, 16).replace("dp = 4\n", "").replace("num_gpus = 16", "num_gpus = 18"),
      "parallel.dp"),
     ("hidden-not-multiple-of-heads", _split(2, 2, 4, 16, hidden=500), "model.heads"),
+    ("absurd-parameter-count", _split(2, 2, 4, 16, hidden=2_000_000, ffn_hidden=10_000_000), "model"),
 ]
 
 
