@@ -18,6 +18,7 @@ from . import units
 from .errors import ConfigError
 from .resources import catalog_file, data_dir, topology_names
 from .specs import (
+    MAX_GPUS,
     DataloaderSpec,
     GPUEfficiency,
     GPUSpec,
@@ -456,6 +457,8 @@ def parallel_from_table(table: Mapping[str, Any], num_gpus: int) -> ParallelConf
     if "dp" not in values:
         if not isinstance(num_gpus, int) or isinstance(num_gpus, bool) or num_gpus < 1:
             raise ConfigError(f"must be a positive integer, got {num_gpus!r}", key="cluster.num_gpus")
+        if num_gpus > MAX_GPUS:
+            raise ConfigError(f"must be <= {MAX_GPUS}, got {num_gpus}", key="cluster.num_gpus")
         mp = values.get("tp", 1) * values.get("pp", 1) * values.get("cp", 1)
         if num_gpus % mp:
             raise ConfigError(
