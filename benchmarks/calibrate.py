@@ -51,6 +51,7 @@ from simulator.resources import catalog_file, published_runs_csv
 from simulator.specs import GPUEfficiency, Scenario
 
 FIT_GPUS = ("a100-80gb", "a100-40gb", "h100-sxm")
+FIT_DTYPES = ("bf16", "fp16")
 SUBSET_RULE = (
     "dense BF16/FP16 rows of scenarios/published/calibration_runs.csv usable by `mfusim validate`; "
     "within each (source, GPU) group ordered by sha256(id): even positions fit, odd positions held out"
@@ -129,9 +130,9 @@ def _hash(run_id: str) -> str:
 
 def split_rows(cases: Sequence[V.Case]) -> dict[str, bool]:
     """run id -> True for a fit row (even position by id hash within its source/GPU group)."""
-    groups: dict[tuple[str, str], list[V.Case]] = {}
+    groups: dict[tuple[str, str, str], list[V.Case]] = {}
     for c in cases:
-        groups.setdefault((c.source_key, c.gpu), []).append(c)
+        groups.setdefault((c.source_key, c.gpu, c.dtype), []).append(c)
     out = {}
     for members in groups.values():
         for i, c in enumerate(sorted(members, key=lambda c: _hash(c.run_id))):
@@ -139,11 +140,11 @@ def split_rows(cases: Sequence[V.Case]) -> dict[str, bool]:
     return out
 
 
-def load_rows(csv_path: Path, gpus: Sequence[str]) -> list[Row]:
+def load_rows(csv_path: Path, gpus: Sequence[str], dtypes: Sequence[str] = V.TARGET_DTYPES) -> list[Row]:
     cases = []
     for run in V.read_runs_csv(csv_path):
         case = V.build_case(run)
-        if isinstance(case, V.Case) and not case.is_moe and case.dtype in V.TARGET_DTYPES:
+        if isinstance(case, V.Case) and not case.is_moe and case.dtype in dtypes:
             cases.append(case)
     fit = split_rows(cases)
     rows = []
@@ -205,6 +206,17 @@ def errors_pct(rows: Sequence[Row], times_s: np.ndarray) -> np.ndarray:
 
 def log_ratios(rows: Sequence[Row], times_s: np.ndarray) -> np.ndarray:
     return np.log1p(errors_pct(rows, times_s) / 100.0)
+
+
+def row_weights(rows: Sequence[Row], weighting: str) -> np.ndarray:
+    """Weights summing to 1: every row alike ('rows'), or every source alike ('sources', so one
+    source's software stack does not set the parameters for all the others)."""
+    if weighting == "rows":
+        return np.full(len(rows), 1.0 / len(rows))
+    counts: dict[str, int] = {}
+    for r in rows:
+        counts[r.case.source_key] = counts.get(r.case.source_key, 0) + 1
+    return np.array([1.0 / (len(counts) * counts[r.case.source_key]) for r in rows])
 
 
 # ----------------------------------------------------------------------------- optimizer
@@ -276,6 +288,7 @@ def calibrate_gpu(
     max_evals: int,
     log: Callable[[str], None],
     prior_weight: float = PRIOR_WEIGHT,
+    weighting: str = "rows",
 ) -> FitResult:
     t0 = time.time()
     fit_rows = [r for r in rows if r.fit]
@@ -294,6 +307,7 @@ def calibrate_gpu(
     )
     x = x_prior.copy()
     evals = 0
+    weights = row_weights(fit_rows, weighting)
     for k in range(rounds):
         eff = decode(x)
         t_engine = step_times(fit_rows, eff, engine)
@@ -302,7 +316,7 @@ def calibrate_gpu(
 
         def objective(z: np.ndarray, correction: np.ndarray = correction) -> float:
             t = correction * step_times(fit_rows, decode(z), fast)
-            data = float(np.mean(np.abs(log_ratios(fit_rows, t))))
+            data = float(np.sum(weights * np.abs(log_ratios(fit_rows, t))))
             return data + prior_weight * float(np.mean((z - x_prior) ** 2))
 
         x, value, n = nelder_mead(objective, x, step=0.5 if k == 0 else 0.2, max_evals=max_evals)
@@ -381,6 +395,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--gpus", default=",".join(FIT_GPUS), help="GPU catalog names to fit")
     parser.add_argument("--rounds", type=int, default=3, help="engine-correction rounds")
     parser.add_argument("--max-evals", type=int, default=300, help="Nelder-Mead evaluations per round")
+    parser.add_argument(
+        "--dtypes", default=",".join(FIT_DTYPES), help="dtypes of the rows to fit (bf16, fp16, fp8)"
+    )
+    parser.add_argument("--weighting", choices=("rows", "sources"), default="rows", help="objective weights")
     parser.add_argument("--prior-weight", type=float, default=PRIOR_WEIGHT, help="pull toward [default]")
     parser.add_argument(
         "--accuracy-dir", type=Path, default=Path("docs"), help="where accuracy_table.md and the histogram go"
@@ -393,7 +411,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(msg, file=sys.stderr, flush=True)
 
     gpus = tuple(g.strip() for g in args.gpus.split(",") if g.strip())
-    rows = load_rows(args.csv, gpus)
+    dtypes = tuple(d.strip() for d in args.dtypes.split(",") if d.strip())
+    rows = load_rows(args.csv, gpus, dtypes)
     results = []
     for gpu in gpus:
         mine = [r for r in rows if r.gpu == gpu]
@@ -408,6 +427,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 max_evals=args.max_evals,
                 log=log,
                 prior_weight=args.prior_weight,
+                weighting=args.weighting,
             )
         )
     print(
