@@ -303,15 +303,103 @@ UNSUPPORTED_GPUS = {
 
 
 def gpu_mapping(label: str) -> GPUMapping | str:
-    """Topology for a published GPU label, or the reason it is not modeled."""
-    key = re.sub(r"\s+", "", label.upper())
+    """Topology for a published GPU label, or the reason it is not modeled.
+
+    Exact labels of the shipped CSV first, then a lenient reading of other spellings
+    ("NVIDIA A100 80GB", "H100 SXM5", "GB200 NVL72"): the part number decides.
+    """
+    key = re.sub(r"[\s_]+", "", label.upper()).replace("NVIDIA", "")
     for needle, reason in UNSUPPORTED_GPUS.items():
         if needle in key:
             return reason
     for known, mapping in GPU_LABELS:
         if key == known:
             return mapping
+    by_part = dict(GPU_LABELS)
+    if "GB300" in key:
+        return by_part["GB300"]
+    if "GB200" in key:
+        return by_part["GB200"]
+    if "B300" in key:
+        return by_part["B300"]
+    if "B200" in key:
+        return by_part["B200"]
+    if "H800" in key:
+        return by_part["H800"]
+    if "H200" in key:
+        return by_part["H200"]
+    if "H100" in key:
+        if "PCIE" in key or "NVL" in key:
+            return f"GPU {label!r}: H100 PCIe/NVL parts (lower clocks and power) are not in the GPU catalog"
+        return by_part["H100"]
+    if "A100" in key:
+        if "PCIE" in key:
+            return by_part["A100-PCIE-80GB"]
+        return by_part["A100-40GB"] if "40G" in key else by_part["A100-80GB"]
     return f"GPU {label!r} has no topology mapping (known: {', '.join(k for k, _ in GPU_LABELS)})"
+
+
+def parse_dtype(cell: str) -> str | None:
+    """A published precision label -> simulated dtype ('' when not stated); None = not modeled."""
+    text = cell.strip().lower()
+    if not text:
+        return ""
+    if "fp4" in text or "int8" in text or "int4" in text:
+        return None
+    if "fp8" in text or "e4m3" in text:
+        return "fp8"
+    if "bf16" in text or "bfloat16" in text:
+        return "bf16"
+    if "fp16" in text or "float16" in text or "half" in text:
+        return "fp16"
+    if "fp32" in text or "tf32" in text:
+        return None
+    return None
+
+
+def parse_recompute(cell: str) -> str | None:
+    """none | selective | full ('' when not stated); None = not understood."""
+    text = cell.strip().lower()
+    if not text:
+        return ""
+    if text in ("none", "no", "false", "0", "off"):
+        return "none"
+    if "selective" in text or "attention" in text:
+        return "selective"
+    if text in ("full", "yes", "true", "1", "on") or "full" in text or "uniform" in text or "block" in text:
+        return "full"
+    return None
+
+
+def parse_zero(cell: str) -> int | None:
+    """ZeRO stage of a zero_or_dist_opt cell (-1 when not stated); None = not understood."""
+    text = re.sub(r"[^a-z0-9]", "", cell.lower())
+    if not text:
+        return -1
+    table = {
+        "none": 0,
+        "no": 0,
+        "ddp": 0,
+        "0": 0,
+        "zero0": 0,
+        "zero1": 1,
+        "1": 1,
+        "distopt": 1,
+        "distributedoptimizer": 1,
+        "distributedadam": 1,
+        "zero2": 2,
+        "2": 2,
+        "shardgradop": 2,
+        "fsdpshardgradop": 2,
+        "zero3": 3,
+        "3": 3,
+        "fsdp": 3,
+        "fullshard": 3,
+        "fsdpfullshard": 3,
+        "hsdp": 3,
+        "hybridshard": 3,
+    }
+    return table.get(text)
 
 
 def gpu_family(label: str) -> str:
@@ -678,20 +766,19 @@ def build_case(run: PublishedRun) -> Case | Unusable:
     if isinstance(mapping, str):
         return unusable(mapping)
     precision = run.get("precision").lower()
-    if not precision:
+    parsed_dtype = parse_dtype(precision)
+    if parsed_dtype is None:
+        return unusable(f"precision {precision!r} is not modeled (dtypes: bf16, fp16, fp8)")
+    if not parsed_dtype:
         dtype = rules.dtype
         notes.append(f"precision: not stated -> {dtype} ({rules.key} default)")
-    elif precision in ("bf16", "fp16"):
-        dtype = precision
-    elif precision in ("fp8", "fp8-cs", "fp8-mx", "mxfp8", "fp8-blockwise", "fp8-delayed"):
-        dtype = "fp8"
-        if precision != "fp8":
+    else:
+        dtype = parsed_dtype
+        if dtype == "fp8" and precision != "fp8":
             notes.append(
                 f"precision: {precision} simulated as fp8 (same dense FP8 tensor-core peak; "
                 "scaling-factor overhead of current/MX/blockwise scaling not modeled)"
             )
-    else:
-        return unusable(f"precision {precision!r} is not modeled (dtypes: bf16, fp16, fp8)")
 
     # --- model
     model = _model_table(run, rules, notes)
@@ -760,16 +847,17 @@ def build_case(run: PublishedRun) -> Case | Unusable:
             "simulated as plain 1F1B"
         )
         vp = 1
-    recompute = run.get("recompute").lower()
-    if recompute not in ("none", "selective", "full"):
-        if recompute:
-            return unusable(f"recompute {recompute!r} is not one of none, selective, full")
+    parsed_recompute = parse_recompute(run.get("recompute"))
+    if parsed_recompute is None:
+        return unusable(f"recompute {run.get('recompute')!r} is not one of none, selective, full")
+    recompute = parsed_recompute
+    if not recompute:
         recompute = rules.recompute
         notes.append(f"recompute: not stated -> {recompute} ({rules.key} default)")
     sp_cell = run.get("sequence_parallel").lower()
-    if sp_cell in ("yes", "true", "1"):
+    if sp_cell in ("yes", "true", "1", "on", "y"):
         sequence_parallel = tp > 1
-    elif sp_cell in ("no", "false", "0"):
+    elif sp_cell in ("no", "false", "0", "off", "n"):
         sequence_parallel = False
     else:
         sequence_parallel = rules.sequence_parallel_if_tp and tp > 1
@@ -778,14 +866,13 @@ def build_case(run: PublishedRun) -> Case | Unusable:
                 f"sequence_parallel: not stated -> {str(sequence_parallel).lower()} ({rules.key} default)"
             )
     zero_cell = run.get("zero_or_dist_opt").lower()
-    zero_map = {"none": 0, "zero1": 1, "dist_opt": 1, "zero2": 2, "fsdp": 3, "zero3": 3}
-    if zero_cell in zero_map:
-        zero = zero_map[zero_cell]
-    elif not zero_cell:
+    parsed_zero = parse_zero(zero_cell)
+    if parsed_zero is None:
+        return unusable(f"zero_or_dist_opt {zero_cell!r} is not understood")
+    zero = parsed_zero
+    if zero < 0:
         zero = rules.zero
         notes.append(f"zero: distributed optimizer not stated -> zero = {zero} ({rules.key} default)")
-    else:
-        return unusable(f"zero_or_dist_opt {zero_cell!r} is not understood")
     if rules.key == "mpt" and zero_cell == "fsdp":
         notes.append("zero: FSDP FULL_SHARD -> zero = 3")
     tp_comm_overlap = rules.tp_comm_overlap_if_tp and tp > 1

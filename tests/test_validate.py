@@ -395,3 +395,36 @@ def test_calibration_pieces(tmp_path, shipped):
         toml.read_text().count("\n[h100-sxm]\n") == 1
         and "Written by benchmarks/calibrate.py" in toml.read_text()
     )
+
+
+@pytest.mark.parametrize(
+    ("label", "topology"),
+    [
+        ("A100-SXM-80GB", "dgx-a100"),
+        ("NVIDIA A100 80GB", "dgx-a100"),
+        ("A100-SXM4-40GB", "dgx-a100-40gb"),
+        ("A100 40GB", "dgx-a100-40gb"),
+        ("H100 SXM5 80GB", "dgx-h100"),
+        ("H200", "dgx-h200"),
+        ("GB200 NVL72", "gb200-nvl72"),
+        ("B300", "dgx-b200"),
+    ],
+)
+def test_gpu_labels(label, topology):
+    mapping = V.gpu_mapping(label)
+    assert isinstance(mapping, V.GPUMapping) and mapping.topology == topology
+
+
+def test_unsupported_gpu_labels():
+    for label in ("TPU v4", "H100-SXM-96GB-HBM2e (500W, Grand Teton)", "H100 PCIe", "MI300X"):
+        assert isinstance(V.gpu_mapping(label), str)
+
+
+def test_lenient_cells():
+    assert V.parse_dtype("BF16") == "bf16" and V.parse_dtype("amp_bf16") == "bf16"
+    assert V.parse_dtype("FP8-CS") == "fp8" and V.parse_dtype("mxfp8") == "fp8"
+    assert V.parse_dtype("") == "" and V.parse_dtype("nvfp4") is None
+    assert V.parse_recompute("Full") == "full" and V.parse_recompute("selective") == "selective"
+    assert V.parse_recompute("") == "" and V.parse_recompute("sometimes") is None
+    assert V.parse_zero("ZeRO-1") == 1 and V.parse_zero("dist_opt") == 1 and V.parse_zero("FSDP") == 3
+    assert V.parse_zero("zero2") == 2 and V.parse_zero("") == -1 and V.parse_zero("magic") is None
