@@ -246,18 +246,20 @@ class _Coster:
         mem("residual add", 3 * norm_tokens * h * a)
 
         params_local = self._layer_params_local(moe)
-        # --- ZeRO-3 / FSDP: gather weights before use, reduce-scatter grads after (prefetched)
-        if par.zero == 3 and par.dp > 1:
-            ag = self.coll("allgather", "dp", params_local * d.element_bytes)
-            rs = self.coll("reducescatter", "dp", params_local * grad_reduce_bytes_per_param(scn.dtype))
-            fwd_compute = sum(p[2] for p in fwd if p[0] == "compute")
-            bwd_compute = sum(p[2] for p in b_in + b_w if p[0] == "compute")
-            fwd.append(("dp_comm", "zero3 param allgather", max(0.0, ag - fwd_compute), 0.0, 0.0))
-            b_w.append(("dp_comm", "zero3 allgather+reducescatter", max(0.0, ag + rs - bwd_compute), 0.0, 0.0))
-
         if par.tp_comm_overlap and par.tp > 1:
             fwd = self._overlap_tp(fwd, fwd)
             b_in = self._overlap_tp(b_in, b_in + b_w)
+        # --- ZeRO-3 / FSDP: gather weights before use, reduce-scatter grads after. They run on
+        # their own stream, prefetched one layer ahead, so a layer takes max(its own work, the
+        # transfer): only the excess is exposed. (Applied after TP overlap: both streams run
+        # beside compute, and the layer is done when the slower of them is.)
+        if par.zero == 3 and par.dp > 1:
+            ag = self.coll("allgather", "dp", params_local * d.element_bytes)
+            rs = self.coll("reducescatter", "dp", params_local * grad_reduce_bytes_per_param(scn.dtype))
+            fwd_s = sum(p[2] for p in fwd)
+            bwd_s = sum(p[2] for p in b_in + b_w)
+            fwd.append(("dp_comm", "zero3 param allgather", max(0.0, ag - fwd_s), 0.0, 0.0))
+            b_w.append(("dp_comm", "zero3 allgather+reducescatter", max(0.0, ag + rs - bwd_s), 0.0, 0.0))
         recompute = self._recompute(fwd, attn_parts[0])
         return _Phase(tuple(fwd)), _Phase(tuple(b_in)), _Phase(tuple(b_w)), recompute, params_local
 

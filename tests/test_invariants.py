@@ -249,11 +249,6 @@ ANOMALY = {
 }
 
 
-@pytest.mark.xfail(
-    reason="engine: with tp_comm_overlap and ZeRO-3 on pcie-a100, doubling GPU peak lengthens the step "
-    "~13% (exposed tp_comm and dp_comm grow); reported to the engine owner",
-    strict=False,
-)
 def test_faster_gpu_never_slower_tp_overlap_zero3_pcie() -> None:
     scn = build(ANOMALY)
     base = simulate(scn).report.step_time_s
