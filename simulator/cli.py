@@ -55,6 +55,23 @@ def _positive_int(flag: str):
     return parse
 
 
+# What matplotlib's savefig can write (its backends' formats); the suffix picks the format.
+PLOT_SUFFIXES = ("png", "pdf", "svg", "svgz", "jpg", "jpeg", "eps", "ps", "tif", "tiff", "webp", "gif", "pgf",
+                 "raw", "rgba", "avif")
+
+
+def _plot_path(flag: str):
+    def parse(text: str) -> str:
+        suffix = Path(text).suffix.lower().lstrip(".")
+        if suffix not in PLOT_SUFFIXES:
+            raise argparse.ArgumentTypeError(
+                f"{flag} must be a picture file ({', '.join('.' + s for s in PLOT_SUFFIXES[:4])}, ...), got {text!r}"
+            )
+        return text
+
+    return parse
+
+
 def _seed(flag: str):
     def parse(text: str) -> int:
         try:
@@ -79,7 +96,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("scenario", nargs="?", help="scenario TOML (default: built-in GPT-3 175B on 1024 A100)")
     p.add_argument("--json", action="store_true", help="print the SPEC §4 JSON object only")
     p.add_argument("--trace", metavar="FILE.json", help="write a Chrome/Perfetto trace of the step")
-    p.add_argument("--plot", metavar="FILE.png", help="write a picture of the step (Gantt + breakdown)")
+    p.add_argument("--plot", metavar="FILE.png", type=_plot_path("--plot"),
+                   help="write a picture of the step (Gantt + breakdown)")
     p.add_argument("--samples", type=_positive_int("--samples"), default=1, help="simulate N steps with different seeds")
     p.add_argument("--seed", type=_seed("--seed"), default=None, help="override the scenario's seeds")
     p.add_argument("--comm-model", choices=("topology", "flat"), default="topology", help="collective cost model")
@@ -92,7 +110,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="local worker processes (default: one per CPU core)")
     p.add_argument("--resume", action="store_true", help="continue a sweep whose --out already holds rows")
     p.add_argument("--rank-by", choices=("mfu", "tokens_per_s"), default="mfu")
-    p.add_argument("--plot", metavar="FILE.png", help="MFU of every configuration")
+    p.add_argument("--plot", metavar="FILE.png", type=_plot_path("--plot"), help="MFU of every configuration")
     p.add_argument("--engine", choices=("auto", "analytic", "des"), default="auto",
                    help="auto: closed form for all, discrete-event engine for the best --refine ones")
     p.add_argument("--refine", type=_positive_int("--refine"), default=3,
