@@ -214,6 +214,7 @@ SPLIT_CASES = [
     ("no-integer-dp", _split(2, 2, 4, 16).replace("dp = 4\n", "").replace("num_gpus = 16", "num_gpus = 18"),
      "parallel.dp"),
     ("hidden-not-multiple-of-heads", _split(2, 2, 4, 16, hidden=500), "model.heads"),
+    ("num-gpus-1e12-dp-derived", _split(2, 2, 4, 10**12).replace("dp = 4\n", ""), "cluster.num_gpus"),
     ("absurd-parameter-count", _split(2, 2, 4, 16, hidden=2_000_000, ffn_hidden=10_000_000), "model"),
 ]
 
@@ -445,6 +446,9 @@ FLAG_CASES: list[tuple[str, list[str], str]] = [
     ("run-seed-word", ["run", "--seed", "abc"], "--seed"),
     ("run-seed-negative", ["run", "--seed", "-1"], "--seed"),
     ("run-comm-model", ["run", "--comm-model", "magic"], "--comm-model"),
+    ("run-plot-not-a-picture", ["run", "--plot", "out.txt"], "--plot"),
+    ("run-plot-no-suffix", ["run", "--plot", "3.5"], "--plot"),
+    ("sweep-plot-not-a-picture", ["sweep", "x.toml", "--plot", "out.csv"], "--plot"),
     ("sweep-missing-scenario", ["sweep"], "scenario"),
     ("sweep-jobs-zero", ["sweep", "x.toml", "--jobs", "0"], "--jobs"),
     ("sweep-top-negative", ["sweep", "x.toml", "--top", "-3"], "--top"),
@@ -518,7 +522,8 @@ def test_check_writable_read_only_dir(tmp_path: Path) -> None:
 @pytest.mark.parametrize("flag", ["--trace", "--plot"])
 def test_run_output_to_missing_dir(flag: str, write_file: Callable[..., Path], run_cli) -> None:
     path = write_file(SMALL_SCENARIO)
-    assert_user_error(run_cli(["run", str(path), flag, "/nonexistent/dir/x.out"]), flag)
+    target = "/nonexistent/dir/x.json" if flag == "--trace" else "/nonexistent/dir/x.png"
+    assert_user_error(run_cli(["run", str(path), flag, target]), flag, "/nonexistent/dir")
 
 
 @pytest.mark.skipif(not HAS_RUN, reason="`mfusim run` not written yet")
