@@ -6,16 +6,18 @@
 
 What is fitted (docs/calibration.md): only the fields of `simulator.specs.GPUEfficiency`
 (matmul_peak_fraction, matmul_ramp_flop, attention_peak_fraction, memory_bw_fraction,
-kernel_launch_s, nccl_bw_fraction, overlap_slowdown), one set per GPU type, for the GPU
-types that have dense BF16/FP16 published runs: a100-80gb, a100-40gb, h100-sxm. Never a
-parameter per run or per source.
+kernel_launch_s, nccl_bw_fraction, overlap_slowdown), one set per GPU type (FIT_PLAN):
+a100-80gb, a100-40gb and h100-sxm on their dense BF16/FP16 rows (the accuracy target);
+b200, gb200 and gb300 on their dense FP8 rows, the only dense runs published for Blackwell.
+h200/h800 inherit the h100-sxm fit and b300 the b200 fit (same silicon). Never a parameter per
+run or per source.
 
-On what: the dense BF16/FP16 rows of scenarios/published/calibration_runs.csv that
-`mfusim validate` can simulate, split deterministically. Within each (source, GPU) group the
-rows are ordered by SHA-256 of their id; even positions are *fit* rows, odd positions are
-*held out* (never seen by the optimizer). FP8 rows are not fitted (the catalog has one set
-of efficiencies per GPU, and FP8 kernels reach a different fraction of their own peak);
-their error is reported by `mfusim validate`.
+On what: the dense rows of those dtypes in scenarios/published/calibration_runs.csv that
+`mfusim validate` can simulate, split deterministically. Within each (source, GPU, dtype)
+group the rows are ordered by SHA-256 of their id; even positions are *fit* rows, odd positions
+are *held out* (never seen by the optimizer). H100 FP8 rows are not fitted (they would pull the
+one set of H100 efficiencies away from the BF16 target); their error is reported by
+`mfusim validate`.
 
 How: the objective is the mean |log(predicted / measured)| over the fit rows (≈ MAPE, but
 symmetric) plus a weak quadratic pull toward the prior values, minimized by a small
@@ -50,14 +52,30 @@ from simulator.metrics import StepReport
 from simulator.resources import catalog_file, published_runs_csv
 from simulator.specs import GPUEfficiency, Scenario
 
-FIT_GPUS = ("a100-80gb", "a100-40gb", "h100-sxm")
 FIT_DTYPES = ("bf16", "fp16")
+# GPU type -> dtypes of the rows it is fitted on. A100/H100: the dense BF16/FP16 rows (the
+# accuracy target). Blackwell: its only dense published runs are FP8/MXFP8 (Megatron-Bridge,
+# NeMo), so it is fitted on those; its BF16 predictions then use FP8-fitted efficiencies
+# (on H100 the two agree to ~15%, docs/accuracy.md), still far closer than the hand-set prior.
+FIT_PLAN: dict[str, tuple[str, ...]] = {
+    "a100-80gb": FIT_DTYPES,
+    "a100-40gb": FIT_DTYPES,
+    "h100-sxm": FIT_DTYPES,
+    "b200": ("fp8",),
+    "gb200": ("fp8",),
+    "gb300": ("fp8",),
+}
+FIT_GPUS = tuple(FIT_PLAN)
 SUBSET_RULE = (
-    "dense BF16/FP16 rows of scenarios/published/calibration_runs.csv usable by `mfusim validate`; "
-    "within each (source, GPU) group ordered by sha256(id): even positions fit, odd positions held out"
+    "dense rows of the listed dtypes in scenarios/published/calibration_runs.csv usable by `mfusim validate`; "
+    "within each (source, GPU, dtype) group ordered by sha256(id): even positions fit, odd positions held out"
 )
 # GPU types without dense 16-bit runs that share the silicon of a fitted one.
 INHERIT = {
+    "b300": (
+        "b200",
+        "Blackwell Ultra: the same dense BF16/FP8 rates as B200 in gpus.toml; only MoE/NVFP4 runs published",
+    ),
     "h200": (
         "h100-sxm",
         "same GH100 die and clocks; more and faster HBM, which the roofline takes from gpus.toml",
@@ -278,6 +296,7 @@ class FitResult:
     num_held: int
     evals: int
     seconds: float
+    dtypes: tuple[str, ...] = FIT_DTYPES
 
 
 def calibrate_gpu(
@@ -289,6 +308,7 @@ def calibrate_gpu(
     log: Callable[[str], None],
     prior_weight: float = PRIOR_WEIGHT,
     weighting: str = "rows",
+    dtypes: tuple[str, ...] = FIT_DTYPES,
 ) -> FitResult:
     t0 = time.time()
     fit_rows = [r for r in rows if r.fit]
@@ -337,6 +357,7 @@ def calibrate_gpu(
         num_held=len(held_rows),
         evals=evals,
         seconds=time.time() - t0,
+        dtypes=dtypes,
     )
 
 
@@ -349,7 +370,7 @@ def efficiency_section(res: FitResult, today: str) -> str:
     lines = [
         f"[{res.gpu}]",
         f"# Written by benchmarks/calibrate.py on {today} (docs/calibration.md); do not edit by hand.",
-        f"# Subset rule: {SUBSET_RULE}.",
+        f"# Subset rule: {SUBSET_RULE}. Dtypes: {', '.join(res.dtypes)}.",
         f"# {res.num_fit} fit rows, {res.num_held} held-out rows; MAPE (engine) fit {res.fit_mape:.1f}% "
         f"(prior {res.fit_mape_before:.1f}%), held out {res.held_mape:.1f}% (prior {res.held_mape_before:.1f}%).",
     ]
@@ -396,7 +417,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=3, help="engine-correction rounds")
     parser.add_argument("--max-evals", type=int, default=300, help="Nelder-Mead evaluations per round")
     parser.add_argument(
-        "--dtypes", default=",".join(FIT_DTYPES), help="dtypes of the rows to fit (bf16, fp16, fp8)"
+        "--dtypes", default=None, help="dtypes of the rows to fit for every GPU (default: FIT_PLAN per GPU)"
     )
     parser.add_argument("--weighting", choices=("rows", "sources"), default="rows", help="objective weights")
     parser.add_argument("--prior-weight", type=float, default=PRIOR_WEIGHT, help="pull toward [default]")
@@ -411,8 +432,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(msg, file=sys.stderr, flush=True)
 
     gpus = tuple(g.strip() for g in args.gpus.split(",") if g.strip())
-    dtypes = tuple(d.strip() for d in args.dtypes.split(",") if d.strip())
-    rows = load_rows(args.csv, gpus, dtypes)
+    override = tuple(d.strip() for d in args.dtypes.split(",") if d.strip()) if args.dtypes else None
+    plan = {gpu: override or FIT_PLAN.get(gpu, FIT_DTYPES) for gpu in gpus}
+    rows = [r for r in load_rows(args.csv, gpus, ("bf16", "fp16", "fp8")) if r.case.dtype in plan[r.gpu]]
     results = []
     for gpu in gpus:
         mine = [r for r in rows if r.gpu == gpu]
@@ -428,6 +450,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 log=log,
                 prior_weight=args.prior_weight,
                 weighting=args.weighting,
+                dtypes=plan[gpu],
             )
         )
     print(
@@ -462,7 +485,7 @@ def write_accuracy(csv_path: Path, out_dir: Path, roles: dict[str, str]) -> None
         "on the shipped published runs with the calibrated catalog. Discussion: docs/accuracy.md. "
         "Error % = (predicted - measured) / measured of the compared quantity (tokens/s per GPU or "
         "TFLOP/s per GPU in the source's FLOP convention); `fit` rows were used by the calibration, "
-        "`held-out` rows were not, `-` rows are outside the calibration set (FP8, Blackwell).\n\n"
+        "`held-out` rows were not, `-` rows are outside the calibration set (H100 FP8, MoE, ...).\n\n"
     )
     table.write_text(header + V.markdown_table(report, roles), encoding="utf-8")
     V.error_histogram(report, out_dir / "accuracy_errors.png")
