@@ -119,6 +119,8 @@ def _from_unit(p: Param, x: float) -> float:
     if p.kind == "log":
         return min(max(math.exp(x), p.low), p.high)
     u = 1.0 / (1.0 + math.exp(-x))
+    if p.low == 0.0 and u < 1e-3:
+        return 0.0  # the logit never reaches a bound of 0; below 0.1% of the range it is 0
     return p.low + (p.high - p.low) * u
 
 

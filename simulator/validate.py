@@ -1407,7 +1407,7 @@ def error_histogram(report: ValidationReport, path: Path, title: str = "") -> No
         stacked=True,
         label=[
             f"A100/H100 dense BF16/FP16 ({len(target)} rows)",
-            f"other rows: FP8, Blackwell ({len(other)})",
+            f"other rows: FP8, Blackwell, MoE ({len(other)})",
         ],
         color=["tab:blue", "tab:orange"],
     )
