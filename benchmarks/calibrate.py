@@ -57,31 +57,37 @@ FIT_DTYPES = ("bf16", "fp16")
 # accuracy target). Blackwell: its only dense published runs are FP8/MXFP8 (Megatron-Bridge,
 # NeMo), so it is fitted on those; its BF16 predictions then use FP8-fitted efficiencies
 # (on H100 the two agree to ~15%, docs/accuracy.md), still far closer than the hand-set prior.
-FIT_PLAN: dict[str, tuple[str, ...]] = {
-    "a100-80gb": FIT_DTYPES,
-    "a100-40gb": FIT_DTYPES,
-    "h100-sxm": FIT_DTYPES,
-    "b200": ("fp8",),
-    "gb200": ("fp8",),
-    "gb300": ("fp8",),
-}
-FIT_GPUS = tuple(FIT_PLAN)
+FIT_PLAN: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("a100-80gb", FIT_DTYPES),
+    ("a100-40gb", FIT_DTYPES),
+    ("h100-sxm", FIT_DTYPES),
+    ("b200", ("fp8",)),
+    ("gb200", ("fp8",)),
+    ("gb300", ("fp8",)),
+)
+FIT_GPUS = tuple(gpu for gpu, _ in FIT_PLAN)
 SUBSET_RULE = (
     "dense rows of the listed dtypes in scenarios/published/calibration_runs.csv usable by `mfusim validate`; "
     "within each (source, GPU, dtype) group ordered by sha256(id): even positions fit, odd positions held out"
 )
 # GPU types without dense 16-bit runs that share the silicon of a fitted one.
-INHERIT = {
-    "b300": (
-        "b200",
-        "Blackwell Ultra: the same dense BF16/FP8 rates as B200 in gpus.toml; only MoE/NVFP4 runs published",
+INHERIT: tuple[tuple[str, tuple[str, str]], ...] = (
+    (
+        "b300",
+        (
+            "b200",
+            "Blackwell Ultra: the same dense BF16/FP8 rates as B200 in gpus.toml; only MoE/NVFP4 runs published",
+        ),
     ),
-    "h200": (
-        "h100-sxm",
-        "same GH100 die and clocks; more and faster HBM, which the roofline takes from gpus.toml",
+    (
+        "h200",
+        (
+            "h100-sxm",
+            "same GH100 die and clocks; more and faster HBM, which the roofline takes from gpus.toml",
+        ),
     ),
-    "h800": ("h100-sxm", "same GH100 die; only NVLink is cut, which its topology describes"),
-}
+    ("h800", ("h100-sxm", "same GH100 die; only NVLink is cut, which its topology describes")),
+)
 PRIOR_WEIGHT = 0.02  # pull toward [default] (per transformed unit², averaged over parameters)
 
 
@@ -398,7 +404,7 @@ def write_efficiency(results: Sequence[FitResult], path: Path) -> None:
     today = date.today().isoformat()
     sections = [(res.gpu, efficiency_section(res, today)) for res in results]
     for res in results:
-        for gpu, (parent, why) in INHERIT.items():
+        for gpu, (parent, why) in INHERIT:
             if parent == res.gpu:
                 sections.append((gpu, inherited_section(gpu, res, today, why)))
     for gpu, section in sections:
@@ -435,7 +441,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     gpus = tuple(g.strip() for g in args.gpus.split(",") if g.strip())
     override = tuple(d.strip() for d in args.dtypes.split(",") if d.strip()) if args.dtypes else None
-    plan = {gpu: override or FIT_PLAN.get(gpu, FIT_DTYPES) for gpu in gpus}
+    plan = {gpu: override or dict(FIT_PLAN).get(gpu, FIT_DTYPES) for gpu in gpus}
     rows = [r for r in load_rows(args.csv, gpus, ("bf16", "fp16", "fp8")) if r.case.dtype in plan[r.gpu]]
     results = []
     for gpu in gpus:

@@ -35,6 +35,7 @@ quantities a positive error means the simulator is optimistic (predicts a faster
 from __future__ import annotations
 
 import argparse
+import copy
 import csv
 import json
 import math
@@ -295,11 +296,14 @@ GPU_LABELS: tuple[tuple[str, GPUMapping], ...] = (
         ),
     ),
 )
-UNSUPPORTED_GPUS = {
-    "TPU": "TPUs are not modeled (no TPU catalog entry or ICI topology)",
-    "GRANDTETON": "H100-SXM-96GB HBM2e at 500 W (Grand Teton) is a lower-clocked part not in the GPU catalog",
-    "96GB": "H100-SXM-96GB HBM2e at 500 W (Grand Teton) is a lower-clocked part not in the GPU catalog",
-}
+UNSUPPORTED_GPUS = (
+    ("TPU", "TPUs are not modeled (no TPU catalog entry or ICI topology)"),
+    (
+        "GRANDTETON",
+        "H100-SXM-96GB HBM2e at 500 W (Grand Teton) is a lower-clocked part not in the GPU catalog",
+    ),
+    ("96GB", "H100-SXM-96GB HBM2e at 500 W (Grand Teton) is a lower-clocked part not in the GPU catalog"),
+)
 
 
 def gpu_mapping(label: str) -> GPUMapping | str:
@@ -309,7 +313,7 @@ def gpu_mapping(label: str) -> GPUMapping | str:
     ("NVIDIA A100 80GB", "H100 SXM5", "GB200 NVL72"): the part number decides.
     """
     key = re.sub(r"[\s_]+", "", label.upper()).replace("NVIDIA", "")
-    for needle, reason in UNSUPPORTED_GPUS.items():
+    for needle, reason in UNSUPPORTED_GPUS:
         if needle in key:
             return reason
     for known, mapping in GPU_LABELS:
@@ -400,11 +404,6 @@ def parse_zero(cell: str) -> int | None:
         "hybridshard": 3,
     }
     return table.get(text)
-
-
-def gpu_family(label: str) -> str:
-    """Coarse GPU type used for grouping (A100-SXM-80GB, H100-SXM-80GB, B200, ...)."""
-    return label.strip() or "?"
 
 
 # ----------------------------------------------------------------------------- reading
@@ -643,7 +642,7 @@ def known_architecture(model_name: str) -> tuple[dict[str, Any], str] | None:
     name = model_name.strip().lower()
     for pattern, table, citation in KNOWN_ARCHITECTURES:
         if re.search(pattern, name):
-            return dict(table), citation
+            return copy.deepcopy(table), citation
     return None
 
 
