@@ -681,7 +681,8 @@ def _model_table(run: PublishedRun, rules: SourceRules, notes: list[str]) -> dic
                     "moe: published as token-dropping; simulated dropless (every token reaches top_k experts)"
                 )
             notes.append("moe: routing simulated as perfectly balanced (the page force-balances tokens)")
-            return {"name": name, **arch_table, "seq_len": run.int_cell("seq_len")}
+            seq = run.int_cell("seq_len")
+            return {"name": name, **arch_table, **({"seq_len": seq} if seq else {})}
         return (
             "mixture-of-experts model: the CSV has no expert columns (num_experts, top_k, expert ffn), "
             "the notes point to an external config we do not carry (or to MLA / hybrid Mamba layers "
@@ -702,7 +703,11 @@ def _model_table(run: PublishedRun, rules: SourceRules, notes: list[str]) -> dic
         value = arch[column]
         if isinstance(value, int):
             table[column] = value
-    table["seq_len"] = run.int_cell("seq_len")
+    seq_len = run.int_cell("seq_len")
+    if seq_len:
+        table["seq_len"] = seq_len
+    elif preset is not None:
+        notes.append("seq_len: not given -> the preset's")
     if preset is None:
         missing = [c for c in ("layers", "hidden", "heads") if c not in table]
         if missing:
@@ -783,14 +788,18 @@ def build_case(run: PublishedRun) -> Case | Unusable:
     model = _model_table(run, rules, notes)
     if isinstance(model, str):
         return unusable(model)
-    if not model.get("seq_len"):
+    if not model.get("seq_len") and "preset" not in model:
         return unusable("seq_len not given")
 
     # --- parallel split
     num_gpus = run.int_cell("num_gpus")
-    if not num_gpus:
-        return unusable("num_gpus not given")
     tp, pp = run.int_cell("tp"), run.int_cell("pp")
+    if not num_gpus:
+        parts = [run.int_cell(c) for c in ("tp", "pp", "dp")]
+        if not all(parts):
+            return unusable("num_gpus not given (nor tp, pp and dp to derive it)")
+        num_gpus = math.prod(p or 1 for p in parts) * (run.int_cell("cp") or 1)
+        notes.append(f"num_gpus: not given -> tp*pp*dp*cp = {num_gpus}")
     if tp is None or pp is None:
         if rules.key == "mpt":
             tp, pp = tp or 1, pp or 1

@@ -428,3 +428,24 @@ def test_lenient_cells():
     assert V.parse_recompute("") == "" and V.parse_recompute("sometimes") is None
     assert V.parse_zero("ZeRO-1") == 1 and V.parse_zero("dist_opt") == 1 and V.parse_zero("FSDP") == 3
     assert V.parse_zero("zero2") == 2 and V.parse_zero("") == -1 and V.parse_zero("magic") is None
+
+
+def test_row_without_num_gpus_or_seq_len_uses_what_it_has():
+    cells = {
+        "id": "z",
+        "model_name": "LLAMA3-8B",
+        "gpu": "H100-SXM-80GB",
+        "num_gpus": "",
+        "tp": "1",
+        "pp": "1",
+        "dp": "8",
+        "seq_len": "",
+        "global_batch": "64",
+        "tokens_per_s": "10000",
+        "precision": "bf16",
+    }
+    case = V.build_case(V.PublishedRun(line=2, cells=cells))
+    assert isinstance(case, V.Case)
+    assert case.scenario["cluster"]["num_gpus"] == 8
+    s = V.scenario_for(case)
+    assert s.model.seq_len == 8192  # the llama3-8b preset's
