@@ -528,7 +528,7 @@ class Case:
     def is_target(self) -> bool:
         """A100/H100, dense, BF16/FP16: the set the accuracy target is stated on."""
         return (
-            self.gpu.upper().startswith(TARGET_GPU_PREFIXES)
+            any(prefix in self.gpu.upper() for prefix in TARGET_GPU_PREFIXES)
             and self.dtype in TARGET_DTYPES
             and not self.is_moe
         )
