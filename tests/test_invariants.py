@@ -19,7 +19,6 @@ import time
 from dataclasses import replace
 from typing import Any
 
-import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
