@@ -41,6 +41,7 @@ import sys
 import time
 import tomllib
 from collections.abc import Callable, Sequence
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, fields, replace
 from datetime import date
 from pathlib import Path
@@ -418,6 +419,27 @@ def write_efficiency(results: Sequence[FitResult], path: Path) -> None:
     path.write_text(text.rstrip("\n") + "\n", encoding="utf-8")
 
 
+def _log(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+FitJob = tuple[str, list[Row], int, int, float, str, tuple[str, ...]]
+
+
+def _fit_job(job: FitJob) -> FitResult:
+    gpu, rows, rounds, max_evals, prior_weight, weighting, dtypes = job
+    return calibrate_gpu(
+        gpu,
+        rows,
+        rounds=rounds,
+        max_evals=max_evals,
+        log=_log,
+        prior_weight=prior_weight,
+        weighting=weighting,
+        dtypes=dtypes,
+    )
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--csv", type=Path, default=published_runs_csv(), help="published runs (SPEC §5)")
@@ -432,35 +454,30 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--accuracy-dir", type=Path, default=Path("docs"), help="where accuracy_table.md and the histogram go"
     )
+    parser.add_argument("--jobs", type=int, default=2, help="GPU types fitted in parallel (processes)")
     parser.add_argument("--dry-run", action="store_true", help="do not write efficiency.toml")
     parser.add_argument("--out", type=Path, default=catalog_file("efficiency.toml"), help="file to write")
     args = parser.parse_args(argv)
 
-    def log(msg: str) -> None:
-        print(msg, file=sys.stderr, flush=True)
-
+    log = _log
     gpus = tuple(g.strip() for g in args.gpus.split(",") if g.strip())
     override = tuple(d.strip() for d in args.dtypes.split(",") if d.strip()) if args.dtypes else None
     plan = {gpu: override or dict(FIT_PLAN).get(gpu, FIT_DTYPES) for gpu in gpus}
     rows = [r for r in load_rows(args.csv, gpus, ("bf16", "fp16", "fp8")) if r.case.dtype in plan[r.gpu]]
-    results = []
+    jobs = []
     for gpu in gpus:
         mine = [r for r in rows if r.gpu == gpu]
         if not any(r.fit for r in mine):
             log(f"[{gpu}] no fit rows; skipped")
             continue
-        results.append(
-            calibrate_gpu(
-                gpu,
-                mine,
-                rounds=args.rounds,
-                max_evals=args.max_evals,
-                log=log,
-                prior_weight=args.prior_weight,
-                weighting=args.weighting,
-                dtypes=plan[gpu],
-            )
-        )
+        jobs.append((gpu, mine, args.rounds, args.max_evals, args.prior_weight, args.weighting, plan[gpu]))
+    # The GPU types are independent fits: run them side by side (each is deterministic, so the
+    # result does not depend on --jobs).
+    if args.jobs > 1 and len(jobs) > 1:
+        with ProcessPoolExecutor(max_workers=args.jobs) as pool:
+            results = list(pool.map(_fit_job, jobs))
+    else:
+        results = [_fit_job(job) for job in jobs]
     print(
         f"{'gpu':<10} {'fit rows':>8} {'held':>5} {'MAPE fit':>9} {'(prior)':>8} {'MAPE held':>10} {'(prior)':>8}"
     )
