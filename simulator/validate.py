@@ -1138,6 +1138,7 @@ def result_dict(r: RowResult) -> dict[str, Any]:
         "mfu": r.mfu,
         "memory_fits": r.memory_fits,
         "assumptions": list(c.assumptions),
+        "scenario": copy.deepcopy(dict(c.scenario)),  # SPEC §1 tables: reproducible with `mfusim run`
     }
 
 
@@ -1358,6 +1359,7 @@ def write_out(report: ValidationReport, path: Path) -> None:
             d["status"] = "ok"
             d["reason"] = ""
             d["assumptions"] = "; ".join(d["assumptions"])
+            d.pop("scenario", None)
             w.writerow({k: d.get(k, "") for k in OUT_COLUMNS})
         for u in report.unusable:
             w.writerow(

@@ -291,6 +291,10 @@ def test_cli_validate_small_csv(tmp_path, shipped, monkeypatch, capsys):
     data = json.loads(capsys.readouterr().out)
     assert {r["gpu"] for r in data["rows"]} == {"A100-SXM-80GB", "A100-SXM-40GB"}
     assert data["summary"]["overall"]["rows"] == 2
+    from simulator.loading import scenario_from_dict
+
+    for row in data["rows"]:  # each row carries its SPEC §1 scenario, loadable as is
+        assert scenario_from_dict(row["scenario"]).name == row["id"]
     assert cli.main(["validate", str(path), "--source", "nowhere"]) == 2
     assert "--source" in capsys.readouterr().err
 
