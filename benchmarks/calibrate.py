@@ -452,7 +452,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--weighting", choices=("rows", "sources"), default="rows", help="objective weights")
     parser.add_argument("--prior-weight", type=float, default=PRIOR_WEIGHT, help="pull toward [default]")
     parser.add_argument(
-        "--accuracy-dir", type=Path, default=Path("docs"), help="where accuracy_table.md and the histogram go"
+        "--accuracy-dir",
+        type=Path,
+        default=Path(__file__).resolve().parents[1] / "docs",
+        help="where accuracy_table.md and the histogram go",
     )
     parser.add_argument("--jobs", type=int, default=2, help="GPU types fitted in parallel (processes)")
     parser.add_argument("--dry-run", action="store_true", help="do not write efficiency.toml")
