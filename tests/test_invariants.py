@@ -19,6 +19,7 @@ import time
 from dataclasses import replace
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
@@ -252,3 +253,35 @@ def test_faster_gpu_never_slower_tp_overlap_zero3_pcie() -> None:
     scn = build(ANOMALY)
     base = simulate(scn).report.step_time_s
     assert simulate(_faster_gpu(scn)).report.step_time_s <= base * (1 + 1e-9)
+
+
+LOADER_BOUND = {
+    "name": "loader-bound step",
+    "model": {"layers": 4, "hidden": 512, "heads": 8, "ffn_hidden": 2048, "vocab": 32000, "seq_len": 1024},
+    "cluster": {"topology": "dgx-h100", "num_gpus": 1},
+    "parallel": {"tp": 1, "pp": 1, "dp": 1, "micro_batch": 1, "global_batch": 4},
+    "dataloader": {"microbatch_latency_ms": 20.0, "workers": 4, "prefetch": 2},
+}
+
+
+@pytest.mark.xfail(
+    reason="engine: the loader's steady state is found from the unstalled period, so a faster GPU "
+    "starts the step with an emptier buffer and stalls longer (10.5 ms -> 15.2 ms here); reported",
+    strict=False,
+)
+def test_faster_gpu_never_slower_with_a_slow_loader() -> None:
+    scn = build(LOADER_BOUND)
+    base = simulate(scn).report.step_time_s
+    assert simulate(_faster_gpu(scn)).report.step_time_s <= base * (1 + 1e-9)
+
+
+@pytest.mark.xfail(
+    reason="engine: in steady state the step cannot beat the loader's throughput "
+    "(m * latency / workers = 20 ms here); the simulated step is 10.5 ms; reported",
+    strict=False,
+)
+def test_steady_state_step_respects_loader_throughput() -> None:
+    scn = build(LOADER_BOUND)
+    dl = scn.dataloader
+    bound_s = scn.parallel.num_microbatches * dl.microbatch_latency_s / dl.workers
+    assert simulate(scn).report.step_time_s >= bound_s * (1 - 1e-9)
