@@ -420,8 +420,24 @@ def test_gpu_labels(label, topology):
 
 
 def test_unsupported_gpu_labels():
-    for label in ("TPU v4", "H100-SXM-96GB-HBM2e (500W, Grand Teton)", "H100 PCIe", "MI300X"):
+    for label in ("TPU v4", "H100 PCIe", "MI300X"):
         assert isinstance(V.gpu_mapping(label), str)
+    teton = V.gpu_mapping("H100-SXM-96GB-HBM2e (500W, Grand Teton)")  # simulated, flagged optimistic
+    assert isinstance(teton, V.GPUMapping) and teton.topology == "dgx-h100" and "optimistic" in teton.note
+
+
+def test_other_sources_rules_and_torchtitan_flops():
+    titan = V.source_rules("pytorch/torchtitan benchmarks")
+    assert titan.key == "torchtitan" and titan.zero == 3 and titan.flop_convention == V.FLOPS_TORCHTITAN
+    assert V.source_rules("Dubey et al. 2024, The Llama 3 Herd of Models").zero == 2
+    assert V.source_rules("NeMo AutoModel performance").key == "automodel"
+    assert V.source_rules("someone's blog").key == "other"
+    from simulator.loading import model_preset
+
+    m = model_preset("llama3-8b")
+    n = flops.total_params(m) - m.vocab * m.hidden
+    per_token = 6 * n + 12 * 32 * 4096 * 8192
+    assert V.torchtitan_flops_per_step(m, 2) == pytest.approx(2 * 8192 * per_token)
 
 
 def test_lenient_cells():
