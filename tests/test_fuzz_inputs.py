@@ -280,3 +280,100 @@ def test_fuzz_bases_are_valid(base: str) -> None:
         code, out, err = run_in_process(["run", str(path), "--json"])
     assert code == 0, err
     assert json.loads(out)["num_gpus"] == 16
+
+
+# ----------------------------------------------------------------------------- topology files and [sweep]
+TOPOLOGY = """\
+name = "fuzz topology"
+gpu = "h100-sxm"
+gpus_per_node = 8
+rank_order = ["tp", "cp", "dp", "pp"]
+
+[intra_node]
+fabric = "nvswitch"
+link_GBps_per_direction = 450
+latency_us = 3.0
+nvls = true
+
+[inter_node]
+fabric = "rail-optimized"
+nics_per_node = 8
+nic_Gbps = 400
+latency_us = 5.0
+nodes_per_leaf = 32
+oversubscription = 1.0
+"""
+
+
+@st.composite
+def mutated_topology(draw: st.DrawFn) -> str:
+    data = tomllib.loads(TOPOLOGY)
+    for _ in range(draw(st.sampled_from((1, 1, 2)))):
+        path = draw(st.sampled_from(_paths(data)))
+        parent = _get_parent(data, path)
+        if path[-1] not in parent:
+            continue
+        kind = draw(st.sampled_from(("tweak", "delete", "retype", "number", "unknown")))
+        if kind == "tweak":
+            parent[path[-1]] = _tweak(draw, parent[path[-1]])
+        elif kind == "delete":
+            del parent[path[-1]]
+        elif kind == "retype":
+            parent[path[-1]] = draw(st.sampled_from(OTHER_TYPES))
+        elif kind == "number":
+            parent[path[-1]] = draw(st.sampled_from(HOSTILE_NUMBERS))
+        else:
+            parent[draw(st.sampled_from(UNKNOWN_KEYS))] = 1
+    return dump_toml(data)
+
+
+@settings(max_examples=60, deadline=None, derandomize=True, database=None,
+          suppress_health_check=[HealthCheck.too_slow])
+@given(topology=mutated_topology(), gpus=st.sampled_from(("8", "16", "1024", "16384", "7")))
+def test_mutated_topologies_exit_0_or_2(topology: str, gpus: str) -> None:
+    with tempfile.TemporaryDirectory() as folder:
+        topo = Path(folder) / "topo.toml"
+        topo.write_text(topology)
+        scenario = Path(folder) / "s.toml"
+        scenario.write_text(SMALL_SCENARIO.replace('topology = "dgx-a100"', 'topology = "topo.toml"'))
+        for argv in (["topo", str(topo), "--gpus", gpus, "--json"], ["run", str(scenario), "--json"]):
+            code, out, err = run_in_process(argv)
+            check_contract(code, out, err)
+            if code == 0:
+                json.loads(out)
+
+
+SWEEP_VALUES: tuple[Any, ...] = (0, -1, 1, 2, 4, 1.5, math.nan, math.inf, 1e30, 10**12, "a", "", True, [], {},
+                                 "none", "full", "gpipe", "interleaved")
+SWEEP_KEYS = ("tp", "pp", "dp", "cp", "ep", "vp", "micro_batch", "global_batch", "schedule", "recompute", "zero",
+              "sequence_parallel", "num_gpus", "overlap_grad_reduce", "grad_bucket_params", "bogus")
+
+
+@st.composite
+def sweep_tables(draw: st.DrawFn) -> dict[str, Any]:
+    keys = draw(st.lists(st.sampled_from(SWEEP_KEYS), min_size=1, max_size=3, unique=True))
+    table: dict[str, Any] = {}
+    for key in keys:
+        values = draw(st.lists(st.sampled_from(SWEEP_VALUES), min_size=1, max_size=3))
+        table[key] = values if draw(st.booleans()) else values[0]
+    return table
+
+
+@settings(max_examples=50, deadline=None, derandomize=True, database=None,
+          suppress_health_check=[HealthCheck.too_slow])
+@given(table=sweep_tables())
+def test_hostile_sweep_tables_exit_0_or_2(table: dict[str, Any]) -> None:
+    data = tomllib.loads(SMALL_SCENARIO)
+    data["sweep"] = table
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "sweep.toml"
+        path.write_text(dump_toml(data))
+        out_csv = Path(folder) / "out.csv"
+        code, out, err = run_in_process(["sweep", str(path), "--json", "--out", str(out_csv)])
+    assert "Traceback" not in err
+    assert code in (0, 2), err
+    if code == 2:
+        # progress bars may precede the error on stderr; the error itself is one line, last
+        assert "error" in err.strip().splitlines()[-1]
+    else:
+        json.loads(out)
