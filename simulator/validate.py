@@ -37,6 +37,7 @@ from __future__ import annotations
 import argparse
 import copy
 import csv
+import io
 import json
 import math
 import re
@@ -518,7 +519,7 @@ def read_runs_csv(path: str | Path) -> list[PublishedRun]:
     except UnicodeDecodeError:
         raise ConfigError("not UTF-8 text, expected CSV", file=name) from None
     try:
-        reader = csv.DictReader(text.splitlines())
+        reader = csv.DictReader(io.StringIO(text, newline=""))
         header = [h.strip() for h in (reader.fieldnames or [])]
         missing = [c for c in REQUIRED_COLUMNS if c not in header]
         if missing:
