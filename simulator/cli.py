@@ -18,6 +18,7 @@ from pathlib import Path
 from .errors import EXIT_USAGE, ConfigError
 
 DEFAULT_SCENARIO = "gpt3-175b-1024-a100"
+MAX_SAMPLES = 10_000  # `run --samples`: each sample is a full step simulation
 
 
 class _Parser(argparse.ArgumentParser):
@@ -42,14 +43,14 @@ def _positive_float(flag: str):
     return parse
 
 
-def _positive_int(flag: str):
+def _positive_int(flag: str, maximum: int = 10**7):
     def parse(text: str) -> int:
         try:
             value = int(text)
         except ValueError:
             raise argparse.ArgumentTypeError(f"{flag} must be a positive integer, got {text!r}") from None
-        if value <= 0 or value > 10**7:
-            raise argparse.ArgumentTypeError(f"{flag} must be a positive integer, got {text!r}")
+        if value <= 0 or value > maximum:
+            raise argparse.ArgumentTypeError(f"{flag} must be an integer from 1 to {maximum:,}, got {text!r}")
         return value
 
     return parse
@@ -98,7 +99,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--trace", metavar="FILE.json", help="write a Chrome/Perfetto trace of the step")
     p.add_argument("--plot", metavar="FILE.png", type=_plot_path("--plot"),
                    help="write a picture of the step (Gantt + breakdown)")
-    p.add_argument("--samples", type=_positive_int("--samples"), default=1, help="simulate N steps with different seeds")
+    p.add_argument("--samples", type=_positive_int("--samples", maximum=MAX_SAMPLES), default=1, help="simulate N steps with different seeds")
     p.add_argument("--seed", type=_seed("--seed"), default=None, help="override the scenario's seeds")
     p.add_argument("--comm-model", choices=("topology", "flat"), default="topology", help="collective cost model")
 
