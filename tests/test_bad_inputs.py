@@ -443,6 +443,7 @@ FLAG_CASES: list[tuple[str, list[str], str]] = [
     ("presets-bad-flag", ["presets", "--yaml"], "--yaml"),
     ("run-samples-zero", ["run", "--samples", "0"], "--samples"),
     ("run-samples-word", ["run", "--samples", "ten"], "--samples"),
+    ("run-samples-absurd", ["run", "--samples", "10000000"], "--samples"),
     ("run-seed-word", ["run", "--seed", "abc"], "--seed"),
     ("run-seed-negative", ["run", "--seed", "-1"], "--seed"),
     ("run-comm-model", ["run", "--comm-model", "magic"], "--comm-model"),
