@@ -132,13 +132,20 @@ def steady_loader_state(
 ) -> LoaderState:
     """Run the loader alone (deterministic latency) over `periods` previous steps whose stage 0
     would ask for batches at `request_times_s` (relative to each step's start, no stalls);
-    return its state at
-    the start of the next step. It starts full (every worker holding a batch); when a batch is
-    late, the rest of the schedule shifts by the wait, as the stalled pipeline would."""
+    return its state at the start of the next step. It starts full when the loader keeps up on
+    average and empty when it cannot (then the buffer is dry at every step start, and starting
+    full would take many periods to drain); when a batch is late, the rest of the schedule
+    shifts by the wait, as the stalled pipeline would."""
     start = -periods * period_s
-    done = [start] * workers  # when each worker's batch in hand is (or was) finished
-    holding = [True] * workers  # finished, waiting for a free slot
-    buffered = capacity
+    loader_bound = len(request_times_s) * latency_s / workers > period_s
+    if loader_bound:  # the buffer runs dry every step: start empty, workers busy (converges at once)
+        done = [start + latency_s] * workers
+        holding = [False] * workers
+        buffered = 0
+    else:  # the loader keeps up: start full, every worker holding a finished batch
+        done = [start] * workers
+        holding = [True] * workers
+        buffered = capacity
 
     def advance(t: float) -> None:
         nonlocal buffered

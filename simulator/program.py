@@ -536,10 +536,15 @@ def build_program(scn: Scenario, comm: CommModel | None = None) -> Program:
     )
 
 
+MAX_BUCKETS_PER_CHUNK = 1000  # beyond this, equal buckets: the overlap no longer changes
+
+
 def _buckets(params: float, bucket_params: float) -> list[float]:
     """Split a chunk's parameters into DP buckets (last one partial)."""
     if params <= 0:
         return []
+    if params / bucket_params > MAX_BUCKETS_PER_CHUNK:
+        return [params / MAX_BUCKETS_PER_CHUNK] * MAX_BUCKETS_PER_CHUNK
     full, rest = divmod(params, bucket_params)
     out = [bucket_params] * int(full)
     if rest > 0:

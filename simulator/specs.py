@@ -27,8 +27,8 @@ MAX_LAYERS = 100_000  # ~500x the deepest published transformer; per-layer loops
 MAX_PARAMS = 1e14
 # Discrete-event budget: pp·vp·micro-batches tasks per stage timeline (~130 µs and ~12 KB each);
 # above every published job (MT-NLG 530B in Narayanan et al. Table 2: 35·3·1120 = 117,600),
-# low enough that no scenario runs for more than a couple of minutes.
-MAX_PIPELINE_TASKS = 1_000_000
+# low enough that no scenario runs for more than about half a minute.
+MAX_PIPELINE_TASKS = 250_000
 
 
 # ----------------------------------------------------------------------------- checks

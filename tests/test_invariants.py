@@ -19,7 +19,6 @@ import time
 from dataclasses import replace
 from typing import Any
 
-import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
@@ -264,22 +263,12 @@ LOADER_BOUND = {
 }
 
 
-@pytest.mark.xfail(
-    reason="engine: the loader's steady state is found from the unstalled period, so a faster GPU "
-    "starts the step with an emptier buffer and stalls longer (10.5 ms -> 15.2 ms here); reported",
-    strict=False,
-)
 def test_faster_gpu_never_slower_with_a_slow_loader() -> None:
     scn = build(LOADER_BOUND)
     base = simulate(scn).report.step_time_s
     assert simulate(_faster_gpu(scn)).report.step_time_s <= base * (1 + 1e-9)
 
 
-@pytest.mark.xfail(
-    reason="engine: in steady state the step cannot beat the loader's throughput "
-    "(m * latency / workers = 20 ms here); the simulated step is 10.5 ms; reported",
-    strict=False,
-)
 def test_steady_state_step_respects_loader_throughput() -> None:
     scn = build(LOADER_BOUND)
     dl = scn.dataloader
