@@ -215,7 +215,7 @@ class _Coster:
         # --- attention block (Megatron column/row-parallel linear layers)
         tp_msg = T * h * a  # full-sequence activation of this micro-batch (AG output / AR buffer)
         mem("input norm", 2 * norm_tokens * h * a)
-        self._tp_entry(fwd, b_in, tp_msg)
+        self._tp_entry(fwd, b_in, tp_msg, matmul_time_s(d, T, q_local + 2 * kv_local, h))
         mm("qkv", T, q_local + 2 * kv_local, h)
         if not m.position_embeddings:
             mem("rope", 2 * T * (q_local + kv_local) * a)
@@ -237,9 +237,10 @@ class _Coster:
         if moe:
             self._moe(fwd, b_in, b_w, mm, mem, T, tp_msg)
         else:
-            self._tp_entry(fwd, b_in, tp_msg)
             f_local = m.ffn // t
-            mm("fc1", T, (2 if m.gated_mlp else 1) * f_local, h)
+            fc1_n = (2 if m.gated_mlp else 1) * f_local
+            self._tp_entry(fwd, b_in, tp_msg, matmul_time_s(d, T, fc1_n, h))
+            mm("fc1", T, fc1_n, h)
             mem("swiglu" if m.gated_mlp else "gelu", (3 if m.gated_mlp else 2) * T * f_local * a)
             mm("fc2", T, h, f_local)
             self._tp_exit(fwd, b_in, tp_msg)
@@ -308,17 +309,26 @@ class _Coster:
             ]
         return t_f, t_b, (fwd, bwd)
 
-    def _tp_entry(self, fwd: list, b_in: list, msg: float) -> None:
-        """Column-parallel entry: SP AllGather forward / ReduceScatter backward (or the
-        backward AllReduce of Megatron's `f` operator without SP)."""
+    def _tp_entry(self, fwd: list, b_in: list, msg: float, gemm_s: float) -> None:
+        """Column-parallel entry (Megatron's `f` operator): with SP an AllGather forward; in
+        backward Megatron's LinearWithGradAccumulationAndAsyncCommunication re-gathers the
+        input (overlapped with the dgrad GEMM) and reduce-scatters the input gradient
+        (overlapped with the wgrad GEMM); without SP it all-reduces the input gradient
+        asynchronously beside the wgrad GEMM. Only what outlasts its GEMM (`gemm_s`) is exposed."""
         par = self.scn.parallel
         if par.tp == 1:
             return
+        if par.tp_comm_overlap:
+            gemm_s = 0.0  # all TP comm is hidden by _overlap_tp instead; never hide twice
         if par.sequence_parallel:
-            fwd.append(("tp_comm", "tp allgather", self.coll("allgather", "tp", msg), 0.0, msg))
-            b_in.append(("tp_comm", "tp reducescatter", self.coll("reducescatter", "tp", msg), 0.0, msg))
+            t_ag = self.coll("allgather", "tp", msg)
+            t_rs = self.coll("reducescatter", "tp", msg)
+            fwd.append(("tp_comm", "tp allgather", t_ag, 0.0, msg))
+            b_in.append(("tp_comm", "tp allgather (beside dgrad)", max(0.0, t_ag - gemm_s), 0.0, msg))
+            b_in.append(("tp_comm", "tp reducescatter (beside wgrad)", max(0.0, t_rs - gemm_s), 0.0, msg))
         else:
-            b_in.append(("tp_comm", "tp allreduce", self.coll("allreduce", "tp", msg), 0.0, msg))
+            t_ar = self.coll("allreduce", "tp", msg)
+            b_in.append(("tp_comm", "tp allreduce (beside wgrad)", max(0.0, t_ar - gemm_s), 0.0, msg))
 
     def _tp_exit(self, fwd: list, b_in: list, msg: float) -> None:
         """Row-parallel exit: SP ReduceScatter forward / AllGather backward (or the forward
@@ -347,17 +357,19 @@ class _Coster:
             tokens = T * m.top_k // par.tp if par.tp > 1 else T * m.top_k
             f_local = m.expert_ffn
         else:
-            self._tp_entry(fwd, b_in, tp_msg)
             tokens = T * m.top_k
             f_local = m.expert_ffn // par.tp
         experts_local = m.num_experts // par.ep
         per_expert = max(tokens // experts_local, 1)
+        fc1_n = (2 if m.gated_mlp else 1) * f_local
+        if par.ep == 1:
+            self._tp_entry(fwd, b_in, tp_msg, matmul_time_s(self.device, per_expert, fc1_n, m.hidden, experts_local))
         if par.ep > 1:
             a2a_msg = tokens * m.hidden * a
             t_a2a = self.coll("alltoall", "ep", a2a_msg)
             fwd.append(("ep_comm", "ep dispatch", t_a2a, 0.0, a2a_msg))
             b_in.append(("ep_comm", "ep combine bwd", t_a2a, 0.0, a2a_msg))
-        mm("expert fc1", per_expert, (2 if m.gated_mlp else 1) * f_local, m.hidden, experts_local)
+        mm("expert fc1", per_expert, fc1_n, m.hidden, experts_local)
         mem("expert act", (3 if m.gated_mlp else 2) * tokens * f_local * a)
         mm("expert fc2", per_expert, m.hidden, f_local, experts_local)
         if m.shared_expert_ffn_hidden:
@@ -423,7 +435,8 @@ class _Coster:
         if par.tp > 1 and par.sequence_parallel:
             msg = T * m.hidden * a
             fwd.append(("tp_comm", "tp allgather", self.coll("allgather", "tp", msg), 0.0, msg))
-            bwd_in.append(("tp_comm", "tp reducescatter", self.coll("reducescatter", "tp", msg), 0.0, msg))
+            t_rs = self.coll("reducescatter", "tp", msg)  # beside the logits wgrad (as in _tp_entry)
+            bwd_in.append(("tp_comm", "tp reducescatter (beside wgrad)", max(0.0, t_rs - t_mm), 0.0, msg))
         fwd += [("compute", "logits", t_mm, f, 0.0), ("compute", "cross-entropy", t_ce, 0.0, ce_bytes)]
         bwd_in += [("compute", "cross-entropy bwd", t_ce, 0.0, ce_bytes), ("compute", "logits dgrad", t_mm, f, 0.0)]
         bwd_w = [("compute", "logits wgrad", t_mm, f, 0.0)]
