@@ -72,36 +72,42 @@ def path_kind(path: Path) -> str:
         return "missing"
 
 
-def read_toml(path: str | Path) -> dict[str, Any]:
-    """Parse a TOML file; every failure is a ConfigError naming the file."""
+def read_user_text(path: str | Path, kind: str, max_bytes: int = MAX_FILE_BYTES, encoding: str = "utf-8") -> str:
+    """The text of a user's file (`kind`: "TOML", "CSV"); every failure is a ConfigError naming
+    the file: missing, a directory, unreadable, too large, empty, binary or not UTF-8."""
     p = Path(path)
     name = str(path)
-    kind = path_kind(p)
-    if kind == "missing":
+    found = path_kind(p)
+    if found == "missing":
         raise ConfigError("no such file", file=name)
-    if kind == "dir":
-        raise ConfigError("is a directory, expected a TOML file", file=name)
+    if found == "dir":
+        raise ConfigError(f"is a directory, expected a {kind} file", file=name)
     try:
         with p.open("rb") as fh:
-            raw = fh.read(MAX_FILE_BYTES + 1)
+            raw = fh.read(max_bytes + 1)  # bounded: /dev/zero must not hang
     except OSError as exc:
         raise ConfigError(f"cannot read: {exc.strerror or exc}", file=name) from None
-    if len(raw) > MAX_FILE_BYTES:
-        raise ConfigError(f"file too large (over {MAX_FILE_BYTES} bytes) for a TOML description", file=name)
+    if len(raw) > max_bytes:
+        raise ConfigError(f"file too large (over {max_bytes} bytes) for a {kind} file", file=name)
     if not raw.strip():
-        raise ConfigError("file is empty", file=name)
+        raise ConfigError(f"file is empty, expected {kind}", file=name)
     if b"\x00" in raw:
-        raise ConfigError("binary file, expected TOML text", file=name)
+        raise ConfigError(f"binary file, expected {kind} text", file=name)
     try:
-        text = raw.decode("utf-8")
+        return raw.decode(encoding)
     except UnicodeDecodeError:
-        raise ConfigError("not UTF-8 text, expected TOML", file=name) from None
+        raise ConfigError(f"not UTF-8 text, expected {kind}", file=name) from None
+
+
+def read_toml(path: str | Path) -> dict[str, Any]:
+    """Parse a TOML file; every failure is a ConfigError naming the file."""
+    text = read_user_text(path, "TOML")
     try:
         return tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"malformed TOML: {exc}", file=name) from None
+        raise ConfigError(f"malformed TOML: {exc}", file=str(path)) from None
     except RecursionError:
-        raise ConfigError("malformed TOML: nested too deeply", file=name) from None
+        raise ConfigError("malformed TOML: nested too deeply", file=str(path)) from None
 
 
 def _check_keys(table: Mapping[str, Any], allowed: tuple[str, ...], section: str) -> None:

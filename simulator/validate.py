@@ -49,6 +49,7 @@ from typing import Any
 
 from . import flops
 from .errors import ConfigError
+from .loading import read_user_text
 from .specs import ModelSpec, Scenario
 
 # ----------------------------------------------------------------------------- columns (SPEC §5)
@@ -498,26 +499,8 @@ def _is_number(text: str) -> bool:
 
 def read_runs_csv(path: str | Path) -> list[PublishedRun]:
     """Parse a published-runs CSV; any defect of the file is a ConfigError naming it."""
-    p = Path(path)
     name = str(path)
-    if not p.exists():
-        raise ConfigError("no such file", file=name)
-    if p.is_dir():
-        raise ConfigError("is a directory, expected a CSV file of published runs", file=name)
-    try:
-        raw = p.read_bytes()
-    except OSError as exc:
-        raise ConfigError(f"cannot read: {exc.strerror or exc}", file=name) from None
-    if len(raw) > MAX_CSV_BYTES:
-        raise ConfigError(f"file too large ({len(raw)} bytes) for a runs CSV", file=name)
-    if not raw.strip():
-        raise ConfigError("file is empty, expected a CSV with SPEC §5 columns", file=name)
-    if b"\x00" in raw:
-        raise ConfigError("binary file, expected CSV text", file=name)
-    try:
-        text = raw.decode("utf-8-sig")
-    except UnicodeDecodeError:
-        raise ConfigError("not UTF-8 text, expected CSV", file=name) from None
+    text = read_user_text(path, "CSV", MAX_CSV_BYTES, encoding="utf-8-sig")
     try:
         reader = csv.DictReader(io.StringIO(text, newline=""))
         header = [h.strip() for h in (reader.fieldnames or [])]
