@@ -125,6 +125,22 @@ def _tweak(draw: st.DrawFn, value: Any) -> Any:
     return value
 
 
+def _mutate(draw: st.DrawFn, parent: dict, key: str, kind: str) -> None:
+    """One hostile edit of `parent[key]`: tweak, delete, retype, hostile number, or an unknown
+    key beside it (inside it when it is a table)."""
+    if kind == "tweak":
+        parent[key] = _tweak(draw, parent[key])
+    elif kind == "delete":
+        del parent[key]
+    elif kind == "retype":
+        parent[key] = draw(st.sampled_from(OTHER_TYPES))
+    elif kind == "number":
+        parent[key] = draw(st.sampled_from(HOSTILE_NUMBERS))
+    else:
+        target = parent[key] if isinstance(parent[key], dict) else parent
+        target[draw(st.sampled_from(UNKNOWN_KEYS))] = draw(st.sampled_from(HOSTILE_NUMBERS + OTHER_TYPES))
+
+
 @st.composite
 def mutated_scenario(draw: st.DrawFn) -> bytes:
     base = draw(st.sampled_from(BASES))
@@ -138,19 +154,10 @@ def mutated_scenario(draw: st.DrawFn) -> bytes:
         parent = _get_parent(data, path)
         if path[-1] not in parent:
             continue
-        if kind == "tweak":
-            parent[path[-1]] = _tweak(draw, parent[path[-1]])
-        elif kind == "delete":
-            del parent[path[-1]]
-        elif kind == "retype":
-            parent[path[-1]] = draw(st.sampled_from(OTHER_TYPES))
-        elif kind == "number":
-            parent[path[-1]] = draw(st.sampled_from(HOSTILE_NUMBERS))
-        elif kind == "unknown":
-            target = parent[path[-1]] if isinstance(parent[path[-1]], dict) else parent
-            target[draw(st.sampled_from(UNKNOWN_KEYS))] = draw(st.sampled_from(HOSTILE_NUMBERS + OTHER_TYPES))
-        else:  # an unknown or misplaced table
+        if kind == "table":  # an unknown or misplaced table
             data[draw(st.sampled_from(UNKNOWN_KEYS + ("cluster", "sweep")))] = {"tp": [1, 2]}
+        else:
+            _mutate(draw, parent, path[-1], kind)
     raw = dump_toml(data).encode("utf-8")
     tail = draw(st.sampled_from(("none",) * 6 + ("truncate", "flip", "junk")))
     if tail == "truncate" and raw:
@@ -313,17 +320,7 @@ def mutated_topology(draw: st.DrawFn) -> str:
         parent = _get_parent(data, path)
         if path[-1] not in parent:
             continue
-        kind = draw(st.sampled_from(("tweak", "delete", "retype", "number", "unknown")))
-        if kind == "tweak":
-            parent[path[-1]] = _tweak(draw, parent[path[-1]])
-        elif kind == "delete":
-            del parent[path[-1]]
-        elif kind == "retype":
-            parent[path[-1]] = draw(st.sampled_from(OTHER_TYPES))
-        elif kind == "number":
-            parent[path[-1]] = draw(st.sampled_from(HOSTILE_NUMBERS))
-        else:
-            parent[draw(st.sampled_from(UNKNOWN_KEYS))] = 1
+        _mutate(draw, parent, path[-1], draw(st.sampled_from(("tweak", "delete", "retype", "number", "unknown"))))
     return dump_toml(data)
 
 
