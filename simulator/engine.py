@@ -36,6 +36,12 @@ from .specs import Scenario, VariabilitySpec
 from .timeline import MAIN_STREAM, Span, Timeline
 
 
+def lognormal(rng: np.random.Generator, cv: float, size: int | None = None):
+    """Multipliers with mean 1 and coefficient of variation `cv` (lognormal: never negative)."""
+    sigma2 = math.log1p(cv * cv)
+    return rng.lognormal(-sigma2 / 2, math.sqrt(sigma2), size)
+
+
 @dataclass(frozen=True, slots=True)
 class _Noise:
     """Per-run random multipliers (all 1.0 when variability is off)."""
@@ -45,21 +51,16 @@ class _Noise:
     group_size: int  # GPUs that synchronize inside a block (tp·cp)
     replicas: int  # data-parallel replicas that synchronize at the end (dp)
 
-    @staticmethod
-    def _lognormal(rng: np.random.Generator, cv: float, size: int | None = None):
-        sigma2 = math.log1p(cv * cv)
-        return rng.lognormal(-sigma2 / 2, math.sqrt(sigma2), size)
-
     def compute_factor(self) -> float:
         cv = self.spec.compute_jitter
         if cv <= 0:
             return 1.0
         # the block ends when the slowest GPU of its TP/CP group ends (they sync every layer)
-        return float(np.max(self._lognormal(self.rng, cv, self.group_size)))
+        return float(np.max(lognormal(self.rng, cv, self.group_size)))
 
     def network_factor(self) -> float:
         cv = self.spec.network_jitter
-        return 1.0 if cv <= 0 else float(self._lognormal(self.rng, cv))
+        return 1.0 if cv <= 0 else float(lognormal(self.rng, cv))
 
     def straggler_factor(self) -> float:
         """A stage is as slow as its slowest GPU across all replicas (synchronous DP)."""
@@ -235,7 +236,7 @@ def _replay(
             yield store.put(w)
             while True:
                 cv = program.dataloader_jitter
-                jitter = noise._lognormal(dl_rng, cv) if cv > 0 else 1.0
+                jitter = lognormal(dl_rng, cv) if cv > 0 else 1.0
                 start = env.now
                 yield env.timeout(latency * float(jitter))
                 rec.add(0, "dataloader", f"load (worker {w})", start, env.now, stream="data")
