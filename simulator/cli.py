@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from .errors import EXIT_USAGE, ConfigError
+from .units import TERA, bytes_to_gib
 
 DEFAULT_SCENARIO = "gpt3-175b-1024-a100"
 MAX_SAMPLES = 10_000  # `run --samples`: each sample is a full step simulation
@@ -43,17 +44,23 @@ def _positive_float(flag: str):
     return parse
 
 
-def _positive_int(flag: str, maximum: int = 10**7):
+def _int_flag(flag: str, minimum: int = 1, maximum: int = 10**7):
+    """An integer flag in [minimum, maximum]; anything else is a one-line usage error."""
+
     def parse(text: str) -> int:
         try:
             value = int(text)
         except ValueError:
-            raise argparse.ArgumentTypeError(f"{flag} must be a positive integer, got {text!r}") from None
-        if value <= 0 or value > maximum:
-            raise argparse.ArgumentTypeError(f"{flag} must be an integer from 1 to {maximum:,}, got {text!r}")
+            raise argparse.ArgumentTypeError(f"{flag} must be an integer, got {text!r}") from None
+        if not minimum <= value <= maximum:
+            raise argparse.ArgumentTypeError(f"{flag} must be an integer from {minimum} to {maximum:,}, got {text!r}")
         return value
 
     return parse
+
+
+def _positive_int(flag: str, maximum: int = 10**7):
+    return _int_flag(flag, 1, maximum)
 
 
 # What matplotlib's savefig can write (its backends' formats); the suffix picks the format.
@@ -74,16 +81,7 @@ def _plot_path(flag: str):
 
 
 def _seed(flag: str):
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{flag} must be an integer >= 0, got {text!r}") from None
-        if not 0 <= value < 2**63:
-            raise argparse.ArgumentTypeError(f"{flag} must be an integer in [0, 2**63), got {text!r}")
-        return value
-
-    return parse
+    return _int_flag(flag, 0, 2**63 - 1)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -201,10 +199,10 @@ def cmd_presets(args: argparse.Namespace) -> int:
                 },
                 "gpus": {
                     n: {
-                        "peak_bf16_tflops": g.peak_bf16_flop_per_s / 1e12,
-                        "peak_fp8_tflops": g.peak_fp8_flop_per_s / 1e12,
-                        "hbm_gib": g.hbm_bytes / 2**30,
-                        "hbm_TBps": g.hbm_bandwidth_bytes_per_s / 1e12,
+                        "peak_bf16_tflops": g.peak_bf16_flop_per_s / TERA,
+                        "peak_fp8_tflops": g.peak_fp8_flop_per_s / TERA,
+                        "hbm_gib": bytes_to_gib(g.hbm_bytes),
+                        "hbm_TBps": g.hbm_bandwidth_bytes_per_s / TERA,
                     }
                     for n, g in gpus.items()
                 },
@@ -222,10 +220,10 @@ def cmd_presets(args: argparse.Namespace) -> int:
     print("\nGPUs (dense peak TFLOP/s):")
     print(f"  {'name':<11} {'bf16':>7} {'fp16':>7} {'fp8':>7} {'HBM GiB':>8} {'HBM TB/s':>9}")
     for n, g in gpus.items():
-        fp8 = f"{g.peak_fp8_flop_per_s / 1e12:>7.0f}" if g.peak_fp8_flop_per_s else f"{'-':>7}"
+        fp8 = f"{g.peak_fp8_flop_per_s / TERA:>7.0f}" if g.peak_fp8_flop_per_s else f"{'-':>7}"
         print(
-            f"  {n:<11} {g.peak_bf16_flop_per_s / 1e12:>7.0f} {g.peak_fp16_flop_per_s / 1e12:>7.0f} {fp8} "
-            f"{g.hbm_bytes / 2**30:>8.0f} {g.hbm_bandwidth_bytes_per_s / 1e12:>9.2f}"
+            f"  {n:<11} {g.peak_bf16_flop_per_s / TERA:>7.0f} {g.peak_fp16_flop_per_s / TERA:>7.0f} {fp8} "
+            f"{bytes_to_gib(g.hbm_bytes):>8.0f} {g.hbm_bandwidth_bytes_per_s / TERA:>9.2f}"
         )
     print("\nTopologies:")
     for t in topologies:
@@ -297,7 +295,7 @@ def cmd_mfu(args: argparse.Namespace) -> int:
             mfu_6psi_attn=flops.mfu(conventions["6psi_attn"], tokens_per_s, args.gpus, peak),
             hfu=flops.mfu(hw_per_token, tokens_per_s, args.gpus, peak),
         )
-    result["model_tflops_per_gpu"] = float(result["mfu"]) * peak / 1e12  # type: ignore[arg-type]
+    result["model_tflops_per_gpu"] = float(result["mfu"]) * peak / TERA  # type: ignore[arg-type]
     if float(result["mfu"]) > 1.0:  # type: ignore[arg-type]
         sys.stderr.write(
             f"mfusim mfu: warning: MFU {float(result['mfu']):.0%} exceeds 100% of peak: "  # type: ignore[arg-type]
@@ -306,7 +304,7 @@ def cmd_mfu(args: argparse.Namespace) -> int:
     if args.json:
         print_json(result)
         return 0
-    print(f"{args.gpus} x {gpu.name} ({peak / 1e12:.0f} TFLOP/s dense {args.dtype}), {tokens_per_s:,.0f} tokens/s")
+    print(f"{args.gpus} x {gpu.name} ({peak / TERA:.0f} TFLOP/s dense {args.dtype}), {tokens_per_s:,.0f} tokens/s")
     if model is None:
         print(f"  FLOPs/token (6Ψ, Ψ={args.params:.3g}): {result['flops_per_token_6psi']:.3e}")
         print(f"  MFU (6Ψ)           {result['mfu']:.1%}")

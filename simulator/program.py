@@ -508,15 +508,14 @@ def build_program(scn: Scenario, comm: CommModel | None = None) -> Program:
                     else:
                         dp_grad_s.append(coster.coll("reducescatter", "dp", n_params * gbytes, s))
                         dp_param_s.append(coster.coll("allgather", "dp", n_params * device.element_bytes, s))
-            rec_block = list(rec)
             chunks.append(
                 ChunkProgram(
                     stage=s,
                     chunk=c,
                     num_layers=len(layers),
                     forward=_block(fwd),
-                    backward=_block(rec_block + b_in + b_w),
-                    backward_input=_block(rec_block + b_in),
+                    backward=_block(rec + b_in + b_w),
+                    backward_input=_block(rec + b_in),
                     backward_weight=_block(b_w),
                     grad_bucket_s=tuple(dp_grad_s),
                     param_gather_s=tuple(dp_param_s),

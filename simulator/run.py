@@ -10,6 +10,7 @@ from typing import Any
 from .metrics import StepReport
 from .specs import Scenario
 from .timeline import CATEGORIES
+from .units import bytes_to_gib
 
 BAR_WIDTH = 30
 
@@ -119,8 +120,8 @@ def format_report(scn: Scenario, r: StepReport) -> str:
     if r.memory is not None:
         mem = r.memory
         fit = "fits" if mem.fits else "DOES NOT FIT"
-        parts = ", ".join(f"{k} {v / 2**30:.1f}" for k, v in mem.parts_bytes.items())
-        lines.append(f"  memory {mem.peak_bytes / 2**30:.1f} GiB of {mem.capacity_bytes / 2**30:.0f} GiB per GPU ({fit}): {parts}")
+        parts = ", ".join(f"{k} {bytes_to_gib(v):.1f}" for k, v in mem.parts_bytes.items())
+        lines.append(f"  memory {bytes_to_gib(mem.peak_bytes):.1f} GiB of {bytes_to_gib(mem.capacity_bytes):.0f} GiB per GPU ({fit}): {parts}")
     lines += ["", "  Where the time goes (mean over pipeline stages):", f"  {'category':<11} {'seconds':>10} {'% step':>7}"]
     bd = r.breakdown_s
     for cat in CATEGORIES:

@@ -51,9 +51,6 @@ class Timeline:
     step_time_s: float
     num_stages: int
 
-    def stage_spans(self, stage: int, stream: str = MAIN_STREAM) -> list[Span]:
-        return [s for s in self.spans if s.stage == stage and s.stream == stream]
-
     def breakdown_by_stage_s(self) -> list[dict[str, float]]:
         """Seconds per category on each stage's own timeline (sums to step_time_s)."""
         out = [dict.fromkeys(CATEGORIES, 0.0) for _ in range(self.num_stages)]

@@ -7,14 +7,10 @@ capacity only. Files and reports convert with these constants and nowhere else.
 
 from __future__ import annotations
 
-KILO = 1e3
-MEGA = 1e6
 GIGA = 1e9
 TERA = 1e12
-PETA = 1e15
 
 GIB_BYTES = 2**30
-MIB_BYTES = 2**20
 
 US_S = 1e-6  # one microsecond in seconds
 MS_S = 1e-3  # one millisecond in seconds
