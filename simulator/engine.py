@@ -245,6 +245,7 @@ def _replay(
         for w in range(program.dataloader_workers):
             env.process(worker(w))
 
+    summaries: dict[int, tuple[Segment, ...]] = {}  # per-category block summaries, built once per block
     sync = env.event()
     arrived = [0]
     stage_end = [0.0] * p
@@ -253,7 +254,10 @@ def _replay(
         start = env.now
         factor = noise.compute_factor() * slow
         t = start
-        segments = block.segments if detail else _by_category(block)
+        if detail:
+            segments = block.segments
+        else:
+            segments = summaries.get(id(block)) or summaries.setdefault(id(block), _by_category(block))
         for seg in segments:
             dur = seg.duration_s * (factor if seg.category in ("compute", "recompute") else 1.0)
             rec.add(s, seg.category, f"{label} {seg.name}", t, t + dur, microbatch=task.microbatch, chunk=task.chunk, flops=seg.flops, message_bytes=seg.message_bytes)
