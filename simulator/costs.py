@@ -28,8 +28,8 @@ TILE_N = 128  # output tile columns
 # Hand-set (not calibrated) from the GEMM sweeps in NVIDIA's "Matrix Multiplication Background"
 # guide: dimensions that are multiples of 8 (16 for FP8) but not 64 lose a few percent to
 # partially filled tensor-core tiles; unaligned ones fall back to padded or non-tensor-core
-# paths and lose about a third. The same for every GPU; only the shipped presets' vocabularies
-# and head sizes ever hit them.
+# paths and lose about a third. The same for every GPU; `mfusim whatif` shows the lever
+# ("tensor-core friendly shapes") that removes them.
 ALIGNED_NOT_64 = 0.93
 UNALIGNED = 0.65
 
