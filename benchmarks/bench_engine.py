@@ -32,7 +32,10 @@ def main() -> None:
         num_gpus=par.tp * par.pp * small_dp,
         parallel=replace(par, dp=small_dp, global_batch=m * par.micro_batch * small_dp),
     )
-    for label, s in (("dp=128 (16,384 GPUs)", scn), (f"dp={small_dp} ({scn_small.num_gpus} GPUs)", scn_small)):
+    for label, s in (
+        ("dp=128 (16,384 GPUs)", scn),
+        (f"dp={small_dp} ({scn_small.num_gpus} GPUs)", scn_small),
+    ):
         result = simulate(s)
         t = best_of(lambda s=s: simulate(s))
         print(

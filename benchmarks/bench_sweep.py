@@ -34,8 +34,21 @@ GOAL_CONFIGS_PER_S = 300.0
 def end_to_end(engine: str, jobs: int, top: int) -> tuple[float, int, str]:
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "sweep.csv"
-        cmd = [sys.executable, "-m", "simulator", "sweep", str(SCENARIO), "--jobs", str(jobs), "--top", str(top),
-               "--engine", engine, "--out", str(out)]
+        cmd = [
+            sys.executable,
+            "-m",
+            "simulator",
+            "sweep",
+            str(SCENARIO),
+            "--jobs",
+            str(jobs),
+            "--top",
+            str(top),
+            "--engine",
+            engine,
+            "--out",
+            str(out),
+        ]
         t0 = time.perf_counter()
         proc = subprocess.run(cmd, capture_output=True, text=True, check=True)
         wall = time.perf_counter() - t0
@@ -67,7 +80,9 @@ def profile_pass() -> None:
     build = cum("build_config")
     write = cum("write")
     n = plan_sweep(scn).size
-    print(f"\nprofile, one process, --engine analytic ({wall:.2f} s wall under the profiler, {n} configurations):")
+    print(
+        f"\nprofile, one process, --engine analytic ({wall:.2f} s wall under the profiler, {n} configurations):"
+    )
     print(f"  evaluator (closed form)   {evaluator:6.2f} s  {1e3 * evaluator / n:6.2f} ms/config")
     print(f"    of which memory model   {memory:6.2f} s  {1e3 * memory / n:6.2f} ms/config")
     print(f"  build + validate config   {build:6.2f} s  {1e3 * build / n:6.2f} ms/config")
@@ -91,7 +106,9 @@ def main() -> None:
         wall, rows, summary = end_to_end(engine, args.jobs, args.top)
         rate = rows / wall
         flag = "meets" if rate >= GOAL_CONFIGS_PER_S else "below"
-        print(f"  --engine {engine:<8} {wall:6.2f} s  {rate:6.0f} configurations/s  ({flag} the {GOAL_CONFIGS_PER_S:.0f}/s goal)")
+        print(
+            f"  --engine {engine:<8} {wall:6.2f} s  {rate:6.0f} configurations/s  ({flag} the {GOAL_CONFIGS_PER_S:.0f}/s goal)"
+        )
     print(f"  {summary}")
     if args.profile:
         profile_pass()

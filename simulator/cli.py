@@ -53,7 +53,9 @@ def _int_flag(flag: str, minimum: int = 1, maximum: int = 10**7):
         except ValueError:
             raise argparse.ArgumentTypeError(f"{flag} must be an integer, got {text!r}") from None
         if not minimum <= value <= maximum:
-            raise argparse.ArgumentTypeError(f"{flag} must be an integer from {minimum} to {maximum:,}, got {text!r}")
+            raise argparse.ArgumentTypeError(
+                f"{flag} must be an integer from {minimum} to {maximum:,}, got {text!r}"
+            )
         return value
 
     return parse
@@ -64,8 +66,24 @@ def _positive_int(flag: str, maximum: int = 10**7):
 
 
 # What matplotlib's savefig can write (its backends' formats); the suffix picks the format.
-PLOT_SUFFIXES = ("png", "pdf", "svg", "svgz", "jpg", "jpeg", "eps", "ps", "tif", "tiff", "webp", "gif", "pgf",
-                 "raw", "rgba", "avif")
+PLOT_SUFFIXES = (
+    "png",
+    "pdf",
+    "svg",
+    "svgz",
+    "jpg",
+    "jpeg",
+    "eps",
+    "ps",
+    "tif",
+    "tiff",
+    "webp",
+    "gif",
+    "pgf",
+    "raw",
+    "rgba",
+    "avif",
+)
 
 
 def _plot_path(flag: str):
@@ -85,7 +103,10 @@ def _seed(flag: str):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="mfusim", description="Distributed-training bottleneck simulator: MFU, HFU and where the time goes.")
+    parser = _Parser(
+        prog="mfusim",
+        description="Distributed-training bottleneck simulator: MFU, HFU and where the time goes.",
+    )
     from . import __version__
 
     parser.add_argument("--version", action="version", version=f"mfusim {__version__}")
@@ -95,35 +116,68 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("scenario", nargs="?", help="scenario TOML (default: built-in GPT-3 175B on 1024 A100)")
     p.add_argument("--json", action="store_true", help="print the SPEC §4 JSON object only")
     p.add_argument("--trace", metavar="FILE.json", help="write a Chrome/Perfetto trace of the step")
-    p.add_argument("--plot", metavar="FILE.png", type=_plot_path("--plot"),
-                   help="write a picture of the step (Gantt + breakdown)")
-    p.add_argument("--samples", type=_positive_int("--samples", maximum=MAX_SAMPLES), default=1, help="simulate N steps with different seeds")
+    p.add_argument(
+        "--plot",
+        metavar="FILE.png",
+        type=_plot_path("--plot"),
+        help="write a picture of the step (Gantt + breakdown)",
+    )
+    p.add_argument(
+        "--samples",
+        type=_positive_int("--samples", maximum=MAX_SAMPLES),
+        default=1,
+        help="simulate N steps with different seeds",
+    )
     p.add_argument("--seed", type=_seed("--seed"), default=None, help="override the scenario's seeds")
-    p.add_argument("--comm-model", choices=("topology", "flat"), default="topology", help="collective cost model")
+    p.add_argument(
+        "--comm-model", choices=("topology", "flat"), default="topology", help="collective cost model"
+    )
 
     p = sub.add_parser("sweep", help="simulate every valid configuration of a scenario's [sweep] table")
     p.add_argument("scenario", help="scenario TOML with a [sweep] table")
     p.add_argument("--top", type=_positive_int("--top"), default=10, help="rows in the ranked table")
     p.add_argument("--out", metavar="FILE.csv", help="write every configuration (CSV; .jsonl for JSON Lines)")
-    p.add_argument("--jobs", type=_positive_int("--jobs"), default=None,
-                   help="local worker processes (default: one per CPU core)")
+    p.add_argument(
+        "--jobs",
+        type=_positive_int("--jobs"),
+        default=None,
+        help="local worker processes (default: one per CPU core)",
+    )
     p.add_argument("--resume", action="store_true", help="continue a sweep whose --out already holds rows")
     p.add_argument("--rank-by", choices=("mfu", "tokens_per_s"), default="mfu")
     p.add_argument("--plot", metavar="FILE.png", type=_plot_path("--plot"), help="MFU of every configuration")
-    p.add_argument("--engine", choices=("auto", "analytic", "des"), default="auto",
-                   help="auto: closed form for all, discrete-event engine for the best --refine ones")
-    p.add_argument("--refine", type=_positive_int("--refine"), default=3,
-                   help="with --engine auto: how many of the best configurations the engine re-simulates")
+    p.add_argument(
+        "--engine",
+        choices=("auto", "analytic", "des"),
+        default="auto",
+        help="auto: closed form for all, discrete-event engine for the best --refine ones",
+    )
+    p.add_argument(
+        "--refine",
+        type=_positive_int("--refine"),
+        default=3,
+        help="with --engine auto: how many of the best configurations the engine re-simulates",
+    )
     p.add_argument("--dask", metavar="ADDRESS", help="run on an existing Dask scheduler ('local' starts one)")
     p.add_argument("--json", action="store_true", help="print the ranked results as JSON")
 
     p = sub.add_parser("mfu", help="the calculator: MFU/HFU of a measured run")
-    p.add_argument("--params", type=_positive_float("--params"), help="parameter count (e.g. 7e9); then only 6Ψ applies")
+    p.add_argument(
+        "--params", type=_positive_float("--params"), help="parameter count (e.g. 7e9); then only 6Ψ applies"
+    )
     p.add_argument("--model", help="a model preset name (exact FLOP counts apply)")
     p.add_argument("--seq-len", type=_positive_int("--seq-len"), help="override the preset's sequence length")
-    p.add_argument("--tokens-per-s", type=_positive_float("--tokens-per-s"), help="measured aggregate tokens/s")
-    p.add_argument("--step-time-s", type=_positive_float("--step-time-s"), help="measured step time (with --global-batch)")
-    p.add_argument("--global-batch", type=_positive_int("--global-batch"), help="sequences per step (with --step-time-s)")
+    p.add_argument(
+        "--tokens-per-s", type=_positive_float("--tokens-per-s"), help="measured aggregate tokens/s"
+    )
+    p.add_argument(
+        "--step-time-s",
+        type=_positive_float("--step-time-s"),
+        help="measured step time (with --global-batch)",
+    )
+    p.add_argument(
+        "--global-batch", type=_positive_int("--global-batch"), help="sequences per step (with --step-time-s)"
+    )
     p.add_argument("--gpus", type=_positive_int("--gpus"), required=True, help="number of GPUs")
     p.add_argument("--gpu", required=True, help="GPU catalog name, e.g. a100-80gb")
     p.add_argument("--dtype", choices=("bf16", "fp16", "fp8"), default="bf16")
@@ -194,7 +248,12 @@ def cmd_presets(args: argparse.Namespace) -> int:
         print_json(
             {
                 "models": {
-                    n: {"params": flops.total_params(m), "layers": m.layers, "hidden": m.hidden, "seq_len": m.seq_len}
+                    n: {
+                        "params": flops.total_params(m),
+                        "layers": m.layers,
+                        "hidden": m.hidden,
+                        "seq_len": m.seq_len,
+                    }
                     for n, m in models.items()
                 },
                 "gpus": {
@@ -254,11 +313,15 @@ def cmd_mfu(args: argparse.Namespace) -> int:
             model = replace(model, seq_len=args.seq_len)
     if args.tokens_per_s is not None:
         if args.step_time_s is not None:
-            raise ConfigError("give --tokens-per-s or --step-time-s with --global-batch, not both", key="--tokens-per-s")
+            raise ConfigError(
+                "give --tokens-per-s or --step-time-s with --global-batch, not both", key="--tokens-per-s"
+            )
         tokens_per_s = args.tokens_per_s
     else:
         if args.step_time_s is None or args.global_batch is None:
-            raise ConfigError("give --tokens-per-s, or --step-time-s and --global-batch", key="--tokens-per-s")
+            raise ConfigError(
+                "give --tokens-per-s, or --step-time-s and --global-batch", key="--tokens-per-s"
+            )
         seq = model.seq_len if model else args.seq_len
         if not seq:
             raise ConfigError("--step-time-s with --params needs --seq-len", key="--seq-len")
@@ -283,7 +346,9 @@ def cmd_mfu(args: argparse.Namespace) -> int:
             "6psi_attn": flops.flops_per_token_6psi_attn(model),
             "exact": flops.flops_per_token_exact(model),
         }
-        hw_per_token = conventions["exact"] + flops.recompute_flops_per_sequence(model, args.recompute) / model.seq_len
+        hw_per_token = (
+            conventions["exact"] + flops.recompute_flops_per_sequence(model, args.recompute) / model.seq_len
+        )
         result.update(
             model=args.model,
             params=flops.total_params(model),
@@ -304,7 +369,9 @@ def cmd_mfu(args: argparse.Namespace) -> int:
     if args.json:
         print_json(result)
         return 0
-    print(f"{args.gpus} x {gpu.name} ({peak / TERA:.0f} TFLOP/s dense {args.dtype}), {tokens_per_s:,.0f} tokens/s")
+    print(
+        f"{args.gpus} x {gpu.name} ({peak / TERA:.0f} TFLOP/s dense {args.dtype}), {tokens_per_s:,.0f} tokens/s"
+    )
     if model is None:
         print(f"  FLOPs/token (6Ψ, Ψ={args.params:.3g}): {result['flops_per_token_6psi']:.3e}")
         print(f"  MFU (6Ψ)           {result['mfu']:.1%}")
@@ -312,7 +379,9 @@ def cmd_mfu(args: argparse.Namespace) -> int:
     else:
         fpt = result["flops_per_token"]
         assert isinstance(fpt, dict)
-        print(f"  model {args.model}: Ψ(non-embedding) = {result['non_embedding_params']:.3e}, s = {model.seq_len}")
+        print(
+            f"  model {args.model}: Ψ(non-embedding) = {result['non_embedding_params']:.3e}, s = {model.seq_len}"
+        )
         print(f"  MFU, 6Ψ            {result['mfu_6psi']:.1%}   ({fpt['6psi']:.3e} FLOP/token)")
         print(f"  MFU, 6Ψ + 12·L·h·s {result['mfu_6psi_attn']:.1%}   ({fpt['6psi_attn']:.3e} FLOP/token)")
         print(f"  MFU, exact         {result['mfu']:.1%}   ({fpt['exact']:.3e} FLOP/token)")

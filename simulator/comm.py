@@ -93,7 +93,9 @@ class FlatCommModel:
             if kind == "sendrecv":  # one GPU's transfer uses its own rail's NIC
                 nic_per_gpu = topo.nic_bandwidth_per_node_bytes_per_s / topo.gpus_per_node
             else:  # ring: every GPU of the node sends through the node's NICs at once
-                nic_per_gpu = topo.nic_bandwidth_per_node_bytes_per_s / min(topo.gpus_per_node, self._stride(axis))
+                nic_per_gpu = topo.nic_bandwidth_per_node_bytes_per_s / min(
+                    topo.gpus_per_node, self._stride(axis)
+                )
             bw = min(topo.intra_node.link_bandwidth_bytes_per_s, nic_per_gpu)
             latency = topo.inter_node.latency_s
             link = "nic"

@@ -90,7 +90,11 @@ def quantization_factor(m: int, n: int, num_sms: int, count: int = 1) -> float:
 def matmul_efficiency(device: Device, m: int, n: int, k: int, count: int = 1) -> float:
     eff = device.gpu.efficiency
     flops = 2.0 * m * n * k * count
-    shape = min(alignment_factor(m, device.dtype), alignment_factor(n, device.dtype), alignment_factor(k, device.dtype))
+    shape = min(
+        alignment_factor(m, device.dtype),
+        alignment_factor(n, device.dtype),
+        alignment_factor(k, device.dtype),
+    )
     ramp = flops / (flops + eff.matmul_ramp_flop)
     return eff.matmul_peak_fraction * quantization_factor(m, n, device.gpu.num_sms, count) * shape * ramp
 
@@ -123,4 +127,7 @@ def flash_attention_time_s(device: Device, flops: float, kernels: int = 1) -> fl
     if flops <= 0:
         return 0.0
     eff = device.gpu.efficiency
-    return flops / (device.attention_peak_flop_per_s * eff.attention_peak_fraction) + kernels * eff.kernel_launch_s
+    return (
+        flops / (device.attention_peak_flop_per_s * eff.attention_peak_fraction)
+        + kernels * eff.kernel_launch_s
+    )

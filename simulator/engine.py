@@ -83,7 +83,9 @@ class _Recorder:
     def __init__(self) -> None:
         self.spans: list[Span] = []
 
-    def add(self, stage: int, category: str, name: str, start: float, end: float, stream: str = MAIN_STREAM, **kw) -> None:
+    def add(
+        self, stage: int, category: str, name: str, start: float, end: float, stream: str = MAIN_STREAM, **kw
+    ) -> None:
         if end > start:
             self.spans.append(Span(stage, stream, category, name, start, end, **kw))
 
@@ -129,7 +131,12 @@ def run_step(
 
 
 def steady_loader_state(
-    latency_s: float, workers: int, capacity: int, request_times_s: list[float], period_s: float, periods: int = 4
+    latency_s: float,
+    workers: int,
+    capacity: int,
+    request_times_s: list[float],
+    period_s: float,
+    periods: int = 4,
 ) -> LoaderState:
     """Run the loader alone (deterministic latency) over `periods` previous steps whose stage 0
     would ask for batches at `request_times_s` (relative to each step's start, no stalls);
@@ -206,12 +213,23 @@ def _replay(
             arrivals[key] = _Arrival(env.event(), 0.0)
         return arrivals[key]
 
-    def send(key: tuple[str, int, int, int], src: int, dst: int, transfer_s: float, mb: int, chunk: int) -> None:
+    def send(
+        key: tuple[str, int, int, int], src: int, dst: int, transfer_s: float, mb: int, chunk: int
+    ) -> None:
         """Point-to-point transfer: the consumer's event fires when the data lands."""
         d = transfer_s * noise.network_factor()
         ev = arrival(key).event
         arrivals[key] = _Arrival(ev, d)
-        rec.add(src, "pp_comm", f"send {key[0]} mb{mb}", env.now, env.now + d, stream="pp", microbatch=mb, chunk=chunk)
+        rec.add(
+            src,
+            "pp_comm",
+            f"send {key[0]} mb{mb}",
+            env.now,
+            env.now + d,
+            stream="pp",
+            microbatch=mb,
+            chunk=chunk,
+        )
         if d <= 0:
             ev.succeed()
         else:
@@ -260,7 +278,17 @@ def _replay(
             segments = summaries.get(id(block)) or summaries.setdefault(id(block), _by_category(block))
         for seg in segments:
             dur = seg.duration_s * (factor if seg.category in ("compute", "recompute") else 1.0)
-            rec.add(s, seg.category, f"{label} {seg.name}", t, t + dur, microbatch=task.microbatch, chunk=task.chunk, flops=seg.flops, message_bytes=seg.message_bytes)
+            rec.add(
+                s,
+                seg.category,
+                f"{label} {seg.name}",
+                t,
+                t + dur,
+                microbatch=task.microbatch,
+                chunk=task.chunk,
+                flops=seg.flops,
+                message_bytes=seg.message_bytes,
+            )
             t += dur
         yield env.timeout(t - start)
         return start, t
@@ -291,7 +319,9 @@ def _replay(
         actual_busy = 0.0
         busy_sq = 0.0
 
-        def dp_launch(durations: tuple[float, ...], launch_times: list[float], name: str, chunk: int) -> float:
+        def dp_launch(
+            durations: tuple[float, ...], launch_times: list[float], name: str, chunk: int
+        ) -> float:
             end = dp_free[0]
             for d, t_launch in zip(durations, launch_times, strict=True):
                 d *= noise.network_factor()
@@ -306,7 +336,13 @@ def _replay(
                 if ch.param_gather_s:
                     first = dp_launch(ch.param_gather_s[:1], [0.0], "param allgather", c)
                     ag_first_done[c] = first
-                    ag_done[c] = dp_launch(ch.param_gather_s[1:], [0.0] * (len(ch.param_gather_s) - 1), "param allgather", c) if len(ch.param_gather_s) > 1 else first
+                    ag_done[c] = (
+                        dp_launch(
+                            ch.param_gather_s[1:], [0.0] * (len(ch.param_gather_s) - 1), "param allgather", c
+                        )
+                        if len(ch.param_gather_s) > 1
+                        else first
+                    )
 
         for idx, task in enumerate(tasks):
             ch = st.chunks[task.chunk]
@@ -321,17 +357,27 @@ def _replay(
                         rec.add(s, "dataloader", "wait for data", t0, env.now, microbatch=task.microbatch)
                 else:
                     src = (s - 1, task.chunk) if s > 0 else (p - 1, task.chunk - 1)
-                    yield from wait_for(s, ("F", task.microbatch, src[1], src[0]), f"activation mb{task.microbatch}", task)
-                if task.chunk in ag_first_done and task.chunk not in first_fwd_seen and env.now < ag_first_done[task.chunk]:
+                    yield from wait_for(
+                        s, ("F", task.microbatch, src[1], src[0]), f"activation mb{task.microbatch}", task
+                    )
+                if (
+                    task.chunk in ag_first_done
+                    and task.chunk not in first_fwd_seen
+                    and env.now < ag_first_done[task.chunk]
+                ):
                     t0 = env.now
                     yield env.timeout(ag_first_done[task.chunk] - env.now)
                     rec.add(s, "dp_comm", "wait param allgather", t0, env.now, chunk=task.chunk)
                 block, label = ch.forward, f"F{task.microbatch}"
             elif task.phase == "B":
                 if s < p - 1:
-                    yield from wait_for(s, ("B", task.microbatch, task.chunk, s + 1), f"gradient mb{task.microbatch}", task)
+                    yield from wait_for(
+                        s, ("B", task.microbatch, task.chunk, s + 1), f"gradient mb{task.microbatch}", task
+                    )
                 elif task.chunk < v - 1:
-                    yield from wait_for(s, ("B", task.microbatch, task.chunk + 1, 0), f"gradient mb{task.microbatch}", task)
+                    yield from wait_for(
+                        s, ("B", task.microbatch, task.chunk + 1, 0), f"gradient mb{task.microbatch}", task
+                    )
                 block = ch.backward_input if split_backward else ch.backward
                 label = f"B{task.microbatch}"
             else:
@@ -346,20 +392,40 @@ def _replay(
             actual_busy += (end - start) - (block.duration_s - busy)
             # --- outputs
             if task.phase == "F":
-                if task.chunk in ag_done and task.chunk not in first_fwd_seen and env.now < ag_done[task.chunk]:
+                if (
+                    task.chunk in ag_done
+                    and task.chunk not in first_fwd_seen
+                    and env.now < ag_done[task.chunk]
+                ):
                     t0 = env.now
                     yield env.timeout(ag_done[task.chunk] - env.now)
                     rec.add(s, "dp_comm", "wait param allgather", t0, env.now, chunk=task.chunk)
                 first_fwd_seen.add(task.chunk)
                 if s < p - 1:
-                    send(("F", task.microbatch, task.chunk, s), s, s + 1, st.p2p_s, task.microbatch, task.chunk)
+                    send(
+                        ("F", task.microbatch, task.chunk, s), s, s + 1, st.p2p_s, task.microbatch, task.chunk
+                    )
                 elif task.chunk < v - 1:
                     send(("F", task.microbatch, task.chunk, s), s, 0, st.p2p_s, task.microbatch, task.chunk)
             elif task.phase == "B":
                 if s > 0:
-                    send(("B", task.microbatch, task.chunk, s), s, s - 1, program.stages[s - 1].p2p_s, task.microbatch, task.chunk)
+                    send(
+                        ("B", task.microbatch, task.chunk, s),
+                        s,
+                        s - 1,
+                        program.stages[s - 1].p2p_s,
+                        task.microbatch,
+                        task.chunk,
+                    )
                 elif task.chunk > 0:
-                    send(("B", task.microbatch, task.chunk, s), s, p - 1, program.stages[p - 1].p2p_s, task.microbatch, task.chunk)
+                    send(
+                        ("B", task.microbatch, task.chunk, s),
+                        s,
+                        p - 1,
+                        program.stages[p - 1].p2p_s,
+                        task.microbatch,
+                        task.chunk,
+                    )
             if program.overlap_grad_reduce and last_grad_task.get(task.chunk) == idx and ch.grad_bucket_s:
                 n = len(ch.grad_bucket_s)
                 times = [start + (end - start) * (j + 1) / n for j in range(n)]

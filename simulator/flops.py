@@ -137,7 +137,11 @@ def logits_forward_flops(m: ModelSpec) -> float:
 def _sum_over_layers(m: ModelSpec, per_layer) -> float:
     """Σ over layers of per_layer(LayerForwardFlops): dense and MoE layers counted once each."""
     n_moe = m.num_moe_layers
-    total = (m.layers - n_moe) * per_layer(layer_forward_flops(m, _first_layer(m, moe=False))) if n_moe < m.layers else 0.0
+    total = (
+        (m.layers - n_moe) * per_layer(layer_forward_flops(m, _first_layer(m, moe=False)))
+        if n_moe < m.layers
+        else 0.0
+    )
     if n_moe:
         total += n_moe * per_layer(layer_forward_flops(m, _first_layer(m, moe=True)))
     return total

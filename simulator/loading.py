@@ -72,7 +72,9 @@ def path_kind(path: Path) -> str:
         return "missing"
 
 
-def read_user_text(path: str | Path, kind: str, max_bytes: int = MAX_FILE_BYTES, encoding: str = "utf-8") -> str:
+def read_user_text(
+    path: str | Path, kind: str, max_bytes: int = MAX_FILE_BYTES, encoding: str = "utf-8"
+) -> str:
     """The text of a user's file (`kind`: "TOML", "CSV"); every failure is a ConfigError naming
     the file: missing, a directory, unreadable, too large, empty, binary or not UTF-8."""
     p = Path(path)
@@ -229,9 +231,7 @@ def hf_config_fields(path: Path) -> dict[str, Any]:
             out[field_name] = value
     for required in ("layers", "hidden", "heads", "vocab"):
         if required not in out:
-            raise ConfigError(
-                f"config.json lacks {mapping[required][0]!r}", key="model.hf_config", file=name
-            )
+            raise ConfigError(f"config.json lacks {mapping[required][0]!r}", key="model.hf_config", file=name)
     act = str(get("hidden_act", "activation_function") or "").lower()
     model_type = str(get("model_type") or "").lower()
     out["gated_mlp"] = act in ("silu", "swiglu", "gelu_pytorch_tanh") or model_type in (
@@ -257,7 +257,10 @@ def hf_config_fields(path: Path) -> dict[str, Any]:
         if shared:
             out["shared_expert_ffn_hidden"] = shared
     hd, heads, hidden = out.get("head_dim"), out["heads"], out["hidden"]
-    if all(isinstance(v, int) and not isinstance(v, bool) for v in (hd, heads, hidden)) and hd * heads == hidden:
+    if (
+        all(isinstance(v, int) and not isinstance(v, bool) for v in (hd, heads, hidden))
+        and hd * heads == hidden
+    ):
         out.pop("head_dim")
     out["name"] = str(get("_name_or_path") or path.parent.name or "hf-model")
     return out
@@ -274,7 +277,9 @@ def model_from_table(table: Mapping[str, Any], base_dir: Path) -> ModelSpec:
         preset = table["preset"]
         presets = load_model_presets()
         if not isinstance(preset, str) or preset.lower() not in presets:
-            raise ConfigError(f"unknown model preset {preset!r}; known: {', '.join(presets)}", key="model.preset")
+            raise ConfigError(
+                f"unknown model preset {preset!r}; known: {', '.join(presets)}", key="model.preset"
+            )
         raw = dict(presets[preset.lower()])
         moe = raw.pop("moe", {})
         values.update(raw)
@@ -449,7 +454,9 @@ def _cluster(data: Mapping[str, Any], base_dir: Path) -> tuple[TopologySpec, int
             raise err.with_key_prefix("cluster") from None
     num_gpus = _required(cluster, "num_gpus", "cluster")
     if isinstance(num_gpus, float) and num_gpus.is_integer() and abs(num_gpus) < 1e18:
-        raise ConfigError(f"must be an integer (write {int(num_gpus)}), got {num_gpus!r}", key="cluster.num_gpus")
+        raise ConfigError(
+            f"must be an integer (write {int(num_gpus)}), got {num_gpus!r}", key="cluster.num_gpus"
+        )
     return topo, num_gpus
 
 
@@ -473,7 +480,9 @@ def parallel_from_table(table: Mapping[str, Any], num_gpus: int) -> ParallelConf
         values["dp"] = num_gpus // mp
     if "schedule" not in values:
         vp = values.get("vp", 1)
-        values["schedule"] = "interleaved" if isinstance(vp, int) and not isinstance(vp, bool) and vp > 1 else "1f1b"
+        values["schedule"] = (
+            "interleaved" if isinstance(vp, int) and not isinstance(vp, bool) and vp > 1 else "1f1b"
+        )
     if "global_batch" not in values:
         raise ConfigError("missing required key", key="parallel.global_batch")
     return ParallelConfig(**values)

@@ -239,7 +239,9 @@ def _attention_params_per_rank(model: ModelSpec, tp: int) -> float:
     return h * (q + 2 * kv) + q * h
 
 
-def stage_params(model: ModelSpec, par: ParallelConfig, stage: int, first_layer: int, num_layers: int) -> StageParams:
+def stage_params(
+    model: ModelSpec, par: ParallelConfig, stage: int, first_layer: int, num_layers: int
+) -> StageParams:
     """Weights of one GPU of pipeline stage `stage` (TP-sharded matrices, replicated norms)."""
     t = par.tp
     h = model.hidden
@@ -251,7 +253,11 @@ def stage_params(model: ModelSpec, par: ParallelConfig, stage: int, first_layer:
     expert = 0.0
     if num_moe:
         routed = model.num_experts * flops.mlp_params(model, model.expert_ffn) / (par.ep * t)
-        shared = flops.mlp_params(model, model.shared_expert_ffn_hidden) / t if model.shared_expert_ffn_hidden else 0
+        shared = (
+            flops.mlp_params(model, model.shared_expert_ffn_hidden) / t
+            if model.shared_expert_ffn_hidden
+            else 0
+        )
         dense += num_moe * (shared + h * model.num_experts)  # shared expert and router
         expert = num_moe * routed
     if stage == 0:
@@ -296,12 +302,26 @@ def memory_footprint(scn: Scenario) -> MemoryReport:
 
     fp8 = scn.dtype == "fp8"
     dense_act = layer_activation_bytes(
-        model, b, tp=t, cp=par.cp, sequence_parallel=sp, recompute=par.recompute, flash_attention=flash, fp8=fp8
+        model,
+        b,
+        tp=t,
+        cp=par.cp,
+        sequence_parallel=sp,
+        recompute=par.recompute,
+        flash_attention=flash,
+        fp8=fp8,
     )
     moe_act = (
         layer_activation_bytes(
-            model, b, tp=t, cp=par.cp, sequence_parallel=sp, recompute=par.recompute,
-            flash_attention=flash, moe=True, fp8=fp8,
+            model,
+            b,
+            tp=t,
+            cp=par.cp,
+            sequence_parallel=sp,
+            recompute=par.recompute,
+            flash_attention=flash,
+            moe=True,
+            fp8=fp8,
         )
         if model.is_moe
         else dense_act
@@ -325,8 +345,10 @@ def memory_footprint(scn: Scenario) -> MemoryReport:
         n_moe = _moe_layers_in(model, first, first + n_layers)
         first += n_layers
         layer_mbs = inflight_layer_microbatches(par, i, n_layers)
-        per_layer = dense_act.stored if n_layers == 0 else (
-            ((n_layers - n_moe) * dense_act.stored + n_moe * moe_act.stored) / n_layers
+        per_layer = (
+            dense_act.stored
+            if n_layers == 0
+            else (((n_layers - n_moe) * dense_act.stored + n_moe * moe_act.stored) / n_layers)
         )
         activations = layer_mbs * per_layer
         activations += max(dense_act.working, moe_act.working if n_moe else 0.0)

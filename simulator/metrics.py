@@ -141,7 +141,9 @@ class StepReport:
         return out
 
 
-def step_report(scn: Scenario, program: Program, step_time_s: float, by_stage: tuple[dict[str, float], ...]) -> StepReport:
+def step_report(
+    scn: Scenario, program: Program, step_time_s: float, by_stage: tuple[dict[str, float], ...]
+) -> StepReport:
     """The SPEC §4 report of a step, however its time was obtained (engine or closed form)."""
     from .flops import step_flops
     from .memory import memory_footprint

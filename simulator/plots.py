@@ -150,7 +150,9 @@ def _legend_handles(keys: Iterable[str]) -> list[Patch]:
     handles = []
     for k in keys:
         if k == "bubble":
-            handles.append(Patch(facecolor=COLORS[k], edgecolor=BUBBLE_EDGE, hatch=BUBBLE_HATCH, label=LABELS[k]))
+            handles.append(
+                Patch(facecolor=COLORS[k], edgecolor=BUBBLE_EDGE, hatch=BUBBLE_HATCH, label=LABELS[k])
+            )
         else:
             handles.append(Patch(facecolor=COLORS[k], edgecolor="none", label=LABELS.get(k, k)))
     return handles
@@ -161,7 +163,9 @@ def _pct(x: float) -> str:
 
 
 # ----------------------------------------------------------------------------- Gantt
-def draw_pipeline_gantt(ax: Axes, timeline: Timeline, report: StepReport, *, label_microbatches: bool = True) -> None:
+def draw_pipeline_gantt(
+    ax: Axes, timeline: Timeline, report: StepReport, *, label_microbatches: bool = True
+) -> None:
     """Draw the pipeline Gantt chart on `ax` (see `pipeline_gantt`)."""
     step = timeline.step_time_s
     unit_s, unit = _time_unit(step)
@@ -196,33 +200,62 @@ def draw_pipeline_gantt(ax: Axes, timeline: Timeline, report: StepReport, *, lab
             by_color.setdefault((ph, max(sp.chunk, 0)), []).append((start / unit_s, (end - start) / unit_s))
         for (ph, chunk), xr in by_color.items():
             if ph == "bubble":
-                ax.broken_barh(xr, (y - main_h / 2, main_h), facecolors=COLORS[ph], edgecolors=BUBBLE_EDGE,
-                               hatch=BUBBLE_HATCH, linewidth=0.0)
+                ax.broken_barh(
+                    xr,
+                    (y - main_h / 2, main_h),
+                    facecolors=COLORS[ph],
+                    edgecolors=BUBBLE_EDGE,
+                    hatch=BUBBLE_HATCH,
+                    linewidth=0.0,
+                )
             else:
-                ax.broken_barh(xr, (y - main_h / 2, main_h), facecolors=_chunk_color(COLORS.get(ph, "#A0A0A0"), chunk),
-                               linewidth=0.0)
+                ax.broken_barh(
+                    xr,
+                    (y - main_h / 2, main_h),
+                    facecolors=_chunk_color(COLORS.get(ph, "#A0A0A0"), chunk),
+                    linewidth=0.0,
+                )
         # One outline (and its micro-batch number) per task: a forward or backward of one micro-batch
         # on one chunk, including the exposed communication inside it.
-        tasks = _merged((x for x in main if x.microbatch >= 0 and x.category not in ("bubble", "pp_comm", "dataloader")),
-                        key=_task_key)
-        outlines = [(a / unit_s, (b - a) / unit_s) for a, b, _ in tasks if (b - a) / unit_s * px_per_unit >= 4]
+        tasks = _merged(
+            (x for x in main if x.microbatch >= 0 and x.category not in ("bubble", "pp_comm", "dataloader")),
+            key=_task_key,
+        )
+        outlines = [
+            (a / unit_s, (b - a) / unit_s) for a, b, _ in tasks if (b - a) / unit_s * px_per_unit >= 4
+        ]
         if outlines:
-            ax.broken_barh(outlines, (y - main_h / 2, main_h), facecolors="none", edgecolors="white", linewidth=0.7)
+            ax.broken_barh(
+                outlines, (y - main_h / 2, main_h), facecolors="none", edgecolors="white", linewidth=0.7
+            )
         if label_microbatches:
             for start, end, sp in tasks:
                 text = str(sp.microbatch)
                 if (end - start) / unit_s * px_per_unit < 6.5 * len(text) + 4:
                     continue
-                ax.text((start + end) / 2 / unit_s, y, text, ha="center", va="center", fontsize=7, color="white",
-                        clip_on=True)
+                ax.text(
+                    (start + end) / 2 / unit_s,
+                    y,
+                    text,
+                    ha="center",
+                    va="center",
+                    fontsize=7,
+                    color="white",
+                    clip_on=True,
+                )
         # Work beside the GPU timeline (overlapped communication, transfers, loading): a thin lane.
         side_by_cat: dict[str, list[tuple[float, float]]] = {}
         for start, end, sp in _merged(side_by_stage[stage], key=lambda x: (x.category, x.stream)):
             side_by_cat.setdefault(sp.category, []).append((start / unit_s, (end - start) / unit_s))
         for cat, xr in side_by_cat.items():
             side_present.add(cat)
-            ax.broken_barh(xr, (y + main_h / 2, side_h), facecolors=COLORS.get(cat, "#A0A0A0"), alpha=SIDE_ALPHA,
-                           linewidth=0)
+            ax.broken_barh(
+                xr,
+                (y + main_h / 2, side_h),
+                facecolors=COLORS.get(cat, "#A0A0A0"),
+                alpha=SIDE_ALPHA,
+                linewidth=0,
+            )
 
     ax.set_xlim(0, step / unit_s)
     ax.set_ylim(timeline.num_stages - 0.5 + side_h, -0.5)
@@ -242,10 +275,19 @@ def draw_pipeline_gantt(ax: Axes, timeline: Timeline, report: StepReport, *, lab
     handles = _legend_handles(keys)
     for cat in (c for c in CATEGORIES if c in side_present):
         name = LABELS.get(cat, cat).replace(" (exposed)", "")
-        handles.append(Patch(facecolor=COLORS.get(cat, "#A0A0A0"), alpha=SIDE_ALPHA, label=f"thin lane: {name}"))
+        handles.append(
+            Patch(facecolor=COLORS.get(cat, "#A0A0A0"), alpha=SIDE_ALPHA, label=f"thin lane: {name}")
+        )
     title = "GPU is doing" + ("\n(lighter shade: later model chunk)" if report.parallel.vp > 1 else "")
-    ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.005, 1.0), fontsize=8, frameon=False,
-              title=title, title_fontsize=8)
+    ax.legend(
+        handles=handles,
+        loc="upper left",
+        bbox_to_anchor=(1.005, 1.0),
+        fontsize=8,
+        frameon=False,
+        title=title,
+        title_fontsize=8,
+    )
 
 
 def pipeline_gantt(timeline: Timeline, report: StepReport) -> Figure:
@@ -275,7 +317,9 @@ def draw_breakdown_bars(ax: Axes, report: StepReport) -> None:
     """Stacked horizontal bars of each stage's breakdown (and the mean) on `ax`."""
     step = report.step_time_s
     unit_s, unit = _time_unit(step)
-    rows = [("mean", report.breakdown_s)] + [(f"stage {i}", b) for i, b in enumerate(report.breakdown_by_stage_s)]
+    rows = [("mean", report.breakdown_s)] + [
+        (f"stage {i}", b) for i, b in enumerate(report.breakdown_by_stage_s)
+    ]
     if len(rows) == 2:  # one stage: the mean is the stage
         rows = rows[1:]
     used = [c for c in CATEGORIES if any(r[1].get(c, 0.0) > 0 for r in rows)]
@@ -291,8 +335,15 @@ def draw_breakdown_bars(ax: Axes, report: StepReport) -> None:
             ax.barh(y, w / unit_s, left=left / unit_s, height=0.7, **kw)
             if step > 0 and w / step >= 0.06:
                 dark = c not in ("bubble", "dataloader", "other")
-                ax.text((left + w / 2) / unit_s, y, f"{100 * w / step:.0f}%", ha="center", va="center",
-                        fontsize=7, color="white" if dark else "black")
+                ax.text(
+                    (left + w / 2) / unit_s,
+                    y,
+                    f"{100 * w / step:.0f}%",
+                    ha="center",
+                    va="center",
+                    fontsize=7,
+                    color="white" if dark else "black",
+                )
             left += w
     ax.set_yticks(range(len(rows)))
     ax.set_yticklabels([r[0] for r in rows])
@@ -300,6 +351,7 @@ def draw_breakdown_bars(ax: Axes, report: StepReport) -> None:
     ax.set_xlim(0, step / unit_s * 1.001 if step > 0 else 1.0)
     ax.set_xlabel(f"time per step ({unit})")
     if step > 0:
+
         def to_pct(x: Any) -> Any:
             return x * (unit_s / step * 100.0)
 
@@ -311,10 +363,16 @@ def draw_breakdown_bars(ax: Axes, report: StepReport) -> None:
         top.tick_params(labelsize=8)
     ax.grid(axis="x", color="#DDDDDD", linewidth=0.6)
     ax.set_axisbelow(True)
-    ax.set_title("Where the step time goes (exclusive categories; hidden communication counts as compute)",
-                 fontsize=10)
-    ax.legend(handles=_legend_handles(used), loc="upper left", bbox_to_anchor=(1.005, 1.0), fontsize=8,
-              frameon=False)
+    ax.set_title(
+        "Where the step time goes (exclusive categories; hidden communication counts as compute)", fontsize=10
+    )
+    ax.legend(
+        handles=_legend_handles(used),
+        loc="upper left",
+        bbox_to_anchor=(1.005, 1.0),
+        fontsize=8,
+        frameon=False,
+    )
 
 
 def breakdown_bars(report: StepReport) -> Figure:
@@ -341,8 +399,12 @@ def step_figure(timeline: Timeline, report: StepReport) -> Figure:
     return fig
 
 
-def breakdown_comparison(reports: Sequence[StepReport], labels: Sequence[str] | None = None, *,
-                         title: str = "Where the step time goes") -> Figure:
+def breakdown_comparison(
+    reports: Sequence[StepReport],
+    labels: Sequence[str] | None = None,
+    *,
+    title: str = "Where the step time goes",
+) -> Figure:
     """Several runs side by side: each one's mean breakdown as % of its step, with its MFU and HFU.
 
     For what-if comparisons (TP inside vs across nodes, overlap on/off, recomputation
@@ -367,8 +429,15 @@ def breakdown_comparison(reports: Sequence[StepReport], labels: Sequence[str] | 
             ax.barh(y, 100 * frac, left=100 * left, height=0.7, **kw)
             if frac >= 0.06:
                 dark = c not in ("bubble", "dataloader", "other")
-                ax.text(100 * (left + frac / 2), y, f"{100 * frac:.0f}%", ha="center", va="center", fontsize=7,
-                        color="white" if dark else "black")
+                ax.text(
+                    100 * (left + frac / 2),
+                    y,
+                    f"{100 * frac:.0f}%",
+                    ha="center",
+                    va="center",
+                    fontsize=7,
+                    color="white" if dark else "black",
+                )
             left += frac
         ax.text(101, y, f"MFU {_pct(rep.mfu)}\nHFU {_pct(rep.hfu)}", va="center", fontsize=8)
     ax.set_yticks(range(len(reports)))
@@ -379,8 +448,9 @@ def breakdown_comparison(reports: Sequence[StepReport], labels: Sequence[str] | 
     ax.grid(axis="x", color="#DDDDDD", linewidth=0.6)
     ax.set_axisbelow(True)
     ax.set_title(title, fontsize=11)
-    ax.legend(handles=_legend_handles(used), loc="upper left", bbox_to_anchor=(1.09, 1.0), fontsize=8,
-              frameon=False)
+    ax.legend(
+        handles=_legend_handles(used), loc="upper left", bbox_to_anchor=(1.09, 1.0), fontsize=8, frameon=False
+    )
     return fig
 
 
@@ -404,10 +474,13 @@ def flops_per_token_figure(model: ModelSpec, seq_lens: Sequence[int]) -> Figure:
     ax.set_title(f"{model.name}: FLOPs per training token", fontsize=10)
     ax.grid(color="#DDDDDD", linewidth=0.6)
     ax.legend(fontsize=8)
-    ax2.plot(seq_lens, [100 * (1 - a / e) for a, e in zip(six, exact, strict=True)], "o-",
-             label="6Ψ misses")
-    ax2.plot(seq_lens, [100 * (1 - a / e) for a, e in zip(attn, exact, strict=True)], "s-",
-             label="6Ψ + 12·L·h·s misses")
+    ax2.plot(seq_lens, [100 * (1 - a / e) for a, e in zip(six, exact, strict=True)], "o-", label="6Ψ misses")
+    ax2.plot(
+        seq_lens,
+        [100 * (1 - a / e) for a, e in zip(attn, exact, strict=True)],
+        "s-",
+        label="6Ψ + 12·L·h·s misses",
+    )
     ax2.set_xscale("log", base=2)
     ax2.set_xlabel("sequence length s (tokens)")
     ax2.set_ylabel("% of the exact FLOPs not counted")
@@ -489,28 +562,48 @@ def sweep_mfu_figure(rows: Sequence[Any], *, top: int = 25, title: str | None = 
     n_fit = sum(1 for s in scored if s[1])
     if scored:
         xs = list(range(1, len(scored) + 1))
-        ax_rank.scatter([x for x, s in zip(xs, scored, strict=True) if s[1]],
-                        [100 * s[0] for s in scored if s[1]], s=12, color="#4C72B0", label=f"fits in memory ({n_fit})")
-        ax_rank.scatter([x for x, s in zip(xs, scored, strict=True) if not s[1]],
-                        [100 * s[0] for s in scored if not s[1]], s=12, marker="x", color="#C44E52",
-                        label=f"does not fit ({len(scored) - n_fit})")
+        ax_rank.scatter(
+            [x for x, s in zip(xs, scored, strict=True) if s[1]],
+            [100 * s[0] for s in scored if s[1]],
+            s=12,
+            color="#4C72B0",
+            label=f"fits in memory ({n_fit})",
+        )
+        ax_rank.scatter(
+            [x for x, s in zip(xs, scored, strict=True) if not s[1]],
+            [100 * s[0] for s in scored if not s[1]],
+            s=12,
+            marker="x",
+            color="#C44E52",
+            label=f"does not fit ({len(scored) - n_fit})",
+        )
         ax_rank.legend(fontsize=8, loc="upper right")
     ax_rank.set_xlabel("configuration rank")
     ax_rank.set_ylabel("predicted MFU (%)")
     ax_rank.set_ylim(bottom=0)
     ax_rank.grid(color="#DDDDDD", linewidth=0.6)
-    ax_rank.set_title(f"All {len(scored)} simulated configurations" + (f" ({invalid} invalid, not shown)" if invalid else ""),
-                      fontsize=10)
+    ax_rank.set_title(
+        f"All {len(scored)} simulated configurations"
+        + (f" ({invalid} invalid, not shown)" if invalid else ""),
+        fontsize=10,
+    )
 
     fitting = [b for b in scored if b[1]]
     best = (fitting or scored)[:top]
     above = sum(1 for b in scored if not b[1] and best and b[0] > best[0][0]) if fitting else 0
     ys = range(len(best))
-    ax_top.barh(list(ys), [100 * b[0] for b in best], height=0.7,
-                color=["#4C72B0" if b[1] else "#F2B8BA" for b in best],
-                hatch=None, edgecolor=["none" if b[1] else "#C44E52" for b in best])
+    ax_top.barh(
+        list(ys),
+        [100 * b[0] for b in best],
+        height=0.7,
+        color=["#4C72B0" if b[1] else "#F2B8BA" for b in best],
+        hatch=None,
+        edgecolor=["none" if b[1] else "#C44E52" for b in best],
+    )
     for y, b in zip(ys, best, strict=True):
-        ax_top.text(100 * b[0], y, f" {100 * b[0]:.1f}%" + ("" if b[1] else " (OOM)"), va="center", fontsize=7)
+        ax_top.text(
+            100 * b[0], y, f" {100 * b[0]:.1f}%" + ("" if b[1] else " (OOM)"), va="center", fontsize=7
+        )
     ax_top.set_yticks(list(ys))
     ax_top.set_yticklabels([config_label(b[2]) for b in best], fontsize=7)
     ax_top.set_ylim(len(best) - 0.5, -0.5)

@@ -24,7 +24,9 @@ from .specs import ModelSpec, Scenario
 
 CAUSAL_WORK_FRACTION = 0.5  # a causal FlashAttention kernel skips the upper-triangle blocks
 FLASH_BWD_TO_FWD = 2.5  # FlashAttention-2 (Dao 2023) backward runs 5 matmuls vs 2 forward
-ADAM_BYTES_PER_PARAM = 34  # fused Adam: fp32 grad r(4) + master r/w(8) + m r/w(8) + v r/w(8) + 16-bit param w(2) + grad zero(4)
+ADAM_BYTES_PER_PARAM = (
+    34  # fused Adam: fp32 grad r(4) + master r/w(8) + m r/w(8) + v r/w(8) + 16-bit param w(2) + grad zero(4)
+)
 FP8_CAST_BYTES_PER_ELEMENT = 3  # read a 16-bit element, write its 8-bit copy
 UNFUSED_SOFTMAX_PASSES = 4  # Megatron's fused scale-mask-softmax (read + write) and dropout (read + write)
 
@@ -276,7 +278,15 @@ class _Coster:
         hidden = tp_s - exposed
         keep = exposed / tp_s
         out = [(c, n, d * keep if c == "tp_comm" else d, f, b) for c, n, d, f, b in parts]
-        out.append(("compute", "tp overlap interference", hidden * self.scn.gpu.efficiency.overlap_slowdown, 0.0, 0.0))
+        out.append(
+            (
+                "compute",
+                "tp overlap interference",
+                hidden * self.scn.gpu.efficiency.overlap_slowdown,
+                0.0,
+                0.0,
+            )
+        )
         return out
 
     def _attention(self, T: int, s_local: int, s: int, heads_local: int, q_local: int):
@@ -363,7 +373,9 @@ class _Coster:
         per_expert = max(tokens // experts_local, 1)
         fc1_n = (2 if m.gated_mlp else 1) * f_local
         if par.ep == 1:
-            self._tp_entry(fwd, b_in, tp_msg, matmul_time_s(self.device, per_expert, fc1_n, m.hidden, experts_local))
+            self._tp_entry(
+                fwd, b_in, tp_msg, matmul_time_s(self.device, per_expert, fc1_n, m.hidden, experts_local)
+            )
         if par.ep > 1:
             a2a_msg = tokens * m.hidden * a
             t_a2a = self.coll("alltoall", "ep", a2a_msg)
@@ -389,7 +401,9 @@ class _Coster:
         if moe:
             expert_tp = 1 if par.ep > 1 else par.tp
             experts = m.num_experts / par.ep * fl.mlp_params(m, m.expert_ffn) / expert_tp
-            shared = fl.mlp_params(m, m.shared_expert_ffn_hidden) / par.tp if m.shared_expert_ffn_hidden else 0
+            shared = (
+                fl.mlp_params(m, m.shared_expert_ffn_hidden) / par.tp if m.shared_expert_ffn_hidden else 0
+            )
             return attn + experts + shared + m.hidden * m.num_experts + norms
         return attn + fl.mlp_params(m, m.ffn) / par.tp + norms
 
@@ -410,8 +424,24 @@ class _Coster:
         par, m = scn.parallel, scn.model
         T = par.micro_batch * m.seq_len // par.cp
         a = d.activation_bytes
-        fwd = [("compute", "embedding lookup", memory_op_time_s(d, 2 * T * m.hidden * a), 0.0, 2 * T * m.hidden * a)]
-        bwd = [("compute", "embedding grad", memory_op_time_s(d, 3 * T * m.hidden * 4), 0.0, 3 * T * m.hidden * 4)]
+        fwd = [
+            (
+                "compute",
+                "embedding lookup",
+                memory_op_time_s(d, 2 * T * m.hidden * a),
+                0.0,
+                2 * T * m.hidden * a,
+            )
+        ]
+        bwd = [
+            (
+                "compute",
+                "embedding grad",
+                memory_op_time_s(d, 3 * T * m.hidden * 4),
+                0.0,
+                3 * T * m.hidden * 4,
+            )
+        ]
         if par.tp > 1:  # vocab-parallel embedding: partial sums reduced across TP
             msg = T * m.hidden * a
             kind = "reducescatter" if par.sequence_parallel else "allreduce"
@@ -438,7 +468,10 @@ class _Coster:
             t_rs = self.coll("reducescatter", "tp", msg)  # beside the logits wgrad (as in _tp_entry)
             bwd_in.append(("tp_comm", "tp reducescatter (beside wgrad)", max(0.0, t_rs - t_mm), 0.0, msg))
         fwd += [("compute", "logits", t_mm, f, 0.0), ("compute", "cross-entropy", t_ce, 0.0, ce_bytes)]
-        bwd_in += [("compute", "cross-entropy bwd", t_ce, 0.0, ce_bytes), ("compute", "logits dgrad", t_mm, f, 0.0)]
+        bwd_in += [
+            ("compute", "cross-entropy bwd", t_ce, 0.0, ce_bytes),
+            ("compute", "logits dgrad", t_mm, f, 0.0),
+        ]
         bwd_w = [("compute", "logits wgrad", t_mm, f, 0.0)]
         return _Phase(tuple(fwd)), _Phase(tuple(bwd_in)), _Phase(tuple(bwd_w))
 

@@ -87,7 +87,11 @@ def sample_stats(samples: list[StepReport]) -> dict[str, Any]:
             "min": min(steps),
             "max": max(steps),
         },
-        "mfu": {"mean": statistics.fmean(mfus), "p50": _percentile(mfus, 0.5), "p99": _percentile(mfus, 0.01)},
+        "mfu": {
+            "mean": statistics.fmean(mfus),
+            "p50": _percentile(mfus, 0.5),
+            "p99": _percentile(mfus, 0.01),
+        },
     }
 
 
@@ -109,7 +113,8 @@ def format_report(scn: Scenario, r: StepReport) -> str:
     lines = [
         f"{r.name}",
         f"  {r.num_gpus} x {scn.gpu.name} ({scn.topology.name}), {scn.model.name}, {scn.dtype}",
-        f"  tp {par.tp} · pp {par.pp} · dp {par.dp} · cp {par.cp}" + (f" · ep {par.ep}" if par.ep > 1 else "")
+        f"  tp {par.tp} · pp {par.pp} · dp {par.dp} · cp {par.cp}"
+        + (f" · ep {par.ep}" if par.ep > 1 else "")
         + f";  micro-batch {par.micro_batch} x {par.num_microbatches} = global batch {par.global_batch}; "
         + ", ".join(flags),
         "",
@@ -121,8 +126,14 @@ def format_report(scn: Scenario, r: StepReport) -> str:
         mem = r.memory
         fit = "fits" if mem.fits else "DOES NOT FIT"
         parts = ", ".join(f"{k} {bytes_to_gib(v):.1f}" for k, v in mem.parts_bytes.items())
-        lines.append(f"  memory {bytes_to_gib(mem.peak_bytes):.1f} GiB of {bytes_to_gib(mem.capacity_bytes):.0f} GiB per GPU ({fit}): {parts}")
-    lines += ["", "  Where the time goes (mean over pipeline stages):", f"  {'category':<11} {'seconds':>10} {'% step':>7}"]
+        lines.append(
+            f"  memory {bytes_to_gib(mem.peak_bytes):.1f} GiB of {bytes_to_gib(mem.capacity_bytes):.0f} GiB per GPU ({fit}): {parts}"
+        )
+    lines += [
+        "",
+        "  Where the time goes (mean over pipeline stages):",
+        f"  {'category':<11} {'seconds':>10} {'% step':>7}",
+    ]
     bd = r.breakdown_s
     for cat in CATEGORIES:
         sec = bd[cat]

@@ -89,7 +89,9 @@ def _zb_h1_orders(pp: int, m: int) -> tuple[tuple[Task, ...], ...]:
         started: list[tuple[int, str, int]] = []
         for s in range(pp):
             in_flight = next_f[s] - w_count[s]
-            ready_b = [i for i in sorted(f_done[s]) if i not in b_done[s] and (s == pp - 1 or i in b_done[s + 1])]
+            ready_b = [
+                i for i in sorted(f_done[s]) if i not in b_done[s] and (s == pp - 1 or i in b_done[s + 1])
+            ]
             if ready_b:
                 started.append((s, "B", ready_b[0]))
             elif next_f[s] < m and (s == 0 or next_f[s] in f_done[s - 1]) and in_flight < pp - s:

@@ -114,8 +114,7 @@ class ModelSpec:
             _check_bool(f"{p}.{key}", getattr(self, key))
         if self.head_dim == 0 and self.hidden % self.heads:
             raise ConfigError(
-                f"hidden ({self.hidden}) must be a multiple of heads ({self.heads}) "
-                "unless head_dim is given",
+                f"hidden ({self.hidden}) must be a multiple of heads ({self.heads}) unless head_dim is given",
                 key=f"{p}.heads",
             )
         if self.num_kv_heads > self.heads or self.heads % self.num_kv_heads:
@@ -505,16 +504,12 @@ def check_parallel_fits(model: ModelSpec, par: ParallelConfig, num_gpus: int) ->
             key=f"{p}.dp",
         )
     if model.heads % par.tp:
-        raise ConfigError(
-            f"tp = {par.tp} must divide the number of heads ({model.heads})", key=f"{p}.tp"
-        )
+        raise ConfigError(f"tp = {par.tp} must divide the number of heads ({model.heads})", key=f"{p}.tp")
     kv = model.num_kv_heads
     if kv % par.tp and par.tp % kv:
         # Megatron needs tp | kv_heads; with tp > kv_heads the KV heads are replicated,
         # which only works when kv_heads divides tp.
-        raise ConfigError(
-            f"tp = {par.tp} and kv_heads = {kv}: one must divide the other", key=f"{p}.tp"
-        )
+        raise ConfigError(f"tp = {par.tp} and kv_heads = {kv}: one must divide the other", key=f"{p}.tp")
     if par.pp > model.layers:
         raise ConfigError(f"pp = {par.pp} exceeds the number of layers ({model.layers})", key=f"{p}.pp")
     if par.vp > 1 and model.layers < par.pp * par.vp:
@@ -538,9 +533,7 @@ def check_parallel_fits(model: ModelSpec, par: ParallelConfig, num_gpus: int) ->
         if not model.is_moe:
             raise ConfigError("ep > 1 needs a mixture-of-experts model ([model.moe])", key=f"{p}.ep")
         if model.num_experts % par.ep:
-            raise ConfigError(
-                f"ep = {par.ep} must divide num_experts ({model.num_experts})", key=f"{p}.ep"
-            )
+            raise ConfigError(f"ep = {par.ep} must divide num_experts ({model.num_experts})", key=f"{p}.ep")
         if (par.dp * par.cp * par.tp) % par.ep:
             raise ConfigError(
                 f"ep = {par.ep} must divide dp*cp*tp = {par.dp * par.cp * par.tp} "

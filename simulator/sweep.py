@@ -87,7 +87,9 @@ EXTRA_CONFIG_COLUMNS = ("num_gpus",) + tuple(
 )  # overlap_grad_reduce, overlap_param_gather, tp_comm_overlap, grad_bucket_params, ...
 EXTRA_RESULT_COLUMNS = ("num_microbatches", "capacity_gib", "engine")
 KEY_COLUMNS = SPEC_CONFIG_COLUMNS + EXTRA_CONFIG_COLUMNS
-COLUMNS = SPEC_CONFIG_COLUMNS + RESULT_COLUMNS + CATEGORY_COLUMNS + EXTRA_CONFIG_COLUMNS + EXTRA_RESULT_COLUMNS
+COLUMNS = (
+    SPEC_CONFIG_COLUMNS + RESULT_COLUMNS + CATEGORY_COLUMNS + EXTRA_CONFIG_COLUMNS + EXTRA_RESULT_COLUMNS
+)
 NUMERIC_COLUMNS = frozenset(
     ("step_time_s", "tokens_per_s", "mfu", "hfu", "peak_memory_gib", "capacity_gib") + CATEGORY_COLUMNS
 )
@@ -186,7 +188,8 @@ def plan_sweep(scn: Scenario) -> SweepPlan:
     """The sweep axes of a scenario: its [sweep] lists plus defaults for tp and pp (module doc)."""
     table = dict(scn.sweep)
     gpu_counts = [
-        n for n in table.get("num_gpus", (scn.num_gpus,))
+        n
+        for n in table.get("num_gpus", (scn.num_gpus,))
         if isinstance(n, int) and not isinstance(n, bool) and 0 < n <= MAX_GPUS
     ]
     if not gpu_counts:
@@ -296,7 +299,9 @@ def evaluate_config(
     return row
 
 
-def fill_numbers(row: dict[str, Any], report: StepReport, peak_bytes: float, capacity_bytes: float, engine: str) -> None:
+def fill_numbers(
+    row: dict[str, Any], report: StepReport, peak_bytes: float, capacity_bytes: float, engine: str
+) -> None:
     row["step_time_s"] = report.step_time_s
     row["tokens_per_s"] = report.tokens_per_s
     row["mfu"] = report.mfu
@@ -309,7 +314,9 @@ def fill_numbers(row: dict[str, Any], report: StepReport, peak_bytes: float, cap
     row["engine"] = engine
 
 
-def evaluate_chunk(base_scn: Scenario, chunk: Sequence[Mapping[str, Any]], engine: str) -> list[dict[str, Any]]:
+def evaluate_chunk(
+    base_scn: Scenario, chunk: Sequence[Mapping[str, Any]], engine: str
+) -> list[dict[str, Any]]:
     """Worker task: rows for a list of configurations (resolved values, see config_cells)."""
     comms = CommModels()
     return [evaluate_config(base_scn, values, engine, comms) for values in chunk]
@@ -588,7 +595,9 @@ class Runner:
         try:
             from distributed import Client, LocalCluster, as_completed
         except ImportError:
-            raise ConfigError("needs the optional Dask extra: pip install 'mfusim[dask]'", key="--dask") from None
+            raise ConfigError(
+                "needs the optional Dask extra: pip install 'mfusim[dask]'", key="--dask"
+            ) from None
         if self._client is None:
             if self.dask == "local":
                 self._cluster = LocalCluster(
@@ -599,10 +608,13 @@ class Runner:
                 try:
                     self._client = Client(self.dask, timeout="20s")
                 except (OSError, TimeoutError, ValueError) as exc:
-                    raise ConfigError(f"cannot reach the Dask scheduler {self.dask!r}: {exc}", key="--dask") from None
+                    raise ConfigError(
+                        f"cannot reach the Dask scheduler {self.dask!r}: {exc}", key="--dask"
+                    ) from None
             self._base_future = self._client.scatter(self.base_scn, broadcast=True)
         futures = [
-            self._client.submit(evaluate_chunk, self._base_future, chunk, engine, pure=False) for chunk in chunks
+            self._client.submit(evaluate_chunk, self._base_future, chunk, engine, pure=False)
+            for chunk in chunks
         ]
         for fut in as_completed(futures):
             on_rows(fut.result())
@@ -681,15 +693,26 @@ def run_sweep(
 
     with Runner(scn, jobs=jobs, dask=dask) as runner:
         rows = _run_passes(
-            runner, todo, seen, old_rows, foreign_rows,
-            engine=engine, refine=refine, rank_by=rank_by, out=out, resume=resume, progress=progress,
+            runner,
+            todo,
+            seen,
+            old_rows,
+            foreign_rows,
+            engine=engine,
+            refine=refine,
+            rank_by=rank_by,
+            out=out,
+            resume=resume,
+            progress=progress,
         )
     engine_note = _engines_used(rows)
     ranked = rank_rows(rows, rank_by)
     if engine == "auto":
         # the engine's numbers are the better ones: refined configurations first, re-ranked by
         # them, then the rest by the closed form
-        ranked = [r for r in ranked if r.get("engine") == "des"] + [r for r in ranked if r.get("engine") != "des"]
+        ranked = [r for r in ranked if r.get("engine") == "des"] + [
+            r for r in ranked if r.get("engine") != "des"
+        ]
     counts = Counter(str(r.get("status")) for r in rows)
     return SweepResult(
         rows=tuple(rows),
@@ -751,7 +774,9 @@ def _run_passes(
         todo_des = [r for r in ranked[:refine] if r.get("engine") != "des"]
         if todo_des:
             refined: list[dict[str, Any]] = []
-            bar = Progress(len(todo_des), progress or sys.stderr, label="engine", enabled=progress is not None)
+            bar = Progress(
+                len(todo_des), progress or sys.stderr, label="engine", enabled=progress is not None
+            )
 
             def on_refined(rs: list[dict[str, Any]]) -> None:
                 refined.extend(rs)
@@ -784,7 +809,19 @@ def _engines_used(rows: Iterable[Mapping[str, Any]]) -> str:
 
 
 # ----------------------------------------------------------------------------- report
-TABLE_KEYS = ("tp", "pp", "dp", "cp", "ep", "vp", "micro_batch", "schedule", "recompute", "sequence_parallel", "zero")
+TABLE_KEYS = (
+    "tp",
+    "pp",
+    "dp",
+    "cp",
+    "ep",
+    "vp",
+    "micro_batch",
+    "schedule",
+    "recompute",
+    "sequence_parallel",
+    "zero",
+)
 SHORT = {
     "compute": "comp",
     "recompute": "recomp",
@@ -822,7 +859,8 @@ def format_table(scn: Scenario, result: SweepResult, top: int, rank_by: str) -> 
         extra = [k for k in result.swept_keys if k not in TABLE_KEYS]
         head = (
             f"{'#':>3} {'tp':>3} {'pp':>3} {'dp':>5} {'cp':>2} {'ep':>2} {'vp':>2} {'mb':>3} {'sched':<11} "
-            f"{'recomp':<9} {'sp':<2} {'z':>1} " + "".join(f"{k:>{max(len(k), 6)}} " for k in extra)
+            f"{'recomp':<9} {'sp':<2} {'z':>1} "
+            + "".join(f"{k:>{max(len(k), 6)}} " for k in extra)
             + f"{'engine':<8} {'MFU':>6} {'HFU':>6} {'tokens/s':>10} {'step s':>8} {'GiB':>5} |"
         )
         head += "".join(f" {SHORT[k]:>6}" for k in cats) + "  (% of step)\n"
@@ -839,8 +877,11 @@ def format_table(scn: Scenario, result: SweepResult, top: int, rank_by: str) -> 
             )
             line += "".join(f" {100 * (r.get(f'{k}_s') or 0.0) / step if step else 0.0:>5.1f}%" for k in cats)
             out.write(line + "\n")
-    faster_oom = [r for r in result.rows if r.get("status") == STATUS_OOM
-                  and best and _rank_value(r, rank_by) > _rank_value(best[0], rank_by)]
+    faster_oom = [
+        r
+        for r in result.rows
+        if r.get("status") == STATUS_OOM and best and _rank_value(r, rank_by) > _rank_value(best[0], rank_by)
+    ]
     if faster_oom:
         r = max(faster_oom, key=lambda r: _rank_value(r, rank_by))
         out.write(
@@ -848,7 +889,9 @@ def format_table(scn: Scenario, result: SweepResult, top: int, rank_by: str) -> 
             f"({config_name(r)}) at {100 * r['mfu']:.1f}% MFU {r['reason']}\n"
         )
     if c[STATUS_INVALID]:
-        reasons = Counter(_reason_kind(str(r.get("reason"))) for r in result.rows if r.get("status") == STATUS_INVALID)
+        reasons = Counter(
+            _reason_kind(str(r.get("reason"))) for r in result.rows if r.get("status") == STATUS_INVALID
+        )
         out.write("invalid configurations by reason:\n")
         for reason, n in reasons.most_common(6):
             out.write(f"  {n:>6}  {reason}\n")
@@ -888,7 +931,9 @@ def result_json(scn: Scenario, result: SweepResult, top: int, rank_by: str) -> d
 def write_plot(path: str, scn: Scenario, result: SweepResult, top: int) -> None:
     from .plots import save_figure, sweep_mfu_figure
 
-    fig = sweep_mfu_figure(list(result.rows), top=max(top, 10), title=f"{scn.name}: predicted MFU of every configuration")
+    fig = sweep_mfu_figure(
+        list(result.rows), top=max(top, 10), title=f"{scn.name}: predicted MFU of every configuration"
+    )
     save_figure(fig, path)
 
 
@@ -957,11 +1002,15 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     )
     failed = sum(1 for r in result.rows if str(r.get("reason") or "").startswith("simulation failed"))
     if failed:
-        sys.stderr.write(f"mfusim sweep: warning: {failed} configurations failed in the simulator (see their reason)\n")
+        sys.stderr.write(
+            f"mfusim sweep: warning: {failed} configurations failed in the simulator (see their reason)\n"
+        )
     if args.plot:
         write_plot(args.plot, scn, result, args.top)
     if args.json:
-        sys.stdout.write(json.dumps(result_json(scn, result, args.top, args.rank_by), indent=2, allow_nan=False) + "\n")
+        sys.stdout.write(
+            json.dumps(result_json(scn, result, args.top, args.rank_by), indent=2, allow_nan=False) + "\n"
+        )
     else:
         sys.stdout.write(format_table(scn, result, args.top, args.rank_by))
     return 0

@@ -92,12 +92,16 @@ def _metadata_events(timeline: Timeline, report: StepReport, tids: dict[str, int
         label = f"stage {stage}" + (f" of {pp}" if pp > 1 else "")
         pid = pid_of(stage)
         events.append({"name": "process_name", "ph": "M", "pid": pid, "tid": 0, "args": {"name": label}})
-        events.append({"name": "process_sort_index", "ph": "M", "pid": pid, "tid": 0, "args": {"sort_index": stage}})
+        events.append(
+            {"name": "process_sort_index", "ph": "M", "pid": pid, "tid": 0, "args": {"sort_index": stage}}
+        )
         for stream in sorted(streams_by_stage[stage], key=lambda n: tids[n]):
             tid = tids[stream]
             name = STREAM_LABELS.get(stream, stream)
             events.append({"name": "thread_name", "ph": "M", "pid": pid, "tid": tid, "args": {"name": name}})
-            events.append({"name": "thread_sort_index", "ph": "M", "pid": pid, "tid": tid, "args": {"sort_index": tid}})
+            events.append(
+                {"name": "thread_sort_index", "ph": "M", "pid": pid, "tid": tid, "args": {"sort_index": tid}}
+            )
     return events
 
 
@@ -127,8 +131,15 @@ def coarsened_spans(spans: tuple[Span, ...] | list[Span]) -> list[Span]:
             )
             if same:
                 out[-1] = Span(
-                    last.stage, last.stream, last.category, f"{task} {last.category}", last.start_s, s.end_s,
-                    microbatch=last.microbatch, chunk=last.chunk, flops=last.flops + s.flops,
+                    last.stage,
+                    last.stream,
+                    last.category,
+                    f"{task} {last.category}",
+                    last.start_s,
+                    s.end_s,
+                    microbatch=last.microbatch,
+                    chunk=last.chunk,
+                    flops=last.flops + s.flops,
                     message_bytes=last.message_bytes + s.message_bytes,
                 )
                 continue
@@ -151,7 +162,9 @@ def chrome_trace_events(
     return events
 
 
-def chrome_trace(timeline: Timeline, report: StepReport, *, max_events: int | None = MAX_EVENTS) -> dict[str, Any]:
+def chrome_trace(
+    timeline: Timeline, report: StepReport, *, max_events: int | None = MAX_EVENTS
+) -> dict[str, Any]:
     """The whole JSON object: `traceEvents` plus a summary of the step under `otherData`."""
     return {
         "traceEvents": chrome_trace_events(timeline, report, max_events=max_events),

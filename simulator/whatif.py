@@ -89,7 +89,9 @@ class Lever:
                 gain=self.gain,
                 step_time_s=self.step_time_s,
                 tokens_per_s=self.tokens_per_s,
-                peak_memory_gib=None if self.peak_memory_bytes is None else self.peak_memory_bytes / GIB_BYTES,
+                peak_memory_gib=None
+                if self.peak_memory_bytes is None
+                else self.peak_memory_bytes / GIB_BYTES,
                 fits=self.fits,
             )
             if self.note:
@@ -138,7 +140,9 @@ class WhatIf:
                 "step_time_s": step,
                 "tokens_per_s": base.tokens_per_s,
                 "breakdown_s": base.breakdown_s,
-                "breakdown_fraction": {k: (v / step if step > 0 else 0.0) for k, v in base.breakdown_s.items()},
+                "breakdown_fraction": {
+                    k: (v / step if step > 0 else 0.0) for k, v in base.breakdown_s.items()
+                },
                 "attributed_fraction": {
                     k: (v / step if step > 0 else 0.0) for k, v in attributed_losses_s(base).items()
                 },
@@ -278,7 +282,13 @@ def _interleave_levers(scn: Scenario) -> Iterator[_Variant]:
 def _overlap_levers(scn: Scenario) -> Iterator[_Variant]:
     par = scn.parallel
     switches = (
-        ("overlap_grad_reduce", "overlap DP gradient reduction with backward", ("dp_comm",), par.dp > 1, "dp = 1"),
+        (
+            "overlap_grad_reduce",
+            "overlap DP gradient reduction with backward",
+            ("dp_comm",),
+            par.dp > 1,
+            "dp = 1",
+        ),
         (
             "overlap_param_gather",
             "overlap parameter all-gather with forward",
@@ -370,7 +380,9 @@ def _network_lever(scn: Scenario) -> Iterator[_Variant]:
     name = "faster network (2x NIC bandwidth)"
     addr = ("dp_comm", "pp_comm", "tp_comm", "cp_comm", "ep_comm")
     if scn.num_gpus <= topo.gpus_per_node:
-        yield _skip("network_x2", name, addr, f"all {scn.num_gpus} GPUs are in one node: no inter-node traffic")
+        yield _skip(
+            "network_x2", name, addr, f"all {scn.num_gpus} GPUs are in one node: no inter-node traffic"
+        )
         return
     inter = topo.inter_node
     gbps_old = inter.nic_bandwidth_bytes_per_s * 8 / 1e9
@@ -381,7 +393,9 @@ def _network_lever(scn: Scenario) -> Iterator[_Variant]:
         addr,
         lambda: replace(
             scn,
-            topology=replace(topo, inter_node=replace(inter, nic_bandwidth_bytes_per_s=2 * inter.nic_bandwidth_bytes_per_s)),
+            topology=replace(
+                topo, inter_node=replace(inter, nic_bandwidth_bytes_per_s=2 * inter.nic_bandwidth_bytes_per_s)
+            ),
         ),
     )
 
@@ -530,12 +544,21 @@ def analyze(scenario: Scenario, simulate: SimulateFn | None = None) -> WhatIf:
             rep = sim(variant).report
         except ConfigError as err:
             skipped.append(
-                Lever(v.key, v.name, v.change, v.addresses, skipped=f"invalid: {err.message}", phrase=v.phrase)
+                Lever(
+                    v.key, v.name, v.change, v.addresses, skipped=f"invalid: {err.message}", phrase=v.phrase
+                )
             )
             continue
         except (ValueError, ArithmeticError) as err:  # one lever's failure must not hide the others
             skipped.append(
-                Lever(v.key, v.name, v.change, v.addresses, skipped=f"could not be simulated: {err}", phrase=v.phrase)
+                Lever(
+                    v.key,
+                    v.name,
+                    v.change,
+                    v.addresses,
+                    skipped=f"could not be simulated: {err}",
+                    phrase=v.phrase,
+                )
             )
             continue
         mfu = per_token * rep.tokens_per_s / (rep.num_gpus * rep.peak_flop_per_s)
@@ -657,7 +680,11 @@ def headline(base: StepReport, applied: tuple[Lever, ...]) -> str:
 def _print_table(result: WhatIf, out: Any) -> None:
     base = result.baseline
     step = base.step_time_s
-    bd = sorted(((v / step, k) for k, v in base.breakdown_s.items() if v > 0), reverse=True) if step > 0 else []
+    bd = (
+        sorted(((v / step, k) for k, v in base.breakdown_s.items() if v > 0), reverse=True)
+        if step > 0
+        else []
+    )
     out.write(
         f"{result.scenario_name}: baseline MFU {100 * base.mfu:.1f}%, HFU {100 * base.hfu:.1f}%, "
         f"step {step:.4g} s, {base.tokens_per_s:,.0f} tokens/s on {base.num_gpus:,} GPUs\n"
@@ -682,7 +709,9 @@ def _print_table(result: WhatIf, out: Any) -> None:
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     right = {0, 2, 3, 4, 5}
     for r in rows:
-        cells = [c.rjust(w) if i in right else c.ljust(w) for i, (c, w) in enumerate(zip(r, widths, strict=True))]
+        cells = [
+            c.rjust(w) if i in right else c.ljust(w) for i, (c, w) in enumerate(zip(r, widths, strict=True))
+        ]
         out.write("  ".join(cells).rstrip() + "\n")
     notes = [(i, lv) for i, lv in enumerate(result.applied, 1) if lv.note]
     if notes:

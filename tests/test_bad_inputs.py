@@ -141,19 +141,35 @@ VALUE_CASES: list[tuple[str, tuple[str, ...], object, str]] = [
     ("nic-nan", ("cluster", "inter_node", "nic_Gbps"), NAN, "cluster.inter_node.nic_Gbps"),
     ("nic-zero", ("cluster", "inter_node", "nic_Gbps"), 0, "cluster.inter_node.nic_Gbps"),
     ("nic-negative", ("cluster", "inter_node", "nic_Gbps"), -200, "cluster.inter_node.nic_Gbps"),
-    ("nvlink-neg-inf", ("cluster", "intra_node", "link_GBps_per_direction"), -INF,
-     "cluster.intra_node.link_GBps_per_direction"),
-    ("nvlink-zero", ("cluster", "intra_node", "link_GBps_per_direction"), 0,
-     "cluster.intra_node.link_GBps_per_direction"),
+    (
+        "nvlink-neg-inf",
+        ("cluster", "intra_node", "link_GBps_per_direction"),
+        -INF,
+        "cluster.intra_node.link_GBps_per_direction",
+    ),
+    (
+        "nvlink-zero",
+        ("cluster", "intra_node", "link_GBps_per_direction"),
+        0,
+        "cluster.intra_node.link_GBps_per_direction",
+    ),
     ("inter-latency-inf", ("cluster", "inter_node", "latency_us"), INF, "cluster.inter_node.latency_us"),
     ("nics-zero", ("cluster", "inter_node", "nics_per_node"), 0, "cluster.inter_node.nics_per_node"),
-    ("oversubscription-half", ("cluster", "inter_node", "oversubscription"), 0.5,
-     "cluster.inter_node.oversubscription"),
+    (
+        "oversubscription-half",
+        ("cluster", "inter_node", "oversubscription"),
+        0.5,
+        "cluster.inter_node.oversubscription",
+    ),
     ("gpus-per-node-zero", ("cluster", "gpus_per_node"), 0, "cluster.gpus_per_node"),
     ("compute-jitter-nan", ("variability", "compute_jitter"), NAN, "variability.compute_jitter"),
     ("network-jitter-negative", ("variability", "network_jitter"), -0.1, "variability.network_jitter"),
-    ("straggler-probability-1.5", ("variability", "straggler_probability"), 1.5,
-     "variability.straggler_probability"),
+    (
+        "straggler-probability-1.5",
+        ("variability", "straggler_probability"),
+        1.5,
+        "variability.straggler_probability",
+    ),
     ("straggler-slowdown-half", ("variability", "straggler_slowdown"), 0.5, "variability.straggler_slowdown"),
     ("straggler-slowdown-inf", ("variability", "straggler_slowdown"), INF, "variability.straggler_slowdown"),
     ("variability-seed-huge", ("variability", "seed"), 2**64, "variability.seed"),
@@ -186,7 +202,9 @@ VALUE_CASES: list[tuple[str, tuple[str, ...], object, str]] = [
 ]
 
 
-@pytest.mark.parametrize(("path", "value", "key"), [c[1:] for c in VALUE_CASES], ids=[c[0] for c in VALUE_CASES])
+@pytest.mark.parametrize(
+    ("path", "value", "key"), [c[1:] for c in VALUE_CASES], ids=[c[0] for c in VALUE_CASES]
+)
 def test_bad_scenario_value(
     path: tuple[str, ...], value: object, key: str, write_file: Callable[..., Path], run_cli
 ) -> None:
@@ -194,7 +212,9 @@ def test_bad_scenario_value(
 
 
 # ----------------------------------------------------------------------------- splits needing two edits
-def _split(tp: int, pp: int, dp: int, num_gpus: int, global_batch: int = 16, micro_batch: int = 1, **model: Any) -> str:
+def _split(
+    tp: int, pp: int, dp: int, num_gpus: int, global_batch: int = 16, micro_batch: int = 1, **model: Any
+) -> str:
     data = scenario_dict()
     data["parallel"].update(tp=tp, pp=pp, dp=dp, global_batch=global_batch, micro_batch=micro_batch)
     data["cluster"]["num_gpus"] = num_gpus
@@ -208,11 +228,17 @@ SPLIT_CASES = [
     ("pp-more-than-layers", _split(1, 8, 2, 16), "parallel.pp"),
     ("tp-pp-dp-not-num-gpus", _split(2, 2, 2, 16), "parallel.dp"),
     ("global-batch-not-multiple", _split(2, 2, 4, 16, global_batch=18), "parallel.global_batch"),
-    ("global-batch-not-multiple-micro", _split(2, 2, 4, 16, global_batch=16, micro_batch=3),
-     "parallel.global_batch"),
+    (
+        "global-batch-not-multiple-micro",
+        _split(2, 2, 4, 16, global_batch=16, micro_batch=3),
+        "parallel.global_batch",
+    ),
     ("global-batch-smaller-than-dp", _split(1, 1, 16, 16, global_batch=8), "parallel.global_batch"),
-    ("no-integer-dp", _split(2, 2, 4, 16).replace("dp = 4\n", "").replace("num_gpus = 16", "num_gpus = 18"),
-     "parallel.dp"),
+    (
+        "no-integer-dp",
+        _split(2, 2, 4, 16).replace("dp = 4\n", "").replace("num_gpus = 16", "num_gpus = 18"),
+        "parallel.dp",
+    ),
     ("hidden-not-multiple-of-heads", _split(2, 2, 4, 16, hidden=500), "model.heads"),
     ("num-gpus-1e12-dp-derived", _split(2, 2, 4, 10**12).replace("dp = 4\n", ""), "cluster.num_gpus"),
     ("absurd-parameter-count", _split(2, 2, 4, 16, hidden=2_000_000, ffn_hidden=10_000_000), "model"),
@@ -238,12 +264,16 @@ def test_tp_kv_heads_sensible() -> None:
 FILE_CASES: list[tuple[str, bytes, str]] = [
     ("malformed-toml", b"[model]\nlayers 4\n", "malformed TOML"),
     ("unclosed-table", b"[model\nlayers = 4\n", "malformed TOML"),
-    ("duplicate-key", SMALL_SCENARIO.replace("layers = 4\n", "layers = 4\nlayers = 5\n").encode(), "malformed TOML"),
+    (
+        "duplicate-key",
+        SMALL_SCENARIO.replace("layers = 4\n", "layers = 4\nlayers = 5\n").encode(),
+        "malformed TOML",
+    ),
     ("empty-file", b"", "empty"),
     ("whitespace-only", b"  \n\n\t\n", "empty"),
     ("binary-file", bytes(range(256)) * 4, "binary"),
     ("png-header", b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR", "binary"),
-    ("latin-1", "name = \"caf\xe9\"\n".encode("latin-1"), "UTF-8"),
+    ("latin-1", 'name = "caf\xe9"\n'.encode("latin-1"), "UTF-8"),
     ("deeply-nested", b"a = " + b"[" * 100_000 + b"]" * 100_000 + b"\n", "malformed TOML"),
     ("json-instead-of-toml", json.dumps(scenario_dict()).encode(), "malformed TOML"),
 ]
@@ -325,7 +355,11 @@ oversubscription = 1.0
 """
 
 TOPOLOGY_CASES = [
-    ("unknown-key", TOPOLOGY.replace("latency_us = 5.0", "latency_us = 5.0\nbandwidth = 3"), "inter_node.bandwidth"),
+    (
+        "unknown-key",
+        TOPOLOGY.replace("latency_us = 5.0", "latency_us = 5.0\nbandwidth = 3"),
+        "inter_node.bandwidth",
+    ),
     ("unknown-top-key", TOPOLOGY + "\nnodes = 4\n", "nodes"),
     ("missing-gpu", TOPOLOGY.replace('gpu = "h100-sxm"\n', ""), "gpu"),
     ("unknown-gpu", TOPOLOGY.replace("h100-sxm", "tpu-v5"), "gpu"),
@@ -361,23 +395,62 @@ HF_CASES: list[tuple[str, str | bytes | None, str]] = [
     ("missing-file", None, "model.hf_config"),
     ("not-json", "{num_hidden_layers: 4", "model.hf_config"),
     ("json-list", "[1, 2, 3]", "model.hf_config"),
-    ("lacks-hidden", json.dumps({"num_hidden_layers": 4, "num_attention_heads": 8, "vocab_size": 100}),
-     "model.hf_config"),
-    ("layers-string", json.dumps({"num_hidden_layers": "four", "hidden_size": 512, "num_attention_heads": 8,
-                                  "vocab_size": 100, "max_position_embeddings": 1024}), "model.layers"),
-    ("experts-string", json.dumps({"num_hidden_layers": 4, "hidden_size": 512, "num_attention_heads": 8,
-                                   "vocab_size": 100, "max_position_embeddings": 1024,
-                                   "num_local_experts": "abc"}), "model.num_experts"),
-    ("top-k-list", json.dumps({"num_hidden_layers": 4, "hidden_size": 512, "num_attention_heads": 8,
-                               "vocab_size": 100, "max_position_embeddings": 1024, "num_local_experts": 4,
-                               "num_experts_per_tok": [2]}), "model.top_k"),
+    (
+        "lacks-hidden",
+        json.dumps({"num_hidden_layers": 4, "num_attention_heads": 8, "vocab_size": 100}),
+        "model.hf_config",
+    ),
+    (
+        "layers-string",
+        json.dumps(
+            {
+                "num_hidden_layers": "four",
+                "hidden_size": 512,
+                "num_attention_heads": 8,
+                "vocab_size": 100,
+                "max_position_embeddings": 1024,
+            }
+        ),
+        "model.layers",
+    ),
+    (
+        "experts-string",
+        json.dumps(
+            {
+                "num_hidden_layers": 4,
+                "hidden_size": 512,
+                "num_attention_heads": 8,
+                "vocab_size": 100,
+                "max_position_embeddings": 1024,
+                "num_local_experts": "abc",
+            }
+        ),
+        "model.num_experts",
+    ),
+    (
+        "top-k-list",
+        json.dumps(
+            {
+                "num_hidden_layers": 4,
+                "hidden_size": 512,
+                "num_attention_heads": 8,
+                "vocab_size": 100,
+                "max_position_embeddings": 1024,
+                "num_local_experts": 4,
+                "num_experts_per_tok": [2],
+            }
+        ),
+        "model.top_k",
+    ),
     ("binary", b"\x00\xff\xfe" * 10, "model.hf_config"),
     ("deep-json", "[" * 100_000 + "]" * 100_000, "model.hf_config"),
 ]
 
 
 @pytest.mark.parametrize(("content", "key"), [c[1:] for c in HF_CASES], ids=[c[0] for c in HF_CASES])
-def test_bad_hf_config(content: str | bytes | None, key: str, write_file: Callable[..., Path], run_cli) -> None:
+def test_bad_hf_config(
+    content: str | bytes | None, key: str, write_file: Callable[..., Path], run_cli
+) -> None:
     if content is None:
         data = scenario_dict()
         data["model"] = {"hf_config": "missing/config.json"}
@@ -430,14 +503,24 @@ FLAG_CASES: list[tuple[str, list[str], str]] = [
     ("neither-params-nor-model", _without(MFU, "--params"), "--params"),
     ("no-throughput", _without(MFU, "--tokens-per-s"), "--tokens-per-s"),
     ("tokens-and-step-time", [*MFU, "--step-time-s", "1", "--global-batch", "8"], "--tokens-per-s"),
-    ("step-time-without-seq-len", [*_without(MFU, "--tokens-per-s"), "--step-time-s", "1", "--global-batch", "8"],
-     "--seq-len"),
-    ("step-time-negative", [*_without(MFU, "--tokens-per-s"), "--step-time-s", "-1", "--global-batch", "8"],
-     "--step-time-s"),
+    (
+        "step-time-without-seq-len",
+        [*_without(MFU, "--tokens-per-s"), "--step-time-s", "1", "--global-batch", "8"],
+        "--seq-len",
+    ),
+    (
+        "step-time-negative",
+        [*_without(MFU, "--tokens-per-s"), "--step-time-s", "-1", "--global-batch", "8"],
+        "--step-time-s",
+    ),
     ("fp8-on-a100", [*MFU, "--dtype", "fp8"], "--dtype"),
     ("dtype-unknown", [*MFU, "--dtype", "fp4"], "--dtype"),
     ("recompute-unknown", [*MFU, "--recompute", "some"], "--recompute"),
-    ("seq-len-zero", _with(_with(_without(MFU, "--params"), "--model", "llama3-8b"), "--seq-len", "0"), "--seq-len"),
+    (
+        "seq-len-zero",
+        _with(_with(_without(MFU, "--params"), "--model", "llama3-8b"), "--seq-len", "0"),
+        "--seq-len",
+    ),
     ("unknown-flag", [*MFU, "--frobnicate"], "--frobnicate"),
     ("unknown-command", ["frobnicate"], "frobnicate"),
     ("presets-bad-flag", ["presets", "--yaml"], "--yaml"),
@@ -555,8 +638,13 @@ def test_validate_bad_csv(write_file: Callable[..., Path], run_cli) -> None:
 # ----------------------------------------------------------------------------- the count
 def test_at_least_25_distinct_bad_inputs() -> None:
     total = (
-        len(VALUE_CASES) + len(SPLIT_CASES) + len(FILE_CASES) + len(TOPOLOGY_CASES) + len(HF_CASES)
-        + len(FLAG_CASES) + 4
+        len(VALUE_CASES)
+        + len(SPLIT_CASES)
+        + len(FILE_CASES)
+        + len(TOPOLOGY_CASES)
+        + len(HF_CASES)
+        + len(FLAG_CASES)
+        + 4
     )
     assert total >= 25
 

@@ -52,7 +52,11 @@ def test_worked_example_subprocess() -> None:
     assert abs(json.loads(proc.stdout)["mfu"] - 0.2103) < 0.002
     # python -m simulator is the same program
     proc = subprocess.run(
-        [sys.executable, "-m", "simulator", *WORKED, "--json"], capture_output=True, text=True, timeout=120, env=env
+        [sys.executable, "-m", "simulator", *WORKED, "--json"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
     )
     assert proc.returncode == 0, proc.stderr
     assert abs(json.loads(proc.stdout)["mfu"] - 0.2103) < 0.002
@@ -61,8 +65,22 @@ def test_worked_example_subprocess() -> None:
 def test_step_time_and_batch_form(run_cli) -> None:
     # 512 sequences of 2048 tokens in 10.48576 s = 100,000 tokens/s: the same run as above
     res = run_cli(
-        ["mfu", "--params", "7e9", "--step-time-s", "10.48576", "--global-batch", "512", "--seq-len", "2048",
-         "--gpus", "64", "--gpu", "a100-80gb", "--json"]
+        [
+            "mfu",
+            "--params",
+            "7e9",
+            "--step-time-s",
+            "10.48576",
+            "--global-batch",
+            "512",
+            "--seq-len",
+            "2048",
+            "--gpus",
+            "64",
+            "--gpu",
+            "a100-80gb",
+            "--json",
+        ]
     )
     assert res.code == 0, res.err
     data = json.loads(res.out)
@@ -71,8 +89,20 @@ def test_step_time_and_batch_form(run_cli) -> None:
 
 
 def test_preset_form(run_cli) -> None:
-    res = run_cli(["mfu", "--model", "llama2-7b", "--tokens-per-s", "1e5", "--gpus", "64", "--gpu", "a100-80gb",
-                   "--json"])
+    res = run_cli(
+        [
+            "mfu",
+            "--model",
+            "llama2-7b",
+            "--tokens-per-s",
+            "1e5",
+            "--gpus",
+            "64",
+            "--gpu",
+            "a100-80gb",
+            "--json",
+        ]
+    )
     assert res.code == 0, res.err
     data = json.loads(res.out)
     m = model_preset("llama2-7b")
@@ -89,8 +119,22 @@ def test_preset_form(run_cli) -> None:
 def test_preset_step_time_form_uses_preset_seq_len(run_cli) -> None:
     m = model_preset("llama3-8b")
     tokens = 256 * m.seq_len
-    res = run_cli(["mfu", "--model", "llama3-8b", "--step-time-s", "2.0", "--global-batch", "256",
-                   "--gpus", "128", "--gpu", "h100-sxm", "--json"])
+    res = run_cli(
+        [
+            "mfu",
+            "--model",
+            "llama3-8b",
+            "--step-time-s",
+            "2.0",
+            "--global-batch",
+            "256",
+            "--gpus",
+            "128",
+            "--gpu",
+            "h100-sxm",
+            "--json",
+        ]
+    )
     assert res.code == 0, res.err
     data = json.loads(res.out)
     assert data["tokens_per_s"] == pytest.approx(tokens / 2.0)
@@ -98,7 +142,18 @@ def test_preset_step_time_form_uses_preset_seq_len(run_cli) -> None:
 
 
 def test_preset_seq_len_override(run_cli) -> None:
-    args = ["mfu", "--model", "llama3-8b", "--tokens-per-s", "1e6", "--gpus", "64", "--gpu", "h100-sxm", "--json"]
+    args = [
+        "mfu",
+        "--model",
+        "llama3-8b",
+        "--tokens-per-s",
+        "1e6",
+        "--gpus",
+        "64",
+        "--gpu",
+        "h100-sxm",
+        "--json",
+    ]
     short = json.loads(run_cli([*args, "--seq-len", "2048"]).out)
     long = json.loads(run_cli([*args, "--seq-len", "131072"]).out)
     assert short["mfu_6psi"] == long["mfu_6psi"]  # 6Ψ ignores s
@@ -106,8 +161,18 @@ def test_preset_seq_len_override(run_cli) -> None:
 
 
 def test_recompute_full_hfu(run_cli) -> None:
-    base = ["mfu", "--model", "gpt3-175b", "--tokens-per-s", "1.5e5", "--gpus", "1024", "--gpu", "a100-80gb",
-            "--json"]
+    base = [
+        "mfu",
+        "--model",
+        "gpt3-175b",
+        "--tokens-per-s",
+        "1.5e5",
+        "--gpus",
+        "1024",
+        "--gpu",
+        "a100-80gb",
+        "--json",
+    ]
     data = json.loads(run_cli([*base, "--recompute", "full"]).out)
     m = model_preset("gpt3-175b")
     share = F.logits_forward_flops(m) / F.model_forward_flops_per_sequence(m)
@@ -128,7 +193,9 @@ def test_dtype_changes_peak(run_cli) -> None:
 
 
 def test_mfu_above_one_warns(run_cli) -> None:
-    res = run_cli(["mfu", "--params", "7e9", "--tokens-per-s", "1e9", "--gpus", "8", "--gpu", "a100-80gb", "--json"])
+    res = run_cli(
+        ["mfu", "--params", "7e9", "--tokens-per-s", "1e9", "--gpus", "8", "--gpu", "a100-80gb", "--json"]
+    )
     assert res.code == 0
     assert json.loads(res.out)["mfu"] > 1
     assert "warning" in res.err and len(res.err.splitlines()) == 1

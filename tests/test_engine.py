@@ -127,7 +127,13 @@ def shipped_reports():
 
 def test_scenarios_shipped() -> None:
     names = {p.stem for p in SCENARIOS}
-    for required in ("gpt3-175b-1024-a100", "seed-7b-64-a100", "llama3-70b-512-h100", "llama3-405b-16k-h100", "teaching-pp4"):
+    for required in (
+        "gpt3-175b-1024-a100",
+        "seed-7b-64-a100",
+        "llama3-70b-512-h100",
+        "llama3-405b-16k-h100",
+        "teaching-pp4",
+    ):
         assert required in names
 
 
@@ -205,7 +211,11 @@ def test_faster_gpu_never_slower() -> None:
     scn = scenario_from_dict(small())
     t0 = simulate(scn).report.step_time_s
     gpu = scn.gpu
-    fast = replace(gpu, peak_bf16_flop_per_s=gpu.peak_bf16_flop_per_s * 2, hbm_bandwidth_bytes_per_s=gpu.hbm_bandwidth_bytes_per_s * 2)
+    fast = replace(
+        gpu,
+        peak_bf16_flop_per_s=gpu.peak_bf16_flop_per_s * 2,
+        hbm_bandwidth_bytes_per_s=gpu.hbm_bandwidth_bytes_per_s * 2,
+    )
     scn2 = replace(scn, topology=replace(scn.topology, gpu=fast))
     assert simulate(scn2).report.step_time_s < t0
 

@@ -77,7 +77,8 @@ def test_full_recompute_equals_megatron_96_formula() -> None:
 
 # ----------------------------------------------------------------------------- exact vs 6Ψ + 12Lhs
 @pytest.mark.parametrize(
-    "preset", ["gpt3-175b", "gpt3-1.3b", "llama2-7b", "llama3-8b", "llama3-70b", "llama3-405b", "mixtral-8x7b"]
+    "preset",
+    ["gpt3-175b", "gpt3-1.3b", "llama2-7b", "llama3-8b", "llama3-70b", "llama3-405b", "mixtral-8x7b"],
 )
 def test_exact_minus_palm_is_logits_less_norms(preset: str) -> None:
     """exact − (6Ψ + 12·L·h·s) = 6·h·V − 6·(norm weights), per token, for every dense/GQA/MoE preset.
@@ -266,4 +267,6 @@ def test_mfu_worked_example() -> None:
 
 def test_backward_is_twice_forward() -> None:
     m = model_preset("gpt3-1.3b")
-    assert F.model_flops_per_sequence(m) == pytest.approx(3 * F.model_forward_flops_per_sequence(m), rel=1e-12)
+    assert F.model_flops_per_sequence(m) == pytest.approx(
+        3 * F.model_forward_flops_per_sequence(m), rel=1e-12
+    )

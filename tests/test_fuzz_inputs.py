@@ -79,12 +79,40 @@ seed = 7
 BASES = (SMALL_SCENARIO, RICH_SCENARIO)
 
 HOSTILE_NUMBERS: tuple[Any, ...] = (
-    0, -1, 1, 3, 7, 0.5, -0.0, math.nan, math.inf, -math.inf, 1e30, -1e30, 10**12, 2**63, 2**64,
-    1e-300, 65536,
+    0,
+    -1,
+    1,
+    3,
+    7,
+    0.5,
+    -0.0,
+    math.nan,
+    math.inf,
+    -math.inf,
+    1e30,
+    -1e30,
+    10**12,
+    2**63,
+    2**64,
+    1e-300,
+    65536,
 )
 OTHER_TYPES: tuple[Any, ...] = (
-    "", "abc", "8", "nan", "../../etc/passwd", "\u0000", "dgx-a100", True, False, [], [1, 2], {}, {"a": 1},
-    1.5, 2,
+    "",
+    "abc",
+    "8",
+    "nan",
+    "../../etc/passwd",
+    "\u0000",
+    "dgx-a100",
+    True,
+    False,
+    [],
+    [1, 2],
+    {},
+    {"a": 1},
+    1.5,
+    2,
 )
 UNKNOWN_KEYS = ("bogus", "Layers", "tp ", "nic_gbps", "éé", "seed2", "model", "preset")
 
@@ -108,9 +136,30 @@ def _get_parent(data: dict[str, Any], path: tuple[str, ...]) -> dict[str, Any]:
 
 # Plausible values: a mutation to one of these often keeps the scenario valid, so many
 # examples get through the loader and exercise the engine.
-PLAUSIBLE_STRINGS = ("gpipe", "1f1b", "interleaved", "zb-h1", "none", "selective", "full", "bf16", "fp16",
-                     "fp8", "dgx-a100", "dgx-h100", "pcie-a100", "dgx-a100-40gb", "llama3-8b", "gpt3-1.3b",
-                     "h200", "a100-40gb", "fat-tree", "rail-optimized", "nvswitch", "pcie")
+PLAUSIBLE_STRINGS = (
+    "gpipe",
+    "1f1b",
+    "interleaved",
+    "zb-h1",
+    "none",
+    "selective",
+    "full",
+    "bf16",
+    "fp16",
+    "fp8",
+    "dgx-a100",
+    "dgx-h100",
+    "pcie-a100",
+    "dgx-a100-40gb",
+    "llama3-8b",
+    "gpt3-1.3b",
+    "h200",
+    "a100-40gb",
+    "fat-tree",
+    "rail-optimized",
+    "nvswitch",
+    "pcie",
+)
 
 
 def _tweak(draw: st.DrawFn, value: Any) -> Any:
@@ -147,7 +196,9 @@ def mutated_scenario(draw: st.DrawFn) -> bytes:
     data = tomllib.loads(base)
     for _ in range(draw(st.sampled_from((1, 1, 1, 2, 3)))):
         paths = _paths(data)
-        kind = draw(st.sampled_from(("tweak", "tweak", "tweak", "delete", "retype", "number", "unknown", "table")))
+        kind = draw(
+            st.sampled_from(("tweak", "tweak", "tweak", "delete", "retype", "number", "unknown", "table"))
+        )
         if not paths:
             break
         path = draw(st.sampled_from(paths))
@@ -220,10 +271,41 @@ def test_mutated_scenarios_exit_0_or_2(content: bytes) -> None:
 
 
 # ----------------------------------------------------------------------------- flags
-FLAG_VALUES = ("0", "-1", "1", "2", "7e9", "1e5", "nan", "inf", "-inf", "1e30", "abc", "", "a100-80gb",
-               "llama3-8b", "gpt5", "fp8", "full", "--json", "/nonexistent/dir/x.json", "3.5", "64")
-MFU_FLAGS = ("--params", "--model", "--seq-len", "--tokens-per-s", "--step-time-s", "--global-batch", "--gpus",
-             "--gpu", "--dtype", "--recompute")
+FLAG_VALUES = (
+    "0",
+    "-1",
+    "1",
+    "2",
+    "7e9",
+    "1e5",
+    "nan",
+    "inf",
+    "-inf",
+    "1e30",
+    "abc",
+    "",
+    "a100-80gb",
+    "llama3-8b",
+    "gpt5",
+    "fp8",
+    "full",
+    "--json",
+    "/nonexistent/dir/x.json",
+    "3.5",
+    "64",
+)
+MFU_FLAGS = (
+    "--params",
+    "--model",
+    "--seq-len",
+    "--tokens-per-s",
+    "--step-time-s",
+    "--global-batch",
+    "--gpus",
+    "--gpu",
+    "--dtype",
+    "--recompute",
+)
 RUN_FLAGS = ("--samples", "--seed", "--comm-model", "--trace")
 
 
@@ -249,8 +331,25 @@ def run_argv(draw: st.DrawFn) -> list[str]:
     argv = ["run", "SCENARIO"]
     for _ in range(draw(st.integers(1, 3))):
         flag = draw(st.sampled_from(RUN_FLAGS))
-        value = draw(st.sampled_from(("0", "-1", "1", "2", "3", "abc", "", "nan", "1e3", "flat", "topology",
-                                      "/nonexistent/dir/x.json", "99999999999999999999")))
+        value = draw(
+            st.sampled_from(
+                (
+                    "0",
+                    "-1",
+                    "1",
+                    "2",
+                    "3",
+                    "abc",
+                    "",
+                    "nan",
+                    "1e3",
+                    "flat",
+                    "topology",
+                    "/nonexistent/dir/x.json",
+                    "99999999999999999999",
+                )
+            )
+        )
         argv += [flag, value]
     argv.append("--json")
     return argv
@@ -320,12 +419,19 @@ def mutated_topology(draw: st.DrawFn) -> str:
         parent = _get_parent(data, path)
         if path[-1] not in parent:
             continue
-        _mutate(draw, parent, path[-1], draw(st.sampled_from(("tweak", "delete", "retype", "number", "unknown"))))
+        _mutate(
+            draw, parent, path[-1], draw(st.sampled_from(("tweak", "delete", "retype", "number", "unknown")))
+        )
     return dump_toml(data)
 
 
-@settings(max_examples=60, deadline=None, derandomize=True, database=None,
-          suppress_health_check=[HealthCheck.too_slow])
+@settings(
+    max_examples=60,
+    deadline=None,
+    derandomize=True,
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
 @given(topology=mutated_topology(), gpus=st.sampled_from(("8", "16", "1024", "16384", "7")))
 def test_mutated_topologies_exit_0_or_2(topology: str, gpus: str) -> None:
     with tempfile.TemporaryDirectory() as folder:
@@ -340,10 +446,45 @@ def test_mutated_topologies_exit_0_or_2(topology: str, gpus: str) -> None:
                 json.loads(out)
 
 
-SWEEP_VALUES: tuple[Any, ...] = (0, -1, 1, 2, 4, 1.5, math.nan, math.inf, 1e30, 10**12, "a", "", True, [], {},
-                                 "none", "full", "gpipe", "interleaved")
-SWEEP_KEYS = ("tp", "pp", "dp", "cp", "ep", "vp", "micro_batch", "global_batch", "schedule", "recompute", "zero",
-              "sequence_parallel", "num_gpus", "overlap_grad_reduce", "grad_bucket_params", "bogus")
+SWEEP_VALUES: tuple[Any, ...] = (
+    0,
+    -1,
+    1,
+    2,
+    4,
+    1.5,
+    math.nan,
+    math.inf,
+    1e30,
+    10**12,
+    "a",
+    "",
+    True,
+    [],
+    {},
+    "none",
+    "full",
+    "gpipe",
+    "interleaved",
+)
+SWEEP_KEYS = (
+    "tp",
+    "pp",
+    "dp",
+    "cp",
+    "ep",
+    "vp",
+    "micro_batch",
+    "global_batch",
+    "schedule",
+    "recompute",
+    "zero",
+    "sequence_parallel",
+    "num_gpus",
+    "overlap_grad_reduce",
+    "grad_bucket_params",
+    "bogus",
+)
 
 
 @st.composite
@@ -356,8 +497,13 @@ def sweep_tables(draw: st.DrawFn) -> dict[str, Any]:
     return table
 
 
-@settings(max_examples=50, deadline=None, derandomize=True, database=None,
-          suppress_health_check=[HealthCheck.too_slow])
+@settings(
+    max_examples=50,
+    deadline=None,
+    derandomize=True,
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
 @given(table=sweep_tables())
 def test_hostile_sweep_tables_exit_0_or_2(table: dict[str, Any]) -> None:
     data = tomllib.loads(SMALL_SCENARIO)

@@ -46,14 +46,24 @@ def scenario_dicts(draw: st.DrawFn, variability: bool = False) -> dict[str, Any]
     gated = draw(st.booleans())
     ffn = draw(st.sampled_from((2 * hidden, 4 * hidden, (8 * hidden // 3 + 63) // 64 * 64)))
     model: dict[str, Any] = {
-        "layers": layers, "hidden": hidden, "heads": heads, "kv_heads": kv_heads, "ffn_hidden": ffn,
-        "vocab": draw(st.sampled_from((1000, 32000, 50257))), "seq_len": seq_len, "gated_mlp": gated,
+        "layers": layers,
+        "hidden": hidden,
+        "heads": heads,
+        "kv_heads": kv_heads,
+        "ffn_hidden": ffn,
+        "vocab": draw(st.sampled_from((1000, 32000, 50257))),
+        "seq_len": seq_len,
+        "gated_mlp": gated,
     }
     moe = draw(st.sampled_from((0, 0, 0, 4, 8)))
     if moe:
         model["moe"] = {"num_experts": moe, "top_k": draw(st.sampled_from((1, 2)))}
 
-    tp = draw(st.sampled_from([t for t in (1, 2, 4, 8) if heads % t == 0 and (kv_heads % t == 0 or t % kv_heads == 0)]))
+    tp = draw(
+        st.sampled_from(
+            [t for t in (1, 2, 4, 8) if heads % t == 0 and (kv_heads % t == 0 or t % kv_heads == 0)]
+        )
+    )
     pp = draw(st.sampled_from([p for p in (1, 2, 4) if p <= layers]))
     cp = draw(st.sampled_from((1, 1, 2)))
     dp = draw(st.sampled_from((1, 2, 4, 8)))
@@ -70,8 +80,16 @@ def scenario_dicts(draw: st.DrawFn, variability: bool = False) -> dict[str, Any]
     if moe and draw(st.booleans()):
         ep = draw(st.sampled_from([e for e in (2, 4) if moe % e == 0 and (dp * cp * tp) % e == 0] or [1]))
     parallel = {
-        "tp": tp, "pp": pp, "dp": dp, "cp": cp, "ep": ep, "vp": vp, "micro_batch": micro_batch,
-        "global_batch": m * micro_batch * dp, "schedule": schedule, "sequence_parallel": sp,
+        "tp": tp,
+        "pp": pp,
+        "dp": dp,
+        "cp": cp,
+        "ep": ep,
+        "vp": vp,
+        "micro_batch": micro_batch,
+        "global_batch": m * micro_batch * dp,
+        "schedule": schedule,
+        "sequence_parallel": sp,
         "recompute": draw(st.sampled_from(("none", "selective", "full"))),
         "zero": draw(st.integers(0, 3)),
         "overlap_grad_reduce": draw(st.booleans()),
@@ -87,8 +105,11 @@ def scenario_dicts(draw: st.DrawFn, variability: bool = False) -> dict[str, Any]
         "precision": {"dtype": draw(st.sampled_from(("bf16", "fp16")))},
     }
     if draw(st.booleans()):
-        data["dataloader"] = {"microbatch_latency_ms": draw(st.sampled_from((0.0, 1.0, 20.0))),
-                              "workers": draw(st.integers(1, 4)), "prefetch": draw(st.integers(0, 4))}
+        data["dataloader"] = {
+            "microbatch_latency_ms": draw(st.sampled_from((0.0, 1.0, 20.0))),
+            "workers": draw(st.integers(1, 4)),
+            "prefetch": draw(st.integers(0, 4)),
+        }
     if variability:
         data["variability"] = {
             "compute_jitter": draw(st.sampled_from((0.0, 0.05, 0.3))),
@@ -161,8 +182,13 @@ def test_report_invariants(data: dict[str, Any]) -> None:
     assert math.isclose(sum(d["breakdown_s"].values()), d["step_time_s"], rel_tol=1e-6)
 
 
-@settings(max_examples=25, deadline=None, derandomize=True, database=None,
-          suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+@settings(
+    max_examples=25,
+    deadline=None,
+    derandomize=True,
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
+)
 @given(data=scenario_dicts(variability=True), seed=st.integers(0, 2**31))
 def test_deterministic_per_seed(data: dict[str, Any], seed: int) -> None:
     scn = build(data)
@@ -179,7 +205,9 @@ def _faster_nic(scn: Scenario) -> Scenario:
 
 def _faster_nvlink(scn: Scenario) -> Scenario:
     topo = scn.topology
-    intra = replace(topo.intra_node, link_bandwidth_bytes_per_s=2 * topo.intra_node.link_bandwidth_bytes_per_s)
+    intra = replace(
+        topo.intra_node, link_bandwidth_bytes_per_s=2 * topo.intra_node.link_bandwidth_bytes_per_s
+    )
     return replace(scn, topology=replace(topo, intra_node=intra))
 
 
@@ -209,8 +237,13 @@ UPGRADES = {
 }
 
 
-@settings(max_examples=40, deadline=None, derandomize=True, database=None,
-          suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+@settings(
+    max_examples=40,
+    deadline=None,
+    derandomize=True,
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
+)
 @given(data=scenario_dicts(variability=False))
 def test_faster_hardware_never_slower(data: dict[str, Any]) -> None:
     scn = build(data)
@@ -225,8 +258,13 @@ def test_faster_hardware_never_slower(data: dict[str, Any]) -> None:
     assert simulate(all_up).report.step_time_s <= base * (1 + 1e-9)
 
 
-@settings(max_examples=15, deadline=None, derandomize=True, database=None,
-          suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+@settings(
+    max_examples=15,
+    deadline=None,
+    derandomize=True,
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
+)
 @given(data=scenario_dicts(variability=False))
 def test_peak_scaling_bounds_step_time(data: dict[str, Any]) -> None:
     """Doubling peak FLOP/s can at most halve the step (communication and memory-bound work stay)."""
@@ -239,11 +277,27 @@ def test_peak_scaling_bounds_step_time(data: dict[str, Any]) -> None:
 # ----------------------------------------------------------------------------- found by the search above
 ANOMALY = {
     "name": "faster GPU, slower step",
-    "model": {"layers": 6, "hidden": 512, "heads": 8, "kv_heads": 2, "ffn_hidden": 2048, "vocab": 32000,
-              "seq_len": 2048},
+    "model": {
+        "layers": 6,
+        "hidden": 512,
+        "heads": 8,
+        "kv_heads": 2,
+        "ffn_hidden": 2048,
+        "vocab": 32000,
+        "seq_len": 2048,
+    },
     "cluster": {"topology": "pcie-a100", "num_gpus": 32},
-    "parallel": {"tp": 8, "pp": 1, "dp": 4, "global_batch": 4, "recompute": "selective", "zero": 3,
-                 "overlap_grad_reduce": False, "overlap_param_gather": False, "tp_comm_overlap": True},
+    "parallel": {
+        "tp": 8,
+        "pp": 1,
+        "dp": 4,
+        "global_batch": 4,
+        "recompute": "selective",
+        "zero": 3,
+        "overlap_grad_reduce": False,
+        "overlap_param_gather": False,
+        "tp_comm_overlap": True,
+    },
     "precision": {"dtype": "fp16"},
 }
 

@@ -266,8 +266,10 @@ def test_hf_config_absolute_path(tmp_path: Path, small_scenario_text: str) -> No
     cfg = tmp_path / "abs" / "config.json"
     cfg.parent.mkdir()
     cfg.write_text(json.dumps({**LLAMA_CONFIG, "num_hidden_layers": 4}))
-    text = small_scenario_text.split("[model]")[0] + f'[model]\nhf_config = "{cfg}"\n\n[cluster]' + (
-        small_scenario_text.split("[cluster]")[1]
+    text = (
+        small_scenario_text.split("[model]")[0]
+        + f'[model]\nhf_config = "{cfg}"\n\n[cluster]'
+        + (small_scenario_text.split("[cluster]")[1])
     )
     (tmp_path / "other").mkdir()
     path = tmp_path / "other" / "s.toml"

@@ -30,7 +30,9 @@ def gpt3_scn() -> Scenario:
     return load_scenario(data_dir("scenarios") / "gpt3-175b-1024-a100.toml")
 
 
-def with_par(scn: Scenario, model: ModelSpec | None = None, num_gpus: int | None = None, **kw: object) -> Scenario:
+def with_par(
+    scn: Scenario, model: ModelSpec | None = None, num_gpus: int | None = None, **kw: object
+) -> Scenario:
     par = ParallelConfig(**kw)  # type: ignore[arg-type]
     return replace(scn, model=model or scn.model, parallel=par, num_gpus=num_gpus or par.num_gpus)
 
@@ -65,7 +67,9 @@ def test_gpt3_attention_term_is_80() -> None:
 def test_table2_rows(t: int, sp: bool, recompute: str, coefficient: float) -> None:
     s, b, h = GPT3["s"], GPT3["b"], GPT3["h"]
     expected = coefficient * s * b * h
-    assert korthikanti_per_layer_bytes(**GPT3, t=t, sequence_parallel=sp, recompute=recompute) == pytest.approx(expected)
+    assert korthikanti_per_layer_bytes(
+        **GPT3, t=t, sequence_parallel=sp, recompute=recompute
+    ) == pytest.approx(expected)
     m = model_preset("gpt3-175b")
     got = layer_activation_bytes(m, b, tp=t, sequence_parallel=sp, recompute=recompute, flash_attention=False)
     assert got.stored == pytest.approx(expected)
@@ -83,7 +87,9 @@ def test_table2_split_into_replicated_sharded_and_core() -> None:
 def test_flash_attention_removes_the_s2_term() -> None:
     m = model_preset("gpt3-175b")
     flash = layer_activation_bytes(m, 1, tp=8, sequence_parallel=True, flash_attention=True)
-    selective = layer_activation_bytes(m, 1, tp=8, sequence_parallel=True, recompute="selective", flash_attention=False)
+    selective = layer_activation_bytes(
+        m, 1, tp=8, sequence_parallel=True, recompute="selective", flash_attention=False
+    )
     # what is left of the core is the fp32 log-sum-exp, 4 bytes per head and token
     assert flash.stored - selective.stored == pytest.approx(4 * (m.heads / 8) * m.seq_len)
 
@@ -95,7 +101,9 @@ def test_gqa_and_gated_mlp_adjust_the_34() -> None:
     s, h, f = mha.seq_len, mha.hidden, mha.ffn
     base = layer_activation_bytes(mha, 1, flash_attention=False).stored
     # K and V shrink from 2h to 2·kv_dim each
-    assert base - layer_activation_bytes(gqa, 1, flash_attention=False).stored == pytest.approx(4 * s * (h - gqa.kv_dim))
+    assert base - layer_activation_bytes(gqa, 1, flash_attention=False).stored == pytest.approx(
+        4 * s * (h - gqa.kv_dim)
+    )
     # SwiGLU stores one more f-wide 16-bit tensor (gate, up, product vs GeLU in, out)
     assert layer_activation_bytes(gated, 1, flash_attention=False).stored - base == pytest.approx(2 * s * f)
 
@@ -121,7 +129,9 @@ def test_first_stage_holds_the_paper_total(gpt3_scn: Scenario) -> None:
     total = inflight_layer_microbatches(par, 0, counts[0]) * per_layer
     assert total == pytest.approx(m.seq_len * m.hidden * m.layers / 8 * (34 + 80))
     # stage i holds p - i micro-batches
-    assert [inflight_layer_microbatches(par, i, counts[i]) / counts[i] for i in range(16)] == list(range(16, 0, -1))
+    assert [inflight_layer_microbatches(par, i, counts[i]) / counts[i] for i in range(16)] == list(
+        range(16, 0, -1)
+    )
 
 
 def test_interleaved_first_stage_factor() -> None:
@@ -166,7 +176,9 @@ def test_model_state_per_zero_stage(gpt3_scn: Scenario, zero: int, per_param: fl
 def test_distributed_optimizer_shards_over_dp_times_cp(gpt3_scn: Scenario) -> None:
     m = ModelSpec(name="tiny", layers=4, hidden=1024, heads=16, vocab=32000, seq_len=512)
     a = memory_footprint(with_par(gpt3_scn, model=m, dp=8, zero=1, global_batch=8)).parts_bytes["optimizer"]
-    b = memory_footprint(with_par(gpt3_scn, model=m, dp=4, cp=2, zero=1, global_batch=8)).parts_bytes["optimizer"]
+    b = memory_footprint(with_par(gpt3_scn, model=m, dp=4, cp=2, zero=1, global_batch=8)).parts_bytes[
+        "optimizer"
+    ]
     assert a == pytest.approx(b)
 
 
@@ -199,8 +211,15 @@ def test_gpt3_175b_without_sp_or_recompute_does_not_fit(gpt3_scn: Scenario) -> N
 
 
 def test_llama3_70b_on_one_node_without_zero_does_not_fit(gpt3_scn: Scenario) -> None:
-    scn = with_par(gpt3_scn, model=model_preset("llama3-70b"), tp=8, dp=1, global_batch=8,
-                   sequence_parallel=True, recompute="full")
+    scn = with_par(
+        gpt3_scn,
+        model=model_preset("llama3-70b"),
+        tp=8,
+        dp=1,
+        global_batch=8,
+        sequence_parallel=True,
+        recompute="full",
+    )
     mem = memory_footprint(scn)
     assert not mem.fits
     # 70B / 8 × 18 B of model state alone exceeds 80 GB

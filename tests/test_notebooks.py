@@ -33,7 +33,9 @@ def test_notebook_is_committed_without_outputs(path: Path) -> None:
     nb = nbformat.read(path, as_version=4)
     for cell in nb.cells:
         if cell.cell_type == "code":
-            assert not cell.outputs and cell.execution_count is None, f"{path.name}: clear outputs before committing"
+            assert not cell.outputs and cell.execution_count is None, (
+                f"{path.name}: clear outputs before committing"
+            )
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)

@@ -96,9 +96,21 @@ def _sweep_rows() -> list[dict[str, object]]:
     rows: list[dict[str, object]] = []
     for i, (tp, pp) in enumerate([(1, 1), (2, 1), (2, 2), (4, 2), (8, 1), (8, 4)]):
         status = ("ok", "ok", "infeasible_memory", "ok", "invalid", "ok")[i]
-        rows.append({"tp": tp, "pp": pp, "dp": 64 // (tp * pp), "cp": 1, "vp": 1, "micro_batch": 1,
-                     "recompute": "selective", "sequence_parallel": True, "zero": 1, "status": status,
-                     "mfu": "" if status == "invalid" else 0.3 + 0.02 * i})
+        rows.append(
+            {
+                "tp": tp,
+                "pp": pp,
+                "dp": 64 // (tp * pp),
+                "cp": 1,
+                "vp": 1,
+                "micro_batch": 1,
+                "recompute": "selective",
+                "sequence_parallel": True,
+                "zero": 1,
+                "status": status,
+                "mfu": "" if status == "invalid" else 0.3 + 0.02 * i,
+            }
+        )
     return rows
 
 
@@ -127,8 +139,12 @@ def test_sweep_mfu_figure_from_dicts_and_csv(tmp_path: Path) -> None:
 
 
 def test_config_label_skips_defaults() -> None:
-    assert config_label({"tp": 2, "pp": 4, "dp": 8, "cp": 1, "vp": 2, "micro_batch": 2, "recompute": "none",
-                         "zero": 0}) == "tp2 pp4 dp8 vp2 mb2"
+    assert (
+        config_label(
+            {"tp": 2, "pp": 4, "dp": 8, "cp": 1, "vp": 2, "micro_batch": 2, "recompute": "none", "zero": 0}
+        )
+        == "tp2 pp4 dp8 vp2 mb2"
+    )
 
 
 def test_engine_step_figure(tmp_path: Path) -> None:

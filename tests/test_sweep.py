@@ -130,7 +130,9 @@ def test_resume_after_kill(small: Path, tmp_path: Path) -> None:
     assert len(keys) == len(set(keys)) == 24
     _, expected = read_csv(full)
     assert sorted(map(key, expected)) == sorted(keys)
-    assert {key(r): (r["status"], r["mfu"]) for r in expected} == {key(r): (r["status"], r["mfu"]) for r in rows}
+    assert {key(r): (r["status"], r["mfu"]) for r in expected} == {
+        key(r): (r["status"], r["mfu"]) for r in rows
+    }
     assert result.counts == SMALL_COUNTS
     # resuming a complete file evaluates nothing and changes nothing
     run_sweep(load_scenario(small), engine="analytic", out=partial, resume=True)
@@ -155,13 +157,17 @@ def test_resume_jsonl_after_kill(small: Path, tmp_path: Path) -> None:
     rows = [json.loads(line) for line in partial.read_text().splitlines()]
     expected = [json.loads(line) for line in lines]
     assert len(rows) == 24
-    assert sorted(json.dumps(r, sort_keys=True) for r in rows) == sorted(json.dumps(r, sort_keys=True) for r in expected)
+    assert sorted(json.dumps(r, sort_keys=True) for r in rows) == sorted(
+        json.dumps(r, sort_keys=True) for r in expected
+    )
 
 
 def test_resume_keys_survive_odd_values(tmp_path: Path) -> None:
     # ints where floats are expected, strings where ints are: keys read back as written
     path = tmp_path / "odd.toml"
-    path.write_text(SMALL.replace("micro_batch = [1, 2]", 'grad_bucket_params = [40000000, 20000000]\nzero = [0, "x"]'))
+    path.write_text(
+        SMALL.replace("micro_batch = [1, 2]", 'grad_bucket_params = [40000000, 20000000]\nzero = [0, "x"]')
+    )
     out = tmp_path / "odd.csv"
     first = run_sweep(load_scenario(path), engine="analytic", out=out)
     assert len(first.rows) == 4 * 3 * 2 * 2
@@ -207,7 +213,9 @@ def test_dask_local_cluster(small: Path, tmp_path: Path) -> None:
 def test_default_axes_are_divisors(tmp_path: Path) -> None:
     path = tmp_path / "nosweep.toml"
     path.write_text(
-        SMALL.split("[sweep]")[0].replace("num_gpus = 8", "num_gpus = 16").replace("global_batch = 8", "global_batch = 16")
+        SMALL.split("[sweep]")[0]
+        .replace("num_gpus = 8", "num_gpus = 16")
+        .replace("global_batch = 8", "global_batch = 16")
     )
     plan = plan_sweep(load_scenario(path))
     axes = dict(plan.axes)
@@ -218,7 +226,12 @@ def test_default_axes_are_divisors(tmp_path: Path) -> None:
 
 def test_cli_table_json_and_plot(small: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out, png = tmp_path / "s.csv", tmp_path / "s.png"
-    assert main(["sweep", str(small), "--out", str(out), "--engine", "analytic", "--top", "3", "--plot", str(png)]) == 0
+    assert (
+        main(
+            ["sweep", str(small), "--out", str(out), "--engine", "analytic", "--top", "3", "--plot", str(png)]
+        )
+        == 0
+    )
     captured = capsys.readouterr()
     assert "16 ok, 1 infeasible_memory, 7 invalid" in captured.out
     assert "MFU" in captured.out and "comp" in captured.out
@@ -264,8 +277,10 @@ def test_gpt3_175b_best_is_tp8_with_pipeline(tmp_path: Path) -> None:
     from dataclasses import replace
 
     # a reduced version of the shipped sweep (the full one is benchmarks/bench_sweep.py)
-    scn = replace(scn, sweep=(("tp", (2, 4, 8)), ("pp", (4, 8, 16)), ("recompute", ("none", "selective")),
-                              ("vp", (1, 2))))
+    scn = replace(
+        scn,
+        sweep=(("tp", (2, 4, 8)), ("pp", (4, 8, 16)), ("recompute", ("none", "selective")), ("vp", (1, 2))),
+    )
     result = run_sweep(scn, engine="analytic", top=3, jobs=2)
     best = result.ranked[0]
     assert best["tp"] == 8 and best["pp"] > 1

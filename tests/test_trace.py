@@ -13,7 +13,9 @@ from simulator.timeline import CATEGORIES, Span, Timeline
 from simulator.trace import category_totals_s, chrome_trace_events, write_chrome_trace
 
 
-def gpipe_step(p: int = 4, m: int = 8, fwd_s: float = 1e-3, opt_s: float = 2e-4) -> tuple[Timeline, StepReport]:
+def gpipe_step(
+    p: int = 4, m: int = 8, fwd_s: float = 1e-3, opt_s: float = 2e-4
+) -> tuple[Timeline, StepReport]:
     """A hand-made GPipe step: all forwards, then all backwards (2x), idle time as bubble spans."""
     bwd_s = 2 * fwd_s
     spans: list[Span] = []
@@ -27,7 +29,9 @@ def gpipe_step(p: int = 4, m: int = 8, fwd_s: float = 1e-3, opt_s: float = 2e-4)
             work.append(Span(s, "compute", "compute", f"F{i}", a, a + fwd_s, microbatch=i, flops=1e12))
         for j in range(m):
             a = t_bwd0 + (p - 1 - s + j) * bwd_s
-            work.append(Span(s, "compute", "compute", f"B{m - 1 - j}", a, a + bwd_s, microbatch=m - 1 - j, flops=2e12))
+            work.append(
+                Span(s, "compute", "compute", f"B{m - 1 - j}", a, a + bwd_s, microbatch=m - 1 - j, flops=2e12)
+            )
         work.append(Span(s, "compute", "optimizer", "optimizer", t_opt, step))
         t = 0.0
         for w in sorted(work, key=lambda x: x.start_s):
@@ -38,9 +42,21 @@ def gpipe_step(p: int = 4, m: int = 8, fwd_s: float = 1e-3, opt_s: float = 2e-4)
         if s < p - 1:
             for i in range(m):
                 a = (s + i + 1) * fwd_s
-                spans.append(Span(s, "pp", "pp_comm", f"send act {i}", a - 0.1 * fwd_s, a, microbatch=i,
-                                  message_bytes=2**20))
-        spans.append(Span(s, "dp", "dp_comm", "grad reduce-scatter", t_opt - 0.5 * bwd_s, t_opt, message_bytes=3e8))
+                spans.append(
+                    Span(
+                        s,
+                        "pp",
+                        "pp_comm",
+                        f"send act {i}",
+                        a - 0.1 * fwd_s,
+                        a,
+                        microbatch=i,
+                        message_bytes=2**20,
+                    )
+                )
+        spans.append(
+            Span(s, "dp", "dp_comm", "grad reduce-scatter", t_opt - 0.5 * bwd_s, t_opt, message_bytes=3e8)
+        )
     tl = Timeline(spans=tuple(spans), step_time_s=step, num_stages=p)
     par = ParallelConfig(pp=p, dp=1, micro_batch=1, global_batch=m, schedule="gpipe")
     report = StepReport(
@@ -114,7 +130,10 @@ def _check_sums(tl: Timeline, report: StepReport, events: list[dict]) -> None:
         got = totals.get(stage, {})
         for cat in CATEGORIES:
             want = expected.get(cat, 0.0)
-            assert got.get(cat, 0.0) == pytest.approx(want, rel=1e-6, abs=1e-12 * report.step_time_s), (stage, cat)
+            assert got.get(cat, 0.0) == pytest.approx(want, rel=1e-6, abs=1e-12 * report.step_time_s), (
+                stage,
+                cat,
+            )
 
 
 def test_compute_stream_sums_match_report() -> None:
@@ -181,9 +200,18 @@ def test_large_timelines_are_coarsened_keeping_sums() -> None:
         if s.name.startswith("F") and s.stream == "compute":
             third = s.duration_s / 3
             for k, op in enumerate(("qkv", "attention", "mlp")):
-                fine.append(Span(s.stage, s.stream, s.category, f"{s.name} {op}", s.start_s + k * third,
-                                 s.start_s + (k + 1) * third if k < 2 else s.end_s, microbatch=s.microbatch,
-                                 flops=s.flops / 3))
+                fine.append(
+                    Span(
+                        s.stage,
+                        s.stream,
+                        s.category,
+                        f"{s.name} {op}",
+                        s.start_s + k * third,
+                        s.start_s + (k + 1) * third if k < 2 else s.end_s,
+                        microbatch=s.microbatch,
+                        flops=s.flops / 3,
+                    )
+                )
         else:
             fine.append(s)
     tl_fine = Timeline(tuple(fine), tl.step_time_s, tl.num_stages)
@@ -192,6 +220,8 @@ def test_large_timelines_are_coarsened_keeping_sums() -> None:
     assert sum(s.flops for s in merged) == pytest.approx(sum(s.flops for s in tl.spans))
     full = chrome_trace_events(tl_fine, report, max_events=None)
     small = chrome_trace_events(tl_fine, report, max_events=10)
-    assert len([e for e in small if e["ph"] == "X"]) == len(tl.spans) < len([e for e in full if e["ph"] == "X"])
+    assert (
+        len([e for e in small if e["ph"] == "X"]) == len(tl.spans) < len([e for e in full if e["ph"] == "X"])
+    )
     _check_sums(tl_fine, report, small)
     assert any(e["name"] == "F0 compute" for e in small)

@@ -41,7 +41,12 @@ def run_json(run_cli, write_file: Callable[..., Path]) -> Callable[..., dict[str
     return run
 
 
-JITTERY = {"compute_jitter": 0.1, "network_jitter": 0.2, "straggler_probability": 0.01, "straggler_slowdown": 1.5}
+JITTERY = {
+    "compute_jitter": 0.1,
+    "network_jitter": 0.2,
+    "straggler_probability": 0.01,
+    "straggler_slowdown": 1.5,
+}
 
 
 def test_same_seed_identical_json(run_cli, write_file: Callable[..., Path]) -> None:
@@ -144,7 +149,9 @@ def test_straggler_cost_grows_with_dp(run_json) -> None:
     ratios = []
     for dp in DPS:
         det = run_json(scenario(dp=dp))["step_time_s"]
-        noisy = run_json(scenario(dp=dp, straggler_probability=0.005, straggler_slowdown=2.0), "--samples", "60")
+        noisy = run_json(
+            scenario(dp=dp, straggler_probability=0.005, straggler_slowdown=2.0), "--samples", "60"
+        )
         ratios.append(noisy["samples"]["step_time_s"]["mean"] / det)
     assert ratios == sorted(ratios), ratios
     assert ratios[0] < 1.1  # rarely hit with 4 GPUs

@@ -73,7 +73,10 @@ def test_levers_change_what_they_say() -> None:
     vp3 = by_key["interleave_vp3"].build()
     assert (vp3.parallel.vp, vp3.parallel.schedule) == (3, "interleaved")
     net = by_key["network_x2"].build()
-    assert net.topology.inter_node.nic_bandwidth_bytes_per_s == 2 * base.topology.inter_node.nic_bandwidth_bytes_per_s
+    assert (
+        net.topology.inter_node.nic_bandwidth_bytes_per_s
+        == 2 * base.topology.inter_node.nic_bandwidth_bytes_per_s
+    )
     gb = by_key["microbatches_x2_global"].build()
     assert gb.parallel.num_microbatches == 2 * base.parallel.num_microbatches
     assert by_key["dataloader_x4"].build is None  # the default has no dataloader latency
@@ -125,7 +128,7 @@ def test_bubble_heavy_more_microbatches_and_interleaving_gain() -> None:
     # sorted by predicted MFU, skipped levers last with their reasons
     mfus = [lv.mfu for lv in result.applied]
     assert mfus == sorted(mfus, reverse=True)
-    assert all(lv.skipped for lv in result.levers[len(result.applied):])
+    assert all(lv.skipped for lv in result.levers[len(result.applied) :])
     assert whatif(scn(BUBBLE_HEAVY))[0].key == result.applied[0].key
 
 
