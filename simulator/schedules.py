@@ -128,3 +128,11 @@ SCHEDULES: dict[str, Callable[[int, int, int, int], list[Task]]] = {
 
 def stage_tasks(schedule: str, pp: int, vp: int, m: int, stage: int) -> list[Task]:
     return SCHEDULES[schedule](pp, vp, m, stage)
+
+
+def virtual_stages(schedule: str, pp: int, vp: int) -> tuple[tuple[int, int], ...]:
+    """Where each piece of the model runs: the (stage, chunk) of virtual stage k, in model
+    order (the first layers first). Activations flow k → k+1, gradients k+1 → k. Megatron's
+    interleaving puts virtual stage k on stage k mod pp, chunk k div pp (layers_per_chunk in
+    program.py uses the same order); a V-shaped schedule would return its own order here."""
+    return tuple((k % pp, k // pp) for k in range(pp * vp))

@@ -20,7 +20,7 @@ sweep loses at most the line being written; `--resume` reads the rows back (keye
 configuration columns), drops a truncated last line and evaluates only what is missing.
 
 Engines: `analytic` is the closed form (`simulator.analytic.estimate_step`), `des` the
-discrete-event engine (`simulator.engine.simulate`), `auto` the closed form for every
+discrete-event engine (`simulator.simulate.simulate`), `auto` the closed form for every
 configuration and then the engine for the best `--refine N` (default 3), listed first and
 re-ranked by the engine's numbers. The engine costs about 0.2-2 s per GPT-3-size
 configuration against a few ms for the closed form, so N stays small by default: that keeps
@@ -118,7 +118,7 @@ def _analytic(scn: Scenario, comm: CommModel) -> StepReport:
 
 
 def _des(scn: Scenario, comm: CommModel) -> StepReport:
-    from .engine import simulate
+    from .simulate import simulate
 
     return simulate(scn, comm, detail=False).report
 

@@ -519,7 +519,7 @@ def candidate_variants(scn: Scenario) -> list[_Variant]:
 
 # ----------------------------------------------------------------------------- analysis
 def _default_simulate() -> SimulateFn:
-    from .engine import simulate
+    from .simulate import simulate
 
     return simulate
 
