@@ -144,6 +144,30 @@ def goodput(work_s: float, stall_s: float, restart_s: float, mtbf_s: float) -> f
     return work_s / segment_wall_s(work_s, stall_s, restart_s, mtbf_s)
 
 
+def _time_fractions(
+    work_s: float, stall_s: float, restart_s: float, rework_s: float, mtbf_s: float, seg_s: float
+) -> dict[str, float]:
+    """Where the expected wall time of a segment goes (Daly's model, term by term).
+
+    An attempt of L = τ + δ succeeds with probability e^{−L/M}: e^{L/M} − 1 failed attempts are
+    expected, each losing E[t | t < L] of work, so lost work = M·(e^{L/M} − 1) − L. Each
+    failure is followed by a restart that takes M·(e^{R/M} − 1) on average when restarts can
+    fail too. Asynchronous checkpoints' extra rework w is part of R there and counted as lost work.
+    """
+    if math.isinf(mtbf_s):
+        return {"useful": work_s / seg_s, "checkpoint": stall_s / seg_s, "restart": 0.0, "lost_work": 0.0}
+    failures = math.expm1((work_s + stall_s) / mtbf_s)
+    lost_s = mtbf_s * failures - (work_s + stall_s)
+    restarts_s = failures * mtbf_s * math.expm1((restart_s + rework_s) / mtbf_s)
+    share = restart_s / (restart_s + rework_s) if restart_s + rework_s > 0 else 1.0
+    return {
+        "useful": work_s / seg_s,
+        "checkpoint": stall_s / seg_s,
+        "restart": restarts_s * share / seg_s,
+        "lost_work": (lost_s + restarts_s * (1.0 - share)) / seg_s,
+    }
+
+
 # ----------------------------------------------------------------------------- the plan
 @dataclass(frozen=True, slots=True)
 class Plan:
@@ -279,21 +303,14 @@ def plan_run(
     else:
         seg_s = segment_wall_s(interval, stall_s, restart_eff_s, mtbf_s)
         good = interval / seg_s
-        failures = 0.0 if math.isinf(mtbf_s) else seg_s / mtbf_s
-        restart_frac = min(failures * run.restart_s, seg_s - interval - stall_s) / seg_s
-        fractions = {
-            "useful": good,
-            "checkpoint": stall_s / seg_s,
-            "restart": restart_frac,
-            "lost_work": max(0.0, 1.0 - good - stall_s / seg_s - restart_frac),
-        }
-    if good < MIN_GOODPUT:
-        raise ConfigError(
-            f"with a job MTBF of {mtbf_s / MIN_S:.3g} min, {run.restart_s / MIN_S:.3g} min restarts and "
-            f"{stall_s:.3g} s checkpoint stalls, the job would spend over {1 - MIN_GOODPUT:.1%} of its "
-            "time failing; check gpu_failures_per_year, restart_min and storage_write_GBps",
-            key="run.gpu_failures_per_year",
-        )
+        if good < MIN_GOODPUT:
+            raise ConfigError(
+                f"with a job MTBF of {mtbf_s / MIN_S:.3g} min, {run.restart_s / MIN_S:.3g} min restarts and "
+                f"{stall_s:.3g} s checkpoint stalls, the job would spend over {1 - MIN_GOODPUT:.1%} of its "
+                "time failing; check gpu_failures_per_year, restart_min and storage_write_GBps",
+                key="run.gpu_failures_per_year",
+            )
+        fractions = _time_fractions(interval, stall_s, run.restart_s, rework_s, mtbf_s, seg_s)
     if good < 0.5:
         warnings.append(f"goodput {good:.0%}: failures and checkpoints take most of the wall time")
     if gpu.board_power_w > 0:
@@ -338,6 +355,28 @@ def plan_for(scn: Scenario, report: StepReport, run: RunSpec | None = None) -> P
         tokens_per_s=report.tokens_per_s,
         tokens_per_step=scn.tokens_per_step,
     )
+
+
+# A sweep row's plan (`mfusim sweep` with a [run] table): the columns and how --rank-by uses them.
+PLAN_COLUMNS = ("time_to_train_days", "gpu_hours", "cost_usd", "energy_mwh", "goodput")
+# --rank-by name -> (column, higher is better)
+RANK_KEYS = {
+    "mfu": ("mfu", True),
+    "tokens_per_s": ("tokens_per_s", True),
+    "time_to_train": ("time_to_train_days", False),
+    "cost": ("cost_usd", False),
+}
+
+
+def plan_columns(p: Plan) -> dict[str, float | None]:
+    d = p.to_dict()
+    return {
+        "time_to_train_days": d["wall_days"],
+        "gpu_hours": d["gpu_hours"],
+        "cost_usd": d["cost_usd"],
+        "energy_mwh": d["energy_mwh"],
+        "goodput": d["goodput"],
+    }
 
 
 def format_plan(p: Plan) -> str:
