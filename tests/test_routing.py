@@ -30,7 +30,17 @@ def test_interleaved_neighbours(pp: int, vp: int) -> None:
             assert reads_data(route, Task("F", 0, c), s) == (k == 0)
 
 
-@pytest.mark.parametrize("schedule,pp,vp", [("1f1b", 4, 1), ("interleaved", 4, 2), ("zb-h1", 3, 1)])
+@pytest.mark.parametrize(
+    "schedule,pp,vp",
+    [
+        ("1f1b", 4, 1),
+        ("interleaved", 4, 2),
+        ("zb-h1", 3, 1),
+        ("zb-v", 4, 1),
+        ("dualpipev", 4, 1),
+        ("dualpipe", 4, 1),
+    ],
+)
 def test_every_message_has_one_sender_and_one_receiver(schedule: str, pp: int, vp: int) -> None:
     route = route_for(schedule, pp, vp)
     m = 2 * pp
@@ -43,8 +53,9 @@ def test_every_message_has_one_sender_and_one_receiver(schedule: str, pp: int, v
             if src is not None:
                 wanted.append((t.phase, t.microbatch, src, (s, t.chunk)))
     assert sorted(sent) == sorted(wanted)
-    # forward: every virtual stage but the last sends each micro-batch once; backward alike
-    assert len(sent) == 2 * m * (pp * vp - 1)
+    # every chunk but the last of a path sends each of its micro-batches once, each way
+    hops = {"dualpipe": pp - 1, "zb-v": 2 * pp - 1, "dualpipev": 2 * pp - 1}.get(schedule, pp * vp - 1)
+    assert len(sent) == 2 * m * hops
 
 
 def test_link_is_the_lower_stage_in_both_directions() -> None:
@@ -53,3 +64,6 @@ def test_link_is_the_lower_stage_in_both_directions() -> None:
     assert link_stage(route, (3, 0), (0, 1)) == 3  # the wrap from the last stage to the first
     one = route_for("interleaved", 1, 3)
     assert link_stage(one, (0, 0), (0, 1)) is None  # same GPU: a hand-over in memory
+    v = route_for("zb-v", 4, 1)
+    assert v.next[(3, 0)] == (3, 1) and link_stage(v, (3, 0), (3, 1)) is None  # the turn of the V
+    assert link_stage(v, (3, 1), (2, 1)) == 3  # on the way back, the stage nearer the embedding

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import simpy
 
-from ..program import Program
+from ..program import Program, stage_orders
 from ..specs import VariabilitySpec
 from ..timeline import Timeline
 from .clock import BARRIER, LocalClock, LocalMailbox, Pending, SimpyBarrier, SimpyClock, SimpyMailbox
@@ -45,7 +45,10 @@ def replay_simpy(program: Program, noise: Noise, recorder: Recorder, loader: Loa
     clock = SimpyClock(env, SimpyMailbox(env), SimpyBarrier(env, program.pp))
     feed = SimpyLoader(env, program, loader, recorder) if loader is not None else None
     route = route_for(program.schedule, program.pp, program.vp)
-    stages = [StageProcess(s, program, route, clock, recorder, noise, feed) for s in range(program.pp)]
+    orders = stage_orders(program)
+    stages = [
+        StageProcess(s, program, orders[s], route, clock, recorder, noise, feed) for s in range(program.pp)
+    ]
     procs = [env.process(st.run()) for st in stages]
     env.run(until=simpy.AllOf(env, procs))
     timeline = _close(recorder, [st.end_s for st in stages])
@@ -59,8 +62,10 @@ def replay_local(program: Program, noise: Noise, recorder: Recorder) -> Replay:
     until it needs a message not yet sent, and is woken when it is."""
     box = LocalMailbox()
     route = route_for(program.schedule, program.pp, program.vp)
+    orders = stage_orders(program)
     stages = [
-        StageProcess(s, program, route, LocalClock(s, box), recorder, noise, None) for s in range(program.pp)
+        StageProcess(s, program, orders[s], route, LocalClock(s, box), recorder, noise, None)
+        for s in range(program.pp)
     ]
     procs = [st.run() for st in stages]
     box.runnable.extend(range(program.pp))

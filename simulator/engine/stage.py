@@ -13,7 +13,7 @@ import math
 from typing import Any
 
 from ..program import Block, Program
-from ..schedules import Task, stage_tasks
+from ..schedules import Task, is_split_backward
 from .dataloader import SimpyLoader
 from .dpstream import DPStream, ParamGathers
 from .noise import Noise
@@ -21,10 +21,14 @@ from .recorder import Recorder
 from .routing import MessageKey, Route, downstream, link_stage, message_key, upstream
 
 
-def last_grad_tasks(tasks: list[Task], split_backward: bool) -> dict[int, int]:
-    """Index of the task after which each chunk's gradients are final."""
-    phase = "W" if split_backward else "B"
-    return {t.chunk: i for i, t in enumerate(tasks) if t.phase == phase}
+def last_grad_tasks(tasks: tuple[Task, ...], split: set[tuple[int, int]]) -> dict[int, int]:
+    """Index of the task after which each chunk's gradients are final: its last W, or its last
+    whole backward (a B whose weight gradient is not split off)."""
+    return {
+        t.chunk: i
+        for i, t in enumerate(tasks)
+        if t.phase == "W" or (t.phase == "B" and (t.microbatch, t.chunk) not in split)
+    }
 
 
 class StageProcess:
@@ -32,6 +36,7 @@ class StageProcess:
         self,
         stage: int,
         program: Program,
+        tasks: tuple[Task, ...],
         route: Route,
         clock: Any,
         recorder: Recorder,
@@ -41,9 +46,10 @@ class StageProcess:
         self.s, self.program, self.route = stage, program, route
         self.clock, self.rec, self.noise, self.loader = clock, recorder, noise, loader
         self.st = program.stages[stage]
-        self.tasks = stage_tasks(program.schedule, program.pp, program.vp, program.num_microbatches, stage)
-        self.split_backward = any(t.phase == "W" for t in self.tasks)
-        self.last_grad = last_grad_tasks(self.tasks, self.split_backward)
+        self.tasks = tasks
+        self.split = is_split_backward(tasks)  # (micro-batch, chunk) whose B leaves its W for later
+        self.last_grad = last_grad_tasks(tasks, self.split)
+        self.received: set[int] = set()  # indices of tasks whose input is already in (paired F&B)
         self.dp = DPStream(stage, recorder, noise)
         self.gathers = ParamGathers()
         self.overlap_gathers = program.zero in (1, 2) and program.overlap_param_gather
@@ -59,7 +65,11 @@ class StageProcess:
         if self.overlap_gathers:
             self.gathers.launch(self.dp, [ch.param_gather_s for ch in self.st.chunks])
         for idx, task in enumerate(self.tasks):
-            yield from self._receive(task)
+            if idx not in self.received:
+                yield from self._receive(task)
+            if task.paired and idx + 1 < len(self.tasks):  # DualPipe's F&B start together
+                yield from self._receive(self.tasks[idx + 1])
+                self.received.add(idx + 1)
             start, end = yield from self._compute(task)
             yield from self._send(task)
             self._reduce_grads(idx, task, start, end)
@@ -78,11 +88,11 @@ class StageProcess:
                 if self.loader is not None:
                     yield from self.loader.take(self.s, task.microbatch)
             else:
-                key = message_key(self.route, "F", task.microbatch, src)
+                key = message_key("F", task.microbatch, src)
                 yield from self._wait(key, f"activation mb{task.microbatch}", task)
             yield from self._wait_gather(self.gathers.wait_before_s(task.chunk, self.clock.now), task.chunk)
         elif task.phase == "B" and src is not None:
-            key = message_key(self.route, "B", task.microbatch, src)
+            key = message_key("B", task.microbatch, src)
             yield from self._wait(key, f"gradient mb{task.microbatch}", task)
 
     def _wait(self, key: MessageKey, what: str, task: Task):
@@ -110,7 +120,7 @@ class StageProcess:
         if task.phase == "F":
             block, label = ch.forward, f"F{task.microbatch}"
         elif task.phase == "B":
-            block = ch.backward_input if self.split_backward else ch.backward
+            block = ch.backward_input if (task.microbatch, task.chunk) in self.split else ch.backward
             label = f"B{task.microbatch}"
         else:
             block, label = ch.backward_weight, f"W{task.microbatch}"
@@ -146,7 +156,7 @@ class StageProcess:
         self.rec.add(
             self.s, "pp_comm", name, now, now + d, stream="pp", microbatch=task.microbatch, chunk=task.chunk
         )
-        self.clock.post(message_key(self.route, task.phase, task.microbatch, here), d)
+        self.clock.post(message_key(task.phase, task.microbatch, here), d)
 
     def _reduce_grads(self, idx: int, task: Task, start: float, end: float) -> None:
         """With overlap, a chunk's gradient buckets are reduced as its last backward produces them."""
