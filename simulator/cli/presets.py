@@ -10,8 +10,7 @@ from .common import print_json
 
 def cmd_presets(args: argparse.Namespace) -> int:
     from .. import flops
-    from ..loading import load_gpu_catalog, load_model_presets, model_preset
-    from ..loading import load_scenario
+    from ..loading import load_gpu_catalog, load_model_presets, load_scenario, model_preset
     from ..resources import data_dir, scenario_names, topology_names
 
     scenarios = {n: load_scenario(data_dir("scenarios") / f"{n}.toml") for n in scenario_names()}
