@@ -5,13 +5,13 @@ from __future__ import annotations
 import argparse
 import sys
 
-from ..run import comm_model_for, format_report, format_samples, sample_stats
 from .common import check_writable, print_json, scenario_path
 
 
 def cmd_run(args: argparse.Namespace) -> int:
     from ..engine import simulate
     from ..loading import load_scenario
+    from ..run import comm_model_for, format_report, format_samples, sample_stats
 
     scn = load_scenario(scenario_path(args.scenario))
     trace_path = check_writable(args.trace, "--trace") if args.trace else None

@@ -9,11 +9,12 @@ import sys
 from pathlib import Path
 
 from ..errors import ConfigError
-from ..sweep import format_table, load_sweep_scenario, result_json, run_sweep, write_plot
 from .common import check_writable
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
+    from ..sweep import format_table, load_sweep_scenario, result_json, run_sweep, write_plot
+
     scn = load_sweep_scenario(args.scenario)
     out = None
     if args.out:
