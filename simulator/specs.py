@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     from .plan import RunSpec
 
 DTYPES = ("bf16", "fp16", "fp8")
-SCHEDULES = ("gpipe", "1f1b", "interleaved", "zb-h1")  # zb-v, dualpipe, dualpipev: with the engine's routing
+SCHEDULES = ("gpipe", "1f1b", "interleaved", "zb-h1", "zb-v", "dualpipe", "dualpipev")
 TWO_CHUNK_SCHEDULES = ("zb-v", "dualpipe", "dualpipev")  # two model chunks per stage by construction
 RECOMPUTE = ("none", "selective", "full")
 INTRA_FABRICS = ("nvswitch", "pcie", "nvlink")

@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import pytest
 
-from simulator.engine import simulate
 from simulator.errors import ConfigError
 from simulator.loading import scenario_from_dict
 from simulator.network import Placement, TopologyCommModel
 from simulator.program import build_program
+from simulator.simulate import simulate
 
 DENSE = {
     "name": "tp64",
