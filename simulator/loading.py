@@ -458,7 +458,16 @@ SCENARIO_KEYS = (
     "sweep",
     "run",
 )
-CLUSTER_KEYS = ("topology", "num_gpus", "gpu", "gpus_per_node", "rank_order", "intra_node", "inter_node")
+CLUSTER_KEYS = (
+    "topology",
+    "num_gpus",
+    "gpu",
+    "gpus_per_node",
+    "gpus_used_per_node",
+    "rank_order",
+    "intra_node",
+    "inter_node",
+)
 
 
 def resolve_scenario_path(ref: str | Path) -> Path:
@@ -536,12 +545,38 @@ def _cluster(data: Mapping[str, Any], base_dir: Path) -> tuple[TopologySpec, int
             topo = replace(topo, **changes)
         except ConfigError as err:
             raise err.with_key_prefix("cluster") from None
+    if "gpus_used_per_node" in cluster:
+        topo = use_gpus_per_node(topo, cluster["gpus_used_per_node"])
     num_gpus = _required(cluster, "num_gpus", "cluster")
     if isinstance(num_gpus, float) and num_gpus.is_integer() and abs(num_gpus) < 1e18:
         raise ConfigError(
             f"must be an integer (write {int(num_gpus)}), got {num_gpus!r}", key="cluster.num_gpus"
         )
     return topo, num_gpus
+
+
+def use_gpus_per_node(topo: TopologySpec, used: object) -> TopologySpec:
+    """`[cluster] gpus_used_per_node`: run ranks on only `used` GPUs of every node (e.g. 64 of an
+    NVL72 rack's 72, so that power-of-two groups align with racks). The node then behaves as a
+    `used`-GPU node: same NVLink per GPU, and the NICs of the idle GPUs idle too when every GPU
+    has its own (a shared NIC stays whole). 0 = all."""
+    key = "cluster.gpus_used_per_node"
+    if isinstance(used, bool) or not isinstance(used, int) or used < 0:
+        raise ConfigError(f"must be a non-negative integer (0 = all), got {used!r}", key=key)
+    if used > topo.gpus_per_node:
+        raise ConfigError(f"must be <= gpus_per_node = {topo.gpus_per_node}, got {used}", key=key)
+    if used in (0, topo.gpus_per_node):
+        return topo
+    inter = topo.inter_node
+    nics = inter.nics_per_node
+    if nics >= topo.gpus_per_node:
+        nics = nics * used // topo.gpus_per_node
+    return replace(
+        topo,
+        gpus_per_node=used,
+        physical_gpus_per_node=topo.gpus_per_node,
+        inter_node=replace(inter, nics_per_node=max(1, nics)),
+    )
 
 
 def parallel_from_table(table: Mapping[str, Any], num_gpus: int) -> ParallelConfig:

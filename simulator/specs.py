@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from .plan import RunSpec
 
 DTYPES = ("bf16", "fp16", "fp8")
-SCHEDULES = ("gpipe", "1f1b", "interleaved", "zb-h1")  # zb-v, dualpipe, dualpipev: with the engine's routing
+SCHEDULES = ("gpipe", "1f1b", "interleaved", "zb-h1", "zb-v", "dualpipe", "dualpipev")
 TWO_CHUNK_SCHEDULES = ("zb-v", "dualpipe", "dualpipev")  # two model chunks per stage by construction
 RECOMPUTE = ("none", "selective", "full")
 INTRA_FABRICS = ("nvswitch", "pcie", "nvlink")
@@ -316,10 +316,12 @@ class TopologySpec:
     intra_node: IntraNodeSpec
     inter_node: InterNodeSpec
     rank_order: tuple[str, ...] = ("tp", "cp", "dp", "pp")  # innermost first
+    physical_gpus_per_node: int = 0  # GPUs a node has when fewer are used ([cluster] gpus_used_per_node)
 
     def __post_init__(self) -> None:
         _check_str("name", self.name)
         _check_int("gpus_per_node", self.gpus_per_node, maximum=1024)
+        _check_int("gpus_used_per_node", self.physical_gpus_per_node, minimum=0, maximum=1024)
         if sorted(self.rank_order) != sorted(RANK_AXES):
             raise ConfigError(
                 f"must be a permutation of {list(RANK_AXES)}; got {list(self.rank_order)}",
@@ -516,6 +518,12 @@ class Scenario:
             out.append(
                 f"tp = {par.tp} exceeds gpus_per_node = {self.topology.gpus_per_node}: "
                 "tensor-parallel traffic crosses the inter-node network"
+            )
+        idle = self.topology.physical_gpus_per_node - self.topology.gpus_per_node
+        if self.topology.physical_gpus_per_node and idle > 0:
+            out.append(
+                f"gpus_used_per_node = {self.topology.gpus_per_node}: {idle} of "
+                f"{self.topology.physical_gpus_per_node} GPUs per node stay idle"
             )
         if par.pp > 1 and par.num_microbatches < par.pp:
             out.append(
