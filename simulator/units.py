@@ -58,5 +58,13 @@ def s_to_us(seconds: float) -> float:
     return seconds / US_S
 
 
+NS_S = 1e-9  # one nanosecond in seconds
+
+
+def s_to_ns(seconds: float) -> int:
+    """Whole nanoseconds (traces round every span edge to the nanosecond, issue 17)."""
+    return round(seconds / NS_S)
+
+
 # Bytes per element of each training dtype (weights/activations as stored).
 DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 1}
