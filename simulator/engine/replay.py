@@ -9,8 +9,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import simpy
-
 from ..program import Program, stage_orders
 from ..specs import VariabilitySpec
 from ..timeline import Timeline
@@ -42,6 +40,8 @@ def _close(recorder: Recorder, ends_s: list[float]) -> Timeline:
 
 def replay_simpy(program: Program, noise: Noise, recorder: Recorder, loader: LoaderState | None) -> Replay:
     """The step in global simpy time (jitter, stragglers, the dataloader)."""
+    import simpy  # only here: a quiet step needs none of it (start-up time)
+
     env = simpy.Environment()
     clock = SimpyClock(env, SimpyMailbox(env), SimpyBarrier(env, program.pp))
     feed = SimpyLoader(env, program, loader, recorder) if loader is not None else None

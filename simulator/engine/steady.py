@@ -62,8 +62,8 @@ def probe_sizes(program: Program, warmup_pipelines: int = 1) -> tuple[int, int, 
 
 def extended_step(program: Program, replay: Callable[[Program], Timeline]) -> Timeline | None:
     """The step of `program` from three short replays, or None when it cannot be extended exactly
-    (probes one pipeline long first, then two: the interleaved warm-up is longer)."""
-    for warmup in (1, 2):
+    (probes one pipeline long first, then two; interleaved: two at once, its warm-up is longer)."""
+    for warmup in (2,) if program.schedule == "interleaved" else (1, 2):
         sizes = probe_sizes(program, warmup)
         if sizes is None:
             return None
