@@ -72,6 +72,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from . import flops
+from .flops import RankParams
+from .layout import stage_layers
 from .metrics import MemoryReport
 from .specs import ModelSpec, ParallelConfig, Scenario
 from .units import GIB_BYTES
@@ -183,30 +185,18 @@ def korthikanti_per_layer_bytes(
 
 # ----------------------------------------------------------------------------- schedule
 def stage_layer_counts(num_layers: int, pp: int) -> list[int]:
-    """Layers per pipeline stage; the first L mod p stages get one more."""
+    """Layers per pipeline stage without interleaving (simulator/layout.py has the general split)."""
     base, extra = divmod(num_layers, pp)
     return [base + (1 if i < extra else 0) for i in range(pp)]
 
 
-def inflight_layer_microbatches(par: ParallelConfig, stage: int, stage_layers: int) -> float:
-    """Layer-micro-batches whose activations stage `stage` holds at its peak.
-
-    1F1B: min(p − i, m) micro-batches of the stage's layers (Narayanan et al. 2021 §2.2).
-    Interleaved (v chunks): Megatron's warm-up count 2(p−i−1) + (v−1)p + 1 chunk-micro-batches
-    of L_i/v layers; for i = 0 this is L_i·p·(1 + (p−1)/(p·v)) (Korthikanti §4.2.3).
-    GPipe: all m micro-batches.
-    """
-    p, m, v = par.pp, par.num_microbatches, par.vp
-    if par.schedule == "gpipe":
-        return float(m * stage_layers)
-    if v > 1 and par.schedule == "interleaved":
-        chunks = min(2 * (p - stage - 1) + (v - 1) * p + 1, m * v)
-        return chunks * stage_layers / v
-    return float(min(p - stage, m) * stage_layers)
-
-
 def inflight_microbatches(par: ParallelConfig, stage: int) -> float:
-    """Micro-batches in flight on a stage (for its per-micro-batch buffers)."""
+    """Micro-batches whose activations stage `stage` holds at its peak (in whole-stage units).
+
+    1F1B: min(p − i, m) (Narayanan et al. 2021 §2.2). Interleaved (v chunks): Megatron's warm-up
+    count 2(p−i−1) + (v−1)p + 1 chunk-micro-batches of 1/v of the stage's layers; for i = 0 this
+    is p·(1 + (p−1)/(p·v)) (Korthikanti §4.2.3). GPipe: all m micro-batches.
+    """
     p, m, v = par.pp, par.num_microbatches, par.vp
     if par.schedule == "gpipe":
         return float(m)
@@ -215,51 +205,31 @@ def inflight_microbatches(par: ParallelConfig, stage: int) -> float:
     return float(min(p - stage, m))
 
 
+def inflight_layer_microbatches(par: ParallelConfig, stage: int, stage_layers: int) -> float:
+    """Layer-micro-batches in flight on a stage: `inflight_microbatches` × its layers."""
+    return inflight_microbatches(par, stage) * stage_layers
+
+
 # ----------------------------------------------------------------------------- parameters
-def _moe_layers_in(model: ModelSpec, start: int, stop: int) -> int:
-    """Count of MoE layers among layers [start, stop) (layer i is MoE when i % k == k − 1)."""
-    if not model.is_moe:
-        return 0
-    k = model.moe_layer_interval
-    return stop // k - start // k
-
-
 @dataclass(frozen=True, slots=True)
 class StageParams:
-    """Parameters one GPU of a stage holds: replicated over dp (dense) and over dp/ep (experts)."""
+    """Parameters one GPU of a stage holds: replicated over dp·cp (dense) and over the
+    expert-data-parallel ranks (experts, ParallelConfig.expert_dp)."""
 
     dense: float
     expert: float
 
 
-def _attention_params_per_rank(model: ModelSpec, tp: int) -> float:
-    q = model.q_dim / tp
-    kv = model.dim_per_head * max(model.num_kv_heads / tp, 1.0)
-    h = model.hidden
-    return h * (q + 2 * kv) + q * h
-
-
-def stage_params(
-    model: ModelSpec, par: ParallelConfig, stage: int, first_layer: int, num_layers: int
-) -> StageParams:
-    """Weights of one GPU of pipeline stage `stage` (TP-sharded matrices, replicated norms)."""
-    t = par.tp
-    h = model.hidden
-    num_moe = _moe_layers_in(model, first_layer, first_layer + num_layers)
-    num_dense = num_layers - num_moe
-    attn = _attention_params_per_rank(model, t)
-    norms = 2 * h
-    dense = num_layers * (attn + norms) + num_dense * flops.mlp_params(model, model.ffn) / t
-    expert = 0.0
-    if num_moe:
-        routed = model.num_experts * flops.mlp_params(model, model.expert_ffn) / (par.ep * t)
-        shared = (
-            flops.mlp_params(model, model.shared_expert_ffn_hidden) / t
-            if model.shared_expert_ffn_hidden
-            else 0
-        )
-        dense += num_moe * (shared + h * model.num_experts)  # shared expert and router
-        expert = num_moe * routed
+def stage_params(model: ModelSpec, par: ParallelConfig, stage: int, layers: list[int]) -> StageParams:
+    """Weights of one GPU of pipeline stage `stage` holding `layers` (flops.layer_params_per_rank,
+    the split the cost model uses too) plus the embedding / output layer / MTP modules."""
+    t, h = par.tp, model.hidden
+    total = RankParams(0.0, 0.0)
+    for moe in (False, True):
+        n = sum(1 for i in layers if model.is_moe_layer(i) == moe)
+        if n:
+            total = total + flops.layer_params_per_rank(model, par, moe).scaled(n)
+    dense, expert = total.dense, total.expert
     if stage == 0:
         dense += model.vocab * h / t  # vocab-parallel word embeddings
         if model.position_embeddings:
@@ -269,6 +239,9 @@ def stage_params(
         # the output layer; with tied embeddings and pp > 1 Megatron keeps a copy on the last stage
         if not model.tied_embeddings or par.pp > 1:
             dense += model.vocab * h / t
+        if model.mtp_layers:  # Megatron places the MTP modules on the last pipeline stage
+            mtp = flops.mtp_params_per_rank(model, par).scaled(model.mtp_layers)
+            dense, expert = dense + mtp.dense, expert + mtp.expert
     return StageParams(dense=dense, expert=expert)
 
 
@@ -276,9 +249,8 @@ def stage_params(
 def _model_state_bytes(params: StageParams, par: ParallelConfig, dtype: str) -> tuple[float, float, float]:
     """(weights, grads, optimizer) bytes for one GPU, sharded by the ZeRO stage."""
     d = par.dp * par.cp
-    d_expert = max(d // par.ep, 1)
     total = params.dense + params.expert
-    sharded = params.dense / d + params.expert / d_expert  # this rank's 1/d share
+    sharded = params.dense / d + params.expert / par.expert_dp  # this rank's 1/d share
     weight_bytes = WEIGHT_BYTES + (FP8_WEIGHT_CACHE_BYTES if dtype == "fp8" else 0)
     # fp16 keeps 16-bit gradients and an fp32 copy of them in the optimizer (Megatron's
     # "fp16 param, fp16 grads: 4 + 16/d"); bf16/fp8 accumulate fp32 main grads ("6 + 12/d").
@@ -335,15 +307,13 @@ def memory_footprint(scn: Scenario) -> MemoryReport:
     # communication buffers: SP gather + reduce-scatter staging, pipeline send/recv
     comm = (2 * ACT_BYTES * sbh if sp else 0.0) + (2 * ACT_BYTES * sbh / t if p > 1 else 0.0)
 
-    counts = stage_layer_counts(model.layers, p)
     stage_totals: list[float] = []
     stage_parts: list[dict[str, float]] = []
-    first = 0
-    for i, n_layers in enumerate(counts):
-        params = stage_params(model, par, i, first, n_layers)
+    for i, layers in enumerate(stage_layers(model.layers, par)):
+        n_layers = len(layers)
+        params = stage_params(model, par, i, layers)
         weights, grads, optimizer = _model_state_bytes(params, par, scn.dtype)
-        n_moe = _moe_layers_in(model, first, first + n_layers)
-        first += n_layers
+        n_moe = sum(1 for j in layers if model.is_moe_layer(j))
         layer_mbs = inflight_layer_microbatches(par, i, n_layers)
         per_layer = (
             dense_act.stored
@@ -360,9 +330,9 @@ def memory_footprint(scn: Scenario) -> MemoryReport:
         if par.zero >= 3 and n_layers:
             # FSDP prefetch: the current and the next layer's full (unsharded) weights, or the
             # gathered embedding / output layer when that is larger
-            layer = stage_params(model, par, -1, first - n_layers, 1)  # one layer, no embeddings
+            layer = flops.layer_params_per_rank(model, par, n_moe > 0)  # the largest of its layers
             embedding = model.vocab * model.hidden / t if i in (0, p - 1) else 0.0
-            buffers += WEIGHT_BYTES * max(2 * (layer.dense + layer.expert), embedding)
+            buffers += WEIGHT_BYTES * max(2 * layer.total, embedding)
         allocated = weights + grads + optimizer + activations + buffers
         reserved = FRAMEWORK_BYTES + FRAGMENTATION_FRACTION * allocated
         parts = {
