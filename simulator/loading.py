@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import stat
 import tomllib
 from collections.abc import Mapping
 from dataclasses import fields, replace
@@ -87,6 +89,30 @@ def path_kind(path: Path) -> str:
         return "missing"
 
 
+def check_regular_file(path: Path, kind: str, key: str | None = None) -> None:
+    """Refuse, before opening it, anything but a regular file: opening a named pipe blocks
+    until a writer appears and a socket or a terminal never ends (issue 18)."""
+    name = str(path)
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        raise ConfigError("no such file", key=key, file=name) from None
+    except (OSError, ValueError) as exc:
+        detail = getattr(exc, "strerror", None) or str(exc)
+        raise ConfigError(f"cannot read: {detail}", key=key, file=name) from None
+    if stat.S_ISDIR(st.st_mode):
+        raise ConfigError(f"is a directory, expected a {kind} file", key=key, file=name)
+    if not stat.S_ISREG(st.st_mode):
+        what = (
+            "a named pipe"
+            if stat.S_ISFIFO(st.st_mode)
+            else "a socket"
+            if stat.S_ISSOCK(st.st_mode)
+            else "a device or terminal"
+        )
+        raise ConfigError(f"is {what}, not a regular file; expected a {kind} file", key=key, file=name)
+
+
 def read_user_text(
     path: str | Path, kind: str, max_bytes: int = MAX_FILE_BYTES, encoding: str = "utf-8"
 ) -> str:
@@ -94,11 +120,7 @@ def read_user_text(
     the file: missing, a directory, unreadable, too large, empty, binary or not UTF-8."""
     p = Path(path)
     name = str(path)
-    found = path_kind(p)
-    if found == "missing":
-        raise ConfigError("no such file", file=name)
-    if found == "dir":
-        raise ConfigError(f"is a directory, expected a {kind} file", file=name)
+    check_regular_file(p, kind)
     try:
         with p.open("rb") as fh:
             raw = fh.read(max_bytes + 1)  # bounded: /dev/zero must not hang
@@ -120,11 +142,31 @@ def read_toml(path: str | Path) -> dict[str, Any]:
     """Parse a TOML file; every failure is a ConfigError naming the file."""
     text = read_user_text(path, "TOML")
     try:
-        return tomllib.loads(text)
+        data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"malformed TOML: {exc}", file=str(path)) from None
     except RecursionError:
         raise ConfigError("malformed TOML: nested too deeply", file=str(path)) from None
+    _check_depth(data, str(path))
+    return data
+
+
+MAX_TOML_DEPTH = 16  # the deepest real key is cluster.inter_node.<key> (3); lists of tables add a few
+
+
+def _check_depth(data: Mapping[str, Any], file: str) -> None:
+    """Refuse absurdly nested tables/arrays (a 3,000-deep dotted key) before anything walks or
+    prints them recursively; the error names the key path's start."""
+    stack: list[tuple[object, tuple[str, ...]]] = [(data, ())]
+    while stack:
+        node, where = stack.pop()
+        if len(where) > MAX_TOML_DEPTH:
+            key = ".".join(where[:4]) + "..."
+            raise ConfigError(f"nested more than {MAX_TOML_DEPTH} levels deep", key=key, file=file)
+        if isinstance(node, dict):
+            stack.extend((v, (*where, str(k))) for k, v in node.items())
+        elif isinstance(node, list):
+            stack.extend((v, (*where, f"[{i}]")) for i, v in enumerate(node))
 
 
 def _check_keys(table: Mapping[str, Any], allowed: tuple[str, ...], section: str) -> None:
@@ -232,8 +274,7 @@ UNMODELED_HF_PREFIXES = ("mamba", "ssm_", "linear_attn", "linear_conv")
 
 def _read_json_object(path: Path) -> dict[str, Any]:
     name = str(path)
-    if path_kind(path) != "file":
-        raise ConfigError("hf_config file not found", key="model.hf_config", file=name)
+    check_regular_file(path, "config.json", key="model.hf_config")
     try:
         with path.open("rb") as fh:
             raw = fh.read(MAX_FILE_BYTES + 1)
