@@ -55,7 +55,9 @@ def mla_split_params(m: ModelSpec) -> int:
     a = m.mla
     assert a is not None
     q_in = a.q_lora_rank or m.hidden
-    return q_in * m.q_dim + a.kv_lora_rank * m.heads * (a.qk_nope_head_dim + a.v_head_dim) + m.v_dim * m.hidden
+    return (
+        q_in * m.q_dim + a.kv_lora_rank * m.heads * (a.qk_nope_head_dim + a.v_head_dim) + m.v_dim * m.hidden
+    )
 
 
 def mlp_params(m: ModelSpec, ffn: int) -> int:
@@ -115,6 +117,43 @@ def active_params(m: ModelSpec) -> int:
     """Parameters one token uses, embeddings included (the convention of Mistral, Qwen and Meta's
     "active parameters"; DeepSeek and OpenAI leave out the input embedding table, a lookup)."""
     return active_non_embedding_params(m) + embedding_params(m)
+
+
+def model_summary(m: ModelSpec) -> dict[str, object]:
+    """What was simulated, for `run --json` (issue 13): so an import can be checked at a glance."""
+    out: dict[str, object] = {
+        "name": m.name,
+        "params": total_params(m),
+        "active_params": active_params(m),
+        "non_embedding_params": non_embedding_params(m),
+        "layers": m.layers,
+        "hidden": m.hidden,
+        "heads": m.heads,
+        "kv_heads": m.num_kv_heads,
+        "head_dim": m.dim_per_head,
+        "ffn_hidden": m.ffn,
+        "vocab": m.vocab,
+        "seq_len": m.seq_len,
+        "attention": "mla" if m.mla is not None else ("gqa" if m.num_kv_heads < m.heads else "mha"),
+    }
+    if m.is_moe:
+        out["moe"] = {
+            "num_experts": m.num_experts,
+            "top_k": m.top_k,
+            "expert_ffn_hidden": m.expert_ffn,
+            "shared_expert_ffn_hidden": m.shared_expert_ffn_hidden,
+            "moe_layers": m.num_moe_layers,
+            "first_dense_layers": m.first_dense_layers,
+            "layer_interval": m.moe_layer_interval,
+            "routing": m.routing,
+            "load_imbalance": m.imbalance,
+            "max_nodes_per_token": m.max_nodes_per_token,
+            "dispatch_dtype": m.dispatch_dtype,
+        }
+    if m.mtp_layers:
+        out["mtp_layers"] = m.mtp_layers
+        out["mtp_params"] = mtp_params(m)
+    return out
 
 
 # ----------------------------------------------------------------------------- per rank
@@ -214,8 +253,9 @@ def layer_forward_flops(m: ModelSpec, layer: int = 0) -> LayerForwardFlops:
     else:
         mlp = float(f * s * mlp_params(m, m.ffn))
         router = 0.0
-    if m.mla is not None:
-        qkv = float(f * s * (attention_params(m) - m.v_dim * h))  # every projection but the output
+    if m.mla is not None:  # every projection but the output; the two latent RMSNorms do no matmul
+        a = m.mla
+        qkv = float(f * s * (attention_params(m) - m.v_dim * h - a.q_lora_rank - a.kv_lora_rank))
     else:
         qkv = float(f * s * h * (m.q_dim + 2 * m.kv_dim))
     return LayerForwardFlops(
@@ -264,7 +304,9 @@ def mtp_forward_flops_per_sequence(m: ModelSpec) -> float:
 
 
 def model_forward_flops_per_sequence(m: ModelSpec) -> float:
-    return _sum_over_layers(m, lambda f: f.total) + logits_forward_flops(m) + mtp_forward_flops_per_sequence(m)
+    return (
+        _sum_over_layers(m, lambda f: f.total) + logits_forward_flops(m) + mtp_forward_flops_per_sequence(m)
+    )
 
 
 def model_flops_per_sequence(m: ModelSpec) -> float:

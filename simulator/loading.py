@@ -373,7 +373,8 @@ def hf_config_fields(path: Path) -> dict[str, Any]:
     )
     out["tied_embeddings"] = bool(get("tie_word_embeddings") or False)
     # --- sequence length: the scenario's; else the pre-training length the config records
-    rope = cfg.get("rope_scaling") if isinstance(cfg.get("rope_scaling"), dict) else {}
+    rope_value = cfg.get("rope_scaling")
+    rope: dict[str, Any] = rope_value if isinstance(rope_value, dict) else {}
     seq = rope.get("original_max_position_embeddings") or get(
         "max_position_embeddings", "n_positions", "seq_length"
     )
@@ -431,7 +432,9 @@ def hf_config_fields(path: Path) -> dict[str, Any]:
         out.pop("head_dim")
     archs = top.get("architectures")
     arch = archs[0] if isinstance(archs, list) and archs and isinstance(archs[0], str) else None
-    out["name"] = str(top.get("_name_or_path") or get("_name_or_path") or arch or model_type or path.parent.name)
+    out["name"] = str(
+        top.get("_name_or_path") or get("_name_or_path") or arch or model_type or path.parent.name
+    )
     out["_unmodeled"] = _unmodeled_keys(cfg, top)
     out["_windows"] = {k: get(k) for k in ("sliding_window", "attention_chunk_size") if _is_int(get(k))}
     return out
@@ -449,9 +452,7 @@ def _resolve_unmodeled(
     notes = []
     for key, why in unmodeled.items():
         if key in allow:
-            notes.append(
-                f"{cfg_file}: key '{key}' ({why}) is not modeled and is ignored (allow_unmodeled)"
-            )
+            notes.append(f"{cfg_file}: key '{key}' ({why}) is not modeled and is ignored (allow_unmodeled)")
             continue
         raise ConfigError(
             f"{why} is not modeled by the simulator; list it in [model] allow_unmodeled to ignore it",
@@ -501,7 +502,9 @@ def model_from_table(table: Mapping[str, Any], base_dir: Path) -> ModelSpec:
         values.update({k: v for k, v in hf.items() if not k.startswith("_")})
         if "seq_len" not in table:
             if from_config_seq is None:
-                raise ConfigError("missing required key (config.json gives no sequence length)", key="model.seq_len")
+                raise ConfigError(
+                    "missing required key (config.json gives no sequence length)", key="model.seq_len"
+                )
             values["seq_len"] = from_config_seq
             notes.append(
                 f"model.seq_len not given: using {from_config_seq} from {hf_file} (the config's "

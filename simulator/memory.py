@@ -81,6 +81,13 @@ from .units import GIB_BYTES
 # --- bytes per parameter (Megatron mixed precision, fp32 main grads) --------------------------
 WEIGHT_BYTES = 2  # bf16 / fp16 weights used by the forward and backward passes
 FP8_WEIGHT_CACHE_BYTES = 1  # fp8 training: Transformer Engine's cached fp8 copy of each weight
+# Transformer Engine's quantized weight copies per recipe: fp8 one 8-bit copy; MXFP8 and NVFP4
+# a row-wise and a column-wise copy with their block scales (1 + 1/32 and 0.5 + 1/16 bytes each)
+QUANTIZED_WEIGHT_CACHE_BYTES = {
+    "fp8": FP8_WEIGHT_CACHE_BYTES,
+    "mxfp8": 2 * (1 + 1 / 32),
+    "nvfp4": 2 * (0.5 + 1 / 16),
+}
 GRAD_BYTES = 4  # fp32 main gradients (Megatron-LM arguments.py: bf16 forces
 # accumulate_allreduce_grads_in_fp32, so main_grad buffers are fp32)
 FP16_GRAD_BYTES = 2  # fp16 training keeps 16-bit gradients
@@ -132,7 +139,7 @@ def layer_activation_bytes(
     # K/V heads are replicated when tp > kv_heads (Megatron needs kv_heads | tp then).
     kv_rank = model.dim_per_head * max(model.num_kv_heads / t, 1.0)
     if moe:
-        f_rank = model.top_k * model.expert_ffn / t
+        f_rank = model.top_k * model.expert_ffn / t * model.imbalance  # the busiest EP rank
         if model.shared_expert_ffn_hidden:
             f_rank += model.shared_expert_ffn_hidden / t
         # routed tokens: dispatched input and combined output, top_k copies of h (16-bit)
@@ -167,6 +174,23 @@ def layer_activation_bytes(
         layer_input = ACT_BYTES * h * sb / (t if sequence_parallel and t > 1 else 1)
         return LayerActivationBytes(replicated, sharded, core, layer_input, full_layer)
     raise ValueError(f"unknown recompute {recompute!r}")
+
+
+def scenario_layer_activations(scn: Scenario, moe: bool) -> LayerActivationBytes:
+    """`layer_activation_bytes` of one dense (or MoE) layer of this scenario: the one call the
+    memory model and the offload costing (simulator/program.py) share."""
+    par = scn.parallel
+    return layer_activation_bytes(
+        scn.model,
+        par.micro_batch,
+        tp=par.tp,
+        cp=par.cp,
+        sequence_parallel=par.sequence_parallel and par.tp > 1,
+        recompute=par.recompute,
+        flash_attention=scn.kernels.flash_attention,
+        moe=moe,
+        fp8=scn.dtype in ("fp8", "mxfp8", "nvfp4"),
+    )
 
 
 def korthikanti_per_layer_bytes(
@@ -251,7 +275,7 @@ def _model_state_bytes(params: StageParams, par: ParallelConfig, dtype: str) -> 
     d = par.dp * par.cp
     total = params.dense + params.expert
     sharded = params.dense / d + params.expert / par.expert_dp  # this rank's 1/d share
-    weight_bytes = WEIGHT_BYTES + (FP8_WEIGHT_CACHE_BYTES if dtype == "fp8" else 0)
+    weight_bytes = WEIGHT_BYTES + QUANTIZED_WEIGHT_CACHE_BYTES.get(dtype, 0.0)
     # fp16 keeps 16-bit gradients and an fp32 copy of them in the optimizer (Megatron's
     # "fp16 param, fp16 grads: 4 + 16/d"); bf16/fp8 accumulate fp32 main grads ("6 + 12/d").
     grad_bytes = FP16_GRAD_BYTES if dtype == "fp16" else GRAD_BYTES
@@ -265,39 +289,15 @@ def _model_state_bytes(params: StageParams, par: ParallelConfig, dtype: str) -> 
 def memory_footprint(scn: Scenario) -> MemoryReport:
     """Per-GPU memory of the most loaded pipeline stage (see the module docstring)."""
     model, par = scn.model, scn.parallel
-    flash = scn.kernels.flash_attention
     t, p = par.tp, par.pp
     sp = par.sequence_parallel and t > 1
     b = par.micro_batch
     s_local = model.seq_len / par.cp
     sbh = s_local * b * model.hidden
 
-    fp8 = scn.dtype == "fp8"
-    dense_act = layer_activation_bytes(
-        model,
-        b,
-        tp=t,
-        cp=par.cp,
-        sequence_parallel=sp,
-        recompute=par.recompute,
-        flash_attention=flash,
-        fp8=fp8,
-    )
-    moe_act = (
-        layer_activation_bytes(
-            model,
-            b,
-            tp=t,
-            cp=par.cp,
-            sequence_parallel=sp,
-            recompute=par.recompute,
-            flash_attention=flash,
-            moe=True,
-            fp8=fp8,
-        )
-        if model.is_moe
-        else dense_act
-    )
+    dense_act = scenario_layer_activations(scn, moe=False)
+    moe_act = scenario_layer_activations(scn, moe=True) if model.is_moe else dense_act
+    kept = 1.0 - scn.memory.offload_activations  # the rest waits in host memory (issue 13)
     # Korthikanti §4.3: embedding dropout mask (first stage); final norm + output-layer inputs
     # and the fp32 logits of one micro-batch (last stage).
     sp_div = t if sp else 1
@@ -313,6 +313,8 @@ def memory_footprint(scn: Scenario) -> MemoryReport:
         n_layers = len(layers)
         params = stage_params(model, par, i, layers)
         weights, grads, optimizer = _model_state_bytes(params, par, scn.dtype)
+        if scn.memory.offload_optimizer:
+            optimizer = 0.0  # fp32 master weights and Adam moments live in host memory
         n_moe = sum(1 for j in layers if model.is_moe_layer(j))
         layer_mbs = inflight_layer_microbatches(par, i, n_layers)
         per_layer = (
@@ -320,7 +322,7 @@ def memory_footprint(scn: Scenario) -> MemoryReport:
             if n_layers == 0
             else (((n_layers - n_moe) * dense_act.stored + n_moe * moe_act.stored) / n_layers)
         )
-        activations = layer_mbs * per_layer
+        activations = layer_mbs * per_layer * kept
         activations += max(dense_act.working, moe_act.working if n_moe else 0.0)
         if i == 0:
             activations += embed_mask * inflight_microbatches(par, i)

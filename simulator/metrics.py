@@ -118,6 +118,8 @@ class StepReport:
                 "recompute": par.recompute,
                 "sequence_parallel": par.sequence_parallel,
                 "zero": par.zero,
+                "etp": par.expert_tp,
+                "ep_comm_overlap": par.ep_comm_overlap,
             },
             "step_time_s": self.step_time_s,
             "tokens_per_s": self.tokens_per_s,
@@ -145,7 +147,7 @@ def step_report(
     scn: Scenario, program: Program, step_time_s: float, by_stage: tuple[dict[str, float], ...]
 ) -> StepReport:
     """The SPEC §4 report of a step, however its time was obtained (engine or closed form)."""
-    from .flops import step_flops
+    from .flops import model_summary, step_flops
     from .memory import memory_footprint
 
     f = step_flops(scn.model, scn.parallel.global_batch, scn.parallel.recompute)
@@ -170,4 +172,5 @@ def step_report(
         memory=memory,
         warnings=tuple(warnings),
         collectives=program.collectives,
+        extra={"model": model_summary(scn.model)},
     )

@@ -149,7 +149,8 @@ class ModelSpec:
         _check_num(f"{p}.moe.load_imbalance", self.load_imbalance, maximum=1e3)
         if 0 < self.load_imbalance < 1:
             raise ConfigError(
-                f"must be >= 1 (busiest rank / mean), got {self.load_imbalance!r}", key=f"{p}.moe.load_imbalance"
+                f"must be >= 1 (busiest rank / mean), got {self.load_imbalance!r}",
+                key=f"{p}.moe.load_imbalance",
             )
         _check_int(f"{p}.moe.max_nodes_per_token", self.max_nodes_per_token, minimum=0, maximum=MAX_GPUS)
         _check_choice(f"{p}.moe.dispatch_dtype", self.dispatch_dtype, DISPATCH_DTYPES)
@@ -495,7 +496,9 @@ class ParallelConfig:
     @property
     def pipeline_extra_layers(self) -> int:
         """Layer slots the embedding and the loss take in the pipeline split (0, 1 or 2)."""
-        return int(self.account_for_embedding_in_pipeline_split) + int(self.account_for_loss_in_pipeline_split)
+        return int(self.account_for_embedding_in_pipeline_split) + int(
+            self.account_for_loss_in_pipeline_split
+        )
 
     @property
     def model_parallel_size(self) -> int:
