@@ -18,10 +18,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from . import flops as fl
-from .comm import CommModel, bus_factor, default_comm_model  # noqa: F401
+from .comm import CommModel, bus_factor, default_comm_model
 from .costs import Device, flash_attention_time_s, grouped_matmul_time_s, matmul_time_s, memory_op_time_s
-from .layout import chunk_layers, layers_per_chunk
 from .memory import scenario_layer_activations
+from .schedules import PassTimes, Task, chunk_layers, next_chunk, prev_chunk, stage_tasks
 from .specs import ModelSpec, Scenario
 
 CAUSAL_WORK_FRACTION = 0.5  # a causal FlashAttention kernel skips the upper-triangle blocks
@@ -131,9 +131,26 @@ class Program:
     collectives: tuple[dict, ...] = field(default=())
 
 
-# ----------------------------------------------------------------------------- layout
-# The layer split lives in simulator/layout.py (shared with the memory model).
-__all__ = ["layers_per_chunk", "build_program"]
+def pass_times(program: Program) -> PassTimes:
+    """Mean per-chunk F/B/W durations and hop: what the duration-built orders (zb-v) assume."""
+    chunks = [c for st in program.stages for c in st.chunks]
+    n = max(len(chunks), 1)
+    return PassTimes(
+        forward_s=sum(c.forward.duration_s for c in chunks) / n,
+        backward_input_s=sum(c.backward_input.duration_s for c in chunks) / n,
+        backward_weight_s=sum(c.backward_weight.duration_s for c in chunks) / n,
+        hop_s=sum(st.p2p_s for st in program.stages) / max(len(program.stages), 1),
+    )
+
+
+def stage_orders(program: Program) -> tuple[tuple[Task, ...], ...]:
+    """Every stage's ordered tasks under the program's schedule (the engine and the closed-form
+    estimate replay the same orders)."""
+    times = pass_times(program) if program.schedule == "zb-v" else None
+    return tuple(
+        tuple(stage_tasks(program.schedule, program.pp, program.vp, program.num_microbatches, s, times))
+        for s in range(program.pp)
+    )
 
 
 def grad_reduce_bytes_per_param(dtype: str) -> int:
@@ -291,7 +308,7 @@ class _Coster:
         only what outlasts the compute is exposed (as `other`)."""
         scn = self.scn
         stored = scenario_layer_activations(scn, moe).stored * scn.memory.offload_activations
-        t_copy = stored / scn.gpu.host_bandwidth_bytes_per_s
+        t_copy = stored / scn.gpu.host_link_bytes_per_s
         fwd_s = sum(p[2] for p in fwd if p[0] == "compute")
         bwd_s = sum(p[2] for p in b_in + b_w if p[0] == "compute")
         fwd.append(("other", "activation offload (D2H)", max(0.0, t_copy - fwd_s), 0.0, stored))
@@ -654,7 +671,14 @@ def build_program(scn: Scenario, comm: CommModel | None = None) -> Program:
     coster = _Coster(scn, comm)
     par, m = scn.parallel, scn.model
     pp, vp = par.pp, par.vp
-    layout = chunk_layers(m.layers, par)
+    layout = chunk_layers(
+        par.schedule,
+        m.layers,
+        pp,
+        vp,
+        embedding_slot=par.account_for_embedding_in_pipeline_split,
+        loss_slot=par.account_for_loss_in_pipeline_split,
+    )
     layer_cost = {False: coster.layer(False)}
     if m.is_moe:
         layer_cost[True] = coster.layer(True)
@@ -670,9 +694,12 @@ def build_program(scn: Scenario, comm: CommModel | None = None) -> Program:
     for s in range(pp):
         chunks = []
         stage_params = 0.0
+        holds_embedding = any(prev_chunk(par.schedule, pp, vp, s, c) is None for c in range(vp))
         for c in range(vp):
-            layers = layout[c * pp + s]
-            first, last = s == 0 and c == 0, s == pp - 1 and c == vp - 1
+            layers = layout[s][c]
+            # the embedding sits before the first virtual stage, the logits and loss after the last
+            first = prev_chunk(par.schedule, pp, vp, s, c) is None
+            last = next_chunk(par.schedule, pp, vp, s, c) is None
             n_moe = sum(1 for i in layers if m.is_moe_layer(i))
             counts = {False: len(layers) - n_moe, True: n_moe}
             fwd: list = []
@@ -698,7 +725,8 @@ def build_program(scn: Scenario, comm: CommModel | None = None) -> Program:
                 fwd += log_f.parts
                 b_in = list(log_bi.parts) + b_in
                 b_w = list(log_bw.parts) + b_w
-                params += m.hidden + (0 if m.tied_embeddings and pp == 1 else embed_params)  # final norm
+                # final norm; tied embeddings share one matrix when the embedding sits on this stage too
+                params += m.hidden + (0 if m.tied_embeddings and holds_embedding else embed_params)
                 if mtp is not None:  # Megatron runs the MTP modules on the last pipeline stage
                     mf, mbi, mbw, mrec, mparams = mtp
                     fwd += _repeat(mf, m.mtp_layers)
@@ -784,7 +812,7 @@ HOST_MEMORY_TO_LINK = 1.1
 
 
 def _offloaded_optimizer_s(scn: Scenario, params: float) -> float:
-    bw = scn.gpu.host_bandwidth_bytes_per_s
+    bw = scn.gpu.host_link_bytes_per_s
     transfer = params * OFFLOAD_TRANSFER_BYTES_PER_PARAM / bw
     cpu_adam = params * ADAM_BYTES_PER_PARAM / (bw * HOST_MEMORY_TO_LINK)
     return max(transfer, cpu_adam)

@@ -15,10 +15,10 @@ from simulator import flops as F
 from simulator.costs import TILE_M, Device, grouped_matmul_time_s, matmul_time_s
 from simulator.engine import simulate
 from simulator.errors import ConfigError
-from simulator.layout import layers_per_chunk, stage_layers
 from simulator.loading import load_gpu_catalog, model_from_table, model_preset, scenario_from_dict
-from simulator.memory import memory_footprint, stage_params
+from simulator.memory import memory_footprint, stage_params_of_chunks
 from simulator.program import build_program
+from simulator.schedules import chunk_layers
 from simulator.specs import Scenario
 
 FIXTURES = Path(__file__).parent / "fixtures" / "hf"
@@ -211,7 +211,7 @@ def test_per_rank_params_one_home_tp_above_kv_heads() -> None:
     assert F.attention_params_per_rank(m, 16) == pytest.approx(expected)
     prog = build_program(scn)
     per_layer_cost = prog.stages[0].chunks[0].params_local
-    mem = stage_params(m, scn.parallel, 0, list(range(m.layers)))
+    mem = stage_params_of_chunks(m, scn.parallel, 0, [list(range(m.layers))])
     assert per_layer_cost == pytest.approx(mem.dense + mem.expert, rel=1e-12)
 
 
@@ -235,8 +235,8 @@ def test_per_rank_params_expert_tp(etp: int) -> None:
     rank = F.layer_params_per_rank(m, par, moe=True)
     assert rank.expert == pytest.approx(4 * 3 * 4096 * 1536 / etp)
     prog = build_program(scn)
-    for s, layers in enumerate(stage_layers(m.layers, par)):
-        mem = stage_params(m, par, s, layers)
+    for s, chunks in enumerate(chunk_layers(par.schedule, m.layers, par.pp, par.vp)):
+        mem = stage_params_of_chunks(m, par, s, chunks)
         assert sum(c.params_local for c in prog.stages[s].chunks) == pytest.approx(mem.dense + mem.expert)
     assert par.expert_dp == 2 * 32 // (32 * etp)
 
@@ -246,9 +246,9 @@ def test_etp_halves_expert_memory() -> None:
     model = {"preset": "qwen3-235b-a22b", "seq_len": 4096}
     one, two = (_scn(model, {**base, "etp": etp}) for etp in (1, 2))
     w1, w2 = (memory_footprint(s).parts_bytes["weights"] for s in (one, two))
-    layers = stage_layers(94, one.parallel)[0]
-    experts = stage_params(one.model, one.parallel, 0, layers).expert
-    assert stage_params(two.model, two.parallel, 0, layers).expert == pytest.approx(experts / 2)
+    chunks = chunk_layers("1f1b", 94, 4, 1)[0]
+    experts = stage_params_of_chunks(one.model, one.parallel, 0, chunks).expert
+    assert stage_params_of_chunks(two.model, two.parallel, 0, chunks).expert == pytest.approx(experts / 2)
     assert w1 - w2 == pytest.approx(2 * experts / 2, rel=1e-9)  # 16-bit weights
 
 
@@ -345,7 +345,7 @@ def test_offload_moves_memory_and_exposes_only_excess() -> None:
 
 def test_offload_needs_host_bandwidth() -> None:
     scn = _scn({"preset": "llama3-8b"}, {"num_gpus": 8, "global_batch": 8})
-    gpu = replace(scn.gpu, host_bandwidth_bytes_per_s=0.0)
+    gpu = replace(scn.gpu, host_link_bytes_per_s=0.0)
     with pytest.raises(ConfigError):
         replace(
             scn, topology=replace(scn.topology, gpu=gpu), memory=replace(scn.memory, offload_optimizer=True)
@@ -355,7 +355,8 @@ def test_offload_needs_host_bandwidth() -> None:
 # ----------------------------------------------------------------------------- layout
 def test_layout_counts_embedding_and_loss() -> None:
     """Megatron account-for-embedding/loss: 61 layers + 2 slots over pp·vp = 63 virtual stages."""
-    chunks = layers_per_chunk(61, 9, 7, embedding_slot=True, loss_slot=True)
+    layout = chunk_layers("interleaved", 61, 9, 7, embedding_slot=True, loss_slot=True)
+    chunks = [layout[s][c] for c in range(7) for s in range(9)]  # virtual stage c·pp + s
     assert len(chunks) == 63 and sum(len(c) for c in chunks) == 61
     assert len(chunks[0]) == 0 and len(chunks[-1]) == 0 and all(len(c) == 1 for c in chunks[1:-1])
     assert [i for c in chunks for i in c] == list(range(61))
