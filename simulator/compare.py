@@ -48,7 +48,7 @@ def compare(
 ) -> tuple[Compared, ...]:
     """Simulate each scenario; plan each run with its own `[run]` table, else `run` if given."""
     from .comm import FlatCommModel, default_comm_model
-    from .engine import simulate
+    from .simulate import simulate
 
     names = list(labels) if labels is not None else [s.name for s in scenarios]
     if len(names) != len(scenarios):

@@ -10,15 +10,15 @@ from .common import check_writable, print_json, scenario_path
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from ..engine import simulate
     from ..loading import load_scenario
+    from ..simulate import simulate
 
     scn = load_scenario(scenario_path(args.scenario))
     trace_path = check_writable(args.trace, "--trace") if args.trace else None
     plot_path = check_writable(args.plot, "--plot") if args.plot else None
     comm = comm_model_for(scn, getattr(args, "comm_model", "topology"))
     base_seed = args.seed if args.seed is not None else scn.variability.seed
-    result = simulate(scn, comm, seed=args.seed)
+    result = simulate(scn, comm, seed=args.seed, detail=trace_path is not None or plot_path is not None)
     report = result.report
     samples = [report]
     for i in range(1, args.samples):

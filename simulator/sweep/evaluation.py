@@ -27,7 +27,7 @@ def _analytic(scn: Scenario, comm: CommModel) -> StepReport:
 
 
 def _des(scn: Scenario, comm: CommModel) -> StepReport:
-    from ..engine import simulate
+    from ..simulate import simulate
 
     return simulate(scn, comm, detail=False).report
 
