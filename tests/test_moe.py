@@ -13,12 +13,12 @@ import pytest
 
 from simulator import flops as F
 from simulator.costs import TILE_M, Device, grouped_matmul_time_s, matmul_time_s
-from simulator.engine import simulate
 from simulator.errors import ConfigError
 from simulator.loading import load_gpu_catalog, model_from_table, model_preset, scenario_from_dict
 from simulator.memory import memory_footprint, stage_params_of_chunks
 from simulator.program import build_program
 from simulator.schedules import chunk_layers
+from simulator.simulate import simulate
 from simulator.specs import Scenario
 
 FIXTURES = Path(__file__).parent / "fixtures" / "hf"
