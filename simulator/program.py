@@ -15,7 +15,7 @@ All micro-batches of a chunk are identical, so a layer is costed once and multip
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from . import flops as fl
 from .comm import CommModel, bus_factor, default_comm_model
@@ -74,19 +74,29 @@ class Block:
         return sum(s.duration_s for s in self.segments if s.category == category)
 
 
-def _block(parts: Iterable[tuple[str, str, float, float, float]]) -> Block:
-    """Merge consecutive (category, name) parts; drop empty ones."""
-    merged: list[list] = []
-    for category, name, dur, flops, nbytes in parts:
-        if dur <= 0:
+def _block(parts: Iterable[Segment]) -> Block:
+    """Merge consecutive parts of the same (category, name); drop empty ones."""
+    merged: list[Segment] = []
+    for part in parts:
+        if part.duration_s <= 0:
             continue
-        if merged and merged[-1][0] == category and merged[-1][1] == name:
-            merged[-1][2] += dur
-            merged[-1][3] += flops
-            merged[-1][4] += nbytes
+        last = merged[-1] if merged else None
+        if last is not None and last.category == part.category and last.name == part.name:
+            merged[-1] = _plus(last, part)
         else:
-            merged.append([category, name, dur, flops, nbytes])
-    return Block(tuple(Segment(*m) for m in merged))
+            merged.append(part)
+    return Block(tuple(merged))
+
+
+def _plus(a: Segment, b: Segment) -> Segment:
+    return Segment(
+        a.category, a.name, a.duration_s + b.duration_s, a.flops + b.flops, a.message_bytes + b.message_bytes
+    )
+
+
+def _scaled(seg: Segment, n: float) -> Segment:
+    """The part repeated n times (n identical layers)."""
+    return Segment(seg.category, seg.name, seg.duration_s * n, seg.flops * n, seg.message_bytes * n)
 
 
 @dataclass(frozen=True, slots=True)
@@ -164,7 +174,7 @@ def grad_reduce_bytes_per_param(dtype: str) -> int:
 class _Phase:
     """Cost parts of one layer in one phase, before merging into a block."""
 
-    parts: tuple[tuple[str, str, float, float, float], ...]
+    parts: tuple[Segment, ...]
 
 
 @dataclass
@@ -226,21 +236,21 @@ class _Coster:
         def mm(name: str, mm_m: int, mm_n: int, mm_k: int, count: int = 1) -> None:
             tt = matmul_time_s(d, mm_m, mm_n, mm_k, count)
             f = 2.0 * mm_m * mm_n * mm_k * count
-            fwd.append(("compute", name, tt, f, 0.0))
-            b_in.append(("compute", name + " dgrad", tt, f, 0.0))
-            b_w.append(("compute", name + " wgrad", tt, f, 0.0))
+            fwd.append(Segment("compute", name, tt, f, 0.0))
+            b_in.append(Segment("compute", name + " dgrad", tt, f, 0.0))
+            b_w.append(Segment("compute", name + " wgrad", tt, f, 0.0))
             quant = QUANT_BYTES_PER_ELEMENT.get(d.dtype, 0.0)
             if quant:  # Transformer Engine quantizes the GEMM input (fwd) and output grad (bwd)
                 label = "fp8 cast" if d.dtype == "fp8" else f"{d.dtype} quantize"
                 cast_in = quant * mm_m * mm_k * count
                 cast_grad = quant * mm_m * mm_n * count
-                fwd.append(("compute", label, memory_op_time_s(d, cast_in), 0.0, cast_in))
-                b_in.append(("compute", label, memory_op_time_s(d, cast_grad), 0.0, cast_grad))
+                fwd.append(Segment("compute", label, memory_op_time_s(d, cast_in), 0.0, cast_in))
+                b_in.append(Segment("compute", label, memory_op_time_s(d, cast_grad), 0.0, cast_grad))
 
         def mem(name: str, fwd_bytes: float, kernels: int = 1) -> None:
             tt = memory_op_time_s(d, fwd_bytes, kernels)
-            fwd.append(("compute", name, tt, 0.0, fwd_bytes))
-            b_in.append(("compute", name + " bwd", 2 * tt, 0.0, 2 * fwd_bytes))
+            fwd.append(Segment("compute", name, tt, 0.0, fwd_bytes))
+            b_in.append(Segment("compute", name + " bwd", 2 * tt, 0.0, 2 * fwd_bytes))
 
         # --- attention block (Megatron column/row-parallel linear layers)
         tp_msg = T * h * a  # full-sequence activation of this micro-batch (AG output / AR buffer)
@@ -258,9 +268,9 @@ class _Coster:
         if cp > 1:
             kv_msg = 2 * b * s * kv_local * a  # K and V of the whole sequence (AG output)
             t_kv = self.coll("allgather", "cp", kv_msg)
-            fwd.append(("cp_comm", "cp kv ring", max(0.0, t_kv - attn_fwd), 0.0, kv_msg))
+            fwd.append(Segment("cp_comm", "cp kv ring", max(0.0, t_kv - attn_fwd), 0.0, kv_msg))
             t_bwd = t_kv + self.coll("reducescatter", "cp", kv_msg)
-            b_in.append(("cp_comm", "cp dkv ring", max(0.0, t_bwd - attn_bwd), 0.0, kv_msg))
+            b_in.append(Segment("cp_comm", "cp dkv ring", max(0.0, t_bwd - attn_bwd), 0.0, kv_msg))
         mm("attn out", T, h, v_local)
         self._tp_exit(fwd, b_in, tp_msg)
         mem("residual add", 3 * norm_tokens * h * a)
@@ -294,10 +304,12 @@ class _Coster:
         if par.zero == 3 and par.dp > 1:
             ag = self.coll("allgather", "dp", params_local * d.element_bytes)
             rs = self.coll("reducescatter", "dp", params_local * grad_reduce_bytes_per_param(scn.dtype))
-            fwd_s = sum(p[2] for p in fwd)
-            bwd_s = sum(p[2] for p in b_in + b_w)
-            fwd.append(("dp_comm", "zero3 param allgather", max(0.0, ag - fwd_s), 0.0, 0.0))
-            b_w.append(("dp_comm", "zero3 allgather+reducescatter", max(0.0, ag + rs - bwd_s), 0.0, 0.0))
+            fwd_s = sum(p.duration_s for p in fwd)
+            bwd_s = sum(p.duration_s for p in b_in + b_w)
+            fwd.append(Segment("dp_comm", "zero3 param allgather", max(0.0, ag - fwd_s), 0.0, 0.0))
+            b_w.append(
+                Segment("dp_comm", "zero3 allgather+reducescatter", max(0.0, ag + rs - bwd_s), 0.0, 0.0)
+            )
         recompute = self._recompute(fwd, attn_parts[0])
         return _Phase(tuple(fwd)), _Phase(tuple(b_in)), _Phase(tuple(b_w)), recompute, params_local
 
@@ -309,25 +321,25 @@ class _Coster:
         scn = self.scn
         stored = scenario_layer_activations(scn, moe).stored * scn.memory.offload_activations
         t_copy = stored / scn.gpu.host_link_bytes_per_s
-        fwd_s = sum(p[2] for p in fwd if p[0] == "compute")
-        bwd_s = sum(p[2] for p in b_in + b_w if p[0] == "compute")
-        fwd.append(("other", "activation offload (D2H)", max(0.0, t_copy - fwd_s), 0.0, stored))
-        b_in.insert(0, ("other", "activation reload (H2D)", max(0.0, t_copy - bwd_s), 0.0, stored))
+        fwd_s = sum(p.duration_s for p in fwd if p.category == "compute")
+        bwd_s = sum(p.duration_s for p in b_in + b_w if p.category == "compute")
+        fwd.append(Segment("other", "activation offload (D2H)", max(0.0, t_copy - fwd_s), 0.0, stored))
+        b_in.insert(0, Segment("other", "activation reload (H2D)", max(0.0, t_copy - bwd_s), 0.0, stored))
 
     def _overlap_tp(self, parts: list, compute_parts: list) -> list:
         """TP communication overlapped with the layer's GEMMs (Megatron/Transformer Engine
         userbuffers, `--tp-comm-overlap`): only what exceeds the GEMM time stays exposed;
         the hidden part slows the GEMMs by the GPU's `overlap_slowdown` (SM/memory sharing)."""
-        tp_s = sum(p[2] for p in parts if p[0] == "tp_comm")
-        gemm_s = sum(p[2] for p in compute_parts if p[0] == "compute" and p[3] > 0)
+        tp_s = sum(p.duration_s for p in parts if p.category == "tp_comm")
+        gemm_s = sum(p.duration_s for p in compute_parts if p.category == "compute" and p.flops > 0)
         if tp_s <= 0:
             return parts
         exposed = max(0.0, tp_s - gemm_s)
         hidden = tp_s - exposed
         keep = exposed / tp_s
-        out = [(c, n, d * keep if c == "tp_comm" else d, f, b) for c, n, d, f, b in parts]
+        out = [replace(p, duration_s=p.duration_s * keep) if p.category == "tp_comm" else p for p in parts]
         out.append(
-            (
+            Segment(
                 "compute",
                 "tp overlap interference",
                 hidden * self.scn.gpu.efficiency.overlap_slowdown,
@@ -366,8 +378,8 @@ class _Coster:
             work = model_flops_fwd * CAUSAL_WORK_FRACTION
             t_f = flash_attention_time_s(d, work)
             t_b = flash_attention_time_s(d, work * FLASH_BWD_TO_FWD)
-            fwd = [("compute", "flash attention", t_f, model_flops_fwd, 0.0)]
-            bwd = [("compute", "flash attention bwd", t_b, 2 * model_flops_fwd, 0.0)]
+            fwd = [Segment("compute", "flash attention", t_f, model_flops_fwd, 0.0)]
+            bwd = [Segment("compute", "flash attention bwd", t_b, 2 * model_flops_fwd, 0.0)]
         else:
             count = b * heads_local
             hd = self.scn.model.dim_per_head
@@ -380,13 +392,13 @@ class _Coster:
             t_b = 2 * (t_scores + t_values) + 2 * t_soft
             f_scores = 2.0 * b * s_local * s * q_local
             fwd = [
-                ("compute", "attention scores", t_scores, f_scores, 0.0),
-                ("compute", "softmax", t_soft, 0.0, score_bytes),
-                ("compute", "attention values", t_values, model_flops_fwd - f_scores, 0.0),
+                Segment("compute", "attention scores", t_scores, f_scores, 0.0),
+                Segment("compute", "softmax", t_soft, 0.0, score_bytes),
+                Segment("compute", "attention values", t_values, model_flops_fwd - f_scores, 0.0),
             ]
             bwd = [
-                ("compute", "attention bwd", 2 * (t_scores + t_values), 2 * model_flops_fwd, 0.0),
-                ("compute", "softmax bwd", 2 * t_soft, 0.0, 2 * score_bytes),
+                Segment("compute", "attention bwd", 2 * (t_scores + t_values), 2 * model_flops_fwd, 0.0),
+                Segment("compute", "softmax bwd", 2 * t_soft, 0.0, 2 * score_bytes),
             ]
         return t_f, t_b, (fwd, bwd)
 
@@ -404,12 +416,14 @@ class _Coster:
         if par.sequence_parallel:
             t_ag = self.coll("allgather", "tp", msg)
             t_rs = self.coll("reducescatter", "tp", msg)
-            fwd.append(("tp_comm", "tp allgather", t_ag, 0.0, msg))
-            b_in.append(("tp_comm", "tp allgather (beside dgrad)", max(0.0, t_ag - gemm_s), 0.0, msg))
-            b_in.append(("tp_comm", "tp reducescatter (beside wgrad)", max(0.0, t_rs - gemm_s), 0.0, msg))
+            fwd.append(Segment("tp_comm", "tp allgather", t_ag, 0.0, msg))
+            b_in.append(Segment("tp_comm", "tp allgather (beside dgrad)", max(0.0, t_ag - gemm_s), 0.0, msg))
+            b_in.append(
+                Segment("tp_comm", "tp reducescatter (beside wgrad)", max(0.0, t_rs - gemm_s), 0.0, msg)
+            )
         else:
             t_ar = self.coll("allreduce", "tp", msg)
-            b_in.append(("tp_comm", "tp allreduce (beside wgrad)", max(0.0, t_ar - gemm_s), 0.0, msg))
+            b_in.append(Segment("tp_comm", "tp allreduce (beside wgrad)", max(0.0, t_ar - gemm_s), 0.0, msg))
 
     def _tp_exit(self, fwd: list, b_in: list, msg: float) -> None:
         """Row-parallel exit: SP ReduceScatter forward / AllGather backward (or the forward
@@ -418,10 +432,12 @@ class _Coster:
         if par.tp == 1:
             return
         if par.sequence_parallel:
-            fwd.append(("tp_comm", "tp reducescatter", self.coll("reducescatter", "tp", msg), 0.0, msg))
-            b_in.append(("tp_comm", "tp allgather", self.coll("allgather", "tp", msg), 0.0, msg))
+            fwd.append(
+                Segment("tp_comm", "tp reducescatter", self.coll("reducescatter", "tp", msg), 0.0, msg)
+            )
+            b_in.append(Segment("tp_comm", "tp allgather", self.coll("allgather", "tp", msg), 0.0, msg))
         else:
-            fwd.append(("tp_comm", "tp allreduce", self.coll("allreduce", "tp", msg), 0.0, msg))
+            fwd.append(Segment("tp_comm", "tp allreduce", self.coll("allreduce", "tp", msg), 0.0, msg))
 
     def _moe(self, fwd: list, b_in: list, b_w: list, mm, mem, T: int, tp_msg: float) -> None:
         """Routed experts as Megatron-Core's all-to-all token dispatcher runs them.
@@ -455,14 +471,14 @@ class _Coster:
         t_dispatch = t_combine = 0.0
         if par.ep > 1:
             dispatch_msg, combine_msg, t_dispatch, t_combine = self._ep_alltoall(T_in * k)
-            fwd.append(("ep_comm", "ep dispatch", t_dispatch * skew, 0.0, dispatch_msg))
-            b_in.append(("ep_comm", "ep combine bwd", t_combine * skew, 0.0, combine_msg))
+            fwd.append(Segment("ep_comm", "ep dispatch", t_dispatch * skew, 0.0, dispatch_msg))
+            b_in.append(Segment("ep_comm", "ep combine bwd", t_combine * skew, 0.0, combine_msg))
         if etp > 1 and not gather:
             etp_msg = routed * h * a
             t_ag = self.coll("allgather", "tp", etp_msg)
-            fwd.append(("ep_comm", "etp allgather", t_ag * skew, 0.0, etp_msg))
+            fwd.append(Segment("ep_comm", "etp allgather", t_ag * skew, 0.0, etp_msg))
             b_in.append(
-                (
+                Segment(
                     "ep_comm",
                     "etp reducescatter bwd",
                     self.coll("reducescatter", "tp", etp_msg) * skew,
@@ -475,9 +491,9 @@ class _Coster:
         def grouped(name: str, n: int, kk: int) -> None:
             tt = grouped_matmul_time_s(d, per_expert, n, kk, experts_local, dropless)
             f = 2.0 * per_expert * n * kk * experts_local
-            fwd.append(("compute", name, tt, f, 0.0))
-            b_in.append(("compute", name + " dgrad", tt, f, 0.0))
-            b_w.append(("compute", name + " wgrad", tt, f, 0.0))
+            fwd.append(Segment("compute", name, tt, f, 0.0))
+            b_in.append(Segment("compute", name + " dgrad", tt, f, 0.0))
+            b_w.append(Segment("compute", name + " wgrad", tt, f, 0.0))
             quant = QUANT_BYTES_PER_ELEMENT.get(d.dtype, 0.0)
             if quant:
                 label = "fp8 cast" if d.dtype == "fp8" else f"{d.dtype} quantize"
@@ -485,8 +501,8 @@ class _Coster:
                     quant * per_expert * kk * experts_local,
                     quant * per_expert * n * experts_local,
                 )
-                fwd.append(("compute", label, memory_op_time_s(d, cast_in), 0.0, cast_in))
-                b_in.append(("compute", label, memory_op_time_s(d, cast_grad), 0.0, cast_grad))
+                fwd.append(Segment("compute", label, memory_op_time_s(d, cast_in), 0.0, cast_in))
+                b_in.append(Segment("compute", label, memory_op_time_s(d, cast_grad), 0.0, cast_grad))
 
         grouped("expert fc1", fc1_n, h)
         mem("expert act", (3 if m.gated_mlp else 2) * per_expert * experts_local * f_local * a)
@@ -498,7 +514,7 @@ class _Coster:
         if etp > 1 and not gather:
             etp_msg = routed * h * a
             fwd.append(
-                (
+                Segment(
                     "ep_comm",
                     "etp reducescatter",
                     self.coll("reducescatter", "tp", etp_msg) * skew,
@@ -507,11 +523,13 @@ class _Coster:
                 )
             )
             b_in.append(
-                ("ep_comm", "etp allgather bwd", self.coll("allgather", "tp", etp_msg) * skew, 0.0, etp_msg)
+                Segment(
+                    "ep_comm", "etp allgather bwd", self.coll("allgather", "tp", etp_msg) * skew, 0.0, etp_msg
+                )
             )
         if par.ep > 1:
-            fwd.append(("ep_comm", "ep combine", t_combine * skew, 0.0, combine_msg))
-            b_in.append(("ep_comm", "ep dispatch bwd", t_combine * skew, 0.0, combine_msg))
+            fwd.append(Segment("ep_comm", "ep combine", t_combine * skew, 0.0, combine_msg))
+            b_in.append(Segment("ep_comm", "ep dispatch bwd", t_combine * skew, 0.0, combine_msg))
         mem("moe unpermute", (1 + k) * T_in * h * a)
         if gather:
             self._tp_exit(fwd, b_in, tp_msg)
@@ -552,22 +570,24 @@ class _Coster:
         so a layer's EP communication hides under up to its forward + backward compute. Only the
         excess stays exposed; the hidden part slows that compute by the SMs the communication
         kernels take (EP_COMM_SMS of the GPU's SMs)."""
-        ep_s = sum(p[2] for p in fwd + b_in if p[0] == "ep_comm")
+        ep_s = sum(p.duration_s for p in fwd + b_in if p.category == "ep_comm")
         if ep_s <= 0:
             return fwd, b_in
-        compute_s = sum(p[2] for p in fwd + b_in + b_w if p[0] == "compute")
+        compute_s = sum(p.duration_s for p in fwd + b_in + b_w if p.category == "compute")
         exposed = max(0.0, ep_s - compute_s)
         hidden = ep_s - exposed
         keep = exposed / ep_s
 
         def scale(parts: list) -> list:
-            return [(c, n, d * keep if c == "ep_comm" else d, f, b) for c, n, d, f, b in parts]
+            return [
+                replace(p, duration_s=p.duration_s * keep) if p.category == "ep_comm" else p for p in parts
+            ]
 
         fwd, b_in = scale(fwd), scale(b_in)
         sm_fraction = min(EP_COMM_SMS / self.scn.gpu.num_sms, 1.0)
         # compute slowed to (1 - f) of its speed for the hidden time: hidden·f/(1-f) extra
         b_in.append(
-            ("compute", "ep overlap interference", hidden * sm_fraction / (1 - sm_fraction), 0.0, 0.0)
+            Segment("compute", "ep overlap interference", hidden * sm_fraction / (1 - sm_fraction), 0.0, 0.0)
         )
         return fwd, b_in
 
@@ -577,9 +597,9 @@ class _Coster:
             return _Phase(())
         source = attn_fwd_parts if mode == "selective" else fwd
         parts = []
-        for cat, name, dur, f, nbytes in source:
+        for seg in source:
             # recomputed compute is `recompute`; its repeated TP collectives stay tp_comm
-            parts.append(("recompute" if cat == "compute" else cat, name, dur, f, nbytes))
+            parts.append(replace(seg, category="recompute") if seg.category == "compute" else seg)
         return _Phase(tuple(parts))
 
     def mtp(self, layer_cost: tuple) -> tuple[_Phase, _Phase, _Phase, _Phase, float]:
@@ -595,10 +615,17 @@ class _Coster:
         f_proj = 2.0 * T * (m.hidden // par.tp) * 2 * m.hidden
         norms = memory_op_time_s(d, 2 * 2 * T * m.hidden * a, kernels=2)
         log_f, log_bi, log_bw = self.logits()
-        fwd = [("compute", "mtp norms", norms, 0.0, 0.0), ("compute", "mtp proj", t_proj, f_proj, 0.0)]
+        fwd = [
+            Segment("compute", "mtp norms", norms, 0.0, 0.0),
+            Segment("compute", "mtp proj", t_proj, f_proj, 0.0),
+        ]
         fwd += list(lf.parts) + list(log_f.parts)
-        b_in = list(log_bi.parts) + list(lbi.parts) + [("compute", "mtp proj dgrad", t_proj, f_proj, 0.0)]
-        b_w = list(log_bw.parts) + list(lbw.parts) + [("compute", "mtp proj wgrad", t_proj, f_proj, 0.0)]
+        b_in = (
+            list(log_bi.parts) + list(lbi.parts) + [Segment("compute", "mtp proj dgrad", t_proj, f_proj, 0.0)]
+        )
+        b_w = (
+            list(log_bw.parts) + list(lbw.parts) + [Segment("compute", "mtp proj wgrad", t_proj, f_proj, 0.0)]
+        )
         params = fl.mtp_params_per_rank(m, par).total
         return _Phase(tuple(fwd)), _Phase(tuple(b_in)), _Phase(tuple(b_w)), lrec, params
 
@@ -609,7 +636,7 @@ class _Coster:
         T = par.micro_batch * m.seq_len // par.cp
         a = d.activation_bytes
         fwd = [
-            (
+            Segment(
                 "compute",
                 "embedding lookup",
                 memory_op_time_s(d, 2 * T * m.hidden * a),
@@ -618,7 +645,7 @@ class _Coster:
             )
         ]
         bwd = [
-            (
+            Segment(
                 "compute",
                 "embedding grad",
                 memory_op_time_s(d, 3 * T * m.hidden * 4),
@@ -629,7 +656,7 @@ class _Coster:
         if par.tp > 1:  # vocab-parallel embedding: partial sums reduced across TP
             msg = T * m.hidden * a
             kind = "reducescatter" if par.sequence_parallel else "allreduce"
-            fwd.append(("tp_comm", "embedding " + kind, self.coll(kind, "tp", msg), 0.0, msg))
+            fwd.append(Segment("tp_comm", "embedding " + kind, self.coll(kind, "tp", msg), 0.0, msg))
         return _Phase(tuple(fwd)), _Phase(tuple(bwd))
 
     def logits(self) -> tuple[_Phase, _Phase, _Phase]:
@@ -642,27 +669,32 @@ class _Coster:
         f = 2.0 * T * v_local * m.hidden
         ce_bytes = float(T * v_local * (a + 4 + 4))  # read 16-bit logits, fp32 softmax, write fp32 grad
         t_ce = memory_op_time_s(d, ce_bytes, kernels=3)
-        fwd: list[tuple[str, str, float, float, float]] = [
-            ("compute", "final norm", memory_op_time_s(d, 2 * T * m.hidden * a), 0.0, 0.0)
+        fwd: list[Segment] = [
+            Segment("compute", "final norm", memory_op_time_s(d, 2 * T * m.hidden * a), 0.0, 0.0)
         ]
-        bwd_in: list[tuple[str, str, float, float, float]] = []
+        bwd_in: list[Segment] = []
         if par.tp > 1 and par.sequence_parallel:
             msg = T * m.hidden * a
-            fwd.append(("tp_comm", "tp allgather", self.coll("allgather", "tp", msg), 0.0, msg))
+            fwd.append(Segment("tp_comm", "tp allgather", self.coll("allgather", "tp", msg), 0.0, msg))
             t_rs = self.coll("reducescatter", "tp", msg)  # beside the logits wgrad (as in _tp_entry)
-            bwd_in.append(("tp_comm", "tp reducescatter (beside wgrad)", max(0.0, t_rs - t_mm), 0.0, msg))
-        fwd += [("compute", "logits", t_mm, f, 0.0), ("compute", "cross-entropy", t_ce, 0.0, ce_bytes)]
-        bwd_in += [
-            ("compute", "cross-entropy bwd", t_ce, 0.0, ce_bytes),
-            ("compute", "logits dgrad", t_mm, f, 0.0),
+            bwd_in.append(
+                Segment("tp_comm", "tp reducescatter (beside wgrad)", max(0.0, t_rs - t_mm), 0.0, msg)
+            )
+        fwd += [
+            Segment("compute", "logits", t_mm, f, 0.0),
+            Segment("compute", "cross-entropy", t_ce, 0.0, ce_bytes),
         ]
-        bwd_w = [("compute", "logits wgrad", t_mm, f, 0.0)]
+        bwd_in += [
+            Segment("compute", "cross-entropy bwd", t_ce, 0.0, ce_bytes),
+            Segment("compute", "logits dgrad", t_mm, f, 0.0),
+        ]
+        bwd_w = [Segment("compute", "logits wgrad", t_mm, f, 0.0)]
         return _Phase(tuple(fwd)), _Phase(tuple(bwd_in)), _Phase(tuple(bwd_w))
 
 
 def _repeat(phase: _Phase, n: int) -> list:
     """n identical layers, summed part by part (the block keeps one entry per op)."""
-    return [(c, name, dur * n, f * n, nb * n) for c, name, dur, f, nb in phase.parts]
+    return [_scaled(seg, n) for seg in phase.parts]
 
 
 def build_program(scn: Scenario, comm: CommModel | None = None) -> Program:
