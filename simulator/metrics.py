@@ -147,7 +147,7 @@ def step_report(
     scn: Scenario, program: Program, step_time_s: float, by_stage: tuple[dict[str, float], ...]
 ) -> StepReport:
     """The SPEC §4 report of a step, however its time was obtained (engine or closed form)."""
-    from .flops import model_summary, step_flops
+    from .flops import step_flops
     from .memory import memory_footprint
 
     f = step_flops(scn.model, scn.parallel.global_batch, scn.parallel.recompute)
@@ -172,5 +172,4 @@ def step_report(
         memory=memory,
         warnings=tuple(warnings),
         collectives=program.collectives,
-        extra={"model": model_summary(scn.model)},
     )
