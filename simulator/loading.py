@@ -18,6 +18,7 @@ from typing import Any
 
 from . import plan, units
 from .errors import ConfigError
+from .names import canonical, did_you_mean
 from .resources import catalog_file, data_dir, scenario_names, topology_names
 from .specs import (
     MAX_GPUS,
@@ -173,7 +174,11 @@ def _check_keys(table: Mapping[str, Any], allowed: tuple[str, ...], section: str
     for key in table:
         if key not in allowed:
             where = f"{section}.{key}" if section else key
-            raise ConfigError(f"unknown key; allowed here: {', '.join(allowed)}", key=where)
+            what = "section" if isinstance(table[key], dict) else "key"
+            hint = did_you_mean(key, allowed)
+            raise ConfigError(
+                f"unknown {what}{hint}; allowed here: {', '.join(allowed)} (docs/reference.md)", key=where
+            )
 
 
 def _table(data: Mapping[str, Any], key: str, section: str) -> dict[str, Any]:
@@ -235,10 +240,14 @@ def load_gpu_catalog() -> dict[str, GPUSpec]:
 
 
 def gpu_by_name(name: object, key: str = "gpu") -> GPUSpec:
+    """A GPU of the catalog by name, in any case or a common alias (`H100` = `h100-sxm`)."""
     catalog = load_gpu_catalog()
-    if not isinstance(name, str) or name.lower() not in catalog:
-        raise ConfigError(f"unknown GPU {name!r}; known: {', '.join(catalog)}", key=key)
-    return catalog[name.lower()]
+    found = canonical(name, catalog)
+    if found is None:
+        raise ConfigError(
+            f"unknown GPU {name!r}{did_you_mean(name, catalog)}; known: {', '.join(catalog)}", key=key
+        )
+    return catalog[found]
 
 
 def load_model_presets() -> dict[str, dict[str, Any]]:
@@ -480,18 +489,20 @@ def model_from_table(table: Mapping[str, Any], base_dir: Path) -> ModelSpec:
     if "preset" in table:
         preset = table["preset"]
         presets = load_model_presets()
-        if not isinstance(preset, str) or preset.lower() not in presets:
+        found = canonical(preset, presets)
+        if found is None:
             raise ConfigError(
-                f"unknown model preset {preset!r}; known: {', '.join(presets)}", key="model.preset"
+                f"unknown model preset {preset!r}{did_you_mean(preset, presets)}; known: {', '.join(presets)}",
+                key="model.preset",
             )
-        raw = dict(presets[preset.lower()])
+        raw = dict(presets[found])
         moe = raw.pop("moe", {})
         mla = raw.pop("mla", None)
         values.update(raw)
         values.update(_moe_fields(moe))
         if mla is not None:
             values["mla"] = dict(mla)
-        name = preset.lower()
+        name = found
     elif "hf_config" in table:
         ref = table["hf_config"]
         if not isinstance(ref, str) or not ref:
@@ -598,17 +609,21 @@ def topology_from_dict(data: Mapping[str, Any]) -> TopologySpec:
 def resolve_topology_path(ref: object, base_dir: Path, key: str = "cluster.topology") -> Path:
     if not isinstance(ref, str) or not ref:
         raise ConfigError("must be a topology name or a path to a topology file", key=key)
-    shipped = data_dir("topologies") / f"{ref}.toml"
-    if "/" not in ref and not ref.endswith(".toml") and path_kind(shipped) == "file":
-        return shipped
+    is_name = "/" not in ref and not ref.endswith(".toml")
+    shipped_name = canonical(ref, topology_names()) if is_name else None
+    if shipped_name is not None:
+        shipped = data_dir("topologies") / f"{shipped_name}.toml"
+        if path_kind(shipped) == "file":
+            return shipped
     path = Path(ref)
     if not path.is_absolute():
         candidates = [base_dir / path, Path.cwd() / path]
         path = next((c for c in candidates if path_kind(c) != "missing"), candidates[0])
     if path_kind(path) == "missing":
+        names = topology_names()
+        hint = did_you_mean(Path(ref).stem, names)
         raise ConfigError(
-            f"unknown topology {ref!r}: not a shipped name ({', '.join(topology_names())}) nor a file",
-            key=key,
+            f"unknown topology {ref!r}{hint}: not a shipped name ({', '.join(names)}) nor a file", key=key
         )
     return path
 
@@ -636,7 +651,16 @@ SCENARIO_KEYS = (
     "memory",
     "run",
 )
-CLUSTER_KEYS = ("topology", "num_gpus", "gpu", "gpus_per_node", "rank_order", "intra_node", "inter_node")
+CLUSTER_KEYS = (
+    "topology",
+    "num_gpus",
+    "gpu",
+    "gpus_per_node",
+    "gpus_used_per_node",
+    "rank_order",
+    "intra_node",
+    "inter_node",
+)
 
 
 def resolve_scenario_path(ref: str | Path) -> Path:
@@ -647,10 +671,12 @@ def resolve_scenario_path(ref: str | Path) -> Path:
         return path
     text = str(ref)
     name = text[: -len(".toml")] if text.endswith(".toml") else text
-    if "/" not in text and name in scenario_names():
-        return data_dir("scenarios") / f"{name}.toml"
+    shipped = canonical(name, scenario_names()) if "/" not in text else None
+    if shipped is not None:
+        return data_dir("scenarios") / f"{shipped}.toml"
+    hint = did_you_mean(name, scenario_names()) if "/" not in text else ""
     raise ConfigError(
-        f"no such file, nor a shipped scenario (mfusim presets lists them: {', '.join(scenario_names())})",
+        f"no such file, nor a shipped scenario{hint} (mfusim presets lists them: {', '.join(scenario_names())})",
         file=text,
     )
 
@@ -712,12 +738,38 @@ def _cluster(data: Mapping[str, Any], base_dir: Path) -> tuple[TopologySpec, int
             topo = replace(topo, **changes)
         except ConfigError as err:
             raise err.with_key_prefix("cluster") from None
+    if "gpus_used_per_node" in cluster:
+        topo = use_gpus_per_node(topo, cluster["gpus_used_per_node"])
     num_gpus = _required(cluster, "num_gpus", "cluster")
     if isinstance(num_gpus, float) and num_gpus.is_integer() and abs(num_gpus) < 1e18:
         raise ConfigError(
             f"must be an integer (write {int(num_gpus)}), got {num_gpus!r}", key="cluster.num_gpus"
         )
     return topo, num_gpus
+
+
+def use_gpus_per_node(topo: TopologySpec, used: object) -> TopologySpec:
+    """`[cluster] gpus_used_per_node`: run ranks on only `used` GPUs of every node (e.g. 64 of an
+    NVL72 rack's 72, so that power-of-two groups align with racks). The node then behaves as a
+    `used`-GPU node: same NVLink per GPU, and the NICs of the idle GPUs idle too when every GPU
+    has its own (a shared NIC stays whole). 0 = all."""
+    key = "cluster.gpus_used_per_node"
+    if isinstance(used, bool) or not isinstance(used, int) or used < 0:
+        raise ConfigError(f"must be a non-negative integer (0 = all), got {used!r}", key=key)
+    if used > topo.gpus_per_node:
+        raise ConfigError(f"must be <= gpus_per_node = {topo.gpus_per_node}, got {used}", key=key)
+    if used in (0, topo.gpus_per_node):
+        return topo
+    inter = topo.inter_node
+    nics = inter.nics_per_node
+    if nics >= topo.gpus_per_node:
+        nics = nics * used // topo.gpus_per_node
+    return replace(
+        topo,
+        gpus_per_node=used,
+        physical_gpus_per_node=topo.gpus_per_node,
+        inter_node=replace(inter, nics_per_node=max(1, nics)),
+    )
 
 
 def parallel_from_table(table: Mapping[str, Any], num_gpus: int) -> ParallelConfig:

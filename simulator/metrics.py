@@ -152,7 +152,7 @@ def step_report(
 
     f = step_flops(scn.model, scn.parallel.global_batch, scn.parallel.recompute)
     memory = memory_footprint(scn)
-    warnings = list(scn.warnings())
+    warnings = list(scn.warnings()) + list(program.warnings)
     if not memory.fits:
         warnings.append(
             f"does not fit in GPU memory: {memory.peak_bytes / GIB_BYTES:.1f} GiB needed per GPU, "

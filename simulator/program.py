@@ -139,6 +139,7 @@ class Program:
     dataloader_jitter: float = 0.0
     dataloader_seed: int = 0
     collectives: tuple[dict, ...] = field(default=())
+    warnings: tuple[str, ...] = ()  # placement advice from the comm model (groups across racks)
 
 
 def pass_times(program: Program) -> PassTimes:
@@ -185,6 +186,7 @@ class _Coster:
     comm: CommModel
     seen: dict = field(default_factory=dict)
     memo: dict = field(default_factory=dict)
+    stage: int = 0  # the pipeline stage whose TP/CP/EP groups are being costed
 
     def __post_init__(self) -> None:
         self.device = Device(self.scn.gpu, self.scn.dtype)
@@ -193,12 +195,15 @@ class _Coster:
     def coll(self, kind: str, axis: str, message_bytes: float, stage: int = 0) -> float:
         if message_bytes <= 0:
             return 0.0
+        if axis in ("tp", "cp", "ep"):
+            stage = self.stage  # every layer's group collectives run on the stage being costed
         memo = (kind, axis, message_bytes, stage)
         cost = self.memo.get(memo)
         if cost is None:  # DP buckets repeat the same size hundreds of times
             cost = self.memo[memo] = self.comm.collective(kind, axis, message_bytes, stage)
         key = (kind, axis, round(message_bytes), stage if axis == "pp" else 0)
-        if key not in self.seen and cost.time_s > 0:
+        known = self.seen.get(key)
+        if cost.time_s > 0 and (known is None or cost.time_s > known["time_s"]):  # the slowest stage's
             self.seen[key] = {
                 "group": axis,
                 "kind": kind,
@@ -711,12 +716,26 @@ def build_program(scn: Scenario, comm: CommModel | None = None) -> Program:
         embedding_slot=par.account_for_embedding_in_pipeline_split,
         loss_slot=par.account_for_loss_in_pipeline_split,
     )
-    layer_cost = {False: coster.layer(False)}
-    if m.is_moe:
-        layer_cost[True] = coster.layer(True)
-    mtp = coster.mtp(layer_cost[m.is_moe_layer(m.layers - 1)]) if m.mtp_layers else None
-    emb_f, emb_b = coster.embedding()
-    log_f, log_bi, log_bw = coster.logits()
+    # Stages whose TP/CP/EP groups sit on the fabric the same way share one costing of a layer;
+    # a stage whose groups straddle racks pays for it (the slowest of its groups, network/model.py).
+    kinds = getattr(comm, "group_kinds", None)
+    costed: dict[object, tuple] = {}
+
+    def stage_costs(s: int) -> tuple:
+        key = (
+            tuple(kinds(a, s) if comm.group_size(a) > 1 else () for a in ("tp", "cp", "ep"))
+            if kinds is not None
+            else ()
+        )
+        if key not in costed:
+            coster.stage = s
+            layer = {False: coster.layer(False)}
+            if m.is_moe:
+                layer[True] = coster.layer(True)
+            mtp_cost = coster.mtp(layer[m.is_moe_layer(m.layers - 1)]) if m.mtp_layers else None
+            costed[key] = (layer, coster.embedding(), coster.logits(), mtp_cost)
+        return costed[key]
+
     gbytes = grad_reduce_bytes_per_param(scn.dtype)
     bucket_params = max(par.grad_bucket_params, 1_000_000 * par.dp)  # Megatron DDP bucket rule
     device = coster.device
@@ -724,6 +743,7 @@ def build_program(scn: Scenario, comm: CommModel | None = None) -> Program:
 
     stages = []
     for s in range(pp):
+        layer_cost, (emb_f, emb_b), (log_f, log_bi, log_bw), mtp = stage_costs(s)
         chunks = []
         stage_params = 0.0
         holds_embedding = any(prev_chunk(par.schedule, pp, vp, s, c) is None for c in range(vp))
@@ -829,6 +849,7 @@ def build_program(scn: Scenario, comm: CommModel | None = None) -> Program:
         dataloader_jitter=dl.jitter,
         dataloader_seed=dl.seed,
         collectives=tuple(coster.seen.values()),
+        warnings=tuple(getattr(comm, "placement_warnings", lambda: [])()),
     )
 
 

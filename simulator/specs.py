@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from .errors import ConfigError
+from .names import canonical, did_you_mean
 from .schedules import check_schedule, num_virtual_stages
 
 if TYPE_CHECKING:
@@ -26,7 +27,7 @@ DISPATCH_DTYPES = ("bf16", "fp8")
 # and Megatron-Core MoE reports show the busiest EP rank receiving ~1.1-1.2x the mean tokens;
 # 1.15 sits in the middle of that range (issue 13: "real dropless routing loses 8-20% to skew").
 DEFAULT_LOAD_IMBALANCE = {"balanced": 1.0, "dropless": 1.15}
-SCHEDULES = ("gpipe", "1f1b", "interleaved", "zb-h1")  # zb-v, dualpipe, dualpipev: with the engine's routing
+SCHEDULES = ("gpipe", "1f1b", "interleaved", "zb-h1", "zb-v", "dualpipe", "dualpipev")
 TWO_CHUNK_SCHEDULES = ("zb-v", "dualpipe", "dualpipev")  # two model chunks per stage by construction
 RECOMPUTE = ("none", "selective", "full")
 INTRA_FABRICS = ("nvswitch", "pcie", "nvlink")
@@ -80,9 +81,20 @@ def _check_bool(key: str, value: object) -> None:
         raise ConfigError(f"must be true or false, got {value!r}", key=key)
 
 
-def _check_choice(key: str, value: object, allowed: tuple[str, ...]) -> None:
-    if not isinstance(value, str) or value not in allowed:
-        raise ConfigError(f"must be one of {', '.join(allowed)}; got {value!r}", key=key)
+def _check_choice(key: str, value: object, allowed: tuple[str, ...]) -> str:
+    """The allowed name `value` stands for (any case, or a common alias such as `bfloat16`
+    for `bf16`, simulator/names.py); an error with the closest name otherwise."""
+    found = canonical(value, allowed)
+    if found is None:
+        hint = did_you_mean(value, allowed)
+        raise ConfigError(f"must be one of {', '.join(allowed)}; got {value!r}{hint}", key=key)
+    return found
+
+
+def _set(obj: object, name: str, value: object) -> None:
+    """Store the canonical spelling of a name in a frozen dataclass during __post_init__."""
+    if getattr(obj, name) != value:
+        object.__setattr__(obj, name, value)
 
 
 def _check_str(key: str, value: object) -> None:
@@ -361,7 +373,7 @@ class IntraNodeSpec:
     nvls: bool = False  # NVLink SHARP (in-switch reduction), NVSwitch gen 3+ (H100 and later)
 
     def __post_init__(self) -> None:
-        _check_choice("intra_node.fabric", self.fabric, INTRA_FABRICS)
+        _set(self, "fabric", _check_choice("intra_node.fabric", self.fabric, INTRA_FABRICS))
         _check_bool("intra_node.nvls", self.nvls)
         _check_num("intra_node.link_GBps_per_direction", self.link_bandwidth_bytes_per_s, strict=True)
         _check_num("intra_node.latency_us", self.latency_s, maximum=1.0)
@@ -377,7 +389,7 @@ class InterNodeSpec:
     oversubscription: float = 1.0
 
     def __post_init__(self) -> None:
-        _check_choice("inter_node.fabric", self.fabric, INTER_FABRICS)
+        _set(self, "fabric", _check_choice("inter_node.fabric", self.fabric, INTER_FABRICS))
         _check_int("inter_node.nics_per_node", self.nics_per_node, maximum=1024)
         _check_num("inter_node.nic_Gbps", self.nic_bandwidth_bytes_per_s, strict=True)
         _check_num("inter_node.latency_us", self.latency_s, maximum=1.0)
@@ -393,10 +405,12 @@ class TopologySpec:
     intra_node: IntraNodeSpec
     inter_node: InterNodeSpec
     rank_order: tuple[str, ...] = ("tp", "cp", "dp", "pp")  # innermost first
+    physical_gpus_per_node: int = 0  # GPUs a node has when fewer are used ([cluster] gpus_used_per_node)
 
     def __post_init__(self) -> None:
         _check_str("name", self.name)
         _check_int("gpus_per_node", self.gpus_per_node, maximum=1024)
+        _check_int("gpus_used_per_node", self.physical_gpus_per_node, minimum=0, maximum=1024)
         if sorted(self.rank_order) != sorted(RANK_AXES):
             raise ConfigError(
                 f"must be a permutation of {list(RANK_AXES)}; got {list(self.rank_order)}",
@@ -449,8 +463,8 @@ class ParallelConfig:
             _check_bool(f"{p}.{key}", getattr(self, key))
         _check_int(f"{p}.micro_batch", self.micro_batch, maximum=MAX_DIM)
         _check_int(f"{p}.global_batch", self.global_batch, maximum=100 * MAX_DIM)
-        _check_choice(f"{p}.schedule", self.schedule, SCHEDULES)
-        _check_choice(f"{p}.recompute", self.recompute, RECOMPUTE)
+        _set(self, "schedule", _check_choice(f"{p}.schedule", self.schedule, SCHEDULES))
+        _set(self, "recompute", _check_choice(f"{p}.recompute", self.recompute, RECOMPUTE))
         _check_int(f"{p}.zero", self.zero, minimum=0, maximum=3)
         for key in ("sequence_parallel", "overlap_grad_reduce", "overlap_param_gather", "tp_comm_overlap"):
             _check_bool(f"{p}.{key}", getattr(self, key))
@@ -616,7 +630,7 @@ class Scenario:
     def __post_init__(self) -> None:
         _check_str("name", self.name)
         _check_int("cluster.num_gpus", self.num_gpus, maximum=MAX_GPUS)
-        _check_choice("precision.dtype", self.dtype, DTYPES)
+        _set(self, "dtype", _check_choice("precision.dtype", self.dtype, DTYPES))
         self.gpu.peak_flop_per_s(self.dtype)  # raises if the GPU lacks this dtype
         check_parallel_fits(self.model, self.parallel, self.num_gpus)
         if (self.memory.offload_activations or self.memory.offload_optimizer) and not (
@@ -647,6 +661,12 @@ class Scenario:
             out.append(
                 f"tp = {par.tp} exceeds gpus_per_node = {self.topology.gpus_per_node}: "
                 "tensor-parallel traffic crosses the inter-node network"
+            )
+        idle = self.topology.physical_gpus_per_node - self.topology.gpus_per_node
+        if self.topology.physical_gpus_per_node and idle > 0:
+            out.append(
+                f"gpus_used_per_node = {self.topology.gpus_per_node}: {idle} of "
+                f"{self.topology.physical_gpus_per_node} GPUs per node stay idle"
             )
         if par.pp > 1 and par.num_microbatches < par.pp:
             out.append(

@@ -58,6 +58,14 @@ def s_to_us(seconds: float) -> float:
     return seconds / US_S
 
 
+NS_S = 1e-9  # one nanosecond in seconds
+
+
+def s_to_ns(seconds: float) -> int:
+    """Whole nanoseconds (traces round every span edge to the nanosecond, issue 17)."""
+    return round(seconds / NS_S)
+
+
 # Bytes per element of each training dtype (weights/activations as stored).
 # MXFP8: 1 byte + one E8M0 scale per 32 elements (OCP Microscaling Formats spec v1.0);
 # NVFP4: 4 bits + one E4M3 scale per 16 elements (NVIDIA, "Pretraining LLMs with NVFP4", arXiv 2509.25149).

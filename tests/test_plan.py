@@ -194,3 +194,16 @@ def test_run_table_errors_name_the_key(table: dict, key: str) -> None:
     with pytest.raises(ConfigError) as err:
         scenario_from_dict({**BASE, "run": table})
     assert err.value.key == key
+
+
+def test_shipped_llama3_405b_plan_against_the_published_run() -> None:
+    """The shipped Llama 3 405B scenario with its [run] table: the job's interruption rate is the
+    paper's (one every ~3.1 h at 16,384 GPUs) and the goodput sits in the published "> 90%
+    effective training time" (the exact figure depends on the unpublished restart time)."""
+    import mfusim
+
+    p = mfusim.plan("llama3-405b-16k-h100")
+    assert p.tokens == 15.6e12
+    assert p.job_mtbf_s / HOUR_S == pytest.approx(54 * 24 / 419, rel=1e-6)
+    assert 0.90 < p.goodput < 0.95
+    assert p.expected_interruptions == pytest.approx(p.wall_time_s / (54 * DAY_S / 419), rel=1e-9)

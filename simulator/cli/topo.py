@@ -60,7 +60,9 @@ def cmd_topo(args: argparse.Namespace) -> int:
         raise ConfigError(f"must be a positive integer, got {gpus!r}", key="--gpus")
     summary = topology_summary(Fabric(topo, gpus))
     if getattr(args, "json", False):
-        sys.stdout.write(json.dumps(summary, indent=2) + "\n")
+        from .. import __version__
+
+        sys.stdout.write(json.dumps({**summary, "mfusim_version": __version__}, indent=2) + "\n")
     else:
         sys.stdout.write(_text(summary) + "\n")
     return 0

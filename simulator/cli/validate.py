@@ -30,7 +30,9 @@ def cmd_validate(args: argparse.Namespace, simulate_fn: validate.SimulateFn | No
     if out is not None:
         validate.write_out(report, out)
     if getattr(args, "json", False):
-        sys.stdout.write(json.dumps(report.to_dict(), indent=2) + "\n")
+        from .. import __version__
+
+        sys.stdout.write(json.dumps({**report.to_dict(), "mfusim_version": __version__}, indent=2) + "\n")
     else:
         sys.stdout.write(validate.format_report(report) + "\n")
     return 0

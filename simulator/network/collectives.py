@@ -205,9 +205,12 @@ def double_binary_tree_edges(k: int) -> list[tuple[int, int]]:
     return edges
 
 
-def analyze_group(fabric: Fabric, placement: Placement, axis: str, stage: int) -> GroupShape:
-    """Shape of the representative group of `axis` at `stage`, with its concurrent groups' load."""
-    members = placement.group(axis, stage)
+def analyze_group(
+    fabric: Fabric, placement: Placement, axis: str, stage: int, rank: int | None = None
+) -> GroupShape:
+    """Shape of the group of `axis` at `stage` that holds `rank` (default: the representative
+    pipeline's), with its concurrent groups' load."""
+    members = placement.group(axis, stage) if rank is None else placement.members(axis, rank)
     n = len(members)
     gpn = fabric.gpus_per_node
     per_node: dict[int, set[int]] = {}
