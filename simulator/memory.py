@@ -70,12 +70,41 @@ activations scale with top_k (each token visits top_k experts of width expert_ff
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from . import flops
-from .metrics import MemoryReport
 from .schedules import chunk_layers, next_chunk, peak_inflight, prev_chunk, stage_tasks
 from .specs import ModelSpec, ParallelConfig, Scenario
 from .units import GIB_BYTES
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryReport:
+    """Per-GPU memory of the most loaded GPU (pipeline stage 0 under 1F1B)."""
+
+    parts_bytes: dict[str, float]
+    capacity_bytes: float
+    stage_peak_bytes: tuple[float, ...] = ()
+
+    @property
+    def peak_bytes(self) -> float:
+        return sum(self.parts_bytes.values())
+
+    @property
+    def fits(self) -> bool:
+        return self.peak_bytes <= self.capacity_bytes
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "peak_gib_per_gpu": self.peak_bytes / GIB_BYTES,
+            "capacity_gib": self.capacity_bytes / GIB_BYTES,
+            "fits": self.fits,
+            "parts_gib": {k: v / GIB_BYTES for k, v in self.parts_bytes.items()},
+        }
+        if self.stage_peak_bytes:
+            out["peak_gib_by_stage"] = [b / GIB_BYTES for b in self.stage_peak_bytes]
+        return out
+
 
 # --- bytes per parameter (Megatron mixed precision, fp32 main grads) --------------------------
 WEIGHT_BYTES = 2  # bf16 / fp16 weights used by the forward and backward passes
