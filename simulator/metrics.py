@@ -91,6 +91,8 @@ class StepReport:
                 "recompute": par.recompute,
                 "sequence_parallel": par.sequence_parallel,
                 "zero": par.zero,
+                "etp": par.expert_tp,
+                "ep_comm_overlap": par.ep_comm_overlap,
             },
             "step_time_s": self.step_time_s,
             "tokens_per_s": self.tokens_per_s,
