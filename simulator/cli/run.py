@@ -11,19 +11,31 @@ from .common import check_writable, load_cli_scenario, print_json
 def cmd_run(args: argparse.Namespace) -> int:
     from ..describe import add_summary
     from ..plan import format_plan, plan_for
+    from ..progress import Progress
     from ..run import comm_model_for, format_report, format_samples, sample_stats
-    from ..simulate import simulate
+    from ..simulate import seeds_matter, simulate
 
     scn = load_cli_scenario(args.scenario, args)
     trace_path = check_writable(args.trace, "--trace") if args.trace else None
     plot_path = check_writable(args.plot, "--plot") if args.plot else None
     comm = comm_model_for(scn, getattr(args, "comm_model", "topology"))
     base_seed = args.seed if args.seed is not None else scn.variability.seed
+    identical = args.samples > 1 and not seeds_matter(scn)  # every seed gives the same step
+    if identical:
+        sys.stderr.write(
+            f"note: no [variability] and no dataloader jitter: the {args.samples} samples are identical "
+            "(simulated once)\n"
+        )
+    runs = 1 if identical else args.samples
+    steps = runs + (trace_path is not None) + (plot_path is not None)
+    progress = Progress(steps if steps > 1 else 0, "run", unit="steps")  # silent off a terminal
     result = simulate(scn, comm, seed=args.seed, detail=trace_path is not None or plot_path is not None)
     report = result.report
-    samples = [report]
-    for i in range(1, args.samples):
+    progress.update()
+    samples = [report] * args.samples if identical else [report]
+    for i in range(1, runs):
         samples.append(simulate(scn, comm, seed=base_seed + i).report)
+        progress.update()
 
     # the plan runs at the mean step time when steps are sampled (jitter, stragglers)
     mean_step_s = sum(r.step_time_s for r in samples) / len(samples)
@@ -38,14 +50,17 @@ def cmd_run(args: argparse.Namespace) -> int:
         from ..trace import write_chrome_trace
 
         write_chrome_trace(result.timeline, report, trace_path)
+        progress.update()
         sys.stderr.write(f"wrote trace {trace_path} (open in ui.perfetto.dev)\n")
     if plot_path is not None:
         from ..plots import step_figure
 
         fig = step_figure(result.timeline, report)
         fig.savefig(plot_path, dpi=120, bbox_inches="tight")
+        progress.update()
         sys.stderr.write(f"wrote plot {plot_path}\n")
 
+    progress.close()
     stats = sample_stats(samples) if args.samples > 1 else None
     if args.json:
         out = add_summary(report.to_dict(), scn)
