@@ -20,6 +20,7 @@ from .mfu import cmd_mfu
 from .parser import build_parser
 from .presets import cmd_presets
 from .run import cmd_run
+from .schema import cmd_schema
 from .sweep import cmd_sweep
 from .topo import cmd_topo
 from .validate import cmd_validate
@@ -34,6 +35,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "whatif": cmd_whatif,
     "topo": cmd_topo,
     "presets": cmd_presets,
+    "schema": cmd_schema,
 }
 
 
