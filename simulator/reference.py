@@ -157,6 +157,49 @@ KEYS: dict[str, Key] = {
     "model.moe.expert_ffn_hidden": Key("MLP inner size of one expert", "integer", default="ffn_hidden"),
     "model.moe.shared_expert_ffn_hidden": Key("MLP inner size of the always-on shared expert", "integer"),
     "model.moe.layer_interval": Key("every k-th layer is MoE", "integer"),
+    "model.moe.first_dense_layers": Key(
+        "leading layers with a dense MLP (DeepSeek first_k_dense_replace)", "integer", since=NEXT
+    ),
+    "model.moe.routing": Key(
+        "balanced (forced / aux-loss balanced) or dropless (natural skew)",
+        "string",
+        allowed=_spec("ROUTING"),
+        since=NEXT,
+    ),
+    "model.moe.load_imbalance": Key(
+        "busiest EP rank's tokens / mean (>= 1)", "number", default="0 (the routing's default)", since=NEXT
+    ),
+    "model.moe.max_nodes_per_token": Key(
+        "node-limited routing (DeepSeek-V3: 4)", "integer", default="0 (unlimited)", since=NEXT
+    ),
+    "model.moe.dispatch_dtype": Key(
+        "all-to-all dispatch dtype (fp8: FP8 dispatch, BF16 combine)",
+        "string",
+        allowed=_spec("DISPATCH_DTYPES"),
+        since=NEXT,
+    ),
+    "model.mla": Key(
+        "multi-head latent attention (DeepSeek-V2/V3, Kimi-K2)",
+        "table",
+        default="— (standard attention)",
+        since=NEXT,
+    ),
+    "model.mla.q_lora_rank": Key("query low-rank width (0: full-rank queries)", "integer", since=NEXT),
+    "model.mla.kv_lora_rank": Key("compressed key/value width", "integer", since=NEXT),
+    "model.mla.qk_nope_head_dim": Key("per-head query/key width without rotary", "integer", since=NEXT),
+    "model.mla.qk_rope_head_dim": Key(
+        "per-head rotary query/key width (one shared key head)", "integer", since=NEXT
+    ),
+    "model.mla.v_head_dim": Key("per-head value width", "integer", since=NEXT),
+    "model.allow_unmodeled": Key(
+        "config.json keys of architectures not modeled, to ignore with a warning (else an error)",
+        "list of strings",
+        default="[]",
+        since=NEXT,
+    ),
+    "model.mtp_layers": Key(
+        "DeepSeek multi-token-prediction modules (one layer each)", "integer", since=NEXT
+    ),
     # [cluster]
     "cluster.topology": Key(
         "a shipped topology name or a topology TOML file", "string", default="required", allowed=_topologies
@@ -164,6 +207,12 @@ KEYS: dict[str, Key] = {
     "cluster.num_gpus": Key("GPUs in the job", "integer", default="required"),
     "cluster.gpu": Key("override of the topology's GPU", "string", default=TOPOLOGY_NOTE, allowed=_gpus),
     "cluster.gpus_per_node": Key("override of the topology's node size", "integer", default=TOPOLOGY_NOTE),
+    "cluster.gpus_used_per_node": Key(
+        "GPUs the job uses in each node when fewer than the node has",
+        "integer",
+        default="gpus_per_node",
+        since=NEXT,
+    ),
     "cluster.rank_order": Key(
         "rank layout, innermost first (a permutation of tp, cp, dp, pp)",
         "list of strings",
@@ -177,6 +226,16 @@ KEYS: dict[str, Key] = {
     "parallel.dp": Key("data-parallel replicas", default="num_gpus / (tp·pp·cp)"),
     "parallel.cp": Key("context-parallel size (sequence split across GPUs)"),
     "parallel.ep": Key("expert-parallel size (MoE)"),
+    "parallel.etp": Key("expert tensor-parallel size", default="0 (1 with ep > 1, else tp)", since=NEXT),
+    "parallel.ep_comm_overlap": Key(
+        "EP all-to-all of one micro-batch hidden behind another's compute", since=NEXT
+    ),
+    "parallel.account_for_embedding_in_pipeline_split": Key(
+        "the embedding counts as one layer when splitting layers over stages (Megatron flag)", since=NEXT
+    ),
+    "parallel.account_for_loss_in_pipeline_split": Key(
+        "the output layer and loss count as one layer when splitting (Megatron flag)", since=NEXT
+    ),
     "parallel.vp": Key("virtual pipeline chunks per stage (interleaved schedule)"),
     "parallel.micro_batch": Key("sequences per micro-batch", unit="sequences"),
     "parallel.global_batch": Key("sequences per step", unit="sequences", default="required"),
@@ -211,6 +270,14 @@ KEYS: dict[str, Key] = {
     # [kernels]
     "kernels.flash_attention": Key(
         "fused attention (FlashAttention-2 style); false = two batched GEMMs and a fused softmax"
+    ),
+    # [memory]
+    "memory": Key("offloading to host memory", "table", since=NEXT),
+    "memory.offload_activations": Key(
+        "fraction of the stored activations copied to host memory", "number", since=NEXT
+    ),
+    "memory.offload_optimizer": Key(
+        "fp32 master weights and Adam moments on the host, Adam on the CPU", since=NEXT
     ),
     # [run] (simulator/plan.py holds the sourced defaults)
     "run.tokens": Key(
@@ -308,6 +375,8 @@ def _section_dataclass(section: str):
         "dataloader": specs.DataloaderSpec,
         "model": specs.ModelSpec,
         "model.moe": specs.ModelSpec,
+        "model.mla": getattr(specs, "MLASpec", None),
+        "memory": getattr(specs, "MemoryOptions", None),
     }.get(section)
 
 
@@ -697,6 +766,16 @@ COMMON_JSON_FIELDS: dict[str, str] = {
     "model.name": "model name",
     "model.params": "parameters",
     "model.active_params": "parameters active per token (MoE: shared + top-k experts; dense: all)",
+    "model.non_embedding_params": "parameters without the embeddings",
+    "model.layers": "transformer layers",
+    "model.hidden": "hidden size",
+    "model.heads": "attention heads",
+    "model.kv_heads": "key/value heads",
+    "model.head_dim": "per-head width",
+    "model.ffn_hidden": "MLP inner size",
+    "model.vocab": "vocabulary size",
+    "model.seq_len": "sequence length [tokens]",
+    "model.attention": "attention kind as simulated (mha, gqa, mqa or mla)",
     "gpu": "GPU catalog name",
     "topology": "topology name",
     "dtype": "training dtype",
@@ -758,7 +837,8 @@ JSON_FIELDS: dict[str, dict[str, str]] = {
         "plan.num_steps": "steps = tokens / tokens per step",
         "plan.tokens_per_s": "tokens per second while training",
         "plan.compute_days": "days of training without failures or checkpoints",
-        "plan.wall_days": "days with checkpoints, restarts and lost work",
+        "plan.days": "wall-clock days of the run, with checkpoints, restarts and lost work",
+        "plan.optimal_checkpoint_interval_s": "the Young/Daly optimum interval [s]",
         "plan.gpu_hours": "GPU-hours of the run (wall time × GPUs)",
         "plan.cost_usd": "cost, when usd_per_gpu_hour is given (else null)",
         "plan.usd_per_gpu_hour": "price used (null when not given)",
