@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from simulator import reference
+from simulator.cli import reference
 from simulator.resources import data_dir
 
 ROOT = Path(__file__).resolve().parent.parent
-REGEN = "python -m simulator.reference --write"
+REGEN = "python -m simulator.cli.reference --write"
 
 
 @pytest.fixture(scope="module")
@@ -49,7 +49,7 @@ def test_every_accepted_key_is_documented(kind, markdown) -> None:
     else:
         assert set(TOPOLOGY_KEYS) <= keys
     undocumented = [r.key for r in rows if not r.meaning]
-    assert not undocumented, f"add a line to simulator/reference.py KEYS for: {undocumented}"
+    assert not undocumented, f"add a line to simulator/cli/reference.py KEYS for: {undocumented}"
     for r in rows:
         if r.kind == "value" and not r.key.startswith("sweep."):
             assert f"| `{r.key.rpartition('.')[2]}` |" in markdown, r.key
@@ -63,11 +63,11 @@ def test_every_json_field_and_csv_column_is_documented(json_fields) -> None:
         for path in paths
         if not reference.json_meaning(command, path)
     ]
-    assert not missing, f"add the meaning to simulator/reference.py JSON_FIELDS: {missing}"
+    assert not missing, f"add the meaning to simulator/cli/reference.py JSON_FIELDS: {missing}"
     columns = [
         c for cols in reference.csv_columns().values() for c in cols if not reference.column_meaning(c)
     ]
-    assert not columns, f"add the meaning to simulator/reference.py COLUMN_MEANINGS: {columns}"
+    assert not columns, f"add the meaning to simulator/cli/reference.py COLUMN_MEANINGS: {columns}"
     assert {"mfu", "breakdown_s.<category>", "memory.parts_gib.activations"} <= set(json_fields["run"])
 
 

@@ -7,7 +7,7 @@ import sys
 
 
 def cmd_schema(args: argparse.Namespace) -> int:
-    from ..reference import schema_path
+    from ..resources import scenario_schema_file
 
-    sys.stdout.write(schema_path().read_text(encoding="utf-8"))
+    sys.stdout.write(scenario_schema_file().read_text(encoding="utf-8"))
     return 0
