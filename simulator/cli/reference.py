@@ -839,6 +839,7 @@ JSON_FIELDS: dict[str, dict[str, str]] = {
         "plan.compute_days": "days of training without failures or checkpoints",
         "plan.days": "wall-clock days of the run, with checkpoints, restarts and lost work",
         "plan.optimal_checkpoint_interval_s": "the Young/Daly optimum interval [s]",
+        "plan.checkpoint_every_steps": "steps between checkpoints (the interval rounded to whole steps)",
         "plan.gpu_hours": "GPU-hours of the run (wall time × GPUs)",
         "plan.cost_usd": "cost, when usd_per_gpu_hour is given (else null)",
         "plan.usd_per_gpu_hour": "price used (null when not given)",
