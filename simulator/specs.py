@@ -9,8 +9,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from .errors import ConfigError
+
+if TYPE_CHECKING:
+    from .plan import RunSpec
 
 DTYPES = ("bf16", "fp16", "fp8")
 SCHEDULES = ("gpipe", "1f1b", "interleaved", "zb-h1")
@@ -231,8 +235,15 @@ class GPUSpec:
     efficiency: GPUEfficiency = field(default_factory=GPUEfficiency)
     num_sms: int = 108  # streaming multiprocessors: sets GEMM wave quantization
     source: str = ""
+    # Whole-run energy (simulator/plan.py); 0 = not in the catalog. Datasheet sources in gpus.toml.
+    board_power_w: float = 0.0  # rated board power (TDP / max TGP)
+    node_overhead_w_per_gpu: float = 0.0  # rated server power minus its GPUs' board power, per GPU
+    host_link_bytes_per_s: float = 0.0  # GPU <-> host memory, one direction (checkpoint snapshots)
 
     def __post_init__(self) -> None:
+        _check_num("gpu.board_power_w", self.board_power_w, maximum=1e5)
+        _check_num("gpu.node_overhead_w_per_gpu", self.node_overhead_w_per_gpu, maximum=1e5)
+        _check_num("gpu.host_link_GBps", self.host_link_bytes_per_s)
         _check_num("gpu.peak_bf16_tflops", self.peak_bf16_flop_per_s, strict=True)
         _check_num("gpu.peak_fp16_tflops", self.peak_fp16_flop_per_s, strict=True)
         _check_num("gpu.peak_fp8_tflops", self.peak_fp8_flop_per_s)
@@ -452,6 +463,7 @@ class Scenario:
     kernels: KernelOptions = field(default_factory=KernelOptions)
     sweep: tuple[tuple[str, tuple[object, ...]], ...] = ()
     source: str = ""  # file it came from, for messages
+    run: RunSpec | None = None  # the whole-run plan's inputs ([run]); None = no plan
 
     def __post_init__(self) -> None:
         _check_str("name", self.name)
