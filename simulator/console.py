@@ -35,6 +35,8 @@ ASCII_FALLBACKS = {
     "×": "x",
     "█": "#",
     "▏": "|",
+    "░": "-",
+    "▕": "|",
     "µ": "u",
     "…": "...",
     "≈": "~",
@@ -155,7 +157,9 @@ class ConsoleStream(io.TextIOBase):
         except BrokenPipeError:
             raise
         except (OSError, ValueError) as exc:  # ValueError: I/O operation on closed file
-            raise StdStreamError(self.name, exc if isinstance(exc, OSError) else OSError(9, str(exc))) from None
+            raise StdStreamError(
+                self.name, exc if isinstance(exc, OSError) else OSError(9, str(exc))
+            ) from None
         return len(text)
 
     def flush(self) -> None:
@@ -164,7 +168,9 @@ class ConsoleStream(io.TextIOBase):
         except BrokenPipeError:
             raise
         except (OSError, ValueError) as exc:
-            raise StdStreamError(self.name, exc if isinstance(exc, OSError) else OSError(9, str(exc))) from None
+            raise StdStreamError(
+                self.name, exc if isinstance(exc, OSError) else OSError(9, str(exc))
+            ) from None
 
 
 def sanitize_json(value: Any) -> Any:

@@ -3,28 +3,25 @@
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
-from pathlib import Path
 
 from ..errors import ConfigError
 from ..sweep import format_table, load_sweep_scenario, result_json, run_sweep, write_plot
-from .common import check_writable
+from .common import check_writable, print_json, scenario_inputs
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
     scn = load_sweep_scenario(args.scenario)
+    inputs = scenario_inputs(args.scenario)
     out = None
     if args.out:
-        if args.resume and Path(args.out).is_dir():
-            raise ConfigError(f"{args.out} is a directory; give a file name", key="--out")
-        out = check_writable(args.out, "--out")
+        out = check_writable(args.out, "--out", inputs)
     elif args.resume:
         raise ConfigError("--resume needs --out FILE (the file to continue)", key="--resume")
     if args.plot:
-        check_writable(args.plot, "--plot")
-    if out is not None and not args.resume and out.stat().st_size > 0:
+        check_writable(args.plot, "--plot", inputs + ([out] if out is not None else []))
+    if out is not None and not args.resume and out.is_file() and out.stat().st_size > 0:
         sys.stderr.write(f"mfusim sweep: overwriting {out} (--resume continues it instead)\n")
     progress_stream = sys.stderr
     result = run_sweep(
@@ -47,9 +44,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     if args.plot:
         write_plot(args.plot, scn, result, args.top)
     if args.json:
-        sys.stdout.write(
-            json.dumps(result_json(scn, result, args.top, args.rank_by), indent=2, allow_nan=False) + "\n"
-        )
+        print_json(result_json(scn, result, args.top, args.rank_by))
     else:
         sys.stdout.write(format_table(scn, result, args.top, args.rank_by))
     return 0

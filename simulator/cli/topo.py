@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 from typing import Any
@@ -12,6 +11,7 @@ from ..errors import ConfigError
 from ..loading import load_topology
 from ..network.fabric import Fabric
 from ..network.summary import topology_summary
+from .common import print_json
 
 DEFAULT_SCALABLE_UNITS = 4  # summary size when --gpus is not given: four SUs (a small SuperPOD)
 
@@ -60,7 +60,7 @@ def cmd_topo(args: argparse.Namespace) -> int:
         raise ConfigError(f"must be a positive integer, got {gpus!r}", key="--gpus")
     summary = topology_summary(Fabric(topo, gpus))
     if getattr(args, "json", False):
-        sys.stdout.write(json.dumps(summary, indent=2) + "\n")
+        print_json(summary)
     else:
         sys.stdout.write(_text(summary) + "\n")
     return 0

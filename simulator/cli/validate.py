@@ -3,21 +3,20 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
 from .. import validate
 from ..errors import ConfigError
 from ..resources import published_runs_csv
-from .common import check_writable
+from .common import check_writable, print_json
 
 
 def cmd_validate(args: argparse.Namespace, simulate_fn: validate.SimulateFn | None = None) -> int:
     path = Path(args.runs) if getattr(args, "runs", None) else published_runs_csv()
     out = None
     if getattr(args, "out", None):
-        out = check_writable(args.out, "--out")
+        out = check_writable(args.out, "--out", [path])
     runs = validate.read_runs_csv(path)
     selected = validate.select_runs(
         runs, gpu=getattr(args, "gpu", None), source=getattr(args, "source", None)
@@ -30,7 +29,7 @@ def cmd_validate(args: argparse.Namespace, simulate_fn: validate.SimulateFn | No
     if out is not None:
         validate.write_out(report, out)
     if getattr(args, "json", False):
-        sys.stdout.write(json.dumps(report.to_dict(), indent=2) + "\n")
+        print_json(report.to_dict())
     else:
         sys.stdout.write(validate.format_report(report) + "\n")
     return 0
