@@ -18,6 +18,7 @@ from typing import Any, TextIO
 from ..console import StdStreamError, flush_stdout, install_console_streams, silence_stdout
 from ..errors import EXIT_USAGE, ConfigError
 from .common import one_line
+from .compare import cmd_compare
 from .mfu import cmd_mfu
 from .parser import build_parser
 from .presets import cmd_presets
@@ -29,6 +30,7 @@ from .whatif import cmd_whatif
 
 COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "run": cmd_run,
+    "compare": cmd_compare,
     "sweep": cmd_sweep,
     "mfu": cmd_mfu,
     "validate": cmd_validate,

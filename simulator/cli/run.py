@@ -6,9 +6,7 @@ import argparse
 import sys
 
 from ..errors import ConfigError
-from ..outputs import atomic_path, same_file
-from ..run import comm_model_for, format_report, format_samples, sample_stats
-from .common import check_writable, print_json, scenario_inputs, scenario_path
+from .common import check_writable, load_cli_scenario, print_json, scenario_inputs, scenario_path
 
 MAX_SEED = 2**63 - 1
 
@@ -25,12 +23,14 @@ def check_sample_seeds(base_seed: int, samples: int, key: str) -> None:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from ..engine import simulate
-    from ..loading import load_scenario
+    from ..describe import add_summary
+    from ..outputs import atomic_path, same_file
+    from ..plan import format_plan, plan_for
+    from ..run import comm_model_for, format_report, format_samples, sample_stats
+    from ..simulate import simulate
 
-    path = scenario_path(args.scenario)
-    scn = load_scenario(path)
-    inputs = scenario_inputs(path)
+    scn = load_cli_scenario(args.scenario, args)
+    inputs = scenario_inputs(scenario_path(args.scenario))
     trace_path = check_writable(args.trace, "--trace", inputs) if args.trace else None
     plot_path = check_writable(args.plot, "--plot", inputs) if args.plot else None
     if trace_path is not None and plot_path is not None and same_file(trace_path, plot_path):
@@ -38,13 +38,15 @@ def cmd_run(args: argparse.Namespace) -> int:
     comm = comm_model_for(scn, getattr(args, "comm_model", "topology"))
     base_seed = args.seed if args.seed is not None else scn.variability.seed
     check_sample_seeds(base_seed, args.samples, "--seed" if args.seed is not None else "variability.seed")
-    result = simulate(scn, comm, seed=args.seed)
+    result = simulate(scn, comm, seed=args.seed, detail=trace_path is not None or plot_path is not None)
     report = result.report
     samples = [report]
     for i in range(1, args.samples):
         samples.append(simulate(scn, comm, seed=base_seed + i).report)
 
-    for w in report.warnings:
+    plan = plan_for(scn, report) if scn.run is not None else None
+    warnings = list(report.warnings) + (list(plan.warnings) if plan is not None else [])
+    for w in warnings:
         sys.stderr.write(f"warning: {w}\n")
     # --- trace and plot hooks (simulator/trace.py, simulator/plots.py)
     if trace_path is not None:
@@ -63,12 +65,17 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     stats = sample_stats(samples) if args.samples > 1 else None
     if args.json:
-        out = report.to_dict()
+        out = add_summary(report.to_dict(), scn)
+        out["warnings"] = warnings  # the step's and the plan's
+        if plan is not None:
+            out["plan"] = plan.to_dict()
         if stats is not None:
             out["samples"] = stats
         print_json(out)
     else:
         print(format_report(scn, report))
+        if plan is not None:
+            print(format_plan(plan))
         if stats is not None:
             print(format_samples(stats))
     return 0

@@ -5,14 +5,19 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from .. import validate
 from ..errors import ConfigError
-from ..resources import published_runs_csv
 from .common import check_writable, print_json
 
+if TYPE_CHECKING:
+    from ..validate import SimulateFn
 
-def cmd_validate(args: argparse.Namespace, simulate_fn: validate.SimulateFn | None = None) -> int:
+
+def cmd_validate(args: argparse.Namespace, simulate_fn: SimulateFn | None = None) -> int:
+    from .. import validate
+    from ..resources import published_runs_csv
+
     path = Path(args.runs) if getattr(args, "runs", None) else published_runs_csv()
     out = None
     if getattr(args, "out", None):
@@ -29,7 +34,9 @@ def cmd_validate(args: argparse.Namespace, simulate_fn: validate.SimulateFn | No
     if out is not None:
         validate.write_out(report, out)
     if getattr(args, "json", False):
-        print_json(report.to_dict())
+        from .. import __version__
+
+        print_json({**report.to_dict(), "mfusim_version": __version__})
     else:
         sys.stdout.write(validate.format_report(report) + "\n")
     return 0

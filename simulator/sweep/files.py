@@ -12,6 +12,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import IO, Any
 
+from ..console import sanitize_json
 from ..errors import ConfigError
 from ..loading import check_regular_file
 from ..outputs import atomic_output
@@ -30,12 +31,6 @@ def _cell(value: Any) -> str:
     if isinstance(value, float):
         return repr(value) if math.isfinite(value) else ""
     return str(value)
-
-
-def _json_value(value: Any) -> Any:
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    return value
 
 
 class RowWriter:
@@ -58,7 +53,7 @@ class RowWriter:
             if self._fingerprint is not None:
                 row = {**row, FINGERPRINT_COLUMN: self._fingerprint}
             if self._jsonl:
-                self._buf.write(json.dumps({c: _json_value(row.get(c)) for c in COLUMNS}) + "\n")
+                self._buf.write(json.dumps({c: sanitize_json(row.get(c)) for c in COLUMNS}) + "\n")
             else:
                 self._csv.writerow([_cell(row.get(c)) for c in COLUMNS])
         self._emit()

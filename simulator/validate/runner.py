@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import math
-import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from ..errors import ConfigError
+from ..progress import Progress
 from ..specs import Scenario
 from .cases import Case, Unusable, build_case
 from .columns import METRIC_HFU, METRIC_ITERATION_TIME, METRIC_MFU
@@ -22,10 +22,7 @@ SimulateFn = Callable[[Scenario], Any]  # returns a StepReport (or an object wit
 
 def default_simulate() -> SimulateFn:
     """The discrete-event engine's `simulate`, returning its StepReport."""
-    try:
-        from ..engine import simulate  # type: ignore[attr-defined,unused-ignore]
-    except ImportError as exc:  # pragma: no cover - only before the engine exists
-        raise ConfigError(f"the simulation engine is not available ({exc})", key="validate") from None
+    from ..simulate import simulate
 
     def run(scenario: Scenario) -> Any:
         result = simulate(scenario)
@@ -55,30 +52,6 @@ def evaluate(case: Case, scenario: Scenario, simulate_fn: SimulateFn) -> RowResu
         mfu=float(report.mfu),
         memory_fits=fits,
     )
-
-
-class Progress:
-    """A one-line progress indicator on stderr (redrawn in place on a terminal)."""
-
-    def __init__(self, total: int, label: str = "validate", stream: Any = None) -> None:
-        self.total = total
-        self.label = label
-        self.stream = stream if stream is not None else sys.stderr
-        self.tty = bool(getattr(self.stream, "isatty", lambda: False)())
-        self.step = max(1, total // 10)
-
-    def update(self, done: int, what: str = "") -> None:
-        if self.tty:
-            self.stream.write(f"\r{self.label}: {done}/{self.total} {what[:50]:<50}")
-            self.stream.flush()
-        elif done == self.total or done % self.step == 0:
-            self.stream.write(f"{self.label}: {done}/{self.total} rows\n")
-            self.stream.flush()
-
-    def close(self) -> None:
-        if self.tty:
-            self.stream.write("\n")
-            self.stream.flush()
 
 
 def select_runs(
@@ -125,8 +98,8 @@ def validate_runs(
 ) -> ValidationReport:
     results: list[RowResult] = []
     unusable: list[Unusable] = []
-    bar = Progress(len(runs)) if progress else None
-    for i, run in enumerate(runs, 1):
+    bar = Progress(len(runs), "validate", unit="rows") if progress else None
+    for run in runs:
         case = build_case(run)
         if isinstance(case, Unusable):
             unusable.append(case)
@@ -169,7 +142,7 @@ def validate_runs(
                     )
                 )
         if bar is not None:
-            bar.update(i, run.run_id)
+            bar.update()
     if bar is not None:
         bar.close()
     return ValidationReport(results=tuple(results), unusable=tuple(unusable), csv_path=csv_path)
