@@ -303,7 +303,7 @@ def test_very_long_file_name(tmp_path: Path, run_cli) -> None:
     assert path.name in str(info.value)
     res = run_cli(["run", str(path), "--json"])
     # one line, with the 5,000-character name cut in the middle (issue 18)
-    assert_user_error(res, "xxxxxxxx", "chars]", ".toml", "too long")
+    assert_user_error(res, "xxxxxxxx", "chars]", ".toml")
     assert len(res.err) < 500
 
 
