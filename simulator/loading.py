@@ -177,7 +177,9 @@ def _check_keys(table: Mapping[str, Any], allowed: tuple[str, ...], section: str
             what = "section" if isinstance(table[key], dict) else "key"
             hint = did_you_mean(key, allowed)
             raise ConfigError(
-                f"unknown {what}{hint}; allowed here: {', '.join(allowed)} (docs/reference.md)", key=where
+                f"unknown {what}{hint}; allowed here: {', '.join(allowed)} (docs/reference.md)",
+                key=where,
+                allowed=tuple(allowed),
             )
 
 

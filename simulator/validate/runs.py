@@ -63,7 +63,9 @@ def read_runs_csv(path: str | Path) -> list[PublishedRun]:
         header = [h.strip() for h in (reader.fieldnames or [])]
         missing = [c for c in REQUIRED_COLUMNS if c not in header]
         if missing:
-            raise ConfigError(f"missing column(s) {', '.join(missing)} (SPEC §5)", file=name)
+            raise ConfigError(
+                f"missing column(s) {', '.join(missing)} (docs/reference.md, CSV files)", file=name
+            )
         if not any(c in header for c in MEASURED_COLUMNS):
             raise ConfigError(
                 f"no measurement column; expected one of {', '.join(MEASURED_COLUMNS)}", file=name
