@@ -52,7 +52,7 @@ class Device:
         return self.gpu.peak_flop_per_s("fp16" if self.dtype == "fp16" else "bf16")
 
     @property
-    def element_bytes(self) -> int:
+    def element_bytes(self) -> float:
         return DTYPE_BYTES[self.dtype]
 
     @property
@@ -67,7 +67,8 @@ class Device:
 
 def alignment_factor(dim: int, dtype: str) -> float:
     """Tensor-core friendliness of one GEMM dimension (NVIDIA matmul performance guide)."""
-    need = 16 if dtype == "fp8" else 8
+    # 8-bit: 16 elements; MX/NVFP4 block scaling: 32 (TE requires dims divisible by 32)
+    need = {"fp8": 16, "mxfp8": 32, "nvfp4": 32}.get(dtype, 8)
     if dim % 64 == 0:
         return 1.0
     if dim % need == 0:
@@ -131,3 +132,21 @@ def flash_attention_time_s(device: Device, flops: float, kernels: int = 1) -> fl
         flops / (device.attention_peak_flop_per_s * eff.attention_peak_fraction)
         + kernels * eff.kernel_launch_s
     )
+
+
+def grouped_matmul_time_s(device: Device, m: int, n: int, k: int, groups: int, uneven: bool = False) -> float:
+    """A grouped GEMM (Transformer Engine GroupedLinear / CUTLASS grouped GEMM: one kernel for the
+    local experts of an MoE layer), `groups` GEMMs of (m_i×k)·(k×n) with mean m_i = m tokens.
+
+    Few tokens per expert cost through the tile/wave quantization and the size ramp of
+    `matmul_time_s`. Balanced routing gives every group the same m. Uneven routing (dropless)
+    leaves each group's last row tile on average half full: the row-tile efficiency becomes
+    m/(m + TILE_M/2) in place of m/(ceil(m/TILE_M)·TILE_M).
+    """
+    t = matmul_time_s(device, m, n, k, groups)
+    if not uneven or t <= 0:
+        return t
+    exact = m / (math.ceil(m / TILE_M) * TILE_M)
+    ragged = m / (m + TILE_M / 2)
+    launch = device.gpu.efficiency.kernel_launch_s
+    return (t - launch) * exact / ragged + launch

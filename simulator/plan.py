@@ -180,6 +180,7 @@ class Plan:
     goodput: float
     checkpoint_interval_s: float | None  # None: no failures and none asked for
     interval_source: str  # "young-daly" | "given" | "storage-bound" | "none"
+    optimal_checkpoint_interval_s: float | None  # the Young/Daly optimum (None: no failures)
     checkpoint_bytes: float
     checkpoint_write_s: float
     checkpoint_stall_s: float
@@ -234,7 +235,7 @@ class Plan:
             "num_steps": self.num_steps,
             "tokens_per_s": self.tokens_per_s,
             "compute_days": self.compute_time_s / DAY_S,
-            "wall_days": self.wall_time_s / DAY_S,
+            "days": self.wall_time_s / DAY_S,
             "gpu_hours": self.gpu_hours,
             "cost_usd": self.cost_usd,
             "usd_per_gpu_hour": self.usd_per_gpu_hour,
@@ -244,6 +245,7 @@ class Plan:
             "time_fractions": dict(self.fractions),
             "checkpoint_interval_s": self.checkpoint_interval_s,
             "checkpoint_interval_source": self.interval_source,
+            "optimal_checkpoint_interval_s": self.optimal_checkpoint_interval_s,
             "checkpoint_bytes": self.checkpoint_bytes,
             "checkpoint_write_s": self.checkpoint_write_s,
             "checkpoint_stall_s": self.checkpoint_stall_s,
@@ -281,6 +283,9 @@ def plan_run(
     mtbf_s = math.inf if rate == 0 else 1.0 / rate
     # the next asynchronous checkpoint cannot start before the previous one is written
     min_interval_s = max(write_s - stall_s, 0.0) if run.checkpoint_async else 0.0
+    optimum: float | None = None
+    if not math.isinf(mtbf_s):
+        optimum = max(daly_interval_s(stall_s, mtbf_s), min_interval_s)
     interval: float | None
     if run.checkpoint_interval_s > 0:
         interval, source = run.checkpoint_interval_s, "given"
@@ -326,6 +331,7 @@ def plan_run(
         goodput=good,
         checkpoint_interval_s=interval,
         interval_source=source,
+        optimal_checkpoint_interval_s=optimum,
         checkpoint_bytes=ckpt_bytes,
         checkpoint_write_s=write_s,
         checkpoint_stall_s=stall_s,
@@ -371,7 +377,7 @@ RANK_KEYS = {
 def plan_columns(p: Plan) -> dict[str, float | None]:
     d = p.to_dict()
     return {
-        "time_to_train_days": d["wall_days"],
+        "time_to_train_days": d["days"],
         "gpu_hours": d["gpu_hours"],
         "cost_usd": d["cost_usd"],
         "energy_mwh": d["energy_mwh"],
@@ -385,7 +391,7 @@ def format_plan(p: Plan) -> str:
     lines = [
         "",
         f"  Whole run: {p.tokens:.3g} tokens in {p.num_steps:,} steps",
-        f"  wall clock {d['wall_days']:.1f} days ({d['compute_days']:.1f} days of useful steps), "
+        f"  wall clock {d['days']:.1f} days ({d['compute_days']:.1f} days of useful steps), "
         f"{p.gpu_hours / 1e6:.3g} M GPU-hours"
         + (f", ${p.cost_usd / 1e6:,.2f} M" if p.cost_usd is not None else ""),
     ]
@@ -406,5 +412,8 @@ def format_plan(p: Plan) -> str:
             f"stall {p.checkpoint_stall_s:.3g} s" + (" (async)" if p.checkpoint_async else "")
         )
     if p.checkpoint_interval_s is not None:
-        lines.append(f"  checkpoint every {p.checkpoint_interval_s / MIN_S:.3g} min ({p.interval_source})")
+        line = f"  checkpoint every {p.checkpoint_interval_s / MIN_S:.3g} min ({p.interval_source})"
+        if p.interval_source == "given" and p.optimal_checkpoint_interval_s is not None:
+            line += f"; the Young/Daly optimum is {p.optimal_checkpoint_interval_s / MIN_S:.3g} min"
+        lines.append(line)
     return "\n".join(lines)

@@ -57,7 +57,7 @@ def test_run_by_name_with_a_plan(capsys: pytest.CaptureFixture[str]) -> None:
     gpu_hours = 15e12 / out["tokens_per_s"] / 3600 * out["num_gpus"] / plan["goodput"]
     assert plan["gpu_hours"] == pytest.approx(gpu_hours, rel=1e-12)
     assert plan["cost_usd"] == pytest.approx(2 * gpu_hours, rel=1e-12)
-    assert plan["wall_days"] == pytest.approx(gpu_hours / out["num_gpus"] / 24, rel=1e-12)
+    assert plan["days"] == pytest.approx(gpu_hours / out["num_gpus"] / 24, rel=1e-12)
     assert sum(plan["time_fractions"].values()) == pytest.approx(1.0)
     # what was simulated
     assert (out["gpu"], out["dtype"], out["seq_len"]) == ("h100-sxm", "bf16", 8192)

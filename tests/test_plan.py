@@ -59,7 +59,7 @@ def test_gpu_hours_arithmetic() -> None:
     expected = 15e12 / 2.5e6 / 3600 * 16_384 / p.goodput
     assert p.gpu_hours == pytest.approx(expected, rel=1e-12)
     assert p.cost_usd == pytest.approx(2.0 * expected, rel=1e-12)
-    assert p.to_dict()["wall_days"] == pytest.approx(15e12 / 2.5e6 / p.goodput / DAY_S, rel=1e-12)
+    assert p.to_dict()["days"] == pytest.approx(15e12 / 2.5e6 / p.goodput / DAY_S, rel=1e-12)
     assert p.num_steps == math.ceil(15e12 / (16 * 2**20))
 
 
@@ -207,3 +207,11 @@ def test_shipped_llama3_405b_plan_against_the_published_run() -> None:
     assert p.job_mtbf_s / HOUR_S == pytest.approx(54 * 24 / 419, rel=1e-6)
     assert 0.90 < p.goodput < 0.95
     assert p.expected_interruptions == pytest.approx(p.wall_time_s / (54 * DAY_S / 419), rel=1e-9)
+
+
+@pytest.mark.parametrize("minutes", [0.5, 2.0, 10.0, 60.0, 600.0])
+def test_no_given_interval_beats_the_optimum(minutes: float) -> None:
+    best = _plan()
+    given = _plan(checkpoint_interval_s=minutes * MIN_S)
+    assert given.optimal_checkpoint_interval_s == best.checkpoint_interval_s
+    assert given.goodput <= best.goodput * (1 + 1e-4)

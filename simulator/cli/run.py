@@ -5,13 +5,13 @@ from __future__ import annotations
 import argparse
 import sys
 
-from ..run import comm_model_for, format_report, format_samples, sample_stats
 from .common import check_writable, load_cli_scenario, print_json
 
 
 def cmd_run(args: argparse.Namespace) -> int:
     from ..describe import add_summary
     from ..plan import format_plan, plan_for
+    from ..run import comm_model_for, format_report, format_samples, sample_stats
     from ..simulate import simulate
 
     scn = load_cli_scenario(args.scenario, args)

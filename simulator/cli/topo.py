@@ -9,9 +9,6 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ConfigError
-from ..loading import load_topology
-from ..network.fabric import Fabric
-from ..network.summary import topology_summary
 
 DEFAULT_SCALABLE_UNITS = 4  # summary size when --gpus is not given: four SUs (a small SuperPOD)
 
@@ -61,6 +58,10 @@ def _text(s: dict[str, Any]) -> str:
 
 
 def cmd_topo(args: argparse.Namespace) -> int:
+    from ..loading import load_topology
+    from ..network.fabric import Fabric
+    from ..network.summary import topology_summary
+
     ref = args.topology
     topo = load_topology(ref, base_dir=Path.cwd())
     gpus = getattr(args, "gpus", None)

@@ -1,6 +1,6 @@
 """Collective algorithms costed α–β on the bottleneck links of a group's placement (issue 4, 3-5).
 
-Message size S follows nccl-tests (simulator/comm.py): the AllReduce buffer, the AllGather
+Message size S follows nccl-tests (network/interface.py): the AllReduce buffer, the AllGather
 output, the ReduceScatter input, the All-to-All buffer per rank, the bytes one rank sends in a
 send/recv. Bus factors are those of nccl-tests doc/PERFORMANCE.md: AllReduce 2(n-1)/n,
 AllGather/ReduceScatter/All-to-All (n-1)/n, Broadcast 1.
@@ -47,8 +47,8 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from ..comm import bus_factor
 from .fabric import Fabric
+from .interface import bus_factor
 from .placement import Placement
 
 US = 1e-6

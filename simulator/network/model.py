@@ -1,4 +1,4 @@
-"""`TopologyCommModel`: the CommModel (simulator/comm.py) that knows the cluster.
+"""`TopologyCommModel`: the CommModel (network/interface.py) that knows the cluster.
 
 For the representative pipeline's stage `stage`, the group of `axis` is placed on the fabric
 (placement.py), reduced to its shape and the load its concurrent groups put on shared NICs and
@@ -14,7 +14,6 @@ from dataclasses import dataclass, field
 
 import networkx as nx
 
-from ..comm import KINDS, CollectiveCost, bus_factor
 from ..specs import Scenario
 from .collectives import (
     Candidate,
@@ -28,6 +27,7 @@ from .collectives import (
 )
 from .fabric import Fabric
 from .graph import build_graph
+from .interface import KINDS, CollectiveCost, bus_factor
 from .placement import GROUP_AXES, Placement
 
 NONE = CollectiveCost(0.0, "none", "", 0.0)
@@ -226,3 +226,9 @@ class TopologyCommModel:
     def _to_cost(kind: str, n: int, size: float, c: Candidate) -> CollectiveCost:
         busbw = bus_factor(kind, n) * size / c.time_s if c.time_s > 0 else 0.0
         return CollectiveCost(c.time_s, c.algorithm, c.bottleneck, busbw)
+
+
+def default_comm_model(scn: Scenario) -> TopologyCommModel:
+    """The comm model `mfusim run` uses: collectives on the topology graph;
+    `--comm-model flat` keeps FlatCommModel (network/flat.py)."""
+    return TopologyCommModel(scn)
