@@ -346,8 +346,11 @@ def plan_run(
     )
 
 
-def plan_for(scn: Scenario, report: StepReport, run: RunSpec | None = None) -> Plan:
-    """The plan of `scn`'s run (its `[run]` table, or `run`) from its simulated step."""
+def plan_for(
+    scn: Scenario, report: StepReport, run: RunSpec | None = None, tokens_per_s: float | None = None
+) -> Plan:
+    """The plan of `scn`'s run (its `[run]` table, or `run`) from its simulated step (or from
+    `tokens_per_s`, e.g. the mean over sampled steps with jitter and stragglers)."""
     from .flops import total_params
 
     spec = run if run is not None else scn.run
@@ -358,7 +361,7 @@ def plan_for(scn: Scenario, report: StepReport, run: RunSpec | None = None) -> P
         num_gpus=scn.num_gpus,
         gpu=scn.gpu,
         params=float(total_params(scn.model)),
-        tokens_per_s=report.tokens_per_s,
+        tokens_per_s=report.tokens_per_s if tokens_per_s is None else tokens_per_s,
         tokens_per_step=scn.tokens_per_step,
     )
 
@@ -385,19 +388,23 @@ def plan_columns(p: Plan) -> dict[str, float | None]:
     }
 
 
+def _num(x: float) -> str:
+    """A figure for a person: 28,519,437 or 30,399 or 2.44 or 0.0244."""
+    return f"{x:,.0f}" if abs(x) >= 100 else f"{x:.3g}"
+
+
 def format_plan(p: Plan) -> str:
     """The plan as text lines for `mfusim run`."""
     d = p.to_dict()
     lines = [
         "",
         f"  Whole run: {p.tokens:.3g} tokens in {p.num_steps:,} steps",
-        f"  wall clock {d['days']:.1f} days ({d['compute_days']:.1f} days of useful steps), "
-        f"{p.gpu_hours / 1e6:.3g} M GPU-hours"
-        + (f", ${p.cost_usd / 1e6:,.2f} M" if p.cost_usd is not None else ""),
+        f"  wall clock {_num(d['days'])} days ({_num(d['compute_days'])} days of useful steps), "
+        f"{_num(p.gpu_hours)} GPU-hours" + (f", ${_num(p.cost_usd)}" if p.cost_usd is not None else ""),
     ]
     if d["energy_mwh"] is not None:
         lines.append(
-            f"  energy {d['energy_mwh']:,.0f} MWh at {d['facility_power_mw']:.2f} MW facility power "
+            f"  energy {_num(d['energy_mwh'])} MWh at {_num(d['facility_power_mw'])} MW facility power "
             f"(PUE {p.pue:g}, {p.it_power_w_per_gpu:.0f} W IT per GPU)"
         )
     fr = p.fractions
@@ -407,13 +414,13 @@ def format_plan(p: Plan) -> str:
     )
     if p.job_mtbf_s is not None:
         lines.append(
-            f"  job MTBF {p.job_mtbf_s / HOUR_S:.3g} h, ~{p.expected_interruptions:,.0f} interruptions; "
+            f"  job MTBF {_num(p.job_mtbf_s / HOUR_S)} h, ~{_num(p.expected_interruptions)} interruptions; "
             f"checkpoint {p.checkpoint_bytes / 1e12:.3g} TB: write {p.checkpoint_write_s:.3g} s, "
             f"stall {p.checkpoint_stall_s:.3g} s" + (" (async)" if p.checkpoint_async else "")
         )
     if p.checkpoint_interval_s is not None:
-        line = f"  checkpoint every {p.checkpoint_interval_s / MIN_S:.3g} min ({p.interval_source})"
+        line = f"  checkpoint every {_num(p.checkpoint_interval_s / MIN_S)} min ({p.interval_source})"
         if p.interval_source == "given" and p.optimal_checkpoint_interval_s is not None:
-            line += f"; the Young/Daly optimum is {p.optimal_checkpoint_interval_s / MIN_S:.3g} min"
+            line += f"; the Young/Daly optimum is {_num(p.optimal_checkpoint_interval_s / MIN_S)} min"
         lines.append(line)
     return "\n".join(lines)

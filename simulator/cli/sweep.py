@@ -110,7 +110,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         engine=args.engine,
         jobs=args.jobs or os.cpu_count() or 1,
         top=args.top,
-        refine=args.refine,
+        # exported configurations are the engine's, so the files reproduce their rows exactly
+        refine=max(args.refine, export_top[0] if export_top else 0),
         rank_by=args.rank_by,
         out=out,
         resume=args.resume,

@@ -85,8 +85,8 @@ from .conventions import (
 )
 from .gpus import GPU_LABELS, GRAND_TETON, UNSUPPORTED_GPUS, GPUMapping, gpu_mapping
 from .report import OUT_COLUMNS, UNITS, _fmt, error_histogram, format_report, markdown_table, write_out
-from .results import RowResult, ValidationReport, _flat, _json_safe, result_dict
-from .runner import Progress, SimulateFn, default_simulate, evaluate, scenario_for, select_runs, validate_runs
+from .results import RowResult, ValidationReport, _flat, result_dict
+from .runner import SimulateFn, default_simulate, evaluate, scenario_for, select_runs, validate_runs
 from .runs import PublishedRun, _is_number, read_runs_csv
 from .sources import GENERIC_RULES, ID_PREFIXES, OTHER_SOURCES, SOURCES, SourceRules, source_rules
 
@@ -120,7 +120,6 @@ __all__ = [
     "OTHER_SOURCES",
     "OUT_COLUMNS",
     "PRESET_ALIASES",
-    "Progress",
     "PublishedRun",
     "REQUIRED_COLUMNS",
     "RowResult",
@@ -137,7 +136,6 @@ __all__ = [
     "_flat",
     "_fmt",
     "_is_number",
-    "_json_safe",
     "_measured",
     "_model_table",
     "_preset_layers",
