@@ -11,8 +11,7 @@ after the first of each group.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-
-import networkx as nx
+from typing import TYPE_CHECKING
 
 from ..specs import Scenario
 from .collectives import (
@@ -29,6 +28,9 @@ from .fabric import Fabric
 from .graph import build_graph
 from .interface import KINDS, CollectiveCost, bus_factor
 from .placement import GROUP_AXES, Placement
+
+if TYPE_CHECKING:
+    import networkx as nx
 
 NONE = CollectiveCost(0.0, "none", "", 0.0)
 
