@@ -176,6 +176,7 @@ class Plan:
     tokens: float
     num_gpus: int
     tokens_per_s: float
+    tokens_per_step: int
     num_steps: int
     goodput: float
     checkpoint_interval_s: float | None  # None: no failures and none asked for
@@ -192,6 +193,16 @@ class Plan:
     it_power_w_per_gpu: float | None  # None: the GPU catalog has no board power
     pue: float
     warnings: tuple[str, ...] = ()
+
+    @property
+    def step_time_s(self) -> float:
+        return self.tokens_per_step / self.tokens_per_s
+
+    @property
+    def checkpoint_every_steps(self) -> int | None:
+        if self.checkpoint_interval_s is None:
+            return None
+        return round(self.checkpoint_interval_s / self.step_time_s)
 
     @property
     def compute_time_s(self) -> float:
@@ -244,6 +255,7 @@ class Plan:
             "goodput": self.goodput,
             "time_fractions": dict(self.fractions),
             "checkpoint_interval_s": self.checkpoint_interval_s,
+            "checkpoint_every_steps": self.checkpoint_every_steps,
             "checkpoint_interval_source": self.interval_source,
             "optimal_checkpoint_interval_s": self.optimal_checkpoint_interval_s,
             "checkpoint_bytes": self.checkpoint_bytes,
@@ -281,24 +293,32 @@ def plan_run(
         stall_s, rework_s = max(write_s, snapshot_s), 0.0
     rate = num_gpus * run.gpu_failure_rate_per_s
     mtbf_s = math.inf if rate == 0 else 1.0 / rate
+    # Checkpoints are taken between optimizer steps: an interval is a whole number of steps.
+    step_s = tokens_per_step / tokens_per_s
+
+    def whole_steps(t_s: float) -> float:
+        return max(1, round(t_s / step_s)) * step_s
+
     # the next asynchronous checkpoint cannot start before the previous one is written
-    min_interval_s = max(write_s - stall_s, 0.0) if run.checkpoint_async else 0.0
+    min_interval_s = step_s
+    if run.checkpoint_async and write_s - stall_s > step_s:
+        min_interval_s = math.ceil((write_s - stall_s) / step_s - 1e-9) * step_s
     optimum: float | None = None
     if not math.isinf(mtbf_s):
-        optimum = max(daly_interval_s(stall_s, mtbf_s), min_interval_s)
+        optimum = max(whole_steps(daly_interval_s(stall_s, mtbf_s)), min_interval_s)
     interval: float | None
     if run.checkpoint_interval_s > 0:
-        interval, source = run.checkpoint_interval_s, "given"
-        if interval < min_interval_s:
+        interval, source = whole_steps(run.checkpoint_interval_s), "given"
+        if run.checkpoint_async and interval < min_interval_s:
             raise ConfigError(
-                f"{interval / MIN_S:.3g} min is shorter than one asynchronous checkpoint's write "
-                f"({write_s / MIN_S:.3g} min at storage_write_GBps); checkpoints would pile up",
+                f"{run.checkpoint_interval_s / MIN_S:.3g} min is shorter than one asynchronous checkpoint's "
+                f"write ({write_s / MIN_S:.3g} min at storage_write_GBps); checkpoints would pile up",
                 key="run.checkpoint_interval_min",
             )
     elif math.isinf(mtbf_s):
         interval, source = None, "none"
     else:
-        interval, source = daly_interval_s(stall_s, mtbf_s), "young-daly"
+        interval, source = whole_steps(daly_interval_s(stall_s, mtbf_s)), "young-daly"
         if interval < min_interval_s:
             interval, source = min_interval_s, "storage-bound"
     restart_eff_s = run.restart_s + rework_s
@@ -327,6 +347,7 @@ def plan_run(
         tokens=run.tokens,
         num_gpus=num_gpus,
         tokens_per_s=tokens_per_s,
+        tokens_per_step=tokens_per_step,
         num_steps=math.ceil(run.tokens / tokens_per_step),
         goodput=good,
         checkpoint_interval_s=interval,
