@@ -303,9 +303,8 @@ def plan_run(
     min_interval_s = step_s
     if run.checkpoint_async and write_s - stall_s > step_s:
         min_interval_s = math.ceil((write_s - stall_s) / step_s - 1e-9) * step_s
-    optimum: float | None = None
-    if not math.isinf(mtbf_s):
-        optimum = max(whole_steps(daly_interval_s(stall_s, mtbf_s)), min_interval_s)
+    daly_s = None if math.isinf(mtbf_s) else whole_steps(daly_interval_s(stall_s, mtbf_s))
+    optimum = None if daly_s is None else max(daly_s, min_interval_s)
     interval: float | None
     if run.checkpoint_interval_s > 0:
         interval, source = whole_steps(run.checkpoint_interval_s), "given"
@@ -315,12 +314,10 @@ def plan_run(
                 f"write ({write_s / MIN_S:.3g} min at storage_write_GBps); checkpoints would pile up",
                 key="run.checkpoint_interval_min",
             )
-    elif math.isinf(mtbf_s):
+    elif daly_s is None:
         interval, source = None, "none"
     else:
-        interval, source = whole_steps(daly_interval_s(stall_s, mtbf_s)), "young-daly"
-        if interval < min_interval_s:
-            interval, source = min_interval_s, "storage-bound"
+        interval, source = optimum, ("young-daly" if daly_s >= min_interval_s else "storage-bound")
     restart_eff_s = run.restart_s + rework_s
     if interval is None:
         fractions = {"useful": 1.0, "checkpoint": 0.0, "restart": 0.0, "lost_work": 0.0}
