@@ -699,6 +699,7 @@ COLUMN_MEANINGS: dict[str, str] = {
     "num_microbatches": "micro-batches per step per pipeline = global_batch / (micro_batch · dp)",
     "capacity_gib": "usable GPU memory [GiB]",
     "engine": "analytic (closed form) or des (discrete-event engine)",
+    "fingerprint": "hash of the scenario (minus the row's own configuration) and mfusim version; `--resume` reuses only rows of this scenario",
     "time_to_train_days": "wall days of the whole run ([run] table; empty without one)",
     "gpu_hours": "GPU-hours of the whole run",
     "cost_usd": "cost of the whole run (with run.usd_per_gpu_hour)",
