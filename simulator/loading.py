@@ -926,3 +926,27 @@ def run_to_table(run: plan.RunSpec) -> dict[str, Any]:
     if run.usd_per_gpu_hour is not None:
         out["usd_per_gpu_hour"] = run.usd_per_gpu_hour
     return out
+
+
+def scenario_input_files(path: str | Path) -> list[Path]:
+    """Every file loading `path` reads: the scenario, its topology file and its config.json.
+    Best effort (a file that cannot be parsed yields what was found); used to refuse an output
+    path that would overwrite an input."""
+    scenario = Path(path)
+    found = [scenario]
+    try:
+        data = read_toml(scenario)
+    except ConfigError:
+        return found
+    base = scenario.resolve().parent
+    cluster = data.get("cluster")
+    if isinstance(cluster, dict) and isinstance(cluster.get("topology"), str):
+        try:
+            found.append(resolve_topology_path(cluster["topology"], base))
+        except ConfigError:
+            pass
+    model = data.get("model")
+    ref = model.get("hf_config") if isinstance(model, dict) else None
+    if isinstance(ref, str) and ref:
+        found.append(Path(ref) if Path(ref).is_absolute() else base / ref)
+    return found

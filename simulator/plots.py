@@ -19,6 +19,7 @@ import dataclasses
 import math
 import re
 from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 from matplotlib.axes import Axes
@@ -620,6 +621,11 @@ def sweep_mfu_figure(rows: Sequence[Any], *, top: int = 25, title: str | None = 
     return fig
 
 
-def save_figure(fig: Figure, path: str, *, dpi: int = 120) -> None:
-    """Write a figure (PNG, SVG or PDF by the file's extension)."""
-    fig.savefig(path, dpi=dpi)
+def save_figure(fig: Figure, path: str, *, dpi: int = 120, flag: str = "--plot") -> None:
+    """Write a figure (PNG, SVG or PDF by the file's extension), atomically: a temporary file
+    renamed into place (simulator.outputs), so an interrupted save leaves no torn picture."""
+    from .outputs import atomic_path
+
+    fmt = Path(path).suffix.lstrip(".").lower() or None
+    with atomic_path(path, flag) as tmp:
+        fig.savefig(tmp, dpi=dpi, format=fmt)

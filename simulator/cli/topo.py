@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 from typing import Any
 
 from ..errors import ConfigError
+from .common import print_json
 
 DEFAULT_SCALABLE_UNITS = 4  # summary size when --gpus is not given: four SUs (a small SuperPOD)
 
@@ -63,7 +63,7 @@ def cmd_topo(args: argparse.Namespace) -> int:
     if getattr(args, "json", False):
         from .. import __version__
 
-        sys.stdout.write(json.dumps({**summary, "mfusim_version": __version__}, indent=2) + "\n")
+        print_json({**summary, "mfusim_version": __version__})
     else:
         sys.stdout.write(_text(summary) + "\n")
     return 0
