@@ -704,6 +704,7 @@ COLUMN_MEANINGS: dict[str, str] = {
     "cost_usd": "cost of the whole run (with run.usd_per_gpu_hour)",
     "energy_mwh": "facility energy of the whole run [MWh]",
     "goodput": "share of wall time spent on useful training (0-1)",
+    "fingerprint": "which scenario and mfusim version the row was computed for (--resume checks it)",
     # validate, published runs
     "id": "row identifier",
     "source": "publication the row comes from",
