@@ -69,7 +69,19 @@ MLA_KEYS = ("q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim
 PARALLEL_KEYS = tuple(f.name for f in fields(ParallelConfig))
 SWEEP_KEYS = PARALLEL_KEYS + ("num_gpus",)
 INTRA_KEYS = ("fabric", "link_GBps_per_direction", "latency_us", "nvls")
-INTER_KEYS = ("fabric", "nics_per_node", "nic_Gbps", "latency_us", "nodes_per_leaf", "oversubscription")
+INTER_KEYS = (
+    "fabric",
+    "nics_per_node",
+    "nic_Gbps",
+    "latency_us",
+    "nodes_per_leaf",
+    "oversubscription",
+    "tiers",
+    "nodes_per_pod",
+    "pod_oversubscription",
+    "switch_radix",
+    "planes",
+)
 TOPOLOGY_KEYS = ("name", "gpu", "gpus_per_node", "rank_order", "intra_node", "inter_node")
 
 
@@ -589,6 +601,11 @@ def _inter_node(table: Mapping[str, Any], section: str, base: InterNodeSpec | No
         latency_s=units.us_to_s(_num(table, "latency_us", section, b.latency_s / units.US_S)),
         nodes_per_leaf=table.get("nodes_per_leaf", b.nodes_per_leaf),
         oversubscription=table.get("oversubscription", b.oversubscription),
+        tiers=table.get("tiers", b.tiers),
+        nodes_per_pod=table.get("nodes_per_pod", b.nodes_per_pod),
+        pod_oversubscription=table.get("pod_oversubscription", b.pod_oversubscription),
+        switch_radix=table.get("switch_radix", b.switch_radix),
+        planes=table.get("planes", b.planes),
     )
 
 

@@ -325,6 +325,19 @@ TOPOLOGY_KEYS: dict[str, Key] = {
     "inter_node.latency_us": Key("per-message latency between nodes", "number", unit="µs"),
     "inter_node.nodes_per_leaf": Key("nodes under one leaf switch (a scalable unit)", "integer"),
     "inter_node.oversubscription": Key("leaf downlink : uplink bandwidth ratio (1 = non-blocking)", "number"),
+    "inter_node.tiers": Key(
+        "switch tiers above the leaf", "integer", default="0 (the fewest a folded Clos needs)", since=NEXT
+    ),
+    "inter_node.nodes_per_pod": Key(
+        "nodes under one spine group (3+ tiers)", "integer", default="0 (what two tiers can hold)", since=NEXT
+    ),
+    "inter_node.pod_oversubscription": Key("spine -> core bandwidth ratio above a pod", "number", since=NEXT),
+    "inter_node.switch_radix": Key(
+        "ports per switch", "integer", default="0 (the NIC speed's InfiniBand switch: 40/64/144)", since=NEXT
+    ),
+    "inter_node.planes": Key(
+        "multi-plane NICs: each port split over this many networks", "integer", since=NEXT
+    ),
 }
 # File-unit conversions of the keys whose spec field is in SI (default shown in the file's unit).
 _TOPOLOGY_FIELDS = {
@@ -338,6 +351,8 @@ _TOPOLOGY_FIELDS = {
     "inter_node.latency_us": ("InterNodeSpec", "latency_s", 1e6),
     "inter_node.nodes_per_leaf": ("InterNodeSpec", "nodes_per_leaf", 1.0),
     "inter_node.oversubscription": ("InterNodeSpec", "oversubscription", 1.0),
+    "inter_node.pod_oversubscription": ("InterNodeSpec", "pod_oversubscription", 1.0),
+    "inter_node.planes": ("InterNodeSpec", "planes", 1.0),
 }
 
 
@@ -699,12 +714,12 @@ COLUMN_MEANINGS: dict[str, str] = {
     "num_microbatches": "micro-batches per step per pipeline = global_batch / (micro_batch · dp)",
     "capacity_gib": "usable GPU memory [GiB]",
     "engine": "analytic (closed form) or des (discrete-event engine)",
+    "fingerprint": "hash of the scenario (minus the row's own configuration) and mfusim version; `--resume` reuses only rows of this scenario",
     "time_to_train_days": "wall days of the whole run ([run] table; empty without one)",
     "gpu_hours": "GPU-hours of the whole run",
     "cost_usd": "cost of the whole run (with run.usd_per_gpu_hour)",
     "energy_mwh": "facility energy of the whole run [MWh]",
     "goodput": "share of wall time spent on useful training (0-1)",
-    "fingerprint": "which scenario and mfusim version the row was computed for (--resume checks it)",
     # validate, published runs
     "id": "row identifier",
     "source": "publication the row comes from",
@@ -993,6 +1008,20 @@ JSON_FIELDS: dict[str, dict[str, str]] = {
         "num_spine_switches": "spine switches",
         "oversubscription": "leaf downlink : uplink ratio",
         "leaf_uplink_GBps": "uplink bandwidth of one leaf [GB/s]",
+        "num_core_switches": "core switches (3+ tiers)",
+        "switch_radix": "ports per switch",
+        "planes": "independent network planes per NIC port",
+        "num_tiers": "switch tiers, leaf included",
+        "tiers": "each switch tier, leaf first",
+        "tiers[].name": "leaf, spine or core",
+        "tiers[].switches": "switches in this tier",
+        "tiers[].radix": "ports per switch",
+        "tiers[].nodes_per_group": "nodes under one switch group of this tier",
+        "tiers[].gpus_per_group": "GPUs under one switch group of this tier",
+        "tiers[].oversubscription": "downlink : uplink ratio at this tier",
+        "nodes_per_pod": "nodes under one spine group",
+        "num_pods": "pods (spine groups)",
+        "pod_oversubscription": "spine -> core bandwidth ratio",
         "bisection_GBps": "bisection bandwidth of the job's network [GB/s]",
         "bisection_GBps_per_gpu": "the same per GPU [GB/s]",
         "rank_order": "rank layout, innermost first",
