@@ -6,6 +6,8 @@ become SI. Unknown keys are errors naming the key; every error names the file.
 
 from __future__ import annotations
 
+import copy
+import functools
 import json
 import math
 import os
@@ -226,10 +228,33 @@ def _required(table: Mapping[str, Any], key: str, section: str) -> Any:
 
 
 # ----------------------------------------------------------------------------- catalogs
+def _file_version(path: Path) -> tuple[str, int, int]:
+    st = path.stat()
+    return (str(path), st.st_mtime_ns, st.st_size)
+
+
+@functools.lru_cache(maxsize=16)
+def _parsed(version: tuple[str, int, int]) -> dict[str, Any]:
+    return read_toml(version[0])
+
+
+def read_catalog(name: str) -> dict[str, Any]:
+    """A catalog file of the package, parsed once per version of the file (a validate run
+    reads the catalogs for each of its hundreds of cases); a copy the caller may change."""
+    return copy.deepcopy(_parsed(_file_version(catalog_file(name))))
+
+
 def load_gpu_catalog() -> dict[str, GPUSpec]:
     """The GPU catalog (simulator/catalog/gpus.toml) with calibrated efficiencies applied."""
-    gpus = read_toml(catalog_file("gpus.toml"))
-    eff = read_toml(catalog_file("efficiency.toml"))
+    return dict(
+        _gpu_catalog(_file_version(catalog_file("gpus.toml")), _file_version(catalog_file("efficiency.toml")))
+    )
+
+
+@functools.lru_cache(maxsize=4)
+def _gpu_catalog(gpus_version: tuple[str, int, int], eff_version: tuple[str, int, int]) -> dict[str, GPUSpec]:
+    gpus = _parsed(gpus_version)
+    eff = _parsed(eff_version)
     default_eff = eff.get("default", {})
     out = {}
     for name, t in gpus.items():
@@ -265,7 +290,7 @@ def gpu_by_name(name: object, key: str = "gpu") -> GPUSpec:
 
 
 def load_model_presets() -> dict[str, dict[str, Any]]:
-    return read_toml(catalog_file("models.toml"))
+    return read_catalog("models.toml")
 
 
 def model_preset(name: str) -> ModelSpec:
