@@ -104,7 +104,7 @@ def _grad_exposed_s(program: Program, stage: int, r: Replay) -> float:
     backward (or W), one collective after another."""
     st = program.stages[stage]
     free = 0.0
-    if program.zero in (1, 2) and program.overlap_param_gather:
+    if program.gathers_per_step and program.overlap_param_gather:
         free = sum(sum(c.param_gather_s) for c in st.chunks)
     tasks, starts, ends = r.tasks[stage], r.start_s[stage], r.end_s[stage]
     split = is_split_backward(tasks)
@@ -157,7 +157,7 @@ def estimate_program(program: Program) -> tuple[float, tuple[dict[str, float], .
             exposed = grads
         gathers = [c.param_gather_s for c in st.chunks if c.param_gather_s]
         total_ag = sum(sum(g) for g in gathers)
-        if program.zero in (1, 2) and gathers:
+        if program.gathers_per_step and gathers:
             if program.overlap_param_gather and replayed is not None:
                 exposed += _gather_waits_s(program, s, replayed)
             elif program.overlap_param_gather:
