@@ -53,6 +53,18 @@ def positive_float(flag: str):
     return parse
 
 
+def check_suffix(path: str, flag: str, suffixes: tuple[str, ...]) -> None:
+    """Refuse an output name whose extension says a format mfusim does not write (`.parquet`
+    was silently written as CSV)."""
+    suffix = Path(path).suffix.lower()
+    if suffix not in suffixes:
+        raise ConfigError(
+            f"cannot write {suffix or 'a file without an extension'}: give a name ending in "
+            + " or ".join(suffixes),
+            key=flag,
+        )
+
+
 def nonnegative_float(flag: str):
     def parse(text: str) -> float:
         try:
