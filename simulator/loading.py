@@ -216,10 +216,11 @@ def load_gpu_catalog() -> dict[str, GPUSpec]:
     """The GPU catalog (simulator/catalog/gpus.toml) with calibrated efficiencies applied."""
     gpus = read_toml(catalog_file("gpus.toml"))
     eff = read_toml(catalog_file("efficiency.toml"))
+    recipes = read_toml(catalog_file("recipes.toml"))  # precision-recipe efficiencies (issue 13)
     default_eff = eff.get("default", {})
     out = {}
     for name, t in gpus.items():
-        params = {**default_eff, **eff.get(name, {})}
+        params = {**default_eff, **eff.get(name, {}), **recipes.get(name, {})}
         params = {k: v for k, v in params.items() if k in {f.name for f in fields(GPUEfficiency)}}
         out[name] = GPUSpec(
             name=name,

@@ -88,12 +88,13 @@ def _model_table(run: PublishedRun, rules: SourceRules, notes: list[str]) -> dic
         known = known_architecture(name)
         if known is not None:
             arch_table, citation = known
-            notes.append(f"model: architecture from {citation} (the CSV has no expert columns)")
+            notes.append(f"model: {citation} (the CSV has no expert columns)")
             if "tokendrop" in lname:
                 notes.append(
-                    "moe: published as token-dropping; simulated dropless (every token reaches top_k experts)"
+                    "moe: published as token-dropping (capacity factor); simulated with every token "
+                    "reaching top_k experts, balanced"
                 )
-            notes.append("moe: routing simulated as perfectly balanced (the page force-balances tokens)")
+            notes.append("moe: routing = balanced (the page force-balances tokens among experts)")
             seq = run.int_cell("seq_len")
             return {"name": name, **arch_table, **({"seq_len": seq} if seq else {})}
         return (
@@ -185,17 +186,14 @@ def build_case(run: PublishedRun) -> Case | Unusable:
     precision = run.get("precision").lower()
     parsed_dtype = parse_dtype(precision)
     if parsed_dtype is None:
-        return unusable(f"precision {precision!r} is not modeled (dtypes: bf16, fp16, fp8)")
+        return unusable(f"precision {precision!r} is not modeled (dtypes: bf16, fp16, fp8, mxfp8, nvfp4)")
     if not parsed_dtype:
         dtype = rules.dtype
         notes.append(f"precision: not stated -> {dtype} ({rules.key} default)")
     else:
         dtype = parsed_dtype
         if dtype == "fp8" and precision != "fp8":
-            notes.append(
-                f"precision: {precision} simulated as fp8 (same dense FP8 tensor-core peak; "
-                "scaling-factor overhead of current/MX/blockwise scaling not modeled)"
-            )
+            notes.append(f"precision: {precision} simulated as fp8 (per-tensor scaling recipe)")
 
     # --- model
     model = _model_table(run, rules, notes)
@@ -261,7 +259,19 @@ def build_case(run: PublishedRun) -> Case | Unusable:
         )
     else:
         vp = vp_cell
-    if vp > 1 and (layers % (pp * vp) or num_microbatches % pp):
+    slots = False  # Megatron's account-for-embedding/loss in the pipeline split
+    if vp > 1 and not num_microbatches % pp and layers % (pp * vp) and not (layers + 2) % (pp * vp):
+        slots = True
+        notes.append(
+            f"vp: {layers} layers + embedding + loss = {layers + 2} slots over pp*vp = {pp * vp} "
+            "(Megatron --account-for-embedding/loss-in-pipeline-split)"
+        )
+    elif vp > 1 and layers % (pp * vp) and not num_microbatches % pp and model.get("preset"):
+        notes.append(
+            f"vp: {layers} layers over pp*vp = {pp * vp}: uneven split (the first virtual stages one "
+            "layer more; the recipe's custom pipeline layout is not published)"
+        )
+    elif vp > 1 and (layers % (pp * vp) or num_microbatches % pp):
         notes.append(
             f"vp: published {vp}, but {layers} layers / {num_microbatches} micro-batches do not split "
             f"evenly over pp*vp = {pp * vp} (Megatron's uneven first/last stages are not modeled): "
@@ -330,7 +340,17 @@ def build_case(run: PublishedRun) -> Case | Unusable:
         "overlap_param_gather": True,
         "tp_comm_overlap": tp_comm_overlap,
     }
+    if slots:
+        parallel["account_for_embedding_in_pipeline_split"] = True
+        parallel["account_for_loss_in_pipeline_split"] = True
+    is_moe = ep > 1 or "moe" in model or known_architecture(run.get("model_name") or "") is not None
     cluster: dict[str, Any] = {"topology": mapping.topology, "num_gpus": num_gpus}
+    if is_moe and mapping.topology == "gb200-nvl72" and num_gpus >= 128 and num_gpus % 64 == 0:
+        cluster["gpus_used_per_node"] = 64
+        notes.append(
+            "cluster: 64 GPUs per NVL72 rack (jobs scheduled in 16-tray segments so that power-of-two "
+            "EP/PP groups stay in one NVLink domain)"
+        )
     if mapping.gpu:
         cluster["gpu"] = mapping.gpu
     if mapping.inter_node:
@@ -372,7 +392,7 @@ def build_case(run: PublishedRun) -> Case | Unusable:
         measured=measured,
         flop_convention=rules.flop_convention,
         dtype=dtype,
-        is_moe=ep > 1 or "moe" in model,
+        is_moe=is_moe,
         assumptions=tuple(notes),
     )
 
