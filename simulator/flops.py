@@ -378,3 +378,61 @@ def mfu(flops_per_token: float, tokens_per_s: float, num_gpus: int, peak_flop_pe
     argcheck.positive_int("num_gpus", num_gpus)
     argcheck.finite_number("peak_flop_per_s", peak_flop_per_s, strict=True)
     return tokens_per_s * flops_per_token / (peak_flop_per_s * num_gpus)
+
+
+# ----------------------------------------------------------------------------- published conventions
+# How published runs count FLOPs, to compare a simulated step with a source's own TFLOP/s or
+# MFU figure (mfusim validate; scenarios/published/SOURCES.md).
+FLOPS_EXACT = "exact"  # SPEC §4 model FLOPs: NeMo, Megatron-Core
+FLOPS_EXACT_CAUSAL = "exact-causal"  # attention halved for the causal mask: Megatron-Bridge
+FLOPS_NARAYANAN = "narayanan96"  # 96·B·s·l·h²(1 + s/6h + V/16lh): counts the recompute pass
+FLOPS_MPT = "mpt"  # (6N + 12·L·h·s) per token, N = all parameters; HFU 8N + 16·L·h·s
+FLOPS_TORCHTITAN = "torchtitan"  # 6·(N − N_input_embedding) + 12·L·h·s per token
+FLOP_CONVENTIONS = (FLOPS_EXACT, FLOPS_EXACT_CAUSAL, FLOPS_NARAYANAN, FLOPS_MPT, FLOPS_TORCHTITAN)
+
+
+def narayanan_flops_per_step(m: ModelSpec, global_batch: int) -> float:
+    """Narayanan et al. 2021 eq. 3: 96·B·s·l·h²·(1 + s/(6h) + V/(16·l·h)) (includes recompute)."""
+    return megatron_hardware_flops_per_step(m, global_batch)
+
+
+def mpt_flops_per_step(m: ModelSpec, global_batch: int, recompute: str) -> float:
+    """llm-foundry collect_results.py: (6N + 12·L·h·s) per token, N = all parameters;
+    HFU convention with activation checkpointing: 8N + 16·L·h·s (one more forward)."""
+    n = total_params(m)
+    attn = m.layers * m.hidden * m.seq_len
+    per_token = 8 * n + 16 * attn if recompute == "full" else 6 * n + 12 * attn
+    return per_token * global_batch * m.seq_len
+
+
+def torchtitan_flops_per_step(m: ModelSpec, global_batch: int) -> float:
+    """torchtitan `get_num_flop_per_token`: 6·(N − N_emb) + 12·l·h·q·t, N = all parameters,
+    N_emb = the input embedding table only (the output projection stays in N)."""
+    n = total_params(m) - m.vocab * m.hidden
+    per_token = 6 * n + 12 * m.layers * m.q_dim * m.seq_len
+    return per_token * global_batch * m.seq_len
+
+
+def exact_causal_flops_per_step(m: ModelSpec, global_batch: int) -> float:
+    """Exact model FLOPs with the attention score/value matmuls halved for the causal mask."""
+    core = sum(layer_forward_flops(m, i).attention_core for i in range(m.layers))
+    per_seq = model_flops_per_sequence(m) - 0.5 * (1 + BACKWARD_TO_FORWARD) * core
+    return global_batch * per_seq
+
+
+def published_flops_per_step(
+    convention: str, m: ModelSpec, global_batch: int, recompute: str, *, hardware: bool = False
+) -> float:
+    """FLOPs of one step as a source counting with `convention` reports them (`hardware`: its
+    HFU numerator, with the recompute pass where the convention counts one)."""
+    if convention == FLOPS_NARAYANAN:
+        return narayanan_flops_per_step(m, global_batch)
+    if convention == FLOPS_MPT:
+        return mpt_flops_per_step(m, global_batch, recompute if hardware else "none")
+    if convention == FLOPS_EXACT_CAUSAL:
+        return exact_causal_flops_per_step(m, global_batch)
+    if convention == FLOPS_TORCHTITAN:
+        return torchtitan_flops_per_step(m, global_batch)
+    if hardware:
+        return step_flops(m, global_batch, recompute).hardware
+    return global_batch * model_flops_per_sequence(m)

@@ -6,6 +6,8 @@ become SI. Unknown keys are errors naming the key; every error names the file.
 
 from __future__ import annotations
 
+import copy
+import functools
 import json
 import math
 import os
@@ -69,7 +71,19 @@ MLA_KEYS = ("q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim
 PARALLEL_KEYS = tuple(f.name for f in fields(ParallelConfig))
 SWEEP_KEYS = PARALLEL_KEYS + ("num_gpus",)
 INTRA_KEYS = ("fabric", "link_GBps_per_direction", "latency_us", "nvls")
-INTER_KEYS = ("fabric", "nics_per_node", "nic_Gbps", "latency_us", "nodes_per_leaf", "oversubscription")
+INTER_KEYS = (
+    "fabric",
+    "nics_per_node",
+    "nic_Gbps",
+    "latency_us",
+    "nodes_per_leaf",
+    "oversubscription",
+    "tiers",
+    "nodes_per_pod",
+    "pod_oversubscription",
+    "switch_radix",
+    "planes",
+)
 TOPOLOGY_KEYS = ("name", "gpu", "gpus_per_node", "rank_order", "intra_node", "inter_node")
 
 
@@ -177,7 +191,9 @@ def _check_keys(table: Mapping[str, Any], allowed: tuple[str, ...], section: str
             what = "section" if isinstance(table[key], dict) else "key"
             hint = did_you_mean(key, allowed)
             raise ConfigError(
-                f"unknown {what}{hint}; allowed here: {', '.join(allowed)} (docs/reference.md)", key=where
+                f"unknown {what}{hint}; allowed here: {', '.join(allowed)} (docs/reference.md)",
+                key=where,
+                allowed=tuple(allowed),
             )
 
 
@@ -212,11 +228,42 @@ def _required(table: Mapping[str, Any], key: str, section: str) -> Any:
 
 
 # ----------------------------------------------------------------------------- catalogs
+def _file_version(path: Path) -> tuple[str, int, int]:
+    st = path.stat()
+    return (str(path), st.st_mtime_ns, st.st_size)
+
+
+@functools.lru_cache(maxsize=16)
+def _parsed(version: tuple[str, int, int]) -> dict[str, Any]:
+    return read_toml(version[0])
+
+
+def read_catalog(name: str) -> dict[str, Any]:
+    """A catalog file of the package, parsed once per version of the file (a validate run
+    reads the catalogs for each of its hundreds of cases); a copy the caller may change."""
+    return copy.deepcopy(_parsed(_file_version(catalog_file(name))))
+
+
 def load_gpu_catalog() -> dict[str, GPUSpec]:
     """The GPU catalog (simulator/catalog/gpus.toml) with calibrated efficiencies applied."""
-    gpus = read_toml(catalog_file("gpus.toml"))
-    eff = read_toml(catalog_file("efficiency.toml"))
-    recipes = read_toml(catalog_file("recipes.toml"))  # precision-recipe efficiencies (issue 13)
+    return dict(
+        _gpu_catalog(
+            _file_version(catalog_file("gpus.toml")),
+            _file_version(catalog_file("efficiency.toml")),
+            _file_version(catalog_file("recipes.toml")),
+        )
+    )
+
+
+@functools.lru_cache(maxsize=4)
+def _gpu_catalog(
+    gpus_version: tuple[str, int, int],
+    eff_version: tuple[str, int, int],
+    recipes_version: tuple[str, int, int],
+) -> dict[str, GPUSpec]:
+    gpus = _parsed(gpus_version)
+    eff = _parsed(eff_version)
+    recipes = _parsed(recipes_version)  # precision-recipe efficiencies (issue 13)
     default_eff = eff.get("default", {})
     out = {}
     for name, t in gpus.items():
@@ -252,7 +299,7 @@ def gpu_by_name(name: object, key: str = "gpu") -> GPUSpec:
 
 
 def load_model_presets() -> dict[str, dict[str, Any]]:
-    return read_toml(catalog_file("models.toml"))
+    return read_catalog("models.toml")
 
 
 def model_preset(name: str) -> ModelSpec:
@@ -588,6 +635,11 @@ def _inter_node(table: Mapping[str, Any], section: str, base: InterNodeSpec | No
         latency_s=units.us_to_s(_num(table, "latency_us", section, b.latency_s / units.US_S)),
         nodes_per_leaf=table.get("nodes_per_leaf", b.nodes_per_leaf),
         oversubscription=table.get("oversubscription", b.oversubscription),
+        tiers=table.get("tiers", b.tiers),
+        nodes_per_pod=table.get("nodes_per_pod", b.nodes_per_pod),
+        pod_oversubscription=table.get("pod_oversubscription", b.pod_oversubscription),
+        switch_radix=table.get("switch_radix", b.switch_radix),
+        planes=table.get("planes", b.planes),
     )
 
 
@@ -925,3 +977,27 @@ def run_to_table(run: plan.RunSpec) -> dict[str, Any]:
     if run.usd_per_gpu_hour is not None:
         out["usd_per_gpu_hour"] = run.usd_per_gpu_hour
     return out
+
+
+def scenario_input_files(path: str | Path) -> list[Path]:
+    """Every file loading `path` reads: the scenario, its topology file and its config.json.
+    Best effort (a file that cannot be parsed yields what was found); used to refuse an output
+    path that would overwrite an input."""
+    scenario = Path(path)
+    found = [scenario]
+    try:
+        data = read_toml(scenario)
+    except ConfigError:
+        return found
+    base = scenario.resolve().parent
+    cluster = data.get("cluster")
+    if isinstance(cluster, dict) and isinstance(cluster.get("topology"), str):
+        try:
+            found.append(resolve_topology_path(cluster["topology"], base))
+        except ConfigError:
+            pass
+    model = data.get("model")
+    ref = model.get("hf_config") if isinstance(model, dict) else None
+    if isinstance(ref, str) and ref:
+        found.append(Path(ref) if Path(ref).is_absolute() else base / ref)
+    return found

@@ -138,3 +138,16 @@ def test_presets_lists_the_shipped_scenarios(capsys: pytest.CaptureFixture[str])
     out = _json(capsys, ["presets", "--json"])
     assert "llama3-70b-512-h100" in out["scenarios"]
     assert out["gpus"]["h100-sxm"]["board_power_w"] == 700.0
+
+
+def test_export_top_rows_are_engine_checked(
+    capsys: pytest.CaptureFixture[str], small: Path, tmp_path: Path
+) -> None:
+    """With --engine auto, --export-top K has the engine re-simulate the best K, so every exported
+    file reproduces its row exactly."""
+    top_dir = tmp_path / "top"
+    argv = ["sweep", str(small), "--jobs", "1", "--json", "--refine", "1", "--export-top", "4", str(top_dir)]
+    res = _json(capsys, argv)
+    assert [r["engine"] for r in res["top"][:4]] == ["des"] * 4
+    for f, r in zip(sorted(top_dir.glob("*.toml")), res["top"][:4], strict=True):
+        assert _json(capsys, ["run", str(f), "--json"])["mfu"] == pytest.approx(r["mfu"], rel=1e-9)

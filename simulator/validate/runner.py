@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import math
-import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from ..errors import ConfigError
+from ..progress import Progress
 from ..specs import Scenario
 from .cases import Case, Unusable, build_case
+from .columns import METRIC_HFU, METRIC_ITERATION_TIME, METRIC_MFU
 from .conventions import predicted_value
 from .results import RowResult, ValidationReport
 from .runs import PublishedRun
@@ -53,30 +54,6 @@ def evaluate(case: Case, scenario: Scenario, simulate_fn: SimulateFn) -> RowResu
     )
 
 
-class Progress:
-    """A one-line progress indicator on stderr (redrawn in place on a terminal)."""
-
-    def __init__(self, total: int, label: str = "validate", stream: Any = None) -> None:
-        self.total = total
-        self.label = label
-        self.stream = stream if stream is not None else sys.stderr
-        self.tty = bool(getattr(self.stream, "isatty", lambda: False)())
-        self.step = max(1, total // 10)
-
-    def update(self, done: int, what: str = "") -> None:
-        if self.tty:
-            self.stream.write(f"\r{self.label}: {done}/{self.total} {what[:50]:<50}")
-            self.stream.flush()
-        elif done == self.total or done % self.step == 0:
-            self.stream.write(f"{self.label}: {done}/{self.total} rows\n")
-            self.stream.flush()
-
-    def close(self) -> None:
-        if self.tty:
-            self.stream.write("\n")
-            self.stream.flush()
-
-
 def select_runs(
     runs: Sequence[PublishedRun], gpu: str | None = None, source: str | None = None
 ) -> list[PublishedRun]:
@@ -95,6 +72,23 @@ def select_runs(
     return out
 
 
+MAX_IMPLIED_MFU = 1.0
+
+
+def implied_mfu(result: RowResult) -> float | None:
+    """The MFU the *measurement* means, by the simulated MFU scaled with measured/predicted (for
+    a step time, predicted/measured): above 1 no real run can have produced it."""
+    case = result.case
+    if not (result.predicted > 0 and case.measured > 0 and math.isfinite(result.mfu)):
+        return None
+    ratio = case.measured / result.predicted
+    if case.metric == METRIC_ITERATION_TIME:
+        ratio = 1.0 / ratio
+    if case.metric in (METRIC_MFU, METRIC_HFU):
+        return case.measured / 100.0 if case.metric == METRIC_MFU else None
+    return result.mfu * ratio
+
+
 def validate_runs(
     runs: Sequence[PublishedRun],
     simulate_fn: SimulateFn,
@@ -104,15 +98,29 @@ def validate_runs(
 ) -> ValidationReport:
     results: list[RowResult] = []
     unusable: list[Unusable] = []
-    bar = Progress(len(runs)) if progress else None
-    for i, run in enumerate(runs, 1):
+    bar = Progress(len(runs), "validate", unit="rows") if progress else None
+    for run in runs:
         case = build_case(run)
         if isinstance(case, Unusable):
             unusable.append(case)
         else:
             try:
                 scenario = scenario_for(case, source=csv_path)
-                results.append(evaluate(case, scenario, simulate_fn))
+                result = evaluate(case, scenario, simulate_fn)
+                implied = implied_mfu(result)
+                if implied is not None and implied > MAX_IMPLIED_MFU:
+                    unusable.append(
+                        Unusable(
+                            case.run_id,
+                            case.source,
+                            case.source_key,
+                            case.gpu,
+                            f"impossible measurement: {case.metric} = {case.measured:g} means an MFU of "
+                            f"{implied:.0%} on {scenario.num_gpus} x {scenario.gpu.name}, above 100% of peak",
+                        )
+                    )
+                else:
+                    results.append(result)
             except ConfigError as err:
                 unusable.append(
                     Unusable(
@@ -134,7 +142,7 @@ def validate_runs(
                     )
                 )
         if bar is not None:
-            bar.update(i, run.run_id)
+            bar.update()
     if bar is not None:
         bar.close()
     return ValidationReport(results=tuple(results), unusable=tuple(unusable), csv_path=csv_path)
