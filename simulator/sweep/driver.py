@@ -14,7 +14,7 @@ from ..outputs import output_lock
 from ..progress import Progress
 from ..specs import Scenario
 from .columns import KEY_COLUMNS, STATUS_INVALID, STATUSES
-from .evaluation import _key
+from .evaluation import _key, refresh_plan
 from .files import ExistingRows, RowWriter, _is_jsonl, read_existing, rewrite_atomically, scenario_fingerprint
 from .plan import _base_values, config_cells, plan_sweep
 from .rank import rank_rows
@@ -62,11 +62,12 @@ def run_sweep(
         fingerprint = scenario_fingerprint(scn)
         existing = read_existing(out, fingerprint) if (out is not None and resume) else ExistingRows([])
         file_rows = existing.rows
+        replanned = refresh_plan(file_rows, scn)  # [run] may differ from the file's rows
         done_keys = {_key(r) for r in file_rows}
         old_rows = [r for r in file_rows if _key(r) in seen]
         foreign_rows = [r for r in file_rows if _key(r) not in seen]  # another [sweep]'s rows: kept
         todo = [v for v in todo if _key(v) not in done_keys]
-        if out is not None and resume and not existing.clean:
+        if out is not None and resume and (not existing.clean or replanned):
             # torn lines, garbage and impossible rows go; their configurations are re-evaluated
             rewrite_atomically(out, file_rows, fingerprint)
             if progress is not None and existing.dropped:
