@@ -599,7 +599,67 @@ def model_from_table(table: Mapping[str, Any], base_dir: Path) -> ModelSpec:
             values["mla"] = MLASpec(**mla)
         except TypeError:
             raise ConfigError(f"keys: {', '.join(MLA_KEYS)}", key="model.mla") from None
-    return ModelSpec(name=name, notes=tuple(notes), **values)
+    try:
+        return ModelSpec(name=name, notes=tuple(notes), **values)
+    except ConfigError as err:
+        if hf is None:
+            raise
+        raise _blame_config_json(err, table, hf_file) from None
+
+
+# ModelSpec field -> the config.json keys it is read from (hf_config_fields), for errors
+HF_SOURCE_KEYS: dict[str, tuple[str, ...]] = {
+    "layers": ("num_hidden_layers", "n_layer", "num_layers"),
+    "hidden": ("hidden_size", "n_embd", "d_model"),
+    "heads": ("num_attention_heads", "n_head"),
+    "kv_heads": ("num_key_value_heads",),
+    "ffn_hidden": ("intermediate_size_mlp", "intermediate_size", "n_inner", "ffn_hidden_size"),
+    "vocab": ("vocab_size",),
+    "head_dim": ("head_dim",),
+    "seq_len": ("max_position_embeddings", "n_positions", "seq_length"),
+    "num_experts": ("num_local_experts", "num_experts", "n_routed_experts"),
+    "top_k": ("num_experts_per_tok", "experts_per_token", "moe_top_k"),
+    "expert_ffn_hidden": ("moe_intermediate_size", "intermediate_size"),
+    "shared_expert_ffn_hidden": ("shared_expert_intermediate_size", "n_shared_experts", "intermediate_size"),
+    "moe_layer_interval": ("decoder_sparse_step", "moe_layer_freq", "interleave_moe_layer_step"),
+    "first_dense_layers": ("first_k_dense_replace", "mlp_only_layers"),
+    "max_nodes_per_token": ("topk_group",),
+    "mtp_layers": ("num_nextn_predict_layers",),
+    "q_lora_rank": ("q_lora_rank",),
+    "kv_lora_rank": ("kv_lora_rank",),
+    "qk_nope_head_dim": ("qk_nope_head_dim",),
+    "qk_rope_head_dim": ("qk_rope_head_dim",),
+    "v_head_dim": ("v_head_dim",),
+}
+
+
+def _blame_config_json(err: ConfigError, table: Mapping[str, Any], hf_file: str) -> ConfigError:
+    """An error about a model value that came from config.json, re-addressed to that file and
+    the JSON key it was read from (the user never wrote `model.layers`; they wrote
+    `num_hidden_layers` in config.json). Values the scenario itself gives keep their TOML key."""
+    key = err.key or ""
+    if not key.startswith("model."):
+        return err
+    parts = key.split(".")[1:]
+    field = parts[-1]
+    written = set(table) | set(_table_or_empty(table, "moe")) | set(_table_or_empty(table, "mla"))
+    if field in written or (field == "moe_layer_interval" and "layer_interval" in written):
+        return err
+    try:
+        top = _read_json_object(Path(hf_file))
+    except ConfigError:
+        return err
+    text_config = top.get("text_config")
+    cfg: dict[str, Any] = text_config if isinstance(text_config, dict) else top
+    for json_key in HF_SOURCE_KEYS.get(field, ()):
+        if json_key in cfg:
+            return ConfigError(f"{err.message} (read as {key})", key=json_key, file=hf_file)
+    return err
+
+
+def _table_or_empty(table: Mapping[str, Any], key: str) -> Mapping[str, Any]:
+    value = table.get(key)
+    return value if isinstance(value, Mapping) else {}
 
 
 def _moe_fields(moe: Mapping[str, Any]) -> dict[str, Any]:

@@ -405,7 +405,7 @@ HF_CASES: list[tuple[str, str | bytes | None, str]] = [
                 "max_position_embeddings": 1024,
             }
         ),
-        "model.layers",
+        "num_hidden_layers",
     ),
     (
         "experts-string",
@@ -419,7 +419,7 @@ HF_CASES: list[tuple[str, str | bytes | None, str]] = [
                 "num_local_experts": "abc",
             }
         ),
-        "model.num_experts",
+        "num_local_experts",
     ),
     (
         "top-k-list",
@@ -434,7 +434,7 @@ HF_CASES: list[tuple[str, str | bytes | None, str]] = [
                 "num_experts_per_tok": [2],
             }
         ),
-        "model.top_k",
+        "num_experts_per_tok",
     ),
     ("binary", b"\x00\xff\xfe" * 10, "model.hf_config"),
     ("deep-json", "[" * 100_000 + "]" * 100_000, "model.hf_config"),
@@ -454,6 +454,8 @@ def test_bad_hf_config(
     with pytest.raises(ConfigError) as info:
         load_scenario(path)
     assert info.value.key is not None and key in info.value.key, str(info.value)
+    if not key.startswith("model."):  # a value inside config.json: that file and its JSON key
+        assert info.value.file is not None and info.value.file.endswith("config.json"), str(info.value)
     assert_user_error(run_cli(["run", str(path), "--json"]), key)
 
 
