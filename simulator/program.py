@@ -19,16 +19,15 @@ from dataclasses import dataclass, field
 
 from . import flops as fl
 from .comm import CommModel, default_comm_model
-from .costs import Device, flash_attention_time_s, matmul_time_s, memory_op_time_s
+from .costs import Device, attention_time_s, matmul_time_s, memory_op_time_s
+from .kernels import resolve_attention
 from .specs import ModelSpec, Scenario
 
-CAUSAL_WORK_FRACTION = 0.5  # a causal FlashAttention kernel skips the upper-triangle blocks
-FLASH_BWD_TO_FWD = 2.5  # FlashAttention-2 (Dao 2023) backward runs 5 matmuls vs 2 forward
 ADAM_BYTES_PER_PARAM = (
     34  # fused Adam: fp32 grad r(4) + master r/w(8) + m r/w(8) + v r/w(8) + 16-bit param w(2) + grad zero(4)
 )
+GRAD_CLIP_BYTES_PER_PARAM = 4  # grad-norm clipping: one more fp32 read of every gradient (L2 norm)
 FP8_CAST_BYTES_PER_ELEMENT = 3  # read a 16-bit element, write its 8-bit copy
-UNFUSED_SOFTMAX_PASSES = 4  # Megatron's fused scale-mask-softmax (read + write) and dropout (read + write)
 
 
 # ----------------------------------------------------------------------------- blocks
@@ -128,9 +127,13 @@ def layers_per_chunk(num_layers: int, pp: int, vp: int) -> list[list[int]]:
     return out
 
 
-def grad_reduce_bytes_per_param(dtype: str) -> int:
-    """Megatron reduces gradients in fp32 for bf16/fp8 training (main_grad buffers,
-    accumulate_allreduce_grads_in_fp32); fp16 keeps 16-bit gradients."""
+def grad_reduce_bytes_per_param(dtype: str, grad_reduce_dtype: str = "") -> int:
+    """Bytes per gradient element on the DP wire. Default: Megatron-LM reduces in fp32 for
+    bf16/fp8 training (main_grad buffers, accumulate_allreduce_grads_in_fp32); fp16 keeps 16-bit
+    gradients. `[kernels] grad_reduce_dtype = "bf16"` is Megatron-Core's --grad-reduce-in-bf16
+    (DistributedDataParallelConfig.grad_reduce_in_fp32 = False), which halves the traffic."""
+    if grad_reduce_dtype:
+        return 4 if grad_reduce_dtype == "fp32" else 2
     return 2 if dtype == "fp16" else 4
 
 
@@ -258,7 +261,11 @@ class _Coster:
         # beside compute, and the layer is done when the slower of them is.)
         if par.zero == 3 and par.dp > 1:
             ag = self.coll("allgather", "dp", params_local * d.element_bytes)
-            rs = self.coll("reducescatter", "dp", params_local * grad_reduce_bytes_per_param(scn.dtype))
+            rs = self.coll(
+                "reducescatter",
+                "dp",
+                params_local * grad_reduce_bytes_per_param(scn.dtype, scn.kernels.grad_reduce_dtype),
+            )
             fwd_s = sum(p[2] for p in fwd)
             bwd_s = sum(p[2] for p in b_in + b_w)
             fwd.append(("dp_comm", "zero3 param allgather", max(0.0, ag - fwd_s), 0.0, 0.0))
@@ -290,33 +297,21 @@ class _Coster:
         return out
 
     def _attention(self, T: int, s_local: int, s: int, heads_local: int, q_local: int):
+        """Causal self-attention by the [kernels] implementation (simulator/kernels.py):
+        FlashAttention-2/-3 or cuDNN fused kernels, or unfused GEMMs + softmax through memory."""
         d = self.device
         b = self.scn.parallel.micro_batch
         model_flops_fwd = 2 * 2.0 * b * s_local * s * q_local  # scores + values, full s×s
-        if self.scn.kernels.flash_attention:
-            work = model_flops_fwd * CAUSAL_WORK_FRACTION
-            t_f = flash_attention_time_s(d, work)
-            t_b = flash_attention_time_s(d, work * FLASH_BWD_TO_FWD)
-            fwd = [("compute", "flash attention", t_f, model_flops_fwd, 0.0)]
-            bwd = [("compute", "flash attention bwd", t_b, 2 * model_flops_fwd, 0.0)]
-        else:
-            count = b * heads_local
-            hd = self.scn.model.dim_per_head
-            t_scores = matmul_time_s(d, s_local, s, hd, count)
-            t_values = matmul_time_s(d, s_local, hd, s, count)
-            score_bytes = count * s_local * s * d.activation_bytes * UNFUSED_SOFTMAX_PASSES
-            t_soft = memory_op_time_s(d, score_bytes, kernels=4)
-            t_f = t_scores + t_values + t_soft
-            t_b = 2 * (t_scores + t_values) + 2 * t_soft
-            fwd = [
-                ("compute", "attention scores", t_scores, model_flops_fwd / 2, 0.0),
-                ("compute", "softmax", t_soft, 0.0, score_bytes),
-                ("compute", "attention values", t_values, model_flops_fwd / 2, 0.0),
-            ]
-            bwd = [
-                ("compute", "attention bwd", 2 * (t_scores + t_values), 2 * model_flops_fwd, 0.0),
-                ("compute", "softmax bwd", 2 * t_soft, 0.0, 2 * score_bytes),
-            ]
+        kern = self.scn.kernels
+        impl = resolve_attention(self.scn.gpu, kern.attention, kern.flash_attention)
+        shape = dict(
+            batch=b, seq_q=s_local, seq_kv=s, heads=heads_local, head_dim=self.scn.model.dim_per_head
+        )
+        t_f = attention_time_s(d, impl, "fwd", **shape)
+        t_b = attention_time_s(d, impl, "bwd", **shape)
+        name = "attention (unfused)" if impl == "unfused" else f"attention ({impl})"
+        fwd = [("compute", name, t_f, model_flops_fwd, 0.0)]
+        bwd = [("compute", name + " bwd", t_b, 2 * model_flops_fwd, 0.0)]
         return t_f, t_b, (fwd, bwd)
 
     def _tp_entry(self, fwd: list, b_in: list, msg: float, gemm_s: float) -> None:
@@ -493,7 +488,8 @@ def build_program(scn: Scenario, comm: CommModel | None = None) -> Program:
         layer_cost[True] = coster.layer(True)
     emb_f, emb_b = coster.embedding()
     log_f, log_bi, log_bw = coster.logits()
-    gbytes = grad_reduce_bytes_per_param(scn.dtype)
+    gbytes = grad_reduce_bytes_per_param(scn.dtype, scn.kernels.grad_reduce_dtype)
+    host_s = scn.gpu.efficiency.microbatch_overhead_s
     bucket_params = max(par.grad_bucket_params, 1_000_000 * par.dp)  # Megatron DDP bucket rule
     device = coster.device
     embed_params = m.vocab * m.hidden / par.tp
@@ -512,6 +508,12 @@ def build_program(scn: Scenario, comm: CommModel | None = None) -> Program:
             b_w: list = []
             rec: list = []
             params = 0.0
+            # host-side work per micro-batch and phase (Python, hooks, scheduling): the GPU idles;
+            # charged once per micro-batch, on the first model chunk
+            if c == 0:
+                host = ("compute", "host overhead (micro-batch)", host_s, 0.0, 0.0)
+                fwd.append(host)
+                b_in.append(host)
             if first:
                 fwd += emb_f.parts
                 params += embed_params + (m.seq_len * m.hidden if m.position_embeddings else 0)
@@ -556,8 +558,8 @@ def build_program(scn: Scenario, comm: CommModel | None = None) -> Program:
                 )
             )
         shard = par.dp if par.zero >= 1 else 1
-        opt_bytes = stage_params / shard * ADAM_BYTES_PER_PARAM
-        optimizer_s = memory_op_time_s(device, opt_bytes, kernels=4)
+        opt_bytes = stage_params / shard * (ADAM_BYTES_PER_PARAM + GRAD_CLIP_BYTES_PER_PARAM)
+        optimizer_s = memory_op_time_s(device, opt_bytes, kernels=5)  # norm, clip, fused Adam
         act_msg = par.micro_batch * m.seq_len // par.cp * m.hidden * device.activation_bytes / par.tp
         p2p_s = coster.coll("sendrecv", "pp", act_msg, s) if pp > 1 else 0.0
         stages.append(StageProgram(stage=s, chunks=tuple(chunks), optimizer_s=optimizer_s, p2p_s=p2p_s))

@@ -137,6 +137,8 @@ class SourceRules:
     tp_comm_overlap_if_tp: bool
     overlap_grad_reduce: bool
     note: str
+    attention: str = ""  # [kernels] attention of the source's stack ("" = the GPU's default)
+    grad_reduce_dtype: str = ""  # [kernels] grad_reduce_dtype ("" = fp32 for bf16/fp8)
 
 
 SOURCES: tuple[tuple[tuple[str, ...], SourceRules], ...] = (
@@ -152,6 +154,8 @@ SOURCES: tuple[tuple[tuple[str, ...], SourceRules], ...] = (
             tp_comm_overlap_if_tp=False,
             overlap_grad_reduce=False,  # Megatron-LM 2021 (local DDP) reduced grads after backward
             note="Megatron-LM 2021 on Selene (DGX A100 80GB, 8x200 Gb/s HDR)",
+            attention="unfused",
+            grad_reduce_dtype="",
         ),
     ),
     (
@@ -166,6 +170,8 @@ SOURCES: tuple[tuple[tuple[str, ...], SourceRules], ...] = (
             tp_comm_overlap_if_tp=True,  # stated in the README
             overlap_grad_reduce=True,  # stated in the README
             note="Megatron-Core r0.8.0 weak scaling on DGX H100",
+            attention="cudnn",
+            grad_reduce_dtype="bf16",
         ),
     ),
     (
@@ -180,6 +186,8 @@ SOURCES: tuple[tuple[tuple[str, ...], SourceRules], ...] = (
             tp_comm_overlap_if_tp=True,
             overlap_grad_reduce=True,
             note="Megatron-Bridge performance summary (NeMo 25.09-26.08 containers)",
+            attention="cudnn",
+            grad_reduce_dtype="bf16",
         ),
     ),
     (
@@ -194,6 +202,8 @@ SOURCES: tuple[tuple[tuple[str, ...], SourceRules], ...] = (
             tp_comm_overlap_if_tp=True,
             overlap_grad_reduce=True,
             note="NeMo performance summaries (24.03-25.04)",
+            attention="cudnn",
+            grad_reduce_dtype="bf16",
         ),
     ),
     (
@@ -208,6 +218,8 @@ SOURCES: tuple[tuple[tuple[str, ...], SourceRules], ...] = (
             tp_comm_overlap_if_tp=False,
             overlap_grad_reduce=True,
             note="MosaicML llm-foundry benchmarks (Composer + PyTorch FSDP)",
+            attention="fa2",
+            grad_reduce_dtype="bf16",
         ),
     ),
 )
@@ -226,6 +238,8 @@ OTHER_SOURCES: tuple[tuple[tuple[str, ...], SourceRules], ...] = (
             tp_comm_overlap_if_tp=False,  # async TP is opt-in
             overlap_grad_reduce=True,
             note="PyTorch torchtitan (FSDP2 + TP + PP)",
+            attention="fa2",
+            grad_reduce_dtype="",
         ),
     ),
     (
@@ -977,11 +991,17 @@ def build_case(run: PublishedRun) -> Case | Unusable:
         "parallel": parallel,
         "precision": {"dtype": dtype},
     }
-    if rules.key == "narayanan21":
-        # Megatron-LM 2021 predates FlashAttention (Dao et al. 2022): unfused attention with
-        # Megatron's fused scale-mask-softmax kernel.
-        scenario["kernels"] = {"flash_attention": False}
-        notes.append("kernels: flash_attention = false (Megatron-LM 2021 predates FlashAttention)")
+    # The source's software stack (docs/validate-assumptions.md): attention kernel and the dtype
+    # of the data-parallel gradient reduction.
+    kernels: dict[str, Any] = {}
+    if rules.attention:
+        kernels["attention"] = rules.attention
+        notes.append(f"kernels: attention = {rules.attention} ({rules.key} stack)")
+    if rules.grad_reduce_dtype:
+        kernels["grad_reduce_dtype"] = rules.grad_reduce_dtype
+        notes.append(f"kernels: grad_reduce_dtype = {rules.grad_reduce_dtype} ({rules.key} stack)")
+    if kernels:
+        scenario["kernels"] = kernels
     return Case(
         run_id=run.run_id,
         source=run.source,
