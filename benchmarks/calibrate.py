@@ -64,7 +64,13 @@ SUBSET_RULE = (
 # GPU types without published dense runs that share an architecture with a fitted group.
 INHERIT: tuple[tuple[str, tuple[str, str]], ...] = (
     ("b300", ("blackwell", "Blackwell Ultra: same SM design; only MoE/NVFP4 runs published")),
-    ("h200", ("hopper", "same GH100 die and clocks; more and faster HBM, which the kernel model takes from gpus.toml")),
+    (
+        "h200",
+        (
+            "hopper",
+            "same GH100 die and clocks; more and faster HBM, which the kernel model takes from gpus.toml",
+        ),
+    ),
     ("h800", ("hopper", "same GH100 die; only NVLink is cut, which its topology describes")),
 )
 PRIOR_WEIGHT = 0.02  # pull toward [default] (per transformed unit², averaged over parameters)
@@ -80,7 +86,9 @@ class Param:
 
 
 PARAMS = (  # physical ranges (docs/calibration.md)
-    Param("sustained_clock_fraction", "fraction", 0.80, 1.0),  # power/thermal-limited clocks vs benchmark boost
+    Param(
+        "sustained_clock_fraction", "fraction", 0.80, 1.0
+    ),  # power/thermal-limited clocks vs benchmark boost
     Param("kernel_launch_s", "fraction", 0.0, 10e-6),  # unhidden launch gap per kernel: 0-10 us
     Param("microbatch_overhead_s", "fraction", 0.0, 20e-3),  # host work per micro-batch and phase: 0-20 ms
     Param("nccl_bw_fraction", "fraction", 0.50, 0.95),  # NCCL in a job vs line rate (nccl-tests: ~0.82-0.96)
@@ -360,7 +368,9 @@ def write_efficiency(results: Sequence[FitResult], path: Path) -> None:
     """Replace (or append) the fitted GPUs' tables (and those inheriting them); keep the rest."""
     text = path.read_text(encoding="utf-8")
     today = date.today().isoformat()
-    sections = [(gpu, efficiency_section(res, today, gpu)) for res in results for gpu in group_members(res.gpu)]
+    sections = [
+        (gpu, efficiency_section(res, today, gpu)) for res in results for gpu in group_members(res.gpu)
+    ]
     for res in results:
         for gpu, (parent, why) in INHERIT:
             if parent == res.gpu:

@@ -8,7 +8,9 @@ With T_s = forward + backward time of one micro-batch on stage s (all its chunks
   slowest stage: T = Σ_s T_s + (m−1)·max_s T_s (+ p2p hops). Equal stages give
   (m + p − 1)·T, i.e. bubble (p−1)/m (Narayanan et al. 2021 §2.2).
 * interleaved: m·max_s T_s + (p−1)/v · mean_s T_s — bubble (p−1)/(v·m).
-* ZB-H1: the cool-down is filled with weight-gradient work, bubble (p−1)(T_F + T_B − T_W).
+* ZB-H1, ZB-V, DualPipe, DualPipeV: the schedule's own order replayed with these durations
+  (schedules.replay: the engine's dependencies without simpy); on balanced stages their
+  bubbles are the closed forms of schedules.bubble_closed_form_s, e.g. ZB-H1 (p−1)(T_F+T_B−T_W).
 
 DP gradient reduction overlaps the last micro-batch's backward; ZeRO parameter gathers
 overlap the first forward; the optimizer follows a pipeline-wide sync. The engine stays the
@@ -19,9 +21,12 @@ from __future__ import annotations
 
 from .comm import CommModel
 from .metrics import StepReport, step_report
-from .program import Program, build_program
+from .program import Program, build_program, stage_orders
+from .schedules import SPLIT_BACKWARD_SCHEDULES, ChunkTimes, microbatches_per_chunk, replay
 from .specs import Scenario
 from .timeline import CATEGORIES
+
+REPLAYED_SCHEDULES = SPLIT_BACKWARD_SCHEDULES  # zb-h1, zb-v, dualpipe, dualpipev
 
 
 def estimate_step(scn: Scenario, comm_model: CommModel | None = None) -> StepReport:
@@ -30,7 +35,7 @@ def estimate_step(scn: Scenario, comm_model: CommModel | None = None) -> StepRep
     return step_report(scn, program, step_time_s, by_stage)
 
 
-def _pipeline_time_s(program: Program, per_stage_s: list[float], zb_saving_s: list[float]) -> float:
+def _pipeline_time_s(program: Program, per_stage_s: list[float]) -> float:
     p, v, m = program.pp, program.vp, program.num_microbatches
     hops = sum(st.p2p_s for st in program.stages[:-1]) * 2
     slowest = max(per_stage_s)
@@ -38,27 +43,51 @@ def _pipeline_time_s(program: Program, per_stage_s: list[float], zb_saving_s: li
         return m * per_stage_s[0]
     if program.schedule == "interleaved":
         return m * slowest + (p - 1) / v * (sum(per_stage_s) / p) + hops / v
-    if program.schedule == "zb-h1":
-        return sum(per_stage_s) + (m - 1) * slowest - sum(zb_saving_s[:-1]) + hops
     return sum(per_stage_s) + (m - 1) * slowest + hops
+
+
+def _replayed_pipeline_time_s(program: Program) -> float:
+    """Zero-bubble and DualPipe orders have no simple closed form on unequal stages: play the
+    same orders the engine plays (schedules.replay, no simpy) with the program's durations."""
+    times = [
+        [
+            ChunkTimes(
+                c.forward.duration_s,
+                c.backward.duration_s,
+                c.backward_input.duration_s,
+                c.backward_weight.duration_s,
+            )
+            for c in st.chunks
+        ]
+        for st in program.stages
+    ]
+    hops = [st.p2p_s for st in program.stages]
+    orders = stage_orders(program)
+    return replay(
+        program.schedule, program.pp, program.vp, program.num_microbatches, times, hops, orders
+    ).makespan_s
 
 
 def estimate_program(program: Program) -> tuple[float, tuple[dict[str, float], ...]]:
     """(step time, per-stage breakdown) of a costed program without the event engine."""
     m = program.num_microbatches
-    per_stage, zb_saving, work = [], [], []
+    per_stage, work = [], []
     for st in program.stages:
-        fwd = sum(c.forward.duration_s for c in st.chunks)
-        bwd = sum(c.backward.duration_s for c in st.chunks)
+        share = [microbatches_per_chunk(program.schedule, program.pp, m, c.chunk) / m for c in st.chunks]
+        fwd = sum(c.forward.duration_s * f for c, f in zip(st.chunks, share, strict=True))
+        bwd = sum(c.backward.duration_s * f for c, f in zip(st.chunks, share, strict=True))
         per_stage.append(fwd + bwd)
-        zb_saving.append(sum(c.backward_weight.duration_s for c in st.chunks))
         cats = dict.fromkeys(CATEGORIES, 0.0)
         for c in st.chunks:
+            runs = microbatches_per_chunk(program.schedule, program.pp, m, c.chunk)
             for block in (c.forward, c.backward):
                 for seg in block.segments:
-                    cats[seg.category] += seg.duration_s * m
+                    cats[seg.category] += seg.duration_s * runs
         work.append(cats)
-    pipe_s = _pipeline_time_s(program, per_stage, zb_saving)
+    if program.schedule in REPLAYED_SCHEDULES and program.pp > 1:
+        pipe_s = _replayed_pipeline_time_s(program)
+    else:
+        pipe_s = _pipeline_time_s(program, per_stage)
 
     ends, dp_exposed = [], []
     for st in program.stages:

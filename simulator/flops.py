@@ -21,7 +21,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .specs import ModelSpec
+from . import argcheck
+from .specs import RECOMPUTE, ModelSpec
 
 FLOP_PER_MAC = 2  # one multiply-accumulate = 2 floating-point operations
 BACKWARD_TO_FORWARD = 2  # dgrad + wgrad, each the size of the forward matmul
@@ -203,6 +204,10 @@ class StepFlops:
 
 
 def step_flops(m: ModelSpec, global_batch: int, recompute: str) -> StepFlops:
+    if not isinstance(m, ModelSpec):
+        raise ValueError(f"m must be a ModelSpec, got {type(m).__name__}")
+    argcheck.positive_int("global_batch", global_batch)
+    argcheck.one_of("recompute", recompute, RECOMPUTE)
     tokens = global_batch * m.seq_len
     model = global_batch * model_flops_per_sequence(m)
     return StepFlops(
@@ -215,4 +220,8 @@ def step_flops(m: ModelSpec, global_batch: int, recompute: str) -> StepFlops:
 
 def mfu(flops_per_token: float, tokens_per_s: float, num_gpus: int, peak_flop_per_s: float) -> float:
     """Seed notes: MFU = tokens/s × FLOPs per token / (peak × N)."""
+    argcheck.finite_number("flops_per_token", flops_per_token, strict=True)
+    argcheck.finite_number("tokens_per_s", tokens_per_s)
+    argcheck.positive_int("num_gpus", num_gpus)
+    argcheck.finite_number("peak_flop_per_s", peak_flop_per_s, strict=True)
     return tokens_per_s * flops_per_token / (peak_flop_per_s * num_gpus)

@@ -8,15 +8,17 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import stat
 import tomllib
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import fields, replace
 from pathlib import Path
 from typing import Any
 
-from . import units
+from . import plan, units
 from .errors import ConfigError
-from .resources import catalog_file, data_dir, topology_names
+from .resources import catalog_file, data_dir, scenario_names, topology_names
 from .specs import (
     MAX_GPUS,
     DataloaderSpec,
@@ -72,6 +74,30 @@ def path_kind(path: Path) -> str:
         return "missing"
 
 
+def check_regular_file(path: Path, kind: str, key: str | None = None) -> None:
+    """Refuse, before opening it, anything but a regular file: opening a named pipe blocks
+    until a writer appears and a socket or a terminal never ends (issue 18)."""
+    name = str(path)
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        raise ConfigError("no such file", key=key, file=name) from None
+    except (OSError, ValueError) as exc:
+        detail = getattr(exc, "strerror", None) or str(exc)
+        raise ConfigError(f"cannot read: {detail}", key=key, file=name) from None
+    if stat.S_ISDIR(st.st_mode):
+        raise ConfigError(f"is a directory, expected a {kind} file", key=key, file=name)
+    if not stat.S_ISREG(st.st_mode):
+        what = (
+            "a named pipe"
+            if stat.S_ISFIFO(st.st_mode)
+            else "a socket"
+            if stat.S_ISSOCK(st.st_mode)
+            else "a device or terminal"
+        )
+        raise ConfigError(f"is {what}, not a regular file; expected a {kind} file", key=key, file=name)
+
+
 def read_user_text(
     path: str | Path, kind: str, max_bytes: int = MAX_FILE_BYTES, encoding: str = "utf-8"
 ) -> str:
@@ -79,11 +105,7 @@ def read_user_text(
     the file: missing, a directory, unreadable, too large, empty, binary or not UTF-8."""
     p = Path(path)
     name = str(path)
-    found = path_kind(p)
-    if found == "missing":
-        raise ConfigError("no such file", file=name)
-    if found == "dir":
-        raise ConfigError(f"is a directory, expected a {kind} file", file=name)
+    check_regular_file(p, kind)
     try:
         with p.open("rb") as fh:
             raw = fh.read(max_bytes + 1)  # bounded: /dev/zero must not hang
@@ -105,11 +127,31 @@ def read_toml(path: str | Path) -> dict[str, Any]:
     """Parse a TOML file; every failure is a ConfigError naming the file."""
     text = read_user_text(path, "TOML")
     try:
-        return tomllib.loads(text)
+        data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"malformed TOML: {exc}", file=str(path)) from None
     except RecursionError:
         raise ConfigError("malformed TOML: nested too deeply", file=str(path)) from None
+    _check_depth(data, str(path))
+    return data
+
+
+MAX_TOML_DEPTH = 16  # the deepest real key is cluster.inter_node.<key> (3); lists of tables add a few
+
+
+def _check_depth(data: Mapping[str, Any], file: str) -> None:
+    """Refuse absurdly nested tables/arrays (a 3,000-deep dotted key) before anything walks or
+    prints them recursively; the error names the key path's start."""
+    stack: list[tuple[object, tuple[str, ...]]] = [(data, ())]
+    while stack:
+        node, where = stack.pop()
+        if len(where) > MAX_TOML_DEPTH:
+            key = ".".join(where[:4]) + "..."
+            raise ConfigError(f"nested more than {MAX_TOML_DEPTH} levels deep", key=key, file=file)
+        if isinstance(node, dict):
+            stack.extend((v, (*where, str(k))) for k, v in node.items())
+        elif isinstance(node, list):
+            stack.extend((v, (*where, f"[{i}]")) for i, v in enumerate(node))
 
 
 def _check_keys(table: Mapping[str, Any], allowed: tuple[str, ...], section: str) -> None:
@@ -169,6 +211,9 @@ def load_gpu_catalog() -> dict[str, GPUSpec]:
             efficiency=GPUEfficiency(**params),
             num_sms=int(t.get("num_sms", 108)),
             source=t.get("description", name),
+            board_power_w=float(t.get("board_power_w", 0.0)),
+            node_overhead_w_per_gpu=float(t.get("node_overhead_w_per_gpu", 0.0)),
+            host_link_bytes_per_s=units.gBps_to_bytes_per_s(float(t.get("host_link_GBps", 0.0))),
         )
     return out
 
@@ -192,8 +237,7 @@ def model_preset(name: str) -> ModelSpec:
 def hf_config_fields(path: Path) -> dict[str, Any]:
     """Model fields from a Hugging Face config.json (Llama/Mistral/Qwen/Mixtral keys), offline."""
     name = str(path)
-    if path_kind(path) != "file":
-        raise ConfigError("hf_config file not found", key="model.hf_config", file=name)
+    check_regular_file(path, "config.json", key="model.hf_config")
     try:
         with path.open("rb") as fh:
             raw = fh.read(MAX_FILE_BYTES + 1)
@@ -397,17 +441,45 @@ SCENARIO_KEYS = (
     "variability",
     "kernels",
     "sweep",
+    "run",
 )
 CLUSTER_KEYS = ("topology", "num_gpus", "gpu", "gpus_per_node", "rank_order", "intra_node", "inter_node")
 
 
-def load_scenario(path: str | Path) -> Scenario:
-    """Read a scenario file; any problem is a ConfigError naming this file."""
-    data = read_toml(path)
+DEFAULT_SCENARIO = "gpt3-175b-1024-a100"
+
+
+def resolve_scenario_path(ref: str | Path | None) -> Path:
+    """A scenario argument: a file, else a shipped scenario's name, else the built-in default
+    when absent. A file of that name wins over a shipped scenario."""
+    if ref is None:
+        return data_dir("scenarios") / f"{DEFAULT_SCENARIO}.toml"
+    path = Path(ref)
+    if path_kind(path) != "missing":
+        return path
+    text = str(ref)
+    name = text[: -len(".toml")] if text.endswith(".toml") else text
+    if "/" not in text and name in scenario_names():
+        return data_dir("scenarios") / f"{name}.toml"
+    raise ConfigError(
+        f"no such file, nor a shipped scenario (mfusim presets lists them: {', '.join(scenario_names())})",
+        file=text,
+    )
+
+
+def load_scenario(path: str | Path, overrides: Sequence[tuple[str, Any]] = ()) -> Scenario:
+    """Read a scenario file; any problem is a ConfigError naming this file.
+
+    `overrides` (`--set`, simulator/overrides.py) change the file's values before validation;
+    an error about an overridden key names the override.
+    """
+    from .overrides import apply_overrides, attribute_error
+
+    data = apply_overrides(read_toml(path), overrides) if overrides else read_toml(path)
     try:
         return scenario_from_dict(data, base_dir=Path(path).resolve().parent, source=str(path))
     except ConfigError as err:
-        raise err.with_file(str(path)) from None
+        raise attribute_error(err, overrides).with_file(str(path)) from None
 
 
 def _cluster(data: Mapping[str, Any], base_dir: Path) -> tuple[TopologySpec, int]:
@@ -519,6 +591,7 @@ def scenario_from_dict(data: Mapping[str, Any], base_dir: Path | None = None, so
     _check_keys(kern, tuple(f.name for f in fields(KernelOptions)), "kernels")
     kernels = KernelOptions(**kern)
     sweep = _sweep_table(_table(data, "sweep", ""))
+    run = run_from_table(_table(data, "run", "")) if "run" in data else None
     name = data.get("name", Path(source).stem if source else "scenario")
     return Scenario(
         name=name,
@@ -532,6 +605,46 @@ def scenario_from_dict(data: Mapping[str, Any], base_dir: Path | None = None, so
         kernels=kernels,
         sweep=sweep,
         source=source,
+        run=run,
+    )
+
+
+RUN_KEYS = (
+    "tokens",
+    "usd_per_gpu_hour",
+    "gpu_failures_per_year",
+    "checkpoint_interval_min",
+    "checkpoint_bytes_per_param",
+    "checkpoint_async",
+    "storage_write_GBps",
+    "restart_min",
+    "power_utilization",
+    "pue",
+)
+
+
+def run_from_table(table: Mapping[str, Any]) -> plan.RunSpec:
+    """[run] (issue 15): the whole-run plan's inputs, human units -> SI. Defaults: simulator/plan.py."""
+    _check_keys(table, RUN_KEYS, "run")
+    if "tokens" not in table:
+        raise ConfigError("missing required key (training tokens, e.g. 15e12)", key="run.tokens")
+    usd = table.get("usd_per_gpu_hour")
+    return plan.RunSpec(
+        tokens=_num(table, "tokens", "run"),
+        usd_per_gpu_hour=None if usd is None else _num(table, "usd_per_gpu_hour", "run"),
+        gpu_failure_rate_per_s=_num(table, "gpu_failures_per_year", "run", plan.DEFAULT_GPU_FAILURES_PER_YEAR)
+        / units.YEAR_S,
+        checkpoint_interval_s=_num(table, "checkpoint_interval_min", "run", 0.0) * units.MIN_S,
+        checkpoint_bytes_per_param=_num(
+            table, "checkpoint_bytes_per_param", "run", plan.DEFAULT_CHECKPOINT_BYTES_PER_PARAM
+        ),
+        checkpoint_async=table.get("checkpoint_async", False),
+        storage_write_bytes_per_s=units.gBps_to_bytes_per_s(
+            _num(table, "storage_write_GBps", "run", plan.DEFAULT_STORAGE_WRITE_GBPS)
+        ),
+        restart_s=_num(table, "restart_min", "run", plan.DEFAULT_RESTART_MIN) * units.MIN_S,
+        power_utilization=_num(table, "power_utilization", "run", plan.DEFAULT_POWER_UTILIZATION),
+        pue=_num(table, "pue", "run", plan.DEFAULT_PUE),
     )
 
 
@@ -549,3 +662,21 @@ def _sweep_table(table: Mapping[str, Any]) -> tuple[tuple[str, tuple[object, ...
                 raise ConfigError(f"values must be scalars, got {v!r}", key=f"sweep.{key}")
         out.append((key, tuple(values)))
     return tuple(out)
+
+
+def run_to_table(run: plan.RunSpec) -> dict[str, Any]:
+    """The inverse of run_from_table: a RunSpec as its [run] table (human units)."""
+    out: dict[str, Any] = {
+        "tokens": run.tokens,
+        "gpu_failures_per_year": run.gpu_failure_rate_per_s * units.YEAR_S,
+        "checkpoint_interval_min": run.checkpoint_interval_s / units.MIN_S,
+        "checkpoint_bytes_per_param": run.checkpoint_bytes_per_param,
+        "checkpoint_async": run.checkpoint_async,
+        "storage_write_GBps": run.storage_write_bytes_per_s / units.GIGA,
+        "restart_min": run.restart_s / units.MIN_S,
+        "power_utilization": run.power_utilization,
+        "pue": run.pue,
+    }
+    if run.usd_per_gpu_hour is not None:
+        out["usd_per_gpu_hour"] = run.usd_per_gpu_hour
+    return out

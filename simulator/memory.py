@@ -73,6 +73,7 @@ from dataclasses import dataclass
 
 from . import flops
 from .metrics import MemoryReport
+from .schedules import chunk_layers, next_chunk, peak_inflight, prev_chunk, stage_tasks
 from .specs import ModelSpec, ParallelConfig, Scenario
 from .units import GIB_BYTES
 
@@ -188,15 +189,25 @@ def stage_layer_counts(num_layers: int, pp: int) -> list[int]:
     return [base + (1 if i < extra else 0) for i in range(pp)]
 
 
-def inflight_layer_microbatches(par: ParallelConfig, stage: int, stage_layers: int) -> float:
+def inflight_layer_microbatches(
+    par: ParallelConfig, stage: int, stage_layers: int, chunk_layer_counts: list[float] | None = None
+) -> float:
     """Layer-micro-batches whose activations stage `stage` holds at its peak.
 
     1F1B: min(p − i, m) micro-batches of the stage's layers (Narayanan et al. 2021 §2.2).
     Interleaved (v chunks): Megatron's warm-up count 2(p−i−1) + (v−1)p + 1 chunk-micro-batches
     of L_i/v layers; for i = 0 this is L_i·p·(1 + (p−1)/(p·v)) (Korthikanti §4.2.3).
     GPipe: all m micro-batches.
+    Zero-bubble and DualPipe schedules: read off the stage's order (schedules.peak_inflight),
+    each chunk weighted by its layers; a split backward keeps a micro-batch's activations until
+    its W (the W needs the inputs of every linear layer — Qi et al. 2023 Table 1: B frees only
+    the attention core). ZB-H1 holds p on every stage, ZB-V 2p half-stage chunks, DualPipe
+    p + 1 and DualPipeV 2p + 1 chunks (the DualPipe README's table).
     """
     p, m, v = par.pp, par.num_microbatches, par.vp
+    if par.schedule in ("zb-h1", "zb-v", "dualpipe", "dualpipev"):
+        weights = chunk_layer_counts or [stage_layers / v] * v
+        return peak_inflight(stage_tasks(par.schedule, p, v, m, stage), weights)
     if par.schedule == "gpipe":
         return float(m * stage_layers)
     if v > 1 and par.schedule == "interleaved":
@@ -208,6 +219,8 @@ def inflight_layer_microbatches(par: ParallelConfig, stage: int, stage_layers: i
 def inflight_microbatches(par: ParallelConfig, stage: int) -> float:
     """Micro-batches in flight on a stage (for its per-micro-batch buffers)."""
     p, m, v = par.pp, par.num_microbatches, par.vp
+    if par.schedule in ("zb-h1", "zb-v", "dualpipe", "dualpipev"):
+        return peak_inflight(stage_tasks(par.schedule, p, v, m, stage)) / v
     if par.schedule == "gpipe":
         return float(m)
     if v > 1 and par.schedule == "interleaved":
@@ -268,6 +281,35 @@ def stage_params(
         dense += h  # final norm
         # the output layer; with tied embeddings and pp > 1 Megatron keeps a copy on the last stage
         if not model.tied_embeddings or par.pp > 1:
+            dense += model.vocab * h / t
+    return StageParams(dense=dense, expert=expert)
+
+
+def stage_params_of_chunks(
+    model: ModelSpec, par: ParallelConfig, stage: int, chunks: list[list[int]]
+) -> StageParams:
+    """Weights of one GPU of `stage` holding these chunks (layer index lists): each chunk's
+    layers, the embedding with the first virtual stage, the final norm and output layer with
+    the last (one shared matrix when tied and both are on this stage). DualPipe's two chunks
+    are two copies of the model's pieces: 2x the parameters (DeepSeek-V3 report §3.2.1)."""
+    dense = expert = 0.0
+    holds_embedding = False
+    holds_output = False
+    for c, layers in enumerate(chunks):
+        if layers:
+            part = stage_params(model, par, -1, layers[0], len(layers))
+            dense += part.dense
+            expert += part.expert
+        holds_embedding |= prev_chunk(par.schedule, par.pp, par.vp, stage, c) is None
+        holds_output |= next_chunk(par.schedule, par.pp, par.vp, stage, c) is None
+    h, t = model.hidden, par.tp
+    if holds_embedding:
+        dense += model.vocab * h / t
+        if model.position_embeddings:
+            dense += model.seq_len * h
+    if holds_output:
+        dense += h
+        if not (model.tied_embeddings and holds_embedding):
             dense += model.vocab * h / t
     return StageParams(dense=dense, expert=expert)
 
@@ -335,16 +377,15 @@ def memory_footprint(scn: Scenario) -> MemoryReport:
     # communication buffers: SP gather + reduce-scatter staging, pipeline send/recv
     comm = (2 * ACT_BYTES * sbh if sp else 0.0) + (2 * ACT_BYTES * sbh / t if p > 1 else 0.0)
 
-    counts = stage_layer_counts(model.layers, p)
+    layout = chunk_layers(par.schedule, model.layers, p, par.vp)
     stage_totals: list[float] = []
     stage_parts: list[dict[str, float]] = []
-    first = 0
-    for i, n_layers in enumerate(counts):
-        params = stage_params(model, par, i, first, n_layers)
+    for i, chunks in enumerate(layout):
+        n_layers = sum(len(c) for c in chunks)
+        params = stage_params_of_chunks(model, par, i, chunks)
         weights, grads, optimizer = _model_state_bytes(params, par, scn.dtype)
-        n_moe = _moe_layers_in(model, first, first + n_layers)
-        first += n_layers
-        layer_mbs = inflight_layer_microbatches(par, i, n_layers)
+        n_moe = sum(1 for c in chunks for layer in c if model.is_moe_layer(layer))
+        layer_mbs = inflight_layer_microbatches(par, i, n_layers, [float(len(c)) for c in chunks])
         per_layer = (
             dense_act.stored
             if n_layers == 0
@@ -352,16 +393,19 @@ def memory_footprint(scn: Scenario) -> MemoryReport:
         )
         activations = layer_mbs * per_layer
         activations += max(dense_act.working, moe_act.working if n_moe else 0.0)
-        if i == 0:
+        holds_embedding = any(prev_chunk(par.schedule, p, par.vp, i, c) is None for c in range(len(chunks)))
+        holds_output = any(next_chunk(par.schedule, p, par.vp, i, c) is None for c in range(len(chunks)))
+        if holds_embedding:
             activations += embed_mask * inflight_microbatches(par, i)
-        if i == p - 1:
+        if holds_output:
             activations += output_inputs + logits
         buffers = comm
         if par.zero >= 3 and n_layers:
             # FSDP prefetch: the current and the next layer's full (unsharded) weights, or the
             # gathered embedding / output layer when that is larger
-            layer = stage_params(model, par, -1, first - n_layers, 1)  # one layer, no embeddings
-            embedding = model.vocab * model.hidden / t if i in (0, p - 1) else 0.0
+            first = next(c[0] for c in chunks if c)
+            layer = stage_params(model, par, -1, first, 1)  # one layer, no embeddings
+            embedding = model.vocab * model.hidden / t if holds_embedding or holds_output else 0.0
             buffers += WEIGHT_BYTES * max(2 * (layer.dense + layer.expert), embedding)
         allocated = weights + grads + optimizer + activations + buffers
         reserved = FRAMEWORK_BYTES + FRAGMENTATION_FRACTION * allocated

@@ -21,6 +21,7 @@ from . import flops as fl
 from .comm import CommModel, default_comm_model
 from .costs import Device, attention_time_s, matmul_time_s, memory_op_time_s
 from .kernels import resolve_attention
+from .schedules import PassTimes, Task, chunk_layers, next_chunk, prev_chunk, stage_tasks
 from .specs import ModelSpec, Scenario
 
 ADAM_BYTES_PER_PARAM = (
@@ -111,6 +112,28 @@ class Program:
     dataloader_jitter: float = 0.0
     dataloader_seed: int = 0
     collectives: tuple[dict, ...] = field(default=())
+
+
+def pass_times(program: Program) -> PassTimes:
+    """Mean per-chunk F/B/W durations and hop: what the duration-built orders (zb-v) assume."""
+    chunks = [c for st in program.stages for c in st.chunks]
+    n = max(len(chunks), 1)
+    return PassTimes(
+        forward_s=sum(c.forward.duration_s for c in chunks) / n,
+        backward_input_s=sum(c.backward_input.duration_s for c in chunks) / n,
+        backward_weight_s=sum(c.backward_weight.duration_s for c in chunks) / n,
+        hop_s=sum(st.p2p_s for st in program.stages) / max(len(program.stages), 1),
+    )
+
+
+def stage_orders(program: Program) -> tuple[tuple[Task, ...], ...]:
+    """Every stage's ordered tasks under the program's schedule (the engine and the closed-form
+    estimate replay the same orders)."""
+    times = pass_times(program) if program.schedule == "zb-v" else None
+    return tuple(
+        tuple(stage_tasks(program.schedule, program.pp, program.vp, program.num_microbatches, s, times))
+        for s in range(program.pp)
+    )
 
 
 # ----------------------------------------------------------------------------- layout
@@ -482,7 +505,7 @@ def build_program(scn: Scenario, comm: CommModel | None = None) -> Program:
     coster = _Coster(scn, comm)
     par, m = scn.parallel, scn.model
     pp, vp = par.pp, par.vp
-    layout = layers_per_chunk(m.layers, pp, vp)
+    layout = chunk_layers(par.schedule, m.layers, pp, vp)
     layer_cost = {False: coster.layer(False)}
     if m.is_moe:
         layer_cost[True] = coster.layer(True)
@@ -498,9 +521,12 @@ def build_program(scn: Scenario, comm: CommModel | None = None) -> Program:
     for s in range(pp):
         chunks = []
         stage_params = 0.0
+        holds_embedding = any(prev_chunk(par.schedule, pp, vp, s, c) is None for c in range(vp))
         for c in range(vp):
-            layers = layout[c * pp + s]
-            first, last = s == 0 and c == 0, s == pp - 1 and c == vp - 1
+            layers = layout[s][c]
+            # the embedding sits before the first virtual stage, the logits and loss after the last
+            first = prev_chunk(par.schedule, pp, vp, s, c) is None
+            last = next_chunk(par.schedule, pp, vp, s, c) is None
             n_moe = sum(1 for i in layers if m.is_moe_layer(i))
             counts = {False: len(layers) - n_moe, True: n_moe}
             fwd: list = []
@@ -530,7 +556,8 @@ def build_program(scn: Scenario, comm: CommModel | None = None) -> Program:
                 fwd += log_f.parts
                 b_in = list(log_bi.parts) + b_in
                 b_w = list(log_bw.parts) + b_w
-                params += 0 if m.tied_embeddings and pp == 1 else embed_params
+                # tied embeddings share one matrix when the embedding sits on this stage too
+                params += 0 if m.tied_embeddings and holds_embedding else embed_params
             if first:
                 b_in += emb_b.parts
             stage_params += params

@@ -28,5 +28,10 @@ def topology_names() -> list[str]:
     return sorted(p.stem for p in data_dir("topologies").glob("*.toml"))
 
 
+def scenario_names() -> list[str]:
+    """Shipped scenarios, runnable by name (`mfusim run llama3-70b-512-h100`)."""
+    return sorted(p.stem for p in data_dir("scenarios").glob("*.toml"))
+
+
 def published_runs_csv() -> Path:
     return data_dir("scenarios") / "published" / "calibration_runs.csv"

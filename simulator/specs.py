@@ -9,11 +9,17 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from .errors import ConfigError
+from .schedules import check_schedule, num_virtual_stages
+
+if TYPE_CHECKING:
+    from .plan import RunSpec
 
 DTYPES = ("bf16", "fp16", "fp8")
-SCHEDULES = ("gpipe", "1f1b", "interleaved", "zb-h1")
+SCHEDULES = ("gpipe", "1f1b", "interleaved", "zb-h1")  # zb-v, dualpipe, dualpipev: with the engine's routing
+TWO_CHUNK_SCHEDULES = ("zb-v", "dualpipe", "dualpipev")  # two model chunks per stage by construction
 RECOMPUTE = ("none", "selective", "full")
 INTRA_FABRICS = ("nvswitch", "pcie", "nvlink")
 INTER_FABRICS = ("rail-optimized", "fat-tree")
@@ -225,8 +231,15 @@ class GPUSpec:
     efficiency: GPUEfficiency = field(default_factory=GPUEfficiency)
     num_sms: int = 108  # streaming multiprocessors: sets GEMM wave quantization
     source: str = ""
+    # Whole-run energy (simulator/plan.py); 0 = not in the catalog. Datasheet sources in gpus.toml.
+    board_power_w: float = 0.0  # rated board power (TDP / max TGP)
+    node_overhead_w_per_gpu: float = 0.0  # rated server power minus its GPUs' board power, per GPU
+    host_link_bytes_per_s: float = 0.0  # GPU <-> host memory, one direction (checkpoint snapshots)
 
     def __post_init__(self) -> None:
+        _check_num("gpu.board_power_w", self.board_power_w, maximum=1e5)
+        _check_num("gpu.node_overhead_w_per_gpu", self.node_overhead_w_per_gpu, maximum=1e5)
+        _check_num("gpu.host_link_GBps", self.host_link_bytes_per_s)
         _check_num("gpu.peak_bf16_tflops", self.peak_bf16_flop_per_s, strict=True)
         _check_num("gpu.peak_fp16_tflops", self.peak_fp16_flop_per_s, strict=True)
         _check_num("gpu.peak_fp8_tflops", self.peak_fp8_flop_per_s)
@@ -340,7 +353,17 @@ class ParallelConfig:
                 f" = {self.micro_batch * self.dp}; got {self.global_batch}",
                 key=f"{p}.global_batch",
             )
-        if self.vp > 1:
+        if self.schedule in TWO_CHUNK_SCHEDULES:
+            if self.vp > 2:
+                raise ConfigError(
+                    f"schedule {self.schedule!r} places exactly 2 model chunks per stage; got vp = {self.vp}",
+                    key=f"{p}.vp",
+                )
+            object.__setattr__(self, "vp", 2)  # normalized: the schedule's two chunks
+            why = _schedule_problem(self.schedule, self.pp, self.num_microbatches)
+            if why:
+                raise ConfigError(why, key=f"{p}.global_batch" if "micro-batches" in why else f"{p}.pp")
+        elif self.vp > 1:
             if self.pp == 1:
                 raise ConfigError("vp > 1 (interleaved) needs pp > 1", key=f"{p}.vp")
             if self.schedule != "interleaved":
@@ -466,6 +489,7 @@ class Scenario:
     kernels: KernelOptions = field(default_factory=KernelOptions)
     sweep: tuple[tuple[str, tuple[object, ...]], ...] = ()
     source: str = ""  # file it came from, for messages
+    run: RunSpec | None = None  # the whole-run plan's inputs ([run]); None = no plan
 
     def __post_init__(self) -> None:
         _check_str("name", self.name)
@@ -500,12 +524,18 @@ class Scenario:
                 f"only {par.num_microbatches} micro-batches for pp = {par.pp}: "
                 "the pipeline never fills (bubble > 50%)"
             )
-        if self.model.layers % (par.pp * par.vp):
+        pieces = num_virtual_stages(par.schedule, par.pp, par.vp)
+        if self.model.layers % pieces:
             out.append(
-                f"{self.model.layers} layers do not divide into pp*vp = {par.pp * par.vp} "
+                f"{self.model.layers} layers do not divide into "
+                f"{'pp' if par.schedule == 'dualpipe' else 'pp*vp'} = {pieces} "
                 "equal stages: the first stages get one layer more"
             )
         return out
+
+
+def _schedule_problem(schedule: str, pp: int, m: int) -> str | None:
+    return check_schedule(schedule, pp, m, num_layers=MAX_LAYERS)
 
 
 def check_parallel_fits(model: ModelSpec, par: ParallelConfig, num_gpus: int) -> None:
@@ -526,7 +556,12 @@ def check_parallel_fits(model: ModelSpec, par: ParallelConfig, num_gpus: int) ->
         raise ConfigError(f"tp = {par.tp} and kv_heads = {kv}: one must divide the other", key=f"{p}.tp")
     if par.pp > model.layers:
         raise ConfigError(f"pp = {par.pp} exceeds the number of layers ({model.layers})", key=f"{p}.pp")
-    if par.vp > 1 and model.layers < par.pp * par.vp:
+    if par.schedule in ("zb-v", "dualpipev") and model.layers < 2 * par.pp:
+        raise ConfigError(
+            f"{par.schedule} cuts the model into 2*pp = {2 * par.pp} chunks; it has only {model.layers} layers",
+            key=f"{p}.pp",
+        )
+    if par.vp > 1 and par.schedule == "interleaved" and model.layers < par.pp * par.vp:
         raise ConfigError(
             f"pp*vp = {par.pp * par.vp} model chunks exceed the number of layers ({model.layers})",
             key=f"{p}.vp",

@@ -14,6 +14,11 @@ GIB_BYTES = 2**30
 
 US_S = 1e-6  # one microsecond in seconds
 MS_S = 1e-3  # one millisecond in seconds
+MIN_S = 60.0
+HOUR_S = 3600.0
+DAY_S = 86400.0
+YEAR_S = 365.25 * DAY_S  # Julian year
+JOULES_PER_MWH = 3.6e9
 
 BITS_PER_BYTE = 8
 

@@ -66,7 +66,13 @@ def test_gemm_time_never_grows_with_peak_or_bandwidth(dtype: str) -> None:
         peak_fp8_flop_per_s=1.3 * gpu.peak_fp8_flop_per_s,
         hbm_bandwidth_bytes_per_s=1.5 * gpu.hbm_bandwidth_bytes_per_s,
     )
-    for m, n, k in ((128, 128, 128), (2048, 128, 1024), (8192, 1024, 8192), (4096, 4096, 256), (300, 5000, 70)):
+    for m, n, k in (
+        (128, 128, 128),
+        (2048, 128, 1024),
+        (8192, 1024, 8192),
+        (4096, 4096, 256),
+        (300, 5000, 70),
+    ):
         assert K.gemm_time_s(faster, dtype, m, n, k) <= K.gemm_time_s(gpu, dtype, m, n, k)
 
 
@@ -99,7 +105,9 @@ def test_attention_fwd_bwd_is_the_sum_and_causal_is_cheaper() -> None:
 def test_attention_rejects_unknown_implementation() -> None:
     gpu = gpu_by_name("h100-sxm")
     with pytest.raises(ConfigError):
-        K.attention_time_s(gpu, batch=1, seq=1024, heads=8, head_dim=128, causal=True, impl="fa9", pass_="fwd")
+        K.attention_time_s(
+            gpu, batch=1, seq=1024, heads=8, head_dim=128, causal=True, impl="fa9", pass_="fwd"
+        )
 
 
 def test_memory_kernel_approaches_achievable_bandwidth() -> None:

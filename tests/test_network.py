@@ -9,6 +9,7 @@ import time
 import networkx as nx
 import pytest
 
+from simulator.cli.topo import cmd_topo
 from simulator.comm import CollectiveCost, FlatCommModel, bus_factor, default_comm_model
 from simulator.errors import ConfigError
 from simulator.loading import scenario_from_dict
@@ -17,7 +18,6 @@ from simulator.network import (
     Placement,
     TopologyCommModel,
     build_graph,
-    cmd_topo,
     double_binary_tree_edges,
 )
 from simulator.network.graph import route_latency_s

@@ -379,13 +379,17 @@ def test_calibration_pieces(tmp_path, shipped):
     assert value < 1e-4 and np.allclose(x, [1.0, -2.0], atol=0.02)
     eff = GPUEfficiency(sustained_clock_fraction=0.91, kernel_launch_s=7e-6, overlap_slowdown=0.1)
     back = C.decode(C.encode(eff))
-    assert back.sustained_clock_fraction == pytest.approx(0.91) and back.kernel_launch_s == pytest.approx(7e-6)
+    assert back.sustained_clock_fraction == pytest.approx(0.91) and back.kernel_launch_s == pytest.approx(
+        7e-6
+    )
     cases = [c for c in (V.build_case(r) for r in shipped.values()) if isinstance(c, V.Case) and c.is_target]
     split = C.split_rows(cases)
     assert split == C.split_rows(list(reversed(cases)))  # order-independent, deterministic
     assert 0.45 < sum(split.values()) / len(split) < 0.55
     toml = tmp_path / "efficiency.toml"
-    toml.write_text("[default]\nsustained_clock_fraction = 0.8\n\n[h100-sxm]\nsustained_clock_fraction = 0.5\n")
+    toml.write_text(
+        "[default]\nsustained_clock_fraction = 0.8\n\n[h100-sxm]\nsustained_clock_fraction = 0.5\n"
+    )
     res = C.FitResult("hopper", GPUEfficiency(), eff, 30.0, 31.0, 5.0, 6.0, 10, 11, 100, 1.0)
     C.write_efficiency([res], toml)
     C.write_efficiency([res], toml)  # idempotent: replaces its own table

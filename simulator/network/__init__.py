@@ -5,7 +5,7 @@
 - placement.py: ranks -> GPUs and the TP/CP/DP/EP/PP groups
 - collectives.py: NCCL algorithms costed α–β on the bottleneck links, with contention
 - model.py: TopologyCommModel, the CommModel `mfusim run` uses
-- topo.py: `mfusim topo`
+- summary.py: a topology in plain numbers (for `mfusim topo`)
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from .fabric import Fabric
 from .graph import build_graph
 from .model import TopologyCommModel
 from .placement import Placement
-from .topo import cmd_topo, topology_summary
+from .summary import topology_summary
 
 __all__ = [
     "Fabric",
@@ -24,7 +24,6 @@ __all__ = [
     "Placement",
     "TopologyCommModel",
     "build_graph",
-    "cmd_topo",
     "double_binary_tree_edges",
     "topology_summary",
 ]

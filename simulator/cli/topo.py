@@ -8,45 +8,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from .. import units
 from ..errors import ConfigError
 from ..loading import load_topology
-from .fabric import Fabric
+from ..network.fabric import Fabric
+from ..network.summary import topology_summary
 
 DEFAULT_SCALABLE_UNITS = 4  # summary size when --gpus is not given: four SUs (a small SuperPOD)
-
-
-def topology_summary(fabric: Fabric) -> dict[str, Any]:
-    """Plain-number description (human units, as printed); the keys are stable for --json."""
-    topo = fabric.topology
-    inter = topo.inter_node
-    gbyte = units.GIGA
-    return {
-        "name": topo.name,
-        "gpu": topo.gpu.name,
-        "num_gpus": fabric.num_gpus,
-        "gpus_per_node": fabric.gpus_per_node,
-        "num_nodes": fabric.num_nodes,
-        "intra_node_fabric": topo.intra_node.fabric,
-        "nvls": topo.intra_node.nvls,
-        "intra_node_GBps_per_gpu": fabric.intra_bandwidth_bytes_per_s / gbyte,
-        "intra_node_latency_us": topo.intra_node.latency_s / units.US_S,
-        "inter_node_fabric": inter.fabric,
-        "nics_per_node": inter.nics_per_node,
-        "nic_Gbps": inter.nic_bandwidth_bytes_per_s * units.BITS_PER_BYTE / gbyte,
-        "nic_GBps_per_gpu": fabric.node_nic_bandwidth_bytes_per_s / fabric.gpus_per_node / gbyte,
-        "nic_GBps_per_node": fabric.node_nic_bandwidth_bytes_per_s / gbyte,
-        "inter_node_latency_us": inter.latency_s / units.US_S,
-        "nodes_per_leaf": fabric.nodes_per_leaf,
-        "num_scalable_units": fabric.num_scalable_units,
-        "num_leaf_switches": fabric.num_leaves,
-        "num_spine_switches": fabric.num_spines,
-        "oversubscription": inter.oversubscription,
-        "leaf_uplink_GBps": fabric.leaf_uplink_bytes_per_s / gbyte,
-        "bisection_GBps": fabric.bisection_bytes_per_s / gbyte,
-        "bisection_GBps_per_gpu": fabric.bisection_bytes_per_s / max(fabric.num_gpus // 2, 1) / gbyte,
-        "rank_order": list(topo.rank_order),
-    }
 
 
 def _text(s: dict[str, Any]) -> str:

@@ -1,0 +1,70 @@
+"""`mfusim` entry point: parse, dispatch to one command module, turn errors into exit codes.
+
+Errors a user can cause exit 2 with one line on stderr; a bug exits 1 with one line (the
+traceback with MFUSIM_DEBUG=1). Each command lives in its own module `simulator/cli/<name>.py`
+as `cmd_<name>(args) -> int`; heavy modules are imported inside it so `mfusim --help` stays fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import traceback
+from collections.abc import Callable, Sequence
+
+from ..errors import EXIT_USAGE, ConfigError
+from .common import one_line
+from .mfu import cmd_mfu
+from .parser import build_parser
+from .presets import cmd_presets
+from .run import cmd_run
+from .sweep import cmd_sweep
+from .topo import cmd_topo
+from .validate import cmd_validate
+from .whatif import cmd_whatif
+
+COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
+    "run": cmd_run,
+    "sweep": cmd_sweep,
+    "mfu": cmd_mfu,
+    "validate": cmd_validate,
+    "whatif": cmd_whatif,
+    "topo": cmd_topo,
+    "presets": cmd_presets,
+}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help()
+        return EXIT_USAGE
+    try:
+        return COMMANDS[args.command](args)
+    except ConfigError as err:
+        sys.stderr.write(one_line(f"mfusim {args.command}: error: {err}") + "\n")
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        sys.stderr.write("mfusim: interrupted\n")
+        return 130
+    except BrokenPipeError:
+        return 0
+    except OSError as exc:
+        # The environment refused a file operation (permissions, disk full, a path that
+        # vanished): the user's to fix, so one line and exit 2 like any bad input.
+        where = f"{exc.filename}: " if exc.filename else ""
+        sys.stderr.write(one_line(f"mfusim {args.command}: error: {where}{exc.strerror or exc}") + "\n")
+        return EXIT_USAGE
+    except Exception as exc:  # a bug in mfusim, not in the user's input
+        if os.environ.get("MFUSIM_DEBUG"):
+            traceback.print_exc()
+        sys.stderr.write(
+            one_line(
+                f"mfusim: internal error: {type(exc).__name__}: {exc} -- this is a bug in mfusim; "
+                "please report it with the command line and input files (MFUSIM_DEBUG=1 shows the traceback)"
+            )
+            + "\n"
+        )
+        return 1

@@ -1,0 +1,121 @@
+"""The `mfusim` argument parser: every command's flags (SPEC §3)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from ..errors import EXIT_USAGE
+from .common import MAX_SAMPLES, plot_path, positive_float, positive_int, seed_flag
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse that reports a bad flag in one line with exit 2 (no usage dump)."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        prog = self.prog
+        sys.stderr.write(f"{prog}: error: {message}\n")
+        raise SystemExit(EXIT_USAGE)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(
+        prog="mfusim",
+        description="Distributed-training bottleneck simulator: MFU, HFU and where the time goes.",
+    )
+    from .. import __version__
+
+    parser.add_argument("--version", action="version", version=f"mfusim {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+
+    p = sub.add_parser("run", help="simulate one training step of a scenario")
+    p.add_argument("scenario", nargs="?", help="scenario TOML (default: built-in GPT-3 175B on 1024 A100)")
+    p.add_argument("--json", action="store_true", help="print the SPEC §4 JSON object only")
+    p.add_argument("--trace", metavar="FILE.json", help="write a Chrome/Perfetto trace of the step")
+    p.add_argument(
+        "--plot",
+        metavar="FILE.png",
+        type=plot_path("--plot"),
+        help="write a picture of the step (Gantt + breakdown)",
+    )
+    p.add_argument(
+        "--samples",
+        type=positive_int("--samples", maximum=MAX_SAMPLES),
+        default=1,
+        help="simulate N steps with different seeds",
+    )
+    p.add_argument("--seed", type=seed_flag("--seed"), default=None, help="override the scenario's seeds")
+    p.add_argument(
+        "--comm-model", choices=("topology", "flat"), default="topology", help="collective cost model"
+    )
+
+    p = sub.add_parser("sweep", help="simulate every valid configuration of a scenario's [sweep] table")
+    p.add_argument("scenario", help="scenario TOML with a [sweep] table")
+    p.add_argument("--top", type=positive_int("--top"), default=10, help="rows in the ranked table")
+    p.add_argument("--out", metavar="FILE.csv", help="write every configuration (CSV; .jsonl for JSON Lines)")
+    p.add_argument(
+        "--jobs",
+        type=positive_int("--jobs"),
+        default=None,
+        help="local worker processes (default: one per CPU core)",
+    )
+    p.add_argument("--resume", action="store_true", help="continue a sweep whose --out already holds rows")
+    p.add_argument("--rank-by", choices=("mfu", "tokens_per_s"), default="mfu")
+    p.add_argument("--plot", metavar="FILE.png", type=plot_path("--plot"), help="MFU of every configuration")
+    p.add_argument(
+        "--engine",
+        choices=("auto", "analytic", "des"),
+        default="auto",
+        help="auto: closed form for all, discrete-event engine for the best --refine ones",
+    )
+    p.add_argument(
+        "--refine",
+        type=positive_int("--refine"),
+        default=3,
+        help="with --engine auto: how many of the best configurations the engine re-simulates",
+    )
+    p.add_argument("--dask", metavar="ADDRESS", help="run on an existing Dask scheduler ('local' starts one)")
+    p.add_argument("--json", action="store_true", help="print the ranked results as JSON")
+
+    p = sub.add_parser("mfu", help="the calculator: MFU/HFU of a measured run")
+    p.add_argument(
+        "--params", type=positive_float("--params"), help="parameter count (e.g. 7e9); then only 6Ψ applies"
+    )
+    p.add_argument("--model", help="a model preset name (exact FLOP counts apply)")
+    p.add_argument("--seq-len", type=positive_int("--seq-len"), help="override the preset's sequence length")
+    p.add_argument(
+        "--tokens-per-s", type=positive_float("--tokens-per-s"), help="measured aggregate tokens/s"
+    )
+    p.add_argument(
+        "--step-time-s",
+        type=positive_float("--step-time-s"),
+        help="measured step time (with --global-batch)",
+    )
+    p.add_argument(
+        "--global-batch", type=positive_int("--global-batch"), help="sequences per step (with --step-time-s)"
+    )
+    p.add_argument("--gpus", type=positive_int("--gpus"), required=True, help="number of GPUs")
+    p.add_argument("--gpu", required=True, help="GPU catalog name, e.g. a100-80gb")
+    p.add_argument("--dtype", choices=("bf16", "fp16", "fp8"), default="bf16")
+    p.add_argument("--recompute", choices=("none", "selective", "full"), default="none")
+    p.add_argument("--json", action="store_true")
+
+    p = sub.add_parser("validate", help="predicted vs published measured runs")
+    p.add_argument("runs", nargs="?", help="CSV of published runs (default: the shipped calibration set)")
+    p.add_argument("--json", action="store_true")
+    p.add_argument("--out", metavar="FILE.csv", help="write the per-row table")
+    p.add_argument("--gpu", help="only rows of this GPU label (substring match)")
+    p.add_argument("--source", help="only rows whose source contains this text")
+
+    p = sub.add_parser("whatif", help="how much each lever would raise MFU")
+    p.add_argument("scenario", nargs="?", help="scenario TOML (default: the built-in default)")
+    p.add_argument("--json", action="store_true")
+
+    p = sub.add_parser("topo", help="summarize a topology")
+    p.add_argument("topology", help="a shipped topology name or a topology TOML")
+    p.add_argument("--gpus", type=positive_int("--gpus"), default=None, help="cluster size for the summary")
+    p.add_argument("--json", action="store_true")
+
+    p = sub.add_parser("presets", help="list model presets, GPUs and topologies")
+    p.add_argument("--json", action="store_true")
+    return parser

@@ -1,0 +1,62 @@
+"""`mfusim presets`: the model presets, GPUs and topologies that ship with mfusim."""
+
+from __future__ import annotations
+
+import argparse
+
+from ..units import TERA, bytes_to_gib
+from .common import print_json
+
+
+def cmd_presets(args: argparse.Namespace) -> int:
+    from .. import flops
+    from ..loading import load_gpu_catalog, load_model_presets, model_preset
+    from ..resources import topology_names
+
+    gpus = load_gpu_catalog()
+    models = {name: model_preset(name) for name in load_model_presets()}
+    topologies = topology_names()
+    if args.json:
+        print_json(
+            {
+                "models": {
+                    n: {
+                        "params": flops.total_params(m),
+                        "layers": m.layers,
+                        "hidden": m.hidden,
+                        "seq_len": m.seq_len,
+                    }
+                    for n, m in models.items()
+                },
+                "gpus": {
+                    n: {
+                        "peak_bf16_tflops": g.peak_bf16_flop_per_s / TERA,
+                        "peak_fp8_tflops": g.peak_fp8_flop_per_s / TERA,
+                        "hbm_gib": bytes_to_gib(g.hbm_bytes),
+                        "hbm_TBps": g.hbm_bandwidth_bytes_per_s / TERA,
+                    }
+                    for n, g in gpus.items()
+                },
+                "topologies": topologies,
+            }
+        )
+        return 0
+    print("Model presets:")
+    print(f"  {'name':<14} {'params':>9} {'layers':>6} {'hidden':>6} {'heads':>5} {'kv':>4} {'seq':>6}")
+    for n, m in models.items():
+        print(
+            f"  {n:<14} {flops.total_params(m) / 1e9:>8.1f}B {m.layers:>6} {m.hidden:>6} "
+            f"{m.heads:>5} {m.num_kv_heads:>4} {m.seq_len:>6}" + ("  MoE" if m.is_moe else "")
+        )
+    print("\nGPUs (dense peak TFLOP/s):")
+    print(f"  {'name':<11} {'bf16':>7} {'fp16':>7} {'fp8':>7} {'HBM GiB':>8} {'HBM TB/s':>9}")
+    for n, g in gpus.items():
+        fp8 = f"{g.peak_fp8_flop_per_s / TERA:>7.0f}" if g.peak_fp8_flop_per_s else f"{'-':>7}"
+        print(
+            f"  {n:<11} {g.peak_bf16_flop_per_s / TERA:>7.0f} {g.peak_fp16_flop_per_s / TERA:>7.0f} {fp8} "
+            f"{bytes_to_gib(g.hbm_bytes):>8.0f} {g.hbm_bandwidth_bytes_per_s / TERA:>9.2f}"
+        )
+    print("\nTopologies:")
+    for t in topologies:
+        print(f"  {t}")
+    return 0

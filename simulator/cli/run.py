@@ -1,0 +1,52 @@
+"""`mfusim run`: simulate one step and show it (SPEC §3-4)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from ..run import comm_model_for, format_report, format_samples, sample_stats
+from .common import check_writable, print_json, scenario_path
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from ..engine import simulate
+    from ..loading import load_scenario
+
+    scn = load_scenario(scenario_path(args.scenario))
+    trace_path = check_writable(args.trace, "--trace") if args.trace else None
+    plot_path = check_writable(args.plot, "--plot") if args.plot else None
+    comm = comm_model_for(scn, getattr(args, "comm_model", "topology"))
+    base_seed = args.seed if args.seed is not None else scn.variability.seed
+    result = simulate(scn, comm, seed=args.seed)
+    report = result.report
+    samples = [report]
+    for i in range(1, args.samples):
+        samples.append(simulate(scn, comm, seed=base_seed + i).report)
+
+    for w in report.warnings:
+        sys.stderr.write(f"warning: {w}\n")
+    # --- trace and plot hooks (simulator/trace.py, simulator/plots.py)
+    if trace_path is not None:
+        from ..trace import write_chrome_trace
+
+        write_chrome_trace(result.timeline, report, trace_path)
+        sys.stderr.write(f"wrote trace {trace_path} (open in ui.perfetto.dev)\n")
+    if plot_path is not None:
+        from ..plots import step_figure
+
+        fig = step_figure(result.timeline, report)
+        fig.savefig(plot_path, dpi=120, bbox_inches="tight")
+        sys.stderr.write(f"wrote plot {plot_path}\n")
+
+    stats = sample_stats(samples) if args.samples > 1 else None
+    if args.json:
+        out = report.to_dict()
+        if stats is not None:
+            out["samples"] = stats
+        print_json(out)
+    else:
+        print(format_report(scn, report))
+        if stats is not None:
+            print(format_samples(stats))
+    return 0

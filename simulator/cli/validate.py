@@ -1,0 +1,36 @@
+"""`mfusim validate`: predicted vs published measured runs (SPEC §3, §5)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from .. import validate
+from ..errors import ConfigError
+from ..resources import published_runs_csv
+from .common import check_writable
+
+
+def cmd_validate(args: argparse.Namespace, simulate_fn: validate.SimulateFn | None = None) -> int:
+    path = Path(args.runs) if getattr(args, "runs", None) else published_runs_csv()
+    out = None
+    if getattr(args, "out", None):
+        out = check_writable(args.out, "--out")
+    runs = validate.read_runs_csv(path)
+    selected = validate.select_runs(
+        runs, gpu=getattr(args, "gpu", None), source=getattr(args, "source", None)
+    )
+    if not selected:
+        flag = "--gpu" if getattr(args, "gpu", None) else "--source"
+        raise ConfigError(f"no row of {path} matches the filter", key=flag)
+    fn = simulate_fn if simulate_fn is not None else validate.default_simulate()
+    report = validate.validate_runs(selected, fn, csv_path=str(path), progress=True)
+    if out is not None:
+        validate.write_out(report, out)
+    if getattr(args, "json", False):
+        sys.stdout.write(json.dumps(report.to_dict(), indent=2) + "\n")
+    else:
+        sys.stdout.write(validate.format_report(report) + "\n")
+    return 0

@@ -1,0 +1,73 @@
+"""`mfusim whatif`: how much each lever would raise MFU."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+from ..whatif import WhatIf, analyze, candidate_variants
+from .common import print_json, scenario_path
+
+
+def _print_table(result: WhatIf, out: Any) -> None:
+    base = result.baseline
+    step = base.step_time_s
+    bd = (
+        sorted(((v / step, k) for k, v in base.breakdown_s.items() if v > 0), reverse=True)
+        if step > 0
+        else []
+    )
+    out.write(
+        f"{result.scenario_name}: baseline MFU {100 * base.mfu:.1f}%, HFU {100 * base.hfu:.1f}%, "
+        f"step {step:.4g} s, {base.tokens_per_s:,.0f} tokens/s on {base.num_gpus:,} GPUs\n"
+    )
+    out.write(result.headline + "\n")
+    out.write("breakdown: " + ", ".join(f"{k} {100 * f:.1f}%" for f, k in bd) + "\n\n")
+    rows = [("#", "lever", "MFU", "gain", "step (s)", "tokens/s", "mem", "change")]
+    for i, lv in enumerate(result.applied, 1):
+        mem = "" if lv.fits is None else ("ok" if lv.fits else "OOM")
+        rows.append(
+            (
+                str(i),
+                lv.name,
+                f"{100 * (lv.mfu or 0):.1f}%",
+                f"{100 * (lv.gain or 0):+.1f}",
+                f"{lv.step_time_s or 0:.4g}",
+                f"{lv.tokens_per_s or 0:,.0f}",
+                mem,
+                lv.change,
+            )
+        )
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    right = {0, 2, 3, 4, 5}
+    for r in rows:
+        cells = [
+            c.rjust(w) if i in right else c.ljust(w) for i, (c, w) in enumerate(zip(r, widths, strict=True))
+        ]
+        out.write("  ".join(cells).rstrip() + "\n")
+    notes = [(i, lv) for i, lv in enumerate(result.applied, 1) if lv.note]
+    if notes:
+        out.write("\nnotes:\n")
+        for i, lv in notes:
+            out.write(f"  {i}. {lv.note}\n")
+    if result.skipped:
+        out.write("\nnot applicable:\n")
+        for lv in result.skipped:
+            out.write(f"  - {lv.name}: {lv.skipped}\n")
+    out.write("\ngain = points of MFU over the baseline; MFU counts the baseline model's FLOPs per token.\n")
+
+
+def cmd_whatif(args: argparse.Namespace) -> int:
+    """`mfusim whatif [SCENARIO] [--json]`."""
+    from ..loading import load_scenario
+
+    scenario = load_scenario(scenario_path(getattr(args, "scenario", None)))
+    n = sum(1 for v in candidate_variants(scenario) if v.build is not None)
+    sys.stderr.write(f"whatif: simulating the baseline and {n} variants of {scenario.name}\n")
+    result = analyze(scenario)
+    if getattr(args, "json", False):
+        print_json(result.to_dict())
+    else:
+        _print_table(result, sys.stdout)
+    return 0

@@ -1,0 +1,410 @@
+"""The whole training run: days, GPU-hours, cost, energy and goodput (issue 15, docs/plan.md).
+
+One simulated step gives tokens/s; a run of `tokens` tokens on N GPUs then takes
+`tokens / tokens_per_s / goodput` seconds of wall-clock time, where the goodput is the fraction
+of wall time spent on useful steps. The rest goes to checkpoint stalls, work lost since the last
+checkpoint when a GPU fails, and restarts.
+
+Failures are a Poisson process with rate N·λ (λ per GPU), so the job's mean time between
+interruptions is M = 1 / (N·λ). With a checkpoint every τ seconds of work that stalls the job
+for δ seconds, and R seconds to restart after a failure, the expected wall time of one τ of
+work is (Daly 2006, "A higher order estimate of the optimum checkpoint interval for restart
+dumps", FGCS 22(3) -- the complete model with failures during restarts too):
+
+    T(τ) = M · e^{R/M} · (e^{(τ+δ)/M} − 1),        goodput = τ / T(τ)
+
+Its optimum interval is Young's first-order sqrt(2·δ·M) (Young 1974, "A first order
+approximation to the optimum checkpoint interval", CACM 17(9)) refined by Daly's higher-order
+estimate. Asynchronous checkpoints stall the job only for the copy of each GPU's share to host
+memory; the storage write then runs behind compute, and a failure during it loses that
+checkpoint too: on average `write_s` more work (folded into the restart term R).
+
+Everything here is SI (seconds, bytes, watts, joules); human units only in `to_dict` keys
+that name them (days, MWh) and in the loader (minutes, GB/s, per year).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from .errors import ConfigError
+from .specs import _check_bool, _check_num
+from .units import DAY_S, GIGA, HOUR_S, JOULES_PER_MWH, MIN_S, YEAR_S
+
+if TYPE_CHECKING:
+    from .metrics import StepReport
+    from .specs import GPUSpec, Scenario
+
+# ----------------------------------------------------------------------------- sourced defaults
+# Llama 3 405B pre-training, "The Llama 3 Herd of Models" (Dubey et al. 2024, arXiv 2407.21783,
+# §3.3.4 and Table 5): in a 54-day snapshot on 16,384 H100 GPUs, 466 job interruptions, of which
+# 47 planned (maintenance) and 419 unexpected; ~78% of the unexpected ones were confirmed or
+# suspected hardware issues (GPU 30.1%, HBM3 17.2%, ...). Every unexpected interruption restarts
+# the job, so the rate that matters is all 419, per GPU: 419 / 16,384 / (54 / 365.25) = 0.173 per
+# GPU-year (hardware alone: 0.78 x that = 0.135). Planned interruptions are not modeled.
+LLAMA3_UNEXPECTED_INTERRUPTIONS = 419
+LLAMA3_NUM_GPUS = 16_384
+LLAMA3_SNAPSHOT_DAYS = 54
+DEFAULT_GPU_FAILURES_PER_YEAR = (
+    LLAMA3_UNEXPECTED_INTERRUPTIONS / LLAMA3_NUM_GPUS / (LLAMA3_SNAPSHOT_DAYS * DAY_S / YEAR_S)
+)
+# Mixed-precision Adam state per parameter (ZeRO, Rajbhandari et al. 2020, §3.1: 2 + 2 + 12 = 16
+# bytes with the fp16/bf16 gradients): a checkpoint holds the bf16 weights (2), the fp32 master
+# weights (4) and the two fp32 moments (4 + 4) = 14 bytes; gradients are not saved.
+DEFAULT_CHECKPOINT_BYTES_PER_PARAM = 14.0
+# Llama 3 paper §3.3.1: Meta's Tectonic file system for the 405B run sustained 2 TB/s (7 TB/s
+# peak) across 7,500 SSD servers. Aggregate over the whole job.
+DEFAULT_STORAGE_WRITE_GBPS = 2000.0
+# Detect the failure, drain and reschedule, re-initialize NCCL, reload the checkpoint. Not
+# published for Llama 3; checkpoint-restart runtimes take minutes (TrainMover, Lao et al. 2024,
+# arXiv 2412.12636, §2, compares against minute-scale restarts and reaches ~20 s with standby
+# machines). 10 minutes is an assumption in that range -- set `restart_min` for your stack.
+DEFAULT_RESTART_MIN = 10.0
+# Measured draw of 8-GPU H100 HGX nodes while training, as a fraction of the rated 10.2 kW:
+# 76% for compute-intensive workloads (Newkirk et al. 2025, "Empirically-calibrated H100 node
+# power models", arXiv 2506.14551; Latif et al. 2024, arXiv 2412.08602, peak 8.4 kW = 82%).
+# Applied to board power and node overhead alike (the measurement is of the whole node).
+DEFAULT_POWER_UTILIZATION = 0.76
+# Power usage effectiveness: Google's fleet-wide trailing twelve-month PUE is 1.10 (Google data
+# center efficiency report, 2023); Meta reports ~1.08-1.09. Cooling and power delivery.
+DEFAULT_PUE = 1.10
+
+MIN_GOODPUT = 1e-3  # below this the plan is meaningless (the job mostly restarts): refused
+
+
+@dataclass(frozen=True, slots=True)
+class RunSpec:
+    """The whole training run (`[run]`, issue 15): how many tokens, what failures cost. SI inside."""
+
+    tokens: float
+    usd_per_gpu_hour: float | None = None  # None = no cost reported
+    gpu_failure_rate_per_s: float = DEFAULT_GPU_FAILURES_PER_YEAR / YEAR_S  # per GPU
+    checkpoint_interval_s: float = 0.0  # seconds of training between checkpoints; 0 = Young/Daly optimum
+    checkpoint_bytes_per_param: float = DEFAULT_CHECKPOINT_BYTES_PER_PARAM
+    checkpoint_async: bool = False
+    storage_write_bytes_per_s: float = DEFAULT_STORAGE_WRITE_GBPS * GIGA  # aggregate
+    restart_s: float = DEFAULT_RESTART_MIN * MIN_S  # detect + reschedule + reload
+    power_utilization: float = DEFAULT_POWER_UTILIZATION  # average draw / rated power
+    pue: float = DEFAULT_PUE  # facility power / IT power
+
+    def __post_init__(self) -> None:
+        p = "run"
+        _check_num(f"{p}.tokens", self.tokens, strict=True, maximum=1e18)
+        if self.usd_per_gpu_hour is not None:
+            _check_num(f"{p}.usd_per_gpu_hour", self.usd_per_gpu_hour, maximum=1e6)
+        # 1e-3 per GPU-second = 31,557 failures per GPU-year: far beyond any real hardware
+        _check_num(f"{p}.gpu_failures_per_year", self.gpu_failure_rate_per_s, maximum=1e-3)
+        _check_num(f"{p}.checkpoint_interval_min", self.checkpoint_interval_s, maximum=1e9)
+        _check_num(
+            f"{p}.checkpoint_bytes_per_param", self.checkpoint_bytes_per_param, strict=True, maximum=1e3
+        )
+        _check_bool(f"{p}.checkpoint_async", self.checkpoint_async)
+        _check_num(f"{p}.storage_write_GBps", self.storage_write_bytes_per_s, strict=True, maximum=1e18)
+        _check_num(f"{p}.restart_min", self.restart_s, maximum=1e9)
+        _check_num(f"{p}.power_utilization", self.power_utilization, strict=True, maximum=1.0)
+        _check_num(f"{p}.pue", self.pue, minimum=1.0, maximum=10.0)
+
+
+# ----------------------------------------------------------------------------- closed forms
+def young_interval_s(stall_s: float, mtbf_s: float) -> float:
+    """Young (1974): the first-order optimum checkpoint interval, sqrt(2·δ·M)."""
+    return math.sqrt(2.0 * stall_s * mtbf_s)
+
+
+def daly_interval_s(stall_s: float, mtbf_s: float) -> float:
+    """Daly (2006): the higher-order optimum of the complete model `segment_wall_s`.
+
+    τ = sqrt(2δM)·[1 + (1/3)·sqrt(δ/(2M)) + (1/9)·(δ/(2M))] − δ   for δ < 2M, else τ = M.
+    It tends to Young's sqrt(2δM) when δ ≪ M.
+    """
+    if stall_s >= 2.0 * mtbf_s:
+        return mtbf_s
+    x = stall_s / (2.0 * mtbf_s)
+    return young_interval_s(stall_s, mtbf_s) * (1.0 + math.sqrt(x) / 3.0 + x / 9.0) - stall_s
+
+
+def segment_wall_s(work_s: float, stall_s: float, restart_s: float, mtbf_s: float) -> float:
+    """Daly (2006): expected wall time to complete `work_s` of work and its checkpoint.
+
+    T = M·e^{R/M}·(e^{(τ+δ)/M} − 1) with failures (rate 1/M) also striking during restarts.
+    Without failures (M = inf) it is τ + δ. Computed in log space: no overflow.
+    """
+    if math.isinf(mtbf_s):
+        return work_s + stall_s
+    x = (work_s + stall_s) / mtbf_s
+    log_expm1 = x + math.log(-math.expm1(-x)) if x > 0 else -math.inf
+    log_t = math.log(mtbf_s) + restart_s / mtbf_s + log_expm1
+    return math.exp(min(log_t, 700.0))
+
+
+def goodput(work_s: float, stall_s: float, restart_s: float, mtbf_s: float) -> float:
+    """Fraction of wall time spent on useful work: τ / T(τ) (Daly 2006)."""
+    return work_s / segment_wall_s(work_s, stall_s, restart_s, mtbf_s)
+
+
+def _time_fractions(
+    work_s: float, stall_s: float, restart_s: float, rework_s: float, mtbf_s: float, seg_s: float
+) -> dict[str, float]:
+    """Where the expected wall time of a segment goes (Daly's model, term by term).
+
+    An attempt of L = τ + δ succeeds with probability e^{−L/M}: e^{L/M} − 1 failed attempts are
+    expected, each losing E[t | t < L] of work, so lost work = M·(e^{L/M} − 1) − L. Each
+    failure is followed by a restart that takes M·(e^{R/M} − 1) on average when restarts can
+    fail too. Asynchronous checkpoints' extra rework w is part of R there and counted as lost work.
+    """
+    if math.isinf(mtbf_s):
+        return {"useful": work_s / seg_s, "checkpoint": stall_s / seg_s, "restart": 0.0, "lost_work": 0.0}
+    failures = math.expm1((work_s + stall_s) / mtbf_s)
+    lost_s = mtbf_s * failures - (work_s + stall_s)
+    restarts_s = failures * mtbf_s * math.expm1((restart_s + rework_s) / mtbf_s)
+    share = restart_s / (restart_s + rework_s) if restart_s + rework_s > 0 else 1.0
+    return {
+        "useful": work_s / seg_s,
+        "checkpoint": stall_s / seg_s,
+        "restart": restarts_s * share / seg_s,
+        "lost_work": (lost_s + restarts_s * (1.0 - share)) / seg_s,
+    }
+
+
+# ----------------------------------------------------------------------------- the plan
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """A whole training run, SI inside. `to_dict` gives the `plan` object of `run --json`."""
+
+    tokens: float
+    num_gpus: int
+    tokens_per_s: float
+    num_steps: int
+    goodput: float
+    checkpoint_interval_s: float | None  # None: no failures and none asked for
+    interval_source: str  # "young-daly" | "given" | "storage-bound" | "none"
+    checkpoint_bytes: float
+    checkpoint_write_s: float
+    checkpoint_stall_s: float
+    checkpoint_async: bool
+    job_mtbf_s: float | None  # None: failure rate 0
+    restart_s: float
+    fractions: dict[str, float]  # useful, checkpoint, restart, lost_work: sum to 1
+    usd_per_gpu_hour: float | None
+    it_power_w_per_gpu: float | None  # None: the GPU catalog has no board power
+    pue: float
+    warnings: tuple[str, ...] = ()
+
+    @property
+    def compute_time_s(self) -> float:
+        """Failure-free time of the useful steps: tokens / tokens_per_s."""
+        return self.tokens / self.tokens_per_s
+
+    @property
+    def wall_time_s(self) -> float:
+        return self.compute_time_s / self.goodput
+
+    @property
+    def gpu_hours(self) -> float:
+        """GPU-hours reserved: tokens / tokens_per_s / 3600 × GPUs / goodput."""
+        return self.wall_time_s / HOUR_S * self.num_gpus
+
+    @property
+    def cost_usd(self) -> float | None:
+        return None if self.usd_per_gpu_hour is None else self.gpu_hours * self.usd_per_gpu_hour
+
+    @property
+    def expected_interruptions(self) -> float:
+        return 0.0 if self.job_mtbf_s is None else self.wall_time_s / self.job_mtbf_s
+
+    @property
+    def facility_power_w(self) -> float | None:
+        """Average facility power: N × (board + node overhead) × utilization × PUE."""
+        if self.it_power_w_per_gpu is None:
+            return None
+        return self.num_gpus * self.it_power_w_per_gpu * self.pue
+
+    @property
+    def energy_j(self) -> float | None:
+        """Facility energy over the whole wall time (restarts and stalls drawn at training power)."""
+        power = self.facility_power_w
+        return None if power is None else power * self.wall_time_s
+
+    def to_dict(self) -> dict[str, Any]:
+        energy, power, mtbf = self.energy_j, self.facility_power_w, self.job_mtbf_s
+        return {
+            "tokens": self.tokens,
+            "num_steps": self.num_steps,
+            "tokens_per_s": self.tokens_per_s,
+            "compute_days": self.compute_time_s / DAY_S,
+            "wall_days": self.wall_time_s / DAY_S,
+            "gpu_hours": self.gpu_hours,
+            "cost_usd": self.cost_usd,
+            "usd_per_gpu_hour": self.usd_per_gpu_hour,
+            "energy_mwh": None if energy is None else energy / JOULES_PER_MWH,
+            "facility_power_mw": None if power is None else power / 1e6,
+            "goodput": self.goodput,
+            "time_fractions": dict(self.fractions),
+            "checkpoint_interval_s": self.checkpoint_interval_s,
+            "checkpoint_interval_source": self.interval_source,
+            "checkpoint_bytes": self.checkpoint_bytes,
+            "checkpoint_write_s": self.checkpoint_write_s,
+            "checkpoint_stall_s": self.checkpoint_stall_s,
+            "checkpoint_async": self.checkpoint_async,
+            "job_mtbf_hours": None if mtbf is None else mtbf / HOUR_S,
+            "expected_interruptions": self.expected_interruptions,
+            "restart_s": self.restart_s,
+            "pue": self.pue,
+            "it_power_w_per_gpu": self.it_power_w_per_gpu,
+        }
+
+
+def plan_run(
+    run: RunSpec,
+    *,
+    num_gpus: int,
+    gpu: GPUSpec,
+    params: float,
+    tokens_per_s: float,
+    tokens_per_step: int,
+) -> Plan:
+    """The plan of a run from one step's throughput: pure arithmetic, no simulation."""
+    if not (tokens_per_s > 0 and math.isfinite(tokens_per_s)):
+        raise ConfigError(f"needs a positive throughput, got {tokens_per_s!r} tokens/s", key="run.tokens")
+    warnings: list[str] = []
+    ckpt_bytes = params * run.checkpoint_bytes_per_param
+    write_s = ckpt_bytes / run.storage_write_bytes_per_s
+    # Each GPU stages its share of the state to host memory (DCP writes every shard once).
+    snapshot_s = ckpt_bytes / num_gpus / gpu.host_link_bytes_per_s if gpu.host_link_bytes_per_s else 0.0
+    if run.checkpoint_async:
+        stall_s, rework_s = snapshot_s, write_s
+    else:
+        stall_s, rework_s = max(write_s, snapshot_s), 0.0
+    rate = num_gpus * run.gpu_failure_rate_per_s
+    mtbf_s = math.inf if rate == 0 else 1.0 / rate
+    # the next asynchronous checkpoint cannot start before the previous one is written
+    min_interval_s = max(write_s - stall_s, 0.0) if run.checkpoint_async else 0.0
+    interval: float | None
+    if run.checkpoint_interval_s > 0:
+        interval, source = run.checkpoint_interval_s, "given"
+        if interval < min_interval_s:
+            raise ConfigError(
+                f"{interval / MIN_S:.3g} min is shorter than one asynchronous checkpoint's write "
+                f"({write_s / MIN_S:.3g} min at storage_write_GBps); checkpoints would pile up",
+                key="run.checkpoint_interval_min",
+            )
+    elif math.isinf(mtbf_s):
+        interval, source = None, "none"
+    else:
+        interval, source = daly_interval_s(stall_s, mtbf_s), "young-daly"
+        if interval < min_interval_s:
+            interval, source = min_interval_s, "storage-bound"
+    restart_eff_s = run.restart_s + rework_s
+    if interval is None:
+        fractions = {"useful": 1.0, "checkpoint": 0.0, "restart": 0.0, "lost_work": 0.0}
+        good = 1.0
+    else:
+        seg_s = segment_wall_s(interval, stall_s, restart_eff_s, mtbf_s)
+        good = interval / seg_s
+        if good < MIN_GOODPUT:
+            raise ConfigError(
+                f"with a job MTBF of {mtbf_s / MIN_S:.3g} min, {run.restart_s / MIN_S:.3g} min restarts and "
+                f"{stall_s:.3g} s checkpoint stalls, the job would spend over {1 - MIN_GOODPUT:.1%} of its "
+                "time failing; check gpu_failures_per_year, restart_min and storage_write_GBps",
+                key="run.gpu_failures_per_year",
+            )
+        fractions = _time_fractions(interval, stall_s, run.restart_s, rework_s, mtbf_s, seg_s)
+    if good < 0.5:
+        warnings.append(f"goodput {good:.0%}: failures and checkpoints take most of the wall time")
+    if gpu.board_power_w > 0:
+        it_w: float | None = (gpu.board_power_w + gpu.node_overhead_w_per_gpu) * run.power_utilization
+    else:
+        it_w = None
+        warnings.append(f"GPU {gpu.name} has no board power in the catalog: energy not reported")
+    return Plan(
+        tokens=run.tokens,
+        num_gpus=num_gpus,
+        tokens_per_s=tokens_per_s,
+        num_steps=math.ceil(run.tokens / tokens_per_step),
+        goodput=good,
+        checkpoint_interval_s=interval,
+        interval_source=source,
+        checkpoint_bytes=ckpt_bytes,
+        checkpoint_write_s=write_s,
+        checkpoint_stall_s=stall_s,
+        checkpoint_async=run.checkpoint_async,
+        job_mtbf_s=None if math.isinf(mtbf_s) else mtbf_s,
+        restart_s=run.restart_s,
+        fractions=fractions,
+        usd_per_gpu_hour=run.usd_per_gpu_hour,
+        it_power_w_per_gpu=it_w,
+        pue=run.pue,
+        warnings=tuple(warnings),
+    )
+
+
+def plan_for(scn: Scenario, report: StepReport, run: RunSpec | None = None) -> Plan:
+    """The plan of `scn`'s run (its `[run]` table, or `run`) from its simulated step."""
+    from .flops import total_params
+
+    spec = run if run is not None else scn.run
+    if spec is None:
+        raise ConfigError("no [run] table: give run.tokens (or --tokens)", key="run.tokens")
+    return plan_run(
+        spec,
+        num_gpus=scn.num_gpus,
+        gpu=scn.gpu,
+        params=float(total_params(scn.model)),
+        tokens_per_s=report.tokens_per_s,
+        tokens_per_step=scn.tokens_per_step,
+    )
+
+
+# A sweep row's plan (`mfusim sweep` with a [run] table): the columns and how --rank-by uses them.
+PLAN_COLUMNS = ("time_to_train_days", "gpu_hours", "cost_usd", "energy_mwh", "goodput")
+# --rank-by name -> (column, higher is better)
+RANK_KEYS = {
+    "mfu": ("mfu", True),
+    "tokens_per_s": ("tokens_per_s", True),
+    "time_to_train": ("time_to_train_days", False),
+    "cost": ("cost_usd", False),
+}
+
+
+def plan_columns(p: Plan) -> dict[str, float | None]:
+    d = p.to_dict()
+    return {
+        "time_to_train_days": d["wall_days"],
+        "gpu_hours": d["gpu_hours"],
+        "cost_usd": d["cost_usd"],
+        "energy_mwh": d["energy_mwh"],
+        "goodput": d["goodput"],
+    }
+
+
+def format_plan(p: Plan) -> str:
+    """The plan as text lines for `mfusim run`."""
+    d = p.to_dict()
+    lines = [
+        "",
+        f"  Whole run: {p.tokens:.3g} tokens in {p.num_steps:,} steps",
+        f"  wall clock {d['wall_days']:.1f} days ({d['compute_days']:.1f} days of useful steps), "
+        f"{p.gpu_hours / 1e6:.3g} M GPU-hours"
+        + (f", ${p.cost_usd / 1e6:,.2f} M" if p.cost_usd is not None else ""),
+    ]
+    if d["energy_mwh"] is not None:
+        lines.append(
+            f"  energy {d['energy_mwh']:,.0f} MWh at {d['facility_power_mw']:.2f} MW facility power "
+            f"(PUE {p.pue:g}, {p.it_power_w_per_gpu:.0f} W IT per GPU)"
+        )
+    fr = p.fractions
+    lines.append(
+        f"  goodput {p.goodput:.1%}: checkpoint stalls {fr['checkpoint']:.1%}, restarts {fr['restart']:.1%}, "
+        f"lost work {fr['lost_work']:.1%}"
+    )
+    if p.job_mtbf_s is not None:
+        lines.append(
+            f"  job MTBF {p.job_mtbf_s / HOUR_S:.3g} h, ~{p.expected_interruptions:,.0f} interruptions; "
+            f"checkpoint {p.checkpoint_bytes / 1e12:.3g} TB: write {p.checkpoint_write_s:.3g} s, "
+            f"stall {p.checkpoint_stall_s:.3g} s" + (" (async)" if p.checkpoint_async else "")
+        )
+    if p.checkpoint_interval_s is not None:
+        lines.append(f"  checkpoint every {p.checkpoint_interval_s / MIN_S:.3g} min ({p.interval_source})")
+    return "\n".join(lines)

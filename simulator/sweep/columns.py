@@ -1,0 +1,49 @@
+"""The columns of a sweep's rows (SPEC §3) and the limits of a sweep."""
+
+from __future__ import annotations
+
+from dataclasses import fields
+
+from ..specs import ParallelConfig
+from ..timeline import CATEGORIES
+
+# ----------------------------------------------------------------------------- columns
+SPEC_CONFIG_COLUMNS = (
+    "tp",
+    "pp",
+    "dp",
+    "cp",
+    "ep",
+    "vp",
+    "micro_batch",
+    "global_batch",
+    "schedule",
+    "recompute",
+    "sequence_parallel",
+    "zero",
+)
+RESULT_COLUMNS = ("status", "reason", "step_time_s", "tokens_per_s", "mfu", "hfu", "peak_memory_gib")
+CATEGORY_COLUMNS = tuple(f"{c}_s" for c in CATEGORIES)
+# beyond SPEC §3's minimum: the other sweepable keys, so a row names its configuration fully
+EXTRA_CONFIG_COLUMNS = ("num_gpus",) + tuple(
+    f.name for f in fields(ParallelConfig) if f.name not in SPEC_CONFIG_COLUMNS
+)  # overlap_grad_reduce, overlap_param_gather, tp_comm_overlap, grad_bucket_params, ...
+EXTRA_RESULT_COLUMNS = ("num_microbatches", "capacity_gib", "engine")
+KEY_COLUMNS = SPEC_CONFIG_COLUMNS + EXTRA_CONFIG_COLUMNS
+COLUMNS = (
+    SPEC_CONFIG_COLUMNS + RESULT_COLUMNS + CATEGORY_COLUMNS + EXTRA_CONFIG_COLUMNS + EXTRA_RESULT_COLUMNS
+)
+NUMERIC_COLUMNS = frozenset(
+    ("step_time_s", "tokens_per_s", "mfu", "hfu", "peak_memory_gib", "capacity_gib") + CATEGORY_COLUMNS
+)
+
+STATUS_OK = "ok"
+STATUS_OOM = "infeasible_memory"
+STATUS_INVALID = "invalid"
+STATUSES = (STATUS_OK, STATUS_OOM, STATUS_INVALID)
+
+PARALLEL_FIELDS = tuple(f.name for f in fields(ParallelConfig))
+CHUNK_SIZE = 64  # configurations per task sent to a worker (they share comm models)
+MAX_JOBS_PER_CPU = 4  # --jobs beyond this many processes per core only adds overhead
+MAX_BASE_TRIALS = 2000  # combinations tried to find a valid base scenario (load_sweep_scenario)
+MAX_CONFIGS = 2_000_000  # one sweep; beyond this the rows alone outgrow memory

@@ -1,0 +1,178 @@
+"""A whole sweep: the closed-form (or engine) pass, then the engine on the best (module doc of simulator.sweep)."""
+
+from __future__ import annotations
+
+import itertools
+import sys
+from collections import Counter
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TextIO
+
+from ..specs import Scenario
+from .columns import KEY_COLUMNS, STATUS_INVALID, STATUSES
+from .evaluation import _key
+from .files import RowWriter, _is_jsonl, read_existing, rewrite_atomically
+from .plan import _base_values, config_cells, plan_sweep
+from .progress import Progress
+from .rank import rank_rows
+from .runner import Runner
+
+
+@dataclass(frozen=True, slots=True)
+class SweepResult:
+    rows: tuple[dict[str, Any], ...]
+    counts: dict[str, int]
+    ranked: tuple[dict[str, Any], ...]  # feasible rows, best first
+    engine_note: str
+    engine: str = "analytic"  # what was asked for: auto | analytic | des
+    swept_keys: tuple[str, ...] = ()
+
+
+def run_sweep(
+    scn: Scenario,
+    *,
+    engine: str = "auto",
+    jobs: int = 1,
+    top: int = 10,
+    refine: int = 3,
+    rank_by: str = "mfu",
+    out: Path | None = None,
+    resume: bool = False,
+    dask: str | None = None,
+    progress: TextIO | None = None,
+) -> SweepResult:
+    """Run the sweep of `scn` (see the module docstring) and return every row, ranked."""
+    plan = plan_sweep(scn)
+    base = _base_values(scn)
+    seen: dict[tuple[str, ...], None] = {}
+    todo: list[dict[str, Any]] = []
+    for combo in plan.combos():
+        values = config_cells(base, scn.num_gpus, combo)
+        k = _key(values)
+        if k not in seen:  # repeated list values give one configuration
+            seen[k] = None
+            todo.append(values)
+
+    file_rows: list[dict[str, Any]] = read_existing(out) if (out is not None and resume) else []
+    done_keys = {_key(r) for r in file_rows}
+    old_rows = [r for r in file_rows if _key(r) in seen]
+    foreign_rows = [r for r in file_rows if _key(r) not in seen]  # another [sweep]'s rows: kept
+    todo = [v for v in todo if _key(v) not in done_keys]
+
+    with Runner(scn, jobs=jobs, dask=dask) as runner:
+        rows = _run_passes(
+            runner,
+            todo,
+            seen,
+            old_rows,
+            foreign_rows,
+            engine=engine,
+            refine=refine,
+            rank_by=rank_by,
+            out=out,
+            resume=resume,
+            progress=progress,
+        )
+    engine_note = _engines_used(rows)
+    ranked = rank_rows(rows, rank_by)
+    if engine == "auto":
+        # the engine's numbers are the better ones: refined configurations first, re-ranked by
+        # them, then the rest by the closed form
+        ranked = [r for r in ranked if r.get("engine") == "des"] + [
+            r for r in ranked if r.get("engine") != "des"
+        ]
+    counts = Counter(str(r.get("status")) for r in rows)
+    return SweepResult(
+        rows=tuple(rows),
+        counts={s: counts.get(s, 0) for s in STATUSES},
+        ranked=tuple(ranked),
+        engine_note=engine_note,
+        engine=engine,
+        swept_keys=plan.keys,
+    )
+
+
+def _run_passes(
+    runner: Runner,
+    todo: list[dict[str, Any]],
+    seen: dict[tuple[str, ...], None],
+    old_rows: list[dict[str, Any]],
+    foreign_rows: list[dict[str, Any]],
+    *,
+    engine: str,
+    refine: int,
+    rank_by: str,
+    out: Path | None,
+    resume: bool,
+    progress: TextIO | None,
+) -> list[dict[str, Any]]:
+    """The closed-form (or engine) pass over `todo`, written as it goes; then, for `auto`, the
+    engine over the best `refine` and an atomic rewrite of the file with their rows."""
+    jsonl = out is not None and _is_jsonl(out)
+    first_pass = "analytic" if engine in ("auto", "analytic") else "des"
+    new_rows: list[dict[str, Any]] = []
+    bar = Progress(len(todo), progress or sys.stderr, enabled=progress is not None)
+    fh: TextIO | None = None
+    try:
+        if out is not None:
+            # read_existing has cut any partial last line and checked the header
+            append = resume and out.exists() and out.stat().st_size > 0
+            fh = open(out, "a" if append else "w", encoding="utf-8", newline="")
+            writer = RowWriter(fh, jsonl)
+            if not append:
+                writer.header()
+
+        def on_rows(rows: list[dict[str, Any]]) -> None:
+            new_rows.extend(rows)
+            if fh is not None:
+                writer.write(rows)
+            bar.update(len(rows))
+
+        runner.run(todo, first_pass, on_rows)
+    finally:
+        bar.close()
+        if fh is not None:
+            fh.close()
+
+    # rows in sweep order (in a resumed file the old rows come first)
+    by_key = {_key(r): r for r in itertools.chain(old_rows, new_rows)}
+    rows = [by_key[k] for k in seen if k in by_key]
+    if engine == "auto":
+        ranked = rank_rows(rows, rank_by)
+        todo_des = [r for r in ranked[:refine] if r.get("engine") != "des"]
+        if todo_des:
+            refined: list[dict[str, Any]] = []
+            bar = Progress(
+                len(todo_des), progress or sys.stderr, label="engine", enabled=progress is not None
+            )
+
+            def on_refined(rs: list[dict[str, Any]]) -> None:
+                refined.extend(rs)
+                bar.update(len(rs))
+
+            try:
+                runner.run([_values_of(r) for r in todo_des], "des", on_refined)
+            finally:
+                bar.close()
+            for r in refined:
+                if r.get("status") != STATUS_INVALID:  # an engine failure keeps the closed form's row
+                    by_key[_key(r)] = r
+            rows = [by_key[k] for k in seen if k in by_key]
+            if out is not None:
+                rewrite_atomically(out, rows + foreign_rows)
+    return rows
+
+
+def _values_of(row: Mapping[str, Any]) -> dict[str, Any]:
+    return {c: row.get(c) for c in KEY_COLUMNS}
+
+
+def _engines_used(rows: Iterable[Mapping[str, Any]]) -> str:
+    used = Counter(str(r.get("engine")) for r in rows if r.get("engine"))
+    names = {
+        "analytic": "closed form (simulator.analytic)",
+        "des": "discrete-event engine",
+    }
+    return "; ".join(f"{names.get(k, k)}: {n}" for k, n in sorted(used.items())) or "none"

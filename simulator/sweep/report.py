@@ -1,0 +1,142 @@
+"""A sweep's ranked table, JSON and plot."""
+
+from __future__ import annotations
+
+import io
+from collections import Counter
+from collections.abc import Mapping
+from typing import Any
+
+from ..specs import Scenario
+from ..timeline import CATEGORIES
+from .columns import STATUS_INVALID, STATUS_OK, STATUS_OOM
+from .driver import SweepResult
+from .rank import _rank_value
+
+# ----------------------------------------------------------------------------- report
+TABLE_KEYS = (
+    "tp",
+    "pp",
+    "dp",
+    "cp",
+    "ep",
+    "vp",
+    "micro_batch",
+    "schedule",
+    "recompute",
+    "sequence_parallel",
+    "zero",
+)
+SHORT = {
+    "compute": "comp",
+    "recompute": "recomp",
+    "tp_comm": "tp-com",
+    "cp_comm": "cp-com",
+    "ep_comm": "ep-com",
+    "pp_comm": "pp-com",
+    "dp_comm": "dp-com",
+    "bubble": "bubble",
+    "dataloader": "data",
+    "optimizer": "optim",
+    "other": "other",
+}
+
+
+def format_table(scn: Scenario, result: SweepResult, top: int, rank_by: str) -> str:
+    out = io.StringIO()
+    c = result.counts
+    total = sum(c.values())
+    out.write(
+        f"{scn.name}: {total} configurations — {c[STATUS_OK]} ok, {c[STATUS_OOM]} infeasible_memory, "
+        f"{c[STATUS_INVALID]} invalid\n"
+    )
+    out.write(f"ranked by {rank_by}; evaluated with: {result.engine_note}\n")
+    if result.engine == "auto":
+        out.write(
+            "(--engine auto: every configuration by the closed form, the best ones re-simulated by the "
+            "discrete-event engine and listed first, re-ranked by its numbers)\n"
+        )
+    best = list(result.ranked[:top])
+    if not best:
+        out.write("no configuration is valid and fits in memory\n")
+    else:
+        cats = [k for k in CATEGORIES if any((r.get(f"{k}_s") or 0.0) > 0 for r in best)]
+        extra = [k for k in result.swept_keys if k not in TABLE_KEYS]
+        head = (
+            f"{'#':>3} {'tp':>3} {'pp':>3} {'dp':>5} {'cp':>2} {'ep':>2} {'vp':>2} {'mb':>3} {'sched':<11} "
+            f"{'recomp':<9} {'sp':<2} {'z':>1} "
+            + "".join(f"{k:>{max(len(k), 6)}} " for k in extra)
+            + f"{'engine':<8} {'MFU':>6} {'HFU':>6} {'tokens/s':>10} {'step s':>8} {'GiB':>5} |"
+        )
+        head += "".join(f" {SHORT[k]:>6}" for k in cats) + "  (% of step)\n"
+        out.write(head)
+        for i, r in enumerate(best, 1):
+            step = r.get("step_time_s") or 0.0
+            line = (
+                f"{i:>3} {r['tp']:>3} {r['pp']:>3} {r['dp']:>5} {r['cp']:>2} {r['ep']:>2} {r['vp']:>2} "
+                f"{r['micro_batch']:>3} {r['schedule']:<11} {r['recompute']:<9} "
+                f"{'y' if r['sequence_parallel'] else 'n':<2} {r['zero']:>1} "
+                + "".join(f"{r.get(k)!s:>{max(len(k), 6)}} " for k in extra)
+                + f"{r.get('engine') or '':<8} {100 * r['mfu']:>5.1f}% {100 * r['hfu']:>5.1f}% "
+                f"{r['tokens_per_s']:>10,.0f} {step:>8.3f} {r['peak_memory_gib']:>5.1f} |"
+            )
+            line += "".join(f" {100 * (r.get(f'{k}_s') or 0.0) / step if step else 0.0:>5.1f}%" for k in cats)
+            out.write(line + "\n")
+    faster_oom = [
+        r
+        for r in result.rows
+        if r.get("status") == STATUS_OOM and best and _rank_value(r, rank_by) > _rank_value(best[0], rank_by)
+    ]
+    if faster_oom:
+        r = max(faster_oom, key=lambda r: _rank_value(r, rank_by))
+        out.write(
+            f"{len(faster_oom)} configurations that do not fit in memory would rank higher; the best of them "
+            f"({config_name(r)}) at {100 * r['mfu']:.1f}% MFU {r['reason']}\n"
+        )
+    if c[STATUS_INVALID]:
+        reasons = Counter(
+            _reason_kind(str(r.get("reason"))) for r in result.rows if r.get("status") == STATUS_INVALID
+        )
+        out.write("invalid configurations by reason:\n")
+        for reason, n in reasons.most_common(6):
+            out.write(f"  {n:>6}  {reason}\n")
+    return out.getvalue()
+
+
+def config_name(row: Mapping[str, Any]) -> str:
+    """`tp 8, pp 16, dp 8, cp 1, ep 1, vp 1, micro_batch 1, recompute selective, zero 1`."""
+    keys = ("tp", "pp", "dp", "cp", "ep", "vp", "micro_batch", "recompute", "zero")
+    return ", ".join(f"{k} {row.get(k)}" for k in keys)
+
+
+def _reason_kind(reason: str) -> str:
+    """A reason without its numbers, to group invalid configurations."""
+    head = reason.split(": ", 1)
+    key = head[0] if len(head) == 2 else ""
+    msg = head[-1]
+    words = []
+    for w in msg.split():
+        words.append("N" if any(ch.isdigit() for ch in w) else w)
+        if len(words) >= 14:
+            break
+    return (f"{key}: " if key else "") + " ".join(words)
+
+
+def result_json(scn: Scenario, result: SweepResult, top: int, rank_by: str) -> dict[str, Any]:
+    return {
+        "name": scn.name,
+        "num_configurations": len(result.rows),
+        "counts": result.counts,
+        "rank_by": rank_by,
+        "engines": result.engine_note,
+        "top": [dict(r) for r in result.ranked[:top]],
+    }
+
+
+def write_plot(path: str, scn: Scenario, result: SweepResult, top: int) -> None:
+    from ..plots import save_figure, sweep_mfu_figure
+
+    fig = sweep_mfu_figure(
+        list(result.rows), top=max(top, 10), title=f"{scn.name}: predicted MFU of every configuration"
+    )
+    save_figure(fig, path)

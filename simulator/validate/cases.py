@@ -1,0 +1,413 @@
+"""A published row -> a Case (scenario + comparison convention + assumptions) or Unusable."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from .architectures import FAMILY_VOCAB, GATED_FAMILIES, MOE_MARKERS, known_architecture, preset_for
+from .cells import parse_dtype, parse_recompute, parse_zero
+from .columns import (
+    ARCH_COLUMNS,
+    METRIC_HFU,
+    METRIC_ITERATION_TIME,
+    METRIC_MFU,
+    METRIC_TFLOPS,
+    METRIC_TOKENS,
+    TARGET_DTYPES,
+    TARGET_GPU_PREFIXES,
+)
+from .gpus import gpu_mapping
+from .runs import PublishedRun, _is_number
+from .sources import SourceRules, source_rules
+
+
+# ----------------------------------------------------------------------------- row -> case
+@dataclass(frozen=True, slots=True)
+class Case:
+    """A usable row: the scenario to simulate and how to compare it with the measurement."""
+
+    run_id: str
+    source: str
+    source_key: str
+    gpu: str
+    scenario: Mapping[str, Any]  # shaped like a scenario TOML (SPEC §1)
+    metric: str
+    measured: float
+    flop_convention: str
+    dtype: str
+    is_moe: bool
+    assumptions: tuple[str, ...]
+
+    @property
+    def is_target(self) -> bool:
+        """A100/H100, dense, BF16/FP16: the set the accuracy target is stated on."""
+        return (
+            any(prefix in self.gpu.upper() for prefix in TARGET_GPU_PREFIXES)
+            and self.dtype in TARGET_DTYPES
+            and not self.is_moe
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Unusable:
+    """A row that cannot be simulated, and why (never dropped silently)."""
+
+    run_id: str
+    source: str
+    source_key: str
+    gpu: str
+    reason: str
+
+
+def _arch_int(run: PublishedRun, column: str) -> int | None | str:
+    """An architecture cell: an int, None when empty, or the raw text when annotated."""
+    text = run.get(column)
+    if not text:
+        return None
+    if _is_number(text) and float(text) == int(float(text)) and float(text) > 0:
+        return int(float(text))
+    return text
+
+
+def _model_table(run: PublishedRun, rules: SourceRules, notes: list[str]) -> dict[str, Any] | str:
+    """The [model] table of the scenario, or the reason the row has no usable architecture."""
+    name = run.get("model_name") or run.run_id
+    lname = name.lower()
+    ep = run.int_cell("ep") or 1
+    arch = {c: _arch_int(run, c) for c in ARCH_COLUMNS}
+    annotated = {c: v for c, v in arch.items() if isinstance(v, str)}
+    moe = (
+        ep > 1
+        or any(m in lname for m in MOE_MARKERS)
+        or any("expert" in v.lower() for v in annotated.values())
+    )
+    if moe:
+        known = known_architecture(name)
+        if known is not None:
+            arch_table, citation = known
+            notes.append(f"model: architecture from {citation} (the CSV has no expert columns)")
+            if "tokendrop" in lname:
+                notes.append(
+                    "moe: published as token-dropping; simulated dropless (every token reaches top_k experts)"
+                )
+            notes.append("moe: routing simulated as perfectly balanced (the page force-balances tokens)")
+            seq = run.int_cell("seq_len")
+            return {"name": name, **arch_table, **({"seq_len": seq} if seq else {})}
+        return (
+            "mixture-of-experts model: the CSV has no expert columns (num_experts, top_k, expert ffn), "
+            "the notes point to an external config we do not carry (or to MLA / hybrid Mamba layers "
+            "the simulator does not model); not simulated"
+            + (
+                f" (annotated cells: {', '.join(f'{k}={v!r}' for k, v in annotated.items())})"
+                if annotated
+                else ""
+            )
+        )
+    if annotated:
+        return "non-numeric architecture cell(s): " + ", ".join(f"{k}={v!r}" for k, v in annotated.items())
+    table: dict[str, Any] = {"name": name}
+    preset = preset_for(name)
+    if preset is not None:
+        table["preset"] = preset
+    for column in ("layers", "hidden", "heads", "kv_heads", "ffn_hidden", "vocab"):
+        value = arch[column]
+        if isinstance(value, int):
+            table[column] = value
+    seq_len = run.int_cell("seq_len")
+    if seq_len:
+        table["seq_len"] = seq_len
+    elif preset is not None:
+        notes.append("seq_len: not given -> the preset's")
+    if preset is None:
+        missing = [c for c in ("layers", "hidden", "heads") if c not in table]
+        if missing:
+            return f"architecture not given ({', '.join(missing)} empty) and no model preset matches {name!r}"
+        if "vocab" not in table:
+            for family, vocab, why in FAMILY_VOCAB:
+                if family in lname:
+                    table["vocab"] = vocab
+                    notes.append(f"vocab: {why}")
+                    break
+            else:
+                return f"vocabulary not given and no model preset matches {name!r}"
+        # Family conventions (the CSV has no column for them).
+        if rules.key == "mpt" or lname.startswith("mpt"):
+            table["tied_embeddings"] = True  # MPT ties input/output embeddings; ALiBi, no learned positions
+        elif any(f in lname for f in GATED_FAMILIES):
+            table["gated_mlp"] = True
+        elif lname.startswith("gpt"):
+            table["tied_embeddings"] = True  # Megatron GPT shares embedding and output weights
+            table["position_embeddings"] = True  # learned absolute positions
+    else:
+        notes.append(f"model: preset {preset!r} for the fields the row leaves empty")
+    return table
+
+
+def _smallest_vp(layers: int, pp: int, num_microbatches: int) -> int:
+    """Chunks per rank when a source used the interleaved schedule without saying how many."""
+    if pp <= 1 or layers % pp or num_microbatches % pp:
+        return 1
+    per_stage = layers // pp
+    for vp in range(2, 9):
+        if per_stage % vp == 0:
+            return vp
+    return 1
+
+
+def build_case(run: PublishedRun) -> Case | Unusable:
+    """Turn one published row into a scenario dict + comparison, or say why it cannot be."""
+    rules = source_rules(run.source, run.run_id)
+    notes: list[str] = []
+
+    def unusable(reason: str) -> Unusable:
+        return Unusable(run.run_id, run.source, rules.key, run.gpu, reason)
+
+    # --- what was measured, in the source's convention
+    metric_value = _measured(run)
+    if metric_value is None:
+        return unusable(
+            "no measurement (iteration_time_s, tokens_per_s, measured_tflops_per_gpu, MFU or HFU)"
+        )
+    metric, measured = metric_value
+    if measured <= 0:
+        return unusable(f"measured {metric} is {measured:g}, not positive")
+    lname = (run.get("model_name") + " " + run.run_id).lower()
+    if "lora" in lname or "_sft_" in lname or "fine-tun" in run.get("notes").lower()[:80]:
+        return unusable("fine-tuning run (SFT on packed sequences / LoRA): not pre-training, not modeled")
+
+    # --- hardware
+    mapping = gpu_mapping(run.gpu)
+    if isinstance(mapping, str):
+        return unusable(mapping)
+    precision = run.get("precision").lower()
+    parsed_dtype = parse_dtype(precision)
+    if parsed_dtype is None:
+        return unusable(f"precision {precision!r} is not modeled (dtypes: bf16, fp16, fp8)")
+    if not parsed_dtype:
+        dtype = rules.dtype
+        notes.append(f"precision: not stated -> {dtype} ({rules.key} default)")
+    else:
+        dtype = parsed_dtype
+        if dtype == "fp8" and precision != "fp8":
+            notes.append(
+                f"precision: {precision} simulated as fp8 (same dense FP8 tensor-core peak; "
+                "scaling-factor overhead of current/MX/blockwise scaling not modeled)"
+            )
+
+    # --- model
+    model = _model_table(run, rules, notes)
+    if isinstance(model, str):
+        return unusable(model)
+    if not model.get("seq_len") and "preset" not in model:
+        return unusable("seq_len not given")
+
+    # --- parallel split
+    num_gpus = run.int_cell("num_gpus")
+    tp, pp = run.int_cell("tp"), run.int_cell("pp")
+    if not num_gpus:
+        parts = [run.int_cell(c) for c in ("tp", "pp", "dp")]
+        if not all(parts):
+            return unusable("num_gpus not given (nor tp, pp and dp to derive it)")
+        num_gpus = math.prod(p or 1 for p in parts) * (run.int_cell("cp") or 1)
+        notes.append(f"num_gpus: not given -> tp*pp*dp*cp = {num_gpus}")
+    if tp is None or pp is None:
+        if rules.key == "mpt":
+            tp, pp = tp or 1, pp or 1
+        else:
+            return unusable("parallel split (tp/pp) not published")
+    cp = run.int_cell("cp") or 1
+    if not run.get("cp"):
+        notes.append("cp: not stated -> 1")
+    if tp < 1 or pp < 1:
+        return unusable(f"tp = {tp}, pp = {pp}: must be >= 1")
+    mp = tp * pp * cp
+    published_dp = run.int_cell("dp")
+    if published_dp and published_dp * mp != num_gpus:
+        # NeMo's B200 long-sequence table: tp*pp*dp*cp = num_gpus/4 in every row. Keep the
+        # published split (it fixes the per-GPU work) and simulate the GPUs it covers; the
+        # compared quantities are per GPU.
+        notes.append(
+            f"num_gpus: published {num_gpus} but tp*pp*dp*cp = {published_dp * mp}; "
+            f"simulated the published split on {published_dp * mp} GPUs (per-GPU metric)"
+        )
+        num_gpus = published_dp * mp
+    if num_gpus % mp:
+        return unusable(f"tp*pp*cp = {mp} does not divide num_gpus = {num_gpus}")
+    dp = num_gpus // mp
+    micro_batch = run.int_cell("micro_batch")
+    if not micro_batch:
+        micro_batch = 1
+        notes.append("micro_batch: not stated -> 1 (Megatron/NeMo default)")
+    global_batch = run.int_cell("global_batch")
+    if not global_batch:
+        return unusable("global_batch not given")
+    if global_batch % (micro_batch * dp):
+        return unusable(
+            f"global_batch {global_batch} is not a multiple of micro_batch*dp = {micro_batch}*{dp}"
+        )
+    num_microbatches = global_batch // (micro_batch * dp)
+    layers = int(model.get("layers") or 0) or _preset_layers(model)
+    vp_cell = run.int_cell("vp")
+    if pp == 1:
+        vp = 1
+    elif vp_cell is None:
+        vp = _smallest_vp(layers, pp, num_microbatches)
+        notes.append(
+            f"vp: not stated with pp = {pp} -> {vp} (smallest chunk count in 2..8 dividing the "
+            f"{layers // pp if layers % pp == 0 else layers / pp:g} layers per stage; 1 = plain 1F1B)"
+        )
+    else:
+        vp = vp_cell
+    if vp > 1 and (layers % (pp * vp) or num_microbatches % pp):
+        notes.append(
+            f"vp: published {vp}, but {layers} layers / {num_microbatches} micro-batches do not split "
+            f"evenly over pp*vp = {pp * vp} (Megatron's uneven first/last stages are not modeled): "
+            "simulated as plain 1F1B"
+        )
+        vp = 1
+    parsed_recompute = parse_recompute(run.get("recompute"))
+    if parsed_recompute is None:
+        return unusable(f"recompute {run.get('recompute')!r} is not one of none, selective, full")
+    recompute = parsed_recompute
+    if not recompute:
+        recompute = rules.recompute
+        notes.append(f"recompute: not stated -> {recompute} ({rules.key} default)")
+    sp_cell = run.get("sequence_parallel").lower()
+    if sp_cell in ("yes", "true", "1", "on", "y"):
+        sequence_parallel = tp > 1
+    elif sp_cell in ("no", "false", "0", "off", "n"):
+        sequence_parallel = False
+    else:
+        sequence_parallel = rules.sequence_parallel_if_tp and tp > 1
+        if tp > 1:
+            notes.append(
+                f"sequence_parallel: not stated -> {str(sequence_parallel).lower()} ({rules.key} default)"
+            )
+    zero_cell = run.get("zero_or_dist_opt").lower()
+    parsed_zero = parse_zero(zero_cell)
+    if parsed_zero is None:
+        return unusable(f"zero_or_dist_opt {zero_cell!r} is not understood")
+    zero = parsed_zero
+    notes_text = run.get("notes").lower()
+    if zero == 3 and (
+        "zero-2-like" in notes_text or "not reshard" in notes_text or "no reshard" in notes_text
+    ):
+        zero = 2
+        notes.append("zero: FSDP that keeps parameters after forward (the notes say so) -> zero = 2")
+    if zero < 0:
+        zero = rules.zero
+        notes.append(f"zero: distributed optimizer not stated -> zero = {zero} ({rules.key} default)")
+    if rules.key == "mpt" and zero_cell == "fsdp":
+        notes.append("zero: FSDP FULL_SHARD -> zero = 3")
+    tp_comm_overlap = rules.tp_comm_overlap_if_tp and tp > 1
+    if tp_comm_overlap and not sequence_parallel:
+        tp_comm_overlap = False
+    if tp > 1:
+        notes.append(f"tp_comm_overlap: -> {str(tp_comm_overlap).lower()} ({rules.key} default)")
+    if not rules.overlap_grad_reduce:
+        notes.append(
+            "overlap_grad_reduce: false (Megatron-LM 2021 reduced gradients after the backward pass)"
+        )
+    ep = run.int_cell("ep") or 1
+
+    parallel: dict[str, Any] = {
+        "tp": tp,
+        "pp": pp,
+        "dp": dp,
+        "cp": cp,
+        "ep": ep,
+        "vp": vp,
+        "micro_batch": micro_batch,
+        "global_batch": global_batch,
+        "schedule": "interleaved" if vp > 1 else "1f1b",
+        "sequence_parallel": sequence_parallel,
+        "recompute": recompute,
+        "zero": zero,
+        "overlap_grad_reduce": rules.overlap_grad_reduce,
+        "overlap_param_gather": True,
+        "tp_comm_overlap": tp_comm_overlap,
+    }
+    cluster: dict[str, Any] = {"topology": mapping.topology, "num_gpus": num_gpus}
+    if mapping.gpu:
+        cluster["gpu"] = mapping.gpu
+    if mapping.inter_node:
+        cluster["inter_node"] = dict(mapping.inter_node)
+    if mapping.intra_node:
+        cluster["intra_node"] = dict(mapping.intra_node)
+    if mapping.note:
+        notes.append(f"cluster: {mapping.note}")
+    run_notes = run.get("notes").lower()
+    if "roce" in run_notes and "1600" in run_notes and run.gpu.upper().startswith("A100"):
+        # MosaicML's A100 tables: "1600 Gbps node-node interconnect (RoCE)": 8 x 200 Gb/s per node
+        # on a plain (not rail-optimized) Ethernet fabric.
+        cluster["inter_node"] = {
+            **cluster.get("inter_node", {}),
+            "fabric": "fat-tree",
+            "nics_per_node": 8,
+            "nic_Gbps": 200,
+        }
+        notes.append("cluster: 1600 Gbps RoCE per node (8 x 200 Gb/s, fat tree) as the notes say")
+    scenario: dict[str, Any] = {
+        "name": run.run_id,
+        "model": model,
+        "cluster": cluster,
+        "parallel": parallel,
+        "precision": {"dtype": dtype},
+    }
+    # The source's software stack (docs/validate-assumptions.md): attention kernel and the dtype
+    # of the data-parallel gradient reduction.
+    kernels: dict[str, Any] = {}
+    if rules.attention:
+        kernels["attention"] = rules.attention
+        notes.append(f"kernels: attention = {rules.attention} ({rules.key} stack)")
+    if rules.grad_reduce_dtype:
+        kernels["grad_reduce_dtype"] = rules.grad_reduce_dtype
+        notes.append(f"kernels: grad_reduce_dtype = {rules.grad_reduce_dtype} ({rules.key} stack)")
+    if kernels:
+        scenario["kernels"] = kernels
+    return Case(
+        run_id=run.run_id,
+        source=run.source,
+        source_key=rules.key,
+        gpu=run.gpu,
+        scenario=scenario,
+        metric=metric,
+        measured=measured,
+        flop_convention=rules.flop_convention,
+        dtype=dtype,
+        is_moe=ep > 1 or "moe" in model,
+        assumptions=tuple(notes),
+    )
+
+
+def _preset_layers(model: Mapping[str, Any]) -> int:
+    from ..loading import load_model_presets
+
+    preset = model.get("preset")
+    if isinstance(preset, str):
+        value = load_model_presets().get(preset, {}).get("layers", 0)
+        return int(value) if isinstance(value, int) else 0
+    return 0
+
+
+def _measured(run: PublishedRun) -> tuple[str, float] | None:
+    """The quantity to compare, in order of preference (SOURCES.md: as published)."""
+    time_s = run.float_cell("iteration_time_s")
+    if time_s is not None:
+        return METRIC_ITERATION_TIME, time_s
+    tokens = run.float_cell("tokens_per_s")
+    if tokens is not None:
+        return METRIC_TOKENS, tokens
+    tflops = run.float_cell("measured_tflops_per_gpu")
+    if tflops is not None:
+        return METRIC_TFLOPS, tflops
+    mfu = run.float_cell("measured_mfu_pct")
+    if mfu is not None:
+        return METRIC_MFU, mfu
+    hfu = run.float_cell("measured_hfu_pct")
+    if hfu is not None:
+        return METRIC_HFU, hfu
+    return None

@@ -1,0 +1,110 @@
+"""Predicted vs measured: per-row results and the MAPE summary."""
+
+from __future__ import annotations
+
+import copy
+import math
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from .cases import Case, Unusable
+from .columns import METRIC_HFU, METRIC_MFU, METRIC_TFLOPS
+
+
+# ----------------------------------------------------------------------------- results
+@dataclass(frozen=True, slots=True)
+class RowResult:
+    case: Case
+    predicted: float
+    step_time_s: float
+    mfu: float
+    memory_fits: bool | None
+
+    @property
+    def error_pct(self) -> float:
+        return 100.0 * (self.predicted - self.case.measured) / self.case.measured
+
+
+@dataclass(frozen=True, slots=True)
+class ValidationReport:
+    results: tuple[RowResult, ...]
+    unusable: tuple[Unusable, ...]
+    csv_path: str = ""
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def mape(self, predicate: Callable[[RowResult], bool] | None = None) -> tuple[float, int]:
+        errs = [abs(r.error_pct) for r in self.results if predicate is None or predicate(r)]
+        return (sum(errs) / len(errs) if errs else float("nan")), len(errs)
+
+    def groups(self, key: Callable[[RowResult], str]) -> dict[str, tuple[float, int]]:
+        names = sorted({key(r) for r in self.results})
+        out = {}
+        for name in names:
+            errs = [abs(r.error_pct) for r in self.results if key(r) == name]
+            out[name] = (sum(errs) / len(errs), len(errs))
+        return out
+
+    def summary(self) -> dict[str, Any]:
+        overall, n = self.mape()
+        target, nt = self.mape(lambda r: r.case.is_target)
+        return {
+            "overall": {"mape_pct": overall, "rows": n},
+            "target_a100_h100_dense_16bit": {"mape_pct": target, "rows": nt},
+            "by_source": {
+                k: {"mape_pct": v, "rows": c} for k, v, c in _flat(self.groups(lambda r: r.case.source_key))
+            },
+            "by_gpu": {k: {"mape_pct": v, "rows": c} for k, v, c in _flat(self.groups(lambda r: r.case.gpu))},
+            "by_dtype": {
+                k: {"mape_pct": v, "rows": c} for k, v, c in _flat(self.groups(lambda r: r.case.dtype))
+            },
+            "unusable_rows": len(self.unusable),
+        }
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "csv": self.csv_path,
+            "summary": _json_safe(self.summary()),
+            "rows": [_json_safe(result_dict(r)) for r in self.results],
+            "unusable": [
+                {"id": u.run_id, "source": u.source_key, "gpu": u.gpu, "reason": u.reason}
+                for u in self.unusable
+            ],
+            **self.extra,
+        }
+
+
+def _flat(groups: Mapping[str, tuple[float, int]]) -> Iterable[tuple[str, float, int]]:
+    for k, (v, c) in groups.items():
+        yield k, v, c
+
+
+def _json_safe(obj: Any) -> Any:
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None
+    if isinstance(obj, dict):
+        return {k: _json_safe(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [_json_safe(v) for v in obj]
+    return obj
+
+
+def result_dict(r: RowResult) -> dict[str, Any]:
+    c = r.case
+    return {
+        "id": c.run_id,
+        "source": c.source_key,
+        "gpu": c.gpu,
+        "dtype": c.dtype,
+        "target": c.is_target,
+        "metric": c.metric,
+        "flop_convention": c.flop_convention if c.metric in (METRIC_TFLOPS, METRIC_MFU, METRIC_HFU) else "",
+        "predicted": r.predicted,
+        "measured": c.measured,
+        "error_pct": r.error_pct,
+        "step_time_s": r.step_time_s,
+        "mfu": r.mfu,
+        "memory_fits": r.memory_fits,
+        "assumptions": list(c.assumptions),
+        "scenario": copy.deepcopy(dict(c.scenario)),  # SPEC §1 tables: reproducible with `mfusim run`
+    }

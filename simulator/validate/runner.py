@@ -1,0 +1,143 @@
+"""Running the cases through the simulator."""
+
+from __future__ import annotations
+
+import math
+import sys
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from ..errors import ConfigError
+from ..specs import Scenario
+from .cases import Case, Unusable, build_case
+from .conventions import predicted_value
+from .results import RowResult, ValidationReport
+from .runs import PublishedRun
+from .sources import source_rules
+
+# ----------------------------------------------------------------------------- running
+SimulateFn = Callable[[Scenario], Any]  # returns a StepReport (or an object with .report)
+
+
+def default_simulate() -> SimulateFn:
+    """The discrete-event engine's `simulate`, returning its StepReport."""
+    try:
+        from ..engine import simulate  # type: ignore[attr-defined,unused-ignore]
+    except ImportError as exc:  # pragma: no cover - only before the engine exists
+        raise ConfigError(f"the simulation engine is not available ({exc})", key="validate") from None
+
+    def run(scenario: Scenario) -> Any:
+        result = simulate(scenario)
+        return getattr(result, "report", result)
+
+    return run
+
+
+def scenario_for(case: Case, source: str = "") -> Scenario:
+    from ..loading import scenario_from_dict
+
+    return scenario_from_dict(case.scenario, source=source or case.run_id)
+
+
+def evaluate(case: Case, scenario: Scenario, simulate_fn: SimulateFn) -> RowResult:
+    out = simulate_fn(scenario)
+    report: Any = getattr(out, "report", out)
+    step = float(report.step_time_s)
+    if not math.isfinite(step) or step <= 0:
+        raise ValueError(f"simulated step time {step!r}")
+    memory = getattr(report, "memory", None)
+    fits = bool(memory.fits) if memory is not None else None
+    return RowResult(
+        case=case,
+        predicted=predicted_value(case, scenario, step),
+        step_time_s=step,
+        mfu=float(report.mfu),
+        memory_fits=fits,
+    )
+
+
+class Progress:
+    """A one-line progress indicator on stderr (redrawn in place on a terminal)."""
+
+    def __init__(self, total: int, label: str = "validate", stream: Any = None) -> None:
+        self.total = total
+        self.label = label
+        self.stream = stream if stream is not None else sys.stderr
+        self.tty = bool(getattr(self.stream, "isatty", lambda: False)())
+        self.step = max(1, total // 10)
+
+    def update(self, done: int, what: str = "") -> None:
+        if self.tty:
+            self.stream.write(f"\r{self.label}: {done}/{self.total} {what[:50]:<50}")
+            self.stream.flush()
+        elif done == self.total or done % self.step == 0:
+            self.stream.write(f"{self.label}: {done}/{self.total} rows\n")
+            self.stream.flush()
+
+    def close(self) -> None:
+        if self.tty:
+            self.stream.write("\n")
+            self.stream.flush()
+
+
+def select_runs(
+    runs: Sequence[PublishedRun], gpu: str | None = None, source: str | None = None
+) -> list[PublishedRun]:
+    out = list(runs)
+    if gpu:
+        out = [r for r in out if gpu.lower() in r.gpu.lower()]
+    if source:
+        s = source.lower()
+        out = [
+            r
+            for r in out
+            if s in r.source.lower()
+            or s in source_rules(r.source, r.run_id).key
+            or r.run_id.lower().startswith(s)
+        ]
+    return out
+
+
+def validate_runs(
+    runs: Sequence[PublishedRun],
+    simulate_fn: SimulateFn,
+    *,
+    csv_path: str = "",
+    progress: bool = True,
+) -> ValidationReport:
+    results: list[RowResult] = []
+    unusable: list[Unusable] = []
+    bar = Progress(len(runs)) if progress else None
+    for i, run in enumerate(runs, 1):
+        case = build_case(run)
+        if isinstance(case, Unusable):
+            unusable.append(case)
+        else:
+            try:
+                scenario = scenario_for(case, source=csv_path)
+                results.append(evaluate(case, scenario, simulate_fn))
+            except ConfigError as err:
+                unusable.append(
+                    Unusable(
+                        case.run_id,
+                        case.source,
+                        case.source_key,
+                        case.gpu,
+                        f"invalid scenario: {err.message if err.key is None else f'{err.key}: {err.message}'}",
+                    )
+                )
+            except (ValueError, NotImplementedError, ArithmeticError, KeyError) as exc:
+                unusable.append(
+                    Unusable(
+                        case.run_id,
+                        case.source,
+                        case.source_key,
+                        case.gpu,
+                        f"simulator failed: {type(exc).__name__}: {exc}",
+                    )
+                )
+        if bar is not None:
+            bar.update(i, run.run_id)
+    if bar is not None:
+        bar.close()
+    return ValidationReport(results=tuple(results), unusable=tuple(unusable), csv_path=csv_path)

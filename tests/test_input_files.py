@@ -1,0 +1,95 @@
+"""Only regular files are read: a pipe, socket or device where a file is expected is refused
+up front, before anything opens it (opening a FIFO blocks forever) (issue 18)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from simulator.errors import ConfigError
+from simulator.loading import load_scenario, read_user_text
+from tests.conftest import SMALL_SCENARIO
+
+
+@pytest.fixture(autouse=True)
+def _watchdog() -> Iterator[None]:
+    """A hang (the bug) fails the test after 20 s instead of blocking the suite."""
+
+    def fail(signum: int, frame: object) -> None:
+        raise TimeoutError("reading a non-regular file hung")
+
+    old = signal.signal(signal.SIGALRM, fail)
+    signal.alarm(20)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, old)
+
+
+def _special(tmp_path: Path, kind: str) -> tuple[Path, Callable[[], None]]:
+    path = tmp_path / f"{kind}.toml"
+    if kind == "fifo":
+        os.mkfifo(path)
+        return path, lambda: None
+    if kind == "socket":
+        sock = socket.socket(socket.AF_UNIX)
+        sock.bind(str(path))
+        return path, sock.close
+    if kind == "dir":
+        path.mkdir()
+        return path, lambda: None
+    return Path("/dev/zero"), lambda: None
+
+
+@pytest.mark.parametrize("kind", ["fifo", "socket", "dir", "device"])
+def test_scenario_must_be_a_regular_file(tmp_path: Path, kind: str) -> None:
+    path, close = _special(tmp_path, kind)
+    try:
+        with pytest.raises(ConfigError) as info:
+            load_scenario(path)
+        assert str(path) in str(info.value)
+        assert "regular file" in str(info.value) or "directory" in str(info.value)
+    finally:
+        close()
+
+
+def test_stdin_pipe_is_refused(tmp_path: Path) -> None:
+    r, w = os.pipe()
+    try:
+        with pytest.raises(ConfigError, match="named pipe|regular file"):
+            read_user_text(f"/proc/self/fd/{r}", "TOML")
+    finally:
+        os.close(r)
+        os.close(w)
+
+
+@pytest.mark.parametrize("which", ["topology", "hf_config"])
+def test_fifo_behind_a_scenario_is_refused(tmp_path: Path, which: str) -> None:
+    fifo = tmp_path / "pipe.x"
+    os.mkfifo(fifo)
+    text = SMALL_SCENARIO
+    if which == "topology":
+        text = text.replace('topology = "dgx-a100"', f'topology = "{fifo}"')
+    else:
+        head, rest = text.split("[model]\n", 1)
+        rest = rest.split("\n[cluster]", 1)[1]
+        text = f'{head}[model]\nhf_config = "{fifo}"\n\n[cluster]{rest}'
+    scn = tmp_path / "s.toml"
+    scn.write_text(text)
+    with pytest.raises(ConfigError) as info:
+        load_scenario(scn)
+    assert "pipe.x" in str(info.value), str(info.value)
+
+
+def test_regular_file_through_a_symlink_is_read(tmp_path: Path) -> None:
+    real = tmp_path / "real.toml"
+    real.write_text(SMALL_SCENARIO)
+    link = tmp_path / "link.toml"
+    link.symlink_to(real)
+    assert load_scenario(link).name == "small test scenario"
