@@ -50,12 +50,13 @@ RANGES: dict[str, tuple[float, float]] = {
 }
 FIT: dict[str, tuple[str, ...]] = {
     "hopper": tuple(
-        f.name for f in fields(KernelParams) if f.name not in ("memory_bw_fraction", "memory_latency_s")
+        f.name
+        for f in fields(KernelParams)
+        if f.name not in ("memory_bw_fraction", "memory_latency_s", "gemm_max_fraction", "nccl_bw_fraction")
     ),
     "ampere": (
         "gemm_peak_fraction",
         "fa2_fwd_fraction",
-        "fa2_bwd_fraction",
         "fa2_head_dim_half",
         "memory_bw_fraction",
     ),
@@ -124,7 +125,8 @@ def main(argv: list[str] | None = None) -> int:
     base["hopper"] = fit_architecture("hopper", base)
     for arch, (parent, _why) in COPY_FROM.items():
         keep = set(FIT[arch])
-        borrowed = {f.name: getattr(base[parent], f.name) for f in fields(KernelParams) if f.name not in keep}
+        own = keep | {"gemm_max_fraction"}  # each architecture's MAMF ceiling is its own
+        borrowed = {f.name: getattr(base[parent], f.name) for f in fields(KernelParams) if f.name not in own}
         base[arch] = fit_architecture(arch, {**base, arch: replace(base[arch], **borrowed)})
         if arch == "ampere":
             b = base[arch]

@@ -15,6 +15,7 @@ from collections.abc import Callable, Sequence
 
 from ..errors import EXIT_USAGE, ConfigError
 from .common import one_line
+from .kernel import cmd_kernel
 from .mfu import cmd_mfu
 from .parser import build_parser
 from .presets import cmd_presets
@@ -32,6 +33,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "whatif": cmd_whatif,
     "topo": cmd_topo,
     "presets": cmd_presets,
+    "kernel": cmd_kernel,
 }
 
 

@@ -116,6 +116,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--gpus", type=positive_int("--gpus"), default=None, help="cluster size for the summary")
     p.add_argument("--json", action="store_true")
 
+    from .kernel import add_parser as add_kernel_parser
+
+    add_kernel_parser(sub)
+
     p = sub.add_parser("presets", help="list model presets, GPUs and topologies")
     p.add_argument("--json", action="store_true")
     return parser
