@@ -174,7 +174,9 @@ def gemm_plan(
     bw = gpu.hbm_bandwidth_bytes_per_s * p.memory_bw_fraction
     # memory floor, and the power-limited ceiling no GEMM shape beats (the MAMF search's best)
     t_floor = batch * ((m * k + k * n) * elt + m * n * out_bytes) / bw
-    t_floor = max(t_floor, 2.0 * batch * m * n * k / (gpu.peak_flop_per_s(dtype) * scale * p.gemm_max_fraction))
+    t_floor = max(
+        t_floor, 2.0 * batch * m * n * k / (gpu.peak_flop_per_s(dtype) * scale * p.gemm_max_fraction)
+    )
     best: GemmPlan | None = None
     c = p.gemm_tile_reuse  # small-tile penalty 1/(1 + c(1/tm + 1/tn)), relative to 256x128
     big = 1.0 + c * (1 / 256 + 1 / 128)

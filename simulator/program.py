@@ -346,8 +346,10 @@ class _Coster:
         par = self.scn.parallel
         if par.tp == 1:
             return
-        if par.tp_comm_overlap:
-            gemm_s = 0.0  # all TP comm is hidden by _overlap_tp instead; never hide twice
+        if par.tp_comm_overlap or not self.scn.kernels.tp_comm_async:
+            # hidden by _overlap_tp instead (never hide twice), or a stack without Megatron's
+            # asynchronous TP backward communication (2021-22 Megatron-LM): all of it exposed
+            gemm_s = 0.0
         if par.sequence_parallel:
             t_ag = self.coll("allgather", "tp", msg)
             t_rs = self.coll("reducescatter", "tp", msg)

@@ -457,12 +457,13 @@ class KernelOptions:
 
     flash_attention: bool = True
     attention: str = ""
-    grad_reduce_dtype: str = (
-        ""  # "" = fp32 for bf16/fp8 training (Megatron-LM), "bf16" = --grad-reduce-in-bf16
-    )
+    # "" = fp32 for bf16/fp8 training (Megatron-LM's main_grad), "bf16" = --grad-reduce-in-bf16
+    grad_reduce_dtype: str = ""
+    tp_comm_async: bool = True  # TP backward collectives beside the dgrad/wgrad GEMMs (Megatron-Core)
 
     def __post_init__(self) -> None:
         _check_bool("kernels.flash_attention", self.flash_attention)
+        _check_bool("kernels.tp_comm_async", self.tp_comm_async)
         if self.grad_reduce_dtype:
             _check_choice("kernels.grad_reduce_dtype", self.grad_reduce_dtype, ("fp32", "bf16"))
         if self.attention:

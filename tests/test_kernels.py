@@ -142,3 +142,60 @@ def test_default_attention_follows_the_stack() -> None:
     assert K.resolve_attention(gpu_by_name("h100-sxm"), "", False) == "unfused"
     with pytest.raises(ConfigError):
         K.resolve_attention(gpu_by_name("a100-80gb"), "fa3", True)
+
+
+# ----------------------------------------------------------------------------- catalog monotonicity
+def _dominates(fast, slow) -> bool:  # noqa: ANN001
+    """`fast` has at least the peaks, HBM bandwidth and SMs of `slow`, and at least its peak per SM
+    (more SMs at a lower rate each could lose a GEMM's last wave: that is physics, not a bug)."""
+    for dtype in ("bf16", "fp16", "fp8"):
+        a = getattr(fast, f"peak_{dtype}_flop_per_s")
+        b = getattr(slow, f"peak_{dtype}_flop_per_s")
+        if a < b or (b > 0 and a / fast.num_sms < b / slow.num_sms):
+            return False
+    return fast.hbm_bandwidth_bytes_per_s >= slow.hbm_bandwidth_bytes_per_s and fast.num_sms >= slow.num_sms
+
+
+CATALOG_SCENARIOS = {
+    "7b-dp8": {
+        "model": {"preset": "llama3-8b"},
+        "parallel": {"tp": 1, "dp": 8, "micro_batch": 1, "global_batch": 64, "zero": 1},
+    },
+    "13b-tp2-pp2": {
+        "model": {"name": "m", "layers": 40, "hidden": 5120, "heads": 40, "vocab": 32000, "seq_len": 4096},
+        "parallel": {
+            "tp": 2,
+            "pp": 2,
+            "dp": 2,
+            "micro_batch": 1,
+            "global_batch": 32,
+            "sequence_parallel": True,
+        },
+    },
+}
+
+
+@pytest.mark.parametrize("name", sorted(CATALOG_SCENARIOS))
+def test_faster_catalog_gpu_is_never_predicted_slower(name: str) -> None:
+    """Issue 18 item 7: a catalog GPU with >= peaks and bandwidth is never predicted slower (the
+    same scenario and network, only the GPU swapped; b200 -> gb200 once doubled a step time)."""
+    from simulator.engine import simulate
+    from simulator.loading import scenario_from_dict
+
+    catalog = load_gpu_catalog()
+    spec = CATALOG_SCENARIOS[name]
+    times = {}
+    for gpu in catalog:
+        data = {
+            **spec,
+            "cluster": {"topology": "dgx-h100", "num_gpus": 8, "gpu": gpu},
+            "precision": {"dtype": "bf16"},
+        }
+        times[gpu] = simulate(scenario_from_dict(data)).report.step_time_s
+    checked = 0
+    for fast_name, fast in catalog.items():
+        for slow_name, slow in catalog.items():
+            if fast_name != slow_name and _dominates(fast, slow):
+                checked += 1
+                assert times[fast_name] <= times[slow_name] * (1 + 1e-9), (fast_name, slow_name, times)
+    assert checked >= 10

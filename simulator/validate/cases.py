@@ -366,6 +366,9 @@ def build_case(run: PublishedRun) -> Case | Unusable:
     if rules.grad_reduce_dtype:
         kernels["grad_reduce_dtype"] = rules.grad_reduce_dtype
         notes.append(f"kernels: grad_reduce_dtype = {rules.grad_reduce_dtype} ({rules.key} stack)")
+    if not rules.tp_comm_async and tp > 1:
+        kernels["tp_comm_async"] = False
+        notes.append(f"kernels: tp_comm_async = false ({rules.key} stack: TP collectives not overlapped)")
     if kernels:
         scenario["kernels"] = kernels
     return Case(

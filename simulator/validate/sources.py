@@ -23,6 +23,7 @@ class SourceRules:
     note: str
     attention: str = ""  # [kernels] attention of the source's stack ("" = the GPU's default)
     grad_reduce_dtype: str = ""  # [kernels] grad_reduce_dtype ("" = fp32 for bf16/fp8)
+    tp_comm_async: bool = True  # [kernels] tp_comm_async: TP backward comm beside the GEMMs
 
 
 SOURCES: tuple[tuple[tuple[str, ...], SourceRules], ...] = (
@@ -39,6 +40,7 @@ SOURCES: tuple[tuple[tuple[str, ...], SourceRules], ...] = (
             overlap_grad_reduce=False,  # Megatron-LM 2021 (local DDP) reduced grads after backward
             note="Megatron-LM 2021 on Selene (DGX A100 80GB, 8x200 Gb/s HDR)",
             attention="unfused",
+            tp_comm_async=False,  # 2021 Megatron-LM: synchronous TP all-reduces
         ),
     ),
     (
