@@ -8,9 +8,9 @@ from __future__ import annotations
 import time
 from dataclasses import replace
 
-from simulator.engine import simulate
 from simulator.loading import load_scenario
 from simulator.resources import data_dir
+from simulator.simulate import simulate
 
 
 def best_of(fn, n: int = 3) -> float:

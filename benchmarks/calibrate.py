@@ -188,7 +188,7 @@ Evaluator = Callable[[Scenario], StepReport]
 
 
 def engine_evaluator() -> Evaluator:
-    from simulator.engine import simulate
+    from simulator.simulate import simulate
 
     return lambda scn: simulate(scn).report
 

@@ -92,7 +92,7 @@ def _scenario(source: ScenarioLike) -> Scenario:
 def simulate(scenario: ScenarioLike, *, seed: int | None = None, comm_model: str = "topology") -> StepReport:
     """One training step, as `mfusim run`: MFU, HFU, step time, tokens/s, breakdown, memory."""
     from simulator.comm import FlatCommModel, default_comm_model
-    from simulator.engine import simulate as _simulate
+    from simulator.simulate import simulate as _simulate
 
     scn = _scenario(scenario)
     if comm_model not in ("topology", "flat"):

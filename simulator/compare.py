@@ -48,7 +48,7 @@ def compare(
 ) -> tuple[Compared, ...]:
     """Simulate each scenario; plan each run with its own `[run]` table, else `run` if given."""
     from .comm import FlatCommModel, default_comm_model
-    from .engine import simulate
+    from .simulate import simulate
 
     names = list(labels) if labels is not None else [s.name for s in scenarios]
     if len(names) != len(scenarios):
@@ -138,7 +138,7 @@ def format_comparison(items: Sequence[Compared]) -> str:
             "  whole run",
             _row("tokens", [cell(p, ".3g", "tokens") for p in plans]),
             _row("wall-clock days", [f"{p.wall_time_s / DAY_S:.1f}" if p else "-" for p in plans]),
-            _row("GPU-hours (M)", [f"{p.gpu_hours / 1e6:.3g}" if p else "-" for p in plans]),
+            _row("GPU-hours", [f"{p.gpu_hours:,.0f}" if p else "-" for p in plans]),
             _row(
                 "cost (M$)",
                 [f"{p.cost_usd / 1e6:,.2f}" if p and p.cost_usd is not None else "-" for p in plans],

@@ -80,13 +80,15 @@ def export_rows(
     *,
     rank_by: str,
     source: str,
+    flag: str = "--export-best",
 ) -> list[Path]:
-    """Write rows[i] as the scenario file targets[i]; returns the paths written."""
+    """Write rows[i] as the scenario file targets[i] (atomically); returns the paths written."""
+    from .outputs import write_text
+
     written = []
     for i, (row, target) in enumerate(zip(rows, targets, strict=True), start=1):
         tables = scenario_data_for_row(data, base_dir, row, rank=i, rank_by=rank_by)
-        text = scenario_toml(tables, _row_header(row, i, rank_by, source))
-        target.write_text(text, encoding="utf-8")
+        write_text(target, flag, scenario_toml(tables, _row_header(row, i, rank_by, source)))
         written.append(target)
     return written
 

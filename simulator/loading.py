@@ -446,14 +446,9 @@ SCENARIO_KEYS = (
 CLUSTER_KEYS = ("topology", "num_gpus", "gpu", "gpus_per_node", "rank_order", "intra_node", "inter_node")
 
 
-DEFAULT_SCENARIO = "gpt3-175b-1024-a100"
-
-
-def resolve_scenario_path(ref: str | Path | None) -> Path:
-    """A scenario argument: a file, else a shipped scenario's name, else the built-in default
-    when absent. A file of that name wins over a shipped scenario."""
-    if ref is None:
-        return data_dir("scenarios") / f"{DEFAULT_SCENARIO}.toml"
+def resolve_scenario_path(ref: str | Path) -> Path:
+    """A scenario argument: a file, else a shipped scenario's name (`mfusim run
+    llama3-70b-512-h100`). A file of that name wins over a shipped scenario."""
     path = Path(ref)
     if path_kind(path) != "missing":
         return path

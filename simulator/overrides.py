@@ -70,4 +70,5 @@ def attribute_error(err: ConfigError, overrides: Iterable[Override]) -> ConfigEr
                 return ConfigError(err.message, key=f"--set {key}")
     if not keys:
         return err
-    return ConfigError(f"{err.message} (with --set {', '.join(keys)})", key=err.key, file=err.file)
+    with_sets = ", ".join(f"--set {key}" for key in keys)
+    return ConfigError(f"{err.message} (with {with_sets})", key=err.key, file=err.file)

@@ -15,7 +15,7 @@ All micro-batches of a chunk are identical, so a layer is costed once and multip
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from . import flops as fl
 from .comm import CommModel, default_comm_model
@@ -57,19 +57,29 @@ class Block:
         return sum(s.duration_s for s in self.segments if s.category == category)
 
 
-def _block(parts: Iterable[tuple[str, str, float, float, float]]) -> Block:
-    """Merge consecutive (category, name) parts; drop empty ones."""
-    merged: list[list] = []
-    for category, name, dur, flops, nbytes in parts:
-        if dur <= 0:
+def _block(parts: Iterable[Segment]) -> Block:
+    """Merge consecutive parts of the same (category, name); drop empty ones."""
+    merged: list[Segment] = []
+    for part in parts:
+        if part.duration_s <= 0:
             continue
-        if merged and merged[-1][0] == category and merged[-1][1] == name:
-            merged[-1][2] += dur
-            merged[-1][3] += flops
-            merged[-1][4] += nbytes
+        last = merged[-1] if merged else None
+        if last is not None and last.category == part.category and last.name == part.name:
+            merged[-1] = _plus(last, part)
         else:
-            merged.append([category, name, dur, flops, nbytes])
-    return Block(tuple(Segment(*m) for m in merged))
+            merged.append(part)
+    return Block(tuple(merged))
+
+
+def _plus(a: Segment, b: Segment) -> Segment:
+    return Segment(
+        a.category, a.name, a.duration_s + b.duration_s, a.flops + b.flops, a.message_bytes + b.message_bytes
+    )
+
+
+def _scaled(seg: Segment, n: float) -> Segment:
+    """The part repeated n times (n identical layers)."""
+    return Segment(seg.category, seg.name, seg.duration_s * n, seg.flops * n, seg.message_bytes * n)
 
 
 @dataclass(frozen=True, slots=True)
@@ -165,7 +175,7 @@ def grad_reduce_bytes_per_param(dtype: str, grad_reduce_dtype: str = "") -> int:
 class _Phase:
     """Cost parts of one layer in one phase, before merging into a block."""
 
-    parts: tuple[tuple[str, str, float, float, float], ...]
+    parts: tuple[Segment, ...]
 
 
 @dataclass
@@ -226,19 +236,19 @@ class _Coster:
         def mm(name: str, mm_m: int, mm_n: int, mm_k: int, count: int = 1) -> None:
             tt = matmul_time_s(d, mm_m, mm_n, mm_k, count)
             f = 2.0 * mm_m * mm_n * mm_k * count
-            fwd.append(("compute", name, tt, f, 0.0))
-            b_in.append(("compute", name + " dgrad", tt, f, 0.0))
-            b_w.append(("compute", name + " wgrad", tt, f, 0.0))
+            fwd.append(Segment("compute", name, tt, f, 0.0))
+            b_in.append(Segment("compute", name + " dgrad", tt, f, 0.0))
+            b_w.append(Segment("compute", name + " wgrad", tt, f, 0.0))
             if d.dtype == "fp8":  # Transformer Engine casts the GEMM input (fwd) and output grad (bwd) to FP8
                 cast_in = FP8_CAST_BYTES_PER_ELEMENT * mm_m * mm_k * count
                 cast_grad = FP8_CAST_BYTES_PER_ELEMENT * mm_m * mm_n * count
-                fwd.append(("compute", "fp8 cast", memory_op_time_s(d, cast_in), 0.0, cast_in))
-                b_in.append(("compute", "fp8 cast", memory_op_time_s(d, cast_grad), 0.0, cast_grad))
+                fwd.append(Segment("compute", "fp8 cast", memory_op_time_s(d, cast_in), 0.0, cast_in))
+                b_in.append(Segment("compute", "fp8 cast", memory_op_time_s(d, cast_grad), 0.0, cast_grad))
 
         def mem(name: str, fwd_bytes: float, kernels: int = 1) -> None:
             tt = memory_op_time_s(d, fwd_bytes, kernels)
-            fwd.append(("compute", name, tt, 0.0, fwd_bytes))
-            b_in.append(("compute", name + " bwd", 2 * tt, 0.0, 2 * fwd_bytes))
+            fwd.append(Segment("compute", name, tt, 0.0, fwd_bytes))
+            b_in.append(Segment("compute", name + " bwd", 2 * tt, 0.0, 2 * fwd_bytes))
 
         # --- attention block (Megatron column/row-parallel linear layers)
         tp_msg = T * h * a  # full-sequence activation of this micro-batch (AG output / AR buffer)
@@ -253,9 +263,9 @@ class _Coster:
         if cp > 1:
             kv_msg = 2 * b * s * kv_local * a  # K and V of the whole sequence (AG output)
             t_kv = self.coll("allgather", "cp", kv_msg)
-            fwd.append(("cp_comm", "cp kv ring", max(0.0, t_kv - attn_fwd), 0.0, kv_msg))
+            fwd.append(Segment("cp_comm", "cp kv ring", max(0.0, t_kv - attn_fwd), 0.0, kv_msg))
             t_bwd = t_kv + self.coll("reducescatter", "cp", kv_msg)
-            b_in.append(("cp_comm", "cp dkv ring", max(0.0, t_bwd - attn_bwd), 0.0, kv_msg))
+            b_in.append(Segment("cp_comm", "cp dkv ring", max(0.0, t_bwd - attn_bwd), 0.0, kv_msg))
         mm("attn out", T, h, q_local)
         self._tp_exit(fwd, b_in, tp_msg)
         mem("residual add", 3 * norm_tokens * h * a)
@@ -289,10 +299,12 @@ class _Coster:
                 "dp",
                 params_local * grad_reduce_bytes_per_param(scn.dtype, scn.kernels.grad_reduce_dtype),
             )
-            fwd_s = sum(p[2] for p in fwd)
-            bwd_s = sum(p[2] for p in b_in + b_w)
-            fwd.append(("dp_comm", "zero3 param allgather", max(0.0, ag - fwd_s), 0.0, 0.0))
-            b_w.append(("dp_comm", "zero3 allgather+reducescatter", max(0.0, ag + rs - bwd_s), 0.0, 0.0))
+            fwd_s = sum(p.duration_s for p in fwd)
+            bwd_s = sum(p.duration_s for p in b_in + b_w)
+            fwd.append(Segment("dp_comm", "zero3 param allgather", max(0.0, ag - fwd_s), 0.0, 0.0))
+            b_w.append(
+                Segment("dp_comm", "zero3 allgather+reducescatter", max(0.0, ag + rs - bwd_s), 0.0, 0.0)
+            )
         recompute = self._recompute(fwd, attn_parts[0])
         return _Phase(tuple(fwd)), _Phase(tuple(b_in)), _Phase(tuple(b_w)), recompute, params_local
 
@@ -300,16 +312,16 @@ class _Coster:
         """TP communication overlapped with the layer's GEMMs (Megatron/Transformer Engine
         userbuffers, `--tp-comm-overlap`): only what exceeds the GEMM time stays exposed;
         the hidden part slows the GEMMs by the GPU's `overlap_slowdown` (SM/memory sharing)."""
-        tp_s = sum(p[2] for p in parts if p[0] == "tp_comm")
-        gemm_s = sum(p[2] for p in compute_parts if p[0] == "compute" and p[3] > 0)
+        tp_s = sum(p.duration_s for p in parts if p.category == "tp_comm")
+        gemm_s = sum(p.duration_s for p in compute_parts if p.category == "compute" and p.flops > 0)
         if tp_s <= 0:
             return parts
         exposed = max(0.0, tp_s - gemm_s)
         hidden = tp_s - exposed
         keep = exposed / tp_s
-        out = [(c, n, d * keep if c == "tp_comm" else d, f, b) for c, n, d, f, b in parts]
+        out = [replace(p, duration_s=p.duration_s * keep) if p.category == "tp_comm" else p for p in parts]
         out.append(
-            (
+            Segment(
                 "compute",
                 "tp overlap interference",
                 hidden * self.scn.gpu.efficiency.overlap_slowdown,
@@ -333,8 +345,8 @@ class _Coster:
         t_f = attention_time_s(d, impl, "fwd", **shape)
         t_b = attention_time_s(d, impl, "bwd", **shape)
         name = "attention (unfused)" if impl == "unfused" else f"attention ({impl})"
-        fwd = [("compute", name, t_f, model_flops_fwd, 0.0)]
-        bwd = [("compute", name + " bwd", t_b, 2 * model_flops_fwd, 0.0)]
+        fwd = [Segment("compute", name, t_f, model_flops_fwd, 0.0)]
+        bwd = [Segment("compute", name + " bwd", t_b, 2 * model_flops_fwd, 0.0)]
         return t_f, t_b, (fwd, bwd)
 
     def _tp_entry(self, fwd: list, b_in: list, msg: float, gemm_s: float) -> None:
@@ -353,12 +365,14 @@ class _Coster:
         if par.sequence_parallel:
             t_ag = self.coll("allgather", "tp", msg)
             t_rs = self.coll("reducescatter", "tp", msg)
-            fwd.append(("tp_comm", "tp allgather", t_ag, 0.0, msg))
-            b_in.append(("tp_comm", "tp allgather (beside dgrad)", max(0.0, t_ag - gemm_s), 0.0, msg))
-            b_in.append(("tp_comm", "tp reducescatter (beside wgrad)", max(0.0, t_rs - gemm_s), 0.0, msg))
+            fwd.append(Segment("tp_comm", "tp allgather", t_ag, 0.0, msg))
+            b_in.append(Segment("tp_comm", "tp allgather (beside dgrad)", max(0.0, t_ag - gemm_s), 0.0, msg))
+            b_in.append(
+                Segment("tp_comm", "tp reducescatter (beside wgrad)", max(0.0, t_rs - gemm_s), 0.0, msg)
+            )
         else:
             t_ar = self.coll("allreduce", "tp", msg)
-            b_in.append(("tp_comm", "tp allreduce (beside wgrad)", max(0.0, t_ar - gemm_s), 0.0, msg))
+            b_in.append(Segment("tp_comm", "tp allreduce (beside wgrad)", max(0.0, t_ar - gemm_s), 0.0, msg))
 
     def _tp_exit(self, fwd: list, b_in: list, msg: float) -> None:
         """Row-parallel exit: SP ReduceScatter forward / AllGather backward (or the forward
@@ -367,10 +381,12 @@ class _Coster:
         if par.tp == 1:
             return
         if par.sequence_parallel:
-            fwd.append(("tp_comm", "tp reducescatter", self.coll("reducescatter", "tp", msg), 0.0, msg))
-            b_in.append(("tp_comm", "tp allgather", self.coll("allgather", "tp", msg), 0.0, msg))
+            fwd.append(
+                Segment("tp_comm", "tp reducescatter", self.coll("reducescatter", "tp", msg), 0.0, msg)
+            )
+            b_in.append(Segment("tp_comm", "tp allgather", self.coll("allgather", "tp", msg), 0.0, msg))
         else:
-            fwd.append(("tp_comm", "tp allreduce", self.coll("allreduce", "tp", msg), 0.0, msg))
+            fwd.append(Segment("tp_comm", "tp allreduce", self.coll("allreduce", "tp", msg), 0.0, msg))
 
     def _moe(self, fwd: list, b_in: list, b_w: list, mm, mem, T: int, tp_msg: float) -> None:
         """Routed experts: router, token dispatch/combine All-to-All over EP, grouped expert GEMMs.
@@ -399,8 +415,8 @@ class _Coster:
         if par.ep > 1:
             a2a_msg = tokens * m.hidden * a
             t_a2a = self.coll("alltoall", "ep", a2a_msg)
-            fwd.append(("ep_comm", "ep dispatch", t_a2a, 0.0, a2a_msg))
-            b_in.append(("ep_comm", "ep combine bwd", t_a2a, 0.0, a2a_msg))
+            fwd.append(Segment("ep_comm", "ep dispatch", t_a2a, 0.0, a2a_msg))
+            b_in.append(Segment("ep_comm", "ep combine bwd", t_a2a, 0.0, a2a_msg))
         mm("expert fc1", per_expert, fc1_n, m.hidden, experts_local)
         mem("expert act", (3 if m.gated_mlp else 2) * tokens * f_local * a)
         mm("expert fc2", per_expert, m.hidden, f_local, experts_local)
@@ -409,8 +425,8 @@ class _Coster:
             mm("shared fc1", T, (2 if m.gated_mlp else 1) * fs, m.hidden)
             mm("shared fc2", T, m.hidden, fs)
         if par.ep > 1:
-            fwd.append(("ep_comm", "ep combine", t_a2a, 0.0, a2a_msg))
-            b_in.append(("ep_comm", "ep dispatch bwd", t_a2a, 0.0, a2a_msg))
+            fwd.append(Segment("ep_comm", "ep combine", t_a2a, 0.0, a2a_msg))
+            b_in.append(Segment("ep_comm", "ep dispatch bwd", t_a2a, 0.0, a2a_msg))
         else:
             self._tp_exit(fwd, b_in, tp_msg)
 
@@ -433,9 +449,9 @@ class _Coster:
             return _Phase(())
         source = attn_fwd_parts if mode == "selective" else fwd
         parts = []
-        for cat, name, dur, f, nbytes in source:
+        for seg in source:
             # recomputed compute is `recompute`; its repeated TP collectives stay tp_comm
-            parts.append(("recompute" if cat == "compute" else cat, name, dur, f, nbytes))
+            parts.append(replace(seg, category="recompute") if seg.category == "compute" else seg)
         return _Phase(tuple(parts))
 
     # -- first and last stage extras
@@ -445,7 +461,7 @@ class _Coster:
         T = par.micro_batch * m.seq_len // par.cp
         a = d.activation_bytes
         fwd = [
-            (
+            Segment(
                 "compute",
                 "embedding lookup",
                 memory_op_time_s(d, 2 * T * m.hidden * a),
@@ -454,7 +470,7 @@ class _Coster:
             )
         ]
         bwd = [
-            (
+            Segment(
                 "compute",
                 "embedding grad",
                 memory_op_time_s(d, 3 * T * m.hidden * 4),
@@ -465,7 +481,7 @@ class _Coster:
         if par.tp > 1:  # vocab-parallel embedding: partial sums reduced across TP
             msg = T * m.hidden * a
             kind = "reducescatter" if par.sequence_parallel else "allreduce"
-            fwd.append(("tp_comm", "embedding " + kind, self.coll(kind, "tp", msg), 0.0, msg))
+            fwd.append(Segment("tp_comm", "embedding " + kind, self.coll(kind, "tp", msg), 0.0, msg))
         return _Phase(tuple(fwd)), _Phase(tuple(bwd))
 
     def logits(self) -> tuple[_Phase, _Phase, _Phase]:
@@ -478,27 +494,32 @@ class _Coster:
         f = 2.0 * T * v_local * m.hidden
         ce_bytes = float(T * v_local * (a + 4 + 4))  # read 16-bit logits, fp32 softmax, write fp32 grad
         t_ce = memory_op_time_s(d, ce_bytes, kernels=3)
-        fwd: list[tuple[str, str, float, float, float]] = [
-            ("compute", "final norm", memory_op_time_s(d, 2 * T * m.hidden * a), 0.0, 0.0)
+        fwd: list[Segment] = [
+            Segment("compute", "final norm", memory_op_time_s(d, 2 * T * m.hidden * a), 0.0, 0.0)
         ]
-        bwd_in: list[tuple[str, str, float, float, float]] = []
+        bwd_in: list[Segment] = []
         if par.tp > 1 and par.sequence_parallel:
             msg = T * m.hidden * a
-            fwd.append(("tp_comm", "tp allgather", self.coll("allgather", "tp", msg), 0.0, msg))
+            fwd.append(Segment("tp_comm", "tp allgather", self.coll("allgather", "tp", msg), 0.0, msg))
             t_rs = self.coll("reducescatter", "tp", msg)  # beside the logits wgrad (as in _tp_entry)
-            bwd_in.append(("tp_comm", "tp reducescatter (beside wgrad)", max(0.0, t_rs - t_mm), 0.0, msg))
-        fwd += [("compute", "logits", t_mm, f, 0.0), ("compute", "cross-entropy", t_ce, 0.0, ce_bytes)]
-        bwd_in += [
-            ("compute", "cross-entropy bwd", t_ce, 0.0, ce_bytes),
-            ("compute", "logits dgrad", t_mm, f, 0.0),
+            bwd_in.append(
+                Segment("tp_comm", "tp reducescatter (beside wgrad)", max(0.0, t_rs - t_mm), 0.0, msg)
+            )
+        fwd += [
+            Segment("compute", "logits", t_mm, f, 0.0),
+            Segment("compute", "cross-entropy", t_ce, 0.0, ce_bytes),
         ]
-        bwd_w = [("compute", "logits wgrad", t_mm, f, 0.0)]
+        bwd_in += [
+            Segment("compute", "cross-entropy bwd", t_ce, 0.0, ce_bytes),
+            Segment("compute", "logits dgrad", t_mm, f, 0.0),
+        ]
+        bwd_w = [Segment("compute", "logits wgrad", t_mm, f, 0.0)]
         return _Phase(tuple(fwd)), _Phase(tuple(bwd_in)), _Phase(tuple(bwd_w))
 
 
 def _repeat(phase: _Phase, n: int) -> list:
     """n identical layers, summed part by part (the block keeps one entry per op)."""
-    return [(c, name, dur * n, f * n, nb * n) for c, name, dur, f, nb in phase.parts]
+    return [_scaled(seg, n) for seg in phase.parts]
 
 
 def build_program(scn: Scenario, comm: CommModel | None = None) -> Program:
@@ -539,7 +560,7 @@ def build_program(scn: Scenario, comm: CommModel | None = None) -> Program:
             # host-side work per micro-batch and phase (Python, hooks, scheduling): the GPU idles;
             # charged once per micro-batch, on the first model chunk
             if c == 0:
-                host = ("compute", "host overhead (micro-batch)", host_s, 0.0, 0.0)
+                host = Segment("compute", "host overhead (micro-batch)", host_s, 0.0, 0.0)
                 fwd.append(host)
                 b_in.append(host)
             if first:

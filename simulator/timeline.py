@@ -50,9 +50,12 @@ class Timeline:
     spans: tuple[Span, ...]
     step_time_s: float
     num_stages: int
+    by_stage_s: tuple[dict[str, float], ...] = ()  # kept instead of spans when none were recorded
 
     def breakdown_by_stage_s(self) -> list[dict[str, float]]:
         """Seconds per category on each stage's own timeline (sums to step_time_s)."""
+        if self.by_stage_s:
+            return [dict(d) for d in self.by_stage_s]
         out = [dict.fromkeys(CATEGORIES, 0.0) for _ in range(self.num_stages)]
         for s in self.spans:
             if s.stream == MAIN_STREAM:

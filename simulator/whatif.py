@@ -517,7 +517,7 @@ def candidate_variants(scn: Scenario) -> list[_Variant]:
 
 # ----------------------------------------------------------------------------- analysis
 def _default_simulate() -> SimulateFn:
-    from .engine import simulate
+    from .simulate import simulate
 
     return simulate
 

@@ -13,10 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from simulator.engine import run_step, simulate
+from simulator.engine import run_step
 from simulator.loading import load_scenario, scenario_from_dict
 from simulator.program import Block, ChunkProgram, Program, Segment, StageProgram
 from simulator.schedules import stage_tasks
+from simulator.simulate import simulate
 from simulator.timeline import CATEGORIES
 
 SCENARIOS = sorted((Path(__file__).resolve().parent.parent / "scenarios").glob("*.toml"))
@@ -269,7 +270,7 @@ def test_event_count_independent_of_dp() -> None:
     def spans(num_gpus: int, dp: int) -> int:
         d = small(tp=8, pp=2, global_batch=4 * dp)
         d["cluster"]["num_gpus"] = num_gpus
-        return len(simulate(scenario_from_dict(d)).timeline.spans)
+        return len(simulate(scenario_from_dict(d), detail=True).timeline.spans)
 
     # same p and m = global_batch / dp = 4; dp 2 vs 64 differ only in DP bucket counts
     small_dp, big_dp = spans(32, 2), spans(1024, 64)
@@ -287,3 +288,25 @@ def test_loader_bound_step_is_loader_throughput(latency_ms: float, workers: int)
     m = r.parallel.num_microbatches
     assert r.step_time_s == pytest.approx(m * latency_ms / 1e3 / workers, rel=1e-9)
     assert r.breakdown_s["dataloader"] > 0.5 * r.step_time_s
+
+
+# ----------------------------------------------------------------------------- the two clocks
+@pytest.mark.parametrize("path", SCENARIOS, ids=lambda p: p.stem)
+def test_local_time_equals_simpy_time(path: Path) -> None:
+    """Without randomness, stages in their own time give the simpy replay's numbers."""
+    from simulator.engine.noise import Noise
+    from simulator.engine.recorder import SumRecorder
+    from simulator.engine.replay import replay_local, replay_simpy
+    from simulator.program import build_program
+    from simulator.specs import VariabilitySpec
+
+    scn = load_scenario(path)
+    for par in (scn.parallel, replace(scn.parallel, schedule="zb-h1", vp=1)):
+        program = build_program(replace(scn, parallel=par))
+        quiet = Noise.for_spec(VariabilitySpec(), 1, 1)
+        a = replay_simpy(program, quiet, SumRecorder(program.pp), None).timeline
+        b = replay_local(program, quiet, SumRecorder(program.pp)).timeline
+        assert b.step_time_s == pytest.approx(a.step_time_s, rel=1e-12)
+        for sa, sb in zip(a.breakdown_by_stage_s(), b.breakdown_by_stage_s(), strict=True):
+            for c in CATEGORIES:
+                assert sb[c] == pytest.approx(sa[c], rel=1e-12, abs=1e-15)

@@ -22,9 +22,9 @@ from typing import Any
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from simulator.engine import simulate
 from simulator.errors import ConfigError
 from simulator.loading import scenario_from_dict
+from simulator.simulate import simulate
 from simulator.specs import Scenario
 from simulator.timeline import CATEGORIES
 
@@ -168,7 +168,7 @@ def check_report(scn: Scenario, report: Any) -> None:
 def test_report_invariants(data: dict[str, Any]) -> None:
     scn = build(data)
     start = time.perf_counter()
-    result = simulate(scn)
+    result = simulate(scn, detail=True)
     elapsed = time.perf_counter() - start
     check_report(scn, result.report)
     # bounded work: spans grow with the pipeline (p · v · m tasks), never with dp

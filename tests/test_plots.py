@@ -148,11 +148,11 @@ def test_config_label_skips_defaults() -> None:
 
 
 def test_engine_step_figure(tmp_path: Path) -> None:
-    engine = pytest.importorskip("simulator.engine")
     from simulator.cli import scenario_path
     from simulator.loading import load_scenario
+    from simulator.simulate import simulate
 
-    result = engine.simulate(load_scenario(scenario_path(None)))
+    result = simulate(load_scenario(scenario_path(None)), detail=True)
     fig = step_figure(result.timeline, result.report)
     _png(fig, tmp_path, "engine_step.png")
 

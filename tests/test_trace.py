@@ -142,11 +142,11 @@ def test_compute_stream_sums_match_report() -> None:
 
 
 def test_engine_trace_sums_match_report(tmp_path) -> None:
-    engine = pytest.importorskip("simulator.engine")
     from simulator.cli import scenario_path
     from simulator.loading import load_scenario
+    from simulator.simulate import simulate
 
-    result = engine.simulate(load_scenario(scenario_path(None)))
+    result = simulate(load_scenario(scenario_path(None)), detail=True)
     path = write_chrome_trace(result.timeline, result.report, tmp_path / "t.json")
     data = json.loads(path.read_text())
     _check_sums(result.timeline, result.report, data["traceEvents"])

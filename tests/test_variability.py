@@ -17,8 +17,8 @@ from typing import Any
 import pytest
 from conftest import SMALL_SCENARIO, dump_toml
 
-from simulator.engine import simulate
 from simulator.loading import scenario_from_dict
+from simulator.simulate import simulate
 
 
 def scenario(dp: int = 4, **variability: Any) -> dict[str, Any]:

@@ -15,6 +15,7 @@ from collections.abc import Callable, Sequence
 
 from ..errors import EXIT_USAGE, ConfigError
 from .common import one_line
+from .compare import cmd_compare
 from .kernel import cmd_kernel
 from .mfu import cmd_mfu
 from .parser import build_parser
@@ -27,6 +28,7 @@ from .whatif import cmd_whatif
 
 COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "run": cmd_run,
+    "compare": cmd_compare,
     "sweep": cmd_sweep,
     "mfu": cmd_mfu,
     "validate": cmd_validate,

@@ -90,12 +90,73 @@ def seed_flag(flag: str):
 
 # ----------------------------------------------------------------------------- helpers
 def scenario_path(arg: str | None) -> Path:
-    """A scenario argument, or the built-in default when absent."""
+    """A scenario argument (a file or a shipped scenario's name), or the built-in default."""
+    from ..loading import resolve_scenario_path
     from ..resources import data_dir
 
     if arg is None:
         return data_dir("scenarios") / f"{DEFAULT_SCENARIO}.toml"
-    return Path(arg)
+    return resolve_scenario_path(arg)
+
+
+# `run --tokens N --usd-per-gpu-hour P` are shorthands for these `--set` keys
+PLAN_FLAGS = {"tokens": "run.tokens", "usd_per_gpu_hour": "run.usd_per_gpu_hour"}
+
+
+def add_override_flags(p: argparse.ArgumentParser, plan: bool = True) -> None:
+    """`--set KEY=VALUE` (repeatable) and, with `plan`, `--tokens` / `--usd-per-gpu-hour`."""
+    p.add_argument(
+        "--set",
+        dest="overrides",
+        metavar="KEY=VALUE",
+        action="append",
+        default=[],
+        help="change a scenario value, validated like the file (e.g. parallel.tp=4); repeatable",
+    )
+    if plan:
+        p.add_argument(
+            "--tokens",
+            type=positive_float("--tokens"),
+            help="plan the whole run: training tokens (same as --set run.tokens=N)",
+        )
+        p.add_argument(
+            "--usd-per-gpu-hour",
+            type=positive_float("--usd-per-gpu-hour"),
+            help="price per GPU-hour for the plan's cost (same as --set run.usd_per_gpu_hour=P)",
+        )
+
+
+def scenario_overrides(args: argparse.Namespace) -> list[tuple[str, object]]:
+    """The `--set` overrides of a command line, then its plan flags."""
+    from ..overrides import parse_override
+
+    out = [parse_override(text) for text in getattr(args, "overrides", None) or []]
+    for attr, key in PLAN_FLAGS.items():
+        value = getattr(args, attr, None)
+        if value is not None:
+            out.append((key, value))
+    return out
+
+
+def flag_names(err: ConfigError) -> ConfigError:
+    """An override error about a plan flag, named by that flag (`--tokens`, not `--set run.tokens`)."""
+    key, message = err.key, err.message
+    for attr, set_key in PLAN_FLAGS.items():
+        flag = "--" + attr.replace("_", "-")
+        if key == f"--set {set_key}":
+            key = flag
+        message = message.replace(f"--set {set_key}", flag)
+    return ConfigError(message, key=key, file=err.file)
+
+
+def load_cli_scenario(arg: str | None, args: argparse.Namespace):
+    """The command's scenario: a file or a shipped name (or the default), with its overrides."""
+    from ..loading import load_scenario
+
+    try:
+        return load_scenario(scenario_path(arg), scenario_overrides(args))
+    except ConfigError as err:
+        raise flag_names(err) from None
 
 
 def check_writable(path: str, flag: str) -> Path:

@@ -6,7 +6,7 @@ import argparse
 import sys
 
 from ..errors import EXIT_USAGE
-from .common import MAX_SAMPLES, plot_path, positive_float, positive_int, seed_flag
+from .common import MAX_SAMPLES, add_override_flags, plot_path, positive_float, positive_int, seed_flag
 
 
 class _Parser(argparse.ArgumentParser):
@@ -28,8 +28,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"mfusim {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
 
-    p = sub.add_parser("run", help="simulate one training step of a scenario")
-    p.add_argument("scenario", nargs="?", help="scenario TOML (default: built-in GPT-3 175B on 1024 A100)")
+    p = sub.add_parser("run", help="simulate one training step of a scenario (and plan the whole run)")
+    p.add_argument(
+        "scenario",
+        nargs="?",
+        help="scenario TOML or a shipped scenario's name (default: built-in GPT-3 175B on 1024 A100)",
+    )
     p.add_argument("--json", action="store_true", help="print the SPEC §4 JSON object only")
     p.add_argument("--trace", metavar="FILE.json", help="write a Chrome/Perfetto trace of the step")
     p.add_argument(
@@ -48,9 +52,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--comm-model", choices=("topology", "flat"), default="topology", help="collective cost model"
     )
+    add_override_flags(p)
+
+    p = sub.add_parser("compare", help="several scenarios side by side (and their whole-run plans)")
+    p.add_argument(
+        "scenarios", nargs="+", metavar="SCENARIO", help="scenario TOMLs or shipped scenario names"
+    )
+    p.add_argument("--json", action="store_true", help="print the comparison as JSON")
+    p.add_argument("--plot", metavar="FILE.png", type=plot_path("--plot"), help="the breakdowns side by side")
+    add_override_flags(p)
 
     p = sub.add_parser("sweep", help="simulate every valid configuration of a scenario's [sweep] table")
-    p.add_argument("scenario", help="scenario TOML with a [sweep] table")
+    p.add_argument("scenario", help="scenario TOML (or a shipped scenario's name) with a [sweep] table")
     p.add_argument("--top", type=positive_int("--top"), default=10, help="rows in the ranked table")
     p.add_argument("--out", metavar="FILE.csv", help="write every configuration (CSV; .jsonl for JSON Lines)")
     p.add_argument(
@@ -60,7 +73,21 @@ def build_parser() -> argparse.ArgumentParser:
         help="local worker processes (default: one per CPU core)",
     )
     p.add_argument("--resume", action="store_true", help="continue a sweep whose --out already holds rows")
-    p.add_argument("--rank-by", choices=("mfu", "tokens_per_s"), default="mfu")
+    p.add_argument(
+        "--rank-by",
+        choices=("mfu", "tokens_per_s", "time_to_train", "cost"),
+        default="mfu",
+        help="time_to_train and cost need a [run] table (or --tokens; cost also --usd-per-gpu-hour)",
+    )
+    p.add_argument(
+        "--export-best", metavar="FILE.toml", help="write the best configuration as a runnable scenario"
+    )
+    p.add_argument(
+        "--export-top",
+        nargs=2,
+        metavar=("K", "DIR"),
+        help="write the best K configurations as runnable scenarios into DIR",
+    )
     p.add_argument("--plot", metavar="FILE.png", type=plot_path("--plot"), help="MFU of every configuration")
     p.add_argument(
         "--engine",
@@ -76,6 +103,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--dask", metavar="ADDRESS", help="run on an existing Dask scheduler ('local' starts one)")
     p.add_argument("--json", action="store_true", help="print the ranked results as JSON")
+    add_override_flags(p)
 
     p = sub.add_parser("mfu", help="the calculator: MFU/HFU of a measured run")
     p.add_argument(
@@ -108,8 +136,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--source", help="only rows whose source contains this text")
 
     p = sub.add_parser("whatif", help="how much each lever would raise MFU")
-    p.add_argument("scenario", nargs="?", help="scenario TOML (default: the built-in default)")
+    p.add_argument(
+        "scenario",
+        nargs="?",
+        help="scenario TOML or a shipped scenario's name (default: the built-in default)",
+    )
     p.add_argument("--json", action="store_true")
+    add_override_flags(p, plan=False)
 
     p = sub.add_parser("topo", help="summarize a topology")
     p.add_argument("topology", help="a shipped topology name or a topology TOML")
@@ -120,6 +153,6 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_kernel_parser(sub)
 
-    p = sub.add_parser("presets", help="list model presets, GPUs and topologies")
+    p = sub.add_parser("presets", help="list shipped scenarios, model presets, GPUs and topologies")
     p.add_argument("--json", action="store_true")
     return parser

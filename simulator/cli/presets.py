@@ -10,15 +10,26 @@ from .common import print_json
 
 def cmd_presets(args: argparse.Namespace) -> int:
     from .. import flops
-    from ..loading import load_gpu_catalog, load_model_presets, model_preset
-    from ..resources import topology_names
+    from ..loading import load_gpu_catalog, load_model_presets, load_scenario, model_preset
+    from ..resources import data_dir, scenario_names, topology_names
 
+    scenarios = {n: load_scenario(data_dir("scenarios") / f"{n}.toml") for n in scenario_names()}
     gpus = load_gpu_catalog()
     models = {name: model_preset(name) for name in load_model_presets()}
     topologies = topology_names()
     if args.json:
         print_json(
             {
+                "scenarios": {
+                    n: {
+                        "name": s.name,
+                        "model": s.model.name,
+                        "num_gpus": s.num_gpus,
+                        "gpu": s.gpu.name,
+                        "topology": s.topology.name,
+                    }
+                    for n, s in scenarios.items()
+                },
                 "models": {
                     n: {
                         "params": flops.total_params(m),
@@ -34,6 +45,7 @@ def cmd_presets(args: argparse.Namespace) -> int:
                         "peak_fp8_tflops": g.peak_fp8_flop_per_s / TERA,
                         "hbm_gib": bytes_to_gib(g.hbm_bytes),
                         "hbm_TBps": g.hbm_bandwidth_bytes_per_s / TERA,
+                        "board_power_w": g.board_power_w,
                     }
                     for n, g in gpus.items()
                 },
@@ -41,7 +53,10 @@ def cmd_presets(args: argparse.Namespace) -> int:
             }
         )
         return 0
-    print("Model presets:")
+    print("Shipped scenarios (run by name: mfusim run NAME):")
+    for n, s in scenarios.items():
+        print(f"  {n:<22} {s.num_gpus:>6,} x {s.gpu.name:<10} {s.model.name}")
+    print("\nModel presets:")
     print(f"  {'name':<14} {'params':>9} {'layers':>6} {'hidden':>6} {'heads':>5} {'kv':>4} {'seq':>6}")
     for n, m in models.items():
         print(
@@ -49,12 +64,12 @@ def cmd_presets(args: argparse.Namespace) -> int:
             f"{m.heads:>5} {m.num_kv_heads:>4} {m.seq_len:>6}" + ("  MoE" if m.is_moe else "")
         )
     print("\nGPUs (dense peak TFLOP/s):")
-    print(f"  {'name':<11} {'bf16':>7} {'fp16':>7} {'fp8':>7} {'HBM GiB':>8} {'HBM TB/s':>9}")
+    print(f"  {'name':<11} {'bf16':>7} {'fp16':>7} {'fp8':>7} {'HBM GiB':>8} {'HBM TB/s':>9} {'board W':>8}")
     for n, g in gpus.items():
         fp8 = f"{g.peak_fp8_flop_per_s / TERA:>7.0f}" if g.peak_fp8_flop_per_s else f"{'-':>7}"
         print(
             f"  {n:<11} {g.peak_bf16_flop_per_s / TERA:>7.0f} {g.peak_fp16_flop_per_s / TERA:>7.0f} {fp8} "
-            f"{bytes_to_gib(g.hbm_bytes):>8.0f} {g.hbm_bandwidth_bytes_per_s / TERA:>9.2f}"
+            f"{bytes_to_gib(g.hbm_bytes):>8.0f} {g.hbm_bandwidth_bytes_per_s / TERA:>9.2f} {g.board_power_w:>8.0f}"
         )
     print("\nTopologies:")
     for t in topologies:

@@ -6,25 +6,28 @@ import argparse
 import sys
 
 from ..run import comm_model_for, format_report, format_samples, sample_stats
-from .common import check_writable, print_json, scenario_path
+from .common import check_writable, load_cli_scenario, print_json
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from ..engine import simulate
-    from ..loading import load_scenario
+    from ..describe import add_summary
+    from ..plan import format_plan, plan_for
+    from ..simulate import simulate
 
-    scn = load_scenario(scenario_path(args.scenario))
+    scn = load_cli_scenario(args.scenario, args)
     trace_path = check_writable(args.trace, "--trace") if args.trace else None
     plot_path = check_writable(args.plot, "--plot") if args.plot else None
     comm = comm_model_for(scn, getattr(args, "comm_model", "topology"))
     base_seed = args.seed if args.seed is not None else scn.variability.seed
-    result = simulate(scn, comm, seed=args.seed)
+    result = simulate(scn, comm, seed=args.seed, detail=trace_path is not None or plot_path is not None)
     report = result.report
     samples = [report]
     for i in range(1, args.samples):
         samples.append(simulate(scn, comm, seed=base_seed + i).report)
 
-    for w in report.warnings:
+    plan = plan_for(scn, report) if scn.run is not None else None
+    warnings = list(report.warnings) + (list(plan.warnings) if plan is not None else [])
+    for w in warnings:
         sys.stderr.write(f"warning: {w}\n")
     # --- trace and plot hooks (simulator/trace.py, simulator/plots.py)
     if trace_path is not None:
@@ -41,12 +44,17 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     stats = sample_stats(samples) if args.samples > 1 else None
     if args.json:
-        out = report.to_dict()
+        out = add_summary(report.to_dict(), scn)
+        out["warnings"] = warnings  # the step's and the plan's
+        if plan is not None:
+            out["plan"] = plan.to_dict()
         if stats is not None:
             out["samples"] = stats
         print_json(out)
     else:
         print(format_report(scn, report))
+        if plan is not None:
+            print(format_plan(plan))
         if stats is not None:
             print(format_samples(stats))
     return 0

@@ -9,12 +9,85 @@ import sys
 from pathlib import Path
 
 from ..errors import ConfigError
-from ..sweep import format_table, load_sweep_scenario, result_json, run_sweep, write_plot
-from .common import check_writable
+from ..specs import Scenario
+from ..sweep import SweepResult, format_table, load_sweep_scenario, result_json, run_sweep, write_plot
+from .common import check_writable, flag_names, scenario_overrides, scenario_path
+
+MAX_EXPORT = 10_000  # --export-top K
+
+
+def _check_rank_by(scn: Scenario, rank_by: str) -> None:
+    if rank_by == "time_to_train" and scn.run is None:
+        raise ConfigError("time_to_train needs a [run] table or --tokens N", key="--rank-by")
+    if rank_by == "cost" and scn.run is None:
+        raise ConfigError(
+            "cost needs a [run] table with usd_per_gpu_hour, or --tokens N --usd-per-gpu-hour P",
+            key="--rank-by",
+        )
+    if rank_by == "cost" and scn.run is not None and scn.run.usd_per_gpu_hour is None:
+        raise ConfigError("cost needs usd_per_gpu_hour in [run] or --usd-per-gpu-hour P", key="--rank-by")
+
+
+def _export_targets(
+    args: argparse.Namespace, inputs: list[Path]
+) -> tuple[Path | None, tuple[int, Path] | None]:
+    from ..outputs import check_output
+
+    best = check_output(args.export_best, "--export-best", inputs) if args.export_best else None
+    top = None
+    if args.export_top:
+        k_text, directory = args.export_top
+        try:
+            k = int(k_text)
+        except ValueError:
+            raise ConfigError(f"K must be an integer, got {k_text!r}", key="--export-top") from None
+        if not 1 <= k <= MAX_EXPORT:
+            raise ConfigError(f"K must be from 1 to {MAX_EXPORT:,}, got {k}", key="--export-top")
+        top = (k, Path(directory))
+    return best, top
+
+
+def _export(
+    args: argparse.Namespace,
+    path: Path,
+    scn: Scenario,
+    result: SweepResult,
+    best: Path | None,
+    top: tuple[int, Path] | None,
+) -> None:
+    """--export-best / --export-top: the ranked rows as runnable scenario files."""
+    from ..export import export_rows, top_targets
+    from ..loading import read_toml
+    from ..overrides import apply_overrides
+
+    if not result.ranked:
+        raise ConfigError(
+            "no configuration is valid and fits in memory: nothing to export",
+            key="--export-best" if best else "--export-top",
+        )
+    data = apply_overrides(read_toml(path), scenario_overrides(args))
+    base_dir = path.resolve().parent
+    if best is not None:
+        export_rows(data, base_dir, result.ranked[:1], [best], rank_by=args.rank_by, source=str(path))
+        sys.stderr.write(f"wrote {best} (rank 1 by {args.rank_by}; run it with `mfusim run {best}`)\n")
+    if top is not None:
+        k, directory = top
+        rows = list(result.ranked[:k])
+        targets = top_targets(directory, rows)
+        export_rows(
+            data, base_dir, rows, targets, rank_by=args.rank_by, source=str(path), flag="--export-top"
+        )
+        sys.stderr.write(f"wrote {len(targets)} scenarios to {directory}\n")
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
-    scn = load_sweep_scenario(args.scenario)
+    path = scenario_path(args.scenario)
+    try:
+        scn = load_sweep_scenario(path, scenario_overrides(args))
+    except ConfigError as err:
+        raise flag_names(err) from None
+    _check_rank_by(scn, args.rank_by)
+    export_best, export_top = _export_targets(args, [path])
     out = None
     if args.out:
         if args.resume and Path(args.out).is_dir():
@@ -46,10 +119,13 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         )
     if args.plot:
         write_plot(args.plot, scn, result, args.top)
+    if export_best is not None or export_top is not None:
+        _export(args, path, scn, result, export_best, export_top)
     if args.json:
-        sys.stdout.write(
-            json.dumps(result_json(scn, result, args.top, args.rank_by), indent=2, allow_nan=False) + "\n"
-        )
+        from ..describe import add_summary
+
+        summary = add_summary(result_json(scn, result, args.top, args.rank_by), scn)
+        sys.stdout.write(json.dumps(summary, indent=2, allow_nan=False) + "\n")
     else:
         sys.stdout.write(format_table(scn, result, args.top, args.rank_by))
     return 0

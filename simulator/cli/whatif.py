@@ -7,7 +7,7 @@ import sys
 from typing import Any
 
 from ..whatif import WhatIf, analyze, candidate_variants
-from .common import print_json, scenario_path
+from .common import load_cli_scenario, print_json
 
 
 def _print_table(result: WhatIf, out: Any) -> None:
@@ -60,14 +60,14 @@ def _print_table(result: WhatIf, out: Any) -> None:
 
 def cmd_whatif(args: argparse.Namespace) -> int:
     """`mfusim whatif [SCENARIO] [--json]`."""
-    from ..loading import load_scenario
+    from ..describe import add_summary
 
-    scenario = load_scenario(scenario_path(getattr(args, "scenario", None)))
+    scenario = load_cli_scenario(getattr(args, "scenario", None), args)
     n = sum(1 for v in candidate_variants(scenario) if v.build is not None)
     sys.stderr.write(f"whatif: simulating the baseline and {n} variants of {scenario.name}\n")
     result = analyze(scenario)
     if getattr(args, "json", False):
-        print_json(result.to_dict())
+        print_json(add_summary(result.to_dict(), scenario))
     else:
         _print_table(result, sys.stdout)
     return 0

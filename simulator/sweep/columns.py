@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import fields
 
+from ..plan import PLAN_COLUMNS
 from ..specs import ParallelConfig
 from ..timeline import CATEGORIES
 
@@ -30,11 +31,19 @@ EXTRA_CONFIG_COLUMNS = ("num_gpus",) + tuple(
 )  # overlap_grad_reduce, overlap_param_gather, tp_comm_overlap, grad_bucket_params, ...
 EXTRA_RESULT_COLUMNS = ("num_microbatches", "capacity_gib", "engine")
 KEY_COLUMNS = SPEC_CONFIG_COLUMNS + EXTRA_CONFIG_COLUMNS
+# the whole-run plan of the configuration (simulator/plan.py), filled when the scenario has [run]
 COLUMNS = (
-    SPEC_CONFIG_COLUMNS + RESULT_COLUMNS + CATEGORY_COLUMNS + EXTRA_CONFIG_COLUMNS + EXTRA_RESULT_COLUMNS
+    SPEC_CONFIG_COLUMNS
+    + RESULT_COLUMNS
+    + CATEGORY_COLUMNS
+    + EXTRA_CONFIG_COLUMNS
+    + EXTRA_RESULT_COLUMNS
+    + PLAN_COLUMNS
 )
 NUMERIC_COLUMNS = frozenset(
-    ("step_time_s", "tokens_per_s", "mfu", "hfu", "peak_memory_gib", "capacity_gib") + CATEGORY_COLUMNS
+    ("step_time_s", "tokens_per_s", "mfu", "hfu", "peak_memory_gib", "capacity_gib")
+    + CATEGORY_COLUMNS
+    + PLAN_COLUMNS
 )
 
 STATUS_OK = "ok"

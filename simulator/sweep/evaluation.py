@@ -27,7 +27,7 @@ def _analytic(scn: Scenario, comm: CommModel) -> StepReport:
 
 
 def _des(scn: Scenario, comm: CommModel) -> StepReport:
-    from ..engine import simulate
+    from ..simulate import simulate
 
     return simulate(scn, comm, detail=False).report
 
@@ -106,6 +106,8 @@ def evaluate_config(
         return row
     memory = report.memory if report.memory is not None else memory_footprint(scn)
     fill_numbers(row, report, memory.peak_bytes, memory.capacity_bytes, engine)
+    if scn.run is not None:
+        fill_plan(row, scn, report)
     if memory.fits:
         row["status"], row["reason"] = STATUS_OK, ""
     else:
@@ -116,6 +118,17 @@ def evaluate_config(
             f"{memory.capacity_bytes / GIB_BYTES:.0f} GiB available"
         )
     return row
+
+
+def fill_plan(row: dict[str, Any], scn: Scenario, report: StepReport) -> None:
+    """The configuration's whole-run plan columns (the scenario's [run] table, simulator/plan.py);
+    left empty when the plan is refused (e.g. checkpoints slower than failures at this size)."""
+    from ..plan import plan_columns, plan_for
+
+    try:
+        row.update(plan_columns(plan_for(scn, report)))
+    except ConfigError:
+        pass
 
 
 def fill_numbers(

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from ..errors import ConfigError
 from ..loading import SWEEP_KEYS, load_scenario, parallel_from_table, read_toml, scenario_from_dict
+from ..overrides import Override, apply_overrides
 from ..specs import MAX_GPUS, Scenario
 from .columns import MAX_BASE_TRIALS, MAX_CONFIGS, PARALLEL_FIELDS
 
@@ -105,15 +106,15 @@ def build_config(base_scn: Scenario, values: Mapping[str, Any]) -> Scenario:
     return replace(base_scn, parallel=par, num_gpus=n, sweep=())
 
 
-def load_sweep_scenario(path: str | Path) -> Scenario:
+def load_sweep_scenario(path: str | Path, overrides: Sequence[Override] = ()) -> Scenario:
     """Load a sweep's scenario. Its [parallel] table may be valid only together with swept
     values (e.g. `tp = 3` replaced by the [sweep] list): then the first combination of the
     [sweep] lists that makes a valid scenario stands in for it (all swept keys are replaced
-    per configuration anyway)."""
+    per configuration anyway). `overrides` (`--set`) apply before either."""
     try:
-        return load_scenario(path)
+        return load_scenario(path, overrides)
     except ConfigError as err:
-        data = read_toml(path)
+        data = apply_overrides(read_toml(path), overrides)
         sweep, parallel, cluster = data.get("sweep"), data.get("parallel", {}), data.get("cluster", {})
         if not (err.key or "").startswith("parallel") or not isinstance(sweep, dict) or not sweep:
             raise

@@ -6,15 +6,20 @@ import math
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from ..plan import RANK_KEYS
 from .columns import STATUS_OK
 
 
 def _rank_value(row: Mapping[str, Any], rank_by: str) -> float:
-    v = row.get(rank_by)
-    return float(v) if isinstance(v, int | float) else -math.inf
+    """Higher is better: `--rank-by` mfu | tokens_per_s | time_to_train | cost (simulator/plan.py)."""
+    column, higher_is_better = RANK_KEYS.get(rank_by, (rank_by, True))
+    v = row.get(column)
+    if not isinstance(v, int | float) or isinstance(v, bool):
+        return -math.inf
+    return float(v) if higher_is_better else -float(v)
 
 
 def rank_rows(rows: Iterable[Mapping[str, Any]], rank_by: str) -> list[dict[str, Any]]:
-    ok = [dict(r) for r in rows if r.get("status") == STATUS_OK and r.get(rank_by) is not None]
+    ok = [dict(r) for r in rows if r.get("status") == STATUS_OK and _rank_value(r, rank_by) > -math.inf]
     ok.sort(key=lambda r: -_rank_value(r, rank_by))  # stable: ties keep sweep order
     return ok

@@ -68,7 +68,9 @@ def format_table(scn: Scenario, result: SweepResult, top: int, rank_by: str) -> 
             + "".join(f"{k:>{max(len(k), 6)}} " for k in extra)
             + f"{'engine':<8} {'MFU':>6} {'HFU':>6} {'tokens/s':>10} {'step s':>8} {'GiB':>5} |"
         )
-        head += "".join(f" {SHORT[k]:>6}" for k in cats) + "  (% of step)\n"
+        planned = any(r.get("time_to_train_days") is not None for r in best)
+        head += "".join(f" {SHORT[k]:>6}" for k in cats) + "  (% of step)"
+        head += f" | {'days':>7} {'USD':>12}\n" if planned else "\n"
         out.write(head)
         for i, r in enumerate(best, 1):
             step = r.get("step_time_s") or 0.0
@@ -81,6 +83,10 @@ def format_table(scn: Scenario, result: SweepResult, top: int, rank_by: str) -> 
                 f"{r['tokens_per_s']:>10,.0f} {step:>8.3f} {r['peak_memory_gib']:>5.1f} |"
             )
             line += "".join(f" {100 * (r.get(f'{k}_s') or 0.0) / step if step else 0.0:>5.1f}%" for k in cats)
+            if planned:  # the whole-run plan of a scenario with [run] (simulator/plan.py)
+                days, usd = r.get("time_to_train_days"), r.get("cost_usd")
+                line += " " * 13 + f" | {'-' if days is None else f'{days:.1f}':>7} "
+                line += f"{'-' if usd is None else f'{usd:,.0f}':>12}"
             out.write(line + "\n")
     faster_oom = [
         r

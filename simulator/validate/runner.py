@@ -21,10 +21,7 @@ SimulateFn = Callable[[Scenario], Any]  # returns a StepReport (or an object wit
 
 def default_simulate() -> SimulateFn:
     """The discrete-event engine's `simulate`, returning its StepReport."""
-    try:
-        from ..engine import simulate  # type: ignore[attr-defined,unused-ignore]
-    except ImportError as exc:  # pragma: no cover - only before the engine exists
-        raise ConfigError(f"the simulation engine is not available ({exc})", key="validate") from None
+    from ..simulate import simulate
 
     def run(scenario: Scenario) -> Any:
         result = simulate(scenario)

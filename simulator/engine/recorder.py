@@ -1,0 +1,108 @@
+"""What the engine writes down as it replays: every span (for traces and plots), or only each
+stage's seconds per category (everything a report needs, at a fraction of the cost)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..program import Block
+from ..schedules import Task
+from ..timeline import CATEGORIES, MAIN_STREAM, Span, Timeline
+
+SCALED = ("compute", "recompute")  # the categories that compute jitter and stragglers stretch
+
+
+@dataclass(frozen=True, slots=True)
+class BlockSummary:
+    """A block's seconds per category in order of first appearance, and its compute part."""
+
+    by_category: tuple[tuple[str, float], ...]
+    busy_s: float  # compute + recompute
+    duration_s: float
+
+
+def summarize(block: Block) -> BlockSummary:
+    sums: dict[str, float] = {}
+    for seg in block.segments:
+        sums[seg.category] = sums.get(seg.category, 0.0) + seg.duration_s
+    busy = block.seconds("compute") + block.seconds("recompute")
+    return BlockSummary(tuple(sums.items()), busy, block.duration_s)
+
+
+class _Summaries:
+    def __init__(self) -> None:
+        self._summaries: dict[int, BlockSummary] = {}
+
+    def summary(self, block: Block) -> BlockSummary:
+        found = self._summaries.get(id(block))
+        if found is None:  # blocks live as long as the program: their ids stay unique
+            found = self._summaries[id(block)] = summarize(block)
+        return found
+
+
+class SpanRecorder(_Summaries):
+    """Every span, one per op of every block (`mfusim run --trace/--plot`)."""
+
+    def __init__(self, num_stages: int) -> None:
+        super().__init__()
+        self.num_stages = num_stages
+        self.spans: list[Span] = []
+
+    def add(
+        self, stage: int, category: str, name: str, start: float, end: float, stream: str = MAIN_STREAM, **kw
+    ) -> None:
+        if end > start:
+            self.spans.append(Span(stage, stream, category, name, start, end, **kw))
+
+    def block(self, stage: int, block: Block, start: float, factor: float, task: Task, label: str) -> float:
+        """Record the block's ops back to back from `start`; return when it ends."""
+        t = start
+        for seg in block.segments:
+            dur = seg.duration_s * (factor if seg.category in SCALED else 1.0)
+            self.add(
+                stage,
+                seg.category,
+                f"{label} {seg.name}",
+                t,
+                t + dur,
+                microbatch=task.microbatch,
+                chunk=task.chunk,
+                flops=seg.flops,
+                message_bytes=seg.message_bytes,
+            )
+            t += dur
+        return t
+
+    def timeline(self, step_time_s: float) -> Timeline:
+        return Timeline(tuple(self.spans), step_time_s, self.num_stages)
+
+
+class SumRecorder(_Summaries):
+    """Seconds per category on each stage's own (main) timeline; no spans."""
+
+    def __init__(self, num_stages: int) -> None:
+        super().__init__()
+        self.num_stages = num_stages
+        self.sums = [dict.fromkeys(CATEGORIES, 0.0) for _ in range(num_stages)]
+
+    def add(
+        self, stage: int, category: str, name: str, start: float, end: float, stream: str = MAIN_STREAM, **kw
+    ) -> None:
+        if stream == MAIN_STREAM and end > start:
+            self.sums[stage][category] += end - start
+
+    def block(self, stage: int, block: Block, start: float, factor: float, task: Task, label: str) -> float:
+        sums = self.sums[stage]
+        t = start
+        for category, seconds in self.summary(block).by_category:
+            end = t + (seconds * factor if category in SCALED else seconds)
+            if end > t:
+                sums[category] += end - t
+            t = end
+        return t
+
+    def timeline(self, step_time_s: float) -> Timeline:
+        return Timeline((), step_time_s, self.num_stages, by_stage_s=tuple(self.sums))
+
+
+Recorder = SpanRecorder | SumRecorder

@@ -1,0 +1,140 @@
+"""Replaying one step: the stage processes under a clock, and what the step looked like.
+
+`run_step` is the engine's front door: it picks the clock (local time when nothing random and
+no dataloader is involved, simpy otherwise), the recorder (spans only when asked for), and
+starts the step from the dataloader's steady state when there is one.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import simpy
+
+from ..program import Program, stage_orders
+from ..specs import VariabilitySpec
+from ..timeline import Timeline
+from .clock import BARRIER, LocalClock, LocalMailbox, Pending, SimpyBarrier, SimpyClock, SimpyMailbox
+from .dataloader import LoaderState, SimpyLoader, steady_loader_state
+from .noise import Noise
+from .recorder import Recorder, SpanRecorder, SumRecorder
+from .routing import route_for
+from .stage import StageProcess
+
+
+@dataclass(frozen=True, slots=True)
+class Replay:
+    """One replayed step: the timeline, and for the dataloader's steady state, when stage 0 would
+    have asked for data with no stall, and the step time without the data waits."""
+
+    timeline: Timeline
+    requests_s: tuple[float, ...] = ()
+    unstalled_s: float = 0.0
+
+
+def _close(recorder: Recorder, ends_s: list[float]) -> Timeline:
+    step_time = max(ends_s)
+    for s, end in enumerate(ends_s):
+        recorder.add(s, "bubble", "wait for step end", end, step_time)
+    return recorder.timeline(step_time)
+
+
+def replay_simpy(program: Program, noise: Noise, recorder: Recorder, loader: LoaderState | None) -> Replay:
+    """The step in global simpy time (jitter, stragglers, the dataloader)."""
+    env = simpy.Environment()
+    clock = SimpyClock(env, SimpyMailbox(env), SimpyBarrier(env, program.pp))
+    feed = SimpyLoader(env, program, loader, recorder) if loader is not None else None
+    route = route_for(program.schedule, program.pp, program.vp)
+    orders = stage_orders(program)
+    stages = [
+        StageProcess(s, program, orders[s], route, clock, recorder, noise, feed) for s in range(program.pp)
+    ]
+    procs = [env.process(st.run()) for st in stages]
+    env.run(until=simpy.AllOf(env, procs))
+    timeline = _close(recorder, [st.end_s for st in stages])
+    if feed is None:
+        return Replay(timeline)
+    return Replay(timeline, tuple(feed.requests_s), timeline.step_time_s - feed.wait_s)
+
+
+def replay_local(program: Program, noise: Noise, recorder: Recorder) -> Replay:
+    """The step with every stage in its own time (nothing random, no dataloader): a stage runs
+    until it needs a message not yet sent, and is woken when it is."""
+    box = LocalMailbox()
+    route = route_for(program.schedule, program.pp, program.vp)
+    orders = stage_orders(program)
+    stages = [
+        StageProcess(s, program, orders[s], route, LocalClock(s, box), recorder, noise, None)
+        for s in range(program.pp)
+    ]
+    procs = [st.run() for st in stages]
+    box.runnable.extend(range(program.pp))
+    at_barrier: list[int] = []
+    finished = 0
+    while box.runnable:
+        s = box.runnable.popleft()
+        try:
+            token = next(procs[s])
+        except StopIteration:
+            finished += 1
+            continue
+        if isinstance(token, Pending):
+            box.parked[token.key] = stages[s].clock
+        elif token == BARRIER:
+            at_barrier.append(s)
+            if len(at_barrier) == program.pp:
+                _release(stages, at_barrier, box)
+    if finished != program.pp:
+        raise RuntimeError(
+            f"pipeline schedule {program.schedule!r} deadlocked: a stage waits for data never sent"
+        )
+    return Replay(_close(recorder, [st.end_s for st in stages]))
+
+
+def _release(stages: list[StageProcess], at_barrier: list[int], box: LocalMailbox) -> None:
+    """Everyone has arrived: all continue from the last arrival."""
+    t = max(stages[s].clock.now for s in at_barrier)
+    for s in at_barrier:
+        stages[s].clock.now = t
+    box.runnable.extend(at_barrier)
+
+
+def run_step(
+    program: Program,
+    variability: VariabilitySpec | None = None,
+    group_size: int = 1,
+    replicas: int = 1,
+    detail: bool = False,
+) -> Timeline:
+    """Simulate one steady-state step of `program`; return the recorded timeline. `detail`
+    records every op as a span (traces, plots); otherwise only each stage's seconds per category.
+
+    With a dataloader, the buffer at the start of a step is what the previous steps left:
+    a first pass (buffer full) gives the step period and when stage 0 asks for data; the
+    loader alone is then run over a few previous periods to find its steady state, and the
+    step is simulated again from there.
+    """
+    spec = variability or VariabilitySpec()
+
+    def recorder(spans: bool) -> Recorder:
+        return SpanRecorder(program.pp) if spans else SumRecorder(program.pp)
+
+    def noise() -> Noise:  # every pass draws the same numbers
+        return Noise.for_spec(spec, group_size, replicas)
+
+    if program.dataloader_latency_s <= 0:
+        quiet = noise().rng is None
+        if quiet and not detail:
+            return replay_local(program, noise(), recorder(False)).timeline
+        return replay_simpy(program, noise(), recorder(detail), None).timeline
+    workers = program.dataloader_workers
+    full = LoaderState(workers * program.dataloader_prefetch, (0.0,) * workers)
+    first = replay_simpy(program, noise(), recorder(False), full)
+    state = steady_loader_state(
+        program.dataloader_latency_s,
+        workers,
+        max(1, full.buffered),
+        list(first.requests_s),
+        first.unstalled_s,
+    )
+    return replay_simpy(program, noise(), recorder(detail), state).timeline

@@ -1,0 +1,45 @@
+"""`simulate()`: one training step of a scenario — cost it (program.py), replay it (engine/),
+measure it (metrics.py)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from .comm import CommModel
+from .engine import run_step
+from .metrics import StepReport, step_report
+from .program import Program, build_program
+from .specs import Scenario
+from .timeline import Timeline
+
+
+@dataclass(frozen=True, slots=True)
+class StepResult:
+    report: StepReport
+    timeline: Timeline
+    program: Program
+
+
+def with_seed(scn: Scenario, seed: int | None) -> Scenario:
+    """The scenario with both random seeds (dataloader, variability) set to `seed`."""
+    if seed is None:
+        return scn
+    return replace(
+        scn,
+        dataloader=replace(scn.dataloader, seed=seed),
+        variability=replace(scn.variability, seed=seed),
+    )
+
+
+def simulate(
+    scn: Scenario, comm_model: CommModel | None = None, seed: int | None = None, detail: bool = False
+) -> StepResult:
+    """Simulate one training step of `scn`: cost it, replay it, measure it.
+    `detail=True` records every op as a span (traces and plots need them); by default only each
+    stage's seconds per category are kept (all the report needs)."""
+    scn = with_seed(scn, seed)
+    program = build_program(scn, comm_model)
+    par = scn.parallel
+    timeline = run_step(program, scn.variability, group_size=par.tp * par.cp, replicas=par.dp, detail=detail)
+    report = step_report(scn, program, timeline.step_time_s, tuple(timeline.breakdown_by_stage_s()))
+    return StepResult(report=report, timeline=timeline, program=program)
