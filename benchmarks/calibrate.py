@@ -49,29 +49,38 @@ from simulator.resources import catalog_file, published_runs_csv
 from simulator.specs import GPUEfficiency, Scenario
 
 FIT_DTYPES = ("bf16", "fp16", "fp8")
-# Architecture group -> (GPU types fitted together, dtypes of the rows). System residuals do not
-# depend on the dtype (the kernel model carries FP8 vs BF16), so all dense rows are used.
-FIT_PLAN: tuple[tuple[str, tuple[str, ...], tuple[str, ...]], ...] = (
-    ("ampere", ("a100-80gb", "a100-40gb"), FIT_DTYPES),
-    ("hopper", ("h100-sxm",), FIT_DTYPES),
-    ("blackwell", ("b200", "gb200", "gb300"), FIT_DTYPES),
+# (software stack, GPU architecture, GPU types) fitted together, on all dense rows of every
+# source of that stack (simulator/stacks.py STACK_OF_SOURCE). System residuals do not depend on
+# the dtype (the kernel model carries FP8 vs BF16), and the SKUs of one architecture share them,
+# so a GPU with more of everything is never predicted slower.
+FIT_PLAN: tuple[tuple[str, str, tuple[str, ...]], ...] = (
+    ("megatron-core", "hopper", ("h100-sxm",)),
+    ("megatron-core", "blackwell", ("b200", "gb200", "gb300")),
+    ("composer-fsdp", "hopper", ("h100-sxm",)),
+    ("composer-fsdp", "ampere", ("a100-80gb", "a100-40gb")),
+    ("megatron-2021", "ampere", ("a100-80gb", "a100-40gb")),
 )
-FIT_GPUS = tuple(g for _, gpus, _ in FIT_PLAN for g in gpus)
 SUBSET_RULE = (
-    "dense rows of the listed dtypes in scenarios/published/calibration_runs.csv usable by `mfusim validate`; "
-    "within each (source, GPU, dtype) group ordered by sha256(id): even positions fit, odd positions held out"
+    "dense rows in scenarios/published/calibration_runs.csv usable by `mfusim validate`; within each "
+    "(source, GPU, dtype) group ordered by sha256(id): even positions fit, odd positions held out"
 )
-# GPU types without published dense runs that share an architecture with a fitted group.
-INHERIT: tuple[tuple[str, tuple[str, str]], ...] = (
-    ("b300", ("blackwell", "Blackwell Ultra: same SM design; only MoE/NVFP4 runs published")),
+# The per-GPU tables `mfusim run` uses hold the default stack (Megatron-Core + Transformer Engine).
+# architecture -> (catalog GPUs, where their default-stack residuals come from, why)
+DEFAULT_STACK_TABLES: tuple[tuple[str, tuple[str, ...], str, str], ...] = (
+    ("hopper", ("h100-sxm", "h200", "h800"), "megatron-core/hopper", "fitted (H200/H800: same GH100 die)"),
     (
-        "h200",
-        (
-            "hopper",
-            "same GH100 die and clocks; more and faster HBM, which the kernel model takes from gpus.toml",
-        ),
+        "blackwell",
+        ("b200", "gb200", "b300", "gb300"),
+        "megatron-core/blackwell",
+        "fitted (B300: same SM design)",
     ),
-    ("h800", ("hopper", "same GH100 die; only NVLink is cut, which its topology describes")),
+    (
+        "ampere",
+        ("a100-80gb", "a100-40gb"),
+        "megatron-core/hopper",
+        "no published Megatron-Core A100 run: the stack's Hopper residuals (host and launch costs are "
+        "the framework's; NCCL and clock fractions as on Hopper)",
+    ),
 )
 PRIOR_WEIGHT = 0.02  # pull toward [default] (per transformed unit², averaged over parameters)
 
@@ -336,14 +345,15 @@ def _format_value(value: float) -> str:
 
 
 def group_members(group: str) -> tuple[str, ...]:
-    return next((gpus for g, gpus, _ in FIT_PLAN if g == group), (group,))
+    return next((gpus for st, arch, gpus in FIT_PLAN if f"{st}/{arch}" == group), ())
 
 
 def efficiency_section(res: FitResult, today: str, gpu: str = "") -> str:
+    stack, _, arch = res.gpu.partition("/")
     lines = [
-        f"[{gpu or res.gpu}]",
+        f"[{gpu or f'stacks.{stack}.{arch}'}]",
         f"# Written by benchmarks/calibrate.py on {today} (docs/calibration.md); do not edit by hand.",
-        f"# Fitted with the {res.gpu} group ({', '.join(group_members(res.gpu))}).",
+        f"# Stack {stack} on {arch} ({', '.join(group_members(res.gpu))}).",
         f"# Subset rule: {SUBSET_RULE}. Dtypes: {', '.join(res.dtypes)}.",
         f"# {res.num_fit} fit rows, {res.num_held} held-out rows; MAPE (engine) fit {res.fit_mape:.1f}% "
         f"(prior {res.fit_mape_before:.1f}%), held out {res.held_mape:.1f}% (prior {res.held_mape_before:.1f}%).",
@@ -353,11 +363,11 @@ def efficiency_section(res: FitResult, today: str, gpu: str = "") -> str:
     return "\n".join(lines) + "\n"
 
 
-def inherited_section(gpu: str, res: FitResult, today: str, why: str) -> str:
+def default_stack_section(gpu: str, res: FitResult, today: str, why: str) -> str:
     lines = [
         f"[{gpu}]",
-        f"# Written by benchmarks/calibrate.py on {today}: no dense published runs of this GPU;",
-        f"# inherits the [{res.gpu}] fit ({why}).",
+        f"# Written by benchmarks/calibrate.py on {today}: default stack (Megatron-Core + TE) residuals,",
+        f"# from [stacks.{res.gpu.replace('/', '.')}]: {why}.",
     ]
     for f in fields(GPUEfficiency):
         lines.append(f"{f.name} = {_format_value(getattr(res.fitted, f.name))}")
@@ -365,19 +375,17 @@ def inherited_section(gpu: str, res: FitResult, today: str, why: str) -> str:
 
 
 def write_efficiency(results: Sequence[FitResult], path: Path) -> None:
-    """Replace (or append) the fitted GPUs' tables (and those inheriting them); keep the rest."""
+    """Replace (or append) the fitted stacks' tables and the per-GPU default-stack tables."""
     text = path.read_text(encoding="utf-8")
     today = date.today().isoformat()
-    sections = [
-        (gpu, efficiency_section(res, today, gpu)) for res in results for gpu in group_members(res.gpu)
-    ]
-    for res in results:
-        for gpu, (parent, why) in INHERIT:
-            if parent == res.gpu:
-                sections.append((gpu, inherited_section(gpu, res, today, why)))
-    for gpu, section in sections:
+    by_group = {res.gpu: res for res in results}
+    sections = [(f"stacks.{res.gpu.replace('/', '.')}", efficiency_section(res, today)) for res in results]
+    for _arch, gpus, group, why in DEFAULT_STACK_TABLES:
+        if group in by_group:
+            sections += [(gpu, default_stack_section(gpu, by_group[group], today, why)) for gpu in gpus]
+    for header, section in sections:
         # a table runs from its header to the next header (comments above it belong to it)
-        pattern = re.compile(rf"^\[{re.escape(gpu)}\]\n(?:(?!\[).*\n?)*", re.MULTILINE)
+        pattern = re.compile(rf"^\[{re.escape(header)}\]\n(?:(?!\[).*\n?)*", re.MULTILINE)
         match = pattern.search(text)
         if match:
             text = text[: match.start()] + section + "\n" + text[match.end() :]
@@ -411,7 +419,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--csv", type=Path, default=published_runs_csv(), help="published runs (SPEC §5)")
     parser.add_argument(
-        "--groups", default=",".join(g for g, _, _ in FIT_PLAN), help="architecture groups to fit (FIT_PLAN)"
+        "--groups",
+        default=",".join(f"{st}/{arch}" for st, arch, _ in FIT_PLAN),
+        help="stack/architecture groups to fit (FIT_PLAN)",
     )
     parser.add_argument("--rounds", type=int, default=3, help="engine-correction rounds")
     parser.add_argument("--max-evals", type=int, default=300, help="Nelder-Mead evaluations per round")
@@ -432,14 +442,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     log = _log
+    from simulator.stacks import stack_of_source
+
     groups = tuple(g.strip() for g in args.groups.split(",") if g.strip())
-    override = tuple(d.strip() for d in args.dtypes.split(",") if d.strip()) if args.dtypes else None
-    plan = {g: (gpus, override or dtypes) for g, gpus, dtypes in FIT_PLAN if g in groups}
-    all_gpus = tuple(gpu for gpus, _ in plan.values() for gpu in gpus)
-    rows = load_rows(args.csv, all_gpus, ("bf16", "fp16", "fp8"))
+    dtypes = tuple(d.strip() for d in args.dtypes.split(",") if d.strip()) if args.dtypes else FIT_DTYPES
+    plan = {f"{st}/{arch}": (st, gpus) for st, arch, gpus in FIT_PLAN if f"{st}/{arch}" in groups}
+    all_gpus = tuple(sorted({gpu for _, gpus in plan.values() for gpu in gpus}))
+    rows = load_rows(args.csv, all_gpus, dtypes)
     jobs = []
-    for group, (gpus, dtypes) in plan.items():
-        mine = [r for r in rows if r.gpu in gpus and r.case.dtype in dtypes]
+    for group, (stack, gpus) in plan.items():
+        mine = [r for r in rows if r.gpu in gpus and stack_of_source(r.case.source_key) == stack]
         if not any(r.fit for r in mine):
             log(f"[{group}] no fit rows; skipped")
             continue
@@ -475,6 +487,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def write_accuracy(csv_path: Path, out_dir: Path, roles: dict[str, str]) -> None:
     """`mfusim validate` on every row with the new catalog: docs/accuracy_table.md + histogram."""
+    from simulator import stacks
+
+    stacks._stack_tables.cache_clear()  # re-read the efficiency.toml just written
     report = V.validate_runs(V.read_runs_csv(csv_path), V.default_simulate(), csv_path=str(csv_path))
     table = out_dir / "accuracy_table.md"
     header = (

@@ -41,8 +41,11 @@ RANGES: dict[str, tuple[float, float]] = {
     "fa3_bwd_fraction": (0.2, 0.9),
     "cudnn_fwd_fraction": (0.2, 0.9),
     "cudnn_bwd_fraction": (0.2, 0.9),
-    **{f"{i}_{p}_seq_half": (0.0, 2048.0) for i in ("fa2", "fa3", "cudnn") for p in ("fwd", "bwd")},
-    **{f"{i}_head_dim_half": (0.0, 512.0) for i in ("fa2", "fa3", "cudnn")},
+    **{f"{i}_{p}_seq_half": (0.0, 2048.0) for i in ("fa2", "fa3", "cudnn", "triton") for p in ("fwd", "bwd")},
+    **{f"{i}_head_dim_half": (0.0, 512.0) for i in ("fa2", "fa3", "cudnn", "triton")},
+    "triton_fwd_fraction": (0.05, 0.9),
+    **{f"{i}_causal_scale": (0.5, 1.0) for i in ("fa2", "fa3", "cudnn", "triton")},
+    "triton_bwd_fraction": (0.05, 0.9),
     "gemm_split_k_latency_s": (0.0, 10e-6),
     "gemm_fp8_scale": (0.7, 1.0),
     "attention_causal_block": (0.0, 1024.0),
@@ -53,11 +56,16 @@ FIT: dict[str, tuple[str, ...]] = {
         f.name
         for f in fields(KernelParams)
         if f.name not in ("memory_bw_fraction", "memory_latency_s", "gemm_max_fraction", "nccl_bw_fraction")
+        and not f.name.startswith("triton")
     ),
     "ampere": (
         "gemm_peak_fraction",
         "fa2_fwd_fraction",
         "fa2_head_dim_half",
+        "triton_fwd_fraction",
+        "triton_fwd_seq_half",
+        "triton_head_dim_half",
+        "triton_causal_scale",
         "memory_bw_fraction",
     ),
     "blackwell": ("gemm_peak_fraction", "gemm_fp8_scale"),
@@ -83,7 +91,12 @@ def fit_architecture(arch: str, base: dict[str, KernelParams]) -> KernelParams:
         p = replace(start, **{n: float(v) for n, v in zip(names, x, strict=True)})
         if arch == "ampere":  # only fwd+bwd figures: keep Hopper FA2's backward/forward ratio
             h = base["hopper"]
-            p = replace(p, fa2_bwd_fraction=p.fa2_fwd_fraction * h.fa2_bwd_fraction / h.fa2_fwd_fraction)
+            p = replace(
+                p,
+                fa2_bwd_fraction=p.fa2_fwd_fraction * h.fa2_bwd_fraction / h.fa2_fwd_fraction,
+                triton_bwd_fraction=p.triton_fwd_fraction * h.fa2_bwd_fraction / h.fa2_fwd_fraction,
+                triton_bwd_seq_half=p.triton_fwd_seq_half * h.fa2_bwd_seq_half / h.fa2_fwd_seq_half,
+            )
         return p
 
     def residuals(x: np.ndarray) -> np.ndarray:
@@ -141,8 +154,24 @@ def main(argv: list[str] | None = None) -> int:
                 cudnn_fwd_seq_half=b.fa2_fwd_seq_half,
                 cudnn_bwd_seq_half=b.fa2_bwd_seq_half,
                 fa3_head_dim_half=b.fa2_head_dim_half,
+                fa3_causal_scale=b.fa2_causal_scale,
+                cudnn_causal_scale=b.fa2_causal_scale,
                 cudnn_head_dim_half=b.fa2_head_dim_half,
             )
+    # FlashAttention's Triton kernel is only measured on A100: on Hopper/Blackwell it is assumed to
+    # gain what FlashAttention-2 gains over A100 (same algorithm and tiling generation).
+    a, h = base["ampere"], base["hopper"]
+    gain_fwd, gain_bwd = h.fa2_fwd_fraction / a.fa2_fwd_fraction, h.fa2_bwd_fraction / a.fa2_bwd_fraction
+    for arch in ("hopper", "blackwell"):
+        base[arch] = replace(
+            base[arch],
+            triton_fwd_fraction=a.triton_fwd_fraction * gain_fwd,
+            triton_bwd_fraction=a.triton_bwd_fraction * gain_bwd,
+            triton_fwd_seq_half=a.triton_fwd_seq_half,
+            triton_bwd_seq_half=a.triton_bwd_seq_half,
+            triton_head_dim_half=a.triton_head_dim_half,
+            triton_causal_scale=a.triton_causal_scale,
+        )
     figs = shipped_figures(base)
     worst = 0.0
     for f in figs:

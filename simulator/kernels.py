@@ -37,7 +37,7 @@ from .resources import catalog_file
 from .specs import GPUSpec
 from .units import DTYPE_BYTES
 
-ATTENTION_IMPLS = ("fa2", "fa3", "cudnn", "unfused")
+ATTENTION_IMPLS = ("fa2", "fa3", "cudnn", "triton", "unfused")
 ATTENTION_PASSES = ("fwd", "bwd", "fwd+bwd")
 BWD_FLOP_RATIO = 2.5  # FlashAttention backward: 5 matmuls vs 2 forward (Dao 2023, §3)
 # (tile rows, tile cols) cuBLAS/CUTLASS pick from on Ampere/Hopper/Blackwell for 16/8-bit GEMMs.
@@ -66,15 +66,24 @@ class KernelParams:
     fa3_bwd_fraction: float
     cudnn_fwd_fraction: float
     cudnn_bwd_fraction: float
+    triton_fwd_fraction: float
+    triton_bwd_fraction: float
     fa2_fwd_seq_half: float
     fa2_bwd_seq_half: float
     fa3_fwd_seq_half: float
     fa3_bwd_seq_half: float
     cudnn_fwd_seq_half: float
     cudnn_bwd_seq_half: float
+    triton_fwd_seq_half: float
+    triton_bwd_seq_half: float
     fa2_head_dim_half: float
     fa3_head_dim_half: float
     cudnn_head_dim_half: float
+    triton_head_dim_half: float
+    fa2_causal_scale: float
+    fa3_causal_scale: float
+    cudnn_causal_scale: float
+    triton_causal_scale: float
     attention_causal_block: float
     nccl_bw_fraction: float
 
@@ -83,6 +92,9 @@ class KernelParams:
 
     def attention_seq_half(self, impl: str, pass_: str) -> float:
         return float(getattr(self, f"{impl}_{pass_}_seq_half"))
+
+    def attention_causal_scale(self, impl: str) -> float:
+        return float(getattr(self, f"{impl}_causal_scale"))
 
     def attention_head_dim_half(self, impl: str) -> float:
         return float(getattr(self, f"{impl}_head_dim_half"))
@@ -237,7 +249,10 @@ def fused_attention_efficiency(
     # seq_half/B blocks (Q load, O write, pipeline fill), so efficiency s/(s + seq_half). Causal:
     # half the blocks, the diagonal one in full, same fixed cost: s/(s + block + 2·seq_half).
     sh = p.attention_seq_half(impl, pass_)
-    seq_factor = seq_kv / (seq_kv + p.attention_causal_block + 2 * sh) if causal else seq_kv / (seq_kv + sh)
+    if causal:  # plus what masking costs the kernel beyond its diagonal blocks
+        seq_factor = p.attention_causal_scale(impl) * seq_kv / (seq_kv + p.attention_causal_block + 2 * sh)
+    else:
+        seq_factor = seq_kv / (seq_kv + sh)
     h = p.attention_head_dim_half(impl)
     head_factor = (head_dim / (head_dim + h)) / (128 / (128 + h))
     return p.attention_fraction(impl, pass_) * seq_factor * head_factor

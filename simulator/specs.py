@@ -444,7 +444,7 @@ class VariabilitySpec:
         )
 
 
-ATTENTION_IMPLS = ("fa2", "fa3", "cudnn", "unfused")
+ATTENTION_IMPLS = ("fa2", "fa3", "cudnn", "triton", "unfused")
 
 
 @dataclass(frozen=True, slots=True)

@@ -386,13 +386,14 @@ def test_calibration_pieces(tmp_path, shipped):
     toml.write_text(
         "[default]\nsustained_clock_fraction = 0.8\n\n[h100-sxm]\nsustained_clock_fraction = 0.5\n"
     )
-    res = C.FitResult("hopper", GPUEfficiency(), eff, 30.0, 31.0, 5.0, 6.0, 10, 11, 100, 1.0)
+    res = C.FitResult("megatron-core/hopper", GPUEfficiency(), eff, 30.0, 31.0, 5.0, 6.0, 10, 11, 100, 1.0)
     C.write_efficiency([res], toml)
     C.write_efficiency([res], toml)  # idempotent: replaces its own table
     import tomllib
 
     data = tomllib.loads(toml.read_text())
     assert data["default"] == {"sustained_clock_fraction": 0.8}
+    assert data["stacks"]["megatron-core"]["hopper"]["sustained_clock_fraction"] == pytest.approx(0.91)
     assert data["h200"]["sustained_clock_fraction"] == pytest.approx(0.91)  # same silicon: inherits
     assert data["h100-sxm"]["sustained_clock_fraction"] == pytest.approx(0.91)
     assert (

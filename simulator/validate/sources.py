@@ -103,7 +103,7 @@ SOURCES: tuple[tuple[tuple[str, ...], SourceRules], ...] = (
             tp_comm_overlap_if_tp=False,
             overlap_grad_reduce=True,
             note="MosaicML llm-foundry benchmarks (Composer + PyTorch FSDP)",
-            attention="fa2",
+            attention="triton",
             grad_reduce_dtype="bf16",
         ),
     ),
