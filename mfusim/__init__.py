@@ -138,9 +138,14 @@ def sweep(
 ) -> SweepResult:
     """Every configuration of the scenario's `[sweep]` table; `.ranked` lists the feasible ones
     best first, `.rows` all of them (the columns of `mfusim sweep --out`)."""
-    from simulator.sweep import run_sweep
+    from simulator.loading import resolve_scenario_path
+    from simulator.sweep import load_sweep_scenario, run_sweep
 
-    scn = _scenario(scenario)
+    if isinstance(scenario, str | Path):
+        # a sweep's [parallel] may be valid only together with its swept values
+        scn = load_sweep_scenario(resolve_scenario_path(scenario))
+    else:
+        scn = _scenario(scenario)
     return run_sweep(
         scn, engine=engine, jobs=jobs, refine=refine, rank_by=rank_by, out=Path(out) if out else None
     )

@@ -1,119 +1,23 @@
-"""Collective-communication cost: the interface the workload costing uses, and a flat α–β model.
+"""Collective-communication cost, by its historical import path.
 
-A `CommModel` answers "how long does this collective of this many bytes take for the
-group of parallel axis `axis` that pipeline stage `stage` belongs to". The engine never
-calls it: the costing step (simulator/program.py) does, before simulation, so a
-better network model plugs in without touching the engine.
-
-Message-size convention (nccl-tests): `message_bytes` is the full buffer S — the AllReduce
-buffer, the AllGather *output*, the ReduceScatter *input*, the All-to-All buffer per rank.
-Bus factors (NCCL docs, "Performance" / nccl-tests PERFORMANCE.md):
-AllReduce 2(n−1)/n, AllGather and ReduceScatter (n−1)/n, All-to-All (n−1)/n, Broadcast 1.
+The interface (`CommModel`, `CollectiveCost`, `bus_factor`, message-size and bus-factor
+conventions) lives in simulator/network/interface.py, the flat α–β model in
+simulator/network/flat.py and the topology model in simulator/network/model.py; this module
+only re-exports them (it imports simulator.network, never the other way round).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Protocol
+from .network import default_comm_model
+from .network.flat import FlatCommModel
+from .network.interface import KINDS, CollectiveCost, CommModel, axis_sizes, bus_factor
 
-from .specs import Scenario
-
-KINDS = ("allreduce", "allgather", "reducescatter", "alltoall", "broadcast", "sendrecv")
-
-
-def bus_factor(kind: str, n: int) -> float:
-    """Bytes each rank must move per byte of message, for a bandwidth-optimal algorithm."""
-    if n <= 1:
-        return 0.0
-    if kind == "allreduce":
-        return 2.0 * (n - 1) / n
-    if kind in ("allgather", "reducescatter", "alltoall"):
-        return (n - 1) / n
-    if kind in ("broadcast", "sendrecv"):
-        return 1.0
-    raise ValueError(f"unknown collective kind {kind!r}")
-
-
-@dataclass(frozen=True, slots=True)
-class CollectiveCost:
-    time_s: float
-    algorithm: str = "ring"
-    bottleneck: str = ""
-    bus_bandwidth_bytes_per_s: float = 0.0
-
-
-class CommModel(Protocol):
-    def collective(self, kind: str, axis: str, message_bytes: float, stage: int = 0) -> CollectiveCost:
-        """Time of one collective on the `axis` group ('tp','cp','dp','ep') of pipeline `stage`;
-        for axis 'pp' and kind 'sendrecv', the transfer from `stage` to `stage + 1`."""
-        ...
-
-    def group_size(self, axis: str) -> int: ...
-
-
-def axis_sizes(scn: Scenario) -> dict[str, int]:
-    par = scn.parallel
-    return {"tp": par.tp, "cp": par.cp, "dp": par.dp, "ep": par.ep, "pp": par.pp}
-
-
-@dataclass(frozen=True, slots=True)
-class FlatCommModel:
-    """α–β with NCCL bus factors on the slowest link a group uses; no contention.
-
-    A group that fits in one node (placement TP innermost, then CP, DP, PP) runs at the
-    per-GPU NVLink/PCIe bandwidth; one that spans nodes is limited by the per-GPU share of
-    the node's NICs. Latency: ring, (n−1) steps (2(n−1) for AllReduce) of the link latency.
-    """
-
-    scenario: Scenario
-
-    def group_size(self, axis: str) -> int:
-        return axis_sizes(self.scenario)[axis]
-
-    def _stride(self, axis: str) -> int:
-        sizes = axis_sizes(self.scenario)
-        stride = 1
-        for a in self.scenario.topology.rank_order:
-            if a == axis:
-                return stride
-            stride *= sizes[a]
-        return stride
-
-    def _spans_nodes(self, axis: str, n: int) -> bool:
-        return self._stride(axis) * n > self.scenario.topology.gpus_per_node
-
-    def collective(self, kind: str, axis: str, message_bytes: float, stage: int = 0) -> CollectiveCost:
-        topo = self.scenario.topology
-        eff = self.scenario.gpu.efficiency.nccl_bw_fraction
-        n = 2 if kind == "sendrecv" else self.group_size(axis)
-        if n <= 1 or message_bytes <= 0:
-            return CollectiveCost(0.0, "none", "", 0.0)
-        inter = self._spans_nodes(axis, n) if kind != "sendrecv" else self._stride("pp") >= topo.gpus_per_node
-        if inter:
-            if kind == "sendrecv":  # one GPU's transfer uses its own rail's NIC
-                nic_per_gpu = topo.nic_bandwidth_per_node_bytes_per_s / topo.gpus_per_node
-            else:  # ring: every GPU of the node sends through the node's NICs at once
-                nic_per_gpu = topo.nic_bandwidth_per_node_bytes_per_s / min(
-                    topo.gpus_per_node, self._stride(axis)
-                )
-            bw = min(topo.intra_node.link_bandwidth_bytes_per_s, nic_per_gpu)
-            latency = topo.inter_node.latency_s
-            link = "nic"
-        else:
-            bw = topo.intra_node.link_bandwidth_bytes_per_s
-            latency = topo.intra_node.latency_s
-            link = topo.intra_node.fabric
-        busbw = bw * eff
-        steps = 2 * (n - 1) if kind == "allreduce" else (n - 1)
-        if kind in ("sendrecv", "broadcast"):
-            steps = 1
-        t = steps * latency + bus_factor(kind, n) * message_bytes / busbw
-        return CollectiveCost(t, "ring", link, busbw)
-
-
-def default_comm_model(scn: Scenario) -> CommModel:
-    """The comm model `mfusim run` uses: collectives on the topology graph (simulator/network);
-    `--comm-model flat` keeps FlatCommModel."""
-    from .network import TopologyCommModel  # imported here: simulator.network imports this module
-
-    return TopologyCommModel(scn)
+__all__ = [
+    "KINDS",
+    "CollectiveCost",
+    "CommModel",
+    "FlatCommModel",
+    "axis_sizes",
+    "bus_factor",
+    "default_comm_model",
+]

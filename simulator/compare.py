@@ -63,8 +63,11 @@ def compare(
 
 
 def comparison_json(items: Sequence[Compared]) -> dict[str, Any]:
+    from . import __version__
+
     best = max(items, key=lambda c: c.report.mfu)
     out: dict[str, Any] = {
+        "mfusim_version": __version__,
         "scenarios": [c.to_dict() for c in items],
         "best_mfu": best.label,
         "best_tokens_per_s": max(items, key=lambda c: c.report.tokens_per_s).label,

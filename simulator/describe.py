@@ -9,12 +9,11 @@ from .specs import Scenario
 
 
 def model_summary(scn: Scenario) -> dict[str, Any]:
-    """`model`: name, parameters and the parameters one token visits (MoE: top_k experts)."""
-    from .flops import active_non_embedding_params, non_embedding_params, total_params
+    """`model`: name, parameters, the parameters one token visits (MoE: top_k experts) and the
+    architecture as simulated (flops.model_summary, issue 13)."""
+    from .flops import model_summary as summary
 
-    params = total_params(scn.model)
-    inactive = non_embedding_params(scn.model) - active_non_embedding_params(scn.model)
-    return {"name": scn.model.name, "params": params, "active_params": params - inactive}
+    return summary(scn.model)
 
 
 def scenario_summary(scn: Scenario, warnings: tuple[str, ...] | list[str] | None = None) -> dict[str, Any]:

@@ -22,7 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from . import argcheck
-from .specs import RECOMPUTE, ModelSpec
+from .specs import RECOMPUTE, ModelSpec, ParallelConfig
 
 FLOP_PER_MAC = 2  # one multiply-accumulate = 2 floating-point operations
 BACKWARD_TO_FORWARD = 2  # dgrad + wgrad, each the size of the forward matmul
@@ -30,8 +30,34 @@ BACKWARD_TO_FORWARD = 2  # dgrad + wgrad, each the size of the forward matmul
 
 # ----------------------------------------------------------------------------- parameters
 def attention_params(m: ModelSpec) -> int:
-    """Q, K, V and output projections of one layer (biases ignored, as in 6Ψ)."""
+    """Attention projections of one layer (biases and q/k norms ignored, as in 6Ψ).
+
+    Standard/GQA: Q, K, V and output projections. MLA (DeepSeek-V2 §2.1): q down (h·q_lora) + its
+    norm + q up (q_lora·heads·(nope+rope)), or one h·heads·(nope+rope) projection without q_lora;
+    kv down (h·(kv_lora + rope)) + its norm; kv up (kv_lora·heads·(nope + v)); output heads·v·h.
+    """
+    if m.mla is not None:
+        return mla_replicated_params(m) + mla_split_params(m)
     return m.hidden * (m.q_dim + 2 * m.kv_dim) + m.q_dim * m.hidden
+
+
+def mla_replicated_params(m: ModelSpec) -> int:
+    """MLA weights Megatron-Core keeps whole on every TP rank: the q and kv down-projections
+    (`linear_q_down_proj`, `linear_kv_down_proj`, parallel_mode duplicated) and their norms."""
+    a = m.mla
+    assert a is not None
+    q_down = m.hidden * a.q_lora_rank + a.q_lora_rank if a.q_lora_rank else 0
+    return q_down + m.hidden * (a.kv_lora_rank + a.qk_rope_head_dim) + a.kv_lora_rank
+
+
+def mla_split_params(m: ModelSpec) -> int:
+    """MLA weights split over TP by heads: q up (or the full-rank q), kv up, output projection."""
+    a = m.mla
+    assert a is not None
+    q_in = a.q_lora_rank or m.hidden
+    return (
+        q_in * m.q_dim + a.kv_lora_rank * m.heads * (a.qk_nope_head_dim + a.v_head_dim) + m.v_dim * m.hidden
+    )
 
 
 def mlp_params(m: ModelSpec, ffn: int) -> int:
@@ -53,7 +79,8 @@ def layer_params(m: ModelSpec, layer: int) -> int:
 
 
 def non_embedding_params(m: ModelSpec) -> int:
-    """Ψ of the seed notes: every weight except token/position embeddings and the logit layer."""
+    """Ψ of the seed notes: every weight except token/position embeddings and the logit layer
+    (the main model: DeepSeek's multi-token-prediction modules are counted in `mtp_params`)."""
     return sum(layer_params(m, i) for i in range(m.layers)) + m.hidden  # + final norm
 
 
@@ -68,12 +95,117 @@ def total_params(m: ModelSpec) -> int:
     return non_embedding_params(m) + embedding_params(m)
 
 
+def mtp_module_params(m: ModelSpec) -> int:
+    """One DeepSeek-V3 MTP module (arXiv 2412.19437 §2.2): a transformer layer like the last main
+    layer, the projection M (2h -> h) and two RMSNorms; embedding and output head are shared."""
+    return layer_params(m, m.layers - 1) + 2 * m.hidden * m.hidden + 3 * m.hidden
+
+
+def mtp_params(m: ModelSpec) -> int:
+    return m.mtp_layers * mtp_module_params(m)
+
+
 def active_non_embedding_params(m: ModelSpec) -> int:
     """Ψ counting only the experts a token visits (top_k of num_experts): the 6Ψ of MoE."""
     if not m.is_moe:
         return non_embedding_params(m)
     inactive = (m.num_experts - m.top_k) * mlp_params(m, m.expert_ffn) * m.num_moe_layers
     return non_embedding_params(m) - inactive
+
+
+def active_params(m: ModelSpec) -> int:
+    """Parameters one token uses, embeddings included (the convention of Mistral, Qwen and Meta's
+    "active parameters"; DeepSeek and OpenAI leave out the input embedding table, a lookup)."""
+    return active_non_embedding_params(m) + embedding_params(m)
+
+
+def model_summary(m: ModelSpec) -> dict[str, object]:
+    """What was simulated, for `run --json` (issue 13): so an import can be checked at a glance."""
+    out: dict[str, object] = {
+        "name": m.name,
+        "params": total_params(m),
+        "active_params": active_params(m),
+        "non_embedding_params": non_embedding_params(m),
+        "layers": m.layers,
+        "hidden": m.hidden,
+        "heads": m.heads,
+        "kv_heads": m.num_kv_heads,
+        "head_dim": m.dim_per_head,
+        "ffn_hidden": m.ffn,
+        "vocab": m.vocab,
+        "seq_len": m.seq_len,
+        "attention": "mla" if m.mla is not None else ("gqa" if m.num_kv_heads < m.heads else "mha"),
+    }
+    if m.is_moe:
+        out["moe"] = {
+            "num_experts": m.num_experts,
+            "top_k": m.top_k,
+            "expert_ffn_hidden": m.expert_ffn,
+            "shared_expert_ffn_hidden": m.shared_expert_ffn_hidden,
+            "moe_layers": m.num_moe_layers,
+            "first_dense_layers": m.first_dense_layers,
+            "layer_interval": m.moe_layer_interval,
+            "routing": m.routing,
+            "load_imbalance": m.imbalance,
+            "max_nodes_per_token": m.max_nodes_per_token,
+            "dispatch_dtype": m.dispatch_dtype,
+        }
+    if m.mtp_layers:
+        out["mtp_layers"] = m.mtp_layers
+        out["mtp_params"] = mtp_params(m)
+    return out
+
+
+# ----------------------------------------------------------------------------- per rank
+@dataclass(frozen=True, slots=True)
+class RankParams:
+    """Parameters one GPU holds for some layers: `dense` is replicated over the dp·cp ranks,
+    `expert` (routed experts) over the expert-data-parallel ranks (ParallelConfig.expert_dp)."""
+
+    dense: float
+    expert: float
+
+    @property
+    def total(self) -> float:
+        return self.dense + self.expert
+
+    def __add__(self, other: RankParams) -> RankParams:
+        return RankParams(self.dense + other.dense, self.expert + other.expert)
+
+    def scaled(self, n: float) -> RankParams:
+        return RankParams(self.dense * n, self.expert * n)
+
+
+def attention_params_per_rank(m: ModelSpec, tp: int) -> float:
+    """Attention weights on one TP rank. Megatron splits Q/K/V/output by heads; with tp > kv_heads
+    each rank keeps one whole KV head (kv_heads must divide tp, replicated tp/kv_heads times);
+    MLA's down-projections are replicated."""
+    if m.mla is not None:
+        return mla_replicated_params(m) + mla_split_params(m) / tp
+    q = m.q_dim / tp
+    kv = m.dim_per_head * max(m.num_kv_heads / tp, 1.0)
+    return m.hidden * (q + 2 * kv) + q * m.hidden
+
+
+def layer_params_per_rank(m: ModelSpec, par: ParallelConfig, moe: bool) -> RankParams:
+    """The one home of per-rank layer parameters (used by the cost model and the memory model).
+
+    Attention and the dense MLP are split over tp; routed experts over ep (whole experts) and each
+    expert's matrices over etp (`ParallelConfig.expert_tp`); the shared expert over tp like a
+    dense MLP; the router and the norms are replicated.
+    """
+    dense = attention_params_per_rank(m, par.tp) + 2 * m.hidden
+    if not moe:
+        return RankParams(dense + mlp_params(m, m.ffn) / par.tp, 0.0)
+    routed = m.num_experts / par.ep * mlp_params(m, m.expert_ffn) / par.expert_tp
+    shared = mlp_params(m, m.shared_expert_ffn_hidden) / par.tp if m.shared_expert_ffn_hidden else 0.0
+    return RankParams(dense + shared + m.hidden * m.num_experts, routed)
+
+
+def mtp_params_per_rank(m: ModelSpec, par: ParallelConfig) -> RankParams:
+    """One MTP module on one rank of the last stage: its layer, projection M (split over tp) and norms."""
+    layer = layer_params_per_rank(m, par, m.is_moe_layer(m.layers - 1))
+    return layer + RankParams(2 * m.hidden * m.hidden / par.tp + 3 * m.hidden, 0.0)
 
 
 # ----------------------------------------------------------------------------- per token
@@ -83,8 +215,9 @@ def flops_per_token_6psi(m: ModelSpec) -> float:
 
 
 def flops_per_token_6psi_attn(m: ModelSpec) -> float:
-    """PaLM App. B: 6N + 12·L·H·Q·T with H·Q = h (heads × head dim), T = s."""
-    return flops_per_token_6psi(m) + 12.0 * m.layers * m.q_dim * m.seq_len
+    """PaLM App. B: 6N + 12·L·H·Q·T with H·Q = h (heads × head dim), T = s (MLA: the mean of
+    the score and value widths, so that 12·L·H·Q·T stays the attention core's 3 × 2 matmuls)."""
+    return flops_per_token_6psi(m) + 6.0 * m.layers * (m.qk_dim + m.v_dim) * m.seq_len
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,11 +253,16 @@ def layer_forward_flops(m: ModelSpec, layer: int = 0) -> LayerForwardFlops:
     else:
         mlp = float(f * s * mlp_params(m, m.ffn))
         router = 0.0
+    if m.mla is not None:  # every projection but the output; the two latent RMSNorms do no matmul
+        a = m.mla
+        qkv = float(f * s * (attention_params(m) - m.v_dim * h - a.q_lora_rank - a.kv_lora_rank))
+    else:
+        qkv = float(f * s * h * (m.q_dim + 2 * m.kv_dim))
     return LayerForwardFlops(
-        qkv=f * s * h * (m.q_dim + 2 * m.kv_dim),
-        attn_scores=f * s * s * m.q_dim,
-        attn_values=f * s * s * m.q_dim,
-        out_proj=f * s * m.q_dim * h,
+        qkv=qkv,
+        attn_scores=f * s * s * m.qk_dim,
+        attn_values=f * s * s * m.v_dim,
+        out_proj=f * s * m.v_dim * h,
         mlp=float(mlp),
         router=float(router),
     )
@@ -152,8 +290,23 @@ def _first_layer(m: ModelSpec, moe: bool) -> int:
     return next(i for i in range(m.layers) if m.is_moe_layer(i) == moe)
 
 
+def mtp_forward_flops_per_sequence(m: ModelSpec) -> float:
+    """DeepSeek-V3 MTP modules (§2.2): per module the projection M (2h -> h), one transformer
+    layer like the last main layer, and the shared output head again."""
+    if not m.mtp_layers:
+        return 0.0
+    per = (
+        FLOP_PER_MAC * m.seq_len * 2 * m.hidden * m.hidden
+        + layer_forward_flops(m, m.layers - 1).total
+        + logits_forward_flops(m)
+    )
+    return m.mtp_layers * per
+
+
 def model_forward_flops_per_sequence(m: ModelSpec) -> float:
-    return _sum_over_layers(m, lambda f: f.total) + logits_forward_flops(m)
+    return (
+        _sum_over_layers(m, lambda f: f.total) + logits_forward_flops(m) + mtp_forward_flops_per_sequence(m)
+    )
 
 
 def model_flops_per_sequence(m: ModelSpec) -> float:
@@ -225,3 +378,61 @@ def mfu(flops_per_token: float, tokens_per_s: float, num_gpus: int, peak_flop_pe
     argcheck.positive_int("num_gpus", num_gpus)
     argcheck.finite_number("peak_flop_per_s", peak_flop_per_s, strict=True)
     return tokens_per_s * flops_per_token / (peak_flop_per_s * num_gpus)
+
+
+# ----------------------------------------------------------------------------- published conventions
+# How published runs count FLOPs, to compare a simulated step with a source's own TFLOP/s or
+# MFU figure (mfusim validate; scenarios/published/SOURCES.md).
+FLOPS_EXACT = "exact"  # SPEC §4 model FLOPs: NeMo, Megatron-Core
+FLOPS_EXACT_CAUSAL = "exact-causal"  # attention halved for the causal mask: Megatron-Bridge
+FLOPS_NARAYANAN = "narayanan96"  # 96·B·s·l·h²(1 + s/6h + V/16lh): counts the recompute pass
+FLOPS_MPT = "mpt"  # (6N + 12·L·h·s) per token, N = all parameters; HFU 8N + 16·L·h·s
+FLOPS_TORCHTITAN = "torchtitan"  # 6·(N − N_input_embedding) + 12·L·h·s per token
+FLOP_CONVENTIONS = (FLOPS_EXACT, FLOPS_EXACT_CAUSAL, FLOPS_NARAYANAN, FLOPS_MPT, FLOPS_TORCHTITAN)
+
+
+def narayanan_flops_per_step(m: ModelSpec, global_batch: int) -> float:
+    """Narayanan et al. 2021 eq. 3: 96·B·s·l·h²·(1 + s/(6h) + V/(16·l·h)) (includes recompute)."""
+    return megatron_hardware_flops_per_step(m, global_batch)
+
+
+def mpt_flops_per_step(m: ModelSpec, global_batch: int, recompute: str) -> float:
+    """llm-foundry collect_results.py: (6N + 12·L·h·s) per token, N = all parameters;
+    HFU convention with activation checkpointing: 8N + 16·L·h·s (one more forward)."""
+    n = total_params(m)
+    attn = m.layers * m.hidden * m.seq_len
+    per_token = 8 * n + 16 * attn if recompute == "full" else 6 * n + 12 * attn
+    return per_token * global_batch * m.seq_len
+
+
+def torchtitan_flops_per_step(m: ModelSpec, global_batch: int) -> float:
+    """torchtitan `get_num_flop_per_token`: 6·(N − N_emb) + 12·l·h·q·t, N = all parameters,
+    N_emb = the input embedding table only (the output projection stays in N)."""
+    n = total_params(m) - m.vocab * m.hidden
+    per_token = 6 * n + 12 * m.layers * m.q_dim * m.seq_len
+    return per_token * global_batch * m.seq_len
+
+
+def exact_causal_flops_per_step(m: ModelSpec, global_batch: int) -> float:
+    """Exact model FLOPs with the attention score/value matmuls halved for the causal mask."""
+    core = sum(layer_forward_flops(m, i).attention_core for i in range(m.layers))
+    per_seq = model_flops_per_sequence(m) - 0.5 * (1 + BACKWARD_TO_FORWARD) * core
+    return global_batch * per_seq
+
+
+def published_flops_per_step(
+    convention: str, m: ModelSpec, global_batch: int, recompute: str, *, hardware: bool = False
+) -> float:
+    """FLOPs of one step as a source counting with `convention` reports them (`hardware`: its
+    HFU numerator, with the recompute pass where the convention counts one)."""
+    if convention == FLOPS_NARAYANAN:
+        return narayanan_flops_per_step(m, global_batch)
+    if convention == FLOPS_MPT:
+        return mpt_flops_per_step(m, global_batch, recompute if hardware else "none")
+    if convention == FLOPS_EXACT_CAUSAL:
+        return exact_causal_flops_per_step(m, global_batch)
+    if convention == FLOPS_TORCHTITAN:
+        return torchtitan_flops_per_step(m, global_batch)
+    if hardware:
+        return step_flops(m, global_batch, recompute).hardware
+    return global_batch * model_flops_per_sequence(m)

@@ -18,6 +18,7 @@ from typing import Any
 
 from . import plan, units
 from .errors import ConfigError
+from .names import canonical, did_you_mean
 from .resources import catalog_file, data_dir, scenario_names, topology_names
 from .specs import (
     MAX_GPUS,
@@ -27,6 +28,8 @@ from .specs import (
     InterNodeSpec,
     IntraNodeSpec,
     KernelOptions,
+    MemoryOptions,
+    MLASpec,
     ModelSpec,
     ParallelConfig,
     Scenario,
@@ -48,8 +51,21 @@ MODEL_KEYS = (
     "head_dim",
     "tied_embeddings",
     "position_embeddings",
+    "mtp_layers",
 )
-MOE_KEYS = ("num_experts", "top_k", "expert_ffn_hidden", "shared_expert_ffn_hidden", "layer_interval")
+MOE_KEYS = (
+    "num_experts",
+    "top_k",
+    "expert_ffn_hidden",
+    "shared_expert_ffn_hidden",
+    "layer_interval",
+    "first_dense_layers",
+    "routing",
+    "load_imbalance",
+    "max_nodes_per_token",
+    "dispatch_dtype",
+)
+MLA_KEYS = ("q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")
 PARALLEL_KEYS = tuple(f.name for f in fields(ParallelConfig))
 SWEEP_KEYS = PARALLEL_KEYS + ("num_gpus",)
 INTRA_KEYS = ("fabric", "link_GBps_per_direction", "latency_us", "nvls")
@@ -158,7 +174,11 @@ def _check_keys(table: Mapping[str, Any], allowed: tuple[str, ...], section: str
     for key in table:
         if key not in allowed:
             where = f"{section}.{key}" if section else key
-            raise ConfigError(f"unknown key; allowed here: {', '.join(allowed)}", key=where)
+            what = "section" if isinstance(table[key], dict) else "key"
+            hint = did_you_mean(key, allowed)
+            raise ConfigError(
+                f"unknown {what}{hint}; allowed here: {', '.join(allowed)} (docs/reference.md)", key=where
+            )
 
 
 def _table(data: Mapping[str, Any], key: str, section: str) -> dict[str, Any]:
@@ -211,6 +231,7 @@ def load_gpu_catalog() -> dict[str, GPUSpec]:
             efficiency=GPUEfficiency(**params),
             num_sms=int(t.get("num_sms", 108)),
             source=t.get("description", name),
+            peak_fp4_flop_per_s=units.tflops_to_flop_per_s(t.get("peak_fp4_tflops", 0.0)),
             board_power_w=float(t.get("board_power_w", 0.0)),
             node_overhead_w_per_gpu=float(t.get("node_overhead_w_per_gpu", 0.0)),
             host_link_bytes_per_s=units.gBps_to_bytes_per_s(float(t.get("host_link_GBps", 0.0))),
@@ -219,10 +240,14 @@ def load_gpu_catalog() -> dict[str, GPUSpec]:
 
 
 def gpu_by_name(name: object, key: str = "gpu") -> GPUSpec:
+    """A GPU of the catalog by name, in any case or a common alias (`H100` = `h100-sxm`)."""
     catalog = load_gpu_catalog()
-    if not isinstance(name, str) or name.lower() not in catalog:
-        raise ConfigError(f"unknown GPU {name!r}; known: {', '.join(catalog)}", key=key)
-    return catalog[name.lower()]
+    found = canonical(name, catalog)
+    if found is None:
+        raise ConfigError(
+            f"unknown GPU {name!r}{did_you_mean(name, catalog)}; known: {', '.join(catalog)}", key=key
+        )
+    return catalog[found]
 
 
 def load_model_presets() -> dict[str, dict[str, Any]]:
@@ -234,8 +259,31 @@ def model_preset(name: str) -> ModelSpec:
 
 
 # ----------------------------------------------------------------------------- model
-def hf_config_fields(path: Path) -> dict[str, Any]:
-    """Model fields from a Hugging Face config.json (Llama/Mistral/Qwen/Mixtral keys), offline."""
+# config.json keys that change the architecture in ways the simulator does not model. Each is an
+# error naming the file and key unless `[model] allow_unmodeled` lists it (then one warning line).
+UNMODELED_HF_KEYS = {
+    "hybrid_override_pattern": "hybrid Mamba/attention layer pattern (Nemotron-H)",
+    "layers_block_type": "hybrid layer types (Mamba/attention)",
+    "attn_layer_period": "hybrid attention/Mamba layer period (Jamba)",
+    "attn_layer_offset": "hybrid attention/Mamba layer offset (Jamba)",
+    "expert_layer_period": "expert layer period (Jamba)",
+    "expert_layer_offset": "expert layer offset (Jamba)",
+    "conv_kernel": "Mamba convolution",
+    "time_step_min": "Mamba time step",
+    "time_step_max": "Mamba time step",
+    "time_step_limit": "Mamba time step",
+    "time_step_rank": "Mamba time step",
+    "vision_config": "vision encoder (only the text model is simulated)",
+    "audio_config": "audio encoder (only the text model is simulated)",
+    "layer_types": "per-layer attention types (sliding-window or linear attention layers)",
+    "sliding_window": "sliding-window attention (shorter than seq_len)",
+    "attention_chunk_size": "chunked local attention (shorter than seq_len)",
+    "mlp_only_layers": "dense MLP layers that are not the leading ones",
+}
+UNMODELED_HF_PREFIXES = ("mamba", "ssm_", "linear_attn", "linear_conv")
+
+
+def _read_json_object(path: Path) -> dict[str, Any]:
     name = str(path)
     check_regular_file(path, "config.json", key="model.hf_config")
     try:
@@ -250,7 +298,49 @@ def hf_config_fields(path: Path) -> dict[str, Any]:
         raise ConfigError(f"not a readable JSON config: {exc}", key="model.hf_config", file=name) from None
     if not isinstance(cfg, dict):
         raise ConfigError("expected a JSON object", key="model.hf_config", file=name)
-    cfg = cfg.get("text_config", cfg) if isinstance(cfg.get("text_config"), dict) else cfg
+    return cfg
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _unmodeled_keys(cfg: Mapping[str, Any], top: Mapping[str, Any]) -> dict[str, str]:
+    """Architecture-bearing keys present with a non-trivial value -> why they matter.
+
+    `sliding_window` / `attention_chunk_size` are checked against seq_len later (a window no
+    shorter than the sequence is exact); here they are reported unless null or switched off.
+    """
+    found: dict[str, str] = {}
+    for key, value in list(cfg.items()) + [(k, v) for k, v in top.items() if k.endswith("_config")]:
+        if value is None or value is False or value == [] or value == {}:
+            continue
+        if key == "vision_config" or key == "audio_config":
+            found[key] = UNMODELED_HF_KEYS[key]
+        elif key == "layer_types":
+            if isinstance(value, list) and all(v == "full_attention" for v in value):
+                continue
+            found[key] = UNMODELED_HF_KEYS[key]
+        elif key == "sliding_window" and cfg.get("use_sliding_window") is False:
+            continue
+        elif key in UNMODELED_HF_KEYS:
+            found[key] = UNMODELED_HF_KEYS[key]
+        elif key.startswith(UNMODELED_HF_PREFIXES):
+            found[key] = "Mamba / linear-attention layers"
+    return found
+
+
+def hf_config_fields(path: Path) -> dict[str, Any]:
+    """Model fields from a Hugging Face config.json, offline (SPEC §1, issue 13).
+
+    Understood exactly: llama, mistral, qwen2/qwen3, mixtral, qwen2_moe, qwen3_moe, deepseek_v2/v3,
+    kimi_k2 (MLA, shared experts, dense first layers, MTP), llama4 (interleaved MoE/dense layers
+    with different FFN widths, shared expert) and gpt_oss. Keys that change the architecture in a
+    way the simulator does not model come back under "_unmodeled" (key -> why) for the caller.
+    """
+    name = str(path)
+    top = _read_json_object(path)
+    cfg = top.get("text_config", top) if isinstance(top.get("text_config"), dict) else top
 
     def get(*keys: str) -> Any:
         for k in keys:
@@ -266,7 +356,6 @@ def hf_config_fields(path: Path) -> dict[str, Any]:
         "kv_heads": ("num_key_value_heads",),
         "ffn_hidden": ("intermediate_size", "n_inner", "ffn_hidden_size"),
         "vocab": ("vocab_size",),
-        "seq_len": ("max_position_embeddings", "n_positions", "seq_length"),
         "head_dim": ("head_dim",),
     }
     for field_name, keys in mapping.items():
@@ -277,7 +366,7 @@ def hf_config_fields(path: Path) -> dict[str, Any]:
         if required not in out:
             raise ConfigError(f"config.json lacks {mapping[required][0]!r}", key="model.hf_config", file=name)
     act = str(get("hidden_act", "activation_function") or "").lower()
-    model_type = str(get("model_type") or "").lower()
+    model_type = str(get("model_type") or top.get("model_type") or "").lower()
     out["gated_mlp"] = act in ("silu", "swiglu", "gelu_pytorch_tanh") or model_type in (
         "llama",
         "mistral",
@@ -287,55 +376,153 @@ def hf_config_fields(path: Path) -> dict[str, Any]:
         "qwen2_moe",
         "qwen3_moe",
         "gemma",
+        "deepseek_v2",
+        "deepseek_v3",
+        "kimi_k2",
+        "llama4_text",
+        "gpt_oss",
     )
     out["tied_embeddings"] = bool(get("tie_word_embeddings") or False)
+    # --- sequence length: the scenario's; else the pre-training length the config records
+    rope_value = cfg.get("rope_scaling")
+    rope: dict[str, Any] = rope_value if isinstance(rope_value, dict) else {}
+    seq = rope.get("original_max_position_embeddings") or get(
+        "max_position_embeddings", "n_positions", "seq_length"
+    )
+    if seq is not None:
+        out["_seq_len_from_config"] = seq
+    # --- multi-head latent attention (DeepSeek-V2/V3, Kimi-K2)
+    if get("kv_lora_rank"):
+        out["mla"] = {
+            "q_lora_rank": get("q_lora_rank") or 0,
+            "kv_lora_rank": get("kv_lora_rank"),
+            "qk_nope_head_dim": get("qk_nope_head_dim"),
+            "qk_rope_head_dim": get("qk_rope_head_dim"),
+            "v_head_dim": get("v_head_dim"),
+        }
+        out.pop("head_dim", None)  # HF sets head_dim = qk_rope_head_dim for MLA; not a head width
+    if get("num_nextn_predict_layers"):
+        out["mtp_layers"] = get("num_nextn_predict_layers")
+    # --- experts
     experts = get("num_local_experts", "num_experts", "n_routed_experts")
     if experts:
         # values stay as written: ModelSpec rejects non-integers with the field's key
         out["num_experts"] = experts
-        out["top_k"] = get("num_experts_per_tok", "moe_top_k") or 1
+        out["top_k"] = get("num_experts_per_tok", "experts_per_token", "moe_top_k") or 1
         moe_ffn = get("moe_intermediate_size")
+        if model_type == "llama4_text":
+            # Llama 4: experts and the shared expert of intermediate_size, dense layers of
+            # intermediate_size_mlp, every interleave_moe_layer_step-th layer MoE
+            moe_ffn = get("intermediate_size")
+            out["ffn_hidden"] = get("intermediate_size_mlp") or moe_ffn
+            out["shared_expert_ffn_hidden"] = moe_ffn
+            out["moe_layer_interval"] = get("interleave_moe_layer_step") or 1
         if moe_ffn:
             out["expert_ffn_hidden"] = moe_ffn
         shared = get("shared_expert_intermediate_size")
+        n_shared = get("n_shared_experts")
         if shared:
             out["shared_expert_ffn_hidden"] = shared
+        elif n_shared and _is_int(n_shared) and _is_int(moe_ffn):
+            out["shared_expert_ffn_hidden"] = n_shared * moe_ffn  # n experts of f = one of n·f
+        step = get("decoder_sparse_step", "moe_layer_freq")
+        if _is_int(step) and step > 1:
+            out["moe_layer_interval"] = step
+        if get("first_k_dense_replace"):
+            out["first_dense_layers"] = get("first_k_dense_replace")
+        dense_only = get("mlp_only_layers")
+        if isinstance(dense_only, list) and dense_only and dense_only == list(range(len(dense_only))):
+            out["first_dense_layers"] = len(dense_only)
+            cfg = {k: v for k, v in cfg.items() if k != "mlp_only_layers"}
+        n_group, topk_group = get("n_group"), get("topk_group")
+        if _is_int(n_group) and n_group > 1 and _is_int(topk_group):
+            # DeepSeek-V3 §3.4: group-limited routing keeps each token within topk_group node groups
+            out["max_nodes_per_token"] = topk_group
     hd, heads, hidden = out.get("head_dim"), out["heads"], out["hidden"]
-    if (
-        all(isinstance(v, int) and not isinstance(v, bool) for v in (hd, heads, hidden))
-        and hd * heads == hidden
-    ):
+    if all(_is_int(v) for v in (hd, heads, hidden)) and hd * heads == hidden:
         out.pop("head_dim")
-    out["name"] = str(get("_name_or_path") or path.parent.name or "hf-model")
+    archs = top.get("architectures")
+    arch = archs[0] if isinstance(archs, list) and archs and isinstance(archs[0], str) else None
+    out["name"] = str(
+        top.get("_name_or_path") or get("_name_or_path") or arch or model_type or path.parent.name
+    )
+    out["_unmodeled"] = _unmodeled_keys(cfg, top)
+    out["_windows"] = {k: get(k) for k in ("sliding_window", "attention_chunk_size") if _is_int(get(k))}
     return out
+
+
+def _resolve_unmodeled(
+    hf: dict[str, Any], seq_len: object, allow: tuple[str, ...], cfg_file: str
+) -> list[str]:
+    """Errors for unmodeled keys (exit 2) unless allowed; warning lines for the allowed ones."""
+    unmodeled: dict[str, str] = hf.pop("_unmodeled")
+    windows: dict[str, int] = hf.pop("_windows")
+    for key, window in windows.items():
+        if key in unmodeled and _is_int(seq_len) and window >= seq_len:  # type: ignore[operator]
+            del unmodeled[key]  # a window no shorter than the sequence is plain causal attention
+    notes = []
+    for key, why in unmodeled.items():
+        if key in allow:
+            notes.append(f"{cfg_file}: key '{key}' ({why}) is not modeled and is ignored (allow_unmodeled)")
+            continue
+        raise ConfigError(
+            f"{why} is not modeled by the simulator; list it in [model] allow_unmodeled to ignore it",
+            key=key,
+            file=cfg_file,
+        )
+    return notes
 
 
 def model_from_table(table: Mapping[str, Any], base_dir: Path) -> ModelSpec:
     """[model]: a preset or hf_config, overridden by explicit keys."""
-    _check_keys(table, ("preset", "hf_config", "name", "moe") + MODEL_KEYS, "model")
+    _check_keys(table, ("preset", "hf_config", "name", "moe", "mla", "allow_unmodeled") + MODEL_KEYS, "model")
     values: dict[str, Any] = {}
     name = "custom"
+    notes: list[str] = []
+    allow = table.get("allow_unmodeled", [])
+    if not isinstance(allow, list) or not all(isinstance(k, str) for k in allow):
+        raise ConfigError("must be a list of config.json key names", key="model.allow_unmodeled")
     if "preset" in table and "hf_config" in table:
         raise ConfigError("give either preset or hf_config, not both", key="model.preset")
+    hf: dict[str, Any] | None = None
+    hf_file = ""
     if "preset" in table:
         preset = table["preset"]
         presets = load_model_presets()
-        if not isinstance(preset, str) or preset.lower() not in presets:
+        found = canonical(preset, presets)
+        if found is None:
             raise ConfigError(
-                f"unknown model preset {preset!r}; known: {', '.join(presets)}", key="model.preset"
+                f"unknown model preset {preset!r}{did_you_mean(preset, presets)}; known: {', '.join(presets)}",
+                key="model.preset",
             )
-        raw = dict(presets[preset.lower()])
+        raw = dict(presets[found])
         moe = raw.pop("moe", {})
+        mla = raw.pop("mla", None)
         values.update(raw)
         values.update(_moe_fields(moe))
-        name = preset.lower()
+        if mla is not None:
+            values["mla"] = dict(mla)
+        name = found
     elif "hf_config" in table:
         ref = table["hf_config"]
         if not isinstance(ref, str) or not ref:
             raise ConfigError("must be a path to a config.json", key="model.hf_config")
         path = Path(ref) if Path(ref).is_absolute() else base_dir / ref
-        values.update(hf_config_fields(path))
-        name = values.pop("name")
+        hf = hf_config_fields(path)
+        hf_file = str(path)
+        name = hf.pop("name")
+        from_config_seq = hf.pop("_seq_len_from_config", None)
+        values.update({k: v for k, v in hf.items() if not k.startswith("_")})
+        if "seq_len" not in table:
+            if from_config_seq is None:
+                raise ConfigError(
+                    "missing required key (config.json gives no sequence length)", key="model.seq_len"
+                )
+            values["seq_len"] = from_config_seq
+            notes.append(
+                f"model.seq_len not given: using {from_config_seq} from {hf_file} (the config's "
+                "context length, not necessarily the training one); set [model] seq_len"
+            )
     for key in MODEL_KEYS:
         if key in table:
             values[key] = table[key]
@@ -343,12 +530,28 @@ def model_from_table(table: Mapping[str, Any], base_dir: Path) -> ModelSpec:
         moe_table = _table(table, "moe", "model")
         _check_keys(moe_table, MOE_KEYS, "model.moe")
         values.update(_moe_fields(moe_table))
+    if "mla" in table:
+        mla_table = _table(table, "mla", "model")
+        _check_keys(mla_table, MLA_KEYS, "model.mla")
+        values["mla"] = {**(values.get("mla") or {}), **mla_table}
     if "name" in table:
         name = table["name"]
+    if hf is not None:
+        notes = _resolve_unmodeled(hf, values.get("seq_len"), tuple(allow), hf_file) + notes
+    elif allow:
+        raise ConfigError("only meaningful with hf_config", key="model.allow_unmodeled")
     for key in ("layers", "hidden", "heads", "vocab", "seq_len"):
         if key not in values:
             raise ConfigError("missing required key (or give a preset / hf_config)", key=f"model.{key}")
-    return ModelSpec(name=name, **values)
+    if "mla" in values:
+        mla = values["mla"]
+        if not isinstance(mla, dict):
+            raise ConfigError("must be a table", key="model.mla")
+        try:
+            values["mla"] = MLASpec(**mla)
+        except TypeError:
+            raise ConfigError(f"keys: {', '.join(MLA_KEYS)}", key="model.mla") from None
+    return ModelSpec(name=name, notes=tuple(notes), **values)
 
 
 def _moe_fields(moe: Mapping[str, Any]) -> dict[str, Any]:
@@ -406,17 +609,21 @@ def topology_from_dict(data: Mapping[str, Any]) -> TopologySpec:
 def resolve_topology_path(ref: object, base_dir: Path, key: str = "cluster.topology") -> Path:
     if not isinstance(ref, str) or not ref:
         raise ConfigError("must be a topology name or a path to a topology file", key=key)
-    shipped = data_dir("topologies") / f"{ref}.toml"
-    if "/" not in ref and not ref.endswith(".toml") and path_kind(shipped) == "file":
-        return shipped
+    is_name = "/" not in ref and not ref.endswith(".toml")
+    shipped_name = canonical(ref, topology_names()) if is_name else None
+    if shipped_name is not None:
+        shipped = data_dir("topologies") / f"{shipped_name}.toml"
+        if path_kind(shipped) == "file":
+            return shipped
     path = Path(ref)
     if not path.is_absolute():
         candidates = [base_dir / path, Path.cwd() / path]
         path = next((c for c in candidates if path_kind(c) != "missing"), candidates[0])
     if path_kind(path) == "missing":
+        names = topology_names()
+        hint = did_you_mean(Path(ref).stem, names)
         raise ConfigError(
-            f"unknown topology {ref!r}: not a shipped name ({', '.join(topology_names())}) nor a file",
-            key=key,
+            f"unknown topology {ref!r}{hint}: not a shipped name ({', '.join(names)}) nor a file", key=key
         )
     return path
 
@@ -441,9 +648,19 @@ SCENARIO_KEYS = (
     "variability",
     "kernels",
     "sweep",
+    "memory",
     "run",
 )
-CLUSTER_KEYS = ("topology", "num_gpus", "gpu", "gpus_per_node", "rank_order", "intra_node", "inter_node")
+CLUSTER_KEYS = (
+    "topology",
+    "num_gpus",
+    "gpu",
+    "gpus_per_node",
+    "gpus_used_per_node",
+    "rank_order",
+    "intra_node",
+    "inter_node",
+)
 
 
 def resolve_scenario_path(ref: str | Path) -> Path:
@@ -454,10 +671,12 @@ def resolve_scenario_path(ref: str | Path) -> Path:
         return path
     text = str(ref)
     name = text[: -len(".toml")] if text.endswith(".toml") else text
-    if "/" not in text and name in scenario_names():
-        return data_dir("scenarios") / f"{name}.toml"
+    shipped = canonical(name, scenario_names()) if "/" not in text else None
+    if shipped is not None:
+        return data_dir("scenarios") / f"{shipped}.toml"
+    hint = did_you_mean(name, scenario_names()) if "/" not in text else ""
     raise ConfigError(
-        f"no such file, nor a shipped scenario (mfusim presets lists them: {', '.join(scenario_names())})",
+        f"no such file, nor a shipped scenario{hint} (mfusim presets lists them: {', '.join(scenario_names())})",
         file=text,
     )
 
@@ -519,12 +738,38 @@ def _cluster(data: Mapping[str, Any], base_dir: Path) -> tuple[TopologySpec, int
             topo = replace(topo, **changes)
         except ConfigError as err:
             raise err.with_key_prefix("cluster") from None
+    if "gpus_used_per_node" in cluster:
+        topo = use_gpus_per_node(topo, cluster["gpus_used_per_node"])
     num_gpus = _required(cluster, "num_gpus", "cluster")
     if isinstance(num_gpus, float) and num_gpus.is_integer() and abs(num_gpus) < 1e18:
         raise ConfigError(
             f"must be an integer (write {int(num_gpus)}), got {num_gpus!r}", key="cluster.num_gpus"
         )
     return topo, num_gpus
+
+
+def use_gpus_per_node(topo: TopologySpec, used: object) -> TopologySpec:
+    """`[cluster] gpus_used_per_node`: run ranks on only `used` GPUs of every node (e.g. 64 of an
+    NVL72 rack's 72, so that power-of-two groups align with racks). The node then behaves as a
+    `used`-GPU node: same NVLink per GPU, and the NICs of the idle GPUs idle too when every GPU
+    has its own (a shared NIC stays whole). 0 = all."""
+    key = "cluster.gpus_used_per_node"
+    if isinstance(used, bool) or not isinstance(used, int) or used < 0:
+        raise ConfigError(f"must be a non-negative integer (0 = all), got {used!r}", key=key)
+    if used > topo.gpus_per_node:
+        raise ConfigError(f"must be <= gpus_per_node = {topo.gpus_per_node}, got {used}", key=key)
+    if used in (0, topo.gpus_per_node):
+        return topo
+    inter = topo.inter_node
+    nics = inter.nics_per_node
+    if nics >= topo.gpus_per_node:
+        nics = nics * used // topo.gpus_per_node
+    return replace(
+        topo,
+        gpus_per_node=used,
+        physical_gpus_per_node=topo.gpus_per_node,
+        inter_node=replace(inter, nics_per_node=max(1, nics)),
+    )
 
 
 def parallel_from_table(table: Mapping[str, Any], num_gpus: int) -> ParallelConfig:
@@ -585,6 +830,9 @@ def scenario_from_dict(data: Mapping[str, Any], base_dir: Path | None = None, so
     kern = _table(data, "kernels", "")
     _check_keys(kern, tuple(f.name for f in fields(KernelOptions)), "kernels")
     kernels = KernelOptions(**kern)
+    mem = _table(data, "memory", "")
+    _check_keys(mem, tuple(f.name for f in fields(MemoryOptions)), "memory")
+    memory = MemoryOptions(**mem)
     sweep = _sweep_table(_table(data, "sweep", ""))
     run = run_from_table(_table(data, "run", "")) if "run" in data else None
     name = data.get("name", Path(source).stem if source else "scenario")
@@ -600,6 +848,7 @@ def scenario_from_dict(data: Mapping[str, Any], base_dir: Path | None = None, so
         kernels=kernels,
         sweep=sweep,
         source=source,
+        memory=memory,
         run=run,
     )
 

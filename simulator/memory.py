@@ -70,16 +70,52 @@ activations scale with top_k (each token visits top_k experts of width expert_ff
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from . import flops
-from .metrics import MemoryReport
 from .schedules import chunk_layers, next_chunk, peak_inflight, prev_chunk, stage_tasks
 from .specs import ModelSpec, ParallelConfig, Scenario
 from .units import GIB_BYTES
 
+
+@dataclass(frozen=True, slots=True)
+class MemoryReport:
+    """Per-GPU memory of the most loaded GPU (pipeline stage 0 under 1F1B)."""
+
+    parts_bytes: dict[str, float]
+    capacity_bytes: float
+    stage_peak_bytes: tuple[float, ...] = ()
+
+    @property
+    def peak_bytes(self) -> float:
+        return sum(self.parts_bytes.values())
+
+    @property
+    def fits(self) -> bool:
+        return self.peak_bytes <= self.capacity_bytes
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "peak_gib_per_gpu": self.peak_bytes / GIB_BYTES,
+            "capacity_gib": self.capacity_bytes / GIB_BYTES,
+            "fits": self.fits,
+            "parts_gib": {k: v / GIB_BYTES for k, v in self.parts_bytes.items()},
+        }
+        if self.stage_peak_bytes:
+            out["peak_gib_by_stage"] = [b / GIB_BYTES for b in self.stage_peak_bytes]
+        return out
+
+
 # --- bytes per parameter (Megatron mixed precision, fp32 main grads) --------------------------
 WEIGHT_BYTES = 2  # bf16 / fp16 weights used by the forward and backward passes
 FP8_WEIGHT_CACHE_BYTES = 1  # fp8 training: Transformer Engine's cached fp8 copy of each weight
+# Transformer Engine's quantized weight copies per recipe: fp8 one 8-bit copy; MXFP8 and NVFP4
+# a row-wise and a column-wise copy with their block scales (1 + 1/32 and 0.5 + 1/16 bytes each)
+QUANTIZED_WEIGHT_CACHE_BYTES = {
+    "fp8": FP8_WEIGHT_CACHE_BYTES,
+    "mxfp8": 2 * (1 + 1 / 32),
+    "nvfp4": 2 * (0.5 + 1 / 16),
+}
 GRAD_BYTES = 4  # fp32 main gradients (Megatron-LM arguments.py: bf16 forces
 # accumulate_allreduce_grads_in_fp32, so main_grad buffers are fp32)
 FP16_GRAD_BYTES = 2  # fp16 training keeps 16-bit gradients
@@ -131,7 +167,7 @@ def layer_activation_bytes(
     # K/V heads are replicated when tp > kv_heads (Megatron needs kv_heads | tp then).
     kv_rank = model.dim_per_head * max(model.num_kv_heads / t, 1.0)
     if moe:
-        f_rank = model.top_k * model.expert_ffn / t
+        f_rank = model.top_k * model.expert_ffn / t * model.imbalance  # the busiest EP rank
         if model.shared_expert_ffn_hidden:
             f_rank += model.shared_expert_ffn_hidden / t
         # routed tokens: dispatched input and combined output, top_k copies of h (16-bit)
@@ -166,6 +202,23 @@ def layer_activation_bytes(
         layer_input = ACT_BYTES * h * sb / (t if sequence_parallel and t > 1 else 1)
         return LayerActivationBytes(replicated, sharded, core, layer_input, full_layer)
     raise ValueError(f"unknown recompute {recompute!r}")
+
+
+def scenario_layer_activations(scn: Scenario, moe: bool) -> LayerActivationBytes:
+    """`layer_activation_bytes` of one dense (or MoE) layer of this scenario: the one call the
+    memory model and the offload costing (simulator/program.py) share."""
+    par = scn.parallel
+    return layer_activation_bytes(
+        scn.model,
+        par.micro_batch,
+        tp=par.tp,
+        cp=par.cp,
+        sequence_parallel=par.sequence_parallel and par.tp > 1,
+        recompute=par.recompute,
+        flash_attention=scn.kernels.flash_attention,
+        moe=moe,
+        fp8=scn.dtype in ("fp8", "mxfp8", "nvfp4"),
+    )
 
 
 def korthikanti_per_layer_bytes(
@@ -208,12 +261,7 @@ def inflight_layer_microbatches(
     if par.schedule in ("zb-h1", "zb-v", "dualpipe", "dualpipev"):
         weights = chunk_layer_counts or [stage_layers / v] * v
         return peak_inflight(stage_tasks(par.schedule, p, v, m, stage), weights)
-    if par.schedule == "gpipe":
-        return float(m * stage_layers)
-    if v > 1 and par.schedule == "interleaved":
-        chunks = min(2 * (p - stage - 1) + (v - 1) * p + 1, m * v)
-        return chunks * stage_layers / v
-    return float(min(p - stage, m) * stage_layers)
+    return inflight_microbatches(par, stage) * stage_layers
 
 
 def inflight_microbatches(par: ParallelConfig, stage: int) -> float:
@@ -229,50 +277,28 @@ def inflight_microbatches(par: ParallelConfig, stage: int) -> float:
 
 
 # ----------------------------------------------------------------------------- parameters
-def _moe_layers_in(model: ModelSpec, start: int, stop: int) -> int:
-    """Count of MoE layers among layers [start, stop) (layer i is MoE when i % k == k − 1)."""
-    if not model.is_moe:
-        return 0
-    k = model.moe_layer_interval
-    return stop // k - start // k
-
-
 @dataclass(frozen=True, slots=True)
 class StageParams:
-    """Parameters one GPU of a stage holds: replicated over dp (dense) and over dp/ep (experts)."""
+    """Parameters one GPU of a stage holds: replicated over dp·cp (dense) and over the
+    expert-data-parallel ranks (experts, ParallelConfig.expert_dp)."""
 
     dense: float
     expert: float
 
 
-def _attention_params_per_rank(model: ModelSpec, tp: int) -> float:
-    q = model.q_dim / tp
-    kv = model.dim_per_head * max(model.num_kv_heads / tp, 1.0)
-    h = model.hidden
-    return h * (q + 2 * kv) + q * h
-
-
 def stage_params(
     model: ModelSpec, par: ParallelConfig, stage: int, first_layer: int, num_layers: int
 ) -> StageParams:
-    """Weights of one GPU of pipeline stage `stage` (TP-sharded matrices, replicated norms)."""
-    t = par.tp
-    h = model.hidden
-    num_moe = _moe_layers_in(model, first_layer, first_layer + num_layers)
-    num_dense = num_layers - num_moe
-    attn = _attention_params_per_rank(model, t)
-    norms = 2 * h
-    dense = num_layers * (attn + norms) + num_dense * flops.mlp_params(model, model.ffn) / t
-    expert = 0.0
-    if num_moe:
-        routed = model.num_experts * flops.mlp_params(model, model.expert_ffn) / (par.ep * t)
-        shared = (
-            flops.mlp_params(model, model.shared_expert_ffn_hidden) / t
-            if model.shared_expert_ffn_hidden
-            else 0
-        )
-        dense += num_moe * (shared + h * model.num_experts)  # shared expert and router
-        expert = num_moe * routed
+    """Weights of one GPU for layers [first_layer, first_layer + num_layers) from
+    flops.layer_params_per_rank -- the split the cost model uses too -- plus, on stage 0 and
+    the last stage (stage = -1: neither), the embedding and the final norm / output layer."""
+    dense = expert = 0.0
+    for moe in (False, True):
+        n = sum(1 for i in range(first_layer, first_layer + num_layers) if model.is_moe_layer(i) == moe)
+        if n:
+            part = flops.layer_params_per_rank(model, par, moe)
+            dense, expert = dense + n * part.dense, expert + n * part.expert
+    h, t = model.hidden, par.tp
     if stage == 0:
         dense += model.vocab * h / t  # vocab-parallel word embeddings
         if model.position_embeddings:
@@ -311,6 +337,9 @@ def stage_params_of_chunks(
         dense += h
         if not (model.tied_embeddings and holds_embedding):
             dense += model.vocab * h / t
+        if model.mtp_layers:  # Megatron places the MTP modules with the output layer
+            mtp = flops.mtp_params_per_rank(model, par).scaled(model.mtp_layers)
+            dense, expert = dense + mtp.dense, expert + mtp.expert
     return StageParams(dense=dense, expert=expert)
 
 
@@ -318,10 +347,9 @@ def stage_params_of_chunks(
 def _model_state_bytes(params: StageParams, par: ParallelConfig, dtype: str) -> tuple[float, float, float]:
     """(weights, grads, optimizer) bytes for one GPU, sharded by the ZeRO stage."""
     d = par.dp * par.cp
-    d_expert = max(d // par.ep, 1)
     total = params.dense + params.expert
-    sharded = params.dense / d + params.expert / d_expert  # this rank's 1/d share
-    weight_bytes = WEIGHT_BYTES + (FP8_WEIGHT_CACHE_BYTES if dtype == "fp8" else 0)
+    sharded = params.dense / d + params.expert / par.expert_dp  # this rank's 1/d share
+    weight_bytes = WEIGHT_BYTES + QUANTIZED_WEIGHT_CACHE_BYTES.get(dtype, 0.0)
     # fp16 keeps 16-bit gradients and an fp32 copy of them in the optimizer (Megatron's
     # "fp16 param, fp16 grads: 4 + 16/d"); bf16/fp8 accumulate fp32 main grads ("6 + 12/d").
     grad_bytes = FP16_GRAD_BYTES if dtype == "fp16" else GRAD_BYTES
@@ -335,39 +363,15 @@ def _model_state_bytes(params: StageParams, par: ParallelConfig, dtype: str) -> 
 def memory_footprint(scn: Scenario) -> MemoryReport:
     """Per-GPU memory of the most loaded pipeline stage (see the module docstring)."""
     model, par = scn.model, scn.parallel
-    flash = scn.kernels.flash_attention
     t, p = par.tp, par.pp
     sp = par.sequence_parallel and t > 1
     b = par.micro_batch
     s_local = model.seq_len / par.cp
     sbh = s_local * b * model.hidden
 
-    fp8 = scn.dtype == "fp8"
-    dense_act = layer_activation_bytes(
-        model,
-        b,
-        tp=t,
-        cp=par.cp,
-        sequence_parallel=sp,
-        recompute=par.recompute,
-        flash_attention=flash,
-        fp8=fp8,
-    )
-    moe_act = (
-        layer_activation_bytes(
-            model,
-            b,
-            tp=t,
-            cp=par.cp,
-            sequence_parallel=sp,
-            recompute=par.recompute,
-            flash_attention=flash,
-            moe=True,
-            fp8=fp8,
-        )
-        if model.is_moe
-        else dense_act
-    )
+    dense_act = scenario_layer_activations(scn, moe=False)
+    moe_act = scenario_layer_activations(scn, moe=True) if model.is_moe else dense_act
+    kept = 1.0 - scn.memory.offload_activations  # the rest waits in host memory (issue 13)
     # Korthikanti §4.3: embedding dropout mask (first stage); final norm + output-layer inputs
     # and the fp32 logits of one micro-batch (last stage).
     sp_div = t if sp else 1
@@ -377,13 +381,22 @@ def memory_footprint(scn: Scenario) -> MemoryReport:
     # communication buffers: SP gather + reduce-scatter staging, pipeline send/recv
     comm = (2 * ACT_BYTES * sbh if sp else 0.0) + (2 * ACT_BYTES * sbh / t if p > 1 else 0.0)
 
-    layout = chunk_layers(par.schedule, model.layers, p, par.vp)
+    layout = chunk_layers(
+        par.schedule,
+        model.layers,
+        p,
+        par.vp,
+        embedding_slot=par.account_for_embedding_in_pipeline_split,
+        loss_slot=par.account_for_loss_in_pipeline_split,
+    )
     stage_totals: list[float] = []
     stage_parts: list[dict[str, float]] = []
     for i, chunks in enumerate(layout):
         n_layers = sum(len(c) for c in chunks)
         params = stage_params_of_chunks(model, par, i, chunks)
         weights, grads, optimizer = _model_state_bytes(params, par, scn.dtype)
+        if scn.memory.offload_optimizer:
+            optimizer = 0.0  # fp32 master weights and Adam moments live in host memory
         n_moe = sum(1 for c in chunks for layer in c if model.is_moe_layer(layer))
         layer_mbs = inflight_layer_microbatches(par, i, n_layers, [float(len(c)) for c in chunks])
         per_layer = (
@@ -391,7 +404,7 @@ def memory_footprint(scn: Scenario) -> MemoryReport:
             if n_layers == 0
             else (((n_layers - n_moe) * dense_act.stored + n_moe * moe_act.stored) / n_layers)
         )
-        activations = layer_mbs * per_layer
+        activations = layer_mbs * per_layer * kept
         activations += max(dense_act.working, moe_act.working if n_moe else 0.0)
         holds_embedding = any(prev_chunk(par.schedule, p, par.vp, i, c) is None for c in range(len(chunks)))
         holds_output = any(next_chunk(par.schedule, p, par.vp, i, c) is None for c in range(len(chunks)))
@@ -403,10 +416,9 @@ def memory_footprint(scn: Scenario) -> MemoryReport:
         if par.zero >= 3 and n_layers:
             # FSDP prefetch: the current and the next layer's full (unsharded) weights, or the
             # gathered embedding / output layer when that is larger
-            first = next(c[0] for c in chunks if c)
-            layer = stage_params(model, par, -1, first, 1)  # one layer, no embeddings
+            layer = flops.layer_params_per_rank(model, par, n_moe > 0)  # the largest of its layers
             embedding = model.vocab * model.hidden / t if holds_embedding or holds_output else 0.0
-            buffers += WEIGHT_BYTES * max(2 * (layer.dense + layer.expert), embedding)
+            buffers += WEIGHT_BYTES * max(2 * layer.total, embedding)
         allocated = weights + grads + optimizer + activations + buffers
         reserved = FRAMEWORK_BYTES + FRAGMENTATION_FRACTION * allocated
         parts = {

@@ -10,40 +10,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from .memory import MemoryReport, memory_footprint
 from .specs import ParallelConfig, Scenario
 from .timeline import CATEGORIES
 from .units import GIB_BYTES, TERA
 
 if TYPE_CHECKING:
     from .program import Program
-
-
-@dataclass(frozen=True, slots=True)
-class MemoryReport:
-    """Per-GPU memory of the most loaded GPU (pipeline stage 0 under 1F1B)."""
-
-    parts_bytes: dict[str, float]
-    capacity_bytes: float
-    stage_peak_bytes: tuple[float, ...] = ()
-
-    @property
-    def peak_bytes(self) -> float:
-        return sum(self.parts_bytes.values())
-
-    @property
-    def fits(self) -> bool:
-        return self.peak_bytes <= self.capacity_bytes
-
-    def to_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {
-            "peak_gib_per_gpu": self.peak_bytes / GIB_BYTES,
-            "capacity_gib": self.capacity_bytes / GIB_BYTES,
-            "fits": self.fits,
-            "parts_gib": {k: v / GIB_BYTES for k, v in self.parts_bytes.items()},
-        }
-        if self.stage_peak_bytes:
-            out["peak_gib_by_stage"] = [b / GIB_BYTES for b in self.stage_peak_bytes]
-        return out
 
 
 def mean_breakdown(by_stage: tuple[dict[str, float], ...] | list[dict[str, float]]) -> dict[str, float]:
@@ -118,6 +91,8 @@ class StepReport:
                 "recompute": par.recompute,
                 "sequence_parallel": par.sequence_parallel,
                 "zero": par.zero,
+                "etp": par.expert_tp,
+                "ep_comm_overlap": par.ep_comm_overlap,
             },
             "step_time_s": self.step_time_s,
             "tokens_per_s": self.tokens_per_s,
@@ -146,11 +121,10 @@ def step_report(
 ) -> StepReport:
     """The SPEC §4 report of a step, however its time was obtained (engine or closed form)."""
     from .flops import step_flops
-    from .memory import memory_footprint
 
     f = step_flops(scn.model, scn.parallel.global_batch, scn.parallel.recompute)
     memory = memory_footprint(scn)
-    warnings = list(scn.warnings())
+    warnings = list(scn.warnings()) + list(program.warnings)
     if not memory.fits:
         warnings.append(
             f"does not fit in GPU memory: {memory.peak_bytes / GIB_BYTES:.1f} GiB needed per GPU, "

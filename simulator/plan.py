@@ -176,10 +176,12 @@ class Plan:
     tokens: float
     num_gpus: int
     tokens_per_s: float
+    tokens_per_step: int
     num_steps: int
     goodput: float
     checkpoint_interval_s: float | None  # None: no failures and none asked for
     interval_source: str  # "young-daly" | "given" | "storage-bound" | "none"
+    optimal_checkpoint_interval_s: float | None  # the Young/Daly optimum (None: no failures)
     checkpoint_bytes: float
     checkpoint_write_s: float
     checkpoint_stall_s: float
@@ -191,6 +193,16 @@ class Plan:
     it_power_w_per_gpu: float | None  # None: the GPU catalog has no board power
     pue: float
     warnings: tuple[str, ...] = ()
+
+    @property
+    def step_time_s(self) -> float:
+        return self.tokens_per_step / self.tokens_per_s
+
+    @property
+    def checkpoint_every_steps(self) -> int | None:
+        if self.checkpoint_interval_s is None:
+            return None
+        return round(self.checkpoint_interval_s / self.step_time_s)
 
     @property
     def compute_time_s(self) -> float:
@@ -234,7 +246,7 @@ class Plan:
             "num_steps": self.num_steps,
             "tokens_per_s": self.tokens_per_s,
             "compute_days": self.compute_time_s / DAY_S,
-            "wall_days": self.wall_time_s / DAY_S,
+            "days": self.wall_time_s / DAY_S,
             "gpu_hours": self.gpu_hours,
             "cost_usd": self.cost_usd,
             "usd_per_gpu_hour": self.usd_per_gpu_hour,
@@ -243,7 +255,9 @@ class Plan:
             "goodput": self.goodput,
             "time_fractions": dict(self.fractions),
             "checkpoint_interval_s": self.checkpoint_interval_s,
+            "checkpoint_every_steps": self.checkpoint_every_steps,
             "checkpoint_interval_source": self.interval_source,
+            "optimal_checkpoint_interval_s": self.optimal_checkpoint_interval_s,
             "checkpoint_bytes": self.checkpoint_bytes,
             "checkpoint_write_s": self.checkpoint_write_s,
             "checkpoint_stall_s": self.checkpoint_stall_s,
@@ -279,23 +293,31 @@ def plan_run(
         stall_s, rework_s = max(write_s, snapshot_s), 0.0
     rate = num_gpus * run.gpu_failure_rate_per_s
     mtbf_s = math.inf if rate == 0 else 1.0 / rate
+    # Checkpoints are taken between optimizer steps: an interval is a whole number of steps.
+    step_s = tokens_per_step / tokens_per_s
+
+    def whole_steps(t_s: float) -> float:
+        return max(1, round(t_s / step_s)) * step_s
+
     # the next asynchronous checkpoint cannot start before the previous one is written
-    min_interval_s = max(write_s - stall_s, 0.0) if run.checkpoint_async else 0.0
+    min_interval_s = step_s
+    if run.checkpoint_async and write_s - stall_s > step_s:
+        min_interval_s = math.ceil((write_s - stall_s) / step_s - 1e-9) * step_s
+    daly_s = None if math.isinf(mtbf_s) else whole_steps(daly_interval_s(stall_s, mtbf_s))
+    optimum = None if daly_s is None else max(daly_s, min_interval_s)
     interval: float | None
     if run.checkpoint_interval_s > 0:
-        interval, source = run.checkpoint_interval_s, "given"
-        if interval < min_interval_s:
+        interval, source = whole_steps(run.checkpoint_interval_s), "given"
+        if run.checkpoint_async and interval < min_interval_s:
             raise ConfigError(
-                f"{interval / MIN_S:.3g} min is shorter than one asynchronous checkpoint's write "
-                f"({write_s / MIN_S:.3g} min at storage_write_GBps); checkpoints would pile up",
+                f"{run.checkpoint_interval_s / MIN_S:.3g} min is shorter than one asynchronous checkpoint's "
+                f"write ({write_s / MIN_S:.3g} min at storage_write_GBps); checkpoints would pile up",
                 key="run.checkpoint_interval_min",
             )
-    elif math.isinf(mtbf_s):
+    elif daly_s is None:
         interval, source = None, "none"
     else:
-        interval, source = daly_interval_s(stall_s, mtbf_s), "young-daly"
-        if interval < min_interval_s:
-            interval, source = min_interval_s, "storage-bound"
+        interval, source = optimum, ("young-daly" if daly_s >= min_interval_s else "storage-bound")
     restart_eff_s = run.restart_s + rework_s
     if interval is None:
         fractions = {"useful": 1.0, "checkpoint": 0.0, "restart": 0.0, "lost_work": 0.0}
@@ -322,10 +344,12 @@ def plan_run(
         tokens=run.tokens,
         num_gpus=num_gpus,
         tokens_per_s=tokens_per_s,
+        tokens_per_step=tokens_per_step,
         num_steps=math.ceil(run.tokens / tokens_per_step),
         goodput=good,
         checkpoint_interval_s=interval,
         interval_source=source,
+        optimal_checkpoint_interval_s=optimum,
         checkpoint_bytes=ckpt_bytes,
         checkpoint_write_s=write_s,
         checkpoint_stall_s=stall_s,
@@ -340,8 +364,11 @@ def plan_run(
     )
 
 
-def plan_for(scn: Scenario, report: StepReport, run: RunSpec | None = None) -> Plan:
-    """The plan of `scn`'s run (its `[run]` table, or `run`) from its simulated step."""
+def plan_for(
+    scn: Scenario, report: StepReport, run: RunSpec | None = None, tokens_per_s: float | None = None
+) -> Plan:
+    """The plan of `scn`'s run (its `[run]` table, or `run`) from its simulated step (or from
+    `tokens_per_s`, e.g. the mean over sampled steps with jitter and stragglers)."""
     from .flops import total_params
 
     spec = run if run is not None else scn.run
@@ -352,7 +379,7 @@ def plan_for(scn: Scenario, report: StepReport, run: RunSpec | None = None) -> P
         num_gpus=scn.num_gpus,
         gpu=scn.gpu,
         params=float(total_params(scn.model)),
-        tokens_per_s=report.tokens_per_s,
+        tokens_per_s=report.tokens_per_s if tokens_per_s is None else tokens_per_s,
         tokens_per_step=scn.tokens_per_step,
     )
 
@@ -371,12 +398,17 @@ RANK_KEYS = {
 def plan_columns(p: Plan) -> dict[str, float | None]:
     d = p.to_dict()
     return {
-        "time_to_train_days": d["wall_days"],
+        "time_to_train_days": d["days"],
         "gpu_hours": d["gpu_hours"],
         "cost_usd": d["cost_usd"],
         "energy_mwh": d["energy_mwh"],
         "goodput": d["goodput"],
     }
+
+
+def _num(x: float) -> str:
+    """A figure for a person: 28,519,437 or 30,399 or 2.44 or 0.0244."""
+    return f"{x:,.0f}" if abs(x) >= 100 else f"{x:.3g}"
 
 
 def format_plan(p: Plan) -> str:
@@ -385,13 +417,12 @@ def format_plan(p: Plan) -> str:
     lines = [
         "",
         f"  Whole run: {p.tokens:.3g} tokens in {p.num_steps:,} steps",
-        f"  wall clock {d['wall_days']:.1f} days ({d['compute_days']:.1f} days of useful steps), "
-        f"{p.gpu_hours / 1e6:.3g} M GPU-hours"
-        + (f", ${p.cost_usd / 1e6:,.2f} M" if p.cost_usd is not None else ""),
+        f"  wall clock {_num(d['days'])} days ({_num(d['compute_days'])} days of useful steps), "
+        f"{_num(p.gpu_hours)} GPU-hours" + (f", ${_num(p.cost_usd)}" if p.cost_usd is not None else ""),
     ]
     if d["energy_mwh"] is not None:
         lines.append(
-            f"  energy {d['energy_mwh']:,.0f} MWh at {d['facility_power_mw']:.2f} MW facility power "
+            f"  energy {_num(d['energy_mwh'])} MWh at {_num(d['facility_power_mw'])} MW facility power "
             f"(PUE {p.pue:g}, {p.it_power_w_per_gpu:.0f} W IT per GPU)"
         )
     fr = p.fractions
@@ -401,10 +432,13 @@ def format_plan(p: Plan) -> str:
     )
     if p.job_mtbf_s is not None:
         lines.append(
-            f"  job MTBF {p.job_mtbf_s / HOUR_S:.3g} h, ~{p.expected_interruptions:,.0f} interruptions; "
+            f"  job MTBF {_num(p.job_mtbf_s / HOUR_S)} h, ~{_num(p.expected_interruptions)} interruptions; "
             f"checkpoint {p.checkpoint_bytes / 1e12:.3g} TB: write {p.checkpoint_write_s:.3g} s, "
             f"stall {p.checkpoint_stall_s:.3g} s" + (" (async)" if p.checkpoint_async else "")
         )
     if p.checkpoint_interval_s is not None:
-        lines.append(f"  checkpoint every {p.checkpoint_interval_s / MIN_S:.3g} min ({p.interval_source})")
+        line = f"  checkpoint every {_num(p.checkpoint_interval_s / MIN_S)} min ({p.interval_source})"
+        if p.interval_source == "given" and p.optimal_checkpoint_interval_s is not None:
+            line += f"; the Young/Daly optimum is {_num(p.optimal_checkpoint_interval_s / MIN_S)} min"
+        lines.append(line)
     return "\n".join(lines)

@@ -18,9 +18,15 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 
 from . import flops as fl
+<<<<<<< HEAD
 from .comm import CommModel, default_comm_model
 from .costs import Device, attention_time_s, matmul_time_s, memory_op_time_s
 from .kernels import resolve_attention
+=======
+from .comm import CommModel, bus_factor, default_comm_model
+from .costs import Device, flash_attention_time_s, grouped_matmul_time_s, matmul_time_s, memory_op_time_s
+from .memory import scenario_layer_activations
+>>>>>>> main
 from .schedules import PassTimes, Task, chunk_layers, next_chunk, prev_chunk, stage_tasks
 from .specs import ModelSpec, Scenario
 
@@ -29,6 +35,25 @@ ADAM_BYTES_PER_PARAM = (
 )
 GRAD_CLIP_BYTES_PER_PARAM = 4  # grad-norm clipping: one more fp32 read of every gradient (L2 norm)
 FP8_CAST_BYTES_PER_ELEMENT = 3  # read a 16-bit element, write its 8-bit copy
+<<<<<<< HEAD
+=======
+# Quantization traffic per GEMM-input element, by recipe (Transformer Engine):
+#  fp8   per-tensor scaling: read 16-bit, write one 8-bit copy (the transpose comes free on Hopper);
+#  mxfp8 1x32 blocks with E8M0 scales (OCP MX v1.0): blocks run along the reduction axis, so TE
+#        writes a row-wise and a column-wise copy: read 2 + 2 x (1 + 1/32);
+#  nvfp4 16-element blocks with E4M3 scales + a per-tensor FP32 scale (NVIDIA, arXiv 2509.25149
+#        §4): an amax pass (read 2) before quantizing (read 2) to two 4.5-bit copies (2 x 0.5625),
+#        with a 16x16 random Hadamard transform folded into the weight-gradient input's pass.
+QUANT_BYTES_PER_ELEMENT = {"fp8": 3.0, "mxfp8": 2 + 2 * (1 + 1 / 32), "nvfp4": 2 + 2 + 2 * (0.5 + 1 / 16)}
+# EP all-to-all kernels occupy SMs while they overlap compute: DeepSeek-V3 (arXiv 2412.19437
+# §3.2.1) dedicates 20 of the H800's 132 SMs to dispatch/combine; the compute they overlap runs
+# on the rest. The fraction is taken per GPU as EP_COMM_SMS / num_sms.
+EP_COMM_SMS = 20
+# Router: fp32 logits written, read by softmax/top-k, probabilities written (Megatron's router
+# in moe_router_dtype fp32); per token and expert.
+ROUTER_BYTES_PER_LOGIT = 3 * 4
+UNFUSED_SOFTMAX_PASSES = 4  # Megatron's fused scale-mask-softmax (read + write) and dropout (read + write)
+>>>>>>> main
 
 
 # ----------------------------------------------------------------------------- blocks
@@ -122,6 +147,7 @@ class Program:
     dataloader_jitter: float = 0.0
     dataloader_seed: int = 0
     collectives: tuple[dict, ...] = field(default=())
+    warnings: tuple[str, ...] = ()  # placement advice from the comm model (groups across racks)
 
 
 def pass_times(program: Program) -> PassTimes:
@@ -146,6 +172,7 @@ def stage_orders(program: Program) -> tuple[tuple[Task, ...], ...]:
     )
 
 
+<<<<<<< HEAD
 # ----------------------------------------------------------------------------- layout
 def layers_per_chunk(num_layers: int, pp: int, vp: int) -> list[list[int]]:
     """Layer indices of each virtual stage (chunk c of stage s is virtual stage c·pp + s,
@@ -167,6 +194,11 @@ def grad_reduce_bytes_per_param(dtype: str, grad_reduce_dtype: str = "") -> int:
     (DistributedDataParallelConfig.grad_reduce_in_fp32 = False), which halves the traffic."""
     if grad_reduce_dtype:
         return 4 if grad_reduce_dtype == "fp32" else 2
+=======
+def grad_reduce_bytes_per_param(dtype: str) -> int:
+    """Megatron reduces gradients in fp32 for bf16/fp8 training (main_grad buffers,
+    accumulate_allreduce_grads_in_fp32); fp16 keeps 16-bit gradients."""
+>>>>>>> main
     return 2 if dtype == "fp16" else 4
 
 
@@ -186,6 +218,7 @@ class _Coster:
     comm: CommModel
     seen: dict = field(default_factory=dict)
     memo: dict = field(default_factory=dict)
+    stage: int = 0  # the pipeline stage whose TP/CP/EP groups are being costed
 
     def __post_init__(self) -> None:
         self.device = Device(self.scn.gpu, self.scn.dtype)
@@ -194,12 +227,15 @@ class _Coster:
     def coll(self, kind: str, axis: str, message_bytes: float, stage: int = 0) -> float:
         if message_bytes <= 0:
             return 0.0
+        if axis in ("tp", "cp", "ep"):
+            stage = self.stage  # every layer's group collectives run on the stage being costed
         memo = (kind, axis, message_bytes, stage)
         cost = self.memo.get(memo)
         if cost is None:  # DP buckets repeat the same size hundreds of times
             cost = self.memo[memo] = self.comm.collective(kind, axis, message_bytes, stage)
         key = (kind, axis, round(message_bytes), stage if axis == "pp" else 0)
-        if key not in self.seen and cost.time_s > 0:
+        known = self.seen.get(key)
+        if cost.time_s > 0 and (known is None or cost.time_s > known["time_s"]):  # the slowest stage's
             self.seen[key] = {
                 "group": axis,
                 "kind": kind,
@@ -227,6 +263,7 @@ class _Coster:
         kv_heads_local = max(m.num_kv_heads // t, 1)  # replicated when tp > kv_heads
         q_local = heads_local * m.dim_per_head
         kv_local = kv_heads_local * m.dim_per_head
+        v_local = m.v_dim // t
         norm_tokens = T // t if par.sequence_parallel and t > 1 else T
 
         fwd: list = []
@@ -239,11 +276,13 @@ class _Coster:
             fwd.append(Segment("compute", name, tt, f, 0.0))
             b_in.append(Segment("compute", name + " dgrad", tt, f, 0.0))
             b_w.append(Segment("compute", name + " wgrad", tt, f, 0.0))
-            if d.dtype == "fp8":  # Transformer Engine casts the GEMM input (fwd) and output grad (bwd) to FP8
-                cast_in = FP8_CAST_BYTES_PER_ELEMENT * mm_m * mm_k * count
-                cast_grad = FP8_CAST_BYTES_PER_ELEMENT * mm_m * mm_n * count
-                fwd.append(Segment("compute", "fp8 cast", memory_op_time_s(d, cast_in), 0.0, cast_in))
-                b_in.append(Segment("compute", "fp8 cast", memory_op_time_s(d, cast_grad), 0.0, cast_grad))
+            quant = QUANT_BYTES_PER_ELEMENT.get(d.dtype, 0.0)
+            if quant:  # Transformer Engine quantizes the GEMM input (fwd) and output grad (bwd)
+                label = "fp8 cast" if d.dtype == "fp8" else f"{d.dtype} quantize"
+                cast_in = quant * mm_m * mm_k * count
+                cast_grad = quant * mm_m * mm_n * count
+                fwd.append(Segment("compute", label, memory_op_time_s(d, cast_in), 0.0, cast_in))
+                b_in.append(Segment("compute", label, memory_op_time_s(d, cast_grad), 0.0, cast_grad))
 
         def mem(name: str, fwd_bytes: float, kernels: int = 1) -> None:
             tt = memory_op_time_s(d, fwd_bytes, kernels)
@@ -253,11 +292,14 @@ class _Coster:
         # --- attention block (Megatron column/row-parallel linear layers)
         tp_msg = T * h * a  # full-sequence activation of this micro-batch (AG output / AR buffer)
         mem("input norm", 2 * norm_tokens * h * a)
-        self._tp_entry(fwd, b_in, tp_msg, matmul_time_s(d, T, q_local + 2 * kv_local, h))
-        mm("qkv", T, q_local + 2 * kv_local, h)
-        if not m.position_embeddings:
-            mem("rope", 2 * T * (q_local + kv_local) * a)
-        attn_fwd, attn_bwd, attn_parts = self._attention(T, s_local, s, heads_local, q_local)
+        if m.mla is not None:
+            self._mla_projections(mm, mem, fwd, b_in, T, tp_msg, heads_local)
+        else:
+            self._tp_entry(fwd, b_in, tp_msg, matmul_time_s(d, T, q_local + 2 * kv_local, h))
+            mm("qkv", T, q_local + 2 * kv_local, h)
+            if not m.position_embeddings:
+                mem("rope", 2 * T * (q_local + kv_local) * a)
+        attn_fwd, attn_bwd, attn_parts = self._attention(T, s_local, s, heads_local, q_local, v_local)
         fwd.extend(attn_parts[0])
         b_in.extend(attn_parts[1])
         if cp > 1:
@@ -266,7 +308,7 @@ class _Coster:
             fwd.append(Segment("cp_comm", "cp kv ring", max(0.0, t_kv - attn_fwd), 0.0, kv_msg))
             t_bwd = t_kv + self.coll("reducescatter", "cp", kv_msg)
             b_in.append(Segment("cp_comm", "cp dkv ring", max(0.0, t_bwd - attn_bwd), 0.0, kv_msg))
-        mm("attn out", T, h, q_local)
+        mm("attn out", T, h, v_local)
         self._tp_exit(fwd, b_in, tp_msg)
         mem("residual add", 3 * norm_tokens * h * a)
 
@@ -284,10 +326,14 @@ class _Coster:
             self._tp_exit(fwd, b_in, tp_msg)
         mem("residual add", 3 * norm_tokens * h * a)
 
-        params_local = self._layer_params_local(moe)
+        params_local = fl.layer_params_per_rank(m, par, moe).total
         if par.tp_comm_overlap and par.tp > 1:
             fwd = self._overlap_tp(fwd, fwd)
             b_in = self._overlap_tp(b_in, b_in + b_w)
+        if moe and par.ep_comm_overlap and par.ep > 1:
+            fwd, b_in = self._overlap_ep(fwd, b_in, b_w)
+        if scn.memory.offload_activations > 0:
+            self._offload_activations(fwd, b_in, b_w, moe)
         # --- ZeRO-3 / FSDP: gather weights before use, reduce-scatter grads after. They run on
         # their own stream, prefetched one layer ahead, so a layer takes max(its own work, the
         # transfer): only the excess is exposed. (Applied after TP overlap: both streams run
@@ -307,6 +353,19 @@ class _Coster:
             )
         recompute = self._recompute(fwd, attn_parts[0])
         return _Phase(tuple(fwd)), _Phase(tuple(b_in)), _Phase(tuple(b_w)), recompute, params_local
+
+    def _offload_activations(self, fwd: list, b_in: list, b_w: list, moe: bool) -> None:
+        """[memory] offload_activations: that fraction of the layer's stored activations is copied
+        to host memory during its forward and back before its backward (Megatron-Core's
+        activation offloading / TE's CPU offload), on copy engines beside the layer's compute:
+        only what outlasts the compute is exposed (as `other`)."""
+        scn = self.scn
+        stored = scenario_layer_activations(scn, moe).stored * scn.memory.offload_activations
+        t_copy = stored / scn.gpu.host_link_bytes_per_s
+        fwd_s = sum(p.duration_s for p in fwd if p.category == "compute")
+        bwd_s = sum(p.duration_s for p in b_in + b_w if p.category == "compute")
+        fwd.append(Segment("other", "activation offload (D2H)", max(0.0, t_copy - fwd_s), 0.0, stored))
+        b_in.insert(0, Segment("other", "activation reload (H2D)", max(0.0, t_copy - bwd_s), 0.0, stored))
 
     def _overlap_tp(self, parts: list, compute_parts: list) -> list:
         """TP communication overlapped with the layer's GEMMs (Megatron/Transformer Engine
@@ -331,6 +390,7 @@ class _Coster:
         )
         return out
 
+<<<<<<< HEAD
     def _attention(self, T: int, s_local: int, s: int, heads_local: int, q_local: int):
         """Causal self-attention by the [kernels] implementation (simulator/kernels.py):
         FlashAttention-2/-3 or cuDNN fused kernels, or unfused GEMMs + softmax through memory."""
@@ -347,6 +407,59 @@ class _Coster:
         name = "attention (unfused)" if impl == "unfused" else f"attention ({impl})"
         fwd = [Segment("compute", name, t_f, model_flops_fwd, 0.0)]
         bwd = [Segment("compute", name + " bwd", t_b, 2 * model_flops_fwd, 0.0)]
+=======
+    def _mla_projections(
+        self, mm, mem, fwd: list, b_in: list, T: int, tp_msg: float, heads_local: int
+    ) -> None:
+        """MLA's projections (DeepSeek-V2 §2.1) as Megatron-Core runs them: the q and kv
+        down-projections whole on every TP rank, their RMSNorms, the up-projections split by heads."""
+        m, d = self.scn.model, self.device
+        mla = m.mla
+        assert mla is not None
+        h, a = m.hidden, d.activation_bytes
+        q_in = mla.q_lora_rank or h
+        first_gemm = matmul_time_s(d, T, (mla.q_lora_rank or 0) + mla.kv_lora_rank + mla.qk_rope_head_dim, h)
+        self._tp_entry(fwd, b_in, tp_msg, first_gemm)
+        if mla.q_lora_rank:
+            mm("q down", T, mla.q_lora_rank, h)
+            mem("q norm", 2 * T * mla.q_lora_rank * a)
+        mm("q up" if mla.q_lora_rank else "q", T, heads_local * mla.qk_head_dim, q_in)
+        mm("kv down", T, mla.kv_lora_rank + mla.qk_rope_head_dim, h)
+        mem("kv norm", 2 * T * mla.kv_lora_rank * a)
+        mm("kv up", T, heads_local * (mla.qk_nope_head_dim + mla.v_head_dim), mla.kv_lora_rank)
+        mem("rope", 2 * T * (heads_local + 1) * mla.qk_rope_head_dim * a)
+
+    def _attention(self, T: int, s_local: int, s: int, heads_local: int, q_local: int, v_local: int):
+        d = self.device
+        b = self.scn.parallel.micro_batch
+        model_flops_fwd = 2.0 * b * s_local * s * (q_local + v_local)  # scores + values, full s×s
+        if self.scn.kernels.flash_attention:
+            work = model_flops_fwd * CAUSAL_WORK_FRACTION
+            t_f = flash_attention_time_s(d, work)
+            t_b = flash_attention_time_s(d, work * FLASH_BWD_TO_FWD)
+            fwd = [Segment("compute", "flash attention", t_f, model_flops_fwd, 0.0)]
+            bwd = [Segment("compute", "flash attention bwd", t_b, 2 * model_flops_fwd, 0.0)]
+        else:
+            count = b * heads_local
+            hd = self.scn.model.dim_per_head
+            hd_v = v_local // heads_local
+            t_scores = matmul_time_s(d, s_local, s, hd, count)
+            t_values = matmul_time_s(d, s_local, hd_v, s, count)
+            score_bytes = count * s_local * s * d.activation_bytes * UNFUSED_SOFTMAX_PASSES
+            t_soft = memory_op_time_s(d, score_bytes, kernels=4)
+            t_f = t_scores + t_values + t_soft
+            t_b = 2 * (t_scores + t_values) + 2 * t_soft
+            f_scores = 2.0 * b * s_local * s * q_local
+            fwd = [
+                Segment("compute", "attention scores", t_scores, f_scores, 0.0),
+                Segment("compute", "softmax", t_soft, 0.0, score_bytes),
+                Segment("compute", "attention values", t_values, model_flops_fwd - f_scores, 0.0),
+            ]
+            bwd = [
+                Segment("compute", "attention bwd", 2 * (t_scores + t_values), 2 * model_flops_fwd, 0.0),
+                Segment("compute", "softmax bwd", 2 * t_soft, 0.0, 2 * score_bytes),
+            ]
+>>>>>>> main
         return t_f, t_b, (fwd, bwd)
 
     def _tp_entry(self, fwd: list, b_in: list, msg: float, gemm_s: float) -> None:
@@ -389,59 +502,156 @@ class _Coster:
             fwd.append(Segment("tp_comm", "tp allreduce", self.coll("allreduce", "tp", msg), 0.0, msg))
 
     def _moe(self, fwd: list, b_in: list, b_w: list, mm, mem, T: int, tp_msg: float) -> None:
-        """Routed experts: router, token dispatch/combine All-to-All over EP, grouped expert GEMMs.
+        """Routed experts as Megatron-Core's all-to-all token dispatcher runs them.
 
-        Balanced routing (every expert gets T·top_k/E of the tokens). With ep > 1 experts
-        are not tensor-split (Megatron expert-tensor-parallel size 1) and each TP rank
-        routes its own tokens; with ep = 1 the experts are TP-split like a dense MLP.
+        Each rank routes the tokens it holds (T/tp with sequence parallelism): router GEMM and
+        its softmax/top-k, permute (one copy per chosen expert), dispatch all-to-all over EP,
+        with etp > 1 an all-gather over the expert-TP group, the grouped expert GEMMs of its
+        E/ep experts (each matrix 1/etp), then the way back (reduce-scatter, combine, unpermute).
+        Balanced routing gives every expert T·top_k/E tokens; `load_imbalance` multiplies the
+        busiest rank's expert GEMMs and all-to-all (every rank waits for it at the combine).
         """
-        scn = self.scn
+        scn, d = self.scn, self.device
         m, par = scn.model, scn.parallel
-        a = self.device.activation_bytes
-        mm("router", T, m.num_experts, m.hidden)
-        if par.ep > 1:
-            tokens = T * m.top_k // par.tp if par.tp > 1 else T * m.top_k
-            f_local = m.expert_ffn
-        else:
-            tokens = T * m.top_k
-            f_local = m.expert_ffn // par.tp
+        a = d.activation_bytes
+        h, k = m.hidden, m.top_k
+        etp = par.expert_tp
+        skew = m.imbalance
+        T_in = T // par.tp if par.tp > 1 else T  # tokens this rank routes (SP shard)
+        mm("router", T_in, m.num_experts, h)
+        mem("router softmax/top-k", ROUTER_BYTES_PER_LOGIT * T_in * m.num_experts, kernels=2)
         experts_local = m.num_experts // par.ep
-        per_expert = max(tokens // experts_local, 1)
+        routed = T_in * k * etp  # token copies this rank's experts see (after the etp gather)
+        per_expert = max(round(routed * skew / experts_local), 1)
+        f_local = m.expert_ffn // etp
         fc1_n = (2 if m.gated_mlp else 1) * f_local
-        if par.ep == 1:
-            self._tp_entry(
-                fwd, b_in, tp_msg, matmul_time_s(self.device, per_expert, fc1_n, m.hidden, experts_local)
-            )
+        gather = par.ep == 1 and etp == par.tp and par.tp > 1  # experts TP-split like a dense MLP
+        if gather:
+            fc1_s = grouped_matmul_time_s(d, per_expert, fc1_n, h, experts_local, m.routing == "dropless")
+            self._tp_entry(fwd, b_in, tp_msg, fc1_s)
+        mem("moe permute", (1 + k) * T_in * h * a)
+        t_dispatch = t_combine = 0.0
         if par.ep > 1:
-            a2a_msg = tokens * m.hidden * a
-            t_a2a = self.coll("alltoall", "ep", a2a_msg)
-            fwd.append(Segment("ep_comm", "ep dispatch", t_a2a, 0.0, a2a_msg))
-            b_in.append(Segment("ep_comm", "ep combine bwd", t_a2a, 0.0, a2a_msg))
-        mm("expert fc1", per_expert, fc1_n, m.hidden, experts_local)
-        mem("expert act", (3 if m.gated_mlp else 2) * tokens * f_local * a)
-        mm("expert fc2", per_expert, m.hidden, f_local, experts_local)
+            dispatch_msg, combine_msg, t_dispatch, t_combine = self._ep_alltoall(T_in * k)
+            fwd.append(Segment("ep_comm", "ep dispatch", t_dispatch * skew, 0.0, dispatch_msg))
+            b_in.append(Segment("ep_comm", "ep combine bwd", t_combine * skew, 0.0, combine_msg))
+        if etp > 1 and not gather:
+            etp_msg = routed * h * a
+            t_ag = self.coll("allgather", "tp", etp_msg)
+            fwd.append(Segment("ep_comm", "etp allgather", t_ag * skew, 0.0, etp_msg))
+            b_in.append(
+                Segment(
+                    "ep_comm",
+                    "etp reducescatter bwd",
+                    self.coll("reducescatter", "tp", etp_msg) * skew,
+                    0.0,
+                    etp_msg,
+                )
+            )
+        dropless = m.routing == "dropless"
+
+        def grouped(name: str, n: int, kk: int) -> None:
+            tt = grouped_matmul_time_s(d, per_expert, n, kk, experts_local, dropless)
+            f = 2.0 * per_expert * n * kk * experts_local
+            fwd.append(Segment("compute", name, tt, f, 0.0))
+            b_in.append(Segment("compute", name + " dgrad", tt, f, 0.0))
+            b_w.append(Segment("compute", name + " wgrad", tt, f, 0.0))
+            quant = QUANT_BYTES_PER_ELEMENT.get(d.dtype, 0.0)
+            if quant:
+                label = "fp8 cast" if d.dtype == "fp8" else f"{d.dtype} quantize"
+                cast_in, cast_grad = (
+                    quant * per_expert * kk * experts_local,
+                    quant * per_expert * n * experts_local,
+                )
+                fwd.append(Segment("compute", label, memory_op_time_s(d, cast_in), 0.0, cast_in))
+                b_in.append(Segment("compute", label, memory_op_time_s(d, cast_grad), 0.0, cast_grad))
+
+        grouped("expert fc1", fc1_n, h)
+        mem("expert act", (3 if m.gated_mlp else 2) * per_expert * experts_local * f_local * a)
+        grouped("expert fc2", h, f_local)
         if m.shared_expert_ffn_hidden:
             fs = m.shared_expert_ffn_hidden // par.tp
-            mm("shared fc1", T, (2 if m.gated_mlp else 1) * fs, m.hidden)
-            mm("shared fc2", T, m.hidden, fs)
+            mm("shared fc1", T, (2 if m.gated_mlp else 1) * fs, h)
+            mm("shared fc2", T, h, fs)
+        if etp > 1 and not gather:
+            etp_msg = routed * h * a
+            fwd.append(
+                Segment(
+                    "ep_comm",
+                    "etp reducescatter",
+                    self.coll("reducescatter", "tp", etp_msg) * skew,
+                    0.0,
+                    etp_msg,
+                )
+            )
+            b_in.append(
+                Segment(
+                    "ep_comm", "etp allgather bwd", self.coll("allgather", "tp", etp_msg) * skew, 0.0, etp_msg
+                )
+            )
         if par.ep > 1:
-            fwd.append(Segment("ep_comm", "ep combine", t_a2a, 0.0, a2a_msg))
-            b_in.append(Segment("ep_comm", "ep dispatch bwd", t_a2a, 0.0, a2a_msg))
-        else:
+            fwd.append(Segment("ep_comm", "ep combine", t_combine * skew, 0.0, combine_msg))
+            b_in.append(Segment("ep_comm", "ep dispatch bwd", t_combine * skew, 0.0, combine_msg))
+        mem("moe unpermute", (1 + k) * T_in * h * a)
+        if gather:
             self._tp_exit(fwd, b_in, tp_msg)
 
-    def _layer_params_local(self, moe: bool) -> float:
-        m, par = self.scn.model, self.scn.parallel
-        attn = fl.attention_params(m) / par.tp
-        norms = 2 * m.hidden
-        if moe:
-            expert_tp = 1 if par.ep > 1 else par.tp
-            experts = m.num_experts / par.ep * fl.mlp_params(m, m.expert_ffn) / expert_tp
-            shared = (
-                fl.mlp_params(m, m.shared_expert_ffn_hidden) / par.tp if m.shared_expert_ffn_hidden else 0
-            )
-            return attn + experts + shared + m.hidden * m.num_experts + norms
-        return attn + fl.mlp_params(m, m.ffn) / par.tp + norms
+    def _ep_alltoall(self, copies: int) -> tuple[float, float, float, float]:
+        """(dispatch bytes, combine bytes, dispatch s, combine s) of one MoE layer's all-to-all.
+
+        Dispatch sends each of the rank's `copies` token copies (hidden-wide) to the rank of its
+        expert, in bf16 or fp8 (1 byte + one fp32 scale per 128 elements, DeepSeek-V3 §3.3);
+        combine returns them in bf16. When the EP group spans nodes, only the copies bound for
+        other nodes cross InfiniBand. Node-limited routing (`max_nodes_per_token`, DeepSeek-V3
+        §3.2.1) comes with hierarchical forwarding (DeepEP: one IB transfer per destination
+        node, then NVLink to the GPUs there, beside the IB transfer): a token crosses IB once per
+        distinct remote node its top-k experts live on -- expected n·(1 − (1 − 1/n)^k) nodes of
+        n, at most `max_nodes_per_token` -- instead of once per remote expert as NCCL's plain
+        all-to-all sends it. The comm model costs the group's all-to-all; its message is scaled
+        by that ratio (distinct nodes / k).
+        """
+        m, par, topo = self.scn.model, self.scn.parallel, self.scn.topology
+        h = m.hidden
+        elem = 1 + 4 / 128 if m.dispatch_dtype == "fp8" else self.device.activation_bytes
+        dispatch_msg = copies * h * elem
+        combine_msg = copies * h * self.device.activation_bytes
+        span = par.ep * (par.tp * par.cp if par.dp % par.ep == 0 else 1)  # GPUs the EP group covers
+        nodes = max(1, -(-span // topo.gpus_per_node))
+        scale = 1.0
+        if nodes > 1 and m.max_nodes_per_token:
+            k = m.top_k
+            reach = nodes * (1.0 - (1.0 - 1.0 / nodes) ** k)  # expected distinct nodes of k experts
+            scale = min(reach, float(m.max_nodes_per_token)) / k
+        t_d = self.coll("alltoall", "ep", dispatch_msg * scale)
+        t_c = self.coll("alltoall", "ep", combine_msg * scale)
+        return dispatch_msg, combine_msg, t_d, t_c
+
+    def _overlap_ep(self, fwd: list, b_in: list, b_w: list) -> tuple[list, list]:
+        """Megatron's --overlap-moe-expert-parallel-comm (1F1B A2A overlap): the all-to-all of one
+        micro-batch's forward runs beside another micro-batch's backward compute and vice versa,
+        so a layer's EP communication hides under up to its forward + backward compute. Only the
+        excess stays exposed; the hidden part slows that compute by the SMs the communication
+        kernels take (EP_COMM_SMS of the GPU's SMs)."""
+        ep_s = sum(p.duration_s for p in fwd + b_in if p.category == "ep_comm")
+        if ep_s <= 0:
+            return fwd, b_in
+        compute_s = sum(p.duration_s for p in fwd + b_in + b_w if p.category == "compute")
+        exposed = max(0.0, ep_s - compute_s)
+        hidden = ep_s - exposed
+        keep = exposed / ep_s
+
+        def scale(parts: list) -> list:
+            return [
+                replace(p, duration_s=p.duration_s * keep) if p.category == "ep_comm" else p for p in parts
+            ]
+
+        fwd, b_in = scale(fwd), scale(b_in)
+        sm_fraction = min(EP_COMM_SMS / self.scn.gpu.num_sms, 1.0)
+        # compute slowed to (1 - f) of its speed for the hidden time: hidden·f/(1-f) extra
+        b_in.append(
+            Segment("compute", "ep overlap interference", hidden * sm_fraction / (1 - sm_fraction), 0.0, 0.0)
+        )
+        return fwd, b_in
 
     def _recompute(self, fwd: list, attn_fwd_parts: list) -> _Phase:
         mode = self.scn.parallel.recompute
@@ -453,6 +663,33 @@ class _Coster:
             # recomputed compute is `recompute`; its repeated TP collectives stay tp_comm
             parts.append(replace(seg, category="recompute") if seg.category == "compute" else seg)
         return _Phase(tuple(parts))
+
+    def mtp(self, layer_cost: tuple) -> tuple[_Phase, _Phase, _Phase, _Phase, float]:
+        """One DeepSeek-V3 MTP module (§2.2) per micro-batch: RMSNorms of the hidden state and of
+        the next token's embedding, the projection M (2h -> h), one transformer layer like the
+        last main layer, and the shared output head with its cross-entropy again."""
+        scn, d = self.scn, self.device
+        par, m = scn.parallel, scn.model
+        T = par.micro_batch * m.seq_len // par.cp
+        a = d.activation_bytes
+        lf, lbi, lbw, lrec, lparams = layer_cost
+        t_proj = matmul_time_s(d, T, m.hidden // par.tp, 2 * m.hidden)
+        f_proj = 2.0 * T * (m.hidden // par.tp) * 2 * m.hidden
+        norms = memory_op_time_s(d, 2 * 2 * T * m.hidden * a, kernels=2)
+        log_f, log_bi, log_bw = self.logits()
+        fwd = [
+            Segment("compute", "mtp norms", norms, 0.0, 0.0),
+            Segment("compute", "mtp proj", t_proj, f_proj, 0.0),
+        ]
+        fwd += list(lf.parts) + list(log_f.parts)
+        b_in = (
+            list(log_bi.parts) + list(lbi.parts) + [Segment("compute", "mtp proj dgrad", t_proj, f_proj, 0.0)]
+        )
+        b_w = (
+            list(log_bw.parts) + list(lbw.parts) + [Segment("compute", "mtp proj wgrad", t_proj, f_proj, 0.0)]
+        )
+        params = fl.mtp_params_per_rank(m, par).total
+        return _Phase(tuple(fwd)), _Phase(tuple(b_in)), _Phase(tuple(b_w)), lrec, params
 
     # -- first and last stage extras
     def embedding(self) -> tuple[_Phase, _Phase]:
@@ -528,6 +765,7 @@ def build_program(scn: Scenario, comm: CommModel | None = None) -> Program:
     coster = _Coster(scn, comm)
     par, m = scn.parallel, scn.model
     pp, vp = par.pp, par.vp
+<<<<<<< HEAD
     layout = chunk_layers(par.schedule, m.layers, pp, vp)
     layer_cost = {False: coster.layer(False)}
     if m.is_moe:
@@ -536,12 +774,44 @@ def build_program(scn: Scenario, comm: CommModel | None = None) -> Program:
     log_f, log_bi, log_bw = coster.logits()
     gbytes = grad_reduce_bytes_per_param(scn.dtype, scn.kernels.grad_reduce_dtype)
     host_s = scn.gpu.efficiency.microbatch_overhead_s
+=======
+    layout = chunk_layers(
+        par.schedule,
+        m.layers,
+        pp,
+        vp,
+        embedding_slot=par.account_for_embedding_in_pipeline_split,
+        loss_slot=par.account_for_loss_in_pipeline_split,
+    )
+    # Stages whose TP/CP/EP groups sit on the fabric the same way share one costing of a layer;
+    # a stage whose groups straddle racks pays for it (the slowest of its groups, network/model.py).
+    kinds = getattr(comm, "group_kinds", None)
+    costed: dict[object, tuple] = {}
+
+    def stage_costs(s: int) -> tuple:
+        key = (
+            tuple(kinds(a, s) if comm.group_size(a) > 1 else () for a in ("tp", "cp", "ep"))
+            if kinds is not None
+            else ()
+        )
+        if key not in costed:
+            coster.stage = s
+            layer = {False: coster.layer(False)}
+            if m.is_moe:
+                layer[True] = coster.layer(True)
+            mtp_cost = coster.mtp(layer[m.is_moe_layer(m.layers - 1)]) if m.mtp_layers else None
+            costed[key] = (layer, coster.embedding(), coster.logits(), mtp_cost)
+        return costed[key]
+
+    gbytes = grad_reduce_bytes_per_param(scn.dtype)
+>>>>>>> main
     bucket_params = max(par.grad_bucket_params, 1_000_000 * par.dp)  # Megatron DDP bucket rule
     device = coster.device
     embed_params = m.vocab * m.hidden / par.tp
 
     stages = []
     for s in range(pp):
+        layer_cost, (emb_f, emb_b), (log_f, log_bi, log_bw), mtp = stage_costs(s)
         chunks = []
         stage_params = 0.0
         holds_embedding = any(prev_chunk(par.schedule, pp, vp, s, c) is None for c in range(vp))
@@ -557,12 +827,16 @@ def build_program(scn: Scenario, comm: CommModel | None = None) -> Program:
             b_w: list = []
             rec: list = []
             params = 0.0
+<<<<<<< HEAD
             # host-side work per micro-batch and phase (Python, hooks, scheduling): the GPU idles;
             # charged once per micro-batch, on the first model chunk
             if c == 0:
                 host = Segment("compute", "host overhead (micro-batch)", host_s, 0.0, 0.0)
                 fwd.append(host)
                 b_in.append(host)
+=======
+            expert_params = 0.0  # routed-expert weights: their gradients reduce over expert-DP
+>>>>>>> main
             if first:
                 fwd += emb_f.parts
                 params += embed_params + (m.seq_len * m.hidden if m.position_embeddings else 0)
@@ -575,24 +849,44 @@ def build_program(scn: Scenario, comm: CommModel | None = None) -> Program:
                 b_in += _repeat(lbi, n)
                 b_w += _repeat(lbw, n)
                 params += lparams * n
+                expert_params += fl.layer_params_per_rank(m, par, moe).expert * n
             if last:
                 fwd += log_f.parts
                 b_in = list(log_bi.parts) + b_in
                 b_w = list(log_bw.parts) + b_w
-                # tied embeddings share one matrix when the embedding sits on this stage too
-                params += 0 if m.tied_embeddings and holds_embedding else embed_params
+                # final norm; tied embeddings share one matrix when the embedding sits on this stage too
+                params += m.hidden + (0 if m.tied_embeddings and holds_embedding else embed_params)
+                if mtp is not None:  # Megatron runs the MTP modules on the last pipeline stage
+                    mf, mbi, mbw, mrec, mparams = mtp
+                    fwd += _repeat(mf, m.mtp_layers)
+                    rec += _repeat(mrec, m.mtp_layers)
+                    b_in = _repeat(mbi, m.mtp_layers) + b_in
+                    b_w = _repeat(mbw, m.mtp_layers) + b_w
+                    mtp_rank = fl.mtp_params_per_rank(m, par).scaled(m.mtp_layers)
+                    params += mtp_rank.total
+                    expert_params += mtp_rank.expert
             if first:
                 b_in += emb_b.parts
             stage_params += params
-            buckets = _buckets(params, bucket_params)
             dp_grad_s, dp_param_s = [], []
             if par.dp > 1 and par.zero < 3:
-                for n_params in buckets:
-                    if par.zero == 0:
-                        dp_grad_s.append(coster.coll("allreduce", "dp", n_params * gbytes, s))
-                    else:
-                        dp_grad_s.append(coster.coll("reducescatter", "dp", n_params * gbytes, s))
-                        dp_param_s.append(coster.coll("allgather", "dp", n_params * device.element_bytes, s))
+                # dense gradients reduce over dp; routed-expert gradients over the expert-DP group
+                # (ParallelConfig.expert_dp ranks share each expert shard). The comm model has no
+                # expert-DP axis: its collectives are costed on the dp group's links with the
+                # expert-DP group's bus factor (an approximation; none when expert_dp = 1).
+                edp_ratio = bus_factor("allreduce", par.expert_dp) / bus_factor("allreduce", par.dp)
+                for group, n_all in (("dp", params - expert_params), ("edp", expert_params)):
+                    if group == "edp" and edp_ratio == 0:
+                        continue
+                    ratio = edp_ratio if group == "edp" else 1.0
+                    for n_params in _buckets(n_all, bucket_params):
+                        if par.zero == 0:
+                            dp_grad_s.append(ratio * coster.coll("allreduce", "dp", n_params * gbytes, s))
+                        else:
+                            dp_grad_s.append(ratio * coster.coll("reducescatter", "dp", n_params * gbytes, s))
+                            dp_param_s.append(
+                                ratio * coster.coll("allgather", "dp", n_params * device.element_bytes, s)
+                            )
             chunks.append(
                 ChunkProgram(
                     stage=s,
@@ -608,8 +902,15 @@ def build_program(scn: Scenario, comm: CommModel | None = None) -> Program:
                 )
             )
         shard = par.dp if par.zero >= 1 else 1
+<<<<<<< HEAD
         opt_bytes = stage_params / shard * (ADAM_BYTES_PER_PARAM + GRAD_CLIP_BYTES_PER_PARAM)
         optimizer_s = memory_op_time_s(device, opt_bytes, kernels=5)  # norm, clip, fused Adam
+=======
+        opt_bytes = stage_params / shard * ADAM_BYTES_PER_PARAM
+        optimizer_s = memory_op_time_s(device, opt_bytes, kernels=4)
+        if scn.memory.offload_optimizer:
+            optimizer_s = _offloaded_optimizer_s(scn, stage_params / shard)
+>>>>>>> main
         act_msg = par.micro_batch * m.seq_len // par.cp * m.hidden * device.activation_bytes / par.tp
         p2p_s = coster.coll("sendrecv", "pp", act_msg, s) if pp > 1 else 0.0
         stages.append(StageProgram(stage=s, chunks=tuple(chunks), optimizer_s=optimizer_s, p2p_s=p2p_s))
@@ -630,7 +931,26 @@ def build_program(scn: Scenario, comm: CommModel | None = None) -> Program:
         dataloader_jitter=dl.jitter,
         dataloader_seed=dl.seed,
         collectives=tuple(coster.seen.values()),
+        warnings=tuple(getattr(comm, "placement_warnings", lambda: [])()),
     )
+
+
+# [memory] offload_optimizer (Megatron-Core --optimizer-cpu-offload, ZeRO-Offload, Ren et al.
+# 2021): fp32 gradients go to the host (4 B/param), the CPU runs Adam over the fp32 master weights
+# and moments, the updated 16-bit weights come back (2 B/param). The CPU step streams
+# ADAM_BYTES_PER_PARAM through host memory at HOST_MEMORY_TO_LINK x the GPU's host link (a
+# dual-socket DDR5 host ~600 GB/s shared by 8 GPUs ≈ 75 GB/s each ≈ 1.2 x PCIe 5; Grace
+# LPDDR5X ~500 GB/s per 2 GPUs ≈ 250 ≈ 1.1 x C2C per direction). Transfers and the CPU step
+# pipeline per bucket (Megatron --overlap-cpu-optimizer-d2h-h2d): the slower one sets the time.
+OFFLOAD_TRANSFER_BYTES_PER_PARAM = 4 + 2
+HOST_MEMORY_TO_LINK = 1.1
+
+
+def _offloaded_optimizer_s(scn: Scenario, params: float) -> float:
+    bw = scn.gpu.host_link_bytes_per_s
+    transfer = params * OFFLOAD_TRANSFER_BYTES_PER_PARAM / bw
+    cpu_adam = params * ADAM_BYTES_PER_PARAM / (bw * HOST_MEMORY_TO_LINK)
+    return max(transfer, cpu_adam)
 
 
 MAX_BUCKETS_PER_CHUNK = 1000  # beyond this, equal buckets: the overlap no longer changes

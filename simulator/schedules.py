@@ -87,19 +87,37 @@ def prev_chunk(schedule: str, pp: int, vp: int, stage: int, chunk: int) -> tuple
     return _location(schedule, pp, vp, vs - 1, chunk)
 
 
-def chunk_layers(schedule: str, num_layers: int, pp: int, vp: int) -> list[list[list[int]]]:
+def chunk_layers(
+    schedule: str, num_layers: int, pp: int, vp: int, embedding_slot: bool = False, loss_slot: bool = False
+) -> list[list[list[int]]]:
     """Layer indices of each stage's chunks, [stage][chunk]. The model is cut into equal pieces
     (the first pieces get one layer more when it does not divide), one per virtual stage;
-    DualPipe keeps two copies of the p pieces, one per direction (2x parameters per rank)."""
+    DualPipe keeps two copies of the p pieces, one per direction (2x parameters per rank).
+    With Megatron's --account-for-embedding-in-pipeline-split (--account-for-loss-in-pipeline-
+    split) the embedding (loss) takes one layer's slot of the first (last) piece, so the pieces
+    may number layers + 2 (Megatron-LM `get_num_layers_to_build`)."""
     n_virtual = num_virtual_stages(schedule, pp, vp)
-    base, extra = divmod(num_layers, n_virtual)
+    counts = _piece_sizes(num_layers, n_virtual, embedding_slot, loss_slot)
     pieces, start = [], 0
-    for v in range(n_virtual):
-        n = base + (1 if v < extra else 0)
+    for n in counts:
         pieces.append(list(range(start, start + n)))
         start += n
     chunks = num_chunks(schedule, vp)
     return [[pieces[virtual_stage(schedule, pp, vp, s, c)] for c in range(chunks)] for s in range(pp)]
+
+
+def _piece_sizes(num_layers: int, n_virtual: int, embedding_slot: bool, loss_slot: bool) -> list[int]:
+    base, extra = divmod(num_layers + int(embedding_slot) + int(loss_slot), n_virtual)
+    counts = [base + (1 if v < extra else 0) for v in range(n_virtual)]
+    if embedding_slot:
+        counts[0] -= 1
+    if loss_slot:
+        counts[-1] -= 1
+    for v, neighbour in ((0, 1), (n_virtual - 1, n_virtual - 2)):  # a one-piece model: no -1
+        if counts[v] < 0 and 0 <= neighbour < n_virtual:
+            counts[neighbour] += counts[v]
+            counts[v] = 0
+    return counts
 
 
 def microbatches_per_chunk(schedule: str, pp: int, m: int, chunk: int) -> int:

@@ -12,13 +12,22 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from .errors import ConfigError
+from .names import canonical, did_you_mean
 from .schedules import check_schedule, num_virtual_stages
 
 if TYPE_CHECKING:
     from .plan import RunSpec
 
-DTYPES = ("bf16", "fp16", "fp8")
-SCHEDULES = ("gpipe", "1f1b", "interleaved", "zb-h1")  # zb-v, dualpipe, dualpipev: with the engine's routing
+DTYPES = ("bf16", "fp16", "fp8", "mxfp8", "nvfp4")
+ROUTING = ("balanced", "dropless")
+DISPATCH_DTYPES = ("bf16", "fp8")
+# Busiest EP rank's tokens / mean tokens per rank when `load_imbalance` is not given.
+# balanced: force-balanced / aux-loss-balanced routing (Megatron-Bridge benchmarks force-balance).
+# dropless: natural skew of dropless top-k routing; DeepSeek-V3 (arXiv 2412.19437 §3.4/Fig. 9)
+# and Megatron-Core MoE reports show the busiest EP rank receiving ~1.1-1.2x the mean tokens;
+# 1.15 sits in the middle of that range (issue 13: "real dropless routing loses 8-20% to skew").
+DEFAULT_LOAD_IMBALANCE = {"balanced": 1.0, "dropless": 1.15}
+SCHEDULES = ("gpipe", "1f1b", "interleaved", "zb-h1", "zb-v", "dualpipe", "dualpipev")
 TWO_CHUNK_SCHEDULES = ("zb-v", "dualpipe", "dualpipev")  # two model chunks per stage by construction
 RECOMPUTE = ("none", "selective", "full")
 INTRA_FABRICS = ("nvswitch", "pcie", "nvlink")
@@ -72,9 +81,20 @@ def _check_bool(key: str, value: object) -> None:
         raise ConfigError(f"must be true or false, got {value!r}", key=key)
 
 
-def _check_choice(key: str, value: object, allowed: tuple[str, ...]) -> None:
-    if not isinstance(value, str) or value not in allowed:
-        raise ConfigError(f"must be one of {', '.join(allowed)}; got {value!r}", key=key)
+def _check_choice(key: str, value: object, allowed: tuple[str, ...]) -> str:
+    """The allowed name `value` stands for (any case, or a common alias such as `bfloat16`
+    for `bf16`, simulator/names.py); an error with the closest name otherwise."""
+    found = canonical(value, allowed)
+    if found is None:
+        hint = did_you_mean(value, allowed)
+        raise ConfigError(f"must be one of {', '.join(allowed)}; got {value!r}{hint}", key=key)
+    return found
+
+
+def _set(obj: object, name: str, value: object) -> None:
+    """Store the canonical spelling of a name in a frozen dataclass during __post_init__."""
+    if getattr(obj, name) != value:
+        object.__setattr__(obj, name, value)
 
 
 def _check_str(key: str, value: object) -> None:
@@ -83,6 +103,31 @@ def _check_str(key: str, value: object) -> None:
 
 
 # ----------------------------------------------------------------------------- model
+@dataclass(frozen=True, slots=True)
+class MLASpec:
+    """Multi-head latent attention (DeepSeek-V2 arXiv 2405.04434 §2.1; DeepSeek-V3, Kimi-K2).
+
+    Queries: h -> q_lora_rank -> heads·(nope + rope) (q_lora_rank 0: one full-rank h -> heads·(nope+rope)).
+    Keys/values: h -> kv_lora_rank + rope (the rope part is one shared key head), then
+    kv_lora_rank -> heads·(nope + v). Output: heads·v -> h.
+    """
+
+    q_lora_rank: int = 0
+    kv_lora_rank: int = 512
+    qk_nope_head_dim: int = 128
+    qk_rope_head_dim: int = 64
+    v_head_dim: int = 128
+
+    def __post_init__(self) -> None:
+        _check_int("model.mla.q_lora_rank", self.q_lora_rank, minimum=0, maximum=MAX_DIM)
+        for key in ("kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim"):
+            _check_int(f"model.mla.{key}", getattr(self, key), maximum=MAX_DIM)
+
+    @property
+    def qk_head_dim(self) -> int:
+        return self.qk_nope_head_dim + self.qk_rope_head_dim
+
+
 @dataclass(frozen=True, slots=True)
 class ModelSpec:
     """A decoder-only transformer. `kv_heads < heads` is GQA/MQA."""
@@ -104,9 +149,30 @@ class ModelSpec:
     expert_ffn_hidden: int = 0  # 0 -> ffn_hidden
     shared_expert_ffn_hidden: int = 0
     moe_layer_interval: int = 1  # every k-th layer is MoE when num_experts > 0
+    first_dense_layers: int = 0  # leading layers with a dense MLP (DeepSeek first_k_dense_replace)
+    routing: str = "balanced"  # balanced | dropless
+    load_imbalance: float = 0.0  # busiest EP rank's tokens / mean; 0 -> DEFAULT_LOAD_IMBALANCE[routing]
+    max_nodes_per_token: int = 0  # node-limited routing (DeepSeek-V3: 4); 0 = unlimited
+    dispatch_dtype: str = "bf16"  # bf16 | fp8 (FP8 dispatch, BF16 combine)
+    mla: MLASpec | None = None
+    mtp_layers: int = 0  # DeepSeek multi-token-prediction modules (one transformer layer each)
+    notes: tuple[str, ...] = field(default=(), compare=False)  # import warnings, shown by the CLI
 
     def __post_init__(self) -> None:
         p = "model"
+        if self.mla is not None and not isinstance(self.mla, MLASpec):
+            raise ConfigError("must be a table", key=f"{p}.mla")
+        _check_int(f"{p}.moe.first_dense_layers", self.first_dense_layers, minimum=0, maximum=MAX_LAYERS)
+        _check_choice(f"{p}.moe.routing", self.routing, ROUTING)
+        _check_num(f"{p}.moe.load_imbalance", self.load_imbalance, maximum=1e3)
+        if 0 < self.load_imbalance < 1:
+            raise ConfigError(
+                f"must be >= 1 (busiest rank / mean), got {self.load_imbalance!r}",
+                key=f"{p}.moe.load_imbalance",
+            )
+        _check_int(f"{p}.moe.max_nodes_per_token", self.max_nodes_per_token, minimum=0, maximum=MAX_GPUS)
+        _check_choice(f"{p}.moe.dispatch_dtype", self.dispatch_dtype, DISPATCH_DTYPES)
+        _check_int(f"{p}.mtp_layers", self.mtp_layers, minimum=0, maximum=MAX_LAYERS)
         _check_str(f"{p}.name", self.name)
         _check_int(f"{p}.layers", self.layers, maximum=MAX_LAYERS)
         for key in ("hidden", "heads", "vocab", "seq_len"):
@@ -118,7 +184,11 @@ class ModelSpec:
         _check_int(f"{p}.moe_layer_interval", self.moe_layer_interval, maximum=MAX_DIM)
         for key in ("gated_mlp", "tied_embeddings", "position_embeddings"):
             _check_bool(f"{p}.{key}", getattr(self, key))
-        if self.head_dim == 0 and self.hidden % self.heads:
+        if self.first_dense_layers and self.first_dense_layers >= self.layers and self.num_experts:
+            raise ConfigError(
+                f"must be below layers ({self.layers}) or no layer is MoE", key=f"{p}.moe.first_dense_layers"
+            )
+        if self.head_dim == 0 and self.hidden % self.heads and self.mla is None:
             raise ConfigError(
                 f"hidden ({self.hidden}) must be a multiple of heads ({self.heads}) unless head_dim is given",
                 key=f"{p}.heads",
@@ -150,12 +220,12 @@ class ModelSpec:
         The exact counts live in simulator/flops.py; this one only guards against absurd sizes.
         """
         h, mats = float(self.hidden), (3 if self.gated_mlp else 2)
-        attn = h * (self.q_dim + 2 * self.kv_dim) + self.q_dim * h
+        attn = h * (self.qk_dim + 2 * self.kv_dim) + self.v_dim * h + self.qk_dim * h
         if self.num_experts:
             mlp = self.num_experts * mats * h * self.expert_ffn + mats * h * self.shared_expert_ffn_hidden
         else:
             mlp = mats * h * self.ffn
-        return self.layers * (attn + mlp) + 2.0 * self.vocab * h
+        return (self.layers + self.mtp_layers) * (attn + mlp) + 2.0 * self.vocab * h
 
     @property
     def num_kv_heads(self) -> int:
@@ -163,16 +233,38 @@ class ModelSpec:
 
     @property
     def dim_per_head(self) -> int:
+        if self.mla is not None:
+            return self.mla.qk_head_dim
         return self.head_dim or self.hidden // self.heads
 
     @property
     def q_dim(self) -> int:
-        """Width of the query projection (= hidden for standard models)."""
+        """Width of the query projection (= hidden for standard models; heads·(nope+rope) for MLA)."""
         return self.heads * self.dim_per_head
 
     @property
+    def qk_dim(self) -> int:
+        """Width over which scores Q·Kᵀ are summed, all heads (= q_dim)."""
+        return self.q_dim
+
+    @property
+    def v_dim(self) -> int:
+        """Width of the attention output, all heads (= q_dim except MLA: heads·v_head_dim)."""
+        if self.mla is not None:
+            return self.heads * self.mla.v_head_dim
+        return self.q_dim
+
+    @property
     def kv_dim(self) -> int:
+        """Width of each of K and V (GQA: kv_heads·head_dim; MLA: per-head after up-projection)."""
+        if self.mla is not None:
+            return self.heads * self.mla.qk_head_dim
         return self.num_kv_heads * self.dim_per_head
+
+    @property
+    def imbalance(self) -> float:
+        """Busiest EP rank's routed tokens / the mean (the `load_imbalance` or its routing default)."""
+        return self.load_imbalance or DEFAULT_LOAD_IMBALANCE[self.routing]
 
     @property
     def ffn(self) -> int:
@@ -187,11 +279,14 @@ class ModelSpec:
         return self.expert_ffn_hidden or self.ffn
 
     def is_moe_layer(self, layer: int) -> bool:
-        return self.is_moe and (layer % self.moe_layer_interval == self.moe_layer_interval - 1)
+        """Layer `layer` (0-based) has routed experts: past the first dense layers, every k-th
+        (HF Llama 4: (i + 1) % interleave_moe_layer_step == 0; DeepSeek: i >= first_k_dense_replace)."""
+        k = self.moe_layer_interval
+        return self.is_moe and layer >= self.first_dense_layers and layer % k == k - 1
 
     @property
     def num_moe_layers(self) -> int:
-        return self.layers // self.moe_layer_interval if self.is_moe else 0
+        return sum(1 for i in range(self.layers) if self.is_moe_layer(i))
 
 
 # ----------------------------------------------------------------------------- GPU
@@ -231,10 +326,11 @@ class GPUSpec:
     efficiency: GPUEfficiency = field(default_factory=GPUEfficiency)
     num_sms: int = 108  # streaming multiprocessors: sets GEMM wave quantization
     source: str = ""
+    peak_fp4_flop_per_s: float = 0.0  # dense NVFP4 tensor-core peak; 0 = not supported
     # Whole-run energy (simulator/plan.py); 0 = not in the catalog. Datasheet sources in gpus.toml.
     board_power_w: float = 0.0  # rated board power (TDP / max TGP)
     node_overhead_w_per_gpu: float = 0.0  # rated server power minus its GPUs' board power, per GPU
-    host_link_bytes_per_s: float = 0.0  # GPU <-> host memory, one direction (checkpoint snapshots)
+    host_link_bytes_per_s: float = 0.0  # GPU <-> host memory, one direction (checkpoints, offloading)
 
     def __post_init__(self) -> None:
         _check_num("gpu.board_power_w", self.board_power_w, maximum=1e5)
@@ -243,6 +339,7 @@ class GPUSpec:
         _check_num("gpu.peak_bf16_tflops", self.peak_bf16_flop_per_s, strict=True)
         _check_num("gpu.peak_fp16_tflops", self.peak_fp16_flop_per_s, strict=True)
         _check_num("gpu.peak_fp8_tflops", self.peak_fp8_flop_per_s)
+        _check_num("gpu.peak_fp4_tflops", self.peak_fp4_flop_per_s)
         _check_num("gpu.hbm_gib", self.hbm_bytes, strict=True)
         _check_num("gpu.hbm_TBps", self.hbm_bandwidth_bytes_per_s, strict=True)
 
@@ -251,6 +348,10 @@ class GPUSpec:
             "bf16": self.peak_bf16_flop_per_s,
             "fp16": self.peak_fp16_flop_per_s,
             "fp8": self.peak_fp8_flop_per_s,
+            # MXFP8 (OCP microscaling, 32-element blocks) runs on the FP8 tensor cores at the FP8 rate
+            # on Blackwell (NVIDIA Blackwell architecture technical brief, "block-scaled FP8")
+            "mxfp8": self.peak_fp8_flop_per_s if self.peak_fp4_flop_per_s > 0 else 0.0,
+            "nvfp4": self.peak_fp4_flop_per_s,
         }.get(dtype, 0.0)
         if peak <= 0:
             raise ConfigError(f"GPU {self.name} has no dense {dtype} peak", key="precision.dtype")
@@ -266,7 +367,7 @@ class IntraNodeSpec:
     nvls: bool = False  # NVLink SHARP (in-switch reduction), NVSwitch gen 3+ (H100 and later)
 
     def __post_init__(self) -> None:
-        _check_choice("intra_node.fabric", self.fabric, INTRA_FABRICS)
+        _set(self, "fabric", _check_choice("intra_node.fabric", self.fabric, INTRA_FABRICS))
         _check_bool("intra_node.nvls", self.nvls)
         _check_num("intra_node.link_GBps_per_direction", self.link_bandwidth_bytes_per_s, strict=True)
         _check_num("intra_node.latency_us", self.latency_s, maximum=1.0)
@@ -282,7 +383,7 @@ class InterNodeSpec:
     oversubscription: float = 1.0
 
     def __post_init__(self) -> None:
-        _check_choice("inter_node.fabric", self.fabric, INTER_FABRICS)
+        _set(self, "fabric", _check_choice("inter_node.fabric", self.fabric, INTER_FABRICS))
         _check_int("inter_node.nics_per_node", self.nics_per_node, maximum=1024)
         _check_num("inter_node.nic_Gbps", self.nic_bandwidth_bytes_per_s, strict=True)
         _check_num("inter_node.latency_us", self.latency_s, maximum=1.0)
@@ -298,10 +399,12 @@ class TopologySpec:
     intra_node: IntraNodeSpec
     inter_node: InterNodeSpec
     rank_order: tuple[str, ...] = ("tp", "cp", "dp", "pp")  # innermost first
+    physical_gpus_per_node: int = 0  # GPUs a node has when fewer are used ([cluster] gpus_used_per_node)
 
     def __post_init__(self) -> None:
         _check_str("name", self.name)
         _check_int("gpus_per_node", self.gpus_per_node, maximum=1024)
+        _check_int("gpus_used_per_node", self.physical_gpus_per_node, minimum=0, maximum=1024)
         if sorted(self.rank_order) != sorted(RANK_AXES):
             raise ConfigError(
                 f"must be a permutation of {list(RANK_AXES)}; got {list(self.rank_order)}",
@@ -334,15 +437,28 @@ class ParallelConfig:
     overlap_param_gather: bool = True
     tp_comm_overlap: bool = False
     grad_bucket_params: int = 40_000_000  # DP bucket; Megatron: max(40M, 1M*dp) parameters
+    etp: int = 0  # expert tensor parallel; 0 = default: 1 with ep > 1, tp with ep = 1 (see expert_tp)
+    ep_comm_overlap: bool = False  # EP all-to-all of one micro-batch hidden behind another's compute
+    # Megatron --account-for-embedding-in-pipeline-split / --account-for-loss-in-pipeline-split:
+    # the embedding (loss) counts as one layer of the first (last) virtual stage's share
+    account_for_embedding_in_pipeline_split: bool = False
+    account_for_loss_in_pipeline_split: bool = False
 
     def __post_init__(self) -> None:
         p = "parallel"
         for key in ("tp", "pp", "dp", "cp", "ep", "vp"):
             _check_int(f"{p}.{key}", getattr(self, key), maximum=MAX_GPUS)
+        _check_int(f"{p}.etp", self.etp, minimum=0, maximum=MAX_GPUS)
+        for key in (
+            "ep_comm_overlap",
+            "account_for_embedding_in_pipeline_split",
+            "account_for_loss_in_pipeline_split",
+        ):
+            _check_bool(f"{p}.{key}", getattr(self, key))
         _check_int(f"{p}.micro_batch", self.micro_batch, maximum=MAX_DIM)
         _check_int(f"{p}.global_batch", self.global_batch, maximum=100 * MAX_DIM)
-        _check_choice(f"{p}.schedule", self.schedule, SCHEDULES)
-        _check_choice(f"{p}.recompute", self.recompute, RECOMPUTE)
+        _set(self, "schedule", _check_choice(f"{p}.schedule", self.schedule, SCHEDULES))
+        _set(self, "recompute", _check_choice(f"{p}.recompute", self.recompute, RECOMPUTE))
         _check_int(f"{p}.zero", self.zero, minimum=0, maximum=3)
         for key in ("sequence_parallel", "overlap_grad_reduce", "overlap_param_gather", "tp_comm_overlap"):
             _check_bool(f"{p}.{key}", getattr(self, key))
@@ -391,6 +507,27 @@ class ParallelConfig:
     @property
     def num_microbatches(self) -> int:
         return self.global_batch // (self.micro_batch * self.dp)
+
+    @property
+    def expert_tp(self) -> int:
+        """Tensor-parallel split of each expert's matrices. Given: `etp`. Default: tp when ep = 1
+        (experts split like the dense MLP: Megatron's default expert_tensor_parallel_size = tp),
+        1 when ep > 1 (whole experts per rank, as Megatron-Bridge's MoE recipes set it)."""
+        if self.etp:
+            return self.etp
+        return self.tp if self.ep == 1 else 1
+
+    @property
+    def expert_dp(self) -> int:
+        """Expert-data-parallel size: the tp·dp·cp ranks of a stage hold ep·etp expert shards."""
+        return max(self.tp * self.dp * self.cp // (self.ep * self.expert_tp), 1)
+
+    @property
+    def pipeline_extra_layers(self) -> int:
+        """Layer slots the embedding and the loss take in the pipeline split (0, 1 or 2)."""
+        return int(self.account_for_embedding_in_pipeline_split) + int(
+            self.account_for_loss_in_pipeline_split
+        )
 
     @property
     def model_parallel_size(self) -> int:
@@ -476,6 +613,18 @@ class KernelOptions:
 
 
 @dataclass(frozen=True, slots=True)
+class MemoryOptions:
+    """[memory]: what lives in host memory instead of HBM (issue 13)."""
+
+    offload_activations: float = 0.0  # fraction of the stored activations copied to host memory
+    offload_optimizer: bool = False  # fp32 master weights + Adam moments on the host, Adam on the CPU
+
+    def __post_init__(self) -> None:
+        _check_num("memory.offload_activations", self.offload_activations, maximum=1.0)
+        _check_bool("memory.offload_optimizer", self.offload_optimizer)
+
+
+@dataclass(frozen=True, slots=True)
 class Scenario:
     """One model on one cluster with one parallel configuration."""
 
@@ -491,13 +640,21 @@ class Scenario:
     sweep: tuple[tuple[str, tuple[object, ...]], ...] = ()
     source: str = ""  # file it came from, for messages
     run: RunSpec | None = None  # the whole-run plan's inputs ([run]); None = no plan
+    memory: MemoryOptions = field(default_factory=MemoryOptions)
 
     def __post_init__(self) -> None:
         _check_str("name", self.name)
         _check_int("cluster.num_gpus", self.num_gpus, maximum=MAX_GPUS)
-        _check_choice("precision.dtype", self.dtype, DTYPES)
+        _set(self, "dtype", _check_choice("precision.dtype", self.dtype, DTYPES))
         self.gpu.peak_flop_per_s(self.dtype)  # raises if the GPU lacks this dtype
         check_parallel_fits(self.model, self.parallel, self.num_gpus)
+        if (self.memory.offload_activations or self.memory.offload_optimizer) and not (
+            self.gpu.host_link_bytes_per_s > 0
+        ):
+            raise ConfigError(
+                f"GPU {self.gpu.name} has no host link bandwidth (host_link_GBps) in the catalog",
+                key="memory",
+            )
 
     @property
     def gpu(self) -> GPUSpec:
@@ -513,12 +670,18 @@ class Scenario:
 
     def warnings(self) -> list[str]:
         """Legal but suspicious choices, printed on stderr by the CLI."""
-        out = []
+        out = list(self.model.notes)
         par = self.parallel
         if par.tp > self.topology.gpus_per_node:
             out.append(
                 f"tp = {par.tp} exceeds gpus_per_node = {self.topology.gpus_per_node}: "
                 "tensor-parallel traffic crosses the inter-node network"
+            )
+        idle = self.topology.physical_gpus_per_node - self.topology.gpus_per_node
+        if self.topology.physical_gpus_per_node and idle > 0:
+            out.append(
+                f"gpus_used_per_node = {self.topology.gpus_per_node}: {idle} of "
+                f"{self.topology.physical_gpus_per_node} GPUs per node stay idle"
             )
         if par.pp > 1 and par.num_microbatches < par.pp:
             out.append(
@@ -526,7 +689,7 @@ class Scenario:
                 "the pipeline never fills (bubble > 50%)"
             )
         pieces = num_virtual_stages(par.schedule, par.pp, par.vp)
-        if self.model.layers % pieces:
+        if (self.model.layers + par.pipeline_extra_layers) % pieces:
             out.append(
                 f"{self.model.layers} layers do not divide into "
                 f"{'pp' if par.schedule == 'dualpipe' else 'pp*vp'} = {pieces} "
@@ -555,16 +718,18 @@ def check_parallel_fits(model: ModelSpec, par: ParallelConfig, num_gpus: int) ->
         # Megatron needs tp | kv_heads; with tp > kv_heads the KV heads are replicated,
         # which only works when kv_heads divides tp.
         raise ConfigError(f"tp = {par.tp} and kv_heads = {kv}: one must divide the other", key=f"{p}.tp")
-    if par.pp > model.layers:
+    slots = model.layers + par.pipeline_extra_layers  # embedding / loss may take a stage's slot
+    if par.pp > slots:
         raise ConfigError(f"pp = {par.pp} exceeds the number of layers ({model.layers})", key=f"{p}.pp")
-    if par.schedule in ("zb-v", "dualpipev") and model.layers < 2 * par.pp:
+    if par.schedule in ("zb-v", "dualpipev") and slots < 2 * par.pp:
         raise ConfigError(
             f"{par.schedule} cuts the model into 2*pp = {2 * par.pp} chunks; it has only {model.layers} layers",
             key=f"{p}.pp",
         )
-    if par.vp > 1 and par.schedule == "interleaved" and model.layers < par.pp * par.vp:
+    if par.vp > 1 and par.schedule == "interleaved" and slots < par.pp * par.vp:
         raise ConfigError(
-            f"pp*vp = {par.pp * par.vp} model chunks exceed the number of layers ({model.layers})",
+            f"pp*vp = {par.pp * par.vp} model chunks exceed the number of layers ({model.layers})"
+            + (f" + {par.pipeline_extra_layers} (embedding/loss)" if par.pipeline_extra_layers else ""),
             key=f"{p}.vp",
         )
     if model.seq_len % par.cp or (par.cp > 1 and model.seq_len % (2 * par.cp)):
@@ -589,4 +754,20 @@ def check_parallel_fits(model: ModelSpec, par: ParallelConfig, num_gpus: int) ->
                 f"ep = {par.ep} must divide dp*cp*tp = {par.dp * par.cp * par.tp} "
                 "(expert-parallel groups are carved from the data-parallel ranks)",
                 key=f"{p}.ep",
+            )
+    if par.etp > 1 or par.ep_comm_overlap:
+        if not model.is_moe:
+            key = "etp" if par.etp > 1 else "ep_comm_overlap"
+            raise ConfigError(f"{key} needs a mixture-of-experts model ([model.moe])", key=f"{p}.{key}")
+    if model.is_moe:
+        etp = par.expert_tp
+        if (par.dp * par.cp * par.tp) % (par.ep * etp):
+            raise ConfigError(
+                f"ep*etp = {par.ep}*{etp} must divide tp*dp*cp = {par.dp * par.cp * par.tp} "
+                "(Megatron carves the expert groups from the same ranks)",
+                key=f"{p}.etp",
+            )
+        if model.expert_ffn % etp:
+            raise ConfigError(
+                f"etp = {etp} must divide the expert FFN width ({model.expert_ffn})", key=f"{p}.etp"
             )

@@ -4,24 +4,38 @@ Layout: one *process* per pipeline stage (the GPU that stands for that stage's T
 group), one *thread* per stream of that stage — `compute` (the GPU's own exclusive
 timeline, which tiles [0, step_time_s]), then `tp`, `dp`, `pp`, `data` (work that runs
 beside it). Every `Span` becomes one complete event (`"ph": "X"`) with its name, its
-category as `cat`, and `args` (FLOPs, message bytes, micro-batch, model chunk). Only the
-compute thread carries the SPEC §4 categories as `cat` (they tile the step, so they sum to
-the breakdown); overlapped work beside it is `cat = "<stream>-stream.<category>"`.
+category as `cat`, and `args` (phase, micro-batch, model chunk, FLOPs, message bytes).
+The name is the operation without its micro-batch (`F qkv`, `B fc1 dgrad`, `send F`), so
+per-op statistics in a trace viewer group all micro-batches; the micro-batch is in `args`.
+`cat` is always one of the breakdown categories (docs/reference.md); only the compute
+thread tiles the step, so summing `dur` by `cat` over a stage's compute thread gives its
+`breakdown_by_stage_s`, and work on the other threads is marked `args.overlapped = true`.
+
+Timestamps are whole nanoseconds: each span's start and end are rounded to integer ns and
+`dur = end - start`, written as microseconds with three decimals. Trace viewers convert
+`ts` and `dur` to integer ns separately (Perfetto: `llround(us * 1000)`); with raw float
+microseconds back-to-back spans then overlapped by 1 ns and the later one was dropped
+(101 of 947 spans of teaching-pp4, issue 17). Spans of one thread that would still overlap
+partially (concurrent transfers on a comm stream) go to an extra lane (`tp comm #2`), so
+every thread is properly nested.
 
 Format: "Trace Event Format", Google, 2016 (the JSON Object Format with `traceEvents`;
-`ts`/`dur` in microseconds). Loads in ui.perfetto.dev and chrome://tracing. Seconds
-become microseconds here, with `units.s_to_us`, and nowhere else.
+`ts`/`dur` in microseconds). Loads in ui.perfetto.dev and chrome://tracing. A path ending
+in `.gz` is written gzip-compressed (Perfetto opens it as is). Seconds become nanoseconds
+here, with `units.s_to_ns`, and nowhere else.
 """
 
 from __future__ import annotations
 
+import gzip
 import json
+import re
 from pathlib import Path
 from typing import Any
 
 from .metrics import StepReport
 from .timeline import MAIN_STREAM, Span, Timeline
-from .units import s_to_us
+from .units import s_to_ns, us_to_s
 
 # Thread order inside each stage's process: the GPU's own timeline first.
 STREAM_ORDER = (MAIN_STREAM, "tp", "cp", "ep", "dp", "pp", "data")
@@ -41,63 +55,125 @@ def pid_of(stage: int) -> int:
     return stage + 1
 
 
-def _stream_ids(timeline: Timeline) -> dict[str, int]:
-    """Thread id of each stream: the fixed order first, then any other stream by name."""
-    seen = {s.stream for s in timeline.spans}
-    ordered = [s for s in STREAM_ORDER if s in seen or s == MAIN_STREAM]
-    ordered += sorted(seen - set(ordered))
-    return {name: i + 1 for i, name in enumerate(ordered)}
+_TASK_LABEL = re.compile(r"^([FBW])\d+(?:\.\d+)?(?= |$)")  # "F3", "B12.1": phase, micro-batch, chunk
+_MICROBATCH_WORD = re.compile(r" mb\d+\b")  # "send F mb3", "wait activation mb3"
+
+
+def op_name(span_name: str) -> str:
+    """A span's name without its micro-batch and chunk: `F3.1 qkv` -> `F qkv`,
+    `send F mb3` -> `send F` (they are in the event's `args`)."""
+    return _MICROBATCH_WORD.sub("", _TASK_LABEL.sub(r"\1", span_name))
+
+
+def _phase(span_name: str) -> str:
+    match = _TASK_LABEL.match(span_name)
+    return match.group(1) if match else ""
 
 
 def event_category(span: Span) -> str:
-    """`cat` of a span's event: its SPEC category on the GPU's own (compute) timeline;
-    `<stream>-stream.<category>` for work beside it (e.g. `dp-stream.dp_comm`, overlapped).
-
-    So summing `dur` by `cat` over a stage's events gives exactly its `breakdown_by_stage_s`,
-    with nothing counted twice; the plain category is also in `args.category`.
-    """
-    if span.stream == MAIN_STREAM:
-        return span.category
-    return f"{span.stream}-stream.{span.category}"
+    """`cat` of a span's event: its breakdown category, whatever thread it is on. Work beside
+    the GPU's own timeline (overlapped communication, the dataloader) is told apart by its
+    thread and `args.overlapped`, never by a second category name."""
+    return span.category
 
 
-def _span_event(span: Span, tid: int) -> dict[str, Any]:
+_NsSpan = tuple[int, int, Span]  # (start ns, end ns, span)
+
+
+def _lanes(spans: list[_NsSpan]) -> list[list[_NsSpan]]:
+    """Split one thread's spans into lanes with no overlap at all (first lane that is free).
+
+    The compute stream tiles the step, so it always stays one lane; a comm stream whose
+    transfers run concurrently gets as many lanes as it has transfers in flight at once."""
+    lanes: list[list[_NsSpan]] = []
+    lane_end: list[int] = []
+    for item in sorted(spans, key=lambda x: (x[0], x[1])):
+        for i, t in enumerate(lane_end):
+            if t <= item[0]:
+                lanes[i].append(item)
+                lane_end[i] = item[1]
+                break
+        else:
+            lanes.append([item])
+            lane_end.append(item[1])
+    return lanes
+
+
+def _threads(spans: list[Span] | tuple[Span, ...]) -> dict[tuple[int, str], list[list[_NsSpan]]]:
+    """Every span with its edges in whole ns, grouped by (stage, stream) and split in lanes."""
+    by_thread: dict[tuple[int, str], list[_NsSpan]] = {}
+    for span in spans:
+        a = s_to_ns(span.start_s)
+        b = max(a, s_to_ns(span.end_s))
+        by_thread.setdefault((span.stage, span.stream), []).append((a, b, span))
+    return {key: _lanes(items) for key, items in by_thread.items()}
+
+
+def _thread_ids(threads: dict[tuple[int, str], list[list[_NsSpan]]]) -> dict[tuple[str, int], int]:
+    """Thread id of each (stream, lane), the same in every stage's process: the GPU's own
+    timeline first, then the fixed stream order, then any other stream by name."""
+    lanes_of: dict[str, int] = {MAIN_STREAM: 1}
+    for (_, stream), lanes in threads.items():
+        lanes_of[stream] = max(lanes_of.get(stream, 1), len(lanes))
+    ordered = [st for st in STREAM_ORDER if st in lanes_of]
+    ordered += sorted(set(lanes_of) - set(ordered))
+    tids: dict[tuple[str, int], int] = {}
+    for stream in ordered:
+        for lane in range(lanes_of[stream]):
+            tids[(stream, lane)] = len(tids) + 1
+    return tids
+
+
+def _us(ns: int) -> float:
+    """Whole nanoseconds as microseconds: at most three decimals when written as JSON."""
+    return ns / 1000
+
+
+def _span_event(start_ns: int, end_ns: int, span: Span, tid: int) -> dict[str, Any]:
     return {
-        "name": span.name,
+        "name": op_name(span.name),
         "cat": event_category(span),
         "ph": "X",
-        "ts": s_to_us(span.start_s),
-        "dur": s_to_us(span.duration_s),
+        "ts": _us(start_ns),
+        "dur": _us(end_ns - start_ns),
         "pid": pid_of(span.stage),
         "tid": tid,
         "args": {
             "stage": span.stage,
             "stream": span.stream,
             "category": span.category,
-            "flops": span.flops,
-            "message_bytes": span.message_bytes,
+            "overlapped": span.stream != MAIN_STREAM,
+            "phase": _phase(span.name),
             "microbatch": span.microbatch,
             "chunk": span.chunk,
+            "flops": span.flops,
+            "message_bytes": span.message_bytes,
         },
     }
 
 
-def _metadata_events(timeline: Timeline, report: StepReport, tids: dict[str, int]) -> list[dict[str, Any]]:
+def _metadata_events(
+    num_stages: int,
+    report: StepReport,
+    threads: dict[tuple[int, str], list[list[_NsSpan]]],
+    tids: dict[tuple[str, int], int],
+) -> list[dict[str, Any]]:
     events: list[dict[str, Any]] = []
-    streams_by_stage: dict[int, set[str]] = {st: {MAIN_STREAM} for st in range(timeline.num_stages)}
-    for s in timeline.spans:
-        streams_by_stage.setdefault(s.stage, {MAIN_STREAM}).add(s.stream)
+    lanes_by_stage: dict[int, dict[str, int]] = {st: {MAIN_STREAM: 1} for st in range(num_stages)}
+    for (stage, stream), lanes in threads.items():
+        lanes_by_stage.setdefault(stage, {MAIN_STREAM: 1})[stream] = len(lanes)
     pp = report.parallel.pp
-    for stage in sorted(streams_by_stage):
+    for stage in sorted(lanes_by_stage):
         label = f"stage {stage}" + (f" of {pp}" if pp > 1 else "")
         pid = pid_of(stage)
         events.append({"name": "process_name", "ph": "M", "pid": pid, "tid": 0, "args": {"name": label}})
         events.append(
             {"name": "process_sort_index", "ph": "M", "pid": pid, "tid": 0, "args": {"sort_index": stage}}
         )
-        for stream in sorted(streams_by_stage[stage], key=lambda n: tids[n]):
-            tid = tids[stream]
-            name = STREAM_LABELS.get(stream, stream)
+        present = [(st, lane) for st, n in lanes_by_stage[stage].items() for lane in range(n)]
+        for stream, lane in sorted(present, key=lambda k: tids[k]):
+            tid = tids[(stream, lane)]
+            name = STREAM_LABELS.get(stream, stream) + (f" #{lane + 1}" if lane else "")
             events.append({"name": "thread_name", "ph": "M", "pid": pid, "tid": tid, "args": {"name": name}})
             events.append(
                 {"name": "thread_sort_index", "ph": "M", "pid": pid, "tid": tid, "args": {"sort_index": tid}}
@@ -152,13 +228,15 @@ def chrome_trace_events(
 ) -> list[dict[str, Any]]:
     """The trace's event list: metadata (process/thread names) then one "X" event per span
     (per task and category when the timeline has more than `max_events` spans)."""
-    tids = _stream_ids(timeline)
-    events = _metadata_events(timeline, report, tids)
     spans: list[Span] | tuple[Span, ...] = timeline.spans
     if max_events is not None and len(spans) > max_events:
         spans = coarsened_spans(spans)
-    ordered = sorted(spans, key=lambda s: (s.stage, tids[s.stream], s.start_s, s.end_s))
-    events.extend(_span_event(s, tids[s.stream]) for s in ordered)
+    threads = _threads(spans)
+    tids = _thread_ids(threads)
+    events = _metadata_events(timeline.num_stages, report, threads, tids)
+    for (_stage, stream), lanes in sorted(threads.items(), key=lambda kv: (kv[0][0], tids[(kv[0][1], 0)])):
+        for lane, items in enumerate(lanes):
+            events.extend(_span_event(a, b, span, tids[(stream, lane)]) for a, b, span in items)
     return events
 
 
@@ -176,7 +254,7 @@ def chrome_trace(
             "mfu": report.mfu,
             "hfu": report.hfu,
             "tokens_per_s": report.tokens_per_s,
-            "time_unit": "ts and dur are microseconds",
+            "time_unit": "ts and dur are microseconds, whole nanoseconds (3 decimals)",
         },
     }
 
@@ -184,15 +262,18 @@ def chrome_trace(
 def write_chrome_trace(
     timeline: Timeline, report: StepReport, path: str | Path, *, max_events: int | None = MAX_EVENTS
 ) -> Path:
-    """Write the trace of one simulated step to `path` (open it in ui.perfetto.dev).
+    """Write the trace of one simulated step to `path` (open it in ui.perfetto.dev);
+    gzip-compressed when the name ends in `.gz` (`step.json.gz`).
 
     Every span is an event unless there are more than `max_events` (None: no limit); then
     per-op spans are merged per task and category, which keeps every sum.
     """
     out = Path(path)
-    with open(out, "w", encoding="utf-8") as f:
-        json.dump(chrome_trace(timeline, report, max_events=max_events), f, separators=(",", ":"))
-        f.write("\n")
+    text = json.dumps(chrome_trace(timeline, report, max_events=max_events), separators=(",", ":")) + "\n"
+    if out.suffix == ".gz":
+        out.write_bytes(gzip.compress(text.encode("utf-8"), mtime=0))
+    else:
+        out.write_text(text, encoding="utf-8")
     return out
 
 
@@ -208,5 +289,5 @@ def category_totals_s(events: list[dict[str, Any]], stream: str = MAIN_STREAM) -
             continue
         per = out.setdefault(int(e["args"]["stage"]), {})
         cat = e["args"]["category"]
-        per[cat] = per.get(cat, 0.0) + float(e["dur"]) / s_to_us(1.0)
+        per[cat] = per.get(cat, 0.0) + us_to_s(float(e["dur"]))
     return out

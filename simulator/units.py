@@ -58,5 +58,15 @@ def s_to_us(seconds: float) -> float:
     return seconds / US_S
 
 
+NS_S = 1e-9  # one nanosecond in seconds
+
+
+def s_to_ns(seconds: float) -> int:
+    """Whole nanoseconds (traces round every span edge to the nanosecond, issue 17)."""
+    return round(seconds / NS_S)
+
+
 # Bytes per element of each training dtype (weights/activations as stored).
-DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 1}
+# MXFP8: 1 byte + one E8M0 scale per 32 elements (OCP Microscaling Formats spec v1.0);
+# NVFP4: 4 bits + one E4M3 scale per 16 elements (NVIDIA, "Pretraining LLMs with NVFP4", arXiv 2509.25149).
+DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 1, "mxfp8": 1 + 1 / 32, "nvfp4": 0.5 + 1 / 16}

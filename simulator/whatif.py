@@ -24,6 +24,7 @@ from typing import Any, Protocol
 
 from .errors import ConfigError
 from .metrics import StepReport
+from .schedules import bubble_closed_form_s
 from .specs import Scenario
 from .units import GIB_BYTES
 
@@ -264,7 +265,7 @@ def _interleave_levers(scn: Scenario) -> Iterator[_Variant]:
         if par.pp == 1:
             yield _skip(key, name, ("bubble",), "pp = 1: interleaving needs a pipeline")
             continue
-        if vp == par.vp:
+        if vp == par.vp and par.schedule == "interleaved":
             yield _skip(key, name, ("bubble",), f"already vp = {vp}")
             continue
         yield _Variant(
@@ -274,6 +275,40 @@ def _interleave_levers(scn: Scenario) -> Iterator[_Variant]:
             ("bubble",),
             lambda vp=vp: _par(scn, vp=vp, schedule="interleaved"),  # type: ignore[misc]
             note="more P2P traffic; more in-flight activations",
+        )
+
+
+SCHEDULE_LEVERS = (
+    ("zb-h1", "zero-bubble ZB-H1 schedule", "W's fill the cool-down; 1F1B's activation memory"),
+    ("zb-v", "zero-bubble ZB-V schedule", "two chunks per stage in a V; 2x P2P traffic, 1F1B's memory"),
+    ("dualpipe", "DualPipe schedule", "2x parameters per stage; p + 1 micro-batches in flight"),
+    ("dualpipev", "DualPipeV schedule", "two chunks per stage in a V; 2p + 1 half-stage chunks in flight"),
+)
+
+
+def _schedule_levers(scn: Scenario) -> Iterator[_Variant]:
+    """The zero-bubble and DualPipe schedules (Qi et al. 2023/2024; DeepSeek-V3 report)."""
+    par = scn.parallel
+    for schedule, name, note in SCHEDULE_LEVERS:
+        key = f"schedule_{schedule.replace('-', '_')}"
+        if par.pp == 1:
+            yield _skip(key, name, ("bubble",), "pp = 1: no pipeline to schedule")
+            continue
+        if par.schedule == schedule:
+            yield _skip(key, name, ("bubble",), f"already schedule = {schedule!r}")
+            continue
+        try:
+            _par(scn, schedule=schedule, vp=1)
+        except ConfigError as err:
+            yield _skip(key, name, ("bubble",), str(err).split(": ", 1)[-1])
+            continue
+        yield _Variant(
+            key,
+            name,
+            f"parallel.schedule {par.schedule} -> {schedule}" + (f", vp {par.vp} -> 1" if par.vp > 2 else ""),
+            ("bubble",),
+            lambda schedule=schedule: _par(scn, schedule=schedule, vp=1),  # type: ignore[misc]
+            note=note,
         )
 
 
@@ -507,6 +542,7 @@ def candidate_variants(scn: Scenario) -> list[_Variant]:
     out += _dataloader_levers(scn)
     out += _microbatch_levers(scn)
     out += _interleave_levers(scn)
+    out += _schedule_levers(scn)
     out += _overlap_levers(scn)
     out += _memory_levers(scn)
     out += _network_lever(scn)
@@ -598,13 +634,16 @@ def expected_bubble_s(report: StepReport) -> float:
     """The pipeline bubble the schedule itself causes, per stage on average.
 
     Closed form (Narayanan et al. 2021 §2.2): bubble = (p−1)/(v·m) of the ideal (busy) time
-    for GPipe, 1F1B and interleaved 1F1B; no pipeline, no bubble.
+    for GPipe, 1F1B and interleaved 1F1B; the zero-bubble and DualPipe schedules' forms
+    (schedules.bubble_closed_form_s) taken at T_F = T_B = T_W; no pipeline, no bubble.
     """
     par = report.parallel
     if par.pp <= 1:
         return 0.0
     work = sum(report.breakdown_s.get(c, 0.0) for c in WORK_CATEGORIES)
-    return (par.pp - 1) / (par.vp * par.num_microbatches) * work
+    m = par.num_microbatches
+    share = bubble_closed_form_s(par.schedule, par.pp, par.vp, m, 1.0, 1.0, 1.0) / (3.0 * m)
+    return share * work
 
 
 def attributed_losses_s(report: StepReport) -> dict[str, float]:

@@ -57,7 +57,7 @@ def test_run_by_name_with_a_plan(capsys: pytest.CaptureFixture[str]) -> None:
     gpu_hours = 15e12 / out["tokens_per_s"] / 3600 * out["num_gpus"] / plan["goodput"]
     assert plan["gpu_hours"] == pytest.approx(gpu_hours, rel=1e-12)
     assert plan["cost_usd"] == pytest.approx(2 * gpu_hours, rel=1e-12)
-    assert plan["wall_days"] == pytest.approx(gpu_hours / out["num_gpus"] / 24, rel=1e-12)
+    assert plan["days"] == pytest.approx(gpu_hours / out["num_gpus"] / 24, rel=1e-12)
     assert sum(plan["time_fractions"].values()) == pytest.approx(1.0)
     # what was simulated
     assert (out["gpu"], out["dtype"], out["seq_len"]) == ("h100-sxm", "bf16", 8192)
@@ -138,3 +138,16 @@ def test_presets_lists_the_shipped_scenarios(capsys: pytest.CaptureFixture[str])
     out = _json(capsys, ["presets", "--json"])
     assert "llama3-70b-512-h100" in out["scenarios"]
     assert out["gpus"]["h100-sxm"]["board_power_w"] == 700.0
+
+
+def test_export_top_rows_are_engine_checked(
+    capsys: pytest.CaptureFixture[str], small: Path, tmp_path: Path
+) -> None:
+    """With --engine auto, --export-top K has the engine re-simulate the best K, so every exported
+    file reproduces its row exactly."""
+    top_dir = tmp_path / "top"
+    argv = ["sweep", str(small), "--jobs", "1", "--json", "--refine", "1", "--export-top", "4", str(top_dir)]
+    res = _json(capsys, argv)
+    assert [r["engine"] for r in res["top"][:4]] == ["des"] * 4
+    for f, r in zip(sorted(top_dir.glob("*.toml")), res["top"][:4], strict=True):
+        assert _json(capsys, ["run", str(f), "--json"])["mfu"] == pytest.approx(r["mfu"], rel=1e-9)

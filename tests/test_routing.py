@@ -66,4 +66,4 @@ def test_link_is_the_lower_stage_in_both_directions() -> None:
     assert link_stage(one, (0, 0), (0, 1)) is None  # same GPU: a hand-over in memory
     v = route_for("zb-v", 4, 1)
     assert v.next[(3, 0)] == (3, 1) and link_stage(v, (3, 0), (3, 1)) is None  # the turn of the V
-    assert link_stage(v, (3, 1), (2, 1)) == 3  # on the way back, the stage nearer the embedding
+    assert link_stage(v, (3, 1), (2, 1)) == 2  # on the way back, the same link 2 <-> 3 (p2p_s of stage 2)

@@ -282,7 +282,7 @@ def test_cli_validate_small_csv(tmp_path, shipped, monkeypatch, capsys):
     assert cli.main(["validate", str(path), "--out", str(out)]) == 0
     captured = capsys.readouterr()
     assert "MAPE" in captured.out and "overall" in captured.out
-    assert "validate: 6/6" in captured.err  # progress on stderr
+    assert "6/6" not in captured.err  # progress only on a terminal (simulator/progress.py)
     rows = list(csv.DictReader(io.StringIO(out.read_text())))
     assert len(rows) == 6 and {r["status"] for r in rows} == {"ok", "unusable"}
     assert cli.main(["validate", str(path), "--json", "--gpu", "A100"]) == 0
@@ -470,3 +470,29 @@ def test_row_without_num_gpus_or_seq_len_uses_what_it_has():
     assert case.scenario["cluster"]["num_gpus"] == 8
     s = V.scenario_for(case)
     assert s.model.seq_len == 8192  # the llama3-8b preset's
+
+
+def test_label_and_source_tables_name_real_topologies_gpus_and_conventions():
+    # the tables are data (simulator/catalog/gpu_labels.toml, validate_sources.toml): every name
+    # in them must resolve, or a row would fail only when a CSV happens to use it
+    from simulator.loading import gpu_by_name, load_topology
+    from simulator.resources import published_runs_csv, topology_names
+
+    table = V.gpu_labels()
+    mappings = [m for _, m in table.labels] + [table.grand_teton]
+    for m in mappings:
+        assert m.topology in topology_names()
+        assert load_topology(m.topology).gpus_per_node > 0
+        if m.gpu is not None:
+            assert gpu_by_name(m.gpu).name == m.gpu
+    assert {label for _, label in table.parts} <= {k for k, _ in table.labels}
+    sources = V.known_sources()
+    assert len({s.rules.key for s in sources.sources}) == len(sources.sources)
+    for s in sources.sources:
+        assert s.rules.flop_convention in flops.FLOP_CONVENTIONS
+        assert s.rules.dtype in ("bf16", "fp16", "fp8") and s.rules.recompute in ("none", "selective", "full")
+        assert 0 <= s.rules.zero <= 3
+    # every source of the shipped CSV is recognised by its text, not by the generic fallback
+    shipped_keys = {s.rules.key for s in sources.sources if s.in_shipped_csv}
+    runs = V.read_runs_csv(published_runs_csv())
+    assert {V.source_rules(r.source, "").key for r in runs} == shipped_keys

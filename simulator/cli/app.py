@@ -8,6 +8,7 @@ as `cmd_<name>(args) -> int`; heavy modules are imported inside it so `mfusim --
 from __future__ import annotations
 
 import argparse
+import importlib
 import os
 import sys
 import traceback
@@ -15,18 +16,27 @@ from collections.abc import Callable, Sequence
 
 from ..errors import EXIT_USAGE, ConfigError
 from .common import one_line
+<<<<<<< HEAD
 from .compare import cmd_compare
 from .kernel import cmd_kernel
 from .mfu import cmd_mfu
+=======
+>>>>>>> main
 from .parser import build_parser
-from .presets import cmd_presets
-from .run import cmd_run
-from .sweep import cmd_sweep
-from .topo import cmd_topo
-from .validate import cmd_validate
-from .whatif import cmd_whatif
+
+
+def _lazy(name: str) -> Callable[[argparse.Namespace], int]:
+    """`cmd_<name>` of simulator/cli/<name>.py, imported only when that command runs (start-up
+    time: `mfusim presets` need not import networkx, simpy or matplotlib)."""
+
+    def cmd(args: argparse.Namespace) -> int:
+        return getattr(importlib.import_module(f".{name}", __package__), f"cmd_{name}")(args)
+
+    return cmd
+
 
 COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
+<<<<<<< HEAD
     "run": cmd_run,
     "compare": cmd_compare,
     "sweep": cmd_sweep,
@@ -36,6 +46,9 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "topo": cmd_topo,
     "presets": cmd_presets,
     "kernel": cmd_kernel,
+=======
+    name: _lazy(name) for name in ("run", "compare", "sweep", "mfu", "validate", "whatif", "topo", "presets")
+>>>>>>> main
 }
 
 

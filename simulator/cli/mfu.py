@@ -87,7 +87,9 @@ def cmd_mfu(args: argparse.Namespace) -> int:
             "check --tokens-per-s (aggregate over all GPUs), --gpus and --gpu\n"
         )
     if args.json:
-        print_json(result)
+        from .. import __version__
+
+        print_json({**result, "mfusim_version": __version__})
         return 0
     print(
         f"{args.gpus} x {gpu.name} ({peak / TERA:.0f} TFLOP/s dense {args.dtype}), {tokens_per_s:,.0f} tokens/s"

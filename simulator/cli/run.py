@@ -5,13 +5,13 @@ from __future__ import annotations
 import argparse
 import sys
 
-from ..run import comm_model_for, format_report, format_samples, sample_stats
 from .common import check_writable, load_cli_scenario, print_json
 
 
 def cmd_run(args: argparse.Namespace) -> int:
     from ..describe import add_summary
     from ..plan import format_plan, plan_for
+    from ..run import comm_model_for, format_report, format_samples, sample_stats
     from ..simulate import simulate
 
     scn = load_cli_scenario(args.scenario, args)
@@ -25,7 +25,11 @@ def cmd_run(args: argparse.Namespace) -> int:
     for i in range(1, args.samples):
         samples.append(simulate(scn, comm, seed=base_seed + i).report)
 
-    plan = plan_for(scn, report) if scn.run is not None else None
+    # the plan runs at the mean step time when steps are sampled (jitter, stragglers)
+    mean_step_s = sum(r.step_time_s for r in samples) / len(samples)
+    plan = (
+        plan_for(scn, report, tokens_per_s=scn.tokens_per_step / mean_step_s) if scn.run is not None else None
+    )
     warnings = list(report.warnings) + (list(plan.warnings) if plan is not None else [])
     for w in warnings:
         sys.stderr.write(f"warning: {w}\n")

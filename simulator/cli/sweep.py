@@ -7,11 +7,14 @@ import json
 import os
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ..errors import ConfigError
-from ..specs import Scenario
-from ..sweep import SweepResult, format_table, load_sweep_scenario, result_json, run_sweep, write_plot
 from .common import check_writable, flag_names, scenario_overrides, scenario_path
+
+if TYPE_CHECKING:
+    from ..specs import Scenario
+    from ..sweep import SweepResult
 
 MAX_EXPORT = 10_000  # --export-top K
 
@@ -81,6 +84,8 @@ def _export(
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
+    from ..sweep import format_table, load_sweep_scenario, result_json, run_sweep, write_plot
+
     path = scenario_path(args.scenario)
     try:
         scn = load_sweep_scenario(path, scenario_overrides(args))
@@ -105,7 +110,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         engine=args.engine,
         jobs=args.jobs or os.cpu_count() or 1,
         top=args.top,
-        refine=args.refine,
+        # exported configurations are the engine's, so the files reproduce their rows exactly
+        refine=max(args.refine, export_top[0] if export_top else 0),
         rank_by=args.rank_by,
         out=out,
         resume=args.resume,

@@ -9,9 +9,6 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ConfigError
-from ..loading import load_topology
-from ..network.fabric import Fabric
-from ..network.summary import topology_summary
 
 DEFAULT_SCALABLE_UNITS = 4  # summary size when --gpus is not given: four SUs (a small SuperPOD)
 
@@ -51,6 +48,10 @@ def _text(s: dict[str, Any]) -> str:
 
 
 def cmd_topo(args: argparse.Namespace) -> int:
+    from ..loading import load_topology
+    from ..network.fabric import Fabric
+    from ..network.summary import topology_summary
+
     ref = args.topology
     topo = load_topology(ref, base_dir=Path.cwd())
     gpus = getattr(args, "gpus", None)
@@ -60,7 +61,9 @@ def cmd_topo(args: argparse.Namespace) -> int:
         raise ConfigError(f"must be a positive integer, got {gpus!r}", key="--gpus")
     summary = topology_summary(Fabric(topo, gpus))
     if getattr(args, "json", False):
-        sys.stdout.write(json.dumps(summary, indent=2) + "\n")
+        from .. import __version__
+
+        sys.stdout.write(json.dumps({**summary, "mfusim_version": __version__}, indent=2) + "\n")
     else:
         sys.stdout.write(_text(summary) + "\n")
     return 0

@@ -6,14 +6,19 @@ import argparse
 import json
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from .. import validate
 from ..errors import ConfigError
-from ..resources import published_runs_csv
 from .common import check_writable
 
+if TYPE_CHECKING:
+    from ..validate import SimulateFn
 
-def cmd_validate(args: argparse.Namespace, simulate_fn: validate.SimulateFn | None = None) -> int:
+
+def cmd_validate(args: argparse.Namespace, simulate_fn: SimulateFn | None = None) -> int:
+    from .. import validate
+    from ..resources import published_runs_csv
+
     path = Path(args.runs) if getattr(args, "runs", None) else published_runs_csv()
     out = None
     if getattr(args, "out", None):
@@ -30,7 +35,9 @@ def cmd_validate(args: argparse.Namespace, simulate_fn: validate.SimulateFn | No
     if out is not None:
         validate.write_out(report, out)
     if getattr(args, "json", False):
-        sys.stdout.write(json.dumps(report.to_dict(), indent=2) + "\n")
+        from .. import __version__
+
+        sys.stdout.write(json.dumps({**report.to_dict(), "mfusim_version": __version__}, indent=2) + "\n")
     else:
         sys.stdout.write(validate.format_report(report) + "\n")
     return 0

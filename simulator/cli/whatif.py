@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from ..whatif import WhatIf, analyze, candidate_variants
 from .common import load_cli_scenario, print_json
+
+if TYPE_CHECKING:
+    from ..whatif import WhatIf
 
 
 def _print_table(result: WhatIf, out: Any) -> None:
@@ -61,6 +63,7 @@ def _print_table(result: WhatIf, out: Any) -> None:
 def cmd_whatif(args: argparse.Namespace) -> int:
     """`mfusim whatif [SCENARIO] [--json]`."""
     from ..describe import add_summary
+    from ..whatif import analyze, candidate_variants
 
     scenario = load_cli_scenario(getattr(args, "scenario", None), args)
     n = sum(1 for v in candidate_variants(scenario) if v.build is not None)

@@ -18,11 +18,12 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass
-from typing import Any
-
-import simpy
+from typing import TYPE_CHECKING, Any
 
 from .routing import MessageKey
+
+if TYPE_CHECKING:
+    import simpy  # imported by replay_simpy only when a step needs it (start-up time)
 
 
 # ----------------------------------------------------------------------------- simpy

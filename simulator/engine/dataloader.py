@@ -10,13 +10,14 @@ a few previous steps, it gives the state the step starts from (`steady_loader_st
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
-
-import simpy
+from typing import TYPE_CHECKING, Any
 
 from ..program import Program
 from .noise import lognormal
 from .recorder import Recorder
+
+if TYPE_CHECKING:
+    import simpy
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,6 +113,8 @@ class SimpyLoader:
 
     def __init__(self, env: simpy.Environment, program: Program, state: LoaderState, recorder: Recorder):
         self.env, self.program, self.recorder = env, program, recorder
+        import simpy
+
         capacity = max(1, program.dataloader_workers * program.dataloader_prefetch)
         self.store = simpy.Store(env, capacity=capacity)
         self.store.items.extend(range(state.buffered))

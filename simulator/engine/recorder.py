@@ -54,8 +54,9 @@ class SpanRecorder(_Summaries):
         if end > start:
             self.spans.append(Span(stage, stream, category, name, start, end, **kw))
 
-    def block(self, stage: int, block: Block, start: float, factor: float, task: Task, label: str) -> float:
+    def block(self, stage: int, block: Block, start: float, factor: float, task: Task, vp: int) -> float:
         """Record the block's ops back to back from `start`; return when it ends."""
+        label = f"{task.phase}{task.microbatch}" + (f".{task.chunk}" if vp > 1 else "")
         t = start
         for seg in block.segments:
             dur = seg.duration_s * (factor if seg.category in SCALED else 1.0)
@@ -72,6 +73,19 @@ class SpanRecorder(_Summaries):
             )
             t += dur
         return t
+
+    def wait(self, stage: int, task: Task, start: float, end: float, wire_s: float) -> None:
+        """A wait for a neighbour's data: bubble until it was sent, pp_comm while on the wire."""
+        what = f"{'activation' if task.phase == 'F' else 'gradient'} mb{task.microbatch}"
+        mb, c = task.microbatch, task.chunk
+        self.add(stage, "bubble", f"wait {what}", start, end - wire_s, microbatch=mb, chunk=c)
+        self.add(stage, "pp_comm", f"recv {what}", end - wire_s, end, microbatch=mb, chunk=c)
+
+    def send(self, stage: int, task: Task, start: float, end: float) -> None:
+        name = f"send {task.phase} mb{task.microbatch}"
+        self.add(
+            stage, "pp_comm", name, start, end, stream="pp", microbatch=task.microbatch, chunk=task.chunk
+        )
 
     def timeline(self, step_time_s: float) -> Timeline:
         return Timeline(tuple(self.spans), step_time_s, self.num_stages)
@@ -91,7 +105,7 @@ class SumRecorder(_Summaries):
         if stream == MAIN_STREAM and end > start:
             self.sums[stage][category] += end - start
 
-    def block(self, stage: int, block: Block, start: float, factor: float, task: Task, label: str) -> float:
+    def block(self, stage: int, block: Block, start: float, factor: float, task: Task, vp: int) -> float:
         sums = self.sums[stage]
         t = start
         for category, seconds in self.summary(block).by_category:
@@ -100,6 +114,16 @@ class SumRecorder(_Summaries):
                 sums[category] += end - t
             t = end
         return t
+
+    def wait(self, stage: int, task: Task, start: float, end: float, wire_s: float) -> None:
+        sums, sent = self.sums[stage], end - wire_s
+        if sent > start:
+            sums["bubble"] += sent - start
+        if end > sent:
+            sums["pp_comm"] += end - sent
+
+    def send(self, stage: int, task: Task, start: float, end: float) -> None:
+        pass  # on the pp stream, beside the stage's own timeline
 
     def timeline(self, step_time_s: float) -> Timeline:
         return Timeline((), step_time_s, self.num_stages, by_stage_s=tuple(self.sums))

@@ -9,8 +9,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import simpy
-
 from ..program import Program, stage_orders
 from ..specs import VariabilitySpec
 from ..timeline import Timeline
@@ -20,6 +18,7 @@ from .noise import Noise
 from .recorder import Recorder, SpanRecorder, SumRecorder
 from .routing import route_for
 from .stage import StageProcess
+from .steady import extended_step
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,6 +40,8 @@ def _close(recorder: Recorder, ends_s: list[float]) -> Timeline:
 
 def replay_simpy(program: Program, noise: Noise, recorder: Recorder, loader: LoaderState | None) -> Replay:
     """The step in global simpy time (jitter, stragglers, the dataloader)."""
+    import simpy  # only here: a quiet step needs none of it (start-up time)
+
     env = simpy.Environment()
     clock = SimpyClock(env, SimpyMailbox(env), SimpyBarrier(env, program.pp))
     feed = SimpyLoader(env, program, loader, recorder) if loader is not None else None
@@ -99,15 +100,28 @@ def _release(stages: list[StageProcess], at_barrier: list[int], box: LocalMailbo
     box.runnable.extend(at_barrier)
 
 
+def steady_step(program: Program, compress: bool = True) -> Timeline:
+    """A step where nothing varies: extended from short replays when it can be, else in full."""
+
+    def local(prog: Program) -> Timeline:
+        return replay_local(prog, Noise.for_spec(VariabilitySpec(), 1, 1), SumRecorder(prog.pp)).timeline
+
+    extended = extended_step(program, local) if compress else None
+    return extended if extended is not None else local(program)
+
+
 def run_step(
     program: Program,
     variability: VariabilitySpec | None = None,
     group_size: int = 1,
     replicas: int = 1,
     detail: bool = False,
+    compress: bool = True,
 ) -> Timeline:
     """Simulate one steady-state step of `program`; return the recorded timeline. `detail`
     records every op as a span (traces, plots); otherwise only each stage's seconds per category.
+    `compress` lets a step where nothing varies between micro-batches be extended from three
+    short replays (steady.py) instead of replayed in full.
 
     With a dataloader, the buffer at the start of a step is what the previous steps left:
     a first pass (buffer full) gives the step period and when stage 0 asks for data; the
@@ -125,7 +139,7 @@ def run_step(
     if program.dataloader_latency_s <= 0:
         quiet = noise().rng is None
         if quiet and not detail:
-            return replay_local(program, noise(), recorder(False)).timeline
+            return steady_step(program, compress)
         return replay_simpy(program, noise(), recorder(detail), None).timeline
     workers = program.dataloader_workers
     full = LoaderState(workers * program.dataloader_prefetch, (0.0,) * workers)

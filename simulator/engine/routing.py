@@ -68,9 +68,12 @@ def message_key(phase: str, microbatch: int, producer: Place) -> MessageKey:
 
 
 def link_stage(route: Route, a: Place, b: Place) -> int | None:
-    """The stage whose point-to-point link carries a message between neighbours a and b (the
-    one nearer the embedding, in both directions, as its `p2p_s` is costed); None when a and b
-    are on the same stage (a hand-over in memory, e.g. the turn of a V)."""
+    """The stage whose point-to-point link carries a message between neighbours a and b (stage
+    s's `p2p_s` is costed for s → s + 1, the last stage's for the wrap to stage 0), in both
+    directions — a V's and DualPipe's reverse legs use the same links; None when a and b are on
+    the same stage (a hand-over in memory, e.g. the turn of a V)."""
     if a[0] == b[0]:
         return None
-    return min(a, b, key=lambda p: route.position[p])[0]
+    if abs(a[0] - b[0]) == 1:  # stage s's p2p_s is the link between s and s + 1, either way
+        return min(a[0], b[0])
+    return max(a[0], b[0])  # interleaving's wrap-around from the last stage to the first

@@ -4,20 +4,22 @@ reduction, the pipeline-wide sync, the optimizer and (without overlap) the ZeRO 
 
 The process only talks to its clock (clock.py), so the same code runs in global simpy time or
 in the stage's own local time. Every wait is recorded as a span of the category that caused it,
-so the stage's main timeline tiles [0, its end].
+so the stage's main timeline tiles [0, its end]. What each task reads, runs and sends is worked
+out once, before the step (`TaskPlan`), so the loop itself only keeps time.
 """
 
 from __future__ import annotations
 
 import math
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, NamedTuple
 
 from ..program import Block, Program
 from ..schedules import Task, is_split_backward
 from .dataloader import SimpyLoader
 from .dpstream import DPStream, ParamGathers
 from .noise import Noise
-from .recorder import Recorder
+from .recorder import BlockSummary, Recorder
 from .routing import MessageKey, Route, downstream, link_stage, message_key, upstream
 
 
@@ -29,6 +31,71 @@ def last_grad_tasks(tasks: tuple[Task, ...], split: set[tuple[int, int]]) -> dic
         for i, t in enumerate(tasks)
         if t.phase == "W" or (t.phase == "B" and (t.microbatch, t.chunk) not in split)
     }
+
+
+class TaskPlan(NamedTuple):
+    """One task, resolved: what it waits for, the block it runs, what it sends and where."""
+
+    task: Task
+    block: Block
+    summary: BlockSummary
+    receive: MessageKey | None  # the neighbour's output it waits for
+    reads_data: bool  # takes a batch from the dataloader first
+    send: MessageKey | None  # the key its own output is posted under
+    transfer_s: float  # point-to-point time of that output
+    grads_final: bool  # the chunk's gradients are complete after it (bucket reduction starts)
+
+
+@dataclass(frozen=True, slots=True)
+class _Kind:
+    """What all tasks of one (phase, chunk, split or not) share."""
+
+    block: Block
+    summary: BlockSummary
+    src: tuple[int, int] | None
+    dst: tuple[int, int] | None
+    transfer_s: float
+
+
+def _kind(stage: int, task: Task, split: bool, route: Route, recorder: Recorder, program: Program) -> _Kind:
+    ch = program.stages[stage].chunks[task.chunk]
+    if task.phase == "F":
+        block = ch.forward
+    elif task.phase == "B":
+        block = ch.backward_input if split else ch.backward
+    else:
+        block = ch.backward_weight
+    src, dst = upstream(route, task, stage), downstream(route, task, stage)
+    link = link_stage(route, (stage, task.chunk), dst) if dst is not None else None
+    transfer_s = program.stages[link].p2p_s if link is not None else 0.0
+    return _Kind(block, recorder.summary(block), src, dst, transfer_s)
+
+
+def plan_tasks(
+    stage: int, tasks: tuple[Task, ...], route: Route, recorder: Recorder, program: Program
+) -> list[TaskPlan]:
+    split = is_split_backward(tasks)
+    last_grad = last_grad_tasks(tasks, split)
+    kinds: dict[tuple[str, int, bool], _Kind] = {}
+    plans = []
+    for i, t in enumerate(tasks):
+        is_split = (t.microbatch, t.chunk) in split
+        k = kinds.get((t.phase, t.chunk, is_split))
+        if k is None:
+            k = kinds[(t.phase, t.chunk, is_split)] = _kind(stage, t, is_split, route, recorder, program)
+        plans.append(
+            TaskPlan(
+                task=t,
+                block=k.block,
+                summary=k.summary,
+                receive=message_key(t.phase, t.microbatch, k.src) if k.src is not None else None,
+                reads_data=t.phase == "F" and k.src is None,
+                send=message_key(t.phase, t.microbatch, (stage, t.chunk)) if k.dst is not None else None,
+                transfer_s=k.transfer_s,
+                grads_final=program.overlap_grad_reduce and last_grad.get(t.chunk) == i,
+            )
+        )
+    return plans
 
 
 class StageProcess:
@@ -43,13 +110,10 @@ class StageProcess:
         noise: Noise,
         loader: SimpyLoader | None,
     ) -> None:
-        self.s, self.program, self.route = stage, program, route
+        self.s, self.program = stage, program
         self.clock, self.rec, self.noise, self.loader = clock, recorder, noise, loader
         self.st = program.stages[stage]
-        self.tasks = tasks
-        self.split = is_split_backward(tasks)  # (micro-batch, chunk) whose B leaves its W for later
-        self.last_grad = last_grad_tasks(tasks, self.split)
-        self.received: set[int] = set()  # indices of tasks whose input is already in (paired F&B)
+        self.plans = plan_tasks(stage, tasks, route, recorder, program)
         self.dp = DPStream(stage, recorder, noise)
         self.gathers = ParamGathers()
         self.overlap_gathers = program.zero in (1, 2) and program.overlap_param_gather
@@ -61,18 +125,35 @@ class StageProcess:
 
     # ------------------------------------------------------------------ the step
     def run(self):
-        self.slow = self.noise.straggler_factor()
+        clock, rec, noise, s = self.clock, self.rec, self.noise, self.s
+        self.slow = noise.straggler_factor()
         if self.overlap_gathers:
             self.gathers.launch(self.dp, [ch.param_gather_s for ch in self.st.chunks])
-        for idx, task in enumerate(self.tasks):
-            if idx not in self.received:
-                yield from self._receive(task)
-            if task.paired and idx + 1 < len(self.tasks):  # DualPipe's F&B start together
-                yield from self._receive(self.tasks[idx + 1])
-                self.received.add(idx + 1)
-            start, end = yield from self._compute(task)
-            yield from self._send(task)
-            self._reduce_grads(idx, task, start, end)
+        plans = self.plans
+        received: set[int] = set()  # tasks whose input is already in (DualPipe's paired F&B)
+        for idx, plan in enumerate(plans):
+            task = plan.task
+            # --- receive
+            if idx not in received:
+                yield from self._receive(plan)
+            if task.paired and idx + 1 < len(plans):  # an F&B pair starts when both inputs are in
+                yield from self._receive(plans[idx + 1])
+                received.add(idx + 1)
+            # --- compute
+            start = clock.now
+            end = rec.block(s, plan.block, start, noise.compute_factor() * self.slow, task, self.program.vp)
+            ev = clock.hold(end - start)
+            if ev is not None:
+                yield ev
+            self._account(plan.summary, start, end)
+            # --- send
+            if task.phase == "F" and self.gathers.first_done_s:
+                yield from self._gather_wait(self.gathers.wait_after_s(task.chunk, clock.now), task.chunk)
+                self.gathers.seen.add(task.chunk)
+            if plan.send is not None:
+                self._post(plan)
+            if plan.grads_final and self.st.chunks[task.chunk].grad_bucket_s:
+                self._reduce_grads(task.chunk, start, end)
         yield from self._finish()
 
     def _hold(self, seconds: float):
@@ -81,90 +162,49 @@ class StageProcess:
             yield ev
 
     # ------------------------------------------------------------------ receive
-    def _receive(self, task: Task):
-        src = upstream(self.route, task, self.s)
-        if task.phase == "F":
-            if src is None:
-                if self.loader is not None:
-                    yield from self.loader.take(self.s, task.microbatch)
-            else:
-                key = message_key("F", task.microbatch, src)
-                yield from self._wait(key, f"activation mb{task.microbatch}", task)
-            yield from self._wait_gather(self.gathers.wait_before_s(task.chunk, self.clock.now), task.chunk)
-        elif task.phase == "B" and src is not None:
-            key = message_key("B", task.microbatch, src)
-            yield from self._wait(key, f"gradient mb{task.microbatch}", task)
+    def _receive(self, plan: TaskPlan):
+        task = plan.task
+        if plan.receive is not None:
+            clock = self.clock
+            t0 = clock.now
+            ev = clock.arrival(plan.receive)
+            if ev is not None:
+                yield ev
+            t1 = clock.now
+            self.rec.wait(self.s, task, t0, t1, min(clock.wire_s(plan.receive), t1 - t0))
+        elif plan.reads_data and self.loader is not None:
+            yield from self.loader.take(self.s, task.microbatch)
+        if task.phase == "F" and self.gathers.first_done_s:
+            yield from self._gather_wait(self.gathers.wait_before_s(task.chunk, self.clock.now), task.chunk)
 
-    def _wait(self, key: MessageKey, what: str, task: Task):
-        """Wait for a neighbour's data; waiting while it is on the wire is pp_comm, before that bubble."""
-        clock = self.clock
-        t0 = clock.now
-        ev = clock.arrival(key)
-        if ev is not None:
-            yield ev
-        t1 = clock.now
-        wire = min(clock.wire_s(key), t1 - t0)
-        mb, c = task.microbatch, task.chunk
-        self.rec.add(self.s, "bubble", f"wait {what}", t0, t1 - wire, microbatch=mb, chunk=c)
-        self.rec.add(self.s, "pp_comm", f"recv {what}", t1 - wire, t1, microbatch=mb, chunk=c)
-
-    def _wait_gather(self, seconds: float, chunk: int):
+    def _gather_wait(self, seconds: float, chunk: int):
         if seconds > 0:
             t0 = self.clock.now
             yield from self._hold(seconds)
             self.rec.add(self.s, "dp_comm", "wait param allgather", t0, self.clock.now, chunk=chunk)
 
-    # ------------------------------------------------------------------ compute
-    def _block(self, task: Task) -> tuple[Block, str]:
-        ch = self.st.chunks[task.chunk]
-        if task.phase == "F":
-            block, label = ch.forward, f"F{task.microbatch}"
-        elif task.phase == "B":
-            block = ch.backward_input if (task.microbatch, task.chunk) in self.split else ch.backward
-            label = f"B{task.microbatch}"
-        else:
-            block, label = ch.backward_weight, f"W{task.microbatch}"
-        return block, (label + f".{task.chunk}" if self.program.vp > 1 else label)
-
-    def _compute(self, task: Task):
-        block, label = self._block(task)
-        start = self.clock.now
-        factor = self.noise.compute_factor() * self.slow
-        end = self.rec.block(self.s, block, start, factor, task, label)
-        yield from self._hold(end - start)
-        summary = self.rec.summary(block)
+    # ------------------------------------------------------------------ compute and send
+    def _account(self, summary: BlockSummary, start: float, end: float) -> None:
+        """What the replica-skew estimate needs: this stage's compute, nominal and actual."""
         busy = summary.busy_s
         self.nominal_busy_s += busy
         self.busy_sq_s2 += busy * busy
         self.actual_busy_s += (end - start) - (summary.duration_s - busy)
-        return start, end
 
-    # ------------------------------------------------------------------ send
-    def _send(self, task: Task):
-        if task.phase == "F":
-            yield from self._wait_gather(self.gathers.wait_after_s(task.chunk, self.clock.now), task.chunk)
-            self.gathers.seen.add(task.chunk)
-        dst = downstream(self.route, task, self.s)
-        if dst is None:
-            return
-        here = (self.s, task.chunk)
-        link = link_stage(self.route, here, dst)
-        transfer_s = self.program.stages[link].p2p_s if link is not None else 0.0
-        d = transfer_s * self.noise.network_factor()
+    def _post(self, plan: TaskPlan) -> None:
+        task, key = plan.task, plan.send
+        assert key is not None
+        d = plan.transfer_s * self.noise.network_factor()
         now = self.clock.now
-        name = f"send {task.phase} mb{task.microbatch}"
-        self.rec.add(
-            self.s, "pp_comm", name, now, now + d, stream="pp", microbatch=task.microbatch, chunk=task.chunk
-        )
-        self.clock.post(message_key(task.phase, task.microbatch, here), d)
+        self.rec.send(self.s, task, now, now + d)
+        self.clock.post(key, d)
 
-    def _reduce_grads(self, idx: int, task: Task, start: float, end: float) -> None:
+    def _reduce_grads(self, chunk: int, start: float, end: float) -> None:
         """With overlap, a chunk's gradient buckets are reduced as its last backward produces them."""
-        buckets = self.st.chunks[task.chunk].grad_bucket_s
-        if self.program.overlap_grad_reduce and self.last_grad.get(task.chunk) == idx and buckets:
-            n = len(buckets)
-            times = [start + (end - start) * (j + 1) / n for j in range(n)]
-            self.dp.launch(buckets, times, "grad reduce", task.chunk)
+        buckets = self.st.chunks[chunk].grad_bucket_s
+        n = len(buckets)
+        times = [start + (end - start) * (j + 1) / n for j in range(n)]
+        self.dp.launch(buckets, times, "grad reduce", chunk)
 
     # ------------------------------------------------------------------ end of step
     def _finish(self):

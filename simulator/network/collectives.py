@@ -1,6 +1,6 @@
 """Collective algorithms costed α–β on the bottleneck links of a group's placement (issue 4, 3-5).
 
-Message size S follows nccl-tests (simulator/comm.py): the AllReduce buffer, the AllGather
+Message size S follows nccl-tests (network/interface.py): the AllReduce buffer, the AllGather
 output, the ReduceScatter input, the All-to-All buffer per rank, the bytes one rank sends in a
 send/recv. Bus factors are those of nccl-tests doc/PERFORMANCE.md: AllReduce 2(n-1)/n,
 AllGather/ReduceScatter/All-to-All (n-1)/n, Broadcast 1.
@@ -47,8 +47,8 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from ..comm import bus_factor
 from .fabric import Fabric
+from .interface import bus_factor
 from .placement import Placement
 
 US = 1e-6
@@ -205,9 +205,12 @@ def double_binary_tree_edges(k: int) -> list[tuple[int, int]]:
     return edges
 
 
-def analyze_group(fabric: Fabric, placement: Placement, axis: str, stage: int) -> GroupShape:
-    """Shape of the representative group of `axis` at `stage`, with its concurrent groups' load."""
-    members = placement.group(axis, stage)
+def analyze_group(
+    fabric: Fabric, placement: Placement, axis: str, stage: int, rank: int | None = None
+) -> GroupShape:
+    """Shape of the group of `axis` at `stage` that holds `rank` (default: the representative
+    pipeline's), with its concurrent groups' load."""
+    members = placement.group(axis, stage) if rank is None else placement.members(axis, rank)
     n = len(members)
     gpn = fabric.gpus_per_node
     per_node: dict[int, set[int]] = {}

@@ -10,14 +10,18 @@ same structure analytically, see fabric.py); build it for inspection, plots and 
 from __future__ import annotations
 
 from collections.abc import Iterable
-
-import networkx as nx
+from typing import TYPE_CHECKING
 
 from .fabric import Fabric
+
+if TYPE_CHECKING:
+    import networkx as nx
 
 
 def build_graph(fabric: Fabric, nodes: Iterable[int] | None = None) -> nx.Graph:
     """The graph of the whole cluster, or of the given nodes plus the leaves/spine they use."""
+    import networkx as nx  # only here: a simulation never walks the graph (start-up time)
+
     topo = fabric.topology
     gpn = fabric.gpus_per_node
     intra_bw = fabric.intra_bandwidth_bytes_per_s

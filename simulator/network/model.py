@@ -1,4 +1,4 @@
-"""`TopologyCommModel`: the CommModel (simulator/comm.py) that knows the cluster.
+"""`TopologyCommModel`: the CommModel (network/interface.py) that knows the cluster.
 
 For the representative pipeline's stage `stage`, the group of `axis` is placed on the fabric
 (placement.py), reduced to its shape and the load its concurrent groups put on shared NICs and
@@ -11,10 +11,8 @@ after the first of each group.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-import networkx as nx
-
-from ..comm import KINDS, CollectiveCost, bus_factor
 from ..specs import Scenario
 from .collectives import (
     Candidate,
@@ -28,9 +26,21 @@ from .collectives import (
 )
 from .fabric import Fabric
 from .graph import build_graph
+from .interface import KINDS, CollectiveCost, bus_factor
 from .placement import GROUP_AXES, Placement
 
+if TYPE_CHECKING:
+    import networkx as nx
+
 NONE = CollectiveCost(0.0, "none", "", 0.0)
+
+
+@dataclass(frozen=True, slots=True)
+class GroupKind:
+    """One way a stage's groups of an axis sit on the fabric, and how many groups do so."""
+
+    shape: GroupShape
+    count: float
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,6 +55,9 @@ class TopologyCommModel:
         default_factory=dict, init=False, repr=False, compare=False
     )
     _costs: dict[tuple[str, str, int, float], CollectiveCost] = field(
+        default_factory=dict, init=False, repr=False, compare=False
+    )
+    _kinds: dict[tuple[str, int], tuple[GroupKind, ...]] = field(
         default_factory=dict, init=False, repr=False, compare=False
     )
 
@@ -121,6 +134,73 @@ class TopologyCommModel:
             self._shapes[key] = hit
         return hit
 
+    def group_kinds(self, axis: str, stage: int = 0) -> tuple[GroupKind, ...]:
+        """The distinct ways the groups of `axis` in pipeline stage `stage` (all replicas) sit
+        on the fabric, each with how many groups share it, representative's kind first.
+
+        A stage waits for its slowest member (every layer's collective synchronizes it, and
+        synchronous data parallelism waits for the slowest replica), so a collective costs the
+        slowest kind — not the representative group's, which may be the one group that fits
+        in a rack (GB200 NVL72 with TP64: 7 of 8 groups straddle two racks)."""
+        fab, pl = self.fabric, self.placement
+        period = self._period()
+        key = (axis, (stage * pl.stride("pp")) % period)
+        hit = self._kinds.get(key)
+        if hit is not None:
+            return hit
+        rep = self.shape(axis, stage)
+        firsts = pl.group_firsts(axis, stage, period)
+        n_groups = max(1, pl.num_ranks // (pl.pp * max(pl.size(axis), 1)))
+        per_residue = n_groups / max(len(firsts), 1)
+        counts: dict[GroupShape, float] = {}
+        for first in sorted(firsts.values()):
+            shape = rep if first == pl.group_bounds(axis, pl.representative_rank(stage))[0] else None
+            if shape is None:
+                shape = analyze_group(fab, pl, axis, stage, first)
+            counts[shape] = counts.get(shape, 0.0) + per_residue
+        kinds = [GroupKind(rep, counts.pop(rep, per_residue))]
+        kinds += [GroupKind(sh, c) for sh, c in counts.items()]
+        out = tuple(kinds)
+        self._kinds[key] = out
+        return out
+
+    def _period(self) -> int:
+        fab = self.fabric
+        period = fab.gpus_per_node
+        if fab.topology.inter_node.oversubscription > 1.0:
+            period *= fab.nodes_per_leaf
+        return period
+
+    def placement_warnings(self, axes: tuple[str, ...] = ("tp", "cp", "ep")) -> list[str]:
+        """Groups that cross a node (NVLink domain) boundary although they could fit in one:
+        the fix is fewer GPUs used per node (so the groups align) or another rank order."""
+        pl, gpn = self.placement, self.fabric.gpus_per_node
+        out = []
+        for axis in axes:
+            n = pl.size(axis)
+            if n <= 1 or n > gpn:
+                continue
+            kinds = self.group_kinds(axis, 0)
+            split = sum(k.count for k in kinds if k.shape.num_nodes > 1)
+            if split <= 0:
+                continue
+            total = sum(k.count for k in kinds)
+            block = pl.stride("dp") * n if axis == "ep" else pl.stride(axis) * n
+            what = f"{split:.0f} of {total:.0f} {axis}{n} groups per stage cross a node boundary"
+            if block <= gpn:
+                fit = (gpn // block) * block
+                out.append(
+                    f"{what} ({gpn} GPUs per node is not a multiple of their {block}-GPU block): "
+                    f"use {fit} of {gpn} GPUs per node ([cluster] gpus_used_per_node = {fit}) "
+                    f"to keep each group inside one"
+                )
+            else:
+                out.append(
+                    f"{what}: a rank order with {axis} innermost ([cluster] rank_order) would keep "
+                    f"each group of {n} inside one node"
+                )
+        return out
+
     def _cost(self, kind: str, axis: str, size: float, stage: int) -> CollectiveCost:
         self._check(kind, axis)
         pl = self.placement
@@ -132,11 +212,22 @@ class TopologyCommModel:
                 return NONE
             t = p2p.latency_s + size * p2p.seconds_per_byte
             return CollectiveCost(t, "p2p", p2p.bottleneck, size / t)
-        shape = self.shape(axis, stage)
-        c = best(collective_candidates(kind, shape, self.links, size))
-        return self._to_cost(kind, shape.size, size, c)
+        worst: CollectiveCost | None = None
+        for k in self.group_kinds(axis, stage):
+            c = best(collective_candidates(kind, k.shape, self.links, size))
+            cost = self._to_cost(kind, k.shape.size, size, c)
+            if worst is None or cost.time_s > worst.time_s:
+                worst = cost
+        assert worst is not None
+        return worst
 
     @staticmethod
     def _to_cost(kind: str, n: int, size: float, c: Candidate) -> CollectiveCost:
         busbw = bus_factor(kind, n) * size / c.time_s if c.time_s > 0 else 0.0
         return CollectiveCost(c.time_s, c.algorithm, c.bottleneck, busbw)
+
+
+def default_comm_model(scn: Scenario) -> TopologyCommModel:
+    """The comm model `mfusim run` uses: collectives on the topology graph;
+    `--comm-model flat` keeps FlatCommModel (network/flat.py)."""
+    return TopologyCommModel(scn)

@@ -131,6 +131,36 @@ class Placement:
         """The representative pipeline's group of `axis` at pipeline stage `stage`."""
         return self.members(axis, self.representative_rank(stage))
 
+    def group_firsts(self, axis: str, stage: int, period: int) -> dict[int, int]:
+        """One group of `axis` in pipeline stage `stage` per residue of its first rank modulo
+        `period` (the node, or the scalable unit when leaf uplinks matter): {residue: smallest
+        such first rank}. Strided groups whose firsts agree modulo the period sit on the fabric
+        the same way, so these are all the ways this stage's groups can differ — at most
+        `period` of them, found without listing the (possibly millions of) ranks."""
+        if axis == "ep" and self._ep_generic():  # irregular EP groups: the representative only
+            first = self.group_bounds("ep", self.representative_rank(stage))[0]
+            return {first % period: first}
+        found = {(stage * self.stride("pp")) % period: stage * self.stride("pp")}
+        for b in self.rank_order:
+            if b == "pp":
+                continue
+            if b == axis or (axis == "ep" and b == "dp"):
+                if axis == "ep":  # EP groups: ep consecutive dp ranks, firsts at dp coords 0, ep, ...
+                    steps = [c * self.stride("dp") for c in range(0, self.dp, self.ep)][:period]
+                else:
+                    continue
+            else:
+                steps = [c * self.stride(b) for c in range(min(self.size(b), period))]
+            nxt: dict[int, int] = {}
+            for x in found.values():
+                for d in steps:
+                    y = x + d
+                    key = y % period
+                    if key not in nxt or y < nxt[key]:
+                        nxt[key] = y
+            found = nxt
+        return found
+
     def next_rank(self, axis: str, rank: int) -> int:
         """Peer that `rank` sends to in a ring step of `axis` (pp: stage s -> s+1, wrapping)."""
         n = self.size(axis)

@@ -78,7 +78,6 @@ from .files import (
     _cell,
     _coerce,
     _is_jsonl,
-    _json_value,
     _parse_cell,
     read_existing,
     rewrite_atomically,
@@ -92,7 +91,6 @@ from .plan import (
     load_sweep_scenario,
     plan_sweep,
 )
-from .progress import Progress
 from .rank import _rank_value, rank_rows
 from .report import SHORT, TABLE_KEYS, _reason_kind, config_name, format_table, result_json, write_plot
 from .runner import Runner, _chunks, _ignore_sigint, run_configs
@@ -112,7 +110,6 @@ __all__ = [
     "MAX_JOBS_PER_CPU",
     "NUMERIC_COLUMNS",
     "PARALLEL_FIELDS",
-    "Progress",
     "RESULT_COLUMNS",
     "RowWriter",
     "Runner",
@@ -138,7 +135,6 @@ __all__ = [
     "_evaluate_chunk_args",
     "_ignore_sigint",
     "_is_jsonl",
-    "_json_value",
     "_key",
     "_parse_cell",
     "_rank_value",

@@ -3,19 +3,18 @@
 from __future__ import annotations
 
 import itertools
-import sys
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
+from ..progress import Progress
 from ..specs import Scenario
 from .columns import KEY_COLUMNS, STATUS_INVALID, STATUSES
 from .evaluation import _key
 from .files import RowWriter, _is_jsonl, read_existing, rewrite_atomically
 from .plan import _base_values, config_cells, plan_sweep
-from .progress import Progress
 from .rank import rank_rows
 from .runner import Runner
 
@@ -113,7 +112,7 @@ def _run_passes(
     jsonl = out is not None and _is_jsonl(out)
     first_pass = "analytic" if engine in ("auto", "analytic") else "des"
     new_rows: list[dict[str, Any]] = []
-    bar = Progress(len(todo), progress or sys.stderr, enabled=progress is not None)
+    bar = Progress(len(todo), "sweep", unit="cfg", stream=progress, enabled=None if progress else False)
     fh: TextIO | None = None
     try:
         if out is not None:
@@ -145,7 +144,7 @@ def _run_passes(
         if todo_des:
             refined: list[dict[str, Any]] = []
             bar = Progress(
-                len(todo_des), progress or sys.stderr, label="engine", enabled=progress is not None
+                len(todo_des), "engine", unit="cfg", stream=progress, enabled=None if progress else False
             )
 
             def on_refined(rs: list[dict[str, Any]]) -> None:

@@ -11,6 +11,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
+from ..console import sanitize_json
 from ..errors import ConfigError
 from .columns import COLUMNS, STATUSES
 
@@ -26,12 +27,6 @@ def _cell(value: Any) -> str:
     if isinstance(value, float):
         return repr(value) if math.isfinite(value) else ""
     return str(value)
-
-
-def _json_value(value: Any) -> Any:
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    return value
 
 
 class RowWriter:
@@ -51,7 +46,7 @@ class RowWriter:
     def write(self, rows: Iterable[Mapping[str, Any]]) -> None:
         for row in rows:
             if self._jsonl:
-                self._buf.write(json.dumps({c: _json_value(row.get(c)) for c in COLUMNS}) + "\n")
+                self._buf.write(json.dumps({c: sanitize_json(row.get(c)) for c in COLUMNS}) + "\n")
             else:
                 self._csv.writerow([_cell(row.get(c)) for c in COLUMNS])
         self._emit()

@@ -34,6 +34,14 @@ quantities a positive error means the simulator is optimistic (predicts a faster
 
 from __future__ import annotations
 
+from ..flops import (
+    FLOP_CONVENTIONS,
+    FLOPS_EXACT,
+    FLOPS_EXACT_CAUSAL,
+    FLOPS_MPT,
+    FLOPS_NARAYANAN,
+    FLOPS_TORCHTITAN,
+)
 from .architectures import (
     FAMILY_VOCAB,
     GATED_FAMILIES,
@@ -58,11 +66,6 @@ from .columns import (
     ARCH_COLUMNS,
     CSV_COLUMNS,
     FLOAT_COLUMNS,
-    FLOPS_EXACT,
-    FLOPS_EXACT_CAUSAL,
-    FLOPS_MPT,
-    FLOPS_NARAYANAN,
-    FLOPS_TORCHTITAN,
     INT_COLUMNS,
     MAX_CSV_BYTES,
     MEASURED_COLUMNS,
@@ -83,14 +86,20 @@ from .conventions import (
     source_flops_per_step,
     torchtitan_flops_per_step,
 )
-from .gpus import GPU_LABELS, GRAND_TETON, UNSUPPORTED_GPUS, GPUMapping, gpu_mapping
+from .gpus import GPULabels, GPUMapping, gpu_labels, gpu_mapping
 from .report import OUT_COLUMNS, UNITS, _fmt, error_histogram, format_report, markdown_table, write_out
-from .results import RowResult, ValidationReport, _flat, _json_safe, result_dict
-from .runner import Progress, SimulateFn, default_simulate, evaluate, scenario_for, select_runs, validate_runs
+from .results import RowResult, ValidationReport, _flat, result_dict
+from .runner import SimulateFn, default_simulate, evaluate, scenario_for, select_runs, validate_runs
 from .runs import PublishedRun, _is_number, read_runs_csv
-from .sources import GENERIC_RULES, ID_PREFIXES, OTHER_SOURCES, SOURCES, SourceRules, source_rules
+from .sources import KnownSource, SourceRules, SourceTable, known_sources, source_rules
 
 __all__ = [
+    "FLOP_CONVENTIONS",
+    "GPULabels",
+    "KnownSource",
+    "SourceTable",
+    "gpu_labels",
+    "known_sources",
     "ARCH_COLUMNS",
     "CSV_COLUMNS",
     "Case",
@@ -102,11 +111,7 @@ __all__ = [
     "FLOPS_NARAYANAN",
     "FLOPS_TORCHTITAN",
     "GATED_FAMILIES",
-    "GENERIC_RULES",
     "GPUMapping",
-    "GPU_LABELS",
-    "GRAND_TETON",
-    "ID_PREFIXES",
     "INT_COLUMNS",
     "KNOWN_ARCHITECTURES",
     "MAX_CSV_BYTES",
@@ -117,27 +122,22 @@ __all__ = [
     "METRIC_TFLOPS",
     "METRIC_TOKENS",
     "MOE_MARKERS",
-    "OTHER_SOURCES",
     "OUT_COLUMNS",
     "PRESET_ALIASES",
-    "Progress",
     "PublishedRun",
     "REQUIRED_COLUMNS",
     "RowResult",
-    "SOURCES",
     "SimulateFn",
     "SourceRules",
     "TARGET_DTYPES",
     "TARGET_GPU_PREFIXES",
     "UNITS",
-    "UNSUPPORTED_GPUS",
     "Unusable",
     "ValidationReport",
     "_arch_int",
     "_flat",
     "_fmt",
     "_is_number",
-    "_json_safe",
     "_measured",
     "_model_table",
     "_preset_layers",

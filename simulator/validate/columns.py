@@ -62,12 +62,5 @@ METRIC_TFLOPS = "tflops_per_gpu"
 METRIC_MFU = "mfu_pct"
 METRIC_HFU = "hfu_pct"
 
-# FLOP conventions of the sources (per optimizer step).
-FLOPS_EXACT = "exact"  # SPEC §4 model FLOPs: NeMo, Megatron-Core
-FLOPS_EXACT_CAUSAL = "exact-causal"  # attention halved for the causal mask: Megatron-Bridge
-FLOPS_NARAYANAN = "narayanan96"  # 96·B·s·l·h²(1 + s/6h + V/16lh): counts the recompute pass
-FLOPS_MPT = "mpt"  # (6N + 12·L·h·s) per token, N = all parameters; HFU 8N + 16·L·h·s
-FLOPS_TORCHTITAN = "torchtitan"  # 6·(N − N_input_embedding) + 12·L·h·s per token
-
 TARGET_GPU_PREFIXES = ("A100", "H100")
 TARGET_DTYPES = ("bf16", "fp16")

@@ -1,9 +1,20 @@
-"""Published GPU labels -> the shipped topology and GPU to simulate."""
+"""Published GPU labels -> the shipped topology and GPU to simulate.
+
+The table is data: simulator/catalog/gpu_labels.toml; the part-number reading of other
+spellings is here.
+"""
 
 from __future__ import annotations
 
 import re
+import tomllib
 from dataclasses import dataclass
+from functools import cache
+from typing import Any
+
+from ..resources import catalog_file
+
+LABELS_FILE = "gpu_labels.toml"
 
 
 # ----------------------------------------------------------------------------- GPUs
@@ -16,58 +27,43 @@ class GPUMapping:
     note: str = ""
 
 
-# Published GPU label (upper-cased, spaces removed) -> shipped topology (+ overrides).
-GPU_LABELS: tuple[tuple[str, GPUMapping], ...] = (
-    ("A100-SXM-80GB", GPUMapping("dgx-a100")),
-    ("A100-SXM4-80GB", GPUMapping("dgx-a100")),
-    ("A100-80GB", GPUMapping("dgx-a100")),
-    ("A100-SXM-40GB", GPUMapping("dgx-a100-40gb")),
-    ("A100-SXM4-40GB", GPUMapping("dgx-a100-40gb")),
-    ("A100-40GB", GPUMapping("dgx-a100-40gb")),
-    ("A100-PCIE-80GB", GPUMapping("pcie-a100")),
-    ("H100-SXM-80GB", GPUMapping("dgx-h100")),
-    ("H100-SXM5-80GB", GPUMapping("dgx-h100")),
-    ("H100-80GB", GPUMapping("dgx-h100")),
-    ("H100", GPUMapping("dgx-h100")),
-    ("H200", GPUMapping("dgx-h200")),
-    (
-        "H800",
-        GPUMapping(
-            "dgx-h100",
-            gpu="h800",
-            intra_node=(("link_GBps_per_direction", 200),),
-            note="H800: DGX H100 network with NVLink cut to 400 GB/s bidirectional",
-        ),
-    ),
-    ("B200", GPUMapping("dgx-b200")),
-    (
-        "B300",
-        GPUMapping(
-            "dgx-b200",
-            gpu="b300",
-            inter_node=(("nic_Gbps", 800),),
-            note="B300: DGX B200 topology with the B300 GPU and 8x800 Gb/s ConnectX-8 NICs",
-        ),
-    ),
-    ("GB200", GPUMapping("gb200-nvl72")),
-    (
-        "GB300",
-        GPUMapping(
-            "gb200-nvl72",
-            gpu="gb300",
-            inter_node=(("nic_Gbps", 800),),
-            note="GB300: NVL72 rack as GB200 with the GB300 GPU and 800 Gb/s ConnectX-8 NICs",
-        ),
-    ),
-)
-UNSUPPORTED_GPUS = (("TPU", "TPUs are not modeled (no TPU catalog entry or ICI topology)"),)
-# Meta's Grand Teton H100: 96 GB HBM2e, power-capped at 500 W. Not in the catalog; simulated as
-# H100-SXM (same SMs and tensor cores), which over-states its clocks: expect optimism.
-GRAND_TETON = GPUMapping(
-    "dgx-h100",
-    note="H100-SXM-96GB HBM2e at 500 W (Grand Teton) simulated as H100-SXM 80GB: same die, but its "
-    "lower power cap means lower sustained clocks, so the prediction is optimistic (not in the catalog)",
-)
+@dataclass(frozen=True, slots=True)
+class GPULabels:
+    labels: tuple[tuple[str, GPUMapping], ...]  # exact label -> mapping
+    parts: tuple[tuple[str, str], ...]  # (part number in the label, its entry in labels), in order
+    unsupported: tuple[tuple[str, str], ...]  # (needle, reason)
+    grand_teton_match: tuple[str, ...]
+    grand_teton: GPUMapping
+
+
+def _mapping(entry: dict[str, Any]) -> GPUMapping:
+    return GPUMapping(
+        entry["topology"],
+        gpu=entry.get("gpu"),
+        inter_node=tuple(entry.get("inter_node", {}).items()),
+        intra_node=tuple(entry.get("intra_node", {}).items()),
+        note=entry.get("note", ""),
+    )
+
+
+@cache
+def gpu_labels() -> GPULabels:
+    """The shipped label table, simulator/catalog/gpu_labels.toml (read once)."""
+    data = tomllib.loads(catalog_file(LABELS_FILE).read_text(encoding="utf-8"))
+    labels = tuple((k, _mapping(v)) for k, v in data["labels"].items())
+    known = dict(labels)
+    parts = tuple((p["needle"], p["label"]) for p in data["part"])
+    for _, label in parts:
+        if label not in known:
+            raise ValueError(f"{LABELS_FILE}: part label {label!r} is not in [labels]")
+    teton = data["grand_teton"]
+    return GPULabels(
+        labels=labels,
+        parts=parts,
+        unsupported=tuple((u["needle"], u["reason"]) for u in data["unsupported"]),
+        grand_teton_match=tuple(teton["match"]),
+        grand_teton=_mapping(teton),
+    )
 
 
 def gpu_mapping(label: str) -> GPUMapping | str:
@@ -76,28 +72,19 @@ def gpu_mapping(label: str) -> GPUMapping | str:
     Exact labels of the shipped CSV first, then a lenient reading of other spellings
     ("NVIDIA A100 80GB", "H100 SXM5", "GB200 NVL72"): the part number decides.
     """
+    table = gpu_labels()
     key = re.sub(r"[\s_]+", "", label.upper()).replace("NVIDIA", "")
-    for needle, reason in UNSUPPORTED_GPUS:
+    for needle, reason in table.unsupported:
         if needle in key:
             return reason
-    if "H100" in key and ("GRANDTETON" in key or "96GB" in key):
-        return GRAND_TETON
-    for known, mapping in GPU_LABELS:
-        if key == known:
-            return mapping
-    by_part = dict(GPU_LABELS)
-    if "GB300" in key:
-        return by_part["GB300"]
-    if "GB200" in key:
-        return by_part["GB200"]
-    if "B300" in key:
-        return by_part["B300"]
-    if "B200" in key:
-        return by_part["B200"]
-    if "H800" in key:
-        return by_part["H800"]
-    if "H200" in key:
-        return by_part["H200"]
+    if "H100" in key and any(m in key for m in table.grand_teton_match):
+        return table.grand_teton
+    by_part = dict(table.labels)
+    if key in by_part:
+        return by_part[key]
+    for needle, part_label in table.parts:
+        if needle in key:
+            return by_part[part_label]
     if "H100" in key:
         if "PCIE" in key or "NVL" in key:
             return f"GPU {label!r}: H100 PCIe/NVL parts (lower clocks and power) are not in the GPU catalog"
@@ -106,4 +93,4 @@ def gpu_mapping(label: str) -> GPUMapping | str:
         if "PCIE" in key:
             return by_part["A100-PCIE-80GB"]
         return by_part["A100-40GB"] if "40G" in key else by_part["A100-80GB"]
-    return f"GPU {label!r} has no topology mapping (known: {', '.join(k for k, _ in GPU_LABELS)})"
+    return f"GPU {label!r} has no topology mapping (known: {', '.join(k for k, _ in table.labels)})"

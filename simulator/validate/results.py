@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import copy
-import math
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..console import sanitize_json
 from .cases import Case, Unusable
 from .columns import METRIC_HFU, METRIC_MFU, METRIC_TFLOPS
 
@@ -64,8 +64,8 @@ class ValidationReport:
     def to_dict(self) -> dict[str, Any]:
         return {
             "csv": self.csv_path,
-            "summary": _json_safe(self.summary()),
-            "rows": [_json_safe(result_dict(r)) for r in self.results],
+            "summary": sanitize_json(self.summary()),
+            "rows": [sanitize_json(result_dict(r)) for r in self.results],
             "unusable": [
                 {"id": u.run_id, "source": u.source_key, "gpu": u.gpu, "reason": u.reason}
                 for u in self.unusable
@@ -77,16 +77,6 @@ class ValidationReport:
 def _flat(groups: Mapping[str, tuple[float, int]]) -> Iterable[tuple[str, float, int]]:
     for k, (v, c) in groups.items():
         yield k, v, c
-
-
-def _json_safe(obj: Any) -> Any:
-    if isinstance(obj, float) and not math.isfinite(obj):
-        return None
-    if isinstance(obj, dict):
-        return {k: _json_safe(v) for k, v in obj.items()}
-    if isinstance(obj, list | tuple):
-        return [_json_safe(v) for v in obj]
-    return obj
 
 
 def result_dict(r: RowResult) -> dict[str, Any]:

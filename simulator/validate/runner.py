@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import math
-import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from ..errors import ConfigError
+from ..progress import Progress
 from ..specs import Scenario
 from .cases import Case, Unusable, build_case
 from .conventions import predicted_value
@@ -56,30 +56,6 @@ def evaluate(case: Case, scenario: Scenario, simulate_fn: SimulateFn) -> RowResu
     )
 
 
-class Progress:
-    """A one-line progress indicator on stderr (redrawn in place on a terminal)."""
-
-    def __init__(self, total: int, label: str = "validate", stream: Any = None) -> None:
-        self.total = total
-        self.label = label
-        self.stream = stream if stream is not None else sys.stderr
-        self.tty = bool(getattr(self.stream, "isatty", lambda: False)())
-        self.step = max(1, total // 10)
-
-    def update(self, done: int, what: str = "") -> None:
-        if self.tty:
-            self.stream.write(f"\r{self.label}: {done}/{self.total} {what[:50]:<50}")
-            self.stream.flush()
-        elif done == self.total or done % self.step == 0:
-            self.stream.write(f"{self.label}: {done}/{self.total} rows\n")
-            self.stream.flush()
-
-    def close(self) -> None:
-        if self.tty:
-            self.stream.write("\n")
-            self.stream.flush()
-
-
 def select_runs(
     runs: Sequence[PublishedRun], gpu: str | None = None, source: str | None = None
 ) -> list[PublishedRun]:
@@ -107,8 +83,8 @@ def validate_runs(
 ) -> ValidationReport:
     results: list[RowResult] = []
     unusable: list[Unusable] = []
-    bar = Progress(len(runs)) if progress else None
-    for i, run in enumerate(runs, 1):
+    bar = Progress(len(runs), "validate", unit="rows") if progress else None
+    for run in runs:
         case = build_case(run)
         if isinstance(case, Unusable):
             unusable.append(case)
@@ -137,7 +113,7 @@ def validate_runs(
                     )
                 )
         if bar is not None:
-            bar.update(i, run.run_id)
+            bar.update()
     if bar is not None:
         bar.close()
     return ValidationReport(results=tuple(results), unusable=tuple(unusable), csv_path=csv_path)

@@ -1,0 +1,399 @@
+"""MoE at the frontier (issue 13): architectures (MLA, shared experts, dense first layers,
+interleaved layers, MTP) with parameter counts against the published figures, config.json imports
+(exact or refused), one home for per-rank parameters, etp, EP overlap, routing skew, node-limited
+routing, low-precision recipes, offloading and pipeline layouts with embedding/loss slots."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from simulator import flops as F
+from simulator.costs import TILE_M, Device, grouped_matmul_time_s, matmul_time_s
+from simulator.errors import ConfigError
+from simulator.loading import load_gpu_catalog, model_from_table, model_preset, scenario_from_dict
+from simulator.memory import memory_footprint, stage_params_of_chunks
+from simulator.program import build_program
+from simulator.schedules import chunk_layers
+from simulator.simulate import simulate
+from simulator.specs import Scenario
+
+FIXTURES = Path(__file__).parent / "fixtures" / "hf"
+
+
+def _close(value: float, published: float, rounding: float = 0.0, rel: float = 0.005) -> bool:
+    """Within rel of the published figure, widened by half the unit it was rounded to."""
+    return abs(value - published) <= rel * published + rounding / 2
+
+
+# ----------------------------------------------------------------------------- parameter counts
+# (preset, total published, its rounding, active published, its rounding, counts the input
+#  embedding in "active", source)
+PUBLISHED = [
+    # DeepSeek-V3 report (arXiv 2412.19437) abstract: 671B total; README_WEIGHTS.md of the released
+    # weights: 36.6B activated "including 0.9B for the output head" (input embedding not counted)
+    ("deepseek-v3", 671e9, 1e9, 36.6e9, 0.1e9, False),
+    # Qwen3 technical report (arXiv 2505.09388) Table 2: 235B total, 22B activated
+    ("qwen3-235b-a22b", 235e9, 1e9, 22e9, 1e9, True),
+    # Qwen3 report Table 2 / model card: 30.5B total, 3.3B activated
+    ("qwen3-30b-a3b", 30.5e9, 0.1e9, 3.3e9, 0.1e9, True),
+    # Meta Llama 4 announcement (2025-04-05): Maverick 400B total, 17B active
+    ("llama4-maverick", 400e9, 1e9, 17e9, 1e9, True),
+    # OpenAI gpt-oss model card (2025-08-05) Table 1: 116.83B total, 5.13B active per token
+    # (unembedding counted, embedding not)
+    ("gpt-oss-120b", 116.83e9, 0.01e9, 5.13e9, 0.01e9, False),
+    # Mistral AI Mixtral 8x22B announcement (2024-04-17): 141B total, 39B active
+    ("mixtral-8x22b", 141e9, 1e9, 39e9, 1e9, True),
+    # Kimi K2 model card (moonshotai/Kimi-K2-Instruct): 1T total, 32B activated, counted as
+    # DeepSeek-V3 counts (no input embedding: 31.7B; with it 32.9B). Its technical report
+    # (arXiv 2507.20534) says 1.04T; the config.json gives 1.026T, 1.3% below that figure.
+    ("kimi-k2", 1e12, 0.1e12, 32e9, 1e9, False),
+]
+
+
+@pytest.mark.parametrize(("preset", "total", "t_round", "active", "a_round", "with_input_emb"), PUBLISHED)
+def test_params_match_published(
+    preset: str, total: float, t_round: float, active: float, a_round: float, with_input_emb: bool
+) -> None:
+    m = model_preset(preset)
+    assert _close(F.total_params(m), total, t_round), F.total_params(m) / 1e9
+    act = F.active_params(m) - (0 if with_input_emb else m.vocab * m.hidden)
+    assert _close(act, active, a_round), act / 1e9
+
+
+def test_deepseek_v3_closed_form() -> None:
+    """MLA + MoE parameters from the config's numbers, term by term (DeepSeek-V2 §2.1)."""
+    m = model_preset("deepseek-v3")
+    h = 7168
+    mla = h * 1536 + 1536 + 1536 * 128 * 192 + h * (512 + 64) + 512 + 512 * 128 * 256 + 128 * 128 * h
+    assert F.attention_params(m) == mla
+    expert = 3 * h * 2048
+    moe_layer = mla + 257 * expert + 256 * h + 2 * h
+    dense_layer = mla + 3 * h * 18432 + 2 * h
+    assert F.total_params(m) == 58 * moe_layer + 3 * dense_layer + h + 2 * 129280 * h
+    assert m.num_moe_layers == 58 and not m.is_moe_layer(2) and m.is_moe_layer(3)
+    # the MTP module: one more MoE layer + the 2h -> h projection and norms (README: 11.5B unique)
+    assert F.mtp_params(m) == moe_layer + 2 * h * h + 3 * h
+    assert _close(F.mtp_params(m), 11.5e9, 0.1e9, rel=0.01)
+
+
+def test_llama4_interleaved_layers() -> None:
+    m = model_preset("llama4-maverick")
+    assert [m.is_moe_layer(i) for i in range(4)] == [False, True, False, True]
+    dense, moe = F.layer_params(m, 0), F.layer_params(m, 1)
+    assert dense - F.attention_params(m) - 2 * m.hidden == 3 * 5120 * 16384
+    assert moe - F.attention_params(m) - 2 * m.hidden == 129 * 3 * 5120 * 8192 + 128 * 5120
+
+
+def test_mla_flops_closed_form() -> None:
+    """Forward FLOPs of an MLA layer: 2 × every projection + scores over nope+rope + values over v."""
+    m = model_preset("deepseek-v3")
+    s = m.seq_len
+    f = F.layer_forward_flops(m, 0)
+    assert f.qkv + f.out_proj == 2 * s * F.attention_params(m) - 2 * s * (1536 + 512)  # norms: no FLOPs
+    assert f.attn_scores == 2 * s * s * 128 * 192
+    assert f.attn_values == 2 * s * s * 128 * 128
+
+
+def test_mtp_adds_flops_not_params() -> None:
+    m = model_preset("deepseek-v3")
+    no_mtp = replace(m, mtp_layers=0)
+    assert F.total_params(m) == F.total_params(no_mtp)
+    extra = F.model_flops_per_sequence(m) - F.model_flops_per_sequence(no_mtp)
+    s = m.seq_len
+    expected = 3 * (2 * s * 2 * m.hidden**2 + F.layer_forward_flops(m, 60).total + F.logits_forward_flops(m))
+    assert extra == pytest.approx(expected, rel=1e-12)
+
+
+# ----------------------------------------------------------------------------- config.json imports
+IMPORTS = [
+    ("deepseek_v3.json", "deepseek-v3", []),
+    ("kimi_k2.json", "kimi-k2", []),
+    ("qwen3_moe.json", "qwen3-235b-a22b", []),
+    ("mixtral.json", "mixtral-8x22b", []),
+    ("llama4.json", "llama4-maverick", ["vision_config"]),
+    ("gpt_oss.json", "gpt-oss-120b", ["layer_types", "sliding_window"]),
+]
+
+
+@pytest.mark.parametrize(("config", "preset", "allow"), IMPORTS)
+def test_hf_import_equals_preset(config: str, preset: str, allow: list[str]) -> None:
+    m = model_from_table({"hf_config": config, "seq_len": 4096, "allow_unmodeled": allow}, FIXTURES)
+    p = model_preset(preset)
+    assert F.total_params(m) == F.total_params(p)
+    assert F.active_params(m) == F.active_params(p)
+    assert F.model_flops_per_sequence(m) == F.model_flops_per_sequence(p)
+    assert len(m.notes) == len(allow)  # one warning line per allowed key
+    assert all(config in n for n in m.notes)
+
+
+def test_hf_import_qwen2_moe_published() -> None:
+    """Qwen1.5-MoE-A2.7B (Qwen blog 2024-03-28): 14.3B total, 2.7B activated (shared expert 5632)."""
+    m = model_from_table({"hf_config": "qwen2_moe.json", "seq_len": 4096}, FIXTURES)
+    assert m.name == "Qwen/Qwen1.5-MoE-A2.7B" and m.shared_expert_ffn_hidden == 5632
+    assert _close(F.total_params(m), 14.3e9, 0.1e9) and _close(F.active_params(m), 2.7e9, 0.1e9)
+
+
+def test_hf_import_deepseek_fields() -> None:
+    m = model_from_table({"hf_config": "deepseek_v3.json", "seq_len": 4096}, FIXTURES)
+    assert m.mla is not None and m.mla.q_lora_rank == 1536 and m.mtp_layers == 1
+    assert m.first_dense_layers == 3 and m.shared_expert_ffn_hidden == 2048
+    assert m.max_nodes_per_token == 4  # topk_group of 8 groups
+    assert m.name == "deepseek-ai/DeepSeek-V3"
+
+
+@pytest.mark.parametrize(
+    ("config", "key"),
+    [
+        ("nemotron_h.json", "hybrid_override_pattern"),
+        ("gpt_oss.json", "layer_types"),
+        ("llama4.json", "vision_config"),
+    ],
+)
+def test_hf_import_unmodeled_refused(config: str, key: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        model_from_table({"hf_config": config, "seq_len": 4096}, FIXTURES)
+    assert info.value.key == key and config in str(info.value.file)
+
+
+def test_hf_import_window_at_least_seq_len_is_exact(tmp_path: Path) -> None:
+    """A sliding window / chunk no shorter than the sequence is plain causal attention."""
+    cfg = json.loads((FIXTURES / "llama4.json").read_text())
+    del cfg["vision_config"]
+    (tmp_path / "c.json").write_text(json.dumps(cfg))
+    assert model_from_table({"hf_config": "c.json", "seq_len": 8192}, tmp_path).notes == ()
+    with pytest.raises(ConfigError) as info:
+        model_from_table({"hf_config": "c.json", "seq_len": 16384}, tmp_path)
+    assert info.value.key == "attention_chunk_size"
+
+
+def test_hf_import_seq_len_warning() -> None:
+    m = model_from_table({"hf_config": "deepseek_v3.json"}, FIXTURES)
+    assert m.seq_len == 4096  # rope_scaling.original_max_position_embeddings, not 163,840
+    assert len(m.notes) == 1 and "seq_len" in m.notes[0]
+
+
+def test_allow_unmodeled_needs_hf_config() -> None:
+    with pytest.raises(ConfigError) as info:
+        model_from_table({"preset": "deepseek-v3", "allow_unmodeled": ["x"]}, FIXTURES)
+    assert info.value.key == "model.allow_unmodeled"
+
+
+# ----------------------------------------------------------------------------- scenarios
+def _scn(model: dict, parallel: dict, gpu: str = "h100-sxm", topology: str = "dgx-h100", **extra) -> Scenario:
+    num_gpus = parallel.pop("num_gpus")
+    data = {
+        "name": "t",
+        "model": model,
+        "cluster": {"topology": topology, "num_gpus": num_gpus, "gpu": gpu},
+        "parallel": {"global_batch": 64, **parallel},
+        **extra,
+    }
+    return scenario_from_dict(data)
+
+
+def _step(scn: Scenario):
+    return simulate(scn).report
+
+
+QWEN30 = {"preset": "qwen3-30b-a3b", "seq_len": 4096}
+
+
+def test_per_rank_params_one_home_tp_above_kv_heads() -> None:
+    """llama3-70b at tp = 16 (8 KV heads): each rank keeps one whole KV head (Megatron replicates
+    them), so attention per rank is h·(q/16 + 2·128) + q/16·h -- in cost and memory alike."""
+    scn = _scn({"preset": "llama3-70b"}, {"tp": 16, "num_gpus": 16, "global_batch": 16})
+    m = scn.model
+    expected = m.hidden * (m.q_dim / 16 + 2 * 128) + m.q_dim / 16 * m.hidden
+    assert F.attention_params_per_rank(m, 16) == pytest.approx(expected)
+    prog = build_program(scn)
+    per_layer_cost = prog.stages[0].chunks[0].params_local
+    mem = stage_params_of_chunks(m, scn.parallel, 0, [list(range(m.layers))])
+    assert per_layer_cost == pytest.approx(mem.dense + mem.expert, rel=1e-12)
+
+
+@pytest.mark.parametrize("etp", [1, 2])
+def test_per_rank_params_expert_tp(etp: int) -> None:
+    """Qwen3-235B at tp 2, ep 32: experts per rank = 128/32 of 3·h·f, split again by etp;
+    the cost model's chunk parameters equal the memory model's stage parameters."""
+    scn = _scn(
+        {"preset": "qwen3-235b-a22b", "seq_len": 4096},
+        {
+            "tp": 2,
+            "pp": 4,
+            "ep": 32,
+            "etp": etp,
+            "num_gpus": 256,
+            "global_batch": 256,
+            "sequence_parallel": True,
+        },
+    )
+    m, par = scn.model, scn.parallel
+    rank = F.layer_params_per_rank(m, par, moe=True)
+    assert rank.expert == pytest.approx(4 * 3 * 4096 * 1536 / etp)
+    prog = build_program(scn)
+    for s, chunks in enumerate(chunk_layers(par.schedule, m.layers, par.pp, par.vp)):
+        mem = stage_params_of_chunks(m, par, s, chunks)
+        assert sum(c.params_local for c in prog.stages[s].chunks) == pytest.approx(mem.dense + mem.expert)
+    assert par.expert_dp == 2 * 32 // (32 * etp)
+
+
+def test_etp_halves_expert_memory() -> None:
+    base = {"tp": 2, "pp": 4, "ep": 32, "num_gpus": 256, "global_batch": 256, "sequence_parallel": True}
+    model = {"preset": "qwen3-235b-a22b", "seq_len": 4096}
+    one, two = (_scn(model, {**base, "etp": etp}) for etp in (1, 2))
+    w1, w2 = (memory_footprint(s).parts_bytes["weights"] for s in (one, two))
+    chunks = chunk_layers("1f1b", 94, 4, 1)[0]
+    experts = stage_params_of_chunks(one.model, one.parallel, 0, chunks).expert
+    assert stage_params_of_chunks(two.model, two.parallel, 0, chunks).expert == pytest.approx(experts / 2)
+    assert w1 - w2 == pytest.approx(2 * experts / 2, rel=1e-9)  # 16-bit weights
+
+
+def test_etp_must_fit_the_group() -> None:
+    with pytest.raises(ConfigError) as info:
+        _scn(QWEN30, {"ep": 8, "etp": 2, "num_gpus": 8})
+    assert info.value.key == "parallel.etp"
+
+
+def test_ep_overlap_hides_only_the_excess() -> None:
+    par = {"ep": 8, "num_gpus": 16, "global_batch": 64}
+    off = _step(_scn(QWEN30, dict(par)))
+    on = _step(_scn(QWEN30, {**par, "ep_comm_overlap": True}))
+    assert off.breakdown_s["ep_comm"] > 0
+    assert on.breakdown_s["ep_comm"] < off.breakdown_s["ep_comm"]
+    assert on.step_time_s < off.step_time_s
+    # hiding costs SMs: never faster than the step without any all-to-all time at all
+    assert on.step_time_s > off.step_time_s - off.breakdown_s["ep_comm"]
+
+
+def test_dropless_skew_slows_expert_work() -> None:
+    par = {"ep": 8, "num_gpus": 8, "global_batch": 64}
+    bal = _step(_scn({**QWEN30, "moe": {"routing": "balanced"}}, dict(par)))
+    drop = _step(_scn({**QWEN30, "moe": {"routing": "dropless"}}, dict(par)))
+    skew2 = _step(_scn({**QWEN30, "moe": {"load_imbalance": 2.0}}, dict(par)))
+    assert bal.step_time_s < drop.step_time_s < skew2.step_time_s
+    assert drop.breakdown_s["ep_comm"] == pytest.approx(1.15 * bal.breakdown_s["ep_comm"], rel=1e-9)
+    assert skew2.breakdown_s["ep_comm"] == pytest.approx(2.0 * bal.breakdown_s["ep_comm"], rel=1e-9)
+
+
+def test_fp8_dispatch_cuts_dispatch_bytes() -> None:
+    par = {"ep": 8, "num_gpus": 16, "global_batch": 64}
+    bf16 = _step(_scn(QWEN30, dict(par)))
+    fp8 = _step(_scn({**QWEN30, "moe": {"dispatch_dtype": "fp8"}}, dict(par)))
+    assert fp8.breakdown_s["ep_comm"] < bf16.breakdown_s["ep_comm"]
+    # combine stays bf16: more than half of the bf16 all-to-all time remains
+    assert fp8.breakdown_s["ep_comm"] > 0.5 * bf16.breakdown_s["ep_comm"]
+
+
+def test_node_limited_routing_cuts_ib_traffic() -> None:
+    """EP 64 over 8 DGX nodes: top-8 experts reach ~5.3 of 8 nodes; limited to 2 nodes (with
+    per-node deduplication) the inter-node all-to-all carries 2/8 of the copies."""
+    model = {"preset": "deepseek-v3", "seq_len": 4096, "mtp_layers": 0}
+    par = {"pp": 16, "ep": 64, "num_gpus": 1024, "global_batch": 64}
+    free = _step(_scn({**model, "moe": {"max_nodes_per_token": 0}}, dict(par), gpu="h800"))
+    limited = _step(_scn({**model, "moe": {"max_nodes_per_token": 2}}, dict(par), gpu="h800"))
+    assert limited.breakdown_s["ep_comm"] < 0.5 * free.breakdown_s["ep_comm"]
+
+
+def test_grouped_gemm_ragged_tokens_cost_more() -> None:
+    d = Device(load_gpu_catalog()["h100-sxm"], "bf16")
+    even = grouped_matmul_time_s(d, 4 * TILE_M, 1536, 2048, 16)
+    assert even == matmul_time_s(d, 4 * TILE_M, 1536, 2048, 16)
+    ragged = grouped_matmul_time_s(d, 4 * TILE_M, 1536, 2048, 16, uneven=True)
+    launch = d.gpu.efficiency.kernel_launch_s
+    assert (ragged - launch) / (even - launch) == pytest.approx((4 * TILE_M + TILE_M / 2) / (4 * TILE_M))
+
+
+# ----------------------------------------------------------------------------- precision
+def test_fp4_peaks_and_recipes() -> None:
+    cat = load_gpu_catalog()
+    assert cat["b200"].peak_flop_per_s("nvfp4") == 9e15
+    assert cat["gb300"].peak_flop_per_s("nvfp4") == 15e15
+    assert cat["gb200"].peak_flop_per_s("mxfp8") == cat["gb200"].peak_flop_per_s("fp8")
+    with pytest.raises(ConfigError):
+        cat["h100-sxm"].peak_flop_per_s("nvfp4")
+    model = {"preset": "qwen3-30b-a3b", "seq_len": 4096}
+    par = {"ep": 8, "num_gpus": 8, "global_batch": 64}
+    runs = {
+        dt: _step(_scn(model, dict(par), gpu="b200", topology="dgx-b200", precision={"dtype": dt}))
+        for dt in ("bf16", "fp8", "mxfp8", "nvfp4")
+    }
+    # faster math, but each recipe's quantization passes cost more: fp8 < mxfp8 in time
+    assert runs["fp8"].step_time_s < runs["bf16"].step_time_s
+    assert runs["fp8"].step_time_s < runs["mxfp8"].step_time_s
+    assert runs["nvfp4"].step_time_s < runs["bf16"].step_time_s
+
+
+# ----------------------------------------------------------------------------- offloading
+def test_offload_moves_memory_and_exposes_only_excess() -> None:
+    model = {"preset": "llama3-8b", "seq_len": 8192}
+    par = {"tp": 1, "num_gpus": 8, "global_batch": 8}
+    base = _scn(model, dict(par))
+    half = _scn(model, dict(par), memory={"offload_activations": 0.5, "offload_optimizer": True})
+    mb, mh = memory_footprint(base), memory_footprint(half)
+    assert mh.parts_bytes["optimizer"] == 0
+    assert mh.parts_bytes["activations"] < 0.6 * mb.parts_bytes["activations"]
+    rb, rh = _step(base), _step(half)
+    assert rh.step_time_s >= rb.step_time_s
+    # the copies of a large layer hide under its compute: only the CPU optimizer step is added
+    assert rh.breakdown_s["other"] == pytest.approx(0.0, abs=1e-9)
+    assert rh.breakdown_s["optimizer"] > rb.breakdown_s["optimizer"]
+
+
+def test_offload_needs_host_bandwidth() -> None:
+    scn = _scn({"preset": "llama3-8b"}, {"num_gpus": 8, "global_batch": 8})
+    gpu = replace(scn.gpu, host_link_bytes_per_s=0.0)
+    with pytest.raises(ConfigError):
+        replace(
+            scn, topology=replace(scn.topology, gpu=gpu), memory=replace(scn.memory, offload_optimizer=True)
+        )
+
+
+# ----------------------------------------------------------------------------- layout
+def test_layout_counts_embedding_and_loss() -> None:
+    """Megatron account-for-embedding/loss: 61 layers + 2 slots over pp·vp = 63 virtual stages."""
+    layout = chunk_layers("interleaved", 61, 9, 7, embedding_slot=True, loss_slot=True)
+    chunks = [layout[s][c] for c in range(7) for s in range(9)]  # virtual stage c·pp + s
+    assert len(chunks) == 63 and sum(len(c) for c in chunks) == 61
+    assert len(chunks[0]) == 0 and len(chunks[-1]) == 0 and all(len(c) == 1 for c in chunks[1:-1])
+    assert [i for c in chunks for i in c] == list(range(61))
+    with pytest.raises(ConfigError) as info:  # 72 chunks for 61 layers + 2 slots
+        _scn(
+            {"preset": "deepseek-v3", "seq_len": 4096},
+            {"pp": 9, "vp": 8, "num_gpus": 9, "global_batch": 9, "account_for_loss_in_pipeline_split": True},
+        )
+    assert info.value.key == "parallel.vp"
+
+
+def test_layout_pp_vp_equal_layers_plus_two_simulates() -> None:
+    model = {"preset": "llama3-8b", "seq_len": 4096, "layers": 30}
+    par = {
+        "pp": 8,
+        "vp": 4,
+        "num_gpus": 8,
+        "global_batch": 16,
+        "account_for_embedding_in_pipeline_split": True,
+        "account_for_loss_in_pipeline_split": True,
+    }
+    scn = _scn(model, par)
+    assert not scn.warnings() or all("divide" not in w for w in scn.warnings())
+    rep = _step(scn)
+    assert rep.step_time_s > 0
+
+
+def test_run_json_model_object(run_cli, tmp_path: Path) -> None:
+    path = tmp_path / "s.toml"
+    path.write_text(
+        '[model]\npreset = "deepseek-v3"\nseq_len = 4096\n[cluster]\ntopology = "dgx-h100"\nnum_gpus = 256\n'
+        "[parallel]\npp = 16\nep = 16\nglobal_batch = 32\n"
+    )
+    res = run_cli(["run", str(path), "--json"])
+    out = json.loads(res.out)
+    m = model_preset("deepseek-v3")
+    assert out["model"]["params"] == F.total_params(m)
+    assert out["model"]["active_params"] == F.active_params(m)
+    assert out["model"]["name"] == "deepseek-v3" and out["model"]["attention"] == "mla"
+    assert out["parallel"]["etp"] == 1
