@@ -16,6 +16,7 @@ Pure functions, no state.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from . import kernels as kernel_model
@@ -27,6 +28,7 @@ HALF_NEEDS_MULTIPLE = 8  # 16-bit tensor cores: multiples of 8 (NVIDIA matmul pe
 # Unaligned dimensions fall back to padded or non-tensor-core paths (NVIDIA "Matrix
 # Multiplication Background" guide, §"Tensor Core requirements": about a third slower).
 UNALIGNED = 0.65
+TILE_M = 128  # row tile of grouped (MoE) GEMM kernels (CUTLASS grouped GEMM, TE GroupedLinear)
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,9 +43,6 @@ class Device:
         return self.gpu.peak_flop_per_s(self.dtype)
 
     @property
-<<<<<<< HEAD
-    def element_bytes(self) -> int:
-=======
     def attention_peak_flop_per_s(self) -> float:
         """Attention runs in 16-bit even in FP8 training (Transformer Engine keeps the
         FlashAttention kernels in BF16)."""
@@ -51,7 +50,6 @@ class Device:
 
     @property
     def element_bytes(self) -> float:
->>>>>>> main
         return DTYPE_BYTES[self.dtype]
 
     @property
@@ -74,42 +72,9 @@ class Device:
 
 def alignment_factor(dim: int, dtype: str) -> float:
     """Tensor-core friendliness of one GEMM dimension (NVIDIA matmul performance guide)."""
-<<<<<<< HEAD
-    need = FP8_NEEDS_MULTIPLE if dtype == "fp8" else HALF_NEEDS_MULTIPLE
-    return 1.0 if dim % need == 0 else UNALIGNED
-=======
     # 8-bit: 16 elements; MX/NVFP4 block scaling: 32 (TE requires dims divisible by 32)
-    need = {"fp8": 16, "mxfp8": 32, "nvfp4": 32}.get(dtype, 8)
-    if dim % 64 == 0:
-        return 1.0
-    if dim % need == 0:
-        return ALIGNED_NOT_64
-    return UNALIGNED
-
-
-def quantization_factor(m: int, n: int, num_sms: int, count: int = 1) -> float:
-    """Useful fraction of the work in tile- and wave-quantized execution of `count` m×n
-    outputs computed by one (batched/grouped) kernel."""
-    tiles_m = math.ceil(m / TILE_M)
-    tiles_n = math.ceil(n / TILE_N)
-    tile_eff = (m * n) / (tiles_m * TILE_M * tiles_n * TILE_N)
-    tiles = tiles_m * tiles_n * count
-    waves = math.ceil(tiles / num_sms)
-    wave_eff = tiles / (waves * num_sms)
-    return tile_eff * wave_eff
-
-
-def matmul_efficiency(device: Device, m: int, n: int, k: int, count: int = 1) -> float:
-    eff = device.gpu.efficiency
-    flops = 2.0 * m * n * k * count
-    shape = min(
-        alignment_factor(m, device.dtype),
-        alignment_factor(n, device.dtype),
-        alignment_factor(k, device.dtype),
-    )
-    ramp = flops / (flops + eff.matmul_ramp_flop)
-    return eff.matmul_peak_fraction * quantization_factor(m, n, device.gpu.num_sms, count) * shape * ramp
->>>>>>> main
+    need = {"fp8": FP8_NEEDS_MULTIPLE, "mxfp8": 32, "nvfp4": 32}.get(dtype, HALF_NEEDS_MULTIPLE)
+    return 1.0 if dim % need == 0 else UNALIGNED
 
 
 def matmul_time_s(device: Device, m: int, n: int, k: int, count: int = 1) -> float:
@@ -147,17 +112,15 @@ def attention_time_s(
         pass_=pass_,
         params=device.params,
     )
-<<<<<<< HEAD
     return t / device.clock + device.launch_s
-=======
 
 
 def grouped_matmul_time_s(device: Device, m: int, n: int, k: int, groups: int, uneven: bool = False) -> float:
     """A grouped GEMM (Transformer Engine GroupedLinear / CUTLASS grouped GEMM: one kernel for the
     local experts of an MoE layer), `groups` GEMMs of (m_i×k)·(k×n) with mean m_i = m tokens.
 
-    Few tokens per expert cost through the tile/wave quantization and the size ramp of
-    `matmul_time_s`. Balanced routing gives every group the same m. Uneven routing (dropless)
+    Few tokens per expert cost through the tile/wave quantization of the kernel model
+    (`matmul_time_s`). Balanced routing gives every group the same m. Uneven routing (dropless)
     leaves each group's last row tile on average half full: the row-tile efficiency becomes
     m/(m + TILE_M/2) in place of m/(ceil(m/TILE_M)·TILE_M).
     """
@@ -166,6 +129,5 @@ def grouped_matmul_time_s(device: Device, m: int, n: int, k: int, groups: int, u
         return t
     exact = m / (math.ceil(m / TILE_M) * TILE_M)
     ragged = m / (m + TILE_M / 2)
-    launch = device.gpu.efficiency.kernel_launch_s
+    launch = device.launch_s
     return (t - launch) * exact / ragged + launch
->>>>>>> main

@@ -180,7 +180,7 @@ def gemm_plan(
     if m <= 0 or n <= 0 or k <= 0 or batch <= 0:
         return GemmPlan(0.0, 0, 0, 1, 0)
     sms = gpu.num_sms
-    scale = p.gemm_fp8_scale if dtype == "fp8" else 1.0
+    scale = p.gemm_fp8_scale if dtype in ("fp8", "mxfp8", "nvfp4") else 1.0  # low-precision kernels
     peak_per_sm = gpu.peak_flop_per_s(dtype) * p.gemm_peak_fraction * scale / sms
     elt = DTYPE_BYTES[dtype]
     bw = gpu.hbm_bandwidth_bytes_per_s * p.memory_bw_fraction

@@ -18,15 +18,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 
 from . import flops as fl
-<<<<<<< HEAD
-from .comm import CommModel, default_comm_model
-from .costs import Device, attention_time_s, matmul_time_s, memory_op_time_s
-from .kernels import resolve_attention
-=======
 from .comm import CommModel, bus_factor, default_comm_model
-from .costs import Device, flash_attention_time_s, grouped_matmul_time_s, matmul_time_s, memory_op_time_s
+from .costs import Device, attention_time_s, grouped_matmul_time_s, matmul_time_s, memory_op_time_s
+from .kernels import resolve_attention
 from .memory import scenario_layer_activations
->>>>>>> main
 from .schedules import PassTimes, Task, chunk_layers, next_chunk, prev_chunk, stage_tasks
 from .specs import ModelSpec, Scenario
 
@@ -35,8 +30,6 @@ ADAM_BYTES_PER_PARAM = (
 )
 GRAD_CLIP_BYTES_PER_PARAM = 4  # grad-norm clipping: one more fp32 read of every gradient (L2 norm)
 FP8_CAST_BYTES_PER_ELEMENT = 3  # read a 16-bit element, write its 8-bit copy
-<<<<<<< HEAD
-=======
 # Quantization traffic per GEMM-input element, by recipe (Transformer Engine):
 #  fp8   per-tensor scaling: read 16-bit, write one 8-bit copy (the transpose comes free on Hopper);
 #  mxfp8 1x32 blocks with E8M0 scales (OCP MX v1.0): blocks run along the reduction axis, so TE
@@ -52,8 +45,6 @@ EP_COMM_SMS = 20
 # Router: fp32 logits written, read by softmax/top-k, probabilities written (Megatron's router
 # in moe_router_dtype fp32); per token and expert.
 ROUTER_BYTES_PER_LOGIT = 3 * 4
-UNFUSED_SOFTMAX_PASSES = 4  # Megatron's fused scale-mask-softmax (read + write) and dropout (read + write)
->>>>>>> main
 
 
 # ----------------------------------------------------------------------------- blocks
@@ -172,21 +163,6 @@ def stage_orders(program: Program) -> tuple[tuple[Task, ...], ...]:
     )
 
 
-<<<<<<< HEAD
-# ----------------------------------------------------------------------------- layout
-def layers_per_chunk(num_layers: int, pp: int, vp: int) -> list[list[int]]:
-    """Layer indices of each virtual stage (chunk c of stage s is virtual stage c·pp + s,
-    as Megatron interleaves). Uneven splits give the first virtual stages one more layer."""
-    n_virtual = pp * vp
-    base, extra = divmod(num_layers, n_virtual)
-    out, start = [], 0
-    for v in range(n_virtual):
-        n = base + (1 if v < extra else 0)
-        out.append(list(range(start, start + n)))
-        start += n
-    return out
-
-
 def grad_reduce_bytes_per_param(dtype: str, grad_reduce_dtype: str = "") -> int:
     """Bytes per gradient element on the DP wire. Default: Megatron-LM reduces in fp32 for
     bf16/fp8 training (main_grad buffers, accumulate_allreduce_grads_in_fp32); fp16 keeps 16-bit
@@ -194,11 +170,6 @@ def grad_reduce_bytes_per_param(dtype: str, grad_reduce_dtype: str = "") -> int:
     (DistributedDataParallelConfig.grad_reduce_in_fp32 = False), which halves the traffic."""
     if grad_reduce_dtype:
         return 4 if grad_reduce_dtype == "fp32" else 2
-=======
-def grad_reduce_bytes_per_param(dtype: str) -> int:
-    """Megatron reduces gradients in fp32 for bf16/fp8 training (main_grad buffers,
-    accumulate_allreduce_grads_in_fp32); fp16 keeps 16-bit gradients."""
->>>>>>> main
     return 2 if dtype == "fp16" else 4
 
 
@@ -390,24 +361,6 @@ class _Coster:
         )
         return out
 
-<<<<<<< HEAD
-    def _attention(self, T: int, s_local: int, s: int, heads_local: int, q_local: int):
-        """Causal self-attention by the [kernels] implementation (simulator/kernels.py):
-        FlashAttention-2/-3 or cuDNN fused kernels, or unfused GEMMs + softmax through memory."""
-        d = self.device
-        b = self.scn.parallel.micro_batch
-        model_flops_fwd = 2 * 2.0 * b * s_local * s * q_local  # scores + values, full s×s
-        kern = self.scn.kernels
-        impl = resolve_attention(self.scn.gpu, kern.attention, kern.flash_attention)
-        shape = dict(
-            batch=b, seq_q=s_local, seq_kv=s, heads=heads_local, head_dim=self.scn.model.dim_per_head
-        )
-        t_f = attention_time_s(d, impl, "fwd", **shape)
-        t_b = attention_time_s(d, impl, "bwd", **shape)
-        name = "attention (unfused)" if impl == "unfused" else f"attention ({impl})"
-        fwd = [Segment("compute", name, t_f, model_flops_fwd, 0.0)]
-        bwd = [Segment("compute", name + " bwd", t_b, 2 * model_flops_fwd, 0.0)]
-=======
     def _mla_projections(
         self, mm, mem, fwd: list, b_in: list, T: int, tp_msg: float, heads_local: int
     ) -> None:
@@ -430,36 +383,22 @@ class _Coster:
         mem("rope", 2 * T * (heads_local + 1) * mla.qk_rope_head_dim * a)
 
     def _attention(self, T: int, s_local: int, s: int, heads_local: int, q_local: int, v_local: int):
+        """Causal self-attention by the [kernels] implementation (simulator/kernels.py):
+        FlashAttention-2/-3, cuDNN or Triton fused kernels, or unfused GEMMs + softmax through memory.
+        The kernel model takes one head dim: the mean of the q·k and v head dims (MLA: 192 and 128),
+        which keeps its FLOPs 2·b·s²·(q + v) exact."""
         d = self.device
         b = self.scn.parallel.micro_batch
         model_flops_fwd = 2.0 * b * s_local * s * (q_local + v_local)  # scores + values, full s×s
-        if self.scn.kernels.flash_attention:
-            work = model_flops_fwd * CAUSAL_WORK_FRACTION
-            t_f = flash_attention_time_s(d, work)
-            t_b = flash_attention_time_s(d, work * FLASH_BWD_TO_FWD)
-            fwd = [Segment("compute", "flash attention", t_f, model_flops_fwd, 0.0)]
-            bwd = [Segment("compute", "flash attention bwd", t_b, 2 * model_flops_fwd, 0.0)]
-        else:
-            count = b * heads_local
-            hd = self.scn.model.dim_per_head
-            hd_v = v_local // heads_local
-            t_scores = matmul_time_s(d, s_local, s, hd, count)
-            t_values = matmul_time_s(d, s_local, hd_v, s, count)
-            score_bytes = count * s_local * s * d.activation_bytes * UNFUSED_SOFTMAX_PASSES
-            t_soft = memory_op_time_s(d, score_bytes, kernels=4)
-            t_f = t_scores + t_values + t_soft
-            t_b = 2 * (t_scores + t_values) + 2 * t_soft
-            f_scores = 2.0 * b * s_local * s * q_local
-            fwd = [
-                Segment("compute", "attention scores", t_scores, f_scores, 0.0),
-                Segment("compute", "softmax", t_soft, 0.0, score_bytes),
-                Segment("compute", "attention values", t_values, model_flops_fwd - f_scores, 0.0),
-            ]
-            bwd = [
-                Segment("compute", "attention bwd", 2 * (t_scores + t_values), 2 * model_flops_fwd, 0.0),
-                Segment("compute", "softmax bwd", 2 * t_soft, 0.0, 2 * score_bytes),
-            ]
->>>>>>> main
+        kern = self.scn.kernels
+        impl = resolve_attention(self.scn.gpu, kern.attention, kern.flash_attention)
+        head_dim = max(1, round((q_local + v_local) / (2 * heads_local)))
+        shape = dict(batch=b, seq_q=s_local, seq_kv=s, heads=heads_local, head_dim=head_dim)
+        t_f = attention_time_s(d, impl, "fwd", **shape)
+        t_b = attention_time_s(d, impl, "bwd", **shape)
+        name = "attention (unfused)" if impl == "unfused" else f"attention ({impl})"
+        fwd = [Segment("compute", name, t_f, model_flops_fwd, 0.0)]
+        bwd = [Segment("compute", name + " bwd", t_b, 2 * model_flops_fwd, 0.0)]
         return t_f, t_b, (fwd, bwd)
 
     def _tp_entry(self, fwd: list, b_in: list, msg: float, gemm_s: float) -> None:
@@ -765,16 +704,6 @@ def build_program(scn: Scenario, comm: CommModel | None = None) -> Program:
     coster = _Coster(scn, comm)
     par, m = scn.parallel, scn.model
     pp, vp = par.pp, par.vp
-<<<<<<< HEAD
-    layout = chunk_layers(par.schedule, m.layers, pp, vp)
-    layer_cost = {False: coster.layer(False)}
-    if m.is_moe:
-        layer_cost[True] = coster.layer(True)
-    emb_f, emb_b = coster.embedding()
-    log_f, log_bi, log_bw = coster.logits()
-    gbytes = grad_reduce_bytes_per_param(scn.dtype, scn.kernels.grad_reduce_dtype)
-    host_s = scn.gpu.efficiency.microbatch_overhead_s
-=======
     layout = chunk_layers(
         par.schedule,
         m.layers,
@@ -803,8 +732,8 @@ def build_program(scn: Scenario, comm: CommModel | None = None) -> Program:
             costed[key] = (layer, coster.embedding(), coster.logits(), mtp_cost)
         return costed[key]
 
-    gbytes = grad_reduce_bytes_per_param(scn.dtype)
->>>>>>> main
+    gbytes = grad_reduce_bytes_per_param(scn.dtype, scn.kernels.grad_reduce_dtype)
+    host_s = scn.gpu.efficiency.microbatch_overhead_s
     bucket_params = max(par.grad_bucket_params, 1_000_000 * par.dp)  # Megatron DDP bucket rule
     device = coster.device
     embed_params = m.vocab * m.hidden / par.tp
@@ -827,16 +756,13 @@ def build_program(scn: Scenario, comm: CommModel | None = None) -> Program:
             b_w: list = []
             rec: list = []
             params = 0.0
-<<<<<<< HEAD
             # host-side work per micro-batch and phase (Python, hooks, scheduling): the GPU idles;
             # charged once per micro-batch, on the first model chunk
             if c == 0:
                 host = Segment("compute", "host overhead (micro-batch)", host_s, 0.0, 0.0)
                 fwd.append(host)
                 b_in.append(host)
-=======
             expert_params = 0.0  # routed-expert weights: their gradients reduce over expert-DP
->>>>>>> main
             if first:
                 fwd += emb_f.parts
                 params += embed_params + (m.seq_len * m.hidden if m.position_embeddings else 0)
@@ -902,15 +828,10 @@ def build_program(scn: Scenario, comm: CommModel | None = None) -> Program:
                 )
             )
         shard = par.dp if par.zero >= 1 else 1
-<<<<<<< HEAD
         opt_bytes = stage_params / shard * (ADAM_BYTES_PER_PARAM + GRAD_CLIP_BYTES_PER_PARAM)
-        optimizer_s = memory_op_time_s(device, opt_bytes, kernels=5)  # norm, clip, fused Adam
-=======
-        opt_bytes = stage_params / shard * ADAM_BYTES_PER_PARAM
-        optimizer_s = memory_op_time_s(device, opt_bytes, kernels=4)
+        optimizer_s = memory_op_time_s(device, opt_bytes, kernels=5)  # grad norm, clip, fused Adam
         if scn.memory.offload_optimizer:
             optimizer_s = _offloaded_optimizer_s(scn, stage_params / shard)
->>>>>>> main
         act_msg = par.micro_batch * m.seq_len // par.cp * m.hidden * device.activation_bytes / par.tp
         p2p_s = coster.coll("sendrecv", "pp", act_msg, s) if pp > 1 else 0.0
         stages.append(StageProgram(stage=s, chunks=tuple(chunks), optimizer_s=optimizer_s, p2p_s=p2p_s))

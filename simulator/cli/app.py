@@ -16,12 +16,6 @@ from collections.abc import Callable, Sequence
 
 from ..errors import EXIT_USAGE, ConfigError
 from .common import one_line
-<<<<<<< HEAD
-from .compare import cmd_compare
-from .kernel import cmd_kernel
-from .mfu import cmd_mfu
-=======
->>>>>>> main
 from .parser import build_parser
 
 
@@ -36,19 +30,8 @@ def _lazy(name: str) -> Callable[[argparse.Namespace], int]:
 
 
 COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
-<<<<<<< HEAD
-    "run": cmd_run,
-    "compare": cmd_compare,
-    "sweep": cmd_sweep,
-    "mfu": cmd_mfu,
-    "validate": cmd_validate,
-    "whatif": cmd_whatif,
-    "topo": cmd_topo,
-    "presets": cmd_presets,
-    "kernel": cmd_kernel,
-=======
-    name: _lazy(name) for name in ("run", "compare", "sweep", "mfu", "validate", "whatif", "topo", "presets")
->>>>>>> main
+    name: _lazy(name)
+    for name in ("run", "compare", "sweep", "mfu", "validate", "whatif", "topo", "presets", "kernel")
 }
 
 
