@@ -35,6 +35,8 @@ ASCII_FALLBACKS = {
     "×": "x",
     "█": "#",
     "▏": "|",
+    "░": "-",
+    "▕": "|",
     "µ": "u",
     "…": "...",
     "≈": "~",
@@ -121,9 +123,10 @@ class ConsoleStream(io.TextIOBase):
     """A text stream in front of stdout/stderr: control characters escaped, and symbols the
     console's encoding lacks replaced (see the module docstring)."""
 
-    def __init__(self, raw: TextIO) -> None:
+    def __init__(self, raw: TextIO, name: str = "output") -> None:
         super().__init__()
         self.raw = raw
+        self.name = name
         self._encoding = getattr(raw, "encoding", None) or "utf-8"
         self._unicode = _encodes("Ψ·—×█", self._encoding)
 
@@ -149,11 +152,25 @@ class ConsoleStream(io.TextIOBase):
             safe = safe.translate(_FALLBACK_TABLE)
             if not _encodes(safe, self._encoding):
                 safe = safe.encode(self._encoding, "backslashreplace").decode(self._encoding)
-        self.raw.write(safe)
+        try:
+            self.raw.write(safe)
+        except BrokenPipeError:
+            raise
+        except (OSError, ValueError) as exc:  # ValueError: I/O operation on closed file
+            raise StdStreamError(
+                self.name, exc if isinstance(exc, OSError) else OSError(9, str(exc))
+            ) from None
         return len(text)
 
     def flush(self) -> None:
-        self.raw.flush()
+        try:
+            self.raw.flush()
+        except BrokenPipeError:
+            raise
+        except (OSError, ValueError) as exc:
+            raise StdStreamError(
+                self.name, exc if isinstance(exc, OSError) else OSError(9, str(exc))
+            ) from None
 
 
 def sanitize_json(value: Any) -> Any:
@@ -176,3 +193,62 @@ def sanitize_json(value: Any) -> Any:
 def strict_json(obj: Any, **kwargs: Any) -> str:
     """JSON text of `obj`: non-finite numbers as null, and nothing that is not JSON."""
     return json.dumps(sanitize_json(obj), allow_nan=False, **kwargs)
+
+
+class _ClosedStream(io.TextIOBase):
+    """Stands for a standard stream whose file descriptor was closed before mfusim started
+    (Python then sets sys.stdout to None and print() silently drops everything)."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__()
+        self.name = name
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, text: str) -> int:
+        raise StdStreamError(self.name, OSError(9, "the stream is closed"))
+
+
+class StdStreamError(Exception):
+    """Writing the report to standard output (or error) failed: closed, disk full, ..."""
+
+    def __init__(self, name: str, cause: OSError) -> None:
+        self.name = name
+        self.cause = cause
+        reason = "no space left on the device" if cause.errno == 28 else (cause.strerror or str(cause))
+        super().__init__(f"cannot write to standard {name}: {reason}")
+
+
+def install_console_streams(stdout: TextIO | None, stderr: TextIO | None) -> tuple[TextIO, TextIO]:
+    """ConsoleStreams for the given standard streams (a closed one raises StdStreamError on
+    first use)."""
+    out = ConsoleStream(stdout, "output") if stdout is not None else _ClosedStream("output")
+    err = ConsoleStream(stderr, "error") if stderr is not None else _ClosedStream("error")
+    return out, err  # type: ignore[return-value]
+
+
+def flush_stdout(stream: TextIO | None) -> None:
+    """Flush standard output now, so a failure (closed, disk full) is reported as one line by
+    the caller instead of as an 'Exception ignored' dump at interpreter exit."""
+    if stream is None:
+        return
+    try:
+        stream.flush()
+    except StdStreamError:
+        raise
+    except OSError as exc:
+        raise StdStreamError("output", exc) from None
+
+
+def silence_stdout() -> None:
+    """Point file descriptor 1 at /dev/null so the interpreter's final flush of whatever
+    could not be written (a broken pipe, a full disk) neither fails nor prints."""
+    import os
+
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, 1)
+        os.close(devnull)
+    except OSError:
+        pass

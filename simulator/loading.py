@@ -69,7 +69,19 @@ MLA_KEYS = ("q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim
 PARALLEL_KEYS = tuple(f.name for f in fields(ParallelConfig))
 SWEEP_KEYS = PARALLEL_KEYS + ("num_gpus",)
 INTRA_KEYS = ("fabric", "link_GBps_per_direction", "latency_us", "nvls")
-INTER_KEYS = ("fabric", "nics_per_node", "nic_Gbps", "latency_us", "nodes_per_leaf", "oversubscription")
+INTER_KEYS = (
+    "fabric",
+    "nics_per_node",
+    "nic_Gbps",
+    "latency_us",
+    "nodes_per_leaf",
+    "oversubscription",
+    "tiers",
+    "nodes_per_pod",
+    "pod_oversubscription",
+    "switch_radix",
+    "planes",
+)
 TOPOLOGY_KEYS = ("name", "gpu", "gpus_per_node", "rank_order", "intra_node", "inter_node")
 
 
@@ -177,7 +189,9 @@ def _check_keys(table: Mapping[str, Any], allowed: tuple[str, ...], section: str
             what = "section" if isinstance(table[key], dict) else "key"
             hint = did_you_mean(key, allowed)
             raise ConfigError(
-                f"unknown {what}{hint}; allowed here: {', '.join(allowed)} (docs/reference.md)", key=where
+                f"unknown {what}{hint}; allowed here: {', '.join(allowed)} (docs/reference.md)",
+                key=where,
+                allowed=tuple(allowed),
             )
 
 
@@ -587,6 +601,11 @@ def _inter_node(table: Mapping[str, Any], section: str, base: InterNodeSpec | No
         latency_s=units.us_to_s(_num(table, "latency_us", section, b.latency_s / units.US_S)),
         nodes_per_leaf=table.get("nodes_per_leaf", b.nodes_per_leaf),
         oversubscription=table.get("oversubscription", b.oversubscription),
+        tiers=table.get("tiers", b.tiers),
+        nodes_per_pod=table.get("nodes_per_pod", b.nodes_per_pod),
+        pod_oversubscription=table.get("pod_oversubscription", b.pod_oversubscription),
+        switch_radix=table.get("switch_radix", b.switch_radix),
+        planes=table.get("planes", b.planes),
     )
 
 
@@ -924,3 +943,27 @@ def run_to_table(run: plan.RunSpec) -> dict[str, Any]:
     if run.usd_per_gpu_hour is not None:
         out["usd_per_gpu_hour"] = run.usd_per_gpu_hour
     return out
+
+
+def scenario_input_files(path: str | Path) -> list[Path]:
+    """Every file loading `path` reads: the scenario, its topology file and its config.json.
+    Best effort (a file that cannot be parsed yields what was found); used to refuse an output
+    path that would overwrite an input."""
+    scenario = Path(path)
+    found = [scenario]
+    try:
+        data = read_toml(scenario)
+    except ConfigError:
+        return found
+    base = scenario.resolve().parent
+    cluster = data.get("cluster")
+    if isinstance(cluster, dict) and isinstance(cluster.get("topology"), str):
+        try:
+            found.append(resolve_topology_path(cluster["topology"], base))
+        except ConfigError:
+            pass
+    model = data.get("model")
+    ref = model.get("hf_config") if isinstance(model, dict) else None
+    if isinstance(ref, str) and ref:
+        found.append(Path(ref) if Path(ref).is_absolute() else base / ref)
+    return found

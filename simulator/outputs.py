@@ -164,6 +164,42 @@ def _atomic_output(p: Path, flag: str, mode: str, newline: str | None) -> Iterat
                 os.unlink(tmp)
 
 
+@contextlib.contextmanager
+def atomic_path(path: str | Path, flag: str) -> Iterator[Path]:
+    """A temporary path next to `path`, with the same suffixes (so writers that pick a format
+    from the name — matplotlib, gzip — still do), renamed over `path` when the block ends
+    without an exception and removed otherwise. For writers that want a file name."""
+    p = Path(path)
+    if _direct(p):
+        try:
+            yield p
+        except OSError as exc:
+            raise write_error(p, flag, exc) from None
+        return
+    target = Path(os.path.realpath(p))
+    old = _stat(target)
+    suffix = "".join(target.suffixes[-2:]) if len(target.name) > 1 else ""
+    try:
+        fd, tmp_name = tempfile.mkstemp(
+            prefix=f".{target.name[:40]}.", suffix=f".tmp{suffix}", dir=target.parent
+        )
+    except OSError as exc:
+        raise write_error(p, flag, exc) from None
+    tmp = Path(tmp_name)
+    try:
+        umask = os.umask(0)
+        os.umask(umask)
+        os.fchmod(fd, stat.S_IMODE(old.st_mode) if old is not None else 0o666 & ~umask)
+        os.close(fd)
+        yield tmp
+        os.replace(tmp, target)
+    except OSError as exc:
+        raise write_error(p, flag, exc) from None
+    finally:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+
+
 def write_error(path: str | Path, flag: str, exc: OSError) -> ConfigError:
     """An OS error while writing `path`, as a one-line error naming the file and the flag."""
     return ConfigError(f"cannot write {path}: {_describe_os_error(exc)}", key=flag)

@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import re
 from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 from matplotlib.axes import Axes
@@ -81,9 +81,8 @@ BUBBLE_HATCH = "////"
 BUBBLE_EDGE = "#9A9A9A"
 SIDE_ALPHA = 0.75
 
-# Span names such as "F3", "B3", "fwd mb 3 chunk 1", "backward 3", "W3" (zero-bubble weight grad).
-_BACKWARD = re.compile(r"(^|[^a-z])(b|bw|bwd|backward|w|wgrad|dgrad)([^a-z]|$)", re.IGNORECASE)
-_FORWARD = re.compile(r"(^|[^a-z])(f|fw|fwd|forward)([^a-z]|$)", re.IGNORECASE)
+# The schedule phase a span carries (Span.phase) -> its Gantt color class.
+PHASE_CLASS = {"F": "forward", "B": "backward", "W": "backward"}
 
 
 # ----------------------------------------------------------------------------- helpers
@@ -94,24 +93,17 @@ def _new_figure(width_in: float, height_in: float) -> Figure:
 
 
 def phase_of(span: Span, default: str = "compute") -> str:
-    """The Gantt color class of a span: compute splits into forward and backward by name.
-
-    A compute span whose name says neither (e.g. a forward segment named "qkv" next to
-    "qkv dgrad") gets `default`.
-    """
+    """The Gantt color class of a span: compute splits into forward and backward by the phase
+    of the schedule task it belongs to (Span.phase); a compute span without one gets `default`."""
     if span.category != "compute":
         return span.category
-    if _BACKWARD.search(span.name):
-        return "backward"
-    if _FORWARD.search(span.name):
-        return "forward"
-    return default
+    return PHASE_CLASS.get(span.phase, default)
 
 
 def _compute_default(timeline: Timeline) -> str:
-    """When some compute spans are named as backward, the unnamed rest are forward."""
+    """When some compute spans are backward, the ones without a phase are drawn as forward."""
     for s in timeline.spans:
-        if s.category == "compute" and _BACKWARD.search(s.name):
+        if s.category == "compute" and PHASE_CLASS.get(s.phase) == "backward":
             return "forward"
     return "compute"
 
@@ -620,6 +612,11 @@ def sweep_mfu_figure(rows: Sequence[Any], *, top: int = 25, title: str | None = 
     return fig
 
 
-def save_figure(fig: Figure, path: str, *, dpi: int = 120) -> None:
-    """Write a figure (PNG, SVG or PDF by the file's extension)."""
-    fig.savefig(path, dpi=dpi)
+def save_figure(fig: Figure, path: str, *, dpi: int = 120, flag: str = "--plot") -> None:
+    """Write a figure (PNG, SVG or PDF by the file's extension), atomically: a temporary file
+    renamed into place (simulator.outputs), so an interrupted save leaves no torn picture."""
+    from .outputs import atomic_path
+
+    fmt = Path(path).suffix.lstrip(".").lower() or None
+    with atomic_path(path, flag) as tmp:
+        fig.savefig(tmp, dpi=dpi, format=fmt)

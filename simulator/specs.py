@@ -31,7 +31,7 @@ SCHEDULES = ("gpipe", "1f1b", "interleaved", "zb-h1", "zb-v", "dualpipe", "dualp
 TWO_CHUNK_SCHEDULES = ("zb-v", "dualpipe", "dualpipev")  # two model chunks per stage by construction
 RECOMPUTE = ("none", "selective", "full")
 INTRA_FABRICS = ("nvswitch", "pcie", "nvlink")
-INTER_FABRICS = ("rail-optimized", "fat-tree")
+INTER_FABRICS = ("rail-optimized", "fat-tree", "rail-only")
 RANK_AXES = ("tp", "cp", "dp", "pp")
 
 MAX_GPUS = 1_000_000  # larger than any cluster built; guards against typos like 1e12
@@ -381,9 +381,25 @@ class InterNodeSpec:
     latency_s: float = 5e-6
     nodes_per_leaf: int = 32
     oversubscription: float = 1.0
+    # tiers above the leaf (issue 14): 0 = the fewest a folded Clos of `switch_radix` needs
+    tiers: int = 0
+    nodes_per_pod: int = 0  # nodes under one spine group (3+ tiers); 0 = what two tiers can hold
+    pod_oversubscription: float = 1.0  # spine -> core bandwidth ratio above a pod
+    switch_radix: int = 0  # ports per switch; 0 = the NIC speed's InfiniBand switch (40/64/144)
+    planes: int = 1  # multi-plane NICs: each port split over `planes` independent networks
 
     def __post_init__(self) -> None:
         _set(self, "fabric", _check_choice("inter_node.fabric", self.fabric, INTER_FABRICS))
+        _check_int("inter_node.tiers", self.tiers, minimum=0, maximum=5)
+        _check_int("inter_node.nodes_per_pod", self.nodes_per_pod, minimum=0, maximum=MAX_GPUS)
+        _check_num("inter_node.pod_oversubscription", self.pod_oversubscription, minimum=1.0, maximum=1e3)
+        _check_int("inter_node.switch_radix", self.switch_radix, minimum=0, maximum=4096)
+        if self.switch_radix == 1 or self.switch_radix % 2:
+            raise ConfigError(
+                f"must be an even port count >= 2 (or 0); got {self.switch_radix}",
+                key="inter_node.switch_radix",
+            )
+        _check_int("inter_node.planes", self.planes, maximum=16)
         _check_int("inter_node.nics_per_node", self.nics_per_node, maximum=1024)
         _check_num("inter_node.nic_Gbps", self.nic_bandwidth_bytes_per_s, strict=True)
         _check_num("inter_node.latency_us", self.latency_s, maximum=1.0)

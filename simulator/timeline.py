@@ -39,6 +39,7 @@ class Span:
     chunk: int = -1
     flops: float = 0.0
     message_bytes: float = 0.0
+    phase: str = ""  # the schedule task's phase: "F" forward, "B" backward, "W" weight grad; "" none
 
     @property
     def duration_s(self) -> float:

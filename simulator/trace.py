@@ -217,6 +217,7 @@ def coarsened_spans(spans: tuple[Span, ...] | list[Span]) -> list[Span]:
                     chunk=last.chunk,
                     flops=last.flops + s.flops,
                     message_bytes=last.message_bytes + s.message_bytes,
+                    phase=last.phase,
                 )
                 continue
         out.append(s)

@@ -16,7 +16,6 @@ equals the variant's own MFU.
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
@@ -714,4 +713,6 @@ def headline(base: StepReport, applied: tuple[Lever, ...]) -> str:
 
 
 def format_json(result: WhatIf) -> str:
-    return json.dumps(result.to_dict(), indent=2)
+    from .console import strict_json
+
+    return strict_json(result.to_dict(), indent=2)

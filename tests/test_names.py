@@ -120,3 +120,31 @@ def test_nothing_close_gives_no_suggestion() -> None:
     assert did_you_mean("zzzzzz", ["tp", "pp", "dp"]) == ""
     assert closest("swep", ["run", "sweep", "whatif", "validate", "topo"]) == "sweep"
     assert canonical(3, ["bf16"]) is None and did_you_mean(None, ["bf16"]) == ""
+
+
+def test_misspelled_subcommand_names_the_closest(capsys) -> None:
+    from simulator.cli import main
+
+    with pytest.raises(SystemExit) as exc:
+        main(["swep", "x.toml"])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert "did you mean 'sweep'?" in err and err.count("\n") == 1
+
+
+def test_flag_choices_take_aliases_and_suggest(capsys) -> None:
+    from simulator.cli import main
+
+    args = ["mfu", "--params", "7e9", "--tokens-per-s", "1e5", "--gpus", "8", "--gpu", "H100", "--json"]
+    assert main([*args, "--dtype", "bfloat16"]) == 0
+    import json
+
+    assert json.loads(capsys.readouterr().out)["dtype"] == "bf16"
+    with pytest.raises(SystemExit):
+        main([*args, "--dtype", "bf61"])
+    assert "did you mean 'bf16'?" in capsys.readouterr().err
+
+
+def test_unknown_key_errors_point_to_the_reference(tmp_path) -> None:
+    message = _error(tmp_path, parallel_extra="tpp = 2")
+    assert "docs/reference.md" in message and "SPEC" not in message

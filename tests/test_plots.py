@@ -35,16 +35,31 @@ def _texts(fig: Figure) -> list[str]:
     return [t.get_text() for t in fig.findobj(match=lambda o: hasattr(o, "get_text"))]
 
 
-def test_phase_of_splits_forward_and_backward() -> None:
-    def sp(name: str, cat: str = "compute") -> Span:
-        return Span(0, "compute", cat, name, 0.0, 1.0)
+def test_phase_of_splits_forward_and_backward_by_the_task_phase() -> None:
+    def sp(name: str, cat: str = "compute", phase: str = "") -> Span:
+        return Span(0, "compute", cat, name, 0.0, 1.0, phase=phase)
 
-    assert phase_of(sp("F3")) == "forward"
-    assert phase_of(sp("fwd mb 3 chunk 1")) == "forward"
-    assert phase_of(sp("B12")) == "backward"
-    assert phase_of(sp("backward 3")) == "backward"
+    assert phase_of(sp("F3 qkv", phase="F")) == "forward"
+    assert phase_of(sp("B12 qkv dgrad", phase="B")) == "backward"
+    assert phase_of(sp("W12 qkv wgrad", phase="W")) == "backward"  # zero-bubble weight gradient
+    # the phase decides, not the op's name ("backward" in a forward op's name)
+    assert phase_of(sp("F3 backward-compatible kernel", phase="F")) == "forward"
+    assert phase_of(sp("B3", phase="")) == "compute"  # no task phase: the default class
     assert phase_of(sp("bubble", "bubble")) == "bubble"
-    assert phase_of(sp("recompute 3", "recompute")) == "recompute"
+    assert phase_of(sp("recompute 3", "recompute", phase="B")) == "recompute"
+
+
+def test_engine_spans_carry_their_task_phase() -> None:
+    from simulator.loading import load_scenario
+    from simulator.resources import data_dir
+    from simulator.simulate import simulate
+
+    result = simulate(load_scenario(data_dir("scenarios") / "teaching-pp4.toml"), detail=True)
+    compute = [s for s in result.timeline.spans if s.category == "compute" and s.stream == "compute"]
+    assert compute and {s.phase for s in compute} <= {"F", "B", "W"}
+    assert {"F", "B"} <= {s.phase for s in compute}
+    # each span's name starts with its task (e.g. "F3 ...", "B3.1 ..."): the phase agrees with it
+    assert all(s.name.startswith(s.phase) for s in compute)
 
 
 def test_pipeline_gantt(tmp_path: Path) -> None:

@@ -26,11 +26,23 @@ def gpipe_step(
         work = []
         for i in range(m):
             a = (s + i) * fwd_s
-            work.append(Span(s, "compute", "compute", f"F{i}", a, a + fwd_s, microbatch=i, flops=1e12))
+            work.append(
+                Span(s, "compute", "compute", f"F{i}", a, a + fwd_s, microbatch=i, flops=1e12, phase="F")
+            )
         for j in range(m):
             a = t_bwd0 + (p - 1 - s + j) * bwd_s
             work.append(
-                Span(s, "compute", "compute", f"B{m - 1 - j}", a, a + bwd_s, microbatch=m - 1 - j, flops=2e12)
+                Span(
+                    s,
+                    "compute",
+                    "compute",
+                    f"B{m - 1 - j}",
+                    a,
+                    a + bwd_s,
+                    microbatch=m - 1 - j,
+                    flops=2e12,
+                    phase="B",
+                )
             )
         work.append(Span(s, "compute", "optimizer", "optimizer", t_opt, step))
         t = 0.0

@@ -6,11 +6,13 @@ Only the commands (simulator/cli/) import this module; the library never does.
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import sys
+from collections.abc import Iterable
 from pathlib import Path
 
+from ..console import one_line as _one_line
+from ..console import strict_json
 from ..errors import ConfigError
 
 DEFAULT_SCENARIO = "gpt3-175b-1024-a100"
@@ -159,26 +161,25 @@ def load_cli_scenario(arg: str | None, args: argparse.Namespace):
         raise flag_names(err) from None
 
 
-def check_writable(path: str, flag: str) -> Path:
-    """Fail early, with one line, when an output path cannot be written."""
-    p = Path(path)
-    if p.is_dir():
-        raise ConfigError(f"{path} is a directory; give a file name", key=flag)
-    parent = p.parent if str(p.parent) else Path(".")
-    if not parent.exists():
-        raise ConfigError(f"directory {parent} does not exist", key=flag)
-    try:
-        with open(p, "a"):
-            pass
-    except OSError as exc:
-        raise ConfigError(f"cannot write {path}: {exc.strerror or exc}", key=flag) from None
-    return p
+def check_writable(path: str, flag: str, inputs: Iterable[str | Path] = ()) -> Path:
+    """Fail early, with one line, when an output path cannot be written or is one of the
+    command's `inputs` (simulator.outputs.check_output). Creates nothing."""
+    from ..outputs import check_output
+
+    return check_output(path, flag, inputs)
+
+
+def scenario_inputs(path: str | Path | None) -> list[Path]:
+    """The files a scenario reads (itself, its topology file, its config.json): outputs must
+    never be one of them."""
+    from ..loading import scenario_input_files
+
+    return scenario_input_files(path) if path is not None else []
 
 
 def print_json(obj: object) -> None:
-    sys.stdout.write(json.dumps(obj, indent=2, sort_keys=False) + "\n")
+    """Strict JSON on stdout: non-finite numbers as null, never `Infinity` or `NaN`."""
+    sys.stdout.write(strict_json(obj, indent=2) + "\n")
 
 
-def one_line(text: str) -> str:
-    """A message as one printable line: newlines and control characters escaped."""
-    return "".join(c if c.isprintable() else ascii(c)[1:-1] for c in " ".join(str(text).splitlines()))
+one_line = _one_line

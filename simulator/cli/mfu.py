@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 
 from ..errors import ConfigError
@@ -79,6 +80,12 @@ def cmd_mfu(args: argparse.Namespace) -> int:
             mfu_6psi=flops.mfu(conventions["6psi"], tokens_per_s, args.gpus, peak),
             mfu_6psi_attn=flops.mfu(conventions["6psi_attn"], tokens_per_s, args.gpus, peak),
             hfu=flops.mfu(hw_per_token, tokens_per_s, args.gpus, peak),
+        )
+    numbers = [v for v in result.values() if isinstance(v, float)]
+    if not all(math.isfinite(v) for v in numbers):
+        raise ConfigError(
+            "the numbers overflow (infinite MFU): --params and --tokens-per-s are far beyond any real run",
+            key="--tokens-per-s",
         )
     result["model_tflops_per_gpu"] = float(result["mfu"]) * peak / TERA  # type: ignore[arg-type]
     if float(result["mfu"]) > 1.0:  # type: ignore[arg-type]

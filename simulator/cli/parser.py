@@ -3,10 +3,25 @@
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 
 from ..errors import EXIT_USAGE
+from ..names import canonical, did_you_mean
+from ..specs import DTYPES, RECOMPUTE
 from .common import MAX_SAMPLES, add_override_flags, plot_path, positive_float, positive_int, seed_flag
+
+REFERENCE = "docs/reference.md"  # every key, --json field and CSV column (`mfusim schema`: the JSON Schema)
+_INVALID_CHOICE = re.compile(r"invalid choice: '([^']*)' \(choose from (.*)\)")
+
+
+def with_suggestion(message: str) -> str:
+    """argparse's "invalid choice" message with the closest choice (`mfusim swep`: 'sweep')."""
+    match = _INVALID_CHOICE.search(message)
+    if match is None:
+        return message
+    choices = re.findall(r"'([^']*)'", match.group(2)) or [c.strip() for c in match.group(2).split(",")]
+    return message + did_you_mean(match.group(1), choices)
 
 
 class _Parser(argparse.ArgumentParser):
@@ -14,14 +29,25 @@ class _Parser(argparse.ArgumentParser):
 
     def error(self, message: str) -> None:  # type: ignore[override]
         prog = self.prog
-        sys.stderr.write(f"{prog}: error: {message}\n")
+        sys.stderr.write(f"{prog}: error: {with_suggestion(message)}\n")
         raise SystemExit(EXIT_USAGE)
+
+
+def _name_in(choices: tuple[str, ...]):
+    """A choice flag that takes any case or a common alias (`--dtype bfloat16`, simulator/names.py)."""
+
+    def parse(text: str) -> str:
+        return canonical(text, choices) or text  # argparse then refuses what is not a choice
+
+    return parse
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="mfusim",
         description="Distributed-training bottleneck simulator: MFU, HFU and where the time goes.",
+        epilog=f"Every scenario key, --json field and CSV column: {REFERENCE} (shipped with mfusim; "
+        "`mfusim schema` prints the scenario JSON Schema).",
     )
     from .. import __version__
 
@@ -34,7 +60,7 @@ def build_parser() -> argparse.ArgumentParser:
         nargs="?",
         help="scenario TOML or a shipped scenario's name (default: built-in GPT-3 175B on 1024 A100)",
     )
-    p.add_argument("--json", action="store_true", help="print the SPEC §4 JSON object only")
+    p.add_argument("--json", action="store_true", help=f"print the JSON object only ({REFERENCE})")
     p.add_argument("--trace", metavar="FILE.json", help="write a Chrome/Perfetto trace of the step")
     p.add_argument(
         "--plot",
@@ -124,8 +150,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--gpus", type=positive_int("--gpus"), required=True, help="number of GPUs")
     p.add_argument("--gpu", required=True, help="GPU catalog name, e.g. a100-80gb")
-    p.add_argument("--dtype", choices=("bf16", "fp16", "fp8"), default="bf16")
-    p.add_argument("--recompute", choices=("none", "selective", "full"), default="none")
+    p.add_argument("--dtype", type=_name_in(DTYPES), choices=DTYPES, default="bf16")
+    p.add_argument("--recompute", type=_name_in(RECOMPUTE), choices=RECOMPUTE, default="none")
     p.add_argument("--json", action="store_true")
 
     p = sub.add_parser("validate", help="predicted vs published measured runs")
@@ -155,4 +181,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("presets", help="list shipped scenarios, model presets, GPUs and topologies")
     p.add_argument("--json", action="store_true")
+
+    sub.add_parser(
+        "schema",
+        help="print the JSON Schema of scenario files (for editors; the keys are in docs/reference.md)",
+    )
     return parser

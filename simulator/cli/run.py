@@ -5,20 +5,39 @@ from __future__ import annotations
 import argparse
 import sys
 
-from .common import check_writable, load_cli_scenario, print_json
+from ..errors import ConfigError
+from .common import check_writable, load_cli_scenario, print_json, scenario_inputs, scenario_path
+
+MAX_SEED = 2**63 - 1
+
+
+def check_sample_seeds(base_seed: int, samples: int, key: str) -> None:
+    """`--samples N` uses seeds base, base+1, ..., base+N-1: all must be valid seeds, and the
+    error blames the flag (or key) that set the base."""
+    if base_seed + samples - 1 > MAX_SEED:
+        raise ConfigError(
+            f"with --samples {samples} the seeds run from {base_seed} to {base_seed + samples - 1}, "
+            f"over the largest seed {MAX_SEED}; use a seed of at most {MAX_SEED - samples + 1}",
+            key=key,
+        )
 
 
 def cmd_run(args: argparse.Namespace) -> int:
     from ..describe import add_summary
+    from ..outputs import atomic_path, same_file
     from ..plan import format_plan, plan_for
     from ..run import comm_model_for, format_report, format_samples, sample_stats
     from ..simulate import simulate
 
     scn = load_cli_scenario(args.scenario, args)
-    trace_path = check_writable(args.trace, "--trace") if args.trace else None
-    plot_path = check_writable(args.plot, "--plot") if args.plot else None
+    inputs = scenario_inputs(scenario_path(args.scenario))
+    trace_path = check_writable(args.trace, "--trace", inputs) if args.trace else None
+    plot_path = check_writable(args.plot, "--plot", inputs) if args.plot else None
+    if trace_path is not None and plot_path is not None and same_file(trace_path, plot_path):
+        raise ConfigError(f"{args.plot} is also the --trace file; give two different files", key="--plot")
     comm = comm_model_for(scn, getattr(args, "comm_model", "topology"))
     base_seed = args.seed if args.seed is not None else scn.variability.seed
+    check_sample_seeds(base_seed, args.samples, "--seed" if args.seed is not None else "variability.seed")
     result = simulate(scn, comm, seed=args.seed, detail=trace_path is not None or plot_path is not None)
     report = result.report
     samples = [report]
@@ -37,13 +56,15 @@ def cmd_run(args: argparse.Namespace) -> int:
     if trace_path is not None:
         from ..trace import write_chrome_trace
 
-        write_chrome_trace(result.timeline, report, trace_path)
+        with atomic_path(trace_path, "--trace") as tmp:
+            write_chrome_trace(result.timeline, report, tmp)
         sys.stderr.write(f"wrote trace {trace_path} (open in ui.perfetto.dev)\n")
     if plot_path is not None:
         from ..plots import step_figure
 
         fig = step_figure(result.timeline, report)
-        fig.savefig(plot_path, dpi=120, bbox_inches="tight")
+        with atomic_path(plot_path, "--plot") as tmp:
+            fig.savefig(tmp, dpi=120, bbox_inches="tight", format=plot_path.suffix.lstrip(".").lower())
         sys.stderr.write(f"wrote plot {plot_path}\n")
 
     stats = sample_stats(samples) if args.samples > 1 else None

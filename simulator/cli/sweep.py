@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..errors import ConfigError
-from .common import check_writable, flag_names, scenario_overrides, scenario_path
+from .common import check_writable, flag_names, print_json, scenario_inputs, scenario_overrides, scenario_path
 
 if TYPE_CHECKING:
     from ..specs import Scenario
@@ -92,17 +91,16 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     except ConfigError as err:
         raise flag_names(err) from None
     _check_rank_by(scn, args.rank_by)
-    export_best, export_top = _export_targets(args, [path])
+    inputs = scenario_inputs(path)
+    export_best, export_top = _export_targets(args, inputs)
     out = None
     if args.out:
-        if args.resume and Path(args.out).is_dir():
-            raise ConfigError(f"{args.out} is a directory; give a file name", key="--out")
-        out = check_writable(args.out, "--out")
+        out = check_writable(args.out, "--out", inputs)
     elif args.resume:
         raise ConfigError("--resume needs --out FILE (the file to continue)", key="--resume")
     if args.plot:
-        check_writable(args.plot, "--plot")
-    if out is not None and not args.resume and out.stat().st_size > 0:
+        check_writable(args.plot, "--plot", inputs + ([out] if out is not None else []))
+    if out is not None and not args.resume and out.is_file() and out.stat().st_size > 0:
         sys.stderr.write(f"mfusim sweep: overwriting {out} (--resume continues it instead)\n")
     progress_stream = sys.stderr
     result = run_sweep(
@@ -131,7 +129,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         from ..describe import add_summary
 
         summary = add_summary(result_json(scn, result, args.top, args.rank_by), scn)
-        sys.stdout.write(json.dumps(summary, indent=2, allow_nan=False) + "\n")
+        print_json(summary)
     else:
         sys.stdout.write(format_table(scn, result, args.top, args.rank_by))
     return 0

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 from typing import Any
 
 from ..errors import ConfigError
+from .common import print_json
 
 DEFAULT_SCALABLE_UNITS = 4  # summary size when --gpus is not given: four SUs (a small SuperPOD)
 
@@ -31,7 +31,17 @@ def _text(s: dict[str, Any]) -> str:
         (
             "switches",
             f"{s['num_scalable_units']} scalable unit(s) of {s['nodes_per_leaf']} nodes, "
-            f"{s['num_leaf_switches']} leaf, {s['num_spine_switches']} spine",
+            f"{s['num_leaf_switches']} leaf, {s['num_spine_switches']} spine"
+            + (f", {s['num_core_switches']} core" if s["num_core_switches"] else "")
+            + f" ({s['switch_radix']}-port"
+            + (f", {s['planes']} planes)" if s["planes"] > 1 else ")"),
+        ),
+        (
+            "tiers",
+            "; ".join(
+                f"{t['name']}: {t['gpus_per_group']:,} GPUs per group, {t['oversubscription']:g}:1"
+                for t in s["tiers"]
+            ),
         ),
         (
             "oversubscription",
@@ -59,11 +69,16 @@ def cmd_topo(args: argparse.Namespace) -> int:
         gpus = topo.gpus_per_node * topo.inter_node.nodes_per_leaf * DEFAULT_SCALABLE_UNITS
     if isinstance(gpus, bool) or not isinstance(gpus, int) or gpus < 1:
         raise ConfigError(f"must be a positive integer, got {gpus!r}", key="--gpus")
-    summary = topology_summary(Fabric(topo, gpus))
+    fabric = Fabric(topo, gpus)
+    try:
+        fabric.check_buildable()
+    except ConfigError as err:
+        raise err.with_file(ref) if hasattr(err, "with_file") else err from None
+    summary = topology_summary(fabric)
     if getattr(args, "json", False):
         from .. import __version__
 
-        sys.stdout.write(json.dumps({**summary, "mfusim_version": __version__}, indent=2) + "\n")
+        print_json({**summary, "mfusim_version": __version__})
     else:
         sys.stdout.write(_text(summary) + "\n")
     return 0

@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..errors import ConfigError
-from .common import check_writable
+from .common import check_writable, print_json
 
 if TYPE_CHECKING:
     from ..validate import SimulateFn
@@ -22,7 +21,7 @@ def cmd_validate(args: argparse.Namespace, simulate_fn: SimulateFn | None = None
     path = Path(args.runs) if getattr(args, "runs", None) else published_runs_csv()
     out = None
     if getattr(args, "out", None):
-        out = check_writable(args.out, "--out")
+        out = check_writable(args.out, "--out", [path])
     runs = validate.read_runs_csv(path)
     selected = validate.select_runs(
         runs, gpu=getattr(args, "gpu", None), source=getattr(args, "source", None)
@@ -37,7 +36,7 @@ def cmd_validate(args: argparse.Namespace, simulate_fn: SimulateFn | None = None
     if getattr(args, "json", False):
         from .. import __version__
 
-        sys.stdout.write(json.dumps({**report.to_dict(), "mfusim_version": __version__}, indent=2) + "\n")
+        print_json({**report.to_dict(), "mfusim_version": __version__})
     else:
         sys.stdout.write(validate.format_report(report) + "\n")
     return 0

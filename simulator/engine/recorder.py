@@ -70,6 +70,7 @@ class SpanRecorder(_Summaries):
                 chunk=task.chunk,
                 flops=seg.flops,
                 message_bytes=seg.message_bytes,
+                phase=task.phase,
             )
             t += dur
         return t

@@ -121,6 +121,8 @@ class Links:
     intra_bytes_per_s: float
     nic_bytes_per_s: float
     uplink_bytes_per_s: float
+    pod_uplink_bytes_per_s: float
+    rail_only: bool
     intra_latency_s: float
     inter_latency_s: float
     intra_name: str
@@ -139,6 +141,8 @@ class Links:
             intra_bytes_per_s=fabric.intra_bandwidth_bytes_per_s * eta,
             nic_bytes_per_s=fabric.nic_bandwidth_bytes_per_s * eta,
             uplink_bytes_per_s=fabric.leaf_uplink_bytes_per_s * eta,
+            pod_uplink_bytes_per_s=fabric.pod_uplink_bytes_per_s * eta,
+            rail_only=fabric.rail_only,
             intra_latency_s=topo.intra_node.latency_s,
             inter_latency_s=topo.inter_node.latency_s,
             intra_name="pcie" if fabric_name == "pcie" else "nvlink",
@@ -172,6 +176,7 @@ class GroupShape:
     scope: str  # node | leaf | spine
     nic_load: float  # Σ over groups sharing the busiest NIC of 1/u_G (1/u when alone); 0 in-node
     units: tuple[UnitLoad, ...] = ()  # empty unless oversubscribed leaf uplinks are crossed
+    pods: tuple[UnitLoad, ...] = ()  # the same one tier up: oversubscribed spine -> core uplinks
 
     @property
     def description(self) -> str:
@@ -253,8 +258,11 @@ def analyze_group(
 
     units: list[UnitLoad] = []
     if scope == "spine" and fabric.topology.inter_node.oversubscription > 1.0:
-        units = _unit_loads(fabric, placement, axis, stage, nodes, count, rep)
-    return GroupShape(axis, n, k, m, u, scope, nic_load, tuple(units))
+        units = _unit_loads(fabric, placement, axis, stage, nodes, count, rep, fabric.nodes_per_leaf)
+    pods: list[UnitLoad] = []
+    if fabric.pods_oversubscribed and len({fabric.pod_of_node(j) for j in nodes}) > 1:
+        pods = _unit_loads(fabric, placement, axis, stage, nodes, count, rep, fabric.nodes_per_pod)
+    return GroupShape(axis, n, k, m, u, scope, nic_load, tuple(units), tuple(pods))
 
 
 def _unit_loads(
@@ -265,17 +273,23 @@ def _unit_loads(
     nodes: list[int],
     count: dict[int, int],
     rep: int,
+    npl: int,
 ) -> list[UnitLoad]:
+    """Load on the uplinks of the units (scalable units, or pods) of `npl` nodes the group
+    crosses out of."""
     gpn = fabric.gpus_per_node
-    npl = fabric.nodes_per_leaf
+
+    def unit_of(node: int) -> int:
+        return node // npl
+
     same_stage = axis != "pp"
     unit_members: dict[int, int] = {}
     for j in nodes:
-        s = fabric.unit_of_node(j)
+        s = unit_of(j)
         unit_members[s] = unit_members.get(s, 0) + count[j]
     crossings: dict[int, int] = {}
     for a, b in double_binary_tree_edges(len(nodes)):
-        sa, sb = fabric.unit_of_node(nodes[a]), fabric.unit_of_node(nodes[b])
+        sa, sb = unit_of(nodes[a]), unit_of(nodes[b])
         if sa != sb:
             crossings[sa] = crossings.get(sa, 0) + 1
             crossings[sb] = crossings.get(sb, 0) + 1
@@ -290,7 +304,7 @@ def _unit_loads(
                 if same_stage and placement.stage_of(r) != stage:
                     continue
                 first, last = placement.group_bounds(axis, r)
-                if fabric.unit_of_node(first // gpn) == fabric.unit_of_node(last // gpn):
+                if unit_of(first // gpn) == unit_of(last // gpn):
                     continue
                 leaves_of.setdefault(first, set()).add(fabric.leaf_rail_of_local(local))
         load: dict[int, float] = {}
@@ -392,7 +406,8 @@ def _inter_time(
     oversubscribed scalable unit through its leaf uplinks."""
     t_nic = node_bytes * shape.nic_load / links.nic_bytes_per_s
     t_up = max((u.weight * crossing(u) / links.uplink_bytes_per_s for u in shape.units), default=0.0)
-    return (t_nic, "nic") if t_nic >= t_up else (t_up, "leaf-uplink")
+    t_pod = max((u.weight * crossing(u) / links.pod_uplink_bytes_per_s for u in shape.pods), default=0.0)
+    return max((t_nic, "nic"), (t_up, "leaf-uplink"), (t_pod, "pod-uplink"), key=lambda x: x[0])
 
 
 def _log2_ceil(x: int) -> int:
@@ -478,6 +493,10 @@ def collective_candidates(kind: str, shape: GroupShape, links: Links, size_bytes
     if kind == "alltoall":
         x_intra = (m - 1) / n * S
         node_bytes = m * (n - m) / n * S
+        if links.rail_only and k > 1 and m > 1:
+            # no network path between rails: the bytes for peers on other rails first cross
+            # NVLink to the GPU on the peer's rail (PXN), (m−1)/m of the inter-node bytes
+            x_intra += (n - m) / n * S * (m - 1) / m
         parts = [(x_intra / B_i, intra)]
         if k > 1:
             parts.append(_inter_time(shape, links, node_bytes, lambda u: u.members * (n - u.members) / n * S))

@@ -62,10 +62,12 @@ def build_graph(fabric: Fabric, nodes: Iterable[int] | None = None) -> nx.Graph:
                 latency_s=0.0,
                 kind="gpu-nic",
             )
-    if fabric.num_scalable_units > 1 or len(leaves) > 1:
-        spine = fabric.spine_name()
-        g.add_node(spine, kind="spine")
+    # a spine joins the leaves (rail-only: one spine per rail, none when one leaf per rail suffices)
+    if fabric.num_scalable_units > 1 or (len(leaves) > 1 and not fabric.rail_only):
         for leaf in sorted(leaves):
+            spine = fabric.spine_name(int(leaf.rsplit("leaf", 1)[1]))
+            if spine not in g:
+                g.add_node(spine, kind="spine")
             g.add_edge(
                 leaf,
                 spine,

@@ -63,6 +63,7 @@ class TopologyCommModel:
 
     def __post_init__(self) -> None:
         fabric = Fabric(self.scenario.topology, self.scenario.num_gpus)
+        fabric.check_buildable()
         object.__setattr__(self, "fabric", fabric)
         object.__setattr__(self, "placement", Placement.of(self.scenario))
         object.__setattr__(self, "links", Links.of(fabric, self.scenario.gpu.efficiency.nccl_bw_fraction))
@@ -119,9 +120,7 @@ class TopologyCommModel:
         # is a multiple of the node (or, when leaf uplinks matter, of the scalable unit) see the
         # same hardware pattern, so they share one analysis.
         fab, pl = self.fabric, self.placement
-        period = fab.gpus_per_node
-        if fab.topology.inter_node.oversubscription > 1.0:
-            period *= fab.nodes_per_leaf
+        period = self._period()
         offset = (stage * pl.stride("pp")) % period
         wraps = what == "p2p" and axis == "pp" and stage == pl.pp - 1  # last stage sends to stage 0
         key = (what, axis, offset, wraps)
@@ -165,9 +164,13 @@ class TopologyCommModel:
         return out
 
     def _period(self) -> int:
+        """Ranks after which the hardware pattern repeats: a node, a scalable unit when leaf
+        uplinks are oversubscribed, a pod when its core uplinks are."""
         fab = self.fabric
         period = fab.gpus_per_node
-        if fab.topology.inter_node.oversubscription > 1.0:
+        if fab.pods_oversubscribed:
+            period *= fab.nodes_per_pod
+        elif fab.topology.inter_node.oversubscription > 1.0:
             period *= fab.nodes_per_leaf
         return period
 

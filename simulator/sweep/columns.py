@@ -29,7 +29,10 @@ CATEGORY_COLUMNS = tuple(f"{c}_s" for c in CATEGORIES)
 EXTRA_CONFIG_COLUMNS = ("num_gpus",) + tuple(
     f.name for f in fields(ParallelConfig) if f.name not in SPEC_CONFIG_COLUMNS
 )  # overlap_grad_reduce, overlap_param_gather, tp_comm_overlap, grad_bucket_params, ...
-EXTRA_RESULT_COLUMNS = ("num_microbatches", "capacity_gib", "engine")
+# `fingerprint`: which scenario (and mfusim version) a row was computed for; --resume refuses a
+# file of another scenario's rows (simulator.sweep.files.scenario_fingerprint)
+FINGERPRINT_COLUMN = "fingerprint"
+EXTRA_RESULT_COLUMNS = ("num_microbatches", "capacity_gib", "engine", FINGERPRINT_COLUMN)
 KEY_COLUMNS = SPEC_CONFIG_COLUMNS + EXTRA_CONFIG_COLUMNS
 # the whole-run plan of the configuration (simulator/plan.py), filled when the scenario has [run]
 COLUMNS = (

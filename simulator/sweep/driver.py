@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 from collections import Counter
 from collections.abc import Iterable, Mapping
@@ -9,11 +10,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
+from ..outputs import output_lock
 from ..progress import Progress
 from ..specs import Scenario
 from .columns import KEY_COLUMNS, STATUS_INVALID, STATUSES
 from .evaluation import _key
-from .files import RowWriter, _is_jsonl, read_existing, rewrite_atomically
+from .files import ExistingRows, RowWriter, _is_jsonl, read_existing, rewrite_atomically, scenario_fingerprint
 from .plan import _base_values, config_cells, plan_sweep
 from .rank import rank_rows
 from .runner import Runner
@@ -54,26 +56,40 @@ def run_sweep(
             seen[k] = None
             todo.append(values)
 
-    file_rows: list[dict[str, Any]] = read_existing(out) if (out is not None and resume) else []
-    done_keys = {_key(r) for r in file_rows}
-    old_rows = [r for r in file_rows if _key(r) in seen]
-    foreign_rows = [r for r in file_rows if _key(r) not in seen]  # another [sweep]'s rows: kept
-    todo = [v for v in todo if _key(v) not in done_keys]
+    with contextlib.ExitStack() as stack:
+        if out is not None:
+            stack.enter_context(output_lock(out, "--out"))  # one writer per file
+        fingerprint = scenario_fingerprint(scn)
+        existing = read_existing(out, fingerprint) if (out is not None and resume) else ExistingRows([])
+        file_rows = existing.rows
+        done_keys = {_key(r) for r in file_rows}
+        old_rows = [r for r in file_rows if _key(r) in seen]
+        foreign_rows = [r for r in file_rows if _key(r) not in seen]  # another [sweep]'s rows: kept
+        todo = [v for v in todo if _key(v) not in done_keys]
+        if out is not None and resume and not existing.clean:
+            # torn lines, garbage and impossible rows go; their configurations are re-evaluated
+            rewrite_atomically(out, file_rows, fingerprint)
+            if progress is not None and existing.dropped:
+                progress.write(
+                    f"sweep: {existing.dropped} unreadable or impossible rows of {out} dropped; "
+                    "their configurations are evaluated again\n"
+                )
 
-    with Runner(scn, jobs=jobs, dask=dask) as runner:
-        rows = _run_passes(
-            runner,
-            todo,
-            seen,
-            old_rows,
-            foreign_rows,
-            engine=engine,
-            refine=refine,
-            rank_by=rank_by,
-            out=out,
-            resume=resume,
-            progress=progress,
-        )
+        with Runner(scn, jobs=jobs, dask=dask) as runner:
+            rows = _run_passes(
+                runner,
+                todo,
+                seen,
+                old_rows,
+                foreign_rows,
+                engine=engine,
+                refine=refine,
+                rank_by=rank_by,
+                out=out,
+                resume=resume,
+                progress=progress,
+                fingerprint=fingerprint,
+            )
     engine_note = _engines_used(rows)
     ranked = rank_rows(rows, rank_by)
     if engine == "auto":
@@ -106,6 +122,7 @@ def _run_passes(
     out: Path | None,
     resume: bool,
     progress: TextIO | None,
+    fingerprint: str | None = None,
 ) -> list[dict[str, Any]]:
     """The closed-form (or engine) pass over `todo`, written as it goes; then, for `auto`, the
     engine over the best `refine` and an atomic rewrite of the file with their rows."""
@@ -119,7 +136,7 @@ def _run_passes(
             # read_existing has cut any partial last line and checked the header
             append = resume and out.exists() and out.stat().st_size > 0
             fh = open(out, "a" if append else "w", encoding="utf-8", newline="")
-            writer = RowWriter(fh, jsonl)
+            writer = RowWriter(fh, jsonl, fingerprint)
             if not append:
                 writer.header()
 
@@ -160,7 +177,7 @@ def _run_passes(
                     by_key[_key(r)] = r
             rows = [by_key[k] for k in seen if k in by_key]
             if out is not None:
-                rewrite_atomically(out, rows + foreign_rows)
+                rewrite_atomically(out, rows + foreign_rows, fingerprint)
     return rows
 
 

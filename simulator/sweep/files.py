@@ -3,17 +3,21 @@
 from __future__ import annotations
 
 import csv
+import hashlib
 import io
 import json
 import math
-import os
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import Any, TextIO
+from typing import IO, Any
 
 from ..console import sanitize_json
 from ..errors import ConfigError
-from .columns import COLUMNS, STATUSES
+from ..loading import check_regular_file
+from ..outputs import atomic_output
+from ..specs import Scenario
+from .columns import COLUMNS, FINGERPRINT_COLUMN, NUMERIC_COLUMNS, PLAN_COLUMNS, STATUS_INVALID, STATUSES
 
 
 # ----------------------------------------------------------------------------- output files
@@ -32,9 +36,10 @@ def _cell(value: Any) -> str:
 class RowWriter:
     """Appends rows to the output file, one complete line at a time, flushed."""
 
-    def __init__(self, fh: TextIO, jsonl: bool) -> None:
+    def __init__(self, fh: IO[str], jsonl: bool, fingerprint: str | None = None) -> None:
         self._fh = fh
         self._jsonl = jsonl
+        self._fingerprint = fingerprint
         self._buf = io.StringIO()
         self._csv = csv.writer(self._buf, lineterminator="\n")
 
@@ -45,6 +50,8 @@ class RowWriter:
 
     def write(self, rows: Iterable[Mapping[str, Any]]) -> None:
         for row in rows:
+            if self._fingerprint is not None:
+                row = {**row, FINGERPRINT_COLUMN: self._fingerprint}
             if self._jsonl:
                 self._buf.write(json.dumps({c: sanitize_json(row.get(c)) for c in COLUMNS}) + "\n")
             else:
@@ -59,7 +66,7 @@ class RowWriter:
         self._buf.truncate()
 
 
-TEXT_COLUMNS = frozenset(("status", "reason", "schedule", "recompute", "engine"))
+TEXT_COLUMNS = frozenset(("status", "reason", "schedule", "recompute", "engine", FINGERPRINT_COLUMN))
 
 
 def _parse_cell(column: str, text: str) -> Any:
@@ -96,18 +103,81 @@ def _coerce(row: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-def read_existing(path: Path) -> list[dict[str, Any]]:
-    """Rows of a previous run of this sweep; cuts a truncated last line off the file.
+def scenario_fingerprint(scn: Scenario) -> str:
+    """A short hash of everything in `scn` that a sweep row's numbers depend on, except what the
+    row itself records (its parallel configuration and GPU count): model, hardware, topology,
+    calibrated efficiencies, precision, dataloader, variability, kernels — plus the mfusim
+    version. Two scenario files that simulate the same give the same fingerprint."""
+    from .. import __version__
 
-    Only whole lines are kept: everything after the last newline (a row being written when
-    the sweep was killed) is removed — after the file has been recognized as ours. A header
-    (CSV) or a line (JSON Lines) that differs from ours is an error, so a file written by
-    something else is neither truncated nor appended to.
+    content = asdict(replace(scn, name="", source="", sweep=()))
+    for key in ("parallel", "num_gpus", "name", "source", "sweep", "run"):
+        content.pop(key, None)
+    text = json.dumps([__version__, content], sort_keys=True, default=repr)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:FINGERPRINT_CHARS]
+
+
+FINGERPRINT_CHARS = 16
+_HEX = frozenset("0123456789abcdef")
+
+
+def _is_fingerprint(text: object) -> bool:
+    return isinstance(text, str) and len(text) == FINGERPRINT_CHARS and set(text) <= _HEX
+
+
+@dataclass(frozen=True, slots=True)
+class ExistingRows:
+    """What --resume found in the output file: the usable rows, and what it dropped."""
+
+    rows: list[dict[str, Any]]
+    dropped: int = 0  # unreadable lines and rows with impossible numbers (re-evaluated)
+    torn_tail: bool = False  # a partial last line (the sweep was killed while writing it)
+
+    @property
+    def clean(self) -> bool:
+        return not self.dropped and not self.torn_tail
+
+
+def _number_problem(row: Mapping[str, Any]) -> str | None:
+    """Why the numbers of an ok/infeasible row cannot be a simulation's, or None."""
+    if row.get("status") == STATUS_INVALID:
+        return None if row.get("reason") else "an invalid row without a reason"
+    for c in NUMERIC_COLUMNS:
+        v = row.get(c)
+        if v is None and c in PLAN_COLUMNS:
+            continue  # no [run] table: no plan
+        if isinstance(v, bool) or not isinstance(v, int | float):
+            return f"{c} is not a number"
+        if not math.isfinite(v) or v < 0:
+            return f"{c} = {v}"
+    if row["step_time_s"] <= 0 or row["tokens_per_s"] <= 0:
+        return "step time or tokens/s not positive"
+    for c in ("mfu", "hfu"):
+        if not 0 < row[c] <= 1:
+            return f"{c} = {row[c]} is not in (0, 1]"
+    return None
+
+
+def read_existing(path: Path, fingerprint: str | None = None) -> ExistingRows:
+    """The rows of a previous run of this sweep in `path`, for --resume.
+
+    The file must be ours: the header (CSV) or every line's keys (JSON Lines) must be this
+    version's columns, and every row's fingerprint this scenario's (`scenario_fingerprint`);
+    otherwise a ConfigError names the file and nothing is touched. Within our file, lines that
+    cannot be read (a torn last line, garbage, NUL bytes) and rows with impossible numbers
+    (non-finite, negative, MFU above 1, text) are dropped, so the caller re-evaluates those
+    configurations and rewrites the file clean.
     """
-    if not path.exists() or path.stat().st_size == 0:
-        return []
+    try:
+        size = path.stat().st_size
+    except FileNotFoundError:
+        return ExistingRows([])
+    if size == 0:
+        return ExistingRows([])
+    check_regular_file(path, "sweep output", key="--out")
     raw = path.read_bytes()
     cut = raw.rfind(b"\n") + 1
+    torn = cut < len(raw)
     text = raw[:cut].decode("utf-8", errors="replace")
     tail = raw[cut:].decode("utf-8", errors="replace")
     lines = [line for line in text.split("\n")[:-1] if line.strip()]
@@ -116,7 +186,8 @@ def read_existing(path: Path) -> list[dict[str, Any]]:
         "remove it or give another --out",
         key="--resume",
     )
-    rows: list[dict[str, Any]] = []
+    candidates: list[dict[str, Any]] = []
+    dropped = 0
     header_line = ",".join(COLUMNS)
     if _is_jsonl(path):
         if not lines and not ("{" + json.dumps(COLUMNS[0])).startswith(tail[: len(COLUMNS[0]) + 3]):
@@ -124,36 +195,50 @@ def read_existing(path: Path) -> list[dict[str, Any]]:
         for line in lines:
             try:
                 obj = json.loads(line)
-            except json.JSONDecodeError:
-                raise foreign from None
+            except (json.JSONDecodeError, RecursionError):
+                obj = None
             if not isinstance(obj, dict) or tuple(obj) != COLUMNS:
-                raise foreign
-            if obj.get("status") in STATUSES:
-                rows.append(_coerce(obj))
+                dropped += 1
+                continue
+            candidates.append(obj)
+        if lines and not candidates:
+            raise foreign  # not one line is a row of ours
     elif not lines:
         if not header_line.startswith(tail):  # not even a partial header of ours
             raise foreign
     else:
         if lines[0] != header_line:
             raise foreign
-        for rec in csv.reader(lines[1:]):
-            if len(rec) != len(COLUMNS):
+        for line in lines[1:]:
+            try:
+                recs = list(csv.reader([line]))
+            except csv.Error:
+                recs = []
+            if len(recs) != 1 or len(recs[0]) != len(COLUMNS) or "\x00" in line:
+                dropped += 1
                 continue
-            row = dict(zip(COLUMNS, rec, strict=True))
-            if row["status"] in STATUSES:
-                rows.append(_coerce(row))
-    if cut < len(raw):
-        with open(path, "r+b") as fh:
-            fh.truncate(cut)
-    return rows
+            candidates.append(dict(zip(COLUMNS, recs[0], strict=True)))
+    rows: list[dict[str, Any]] = []
+    for cand in candidates:
+        mark = cand.get(FINGERPRINT_COLUMN)
+        if fingerprint is not None and _is_fingerprint(mark) and mark != fingerprint:
+            raise ConfigError(
+                f"{path} holds the results of another scenario (fingerprint {mark}; this scenario "
+                f"and mfusim version give {fingerprint}): its rows cannot be reused; remove it or give "
+                "another --out",
+                key="--resume",
+            )
+        row = _coerce(cand)
+        if not _is_fingerprint(mark) or row.get("status") not in STATUSES or _number_problem(row) is not None:
+            dropped += 1
+            continue
+        rows.append(row)
+    return ExistingRows(rows, dropped, torn)
 
 
-def rewrite_atomically(path: Path, rows: Sequence[Mapping[str, Any]]) -> None:
-    """Replace the output file by `rows` (write a temporary file, then rename over it)."""
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    with open(tmp, "w", encoding="utf-8", newline="") as fh:
-        writer = RowWriter(fh, _is_jsonl(path))
+def rewrite_atomically(path: Path, rows: Sequence[Mapping[str, Any]], fingerprint: str | None = None) -> None:
+    """Replace the output file by `rows` (a temporary file renamed over it)."""
+    with atomic_output(path, "--out", newline="") as fh:
+        writer = RowWriter(fh, _is_jsonl(path), fingerprint)
         writer.header()
         writer.write(rows)
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)

@@ -7,6 +7,7 @@ import math
 import multiprocessing
 import os
 import signal
+import sys
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -86,7 +87,7 @@ class Runner:
             importlib.import_module("..engine", __package__)
             methods = multiprocessing.get_all_start_methods()
             ctx = multiprocessing.get_context("fork" if "fork" in methods else "spawn")
-            self._pool = ctx.Pool(processes=self.jobs, initializer=_ignore_sigint)
+            self._pool = ctx.Pool(processes=self.jobs, initializer=_worker_init, initargs=(os.getpid(),))
         return self._pool
 
     def _run_dask(
@@ -137,3 +138,25 @@ def run_configs(
 def _ignore_sigint() -> None:
     """Pool workers leave Ctrl-C to the parent, which terminates them (no worker tracebacks)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+PR_SET_PDEATHSIG = 1  # linux/prctl.h
+
+
+def _worker_init(parent_pid: int) -> None:
+    """A pool worker dies quietly with its parent: Ctrl-C is left to the parent (which
+    terminates the pool), SIGTERM keeps its default action (the forked worker must not inherit
+    the CLI's handler, which raises to clean up), and on Linux the kernel sends SIGTERM when
+    the parent dies, even by SIGKILL, so no orphan runs on and crashes on a broken pipe."""
+    _ignore_sigint()
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    if sys.platform.startswith("linux"):
+        try:
+            import ctypes
+
+            libc = ctypes.CDLL(None, use_errno=True)
+            libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+        except (OSError, AttributeError):
+            pass
+    if os.getppid() != parent_pid:  # the parent died before prctl took effect
+        os._exit(0)

@@ -11,6 +11,7 @@ from .architectures import FAMILY_VOCAB, GATED_FAMILIES, MOE_MARKERS, known_arch
 from .cells import parse_dtype, parse_recompute, parse_zero
 from .columns import (
     ARCH_COLUMNS,
+    MEASURED_COLUMNS,
     METRIC_HFU,
     METRIC_ITERATION_TIME,
     METRIC_MFU,
@@ -166,6 +167,9 @@ def build_case(run: PublishedRun) -> Case | Unusable:
         return Unusable(run.run_id, run.source, rules.key, run.gpu, reason)
 
     # --- what was measured, in the source's convention
+    problem = measurement_problem(run)
+    if problem is not None:
+        return unusable(f"impossible measurement: {problem}")
     metric_value = _measured(run)
     if metric_value is None:
         return unusable(
@@ -394,6 +398,25 @@ def _preset_layers(model: Mapping[str, Any]) -> int:
         value = load_model_presets().get(preset, {}).get("layers", 0)
         return int(value) if isinstance(value, int) else 0
     return 0
+
+
+PERCENT_COLUMNS = ("measured_mfu_pct", "measured_hfu_pct")
+
+
+def measurement_problem(run: PublishedRun) -> str | None:
+    """Why a row's measurements cannot be real (any of them, not only the one compared), or
+    None: a non-finite, zero or negative value, or a utilization above 100% of peak."""
+    for column in MEASURED_COLUMNS:
+        value = run.float_cell(column)
+        if value is None:
+            continue
+        if not math.isfinite(value):
+            return f"{column} = {run.get(column)} is not a finite number"
+        if value <= 0:
+            return f"{column} = {value:g} is not positive"
+        if column in PERCENT_COLUMNS and value > 100:
+            return f"{column} = {value:g} is above 100% of peak"
+    return None
 
 
 def _measured(run: PublishedRun) -> tuple[str, float] | None:

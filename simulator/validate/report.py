@@ -93,7 +93,9 @@ OUT_COLUMNS = (
 
 
 def write_out(report: ValidationReport, path: Path) -> None:
-    with open(path, "w", newline="", encoding="utf-8") as fh:
+    from ..outputs import atomic_output
+
+    with atomic_output(path, "--out", newline="") as fh:
         w = csv.DictWriter(fh, fieldnames=OUT_COLUMNS)
         w.writeheader()
         for r in report.results:

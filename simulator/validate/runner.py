@@ -10,6 +10,7 @@ from ..errors import ConfigError
 from ..progress import Progress
 from ..specs import Scenario
 from .cases import Case, Unusable, build_case
+from .columns import METRIC_HFU, METRIC_ITERATION_TIME, METRIC_MFU
 from .conventions import predicted_value
 from .results import RowResult, ValidationReport
 from .runs import PublishedRun
@@ -74,6 +75,23 @@ def select_runs(
     return out
 
 
+MAX_IMPLIED_MFU = 1.0
+
+
+def implied_mfu(result: RowResult) -> float | None:
+    """The MFU the *measurement* means, by the simulated MFU scaled with measured/predicted (for
+    a step time, predicted/measured): above 1 no real run can have produced it."""
+    case = result.case
+    if not (result.predicted > 0 and case.measured > 0 and math.isfinite(result.mfu)):
+        return None
+    ratio = case.measured / result.predicted
+    if case.metric == METRIC_ITERATION_TIME:
+        ratio = 1.0 / ratio
+    if case.metric in (METRIC_MFU, METRIC_HFU):
+        return case.measured / 100.0 if case.metric == METRIC_MFU else None
+    return result.mfu * ratio
+
+
 def validate_runs(
     runs: Sequence[PublishedRun],
     simulate_fn: SimulateFn,
@@ -91,7 +109,21 @@ def validate_runs(
         else:
             try:
                 scenario = scenario_for(case, source=csv_path)
-                results.append(evaluate(case, scenario, simulate_fn))
+                result = evaluate(case, scenario, simulate_fn)
+                implied = implied_mfu(result)
+                if implied is not None and implied > MAX_IMPLIED_MFU:
+                    unusable.append(
+                        Unusable(
+                            case.run_id,
+                            case.source,
+                            case.source_key,
+                            case.gpu,
+                            f"impossible measurement: {case.metric} = {case.measured:g} means an MFU of "
+                            f"{implied:.0%} on {scenario.num_gpus} x {scenario.gpu.name}, above 100% of peak",
+                        )
+                    )
+                else:
+                    results.append(result)
             except ConfigError as err:
                 unusable.append(
                     Unusable(

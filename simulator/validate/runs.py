@@ -46,12 +46,12 @@ class PublishedRun:
         return None if not text else float(text)
 
 
-def _is_number(text: str) -> bool:
+def _is_number(text: str, finite_only: bool = True) -> bool:
     try:
         value = float(text)
     except ValueError:
         return False
-    return math.isfinite(value)
+    return math.isfinite(value) or not finite_only
 
 
 def read_runs_csv(path: str | Path) -> list[PublishedRun]:
@@ -63,7 +63,9 @@ def read_runs_csv(path: str | Path) -> list[PublishedRun]:
         header = [h.strip() for h in (reader.fieldnames or [])]
         missing = [c for c in REQUIRED_COLUMNS if c not in header]
         if missing:
-            raise ConfigError(f"missing column(s) {', '.join(missing)} (SPEC §5)", file=name)
+            raise ConfigError(
+                f"missing column(s) {', '.join(missing)} (docs/reference.md, CSV files)", file=name
+            )
         if not any(c in header for c in MEASURED_COLUMNS):
             raise ConfigError(
                 f"no measurement column; expected one of {', '.join(MEASURED_COLUMNS)}", file=name
@@ -77,7 +79,10 @@ def read_runs_csv(path: str | Path) -> list[PublishedRun]:
             run = PublishedRun(line=line, cells=cells)
             for column in INT_COLUMNS + FLOAT_COLUMNS:
                 value = run.get(column)
-                if value and not _is_number(value):
+                # a non-finite measurement is a number, just an impossible one: that row is listed
+                # as unusable (build_case), the rest of the file still counts
+                finite_only = column not in MEASURED_COLUMNS
+                if value and not _is_number(value, finite_only=finite_only):
                     raise ConfigError(
                         f"line {line} (id {run.run_id!r}): column {column!r} must be a number, got {value!r}",
                         file=name,

@@ -1,0 +1,1238 @@
+"""docs/reference.md and the scenario JSON Schema, generated from the code (issue 17).
+
+    python -m simulator.cli.reference            # print docs/reference.md
+    python -m simulator.cli.reference --write    # rewrite docs/reference.md and simulator/scenario.schema.json
+
+Nothing here is typed twice: the keys a file may hold are found by asking the loader itself
+(`accepted_keys` feeds it a probe key in every table and reads the `allowed` list of the
+error it raises), defaults come from the spec dataclasses or from loading a minimal file,
+allowed values from the catalogs and the spec constants, the `--json` objects by running
+each command on a small input, the CSV columns from the modules that write and read them.
+Only the one-line meanings are written here, in `KEYS` / `JSON_FIELDS`; a test fails when
+a key or a field has none, and when the committed files differ from what this generates.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import copy
+import io
+import json
+from collections.abc import Callable, Mapping
+from dataclasses import MISSING, dataclass, fields, is_dataclass
+from pathlib import Path
+from typing import Any
+
+from ..errors import ConfigError
+
+PROBE = "__reference_probe__"
+SINCE_DEFAULT = "0.1.0"
+NEXT = "0.2.0"  # the round-2 release ([Unreleased] in CHANGELOG.md)
+
+# A scenario the loader accepts with nothing else given: every default shows through it.
+MINIMAL_SCENARIO: dict[str, Any] = {
+    "model": {"preset": "gpt3-1.3b"},
+    "cluster": {"topology": "dgx-a100", "num_gpus": 8},
+    "parallel": {"global_batch": 8},
+}
+MINIMAL_TOPOLOGY: dict[str, Any] = {"gpu": "a100-80gb", "gpus_per_node": 8}
+
+
+# ----------------------------------------------------------------------------- keys, asked of the loader
+def _allowed_at(build: Callable[[dict[str, Any]], object], base: Mapping[str, Any], path: tuple[str, ...]):
+    """The keys the loader accepts in the table at `path` (None: not a table)."""
+    data = copy.deepcopy(dict(base))
+    node = data
+    for part in path:
+        nxt = node.get(part)
+        if not isinstance(nxt, dict):
+            nxt = {}
+            node[part] = nxt
+        node = nxt
+    node[PROBE] = 1
+    try:
+        build(data)
+    except ConfigError as err:
+        if err.key == ".".join((*path, PROBE)) and err.allowed is not None:
+            return err.allowed
+    return None
+
+
+def _walk(build, base, path: tuple[str, ...] = ()) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for key in _allowed_at(build, base, path) or ():
+        sub = _allowed_at(build, base, (*path, key)) if len(path) < 3 else None
+        out[".".join((*path, key))] = "table" if sub is not None else "value"
+        if sub is not None:
+            out.update(_walk(build, base, (*path, key)))
+    return out
+
+
+def accepted_keys(kind: str = "scenario") -> dict[str, str]:
+    """Every key of a scenario or topology file, dotted (`parallel.tp`), as 'table' or 'value',
+    in the loader's own order."""
+    from ..loading import scenario_from_dict, topology_from_dict
+
+    if kind == "scenario":
+        return _walk(lambda d: scenario_from_dict(d, base_dir=Path.cwd()), MINIMAL_SCENARIO)
+    return _walk(topology_from_dict, MINIMAL_TOPOLOGY)
+
+
+# ----------------------------------------------------------------------------- what each key means
+@dataclass(frozen=True)
+class Key:
+    """The documentation of one key. Empty fields are filled from the code (see `key_rows`)."""
+
+    meaning: str
+    type: str = ""
+    unit: str = ""
+    default: str | None = None  # None: from the spec dataclass / the minimal scenario
+    allowed: Callable[[], tuple[str, ...]] | None = None
+    since: str = SINCE_DEFAULT
+
+
+def _gpus() -> tuple[str, ...]:
+    from ..loading import load_gpu_catalog
+
+    return tuple(load_gpu_catalog())
+
+
+def _presets() -> tuple[str, ...]:
+    from ..loading import load_model_presets
+
+    return tuple(load_model_presets())
+
+
+def _topologies() -> tuple[str, ...]:
+    from ..resources import topology_names
+
+    return tuple(topology_names())
+
+
+def _spec(name: str) -> Callable[[], tuple[str, ...]]:
+    def get() -> tuple[str, ...]:
+        from .. import specs
+
+        return tuple(getattr(specs, name))
+
+    return get
+
+
+TOPOLOGY_NOTE = "from the topology"
+KEYS: dict[str, Key] = {
+    # top level
+    "name": Key("label in reports", "string", default="the file name"),
+    "model": Key("the model: a preset, a Hugging Face config.json, or every dimension", "table"),
+    "cluster": Key("the machine: a topology and how many GPUs", "table"),
+    "parallel": Key("how the job is split and scheduled", "table"),
+    "precision": Key("training number format", "table"),
+    "dataloader": Key("input pipeline feeding pipeline stage 0 (default: never stalls)", "table"),
+    "variability": Key("step-to-step variation (docs/variability.md)", "table"),
+    "kernels": Key("implementation switches that change kernel cost, not the model's math", "table"),
+    "sweep": Key("lists of values for `mfusim sweep` (the product, filtered to valid ones)", "table"),
+    "run": Key("the whole training run for the plan (docs/plan.md)", "table", since=NEXT),
+    # [model]
+    "model.preset": Key("a catalog model (`mfusim presets`)", "string", default="—", allowed=_presets),
+    "model.hf_config": Key(
+        "path to a Hugging Face config.json, read offline (instead of preset)", "string", default="—"
+    ),
+    "model.name": Key("label of the model", "string", default="the preset name"),
+    "model.layers": Key("transformer layers", "integer", default="required (or preset)"),
+    "model.hidden": Key("hidden size", "integer", default="required (or preset)"),
+    "model.heads": Key("attention heads", "integer", default="required (or preset)"),
+    "model.kv_heads": Key("key/value heads (GQA/MQA when fewer than heads)", "integer", default="heads"),
+    "model.ffn_hidden": Key("MLP inner size", "integer", default="4 × hidden"),
+    "model.vocab": Key("vocabulary size", "integer", default="required (or preset)"),
+    "model.seq_len": Key("sequence length", "integer", unit="tokens", default="required (or preset)"),
+    "model.gated_mlp": Key("SwiGLU-style MLP (three matrices)", "boolean"),
+    "model.head_dim": Key(
+        "per-head width when it differs from hidden / heads", "integer", default="hidden / heads"
+    ),
+    "model.tied_embeddings": Key("output layer shares the input embedding", "boolean"),
+    "model.position_embeddings": Key("learned absolute positions (GPT-2/3); false = rotary", "boolean"),
+    "model.moe": Key("mixture of experts (routing assumed balanced)", "table", default="dense model"),
+    "model.moe.num_experts": Key("routed experts per MoE layer", "integer", default="0 (dense)"),
+    "model.moe.top_k": Key("experts each token is routed to", "integer"),
+    "model.moe.expert_ffn_hidden": Key("MLP inner size of one expert", "integer", default="ffn_hidden"),
+    "model.moe.shared_expert_ffn_hidden": Key("MLP inner size of the always-on shared expert", "integer"),
+    "model.moe.layer_interval": Key("every k-th layer is MoE", "integer"),
+    "model.moe.first_dense_layers": Key(
+        "leading layers with a dense MLP (DeepSeek first_k_dense_replace)", "integer", since=NEXT
+    ),
+    "model.moe.routing": Key(
+        "balanced (forced / aux-loss balanced) or dropless (natural skew)",
+        "string",
+        allowed=_spec("ROUTING"),
+        since=NEXT,
+    ),
+    "model.moe.load_imbalance": Key(
+        "busiest EP rank's tokens / mean (>= 1)", "number", default="0 (the routing's default)", since=NEXT
+    ),
+    "model.moe.max_nodes_per_token": Key(
+        "node-limited routing (DeepSeek-V3: 4)", "integer", default="0 (unlimited)", since=NEXT
+    ),
+    "model.moe.dispatch_dtype": Key(
+        "all-to-all dispatch dtype (fp8: FP8 dispatch, BF16 combine)",
+        "string",
+        allowed=_spec("DISPATCH_DTYPES"),
+        since=NEXT,
+    ),
+    "model.mla": Key(
+        "multi-head latent attention (DeepSeek-V2/V3, Kimi-K2)",
+        "table",
+        default="— (standard attention)",
+        since=NEXT,
+    ),
+    "model.mla.q_lora_rank": Key("query low-rank width (0: full-rank queries)", "integer", since=NEXT),
+    "model.mla.kv_lora_rank": Key("compressed key/value width", "integer", since=NEXT),
+    "model.mla.qk_nope_head_dim": Key("per-head query/key width without rotary", "integer", since=NEXT),
+    "model.mla.qk_rope_head_dim": Key(
+        "per-head rotary query/key width (one shared key head)", "integer", since=NEXT
+    ),
+    "model.mla.v_head_dim": Key("per-head value width", "integer", since=NEXT),
+    "model.allow_unmodeled": Key(
+        "config.json keys of architectures not modeled, to ignore with a warning (else an error)",
+        "list of strings",
+        default="[]",
+        since=NEXT,
+    ),
+    "model.mtp_layers": Key(
+        "DeepSeek multi-token-prediction modules (one layer each)", "integer", since=NEXT
+    ),
+    # [cluster]
+    "cluster.topology": Key(
+        "a shipped topology name or a topology TOML file", "string", default="required", allowed=_topologies
+    ),
+    "cluster.num_gpus": Key("GPUs in the job", "integer", default="required"),
+    "cluster.gpu": Key("override of the topology's GPU", "string", default=TOPOLOGY_NOTE, allowed=_gpus),
+    "cluster.gpus_per_node": Key("override of the topology's node size", "integer", default=TOPOLOGY_NOTE),
+    "cluster.gpus_used_per_node": Key(
+        "GPUs the job uses in each node when fewer than the node has",
+        "integer",
+        default="gpus_per_node",
+        since=NEXT,
+    ),
+    "cluster.rank_order": Key(
+        "rank layout, innermost first (a permutation of tp, cp, dp, pp)",
+        "list of strings",
+        default=TOPOLOGY_NOTE,
+    ),
+    "cluster.intra_node": Key("override of the topology's [intra_node] keys", "table", default=TOPOLOGY_NOTE),
+    "cluster.inter_node": Key("override of the topology's [inter_node] keys", "table", default=TOPOLOGY_NOTE),
+    # [parallel]
+    "parallel.tp": Key("tensor-parallel size"),
+    "parallel.pp": Key("pipeline-parallel stages"),
+    "parallel.dp": Key("data-parallel replicas", default="num_gpus / (tp·pp·cp)"),
+    "parallel.cp": Key("context-parallel size (sequence split across GPUs)"),
+    "parallel.ep": Key("expert-parallel size (MoE)"),
+    "parallel.etp": Key("expert tensor-parallel size", default="0 (1 with ep > 1, else tp)", since=NEXT),
+    "parallel.ep_comm_overlap": Key(
+        "EP all-to-all of one micro-batch hidden behind another's compute", since=NEXT
+    ),
+    "parallel.account_for_embedding_in_pipeline_split": Key(
+        "the embedding counts as one layer when splitting layers over stages (Megatron flag)", since=NEXT
+    ),
+    "parallel.account_for_loss_in_pipeline_split": Key(
+        "the output layer and loss count as one layer when splitting (Megatron flag)", since=NEXT
+    ),
+    "parallel.vp": Key("virtual pipeline chunks per stage (interleaved schedule)"),
+    "parallel.micro_batch": Key("sequences per micro-batch", unit="sequences"),
+    "parallel.global_batch": Key("sequences per step", unit="sequences", default="required"),
+    "parallel.schedule": Key(
+        "pipeline schedule", default="1f1b (interleaved when vp > 1)", allowed=_spec("SCHEDULES")
+    ),
+    "parallel.sequence_parallel": Key("Megatron sequence parallelism (with tp > 1)"),
+    "parallel.recompute": Key("activation recomputation", allowed=_spec("RECOMPUTE")),
+    "parallel.zero": Key("ZeRO stage: 0 none, 1 optimizer, 2 + gradients, 3 + parameters (FSDP)"),
+    "parallel.overlap_grad_reduce": Key("DP gradient reduction overlapped with the backward pass"),
+    "parallel.overlap_param_gather": Key("ZeRO-1/2 parameter all-gather overlapped with the forward pass"),
+    "parallel.tp_comm_overlap": Key("TP communication overlapped with GEMMs (Megatron tp-comm-overlap)"),
+    "parallel.grad_bucket_params": Key(
+        "DP gradient bucket size; Megatron uses max(this, 1M·dp)", unit="parameters"
+    ),
+    # [precision]
+    "precision.dtype": Key(
+        "training number format of the GEMMs", "string", default="bf16", allowed=_spec("DTYPES")
+    ),
+    # [dataloader]
+    "dataloader.microbatch_latency_ms": Key("time one worker needs for one micro-batch", "number", unit="ms"),
+    "dataloader.workers": Key("loader worker processes"),
+    "dataloader.prefetch": Key("batches each worker may buffer ahead"),
+    "dataloader.jitter": Key("coefficient of variation of the latency (lognormal)"),
+    "dataloader.seed": Key("random seed of the loader jitter"),
+    # [variability]
+    "variability.compute_jitter": Key("coefficient of variation of each compute block"),
+    "variability.straggler_probability": Key("chance that a given GPU is slow this step"),
+    "variability.straggler_slowdown": Key("compute time multiplier of a straggler (>= 1)"),
+    "variability.network_jitter": Key("coefficient of variation of each collective"),
+    "variability.seed": Key("random seed of the step's variation"),
+    # [kernels]
+    "kernels.flash_attention": Key(
+        "fused attention (FlashAttention-2 style); false = two batched GEMMs and a fused softmax"
+    ),
+    # [memory]
+    "memory": Key("offloading to host memory", "table", since=NEXT),
+    "memory.offload_activations": Key(
+        "fraction of the stored activations copied to host memory", "number", since=NEXT
+    ),
+    "memory.offload_optimizer": Key(
+        "fp32 master weights and Adam moments on the host, Adam on the CPU", since=NEXT
+    ),
+    # [run] (simulator/plan.py holds the sourced defaults)
+    "run.tokens": Key(
+        "training tokens of the whole run", "number", unit="tokens", default="required", since=NEXT
+    ),
+    "run.usd_per_gpu_hour": Key(
+        "price of one GPU-hour", "number", unit="USD", default="— (no cost)", since=NEXT
+    ),
+    "run.gpu_failures_per_year": Key(
+        "job interruptions per GPU-year (Llama 3 405B: 0.173)", "number", since=NEXT
+    ),
+    "run.checkpoint_interval_min": Key(
+        "minutes between checkpoints", "number", unit="min", default="0 (Young/Daly optimum)", since=NEXT
+    ),
+    "run.checkpoint_bytes_per_param": Key(
+        "checkpoint size per parameter", "number", unit="bytes", since=NEXT
+    ),
+    "run.checkpoint_async": Key(
+        "checkpoint written in the background", "boolean", default="false", since=NEXT
+    ),
+    "run.storage_write_GBps": Key("aggregate checkpoint write bandwidth", "number", unit="GB/s", since=NEXT),
+    "run.restart_min": Key(
+        "time to detect, reschedule and reload after a failure", "number", unit="min", since=NEXT
+    ),
+    "run.power_utilization": Key("average power draw / rated power", "number", since=NEXT),
+    "run.pue": Key("power usage effectiveness of the facility", "number", since=NEXT),
+}
+# Topology files (and [cluster.intra_node] / [cluster.inter_node] overrides).
+TOPOLOGY_KEYS: dict[str, Key] = {
+    "name": Key("label of the machine", "string", default="topology"),
+    "gpu": Key("GPU catalog name", "string", default="required", allowed=_gpus),
+    "gpus_per_node": Key("GPUs per node (NVLink domain)", "integer", default="required"),
+    "rank_order": Key("rank layout, innermost first", "list of strings", default='["tp", "cp", "dp", "pp"]'),
+    "intra_node": Key("the fabric inside a node", "table"),
+    "intra_node.fabric": Key("intra-node fabric", "string", allowed=_spec("INTRA_FABRICS")),
+    "intra_node.link_GBps_per_direction": Key(
+        "NVLink/PCIe bandwidth per GPU, one direction", "number", unit="GB/s (decimal)"
+    ),
+    "intra_node.latency_us": Key("per-message latency inside a node", "number", unit="µs"),
+    "intra_node.nvls": Key("NVLink SHARP in-switch reductions (NVSwitch gen 3+)", "boolean"),
+    "inter_node": Key("the network between nodes", "table"),
+    "inter_node.fabric": Key("network layout", "string", allowed=_spec("INTER_FABRICS")),
+    "inter_node.nics_per_node": Key("NICs per node", "integer"),
+    "inter_node.nic_Gbps": Key("bandwidth of one NIC, one direction", "number", unit="Gb/s (decimal, bits)"),
+    "inter_node.latency_us": Key("per-message latency between nodes", "number", unit="µs"),
+    "inter_node.nodes_per_leaf": Key("nodes under one leaf switch (a scalable unit)", "integer"),
+    "inter_node.oversubscription": Key("leaf downlink : uplink bandwidth ratio (1 = non-blocking)", "number"),
+}
+# File-unit conversions of the keys whose spec field is in SI (default shown in the file's unit).
+_TOPOLOGY_FIELDS = {
+    "intra_node.fabric": ("IntraNodeSpec", "fabric", 1.0),
+    "intra_node.link_GBps_per_direction": ("IntraNodeSpec", "link_bandwidth_bytes_per_s", 1e-9),
+    "intra_node.latency_us": ("IntraNodeSpec", "latency_s", 1e6),
+    "intra_node.nvls": ("IntraNodeSpec", "nvls", 1.0),
+    "inter_node.fabric": ("InterNodeSpec", "fabric", 1.0),
+    "inter_node.nics_per_node": ("InterNodeSpec", "nics_per_node", 1.0),
+    "inter_node.nic_Gbps": ("InterNodeSpec", "nic_bandwidth_bytes_per_s", 8e-9),
+    "inter_node.latency_us": ("InterNodeSpec", "latency_s", 1e6),
+    "inter_node.nodes_per_leaf": ("InterNodeSpec", "nodes_per_leaf", 1.0),
+    "inter_node.oversubscription": ("InterNodeSpec", "oversubscription", 1.0),
+}
+
+
+def _literal(value: object) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float):
+        return f"{value:,.6g}" if abs(value) < 1e15 else f"{value:.6g}"
+    if isinstance(value, int):
+        return f"{value:,}"
+    if isinstance(value, str):
+        return value
+    return json.dumps(value)
+
+
+def _type_name(value: object) -> str:
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int):
+        return "integer"
+    if isinstance(value, float):
+        return "number"
+    if isinstance(value, str):
+        return "string"
+    return "list" if isinstance(value, list | tuple) else type(value).__name__
+
+
+def _section_dataclass(section: str):
+    from .. import specs
+
+    return {
+        "parallel": specs.ParallelConfig,
+        "kernels": specs.KernelOptions,
+        "variability": specs.VariabilitySpec,
+        "dataloader": specs.DataloaderSpec,
+        "model": specs.ModelSpec,
+        "model.moe": specs.ModelSpec,
+        "model.mla": getattr(specs, "MLASpec", None),
+        "memory": getattr(specs, "MemoryOptions", None),
+    }.get(section)
+
+
+def _field_default(cls, name: str) -> object:
+    if cls is None or not is_dataclass(cls):
+        return MISSING
+    for f in fields(cls):
+        if f.name == name or (name == "layer_interval" and f.name == "moe_layer_interval"):
+            if f.default is not MISSING:
+                return f.default
+            if f.default_factory is not MISSING:
+                return f.default_factory()
+    return MISSING
+
+
+def _run_default(name: str) -> object:
+    from .. import plan
+
+    table = {
+        "gpu_failures_per_year": round(plan.DEFAULT_GPU_FAILURES_PER_YEAR, 4),
+        "checkpoint_bytes_per_param": plan.DEFAULT_CHECKPOINT_BYTES_PER_PARAM,
+        "storage_write_GBps": plan.DEFAULT_STORAGE_WRITE_GBPS,
+        "restart_min": plan.DEFAULT_RESTART_MIN,
+        "power_utilization": plan.DEFAULT_POWER_UTILIZATION,
+        "pue": plan.DEFAULT_PUE,
+    }
+    return table.get(name, MISSING)
+
+
+@dataclass(frozen=True)
+class KeyRow:
+    key: str
+    kind: str  # table / value
+    type: str
+    default: str
+    unit: str
+    allowed: tuple[str, ...]
+    since: str
+    meaning: str
+
+
+def key_rows(kind: str = "scenario") -> list[KeyRow]:
+    """One row per accepted key, with everything the reference shows about it."""
+    from .. import specs
+
+    docs = KEYS if kind == "scenario" else TOPOLOGY_KEYS
+    rows = []
+    for key, what in accepted_keys(kind).items():
+        section, _, name = key.rpartition(".")
+        doc = docs.get(key)
+        if kind == "scenario" and doc is None and section == "sweep":
+            doc = Key(f"values of `{'cluster' if name == 'num_gpus' else 'parallel'}.{name}` to try", "list")
+        if kind == "scenario" and doc is None and section.startswith("cluster.") and name:
+            base = TOPOLOGY_KEYS.get(key.removeprefix("cluster."))
+            if base is not None:
+                doc = Key(base.meaning, base.type, base.unit, TOPOLOGY_NOTE, base.allowed, base.since)
+        doc = doc or Key("")
+        default: object = MISSING if doc.default is None else doc.default
+        if default is MISSING and section == "run":
+            default = _run_default(name)
+        if default is MISSING and kind == "topology" and key in _TOPOLOGY_FIELDS:
+            cls_name, field_name, scale = _TOPOLOGY_FIELDS[key]
+            value = _field_default(getattr(specs, cls_name), field_name)
+            default = value * scale if isinstance(value, float) else value
+        field_value = _field_default(_section_dataclass(section), name)
+        if default is MISSING:
+            default = field_value
+        if default is MISSING and what == "table":
+            default = "—"
+        typed = field_value if field_value is not MISSING else default
+        type_name = doc.type or ("table" if what == "table" else _type_name(typed))
+        rows.append(
+            KeyRow(
+                key=key,
+                kind=what,
+                type=type_name,
+                default="—" if default is MISSING else _literal(default),
+                unit=doc.unit,
+                allowed=doc.allowed() if doc.allowed else (),
+                since=doc.since,
+                meaning=doc.meaning,
+            )
+        )
+    return rows
+
+
+# ----------------------------------------------------------------------------- JSON Schema
+_JSON_TYPES = {
+    "integer": "integer",
+    "number": "number",
+    "boolean": "boolean",
+    "string": "string",
+    "table": "object",
+    "list": "array",
+    "list of strings": "array",
+}
+
+
+def scenario_schema() -> dict[str, Any]:
+    """JSON Schema (draft 2020-12) of a scenario file, for editors (taplo, Even Better TOML)."""
+    root: dict[str, Any] = {
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "title": "mfusim scenario",
+        "description": "A scenario file of mfusim (docs/reference.md). Generated by simulator/cli/reference.py.",
+        "type": "object",
+        "properties": {},
+        "required": ["model", "cluster"],
+        "additionalProperties": False,
+    }
+    nodes: dict[str, dict[str, Any]] = {"": root}
+    for row in key_rows("scenario"):
+        section, _, name = row.key.rpartition(".")
+        node: dict[str, Any] = {"description": row.meaning}
+        if row.unit:
+            node["description"] += f" [{row.unit}]"
+        json_type = _JSON_TYPES.get(row.type)
+        if section == "sweep":
+            node["type"] = ["array", "string", "number", "boolean"]
+        elif json_type == "object":
+            node.update({"type": "object", "properties": {}, "additionalProperties": False})
+        elif json_type is not None:
+            node["type"] = json_type
+            if json_type == "array" and row.type == "list of strings":
+                node["items"] = {"type": "string"}
+        if row.allowed and json_type == "string":
+            node["enum"] = list(row.allowed)
+        if row.default not in ("—", "") and json_type in ("integer", "number", "boolean"):
+            with contextlib.suppress(ValueError):
+                node["default"] = json.loads(row.default.replace(",", "").replace("_", ""))
+        parent = nodes.get(section)
+        if parent is None:
+            continue
+        parent["properties"][name] = node
+        nodes[row.key] = node
+    root["properties"]["cluster"]["required"] = ["topology", "num_gpus"]
+    return root
+
+
+def schema_text() -> str:
+    return json.dumps(scenario_schema(), indent=2, ensure_ascii=False) + "\n"
+
+
+# ----------------------------------------------------------------------------- `--json` objects
+# Each command's --json run on a small input; `{tmp}` is a scratch folder with `sweep.toml` and
+# `runs.csv` (one row of the shipped calibration set).
+JSON_EXAMPLES: dict[str, tuple[str, ...]] = {
+    "run": ("run", "{scenarios}/teaching-pp4.toml", "--set", "run.tokens=1e9", "--json"),
+    "compare": (
+        "compare",
+        "{scenarios}/teaching-pp4.toml",
+        "{scenarios}/teaching-pp4.toml",
+        "--set",
+        "run.tokens=1e9",
+        "--json",
+    ),
+    "whatif": ("whatif", "{scenarios}/teaching-pp4.toml", "--json"),
+    "sweep": ("sweep", "{tmp}/sweep.toml", "--json", "--jobs", "1", "--engine", "analytic"),
+    "mfu": (
+        "mfu",
+        "--model",
+        "llama3-8b",
+        "--tokens-per-s",
+        "1e5",
+        "--gpus",
+        "8",
+        "--gpu",
+        "h100-sxm",
+        "--json",
+    ),
+    "validate": ("validate", "{tmp}/runs.csv", "--json"),
+    "topo": ("topo", "dgx-h100", "--json"),
+    "presets": ("presets", "--json"),
+}
+# Keys of a JSON map that are names from a list rather than fixed fields: shown as `<what>`.
+_NAME_SETS: dict[str, Callable[[], tuple[str, ...]]] = {
+    "category": lambda: __import__("simulator.timeline", fromlist=["CATEGORIES"]).CATEGORIES,
+    "preset": _presets,
+    "gpu": _gpus,
+    "topology": _topologies,
+    "scenario": lambda: tuple(
+        __import__("simulator.resources", fromlist=["scenario_names"]).scenario_names()
+    ),
+}
+
+
+def _example_inputs(tmp: Path) -> None:
+    from ..resources import data_dir, published_runs_csv
+
+    teaching = (data_dir("scenarios") / "teaching-pp4.toml").read_text(encoding="utf-8")
+    (tmp / "sweep.toml").write_text(
+        teaching.replace("num_gpus = 4", "num_gpus = 8")
+        + "\n[sweep]\ntp = [1, 2]\nmicro_batch = [1, 2]\npp = [4]\n",
+        encoding="utf-8",
+    )
+    lines = published_runs_csv().read_text(encoding="utf-8").splitlines()
+    (tmp / "runs.csv").write_text("\n".join(lines[:2]) + "\n", encoding="utf-8")
+
+
+def _collapse(keys: list[str]) -> str | None:
+    for what, names in _NAME_SETS.items():
+        if keys and set(keys) <= set(names()):
+            return f"<{what}>"
+    return None
+
+
+# JSON maps keyed by free-form names (publications, GPU labels): their keys show as `<name>`.
+NAMED_MAPS = ("summary.by_source", "summary.by_gpu", "summary.by_dtype")
+
+
+def json_fields(
+    obj: object, prefix: str = "", out: dict[str, str] | None = None, stop: Mapping[str, str] | None = None
+) -> dict[str, str]:
+    """Dotted paths of a JSON value with their JSON types: `a.b`, `rows[].mfu`, `breakdown_s.<category>`.
+    Paths in `stop` are listed but not entered."""
+    out = {} if out is None else out
+    stop = stop or {}
+    if prefix in stop:
+        return out
+    if isinstance(obj, dict):
+        keys = list(obj)
+        name = "<name>" if prefix in NAMED_MAPS and keys else _collapse(keys)
+        items = [(name, obj[keys[0]])] if name else list(obj.items())
+        for key, value in items:
+            path = f"{prefix}.{key}" if prefix else str(key)
+            out.setdefault(path, _json_type(value))
+            json_fields(value, path, out, stop)
+    elif isinstance(obj, list) and obj and isinstance(obj[0], dict):
+        merged: dict[str, Any] = {}
+        for item in obj:
+            if isinstance(item, dict):
+                for k, v in item.items():
+                    if merged.get(k) is None:
+                        merged[k] = v
+        if prefix + "[]" in stop:
+            out.setdefault(prefix + "[]", "object")
+        else:
+            json_fields(merged, prefix + "[]", out, stop)
+    return out
+
+
+def _json_type(value: object) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int):
+        return "integer"
+    if isinstance(value, float):
+        return "number"
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, list):
+        inner = {_json_type(v) for v in value}
+        return f"array of {inner.pop()}" if len(inner) == 1 else "array"
+    return "object"
+
+
+def command_json(command: str, tmp: Path) -> object:
+    """What `mfusim <command> ... --json` prints for the command's example input."""
+    from ..resources import data_dir
+    from .app import main
+
+    scenarios = str(data_dir("scenarios"))
+    argv = [a.replace("{tmp}", str(tmp)).replace("{scenarios}", scenarios) for a in JSON_EXAMPLES[command]]
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = main(argv)
+    if code != 0:
+        raise RuntimeError(f"mfusim {' '.join(argv)} exited {code}: {err.getvalue().strip()}")
+    return json.loads(out.getvalue())
+
+
+def all_json_fields() -> dict[str, dict[str, str]]:
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as folder:
+        tmp = Path(folder)
+        _example_inputs(tmp)
+        return {
+            command: json_fields(command_json(command, tmp), stop=JSON_STOP.get(command, {}))
+            for command in JSON_EXAMPLES
+        }
+
+
+# ----------------------------------------------------------------------------- CSV columns
+def csv_columns() -> dict[str, tuple[str, ...]]:
+    """The CSV files mfusim writes or reads, column by column, from the modules that do it."""
+    from ..sweep.columns import COLUMNS
+    from ..validate.columns import CSV_COLUMNS, REQUIRED_COLUMNS
+    from ..validate.report import OUT_COLUMNS
+
+    required = set(REQUIRED_COLUMNS)
+    return {
+        "sweep": tuple(COLUMNS),
+        "validate-in": tuple(c + (" (required)" if c in required else "") for c in CSV_COLUMNS),
+        "validate-out": tuple(OUT_COLUMNS),
+    }
+
+
+CSV_FILES = {
+    "sweep": "`mfusim sweep --out FILE.csv` (`.jsonl`: one JSON object per line with the same keys; "
+    "`sweep --json` lists the best rows as such objects under `top`)",
+    "validate-in": "`mfusim validate RUNS.csv`: the published runs read (the shipped set is "
+    "`scenarios/published/calibration_runs.csv`); empty cells = not published",
+    "validate-out": "`mfusim validate --out FILE.csv`: one row per published run",
+}
+_CATEGORY_MEANING = (
+    "seconds of the step in this category (mean over pipeline stages; they sum to step_time_s)"
+)
+COLUMN_MEANINGS: dict[str, str] = {
+    # sweep
+    "status": "ok, infeasible_memory (valid but over the GPU memory) or invalid",
+    "reason": "why a configuration is invalid or does not fit (empty when ok)",
+    "step_time_s": "simulated step time [s]",
+    "tokens_per_s": "tokens per second, whole job",
+    "mfu": "model FLOPs utilization (0-1): model FLOPs / (step time × GPUs × peak)",
+    "hfu": "hardware FLOPs utilization (0-1): with recomputation counted",
+    "peak_memory_gib": "peak memory per GPU [GiB] (the fullest pipeline stage)",
+    "num_gpus": "GPUs of this configuration",
+    "num_microbatches": "micro-batches per step per pipeline = global_batch / (micro_batch · dp)",
+    "capacity_gib": "usable GPU memory [GiB]",
+    "engine": "analytic (closed form) or des (discrete-event engine)",
+    "fingerprint": "hash of the scenario (minus the row's own configuration) and mfusim version; `--resume` reuses only rows of this scenario",
+    "time_to_train_days": "wall days of the whole run ([run] table; empty without one)",
+    "gpu_hours": "GPU-hours of the whole run",
+    "cost_usd": "cost of the whole run (with run.usd_per_gpu_hour)",
+    "energy_mwh": "facility energy of the whole run [MWh]",
+    "goodput": "share of wall time spent on useful training (0-1)",
+    # validate, published runs
+    "id": "row identifier",
+    "source": "publication the row comes from",
+    "model_name": "model as published",
+    "params_b": "parameters, billions (as published)",
+    "layers": "transformer layers",
+    "hidden": "hidden size",
+    "heads": "attention heads",
+    "kv_heads": "key/value heads",
+    "ffn_hidden": "MLP inner size",
+    "vocab": "vocabulary size",
+    "seq_len": "sequence length [tokens]",
+    "gpu": "GPU label as published (e.g. A100-SXM-80GB)",
+    "tp": "tensor-parallel size",
+    "pp": "pipeline-parallel size",
+    "dp": "data-parallel size",
+    "cp": "context-parallel size",
+    "vp": "virtual pipeline chunks",
+    "ep": "expert-parallel size",
+    "micro_batch": "sequences per micro-batch",
+    "global_batch": "sequences per step",
+    "recompute": "none, selective or full",
+    "sequence_parallel": "true/false",
+    "zero_or_dist_opt": "ZeRO stage or distributed optimizer, as published",
+    "precision": "bf16, fp16 or fp8",
+    "measured_tflops_per_gpu": "measured model TFLOP/s per GPU",
+    "measured_mfu_pct": "measured MFU [%]",
+    "measured_hfu_pct": "measured HFU [%]",
+    "iteration_time_s": "measured step time [s]",
+    "notes": "free text",
+    # validate --out
+    "dtype": "training dtype of the simulation",
+    "target": "true for the A100/H100 dense 16-bit rows the accuracy target is stated on",
+    "metric": "which measurement is compared (step time, tokens/s, TFLOP/s, MFU or HFU)",
+    "flop_convention": "how the publication counted FLOPs (docs/validate-assumptions.md)",
+    "predicted": "the simulated value of the metric",
+    "measured": "the published value of the metric",
+    "error_pct": "(predicted - measured) / measured [%]",
+    "memory_fits": "whether the simulated configuration fits in GPU memory",
+    "assumptions": "what the row did not say and was assumed (; separated)",
+}
+
+
+def column_meaning(column: str) -> str:
+    """A CSV column's meaning: written here, or derived (breakdown categories, [parallel] keys)."""
+    from ..timeline import CATEGORIES
+
+    name = column.removesuffix(" (required)")
+    if name.endswith("_s") and name[:-2] in CATEGORIES:
+        return _CATEGORY_MEANING
+    if name in COLUMN_MEANINGS:
+        return COLUMN_MEANINGS[name]
+    key = KEYS.get(f"parallel.{name}")
+    return f"[parallel] {name}: {key.meaning}" if key else ""
+
+
+# Fields several commands share (what was simulated), documented once.
+COMMON_JSON_FIELDS: dict[str, str] = {
+    "model": "the model simulated",
+    "model.name": "model name",
+    "model.params": "parameters",
+    "model.active_params": "parameters active per token (MoE: shared + top-k experts; dense: all)",
+    "model.non_embedding_params": "parameters without the embeddings",
+    "model.layers": "transformer layers",
+    "model.hidden": "hidden size",
+    "model.heads": "attention heads",
+    "model.kv_heads": "key/value heads",
+    "model.head_dim": "per-head width",
+    "model.ffn_hidden": "MLP inner size",
+    "model.vocab": "vocabulary size",
+    "model.seq_len": "sequence length [tokens]",
+    "model.attention": "attention kind as simulated (mha, gqa, mqa or mla)",
+    "gpu": "GPU catalog name",
+    "topology": "topology name",
+    "dtype": "training dtype",
+    "seq_len": "sequence length [tokens]",
+    "mfusim_version": "the mfusim version that produced this output",
+    "warnings": "what the simulation approximated or assumed (also printed on stderr)",
+}
+# Meanings of the --json fields. A path ending in a name shown as `<category>` / `<preset>` /
+# `<gpu>` stands for every name of that list; a path in JSON_STOP is documented elsewhere.
+_RUN_PARALLEL = "the configuration simulated (the [parallel] keys, with dp and the schedule resolved)"
+JSON_STOP: dict[str, dict[str, str]] = {
+    "compare": {
+        "scenarios[]": "one `mfusim run --json` object per scenario (fields above), with its `label`"
+    },
+    "sweep": {"top[]": "one row of the sweep CSV as an object: the columns below (CSV section)"},
+    "validate": {"rows[].scenario": "the scenario the row was simulated as, in scenario-file keys"},
+}
+JSON_FIELDS: dict[str, dict[str, str]] = {
+    "run": {
+        "name": "scenario name",
+        "num_gpus": "GPUs in the job",
+        "parallel": _RUN_PARALLEL,
+        "parallel.num_microbatches": "micro-batches per step per pipeline = global_batch / (micro_batch · dp)",
+        "step_time_s": "simulated step time [s]",
+        "tokens_per_s": "tokens per second, whole job",
+        "tokens_per_s_per_gpu": "tokens per second per GPU",
+        "model_flops_per_step": "model FLOPs of one step (exact count, no recomputation)",
+        "hardware_flops_per_step": "FLOPs executed, recomputation included",
+        "model_tflops_per_gpu": "model TFLOP/s per GPU",
+        "mfu": "model FLOPs utilization = model FLOPs / (step time × GPUs × peak), 0-1",
+        "hfu": "hardware FLOPs utilization: like mfu with recomputation counted",
+        "mfu_6psi": "MFU with the 6Ψ approximation (6 × parameters × tokens, no attention FLOPs)",
+        "breakdown_s": "seconds of the step per category, mean over pipeline stages (sums to step_time_s)",
+        "breakdown_s.<category>": "seconds in this category",
+        "breakdown_by_stage_s": "the same per pipeline stage (each sums to step_time_s)",
+        "breakdown_by_stage_s[].<category>": "seconds in this category on this stage",
+        "memory": "memory per GPU",
+        "memory.peak_gib_per_gpu": "peak memory of the fullest stage [GiB]",
+        "memory.capacity_gib": "GPU memory [GiB]",
+        "memory.fits": "peak within capacity",
+        "memory.parts_gib": "peak split by part [GiB]",
+        "memory.parts_gib.weights": "model weights held by this GPU",
+        "memory.parts_gib.grads": "gradients",
+        "memory.parts_gib.optimizer": "optimizer state (fp32 master weights and Adam moments)",
+        "memory.parts_gib.activations": "activations kept for the backward pass (peak in flight)",
+        "memory.parts_gib.buffers": "communication and temporary buffers",
+        "memory.parts_gib.reserved": "CUDA context and allocator reserve",
+        "memory.peak_gib_by_stage": "peak memory of each pipeline stage [GiB]",
+        "collectives": "every collective of the step, costed once per distinct group",
+        "collectives[].group": "tp, cp, ep, dp or pp",
+        "collectives[].kind": "allreduce, allgather, reducescatter, alltoall or p2p",
+        "collectives[].message_bytes": "bytes per GPU of one call",
+        "collectives[].algorithm": "algorithm the cost model chose (ring, tree, nvls, ...)",
+        "collectives[].time_s": "time of one call [s]",
+        "collectives[].bottleneck": "the link that limits it",
+        "collectives[].bus_bandwidth_bytes_per_s": "bus bandwidth achieved (nccl-tests convention)",
+        "plan": "the whole training run, when the scenario has a [run] table (docs/plan.md)",
+        "plan.tokens": "training tokens of the run",
+        "plan.num_steps": "steps = tokens / tokens per step",
+        "plan.tokens_per_s": "tokens per second while training",
+        "plan.compute_days": "days of training without failures or checkpoints",
+        "plan.days": "wall-clock days of the run, with checkpoints, restarts and lost work",
+        "plan.optimal_checkpoint_interval_s": "the Young/Daly optimum interval [s]",
+        "plan.checkpoint_every_steps": "steps between checkpoints (the interval rounded to whole steps)",
+        "plan.gpu_hours": "GPU-hours of the run (wall time × GPUs)",
+        "plan.cost_usd": "cost, when usd_per_gpu_hour is given (else null)",
+        "plan.usd_per_gpu_hour": "price used (null when not given)",
+        "plan.energy_mwh": "facility energy [MWh] (GPU power × utilization × PUE)",
+        "plan.facility_power_mw": "facility power while training [MW]",
+        "plan.goodput": "share of wall time spent on useful training (0-1)",
+        "plan.time_fractions": "wall time split (sums to 1)",
+        "plan.time_fractions.useful": "training that is kept",
+        "plan.time_fractions.checkpoint": "writing checkpoints (stalls)",
+        "plan.time_fractions.restart": "restarting after failures",
+        "plan.time_fractions.lost_work": "training redone after a failure",
+        "plan.checkpoint_interval_s": "time between checkpoints [s]",
+        "plan.checkpoint_interval_source": "young-daly (the optimum) or the [run] key",
+        "plan.checkpoint_bytes": "size of one checkpoint [bytes]",
+        "plan.checkpoint_write_s": "time to write one checkpoint [s]",
+        "plan.checkpoint_stall_s": "training time lost per checkpoint [s]",
+        "plan.checkpoint_async": "checkpoints written in the background",
+        "plan.job_mtbf_hours": "mean time between job interruptions [h]",
+        "plan.expected_interruptions": "interruptions expected over the run",
+        "plan.restart_s": "time per restart [s]",
+        "plan.pue": "power usage effectiveness used",
+        "plan.it_power_w_per_gpu": "average IT power per GPU [W]",
+    },
+    "whatif": {
+        "name": "scenario name",
+        "headline": "the one-sentence answer printed first",
+        "bottleneck": "the largest non-compute category",
+        "bottleneck.category": "its name",
+        "bottleneck.fraction_of_step": "its share of the step (0-1)",
+        "baseline": "the scenario as given",
+        "baseline.mfu": "MFU (0-1)",
+        "baseline.hfu": "HFU (0-1)",
+        "baseline.step_time_s": "step time [s]",
+        "baseline.tokens_per_s": "tokens per second",
+        "baseline.breakdown_s": "seconds per category",
+        "baseline.breakdown_s.<category>": "seconds in this category",
+        "baseline.breakdown_fraction": "share of the step per category (0-1)",
+        "baseline.breakdown_fraction.<category>": "share of the step",
+        "baseline.attributed_fraction": "share of the step attributed to each category",
+        "baseline.attributed_fraction.<category>": "share attributed",
+        "baseline.memory_fits": "the baseline fits in GPU memory",
+        "levers": "every lever simulated, best first",
+        "levers[].key": "what the lever changes (a scenario key)",
+        "levers[].name": "the lever in words",
+        "levers[].change": "old -> new value",
+        "levers[].addresses": "the categories it acts on",
+        "levers[].mfu": "MFU with the lever (0-1)",
+        "levers[].gain": "MFU gain over the baseline (0-1, negative = worse)",
+        "levers[].step_time_s": "step time with the lever [s]",
+        "levers[].tokens_per_s": "tokens per second with the lever",
+        "levers[].peak_memory_gib": "peak memory per GPU with the lever [GiB]",
+        "levers[].fits": "fits in GPU memory (with the headroom)",
+        "levers[].note": "a caveat (e.g. why it does not fit)",
+        "skipped": "levers that do not apply to this scenario",
+        "skipped[].key": "the scenario key",
+        "skipped[].name": "the lever in words",
+        "skipped[].change": "the change it would be",
+        "skipped[].addresses": "the categories it would act on",
+        "skipped[].skipped": "why it does not apply",
+    },
+    "sweep": {
+        "name": "scenario name",
+        "num_configurations": "configurations evaluated",
+        "counts": "configurations by status",
+        "counts.ok": "valid and fit in memory",
+        "counts.infeasible_memory": "valid but over the GPU memory",
+        "counts.invalid": "not a valid configuration (the reason column says why)",
+        "rank_by": "the quantity ranked by (--rank-by)",
+        "engines": "which engine produced the numbers",
+        "top": "the best --top rows",
+    },
+    "mfu": {
+        "gpu": "GPU catalog name",
+        "dtype": "dtype whose peak is used",
+        "num_gpus": "GPUs",
+        "peak_flop_per_s_per_gpu": "peak FLOP/s of one GPU in that dtype",
+        "tokens_per_s": "measured tokens per second, whole job",
+        "model": "model preset (when given)",
+        "params": "parameters",
+        "non_embedding_params": "parameters without the embeddings",
+        "seq_len": "sequence length [tokens]",
+        "flops_per_token": "FLOPs per token under each convention",
+        "flops_per_token.6psi": "6 × parameters",
+        "flops_per_token.6psi_attn": "6 × parameters + attention (PaLM appendix B)",
+        "flops_per_token.exact": "every matrix multiplication of the model (SPEC §4)",
+        "mfu": "MFU with the exact count (0-1)",
+        "mfu_6psi": "MFU with 6Ψ",
+        "mfu_6psi_attn": "MFU with 6Ψ + attention",
+        "hfu": "HFU: with recomputation counted",
+        "model_tflops_per_gpu": "model TFLOP/s per GPU",
+    },
+    "validate": {
+        "csv": "the runs file read",
+        "summary": "mean absolute percentage errors",
+        "summary.overall": "over every usable row",
+        "summary.overall.mape_pct": "mean absolute percentage error [%]",
+        "summary.overall.rows": "rows",
+        "summary.target_a100_h100_dense_16bit": "over the rows of the accuracy target (A100/H100, dense, 16-bit)",
+        "summary.target_a100_h100_dense_16bit.mape_pct": "mean absolute percentage error [%]",
+        "summary.target_a100_h100_dense_16bit.rows": "rows",
+        "summary.by_source": "per publication",
+        "summary.by_source.<name>": "that publication's rows",
+        "summary.by_source.<name>.mape_pct": "mean absolute percentage error [%]",
+        "summary.by_source.<name>.rows": "rows",
+        "summary.by_gpu": "per GPU label",
+        "summary.by_gpu.<name>": "that GPU's rows",
+        "summary.by_gpu.<name>.mape_pct": "mean absolute percentage error [%]",
+        "summary.by_gpu.<name>.rows": "rows",
+        "summary.by_dtype": "per dtype",
+        "summary.by_dtype.<name>": "that dtype's rows",
+        "summary.by_dtype.<name>.mape_pct": "mean absolute percentage error [%]",
+        "summary.by_dtype.<name>.rows": "rows",
+        "summary.unusable_rows": "rows that could not be simulated",
+        "rows": "one object per usable row (the --out CSV columns)",
+        "rows[].id": "row identifier",
+        "rows[].source": "publication",
+        "rows[].gpu": "GPU label",
+        "rows[].dtype": "dtype simulated",
+        "rows[].target": "a row of the accuracy target",
+        "rows[].metric": "the measurement compared",
+        "rows[].flop_convention": "how the publication counted FLOPs",
+        "rows[].predicted": "simulated value",
+        "rows[].measured": "published value",
+        "rows[].error_pct": "(predicted - measured) / measured [%]",
+        "rows[].step_time_s": "simulated step time [s]",
+        "rows[].mfu": "simulated MFU (0-1)",
+        "rows[].memory_fits": "the configuration fits in GPU memory",
+        "rows[].assumptions": "what the row did not say and was assumed",
+        "unusable": "rows that could not be simulated, with the reason",
+    },
+    "topo": {
+        "name": "topology name",
+        "gpu": "GPU catalog name",
+        "num_gpus": "GPUs summarized (--gpus)",
+        "gpus_per_node": "GPUs per node",
+        "num_nodes": "nodes",
+        "intra_node_fabric": "fabric inside a node",
+        "nvls": "NVLink SHARP available",
+        "intra_node_GBps_per_gpu": "intra-node bandwidth per GPU, one direction [GB/s]",
+        "intra_node_latency_us": "intra-node latency [µs]",
+        "inter_node_fabric": "network layout",
+        "nics_per_node": "NICs per node",
+        "nic_Gbps": "one NIC [Gb/s]",
+        "nic_GBps_per_gpu": "network bandwidth per GPU [GB/s]",
+        "nic_GBps_per_node": "network bandwidth per node [GB/s]",
+        "inter_node_latency_us": "inter-node latency [µs]",
+        "nodes_per_leaf": "nodes per leaf switch",
+        "num_scalable_units": "leaf groups (scalable units)",
+        "num_leaf_switches": "leaf switches",
+        "num_spine_switches": "spine switches",
+        "oversubscription": "leaf downlink : uplink ratio",
+        "leaf_uplink_GBps": "uplink bandwidth of one leaf [GB/s]",
+        "bisection_GBps": "bisection bandwidth of the job's network [GB/s]",
+        "bisection_GBps_per_gpu": "the same per GPU [GB/s]",
+        "rank_order": "rank layout, innermost first",
+    },
+    "compare": {
+        "scenarios": "the scenarios compared, in the order given",
+        "best_mfu": "label of the scenario with the highest MFU",
+        "best_tokens_per_s": "label of the scenario with the most tokens per second",
+        "fastest_run": "label of the scenario whose whole run ([run]) finishes first",
+    },
+    "presets": {
+        "scenarios": "shipped scenarios (usable by name)",
+        "scenarios.<scenario>": "one scenario",
+        "scenarios.<scenario>.name": "its title",
+        "scenarios.<scenario>.model": "model name",
+        "scenarios.<scenario>.num_gpus": "GPUs",
+        "scenarios.<scenario>.gpu": "GPU catalog name",
+        "scenarios.<scenario>.topology": "topology name",
+        "gpus.<gpu>.board_power_w": "rated board power [W]",
+        "models": "model presets",
+        "models.<preset>": "one preset",
+        "models.<preset>.params": "parameters",
+        "models.<preset>.layers": "layers",
+        "models.<preset>.hidden": "hidden size",
+        "models.<preset>.seq_len": "sequence length",
+        "gpus": "GPU catalog",
+        "gpus.<gpu>": "one GPU",
+        "gpus.<gpu>.peak_bf16_tflops": "dense BF16 peak [TFLOP/s]",
+        "gpus.<gpu>.peak_fp8_tflops": "dense FP8 peak [TFLOP/s]",
+        "gpus.<gpu>.hbm_gib": "memory [GiB]",
+        "gpus.<gpu>.hbm_TBps": "memory bandwidth [TB/s]",
+        "topologies": "shipped topology names",
+    },
+}
+
+
+def json_meaning(command: str, path: str) -> str:
+    """A --json field's meaning: written above, or a [parallel] key's own (run's `parallel.tp`)."""
+    docs = {**JSON_FIELDS.get(command, {}), **JSON_STOP.get(command, {})}
+    if path in docs:
+        return docs[path]
+    if path in COMMON_JSON_FIELDS:
+        return COMMON_JSON_FIELDS[path]
+    head, _, name = path.rpartition(".")
+    if head in ("parallel", "baseline.parallel") and f"parallel.{name}" in KEYS:
+        return KEYS[f"parallel.{name}"].meaning
+    return ""
+
+
+# ----------------------------------------------------------------------------- the document
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def _allowed_cell(values: tuple[str, ...]) -> str:
+    if not values:
+        return ""
+    shown = ", ".join(f"`{v}`" for v in values[:12])
+    return shown + (f", … ({len(values)} in all)" if len(values) > 12 else "")
+
+
+def _key_table(rows: list[KeyRow], strip: str = "") -> list[str]:
+    out = [
+        "| key | type | default | unit | allowed | since | meaning |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        key = r.key.removeprefix(strip)
+        out.append(
+            f"| `{key}` | {r.type} | {_cell(r.default)} | {r.unit} | {_allowed_cell(r.allowed)} | {r.since} "
+            f"| {_cell(r.meaning)} |"
+        )
+    return out
+
+
+def _sections(rows: list[KeyRow]) -> dict[str, list[KeyRow]]:
+    """Rows grouped by their table: "" for the top level, then `model`, `model.moe`, ..."""
+    tables = {r.key for r in rows if r.kind == "table"}
+    out: dict[str, list[KeyRow]] = {"": []}
+    for r in rows:
+        section = r.key.rpartition(".")[0]
+        if r.kind == "table" and section == "":
+            out[""].append(r)
+            out.setdefault(r.key, [])
+        elif section in tables or section == "":
+            out.setdefault(section, []).append(r)
+    return out
+
+
+def reference_markdown(json_fields_by_command: Mapping[str, Mapping[str, str]] | None = None) -> str:
+    """The whole docs/reference.md."""
+    from .. import __version__
+    from ..names import ALIASES
+
+    lines = [
+        "# mfusim reference",
+        "",
+        "<!-- Generated by `python -m simulator.cli.reference --write` from the code; do not edit by hand. -->",
+        "",
+        "Every key of scenario and topology files, the `--json` object of every command and the CSV",
+        f"columns, for mfusim {__version__}. Generated from the loader, the spec dataclasses and the",
+        "commands themselves (simulator/cli/reference.py); a test keeps this file up to date. The JSON",
+        "Schema of a scenario file ships as `simulator/scenario.schema.json` (`mfusim schema` prints it;",
+        "point an editor's TOML schema setting at it to complete keys). Units: SI inside the simulator,",
+        "human units in files as each key's name says (`_ms`, `_us`, `_GBps` = GB/s decimal bytes,",
+        "`_Gbps` = Gb/s decimal bits, `_gib` = GiB binary). Unknown keys are errors naming the file",
+        "and the key, with the closest allowed key.",
+        "",
+        "## Contents",
+        "",
+        "- [Scenario file](#scenario-file)",
+        "- [Topology file](#topology-file)",
+        "- [Names](#names)",
+        "- [`--json` output of each command](#--json-output-of-each-command)",
+        "- [CSV files](#csv-files)",
+        "",
+        "## Scenario file",
+        "",
+        "A TOML file (`mfusim run FILE.toml`). `since` is the mfusim version that first read the key.",
+        "",
+    ]
+    scenario_rows = key_rows("scenario")
+    table_meaning = {r.key: r.meaning for r in scenario_rows if r.kind == "table"}
+    for section, rows in _sections(scenario_rows).items():
+        if not rows:
+            continue
+        lines += [f"### `[{section}]`" if section else "### Top level", ""]
+        meaning = table_meaning.get(section, "")
+        if meaning:
+            lines += [meaning[0].upper() + meaning[1:] + ".", ""]
+        if section == "sweep":
+            lines += [
+                "Any key of `[parallel]`, and `cluster.num_gpus`, given a list of values; the sweep",
+                "is their product, filtered to valid configurations. Without a `[sweep]` table,",
+                "`mfusim sweep` sweeps a default grid and says so.",
+                "",
+            ]
+            names = [r.key.removeprefix(section + ".") for r in rows]
+            lines += ["Keys: " + ", ".join(f"`{n}`" for n in names) + ".", ""]
+            continue
+        lines += _key_table(rows, f"{section}." if section else "")
+        lines.append("")
+    lines += [
+        "## Topology file",
+        "",
+        "A TOML file under `topologies/` (or any path given as `cluster.topology`). A scenario's",
+        "`[cluster.intra_node]` / `[cluster.inter_node]` tables override the same keys.",
+        "",
+    ]
+    for section, rows in _sections(key_rows("topology")).items():
+        if not rows:
+            continue
+        lines += [f"### `[{section}]`" if section else "### Top level", ""]
+        lines += _key_table(rows, f"{section}." if section else "")
+        lines.append("")
+    lines += _names_section(ALIASES)
+    lines += [
+        "## `--json` output of each command",
+        "",
+        "Every `--json` prints one strict JSON object (no NaN or Infinity) on stdout. Paths are",
+        "dotted; `[]` is each element of an array; `<category>` stands for each breakdown category",
+        "(compute, recompute, tp_comm, cp_comm, ep_comm, pp_comm, dp_comm, bubble, dataloader,",
+        "optimizer, other), `<preset>` / `<gpu>` for each catalog name, `<name>` for each key of a map.",
+        "",
+    ]
+    fields_by_command = json_fields_by_command if json_fields_by_command is not None else all_json_fields()
+    for command, paths in fields_by_command.items():
+        example = " ".join(JSON_EXAMPLES[command]).replace("{scenarios}/", "").replace("{tmp}/", "")
+        lines += [f"### `mfusim {command}`", "", f"Example: `mfusim {example}`", ""]
+        lines += ["| field | type | meaning |", "|---|---|---|"]
+        for path, type_name in paths.items():
+            lines.append(f"| `{path}` | {type_name} | {_cell(json_meaning(command, path))} |")
+        lines.append("")
+    lines += ["## CSV files", ""]
+    for name, columns in csv_columns().items():
+        lines += [f"### {CSV_FILES[name]}", "", "| column | meaning |", "|---|---|"]
+        for column in columns:
+            lines.append(f"| `{column}` | {_cell(column_meaning(column))} |")
+        lines.append("")
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def _names_section(aliases: Mapping[str, str]) -> list[str]:
+    from ..loading import load_gpu_catalog, load_model_presets
+    from ..resources import scenario_names, topology_names
+
+    lines = [
+        "## Names",
+        "",
+        "Names of presets, GPUs, topologies, schedules, dtypes and recompute modes are matched in",
+        "any case and with `-`, `_` or spaces written either way (`llama-3-8b` = `llama3-8b`,",
+        "`1F1B` = `1f1b`); a misspelled name is answered with the closest one (simulator/names.py).",
+        "",
+        f"- Model presets: {', '.join(f'`{n}`' for n in load_model_presets())}",
+        f"- GPUs: {', '.join(f'`{n}`' for n in load_gpu_catalog())}",
+        f"- Topologies: {', '.join(f'`{n}`' for n in topology_names())}",
+        f"- Shipped scenarios (usable by name): {', '.join(f'`{n}`' for n in scenario_names())}",
+        "",
+        "Aliases:",
+        "",
+        "| alias | means |",
+        "|---|---|",
+    ]
+    lines += [f"| `{a}` | `{b}` |" for a, b in sorted(aliases.items(), key=lambda kv: (kv[1], kv[0]))]
+    lines.append("")
+    return lines
+
+
+# ----------------------------------------------------------------------------- files
+def repo_root() -> Path:
+    return Path(__file__).resolve().parent.parent.parent
+
+
+def schema_path() -> Path:
+    from ..resources import scenario_schema_file
+
+    return scenario_schema_file()
+
+
+def reference_path() -> Path:
+    """docs/reference.md: the checkout's, or the copy installed in the wheel (simulator/docs)."""
+    installed = Path(__file__).resolve().parent.parent / "docs" / "reference.md"
+    return installed if installed.is_file() else repo_root() / "docs" / "reference.md"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m simulator.cli.reference", description=(__doc__ or "").split("\n")[0]
+    )
+    parser.add_argument("--write", action="store_true", help="rewrite docs/reference.md and the schema")
+    args = parser.parse_args(argv)
+    text = reference_markdown()
+    if args.write:
+        (repo_root() / "docs" / "reference.md").write_text(text, encoding="utf-8")
+        schema_path().write_text(schema_text(), encoding="utf-8")
+        print(f"wrote {repo_root() / 'docs' / 'reference.md'} and {schema_path()}")
+    else:
+        print(text, end="")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
