@@ -757,11 +757,10 @@ def build_program(scn: Scenario, comm: CommModel | None = None) -> Program:
             rec: list = []
             params = 0.0
             # host-side work per micro-batch and phase (Python, hooks, scheduling): the GPU idles;
-            # charged once per micro-batch, on the first model chunk
-            if c == 0:
-                host = Segment("compute", "host overhead (micro-batch)", host_s, 0.0, 0.0)
-                fwd.append(host)
-                b_in.append(host)
+            # one micro-batch's worth, shared by its model chunks
+            host = Segment("compute", "host overhead (micro-batch)", host_s / vp, 0.0, 0.0)
+            fwd.append(host)
+            b_in.append(host)
             expert_params = 0.0  # routed-expert weights: their gradients reduce over expert-DP
             if first:
                 fwd += emb_f.parts
