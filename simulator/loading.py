@@ -6,6 +6,8 @@ become SI. Unknown keys are errors naming the key; every error names the file.
 
 from __future__ import annotations
 
+import copy
+import functools
 import json
 import math
 import os
@@ -226,10 +228,33 @@ def _required(table: Mapping[str, Any], key: str, section: str) -> Any:
 
 
 # ----------------------------------------------------------------------------- catalogs
+def _file_version(path: Path) -> tuple[str, int, int]:
+    st = path.stat()
+    return (str(path), st.st_mtime_ns, st.st_size)
+
+
+@functools.lru_cache(maxsize=16)
+def _parsed(version: tuple[str, int, int]) -> dict[str, Any]:
+    return read_toml(version[0])
+
+
+def read_catalog(name: str) -> dict[str, Any]:
+    """A catalog file of the package, parsed once per version of the file (a validate run
+    reads the catalogs for each of its hundreds of cases); a copy the caller may change."""
+    return copy.deepcopy(_parsed(_file_version(catalog_file(name))))
+
+
 def load_gpu_catalog() -> dict[str, GPUSpec]:
     """The GPU catalog (simulator/catalog/gpus.toml) with calibrated efficiencies applied."""
-    gpus = read_toml(catalog_file("gpus.toml"))
-    eff = read_toml(catalog_file("efficiency.toml"))
+    return dict(
+        _gpu_catalog(_file_version(catalog_file("gpus.toml")), _file_version(catalog_file("efficiency.toml")))
+    )
+
+
+@functools.lru_cache(maxsize=4)
+def _gpu_catalog(gpus_version: tuple[str, int, int], eff_version: tuple[str, int, int]) -> dict[str, GPUSpec]:
+    gpus = _parsed(gpus_version)
+    eff = _parsed(eff_version)
     default_eff = eff.get("default", {})
     out = {}
     for name, t in gpus.items():
@@ -265,7 +290,7 @@ def gpu_by_name(name: object, key: str = "gpu") -> GPUSpec:
 
 
 def load_model_presets() -> dict[str, dict[str, Any]]:
-    return read_toml(catalog_file("models.toml"))
+    return read_catalog("models.toml")
 
 
 def model_preset(name: str) -> ModelSpec:
@@ -565,7 +590,67 @@ def model_from_table(table: Mapping[str, Any], base_dir: Path) -> ModelSpec:
             values["mla"] = MLASpec(**mla)
         except TypeError:
             raise ConfigError(f"keys: {', '.join(MLA_KEYS)}", key="model.mla") from None
-    return ModelSpec(name=name, notes=tuple(notes), **values)
+    try:
+        return ModelSpec(name=name, notes=tuple(notes), **values)
+    except ConfigError as err:
+        if hf is None:
+            raise
+        raise _blame_config_json(err, table, hf_file) from None
+
+
+# ModelSpec field -> the config.json keys it is read from (hf_config_fields), for errors
+HF_SOURCE_KEYS: dict[str, tuple[str, ...]] = {
+    "layers": ("num_hidden_layers", "n_layer", "num_layers"),
+    "hidden": ("hidden_size", "n_embd", "d_model"),
+    "heads": ("num_attention_heads", "n_head"),
+    "kv_heads": ("num_key_value_heads",),
+    "ffn_hidden": ("intermediate_size_mlp", "intermediate_size", "n_inner", "ffn_hidden_size"),
+    "vocab": ("vocab_size",),
+    "head_dim": ("head_dim",),
+    "seq_len": ("max_position_embeddings", "n_positions", "seq_length"),
+    "num_experts": ("num_local_experts", "num_experts", "n_routed_experts"),
+    "top_k": ("num_experts_per_tok", "experts_per_token", "moe_top_k"),
+    "expert_ffn_hidden": ("moe_intermediate_size", "intermediate_size"),
+    "shared_expert_ffn_hidden": ("shared_expert_intermediate_size", "n_shared_experts", "intermediate_size"),
+    "moe_layer_interval": ("decoder_sparse_step", "moe_layer_freq", "interleave_moe_layer_step"),
+    "first_dense_layers": ("first_k_dense_replace", "mlp_only_layers"),
+    "max_nodes_per_token": ("topk_group",),
+    "mtp_layers": ("num_nextn_predict_layers",),
+    "q_lora_rank": ("q_lora_rank",),
+    "kv_lora_rank": ("kv_lora_rank",),
+    "qk_nope_head_dim": ("qk_nope_head_dim",),
+    "qk_rope_head_dim": ("qk_rope_head_dim",),
+    "v_head_dim": ("v_head_dim",),
+}
+
+
+def _blame_config_json(err: ConfigError, table: Mapping[str, Any], hf_file: str) -> ConfigError:
+    """An error about a model value that came from config.json, re-addressed to that file and
+    the JSON key it was read from (the user never wrote `model.layers`; they wrote
+    `num_hidden_layers` in config.json). Values the scenario itself gives keep their TOML key."""
+    key = err.key or ""
+    if not key.startswith("model."):
+        return err
+    parts = key.split(".")[1:]
+    field = parts[-1]
+    written = set(table) | set(_table_or_empty(table, "moe")) | set(_table_or_empty(table, "mla"))
+    if field in written or (field == "moe_layer_interval" and "layer_interval" in written):
+        return err
+    try:
+        top = _read_json_object(Path(hf_file))
+    except ConfigError:
+        return err
+    text_config = top.get("text_config")
+    cfg: dict[str, Any] = text_config if isinstance(text_config, dict) else top
+    for json_key in HF_SOURCE_KEYS.get(field, ()):
+        if json_key in cfg:
+            return ConfigError(f"{err.message} (read as {key})", key=json_key, file=hf_file)
+    return err
+
+
+def _table_or_empty(table: Mapping[str, Any], key: str) -> Mapping[str, Any]:
+    value = table.get(key)
+    return value if isinstance(value, Mapping) else {}
 
 
 def _moe_fields(moe: Mapping[str, Any]) -> dict[str, Any]:

@@ -7,6 +7,7 @@ from dataclasses import dataclass, replace
 
 from .comm import CommModel
 from .engine import run_step
+from .engine.noise import is_quiet
 from .metrics import StepReport, step_report
 from .program import Program, build_program
 from .specs import Scenario
@@ -29,6 +30,12 @@ def with_seed(scn: Scenario, seed: int | None) -> Scenario:
         dataloader=replace(scn.dataloader, seed=seed),
         variability=replace(scn.variability, seed=seed),
     )
+
+
+def seeds_matter(scn: Scenario) -> bool:
+    """Whether two seeds can give different steps: random variability or dataloader jitter."""
+    jittery_loader = scn.dataloader.microbatch_latency_s > 0 and scn.dataloader.jitter > 0
+    return not is_quiet(scn.variability) or jittery_loader
 
 
 def simulate(

@@ -56,3 +56,54 @@ def test_step_flops_scales_with_batch() -> None:
     one, eight = flops.step_flops(m, 1, "full"), flops.step_flops(m, 8, "full")
     assert eight.model == pytest.approx(8 * one.model)
     assert one.hardware > one.model
+
+
+# ----------------------------------------------------------------------------- sweep
+SWEEP = """\
+name = "api sweep"
+[model]
+layers = 4
+hidden = 512
+heads = 8
+vocab = 32000
+seq_len = 512
+[cluster]
+topology = "dgx-a100"
+num_gpus = 8
+[parallel]
+global_batch = 16
+[sweep]
+tp = [1, 2]
+pp = [1, 2]
+"""
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "name"),
+    [
+        ({"engine": "bogus"}, "engine"),
+        ({"rank_by": "bogus"}, "rank_by"),
+        ({"rank_by": "step_time_s"}, "rank_by"),
+        ({"jobs": 0}, "jobs"),
+        ({"top": -1}, "top"),
+        ({"refine": 1.5}, "refine"),
+        ({"resume": True}, "resume"),
+    ],
+)
+def test_run_sweep_refuses(tmp_path, kwargs: dict[str, object], name: str) -> None:
+    from simulator.loading import load_scenario
+    from simulator.sweep import run_sweep
+
+    path = tmp_path / "s.toml"
+    path.write_text(SWEEP)
+    with pytest.raises(ValueError, match=name):
+        run_sweep(load_scenario(path), **kwargs)  # type: ignore[arg-type]
+
+
+def test_rank_rows_refuses_unknown_and_ranks_best_first() -> None:
+    from simulator.sweep import rank_rows
+
+    rows = [{"status": "ok", "mfu": m, "tokens_per_s": 1.0} for m in (0.2, 0.5, 0.3)]
+    assert [r["mfu"] for r in rank_rows(rows, "mfu")] == [0.5, 0.3, 0.2]
+    with pytest.raises(ValueError, match="rank_by"):
+        rank_rows(rows, "step_time_s")

@@ -151,3 +151,26 @@ def test_export_top_rows_are_engine_checked(
     assert [r["engine"] for r in res["top"][:4]] == ["des"] * 4
     for f, r in zip(sorted(top_dir.glob("*.toml")), res["top"][:4], strict=True):
         assert _json(capsys, ["run", str(f), "--json"])["mfu"] == pytest.approx(r["mfu"], rel=1e-9)
+
+
+def test_resume_with_another_run_table_replans_the_old_rows(
+    capsys: pytest.CaptureFixture[str], small: Path, tmp_path: Path
+) -> None:
+    """The resume fingerprint leaves [run] out (a plan is arithmetic on a row): rows read back are
+    re-planned with the current tokens and price, in the result and in the file."""
+    out = tmp_path / "s.csv"
+    argv = ["sweep", str(small), "--engine", "analytic", "--jobs", "1", "--out", str(out), "--json"]
+    first = _json(capsys, argv + ["--tokens", "1e10", "--usd-per-gpu-hour", "2"])
+    again = _json(
+        capsys, argv + ["--resume", "--tokens", "2e10", "--usd-per-gpu-hour", "2", "--rank-by", "cost"]
+    )
+    by_key = {(r["tp"], r["pp"], r["micro_batch"], r["num_gpus"]): r for r in first["top"]}
+    for r in again["top"]:
+        old = by_key[(r["tp"], r["pp"], r["micro_batch"], r["num_gpus"])]
+        assert r["gpu_hours"] == pytest.approx(2 * old["gpu_hours"], rel=1e-9)
+    for r in csv.DictReader(out.open()):
+        if r["status"] == "ok":
+            gpu_hours = 2e10 / float(r["tokens_per_s"]) / 3600 * int(r["num_gpus"]) / float(r["goodput"])
+            assert float(r["gpu_hours"]) == pytest.approx(gpu_hours, rel=1e-9)
+    plain = _json(capsys, argv + ["--resume"])  # no [run] now: the plan columns are emptied
+    assert all(r["gpu_hours"] is None for r in plain["top"])

@@ -230,11 +230,15 @@ def test_mixtral_active_params() -> None:
     assert F.flops_per_token_6psi(m) == 6 * F.active_non_embedding_params(m)
 
 
-def test_param_breakdown_consistent() -> None:
-    for preset in ("gpt3-175b", "llama3-8b", "mixtral-8x7b"):
-        m = model_preset(preset)
-        assert F.total_params(m) == F.non_embedding_params(m) + F.embedding_params(m)
-        assert F.non_embedding_params(m) == sum(F.layer_params(m, i) for i in range(m.layers)) + m.hidden
+def test_llama3_8b_params_by_hand() -> None:
+    """Llama 3 8B (config.json: h 4096, 32 layers, 8 KV heads of 128, SwiGLU 14336, vocab 128256,
+    untied): per layer q,o 2·h² + k,v 2·h·1024 + MLP 3·h·14336 + two RMSNorms 2·h = 218,112,000;
+    + final norm; embeddings in and out 2·128256·4096. Total 8,030,261,248 (the HF model card's 8.03B)."""
+    m = model_preset("llama3-8b")
+    assert [F.layer_params(m, i) for i in range(m.layers)] == [218_112_000] * 32
+    assert F.non_embedding_params(m) == 32 * 218_112_000 + 4096
+    assert F.embedding_params(m) == 2 * 128_256 * 4096
+    assert F.total_params(m) == 8_030_261_248
 
 
 def test_tied_embeddings_and_positions() -> None:
@@ -249,24 +253,26 @@ def test_tied_embeddings_and_positions() -> None:
 
 
 # ----------------------------------------------------------------------------- per step and MFU
-def test_step_flops_totals() -> None:
+def test_llama3_8b_step_flops_by_hand() -> None:
+    """One step of 32 sequences of 8192 tokens, counted by hand: forward per token is 2 FLOPs
+    per matmul weight (218,103,808 per layer) + QKᵀ and AV over the full s×s window (4·s·h per
+    layer) + the logit matmul (2·h·V); backward is twice the forward (Narayanan et al. 2021)."""
     m = model_preset("llama3-8b")
+    h, layers, s, vocab, tokens = 4096, 32, 8192, 128_256, 32 * 8192
+    forward_per_token = 2 * 218_103_808 * layers + 4 * s * h * layers + 2 * h * vocab
     st = F.step_flops(m, 32, "none")
-    tokens = 32 * m.seq_len
-    assert st.model == pytest.approx(tokens * F.flops_per_token_exact(m), rel=1e-12)
-    assert st.six_psi == pytest.approx(tokens * 6 * F.non_embedding_params(m), rel=1e-12)
-    assert st.six_psi_attn == pytest.approx(tokens * F.flops_per_token_6psi_attn(m), rel=1e-12)
-    assert st.six_psi < st.six_psi_attn < st.model
+    assert st.model == 3 * forward_per_token * tokens == 15_181_506_800_517_120
+    assert st.hardware == st.model  # no recompute
+    assert st.six_psi == 6 * 6_979_588_096 * tokens
+    assert st.six_psi_attn == (6 * 6_979_588_096 + 12 * layers * h * s) * tokens
+    # full recompute adds one more forward pass of the layers (not of the logits)
+    full = F.step_flops(m, 32, "full")
+    assert full.hardware - full.model == pytest.approx(
+        (forward_per_token - 2 * h * vocab) * tokens, rel=1e-12
+    )
 
 
 def test_mfu_worked_example() -> None:
     """Seed notes: 7B on 64 A100 (312 TFLOP/s) at 100k tokens/s -> MFU ≈ 21%."""
     value = F.mfu(6 * 7e9, 1e5, 64, 312e12)
     assert value == pytest.approx(0.2103, abs=5e-4)
-
-
-def test_backward_is_twice_forward() -> None:
-    m = model_preset("gpt3-1.3b")
-    assert F.model_flops_per_sequence(m) == pytest.approx(
-        3 * F.model_forward_flops_per_sequence(m), rel=1e-12
-    )

@@ -93,3 +93,35 @@ def test_regular_file_through_a_symlink_is_read(tmp_path: Path) -> None:
     link = tmp_path / "link.toml"
     link.symlink_to(real)
     assert load_scenario(link).name == "small test scenario"
+
+
+def _hf_scenario(tmp_path: Path, config: dict[str, object], model_extra: str = "") -> Path:
+    import json as _json
+
+    (tmp_path / "config.json").write_text(_json.dumps(config))
+    head, rest = SMALL_SCENARIO.split("[model]\n", 1)
+    rest = rest.split("\n[cluster]", 1)[1]
+    path = tmp_path / "s.toml"
+    path.write_text(
+        f'{head}[model]\nhf_config = "config.json"\nseq_len = 1024\n{model_extra}\n[cluster]{rest}'
+    )
+    return path
+
+
+HF_OK = {"num_hidden_layers": 4, "hidden_size": 512, "num_attention_heads": 8, "vocab_size": 32000}
+
+
+def test_config_json_errors_name_the_json_file_and_key(tmp_path: Path) -> None:
+    path = _hf_scenario(tmp_path, {**HF_OK, "num_key_value_heads": 3})
+    with pytest.raises(ConfigError) as info:
+        load_scenario(path)
+    err = info.value
+    assert err.key == "num_key_value_heads" and str(err.file).endswith("config.json")
+    assert "model.kv_heads" in err.message  # what the simulator read it as
+
+
+def test_a_value_the_scenario_overrides_keeps_its_toml_key(tmp_path: Path) -> None:
+    path = _hf_scenario(tmp_path, HF_OK, model_extra="kv_heads = 3")
+    with pytest.raises(ConfigError) as info:
+        load_scenario(path)
+    assert info.value.key == "model.kv_heads" and str(info.value.file).endswith("s.toml")

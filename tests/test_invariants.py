@@ -5,23 +5,23 @@ splits (tp, pp, vp, dp, cp, micro-batches, schedule, recompute, ZeRO, overlaps) 
 shipped topologies, and checks what must hold for every one of them:
 
 * the breakdown categories add up to the step time (1e-6 relative), per stage and on average;
-* 0 < MFU ≤ HFU ≤ 1, and MFU is model FLOPs / (step time · GPUs · peak);
+* 0 < MFU ≤ HFU ≤ 1, and MFU/HFU count flops.py's model/hardware FLOPs of the global batch;
 * tokens/s × step time = tokens per step;
 * the step never gets slower when NIC bandwidth, NVLink bandwidth or GPU peak FLOP/s rise;
 * the same seed gives the same report;
-* the event count stays bounded by the pipeline's size, and a step simulates quickly.
+* the event count stays bounded by the pipeline's size (time per step: benchmarks/bench_engine.py).
 """
 
 from __future__ import annotations
 
 import math
-import time
 from dataclasses import replace
 from typing import Any
 
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
+from simulator import flops
 from simulator.errors import ConfigError
 from simulator.loading import scenario_from_dict
 from simulator.simulate import simulate
@@ -139,8 +139,6 @@ INVARIANT_SETTINGS = settings(
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
 )
 
-MAX_SECONDS_PER_STEP = 10.0
-
 
 def check_report(scn: Scenario, report: Any) -> None:
     step = report.step_time_s
@@ -154,12 +152,16 @@ def check_report(scn: Scenario, report: Any) -> None:
     assert math.isclose(sum(report.breakdown_s.values()), step, rel_tol=1e-6)
     # utilizations
     assert 0 < report.mfu <= report.hfu <= 1, (report.mfu, report.hfu)
-    peak = scn.peak_flop_per_s
-    assert math.isclose(report.mfu, report.model_flops_per_step / (step * scn.num_gpus * peak), rel_tol=1e-9)
-    assert report.mfu_6psi > 0
-    # throughput
-    assert math.isclose(report.tokens_per_s * step, scn.tokens_per_step, rel_tol=1e-9)
-    assert scn.tokens_per_step == scn.parallel.global_batch * scn.model.seq_len
+    # MFU and HFU count the FLOPs of flops.py (not a number the report carries for itself):
+    # the exact model count of the global batch, and that plus the recompute pass
+    par, peak = scn.parallel, scn.peak_flop_per_s
+    counted = flops.step_flops(scn.model, par.global_batch, par.recompute)
+    assert math.isclose(report.mfu * step * scn.num_gpus * peak, counted.model, rel_tol=1e-9)
+    assert math.isclose(report.hfu * step * scn.num_gpus * peak, counted.hardware, rel_tol=1e-9)
+    assert math.isclose(report.mfu_6psi / report.mfu, counted.six_psi / counted.model, rel_tol=1e-9)
+    # throughput: every GPU group processes the global batch of full sequences once per step
+    tokens = par.global_batch * scn.model.seq_len
+    assert math.isclose(report.tokens_per_s * step, tokens, rel_tol=1e-9)
     assert math.isclose(report.tokens_per_s_per_gpu * scn.num_gpus, report.tokens_per_s, rel_tol=1e-9)
 
 
@@ -167,15 +169,12 @@ def check_report(scn: Scenario, report: Any) -> None:
 @given(data=scenario_dicts(variability=True))
 def test_report_invariants(data: dict[str, Any]) -> None:
     scn = build(data)
-    start = time.perf_counter()
     result = simulate(scn, detail=True)
-    elapsed = time.perf_counter() - start
     check_report(scn, result.report)
     # bounded work: spans grow with the pipeline (p · v · m tasks), never with dp
     par = scn.parallel
     tasks = par.pp * par.vp * par.num_microbatches
     assert len(result.timeline.spans) <= 200 * tasks * max(1, scn.model.layers) + 10_000
-    assert elapsed < MAX_SECONDS_PER_STEP
     # JSON view agrees
     d = result.report.to_dict()
     assert d["step_time_s"] == result.report.step_time_s

@@ -148,3 +148,63 @@ def test_the_command_line_starts_without_the_simulator() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == ""
+
+
+# The layers of docs/architecture.md, bottom up, by top-level module or package of simulator/.
+# A module may import its own layer or lower ones (runtime imports), never a higher one.
+# A module not listed counts as an analysis (layer 6): add a new low-level module here.
+LAYERS: dict[str, int] = {
+    **dict.fromkeys(
+        (
+            "",
+            "units",
+            "errors",
+            "argcheck",
+            "resources",
+            "console",
+            "names",
+            "timeline",
+            "progress",
+            "outputs",
+        ),
+        0,
+    ),
+    **dict.fromkeys(("specs", "schedules", "flops", "plan"), 1),
+    **dict.fromkeys(("loading", "overrides"), 2),
+    **dict.fromkeys(("memory", "costs", "network", "comm"), 3),
+    "program": 4,
+    **dict.fromkeys(("engine", "analytic", "metrics", "simulate"), 5),
+    **dict.fromkeys(
+        ("run", "trace", "plots", "whatif", "sweep", "validate", "compare", "export", "describe"), 6
+    ),
+    **dict.fromkeys(("cli", "__main__"), 7),
+}
+LAYER_NAMES = (
+    "foundations",
+    "descriptions and pure counts",
+    "loading",
+    "cost models",
+    "costed program",
+    "simulation",
+    "analyses",
+    "command line",
+)
+
+
+def layer_of(name: str) -> int:
+    parts = name.split(".")
+    return LAYERS.get(parts[1] if len(parts) > 1 else "", 6)
+
+
+def test_imports_point_down_the_layers() -> None:
+    upward = [
+        f"{a} ({LAYER_NAMES[layer_of(a)]}) imports {b} ({LAYER_NAMES[layer_of(b)]})"
+        for a, b in import_graph().edges()
+        if layer_of(b) > layer_of(a)
+    ]
+    assert upward == [], "see docs/architecture.md"
+
+
+def test_the_layer_map_names_real_modules() -> None:
+    tops = {n.split(".")[1] if n.count(".") else "" for n in MODULES}
+    assert set(LAYERS) - tops == set()

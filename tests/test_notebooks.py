@@ -4,15 +4,13 @@ from __future__ import annotations
 
 import os
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
 NOTEBOOK_DIR = Path(__file__).resolve().parent.parent / "notebooks"
 NOTEBOOKS = sorted(NOTEBOOK_DIR.glob("*.ipynb"))
-TIMEOUT_S = 120
-BUDGET_S = 60.0  # each must run on a laptop in under a minute
+TIMEOUT_S = 120  # per cell; run times: benchmarks/bench_notebooks.py
 
 try:
     import ipykernel  # noqa: F401
@@ -51,9 +49,6 @@ def test_notebook_runs(path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPat
         resources={"metadata": {"path": str(tmp_path)}},
         extra_arguments=[],
     )
-    t0 = time.perf_counter()
     client.execute()
-    elapsed = time.perf_counter() - t0
     errors = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs if o.output_type == "error"]
     assert not errors
-    assert elapsed < BUDGET_S * 2, f"{path.name} took {elapsed:.0f} s"

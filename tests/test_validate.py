@@ -339,11 +339,6 @@ def test_good_row_from_header_constant_parses(tmp_path):
     assert isinstance(V.build_case(run), V.Case)
 
 
-def _engine_ready() -> bool:
-    return importlib.util.find_spec("simulator.simulate") is not None
-
-
-@pytest.mark.skipif(not _engine_ready(), reason="engine not built yet")
 def test_engine_smoke(shipped):
     runs = [shipped["mpt_H100-SXM-80GB_1b_s2048_8gpu_bf16"], shipped["narayanan21_t1_1.7B"]]
     report = V.validate_runs(runs, V.default_simulate(), progress=False)

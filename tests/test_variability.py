@@ -164,3 +164,19 @@ def test_straggler_p99_exceeds_p50_at_moderate_scale(run_json) -> None:
     out = run_json(scenario(dp=16, straggler_probability=0.005, straggler_slowdown=2.0), "--samples", "60")
     st = out["samples"]["step_time_s"]
     assert st["p99"] > 1.2 * st["p50"]  # the tail is the straggler
+
+
+def test_samples_without_variability_simulate_once(run_cli, write_file: Callable[..., Path]) -> None:
+    """No jitter, no stragglers, no loader jitter: every seed gives the same step, so N samples
+    are one simulation, said so on stderr, and their spread is zero."""
+    path = write_file(dump_toml(scenario()), "quiet.toml")
+    res = run_cli(["run", str(path), "--json", "--samples", "7"])
+    assert res.code == 0
+    assert "identical" in res.err
+    stats = json.loads(res.out)["samples"]
+    assert stats["n"] == 7
+    assert stats["step_time_s"]["min"] == stats["step_time_s"]["max"]
+    noisy = run_cli(
+        ["run", str(write_file(dump_toml(scenario(**JITTERY)), "noisy.toml")), "--json", "--samples", "3"]
+    )
+    assert noisy.code == 0 and "identical" not in noisy.err

@@ -344,6 +344,19 @@ TOPOLOGY_KEYS: dict[str, Key] = {
     "inter_node.latency_us": Key("per-message latency between nodes", "number", unit="µs"),
     "inter_node.nodes_per_leaf": Key("nodes under one leaf switch (a scalable unit)", "integer"),
     "inter_node.oversubscription": Key("leaf downlink : uplink bandwidth ratio (1 = non-blocking)", "number"),
+    "inter_node.tiers": Key(
+        "switch levels; 0 = the fewest a folded Clos of the switch radix needs", "integer", since=NEXT
+    ),
+    "inter_node.nodes_per_pod": Key(
+        "nodes under one spine group (3+ tiers); 0 = what two tiers hold", "integer", since=NEXT
+    ),
+    "inter_node.pod_oversubscription": Key(
+        "spine -> core bandwidth ratio above a pod (1 = non-blocking)", "number", since=NEXT
+    ),
+    "inter_node.switch_radix": Key(
+        "ports per switch; 0 = 40/64/144 by NIC speed (HDR/NDR/XDR)", "integer", since=NEXT
+    ),
+    "inter_node.planes": Key("multi-plane NICs: independent networks per NIC port", "integer", since=NEXT),
 }
 # File-unit conversions of the keys whose spec field is in SI (default shown in the file's unit).
 _TOPOLOGY_FIELDS = {
@@ -357,6 +370,11 @@ _TOPOLOGY_FIELDS = {
     "inter_node.latency_us": ("InterNodeSpec", "latency_s", 1e6),
     "inter_node.nodes_per_leaf": ("InterNodeSpec", "nodes_per_leaf", 1.0),
     "inter_node.oversubscription": ("InterNodeSpec", "oversubscription", 1.0),
+    "inter_node.tiers": ("InterNodeSpec", "tiers", 1.0),
+    "inter_node.nodes_per_pod": ("InterNodeSpec", "nodes_per_pod", 1.0),
+    "inter_node.pod_oversubscription": ("InterNodeSpec", "pod_oversubscription", 1.0),
+    "inter_node.switch_radix": ("InterNodeSpec", "switch_radix", 1.0),
+    "inter_node.planes": ("InterNodeSpec", "planes", 1.0),
 }
 
 
@@ -1021,6 +1039,20 @@ JSON_FIELDS: dict[str, dict[str, str]] = {
         "num_scalable_units": "leaf groups (scalable units)",
         "num_leaf_switches": "leaf switches",
         "num_spine_switches": "spine switches",
+        "num_core_switches": "switches above the spine (3+ tiers)",
+        "switch_radix": "ports per switch (times the planes)",
+        "planes": "independent network planes per NIC port",
+        "num_tiers": "switch levels",
+        "tiers": "per switch level, leaf first",
+        "tiers[].name": "leaf, spine, core, ... (rail-only: per rail)",
+        "tiers[].switches": "switches at this level",
+        "tiers[].radix": "ports per switch",
+        "tiers[].nodes_per_group": "nodes under one group of this level",
+        "tiers[].gpus_per_group": "GPUs under one group of this level",
+        "tiers[].oversubscription": "downlink : uplink bandwidth of this level (1 at the top)",
+        "nodes_per_pod": "nodes under one spine group (all nodes below 3 tiers)",
+        "num_pods": "spine groups (pods)",
+        "pod_oversubscription": "spine -> core bandwidth ratio above a pod",
         "oversubscription": "leaf downlink : uplink ratio",
         "leaf_uplink_GBps": "uplink bandwidth of one leaf [GB/s]",
         "bisection_GBps": "bisection bandwidth of the job's network [GB/s]",

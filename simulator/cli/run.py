@@ -26,8 +26,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     from ..describe import add_summary
     from ..outputs import atomic_path, same_file
     from ..plan import format_plan, plan_for
+    from ..progress import Progress
     from ..run import comm_model_for, format_report, format_samples, sample_stats
-    from ..simulate import simulate
+    from ..simulate import seeds_matter, simulate
 
     scn = load_cli_scenario(args.scenario, args)
     inputs = scenario_inputs(scenario_path(args.scenario))
@@ -38,11 +39,22 @@ def cmd_run(args: argparse.Namespace) -> int:
     comm = comm_model_for(scn, getattr(args, "comm_model", "topology"))
     base_seed = args.seed if args.seed is not None else scn.variability.seed
     check_sample_seeds(base_seed, args.samples, "--seed" if args.seed is not None else "variability.seed")
+    identical = args.samples > 1 and not seeds_matter(scn)  # every seed gives the same step
+    if identical:
+        sys.stderr.write(
+            f"note: no [variability] and no dataloader jitter: the {args.samples} samples are identical "
+            "(simulated once)\n"
+        )
+    runs = 1 if identical else args.samples
+    steps = runs + (trace_path is not None) + (plot_path is not None)
+    progress = Progress(steps if steps > 1 else 0, "run", unit="steps")  # silent off a terminal
     result = simulate(scn, comm, seed=args.seed, detail=trace_path is not None or plot_path is not None)
     report = result.report
-    samples = [report]
-    for i in range(1, args.samples):
+    progress.update()
+    samples = [report] * args.samples if identical else [report]
+    for i in range(1, runs):
         samples.append(simulate(scn, comm, seed=base_seed + i).report)
+        progress.update()
 
     # the plan runs at the mean step time when steps are sampled (jitter, stragglers)
     mean_step_s = sum(r.step_time_s for r in samples) / len(samples)
@@ -58,6 +70,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
         with atomic_path(trace_path, "--trace") as tmp:
             write_chrome_trace(result.timeline, report, tmp)
+        progress.update()
         sys.stderr.write(f"wrote trace {trace_path} (open in ui.perfetto.dev)\n")
     if plot_path is not None:
         from ..plots import step_figure
@@ -65,8 +78,10 @@ def cmd_run(args: argparse.Namespace) -> int:
         fig = step_figure(result.timeline, report)
         with atomic_path(plot_path, "--plot") as tmp:
             fig.savefig(tmp, dpi=120, bbox_inches="tight", format=plot_path.suffix.lstrip(".").lower())
+        progress.update()
         sys.stderr.write(f"wrote plot {plot_path}\n")
 
+    progress.close()
     stats = sample_stats(samples) if args.samples > 1 else None
     if args.json:
         out = add_summary(report.to_dict(), scn)

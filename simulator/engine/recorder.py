@@ -99,6 +99,8 @@ class SumRecorder(_Summaries):
         super().__init__()
         self.num_stages = num_stages
         self.sums = [dict.fromkeys(CATEGORIES, 0.0) for _ in range(num_stages)]
+        # unscaled blocks are only counted, and added up once at the end: (stage, block id) -> runs
+        self.runs: dict[tuple[int, int], int] = {}
 
     def add(
         self, stage: int, category: str, name: str, start: float, end: float, stream: str = MAIN_STREAM, **kw
@@ -107,9 +109,14 @@ class SumRecorder(_Summaries):
             self.sums[stage][category] += end - start
 
     def block(self, stage: int, block: Block, start: float, factor: float, task: Task, vp: int) -> float:
+        summary = self.summary(block)
+        if factor == 1.0:
+            key = (stage, id(block))
+            self.runs[key] = self.runs.get(key, 0) + 1
+            return start + summary.duration_s
         sums = self.sums[stage]
         t = start
-        for category, seconds in self.summary(block).by_category:
+        for category, seconds in summary.by_category:
             end = t + (seconds * factor if category in SCALED else seconds)
             if end > t:
                 sums[category] += end - t
@@ -127,6 +134,10 @@ class SumRecorder(_Summaries):
         pass  # on the pp stream, beside the stage's own timeline
 
     def timeline(self, step_time_s: float) -> Timeline:
+        for (stage, block_id), runs in self.runs.items():
+            for category, seconds in self._summaries[block_id].by_category:
+                self.sums[stage][category] += seconds * runs
+        self.runs.clear()
         return Timeline((), step_time_s, self.num_stages, by_stage_s=tuple(self.sums))
 
 

@@ -145,7 +145,8 @@ class StageProcess:
             ev = clock.hold(end - start)
             if ev is not None:
                 yield ev
-            self._account(plan.summary, start, end)
+            if self.noise.spec.compute_jitter > 0:  # only the replica-skew estimate needs it
+                self._account(plan.summary, start, end)
             # --- send
             if task.phase == "F" and self.gathers.first_done_s:
                 yield from self._gather_wait(self.gathers.wait_after_s(task.chunk, clock.now), task.chunk)

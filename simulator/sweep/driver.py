@@ -10,11 +10,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
+from .. import argcheck
 from ..outputs import output_lock
+from ..plan import RANK_KEYS
 from ..progress import Progress
 from ..specs import Scenario
 from .columns import KEY_COLUMNS, STATUS_INVALID, STATUSES
-from .evaluation import _key
+from .evaluation import ENGINES, _key, refresh_plan
 from .files import ExistingRows, RowWriter, _is_jsonl, read_existing, rewrite_atomically, scenario_fingerprint
 from .plan import _base_values, config_cells, plan_sweep
 from .rank import rank_rows
@@ -44,7 +46,13 @@ def run_sweep(
     dask: str | None = None,
     progress: TextIO | None = None,
 ) -> SweepResult:
-    """Run the sweep of `scn` (see the module docstring) and return every row, ranked."""
+    """Run the sweep of `scn` (see the module docstring) and return every row, ranked.
+
+    Arguments are checked like the command line's flags: a ValueError names the argument and
+    what is allowed (`engine="bogus"` or `rank_by="step_time_s"` never run silently)."""
+    check_sweep_arguments(engine=engine, jobs=jobs, top=top, refine=refine, rank_by=rank_by)
+    if resume and out is None:
+        raise ValueError("resume=True needs out= (the file to continue)")
     plan = plan_sweep(scn)
     base = _base_values(scn)
     seen: dict[tuple[str, ...], None] = {}
@@ -62,11 +70,12 @@ def run_sweep(
         fingerprint = scenario_fingerprint(scn)
         existing = read_existing(out, fingerprint) if (out is not None and resume) else ExistingRows([])
         file_rows = existing.rows
+        replanned = refresh_plan(file_rows, scn)  # [run] may differ from the file's rows
         done_keys = {_key(r) for r in file_rows}
         old_rows = [r for r in file_rows if _key(r) in seen]
         foreign_rows = [r for r in file_rows if _key(r) not in seen]  # another [sweep]'s rows: kept
         todo = [v for v in todo if _key(v) not in done_keys]
-        if out is not None and resume and not existing.clean:
+        if out is not None and resume and (not existing.clean or replanned):
             # torn lines, garbage and impossible rows go; their configurations are re-evaluated
             rewrite_atomically(out, file_rows, fingerprint)
             if progress is not None and existing.dropped:
@@ -107,6 +116,15 @@ def run_sweep(
         engine=engine,
         swept_keys=plan.keys,
     )
+
+
+def check_sweep_arguments(*, engine: str, jobs: int, top: int, refine: int, rank_by: str) -> None:
+    """ValueError naming the first argument of `run_sweep` that the CLI would refuse."""
+    argcheck.one_of("engine", engine, ("auto", *ENGINES))
+    argcheck.one_of("rank_by", rank_by, tuple(RANK_KEYS))
+    argcheck.positive_int("jobs", jobs)
+    argcheck.positive_int("top", top)
+    argcheck.positive_int("refine", refine)
 
 
 def _run_passes(

@@ -131,6 +131,43 @@ def fill_plan(row: dict[str, Any], scn: Scenario, report: StepReport) -> None:
         pass
 
 
+def refresh_plan(rows: Sequence[dict[str, Any]], scn: Scenario) -> bool:
+    """Recompute the plan columns of rows read back by --resume from their own numbers and the
+    scenario's current [run] (which the resume fingerprint leaves out: a plan is arithmetic on a
+    row, not a simulation). Returns whether any row changed."""
+    from ..flops import total_params
+    from ..plan import PLAN_COLUMNS, plan_columns, plan_run
+
+    params = float(total_params(scn.model))
+    changed = False
+    for row in rows:
+        new: dict[str, Any] = dict.fromkeys(PLAN_COLUMNS)
+        tps, n, gb = row.get("tokens_per_s"), row.get("num_gpus"), row.get("global_batch")
+        if (
+            scn.run is not None
+            and isinstance(tps, int | float)
+            and tps > 0
+            and isinstance(n, int)
+            and isinstance(gb, int)
+        ):
+            try:
+                p = plan_run(
+                    scn.run,
+                    num_gpus=n,
+                    gpu=scn.gpu,
+                    params=params,
+                    tokens_per_s=float(tps),
+                    tokens_per_step=gb * scn.model.seq_len,
+                )
+                new = dict(plan_columns(p))
+            except ConfigError:
+                pass
+        if any(row.get(k) != v for k, v in new.items()):
+            row.update(new)
+            changed = True
+    return changed
+
+
 def fill_numbers(
     row: dict[str, Any], report: StepReport, peak_bytes: float, capacity_bytes: float, engine: str
 ) -> None:

@@ -6,6 +6,7 @@ import math
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from .. import argcheck
 from ..plan import RANK_KEYS
 from .columns import STATUS_OK
 
@@ -20,6 +21,9 @@ def _rank_value(row: Mapping[str, Any], rank_by: str) -> float:
 
 
 def rank_rows(rows: Iterable[Mapping[str, Any]], rank_by: str) -> list[dict[str, Any]]:
+    """The ok rows, best first by `rank_by` (a key of plan.RANK_KEYS; anything else is a
+    ValueError: ranking by an unknown column would silently give an empty or reversed list)."""
+    argcheck.one_of("rank_by", rank_by, tuple(RANK_KEYS))
     ok = [dict(r) for r in rows if r.get("status") == STATUS_OK and _rank_value(r, rank_by) > -math.inf]
     ok.sort(key=lambda r: -_rank_value(r, rank_by))  # stable: ties keep sweep order
     return ok
