@@ -100,7 +100,7 @@ def estimate_program(program: Program) -> tuple[float, tuple[dict[str, float], .
             exposed = grads
         gathers = [c.param_gather_s for c in st.chunks if c.param_gather_s]
         total_ag = sum(sum(g) for g in gathers)
-        if program.zero in (1, 2) and gathers:
+        if program.gathers_per_step and gathers:
             if program.overlap_param_gather:
                 first_fwd = st.chunks[0].forward.duration_s
                 exposed += gathers[0][0] + max(0.0, total_ag - gathers[0][0] - first_fwd)

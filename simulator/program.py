@@ -23,7 +23,7 @@ from .costs import Device, attention_time_s, grouped_matmul_time_s, matmul_time_
 from .kernels import resolve_attention
 from .memory import scenario_layer_activations
 from .schedules import PassTimes, Task, chunk_layers, next_chunk, prev_chunk, stage_tasks
-from .specs import ModelSpec, Scenario
+from .specs import ModelSpec, ParallelConfig, Scenario
 
 ADAM_BYTES_PER_PARAM = (
     34  # fused Adam: fp32 grad r(4) + master r/w(8) + m r/w(8) + v r/w(8) + 16-bit param w(2) + grad zero(4)
@@ -139,6 +139,13 @@ class Program:
     dataloader_seed: int = 0
     collectives: tuple[dict, ...] = field(default=())
     warnings: tuple[str, ...] = ()  # placement advice from the comm model (groups across racks)
+    reshard_after_forward: bool = True  # ZeRO-3: False = parameters gathered once per step
+
+    @property
+    def gathers_per_step(self) -> bool:
+        """Whether `param_gather_s` holds per-step parameter all-gathers: ZeRO-1/2 (after the
+        optimizer) and ZeRO-3 that keeps its gathered parameters across micro-batches."""
+        return self.zero in (1, 2) or (self.zero == 3 and not self.reshard_after_forward)
 
 
 def pass_times(program: Program) -> PassTimes:
@@ -309,11 +316,14 @@ class _Coster:
         # their own stream, prefetched one layer ahead, so a layer takes max(its own work, the
         # transfer): only the excess is exposed. (Applied after TP overlap: both streams run
         # beside compute, and the layer is done when the slower of them is.)
-        if par.zero == 3 and par.dp > 1:
-            ag = self.coll("allgather", "dp", params_local * d.element_bytes)
+        # With reshard_after_forward = false the gathers happen once per step instead (per
+        # chunk, build_program); HSDP gathers within the shard group (dp_shard consecutive ranks).
+        if par.zero == 3 and par.shard_size > 1 and par.reshard_after_forward:
+            axis = shard_axis(par)
+            ag = self.coll("allgather", axis, params_local * d.element_bytes)
             rs = self.coll(
                 "reducescatter",
-                "dp",
+                axis,
                 params_local * grad_reduce_bytes_per_param(scn.dtype, scn.kernels.grad_reduce_dtype),
             )
             fwd_s = sum(p.duration_s for p in fwd)
@@ -793,8 +803,13 @@ def build_program(scn: Scenario, comm: CommModel | None = None) -> Program:
             if first:
                 b_in += emb_b.parts
             stage_params += params
-            dp_grad_s, dp_param_s = [], []
-            if par.dp > 1 and par.zero < 3:
+            dp_grad_s: list[float] = []
+            dp_param_s: list[float] = []
+            if par.dp > 1 and par.zero == 3:
+                dp_grad_s, dp_param_s = _fsdp_step_collectives(coster, par, params, gbytes, bucket_params, s)
+            if par.dp > 1 and par.zero < 3 and par.dp_replicas > 1:  # HSDP-sharded optimizer
+                dp_grad_s, dp_param_s = _fsdp_step_collectives(coster, par, params, gbytes, bucket_params, s)
+            elif par.dp > 1 and par.zero < 3:
                 # dense gradients reduce over dp; routed-expert gradients over the expert-DP group
                 # (ParallelConfig.expert_dp ranks share each expert shard). The comm model has no
                 # expert-DP axis: its collectives are costed on the dp group's links with the
@@ -826,7 +841,7 @@ def build_program(scn: Scenario, comm: CommModel | None = None) -> Program:
                     params_local=params,
                 )
             )
-        shard = par.dp if par.zero >= 1 else 1
+        shard = par.shard_size if par.zero >= 1 else 1
         opt_bytes = stage_params / shard * (ADAM_BYTES_PER_PARAM + GRAD_CLIP_BYTES_PER_PARAM)
         optimizer_s = memory_op_time_s(device, opt_bytes, kernels=5)  # grad norm, clip, fused Adam
         if scn.memory.offload_optimizer:
@@ -843,6 +858,7 @@ def build_program(scn: Scenario, comm: CommModel | None = None) -> Program:
         vp=vp,
         schedule=par.schedule,
         zero=par.zero,
+        reshard_after_forward=par.reshard_after_forward,
         overlap_grad_reduce=par.overlap_grad_reduce,
         overlap_param_gather=par.overlap_param_gather,
         dataloader_latency_s=dl.microbatch_latency_s,
@@ -871,6 +887,41 @@ def _offloaded_optimizer_s(scn: Scenario, params: float) -> float:
     transfer = params * OFFLOAD_TRANSFER_BYTES_PER_PARAM / bw
     cpu_adam = params * ADAM_BYTES_PER_PARAM / (bw * HOST_MEMORY_TO_LINK)
     return max(transfer, cpu_adam)
+
+
+def shard_axis(par: ParallelConfig) -> str:
+    """The group ZeRO shards over: the whole dp group, or HSDP's shard group."""
+    return "dp" if par.dp_replicas == 1 else "dp_shard"
+
+
+def _fsdp_step_collectives(
+    coster: _Coster, par: ParallelConfig, params: float, grad_bytes: int, bucket_params: float, stage: int
+) -> tuple[list[float], list[float]]:
+    """Per-step DP collectives of a chunk, per bucket, for sharded state (ZeRO-1/2, HSDP, and
+    ZeRO-3 whose per-layer traffic is costed in the layers):
+
+    * gradients: reduce-scatter within the shard group, then all-reduce of the 1/dp_shard shard
+      across the replicas (HSDP; PyTorch FSDP2 / Megatron's distributed-optimizer instances);
+    * parameters: all-gather within the shard group after the optimizer (ZeRO-1/2), or once per
+      step before the first forward (ZeRO-3 with reshard_after_forward = false).
+    ZeRO-3 with resharding (FSDP2's default) gathers and reduce-scatters per layer and
+    micro-batch (`_Coster.layer`); only the cross-replica all-reduce is left for the step."""
+    axis = shard_axis(par)
+    shard = par.shard_size
+    replicas = par.dp_replicas
+    per_layer = par.zero == 3 and par.reshard_after_forward
+    grads, gathers = [], []
+    for n_params in _buckets(params, bucket_params):
+        t = 0.0
+        if not per_layer:
+            t += coster.coll("reducescatter", axis, n_params * grad_bytes, stage)
+        if replicas > 1:
+            t += coster.coll("allreduce", "dp_replicate", n_params * grad_bytes / shard, stage)
+        if t > 0:
+            grads.append(t)
+        if not per_layer:
+            gathers.append(coster.coll("allgather", axis, n_params * coster.device.element_bytes, stage))
+    return grads, gathers
 
 
 MAX_BUCKETS_PER_CHUNK = 1000  # beyond this, equal buckets: the overlap no longer changes

@@ -230,6 +230,15 @@ KEYS: dict[str, Key] = {
     "parallel.ep_comm_overlap": Key(
         "EP all-to-all of one micro-batch hidden behind another's compute", since=NEXT
     ),
+    "parallel.dp_shard": Key(
+        "HSDP: ZeRO/FSDP shard group of consecutive dp ranks (dp = dp_shard x replicas)",
+        default="0 (= dp, full sharding)",
+        since=NEXT,
+    ),
+    "parallel.reshard_after_forward": Key(
+        "ZeRO-3/FSDP: re-gather parameters each micro-batch (true) or keep them for the step (false)",
+        since=NEXT,
+    ),
     "parallel.account_for_embedding_in_pipeline_split": Key(
         "the embedding counts as one layer when splitting layers over stages (Megatron flag)", since=NEXT
     ),

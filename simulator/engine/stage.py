@@ -116,7 +116,7 @@ class StageProcess:
         self.plans = plan_tasks(stage, tasks, route, recorder, program)
         self.dp = DPStream(stage, recorder, noise)
         self.gathers = ParamGathers()
-        self.overlap_gathers = program.zero in (1, 2) and program.overlap_param_gather
+        self.overlap_gathers = program.gathers_per_step and program.overlap_param_gather
         self.slow = 1.0
         self.nominal_busy_s = 0.0  # compute this stage would do without jitter
         self.actual_busy_s = 0.0
@@ -228,7 +228,7 @@ class StageProcess:
         t0 = clock.now
         yield from self._hold(self.st.optimizer_s)
         rec.add(s, "optimizer", "optimizer step", t0, clock.now)
-        if self.program.zero in (1, 2) and not self.overlap_gathers:
+        if self.program.gathers_per_step and not self.overlap_gathers:
             yield from self._gather_after_optimizer()
         self.end_s = clock.now
 
