@@ -77,6 +77,20 @@ def alignment_factor(dim: int, dtype: str) -> float:
     return 1.0 if dim % need == 0 else UNALIGNED
 
 
+def _recipe(device: Device) -> float:
+    """NVFP4's block-scaled GEMMs reach `fp4_matmul_fraction` of the kernel model (recipes.toml)."""
+    return device.gpu.efficiency.fp4_matmul_fraction if device.dtype == "nvfp4" else 1.0
+
+
+def matmul_efficiency(device: Device, m: int, n: int, k: int, count: int = 1) -> float:
+    """Achieved fraction of the dense peak of one (batched) GEMM in a training step, launch gap
+    excluded (what `matmul_time_s` charges the math)."""
+    if m <= 0 or n <= 0 or k <= 0 or count <= 0:
+        return 0.0
+    t = matmul_time_s(device, m, n, k, count) - device.launch_s
+    return 2.0 * m * n * k * count / (device.peak_flop_per_s * t)
+
+
 def matmul_time_s(device: Device, m: int, n: int, k: int, count: int = 1) -> float:
     """`count` independent GEMMs of (m×k)·(k×n) in one batched/grouped kernel (attention heads,
     the local experts of an MoE layer)."""
@@ -84,7 +98,7 @@ def matmul_time_s(device: Device, m: int, n: int, k: int, count: int = 1) -> flo
         return 0.0
     shape = min(alignment_factor(d, device.dtype) for d in (m, n, k))
     t = kernel_model.gemm_time_s(device.gpu, device.dtype, m, n, k, count, device.params)
-    return t / (device.clock * shape) + device.launch_s
+    return t / (device.clock * shape * _recipe(device)) + device.launch_s
 
 
 def memory_op_time_s(device: Device, moved_bytes: float, kernels: int = 1) -> float:

@@ -302,6 +302,9 @@ class GPUEfficiency:
     microbatch_overhead_s: float = 1e-3  # host work per micro-batch and phase (Python, scheduling, hooks)
     nccl_bw_fraction: float = 0.85  # achieved / link bandwidth of collectives inside a training job
     overlap_slowdown: float = 0.1  # compute slowdown while communication is overlapped with it
+    # NVFP4 GEMMs' achieved efficiency relative to the kernel model's FP8-class one (16-element block
+    # scales, the recipe's BF16-kept layers): recipes.toml (issue 13), 1 = not calibrated
+    fp4_matmul_fraction: float = 1.0
 
     def __post_init__(self) -> None:
         _check_num(
@@ -311,6 +314,7 @@ class GPUEfficiency:
         _check_num("gpu.efficiency.kernel_launch_s", self.kernel_launch_s)
         _check_num("gpu.efficiency.microbatch_overhead_s", self.microbatch_overhead_s)
         _check_num("gpu.efficiency.overlap_slowdown", self.overlap_slowdown, maximum=1.0)
+        _check_num("gpu.efficiency.fp4_matmul_fraction", self.fp4_matmul_fraction, strict=True, maximum=1.0)
 
 
 @dataclass(frozen=True, slots=True)
