@@ -874,6 +874,7 @@ JSON_FIELDS: dict[str, dict[str, str]] = {
         "kernels.system.microbatch_overhead_s": "host overhead per micro-batch and phase [s]",
         "kernels.system.nccl_bw_fraction": "achieved fraction of link bandwidth of collectives in the job",
         "kernels.system.overlap_slowdown": "compute slowdown while communication overlaps it",
+        "kernels.system.fp4_matmul_fraction": "NVFP4 GEMM efficiency relative to the kernel model (recipes.toml)",
         "breakdown_s": "seconds of the step per category, mean over pipeline stages (sums to step_time_s)",
         "breakdown_s.<category>": "seconds in this category",
         "breakdown_by_stage_s": "the same per pipeline stage (each sums to step_time_s)",
