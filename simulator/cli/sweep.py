@@ -102,6 +102,13 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         check_writable(args.plot, "--plot", inputs + ([out] if out is not None else []))
     if out is not None and not args.resume and out.is_file() and out.stat().st_size > 0:
         sys.stderr.write(f"mfusim sweep: overwriting {out} (--resume continues it instead)\n")
+    from ..budget import check_sweep, step_seconds
+    from ..sweep import plan_sweep
+
+    jobs = args.jobs or os.cpu_count() or 1
+    check_sweep(
+        plan_sweep(scn).size, engine=args.engine, jobs=jobs, refine=args.refine, step_s=step_seconds(scn)
+    )
     progress_stream = sys.stderr
     result = run_sweep(
         scn,

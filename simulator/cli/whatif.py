@@ -62,11 +62,13 @@ def _print_table(result: WhatIf, out: Any) -> None:
 
 def cmd_whatif(args: argparse.Namespace) -> int:
     """`mfusim whatif [SCENARIO] [--json]`."""
+    from ..budget import check_whatif
     from ..describe import add_summary
     from ..whatif import analyze, candidate_variants
 
     scenario = load_cli_scenario(getattr(args, "scenario", None), args)
     n = sum(1 for v in candidate_variants(scenario) if v.build is not None)
+    check_whatif(scenario, n)
     sys.stderr.write(f"whatif: simulating the baseline and {n} variants of {scenario.name}\n")
     result = analyze(scenario)
     if getattr(args, "json", False):
