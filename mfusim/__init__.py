@@ -41,7 +41,7 @@ __all__ = [
     "sweep",
 ]
 
-ScenarioLike = Scenario | str | Path
+ScenarioLike = Scenario | str | Path | Mapping[str, Any]
 Overrides = Mapping[str, Any] | Iterable[str] | None
 
 
@@ -66,13 +66,15 @@ def _overrides(overrides: Overrides) -> list[tuple[str, Any]]:
 
 
 def load_scenario(source: ScenarioLike, overrides: Overrides = None) -> Scenario:
-    """A scenario from a file path or a shipped scenario's name (`mfusim presets` lists them).
+    """A scenario from a file path, a shipped scenario's name (`mfusim presets` lists them) or
+    a dict of the file's tables (`{"model": {"preset": "llama3-8b"}, "cluster": {...}, ...}`).
 
     `overrides` change file values before validation, as `--set` does: a mapping
     `{"parallel.tp": 4}` or strings `["parallel.tp=4"]`.
     """
     from simulator.loading import load_scenario as _load
-    from simulator.loading import resolve_scenario_path
+    from simulator.loading import resolve_scenario_path, scenario_from_dict
+    from simulator.overrides import apply_overrides, attribute_error
 
     if isinstance(source, Scenario):
         if overrides:
@@ -80,8 +82,16 @@ def load_scenario(source: ScenarioLike, overrides: Overrides = None) -> Scenario
                 "overrides need a scenario file or name, not a loaded Scenario", key="overrides"
             )
         return source
+    if isinstance(source, Mapping):
+        sets = _overrides(overrides)
+        try:
+            return scenario_from_dict(apply_overrides(source, sets))
+        except ConfigError as err:
+            raise attribute_error(err, sets) from None
     if not isinstance(source, str | Path):
-        raise ConfigError(f"expected a scenario path or name, got {type(source).__name__}", key="source")
+        raise ConfigError(
+            f"expected a scenario path, name or dict of tables, got {type(source).__name__}", key="source"
+        )
     return _load(resolve_scenario_path(source), _overrides(overrides))
 
 
@@ -160,6 +170,9 @@ def compare(*scenarios: ScenarioLike, run: Mapping[str, Any] | None = None) -> t
     if not scenarios:
         raise ConfigError("give at least one scenario", key="scenarios")
     loaded = [_scenario(s) for s in scenarios]
-    labels = [Path(s).stem if isinstance(s, str | Path) else s.name for s in scenarios]
+    labels = [
+        Path(s).stem if isinstance(s, str | Path) else sc.name
+        for s, sc in zip(scenarios, loaded, strict=True)
+    ]
     spec = run_from_table(dict(run)) if run is not None else None
     return _compare(loaded, labels, run=spec)

@@ -345,10 +345,12 @@ def stage_params_of_chunks(
 
 # ----------------------------------------------------------------------------- footprint
 def _model_state_bytes(params: StageParams, par: ParallelConfig, dtype: str) -> tuple[float, float, float]:
-    """(weights, grads, optimizer) bytes for one GPU, sharded by the ZeRO stage."""
-    d = par.dp * par.cp
+    """(weights, grads, optimizer) bytes for one GPU, sharded by the ZeRO stage over the shard
+    group (HSDP: dp_shard of the dp ranks, the state replicated across dp / dp_shard replicas)."""
+    d = par.shard_size * par.cp
     total = params.dense + params.expert
-    sharded = params.dense / d + params.expert / par.expert_dp  # this rank's 1/d share
+    expert_shard = max(par.expert_dp * par.shard_size // par.dp, 1)
+    sharded = params.dense / d + params.expert / expert_shard  # this rank's 1/d share
     weight_bytes = WEIGHT_BYTES + QUANTIZED_WEIGHT_CACHE_BYTES.get(dtype, 0.0)
     # fp16 keeps 16-bit gradients and an fp32 copy of them in the optimizer (Megatron's
     # "fp16 param, fp16 grads: 4 + 16/d"); bf16/fp8 accumulate fp32 main grads ("6 + 12/d").
@@ -413,7 +415,13 @@ def memory_footprint(scn: Scenario) -> MemoryReport:
         if holds_output:
             activations += output_inputs + logits
         buffers = comm
-        if par.zero >= 3 and n_layers:
+        if par.zero >= 3 and n_layers and not par.reshard_after_forward:
+            # FSDP with reshard_after_forward = false (and gradient sync on the last micro-batch
+            # only, as torch.distributed.pipelining does): the stage's gathered 16-bit weights
+            # and its unsharded fp32 gradient accumulators stay for the whole step
+            total = params.dense + params.expert
+            buffers += (WEIGHT_BYTES + (FP16_GRAD_BYTES if scn.dtype == "fp16" else GRAD_BYTES)) * total
+        elif par.zero >= 3 and n_layers:
             # FSDP prefetch: the current and the next layer's full (unsharded) weights, or the
             # gathered embedding / output layer when that is larger
             layer = flops.layer_params_per_rank(model, par, n_moe > 0)  # the largest of its layers
@@ -434,6 +442,6 @@ def memory_footprint(scn: Scenario) -> MemoryReport:
     worst = max(range(p), key=stage_totals.__getitem__)
     return MemoryReport(
         parts_bytes=stage_parts[worst],
-        capacity_bytes=scn.gpu.hbm_bytes,
+        capacity_bytes=scn.gpu.hbm_bytes - scn.memory.headroom_bytes,  # usable: minus the headroom
         stage_peak_bytes=tuple(stage_totals),
     )

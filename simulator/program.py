@@ -22,7 +22,7 @@ from .comm import CommModel, bus_factor, default_comm_model
 from .costs import Device, flash_attention_time_s, grouped_matmul_time_s, matmul_time_s, memory_op_time_s
 from .memory import scenario_layer_activations
 from .schedules import PassTimes, Task, chunk_layers, next_chunk, prev_chunk, stage_tasks
-from .specs import ModelSpec, Scenario
+from .specs import ModelSpec, ParallelConfig, Scenario
 
 CAUSAL_WORK_FRACTION = 0.5  # a causal FlashAttention kernel skips the upper-triangle blocks
 FLASH_BWD_TO_FWD = 2.5  # FlashAttention-2 (Dao 2023) backward runs 5 matmuls vs 2 forward
@@ -111,6 +111,34 @@ class ChunkProgram:
     grad_bucket_s: tuple[float, ...]  # DP gradient reduction per bucket, in backward order
     param_gather_s: tuple[float, ...]  # ZeRO-1/2 parameter AllGather per bucket
     params_local: float  # parameters this GPU holds for the chunk (TP/EP-sharded)
+    # DualPipe's overlapped F&B (schedules.Task.paired): the forward and the whole backward of
+    # this chunk when each runs beside the other direction's pass; None = as unpaired
+    forward_paired: Block | None = None
+    backward_paired: Block | None = None
+
+
+def overlap_pair(forward: Block, backward: Block, sm_fraction: float) -> tuple[Block, Block]:
+    """DualPipe's F&B chunk (DeepSeek-V3 report §3.2.1, Fig. 4): a forward and a backward of two
+    micro-batches run together, so the EP dispatch/combine of each hides behind the other's
+    compute. The pair's EP communication stays exposed only beyond the pair's compute; the
+    hidden part slows that compute by the SMs the communication kernels take (as
+    `_Coster._overlap_ep`; DeepSeek gives 20 of the H800's 132 SMs to communication)."""
+    ep_s = forward.seconds("ep_comm") + backward.seconds("ep_comm")
+    if ep_s <= 0:
+        return forward, backward
+    compute_s = forward.seconds("compute") + backward.seconds("compute")
+    exposed = max(0.0, ep_s - compute_s)
+    keep = exposed / ep_s
+    hidden = ep_s - exposed
+
+    def scaled(block: Block) -> tuple[Segment, ...]:
+        return tuple(
+            replace(seg, duration_s=seg.duration_s * keep) if seg.category == "ep_comm" else seg
+            for seg in block.segments
+        )
+
+    slowdown = Segment("compute", "F&B overlap interference", hidden * sm_fraction / (1 - sm_fraction))
+    return Block(scaled(forward)), Block((*scaled(backward), slowdown))
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,6 +168,13 @@ class Program:
     dataloader_seed: int = 0
     collectives: tuple[dict, ...] = field(default=())
     warnings: tuple[str, ...] = ()  # placement advice from the comm model (groups across racks)
+    reshard_after_forward: bool = True  # ZeRO-3: False = parameters gathered once per step
+
+    @property
+    def gathers_per_step(self) -> bool:
+        """Whether `param_gather_s` holds per-step parameter all-gathers: ZeRO-1/2 (after the
+        optimizer) and ZeRO-3 that keeps its gathered parameters across micro-batches."""
+        return self.zero in (1, 2) or (self.zero == 3 and not self.reshard_after_forward)
 
 
 def pass_times(program: Program) -> PassTimes:
@@ -306,9 +341,12 @@ class _Coster:
         # their own stream, prefetched one layer ahead, so a layer takes max(its own work, the
         # transfer): only the excess is exposed. (Applied after TP overlap: both streams run
         # beside compute, and the layer is done when the slower of them is.)
-        if par.zero == 3 and par.dp > 1:
-            ag = self.coll("allgather", "dp", params_local * d.element_bytes)
-            rs = self.coll("reducescatter", "dp", params_local * grad_reduce_bytes_per_param(scn.dtype))
+        # With reshard_after_forward = false the gathers happen once per step instead (per
+        # chunk, build_program); HSDP gathers within the shard group (dp_shard consecutive ranks).
+        if par.zero == 3 and par.shard_size > 1 and par.reshard_after_forward:
+            axis = shard_axis(par)
+            ag = self.coll("allgather", axis, params_local * d.element_bytes)
+            rs = self.coll("reducescatter", axis, params_local * grad_reduce_bytes_per_param(scn.dtype))
             fwd_s = sum(p.duration_s for p in fwd)
             bwd_s = sum(p.duration_s for p in b_in + b_w)
             fwd.append(Segment("dp_comm", "zero3 param allgather", max(0.0, ag - fwd_s), 0.0, 0.0))
@@ -791,8 +829,13 @@ def build_program(scn: Scenario, comm: CommModel | None = None) -> Program:
             if first:
                 b_in += emb_b.parts
             stage_params += params
-            dp_grad_s, dp_param_s = [], []
-            if par.dp > 1 and par.zero < 3:
+            dp_grad_s: list[float] = []
+            dp_param_s: list[float] = []
+            if par.dp > 1 and par.zero == 3:
+                dp_grad_s, dp_param_s = _fsdp_step_collectives(coster, par, params, gbytes, bucket_params, s)
+            if par.dp > 1 and par.zero < 3 and par.dp_replicas > 1:  # HSDP-sharded optimizer
+                dp_grad_s, dp_param_s = _fsdp_step_collectives(coster, par, params, gbytes, bucket_params, s)
+            elif par.dp > 1 and par.zero < 3:
                 # dense gradients reduce over dp; routed-expert gradients over the expert-DP group
                 # (ParallelConfig.expert_dp ranks share each expert shard). The comm model has no
                 # expert-DP axis: its collectives are costed on the dp group's links with the
@@ -810,21 +853,27 @@ def build_program(scn: Scenario, comm: CommModel | None = None) -> Program:
                             dp_param_s.append(
                                 ratio * coster.coll("allgather", "dp", n_params * device.element_bytes, s)
                             )
+            forward, backward = _block(fwd), _block(rec + b_in + b_w)
+            paired: tuple[Block | None, Block | None] = (None, None)
+            if par.schedule in ("dualpipe", "dualpipev"):
+                paired = overlap_pair(forward, backward, min(EP_COMM_SMS / scn.gpu.num_sms, 0.5))
             chunks.append(
                 ChunkProgram(
                     stage=s,
                     chunk=c,
                     num_layers=len(layers),
-                    forward=_block(fwd),
-                    backward=_block(rec + b_in + b_w),
+                    forward=forward,
+                    backward=backward,
                     backward_input=_block(rec + b_in),
                     backward_weight=_block(b_w),
                     grad_bucket_s=tuple(dp_grad_s),
                     param_gather_s=tuple(dp_param_s),
                     params_local=params,
+                    forward_paired=paired[0],
+                    backward_paired=paired[1],
                 )
             )
-        shard = par.dp if par.zero >= 1 else 1
+        shard = par.shard_size if par.zero >= 1 else 1
         opt_bytes = stage_params / shard * ADAM_BYTES_PER_PARAM
         optimizer_s = memory_op_time_s(device, opt_bytes, kernels=4)
         if scn.memory.offload_optimizer:
@@ -841,6 +890,7 @@ def build_program(scn: Scenario, comm: CommModel | None = None) -> Program:
         vp=vp,
         schedule=par.schedule,
         zero=par.zero,
+        reshard_after_forward=par.reshard_after_forward,
         overlap_grad_reduce=par.overlap_grad_reduce,
         overlap_param_gather=par.overlap_param_gather,
         dataloader_latency_s=dl.microbatch_latency_s,
@@ -869,6 +919,41 @@ def _offloaded_optimizer_s(scn: Scenario, params: float) -> float:
     transfer = params * OFFLOAD_TRANSFER_BYTES_PER_PARAM / bw
     cpu_adam = params * ADAM_BYTES_PER_PARAM / (bw * HOST_MEMORY_TO_LINK)
     return max(transfer, cpu_adam)
+
+
+def shard_axis(par: ParallelConfig) -> str:
+    """The group ZeRO shards over: the whole dp group, or HSDP's shard group."""
+    return "dp" if par.dp_replicas == 1 else "dp_shard"
+
+
+def _fsdp_step_collectives(
+    coster: _Coster, par: ParallelConfig, params: float, grad_bytes: int, bucket_params: float, stage: int
+) -> tuple[list[float], list[float]]:
+    """Per-step DP collectives of a chunk, per bucket, for sharded state (ZeRO-1/2, HSDP, and
+    ZeRO-3 whose per-layer traffic is costed in the layers):
+
+    * gradients: reduce-scatter within the shard group, then all-reduce of the 1/dp_shard shard
+      across the replicas (HSDP; PyTorch FSDP2 / Megatron's distributed-optimizer instances);
+    * parameters: all-gather within the shard group after the optimizer (ZeRO-1/2), or once per
+      step before the first forward (ZeRO-3 with reshard_after_forward = false).
+    ZeRO-3 with resharding (FSDP2's default) gathers and reduce-scatters per layer and
+    micro-batch (`_Coster.layer`); only the cross-replica all-reduce is left for the step."""
+    axis = shard_axis(par)
+    shard = par.shard_size
+    replicas = par.dp_replicas
+    per_layer = par.zero == 3 and par.reshard_after_forward
+    grads, gathers = [], []
+    for n_params in _buckets(params, bucket_params):
+        t = 0.0
+        if not per_layer:
+            t += coster.coll("reducescatter", axis, n_params * grad_bytes, stage)
+        if replicas > 1:
+            t += coster.coll("allreduce", "dp_replicate", n_params * grad_bytes / shard, stage)
+        if t > 0:
+            grads.append(t)
+        if not per_layer:
+            gathers.append(coster.coll("allgather", axis, n_params * coster.device.element_bytes, stage))
+    return grads, gathers
 
 
 MAX_BUCKETS_PER_CHUNK = 1000  # beyond this, equal buckets: the overlap no longer changes

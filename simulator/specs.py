@@ -465,6 +465,14 @@ class ParallelConfig:
     # the embedding (loss) counts as one layer of the first (last) virtual stage's share
     account_for_embedding_in_pipeline_split: bool = False
     account_for_loss_in_pipeline_split: bool = False
+    # HSDP (issue 14): the ZeRO shard group is dp_shard consecutive data-parallel ranks, and
+    # dp = dp_shard x replicas; 0 = dp (full sharding). PyTorch FSDP2's device mesh (replicate,
+    # shard), Megatron's --num-distributed-optimizer-instances = replicas.
+    dp_shard: int = 0
+    # ZeRO-3/FSDP: true re-gathers every layer's parameters for each micro-batch's forward and
+    # backward (FSDP2's default); false keeps a stage's gathered parameters (and accumulates
+    # unsharded gradients) across its micro-batches: one gather and one reduce-scatter per step
+    reshard_after_forward: bool = True
 
     def __post_init__(self) -> None:
         p = "parallel"
@@ -485,6 +493,23 @@ class ParallelConfig:
         for key in ("sequence_parallel", "overlap_grad_reduce", "overlap_param_gather", "tp_comm_overlap"):
             _check_bool(f"{p}.{key}", getattr(self, key))
         _check_int(f"{p}.grad_bucket_params", self.grad_bucket_params, maximum=10**13)
+        _check_int(f"{p}.dp_shard", self.dp_shard, minimum=0, maximum=MAX_GPUS)
+        _check_bool(f"{p}.reshard_after_forward", self.reshard_after_forward)
+        if self.dp_shard and self.dp % self.dp_shard:
+            raise ConfigError(
+                f"must divide dp = {self.dp} (dp = dp_shard x replicas); got {self.dp_shard}",
+                key=f"{p}.dp_shard",
+            )
+        if self.dp_shard not in (0, self.dp) and self.zero == 0:
+            raise ConfigError(
+                "a shard group needs sharded state: set zero >= 1 (or leave dp_shard = 0)",
+                key=f"{p}.dp_shard",
+            )
+        if not self.reshard_after_forward and self.zero < 3:
+            raise ConfigError(
+                "applies to zero = 3 (FSDP) only: ZeRO-1/2 keep the full parameters anyway",
+                key=f"{p}.reshard_after_forward",
+            )
         if self.global_batch % (self.micro_batch * self.dp):
             raise ConfigError(
                 f"must be a multiple of micro_batch*dp = {self.micro_batch}*{self.dp}"
@@ -538,6 +563,16 @@ class ParallelConfig:
         if self.etp:
             return self.etp
         return self.tp if self.ep == 1 else 1
+
+    @property
+    def shard_size(self) -> int:
+        """Ranks of the data-parallel group one ZeRO/FSDP shard group spans (dp_shard, or dp)."""
+        return self.dp_shard or self.dp
+
+    @property
+    def dp_replicas(self) -> int:
+        """HSDP replicas of each shard: dp / dp_shard (1 = full sharding)."""
+        return self.dp // self.shard_size
 
     @property
     def expert_dp(self) -> int:
@@ -619,10 +654,14 @@ class MemoryOptions:
 
     offload_activations: float = 0.0  # fraction of the stored activations copied to host memory
     offload_optimizer: bool = False  # fp32 master weights + Adam moments on the host, Adam on the CPU
+    # GPU memory kept free (file key headroom_gib, flag --memory-headroom; issue 17): a
+    # configuration fits when its peak is within the GPU's memory minus this. Default 0.
+    headroom_bytes: float = 0.0
 
     def __post_init__(self) -> None:
         _check_num("memory.offload_activations", self.offload_activations, maximum=1.0)
         _check_bool("memory.offload_optimizer", self.offload_optimizer)
+        _check_num("memory.headroom_gib", self.headroom_bytes, maximum=2.0**50)
 
 
 @dataclass(frozen=True, slots=True)

@@ -176,3 +176,20 @@ def test_exported_best_reproduces_the_sweep_row(small: Path, tmp_path: Path) -> 
         scn = mfusim.load_scenario(path)
         assert scn.parallel.tp == row["tp"] and scn.parallel.micro_batch == row["micro_batch"]
         assert mfusim.simulate(scn).mfu == pytest.approx(row["mfu"], rel=1e-9)
+
+
+def test_api_takes_a_dict_of_tables() -> None:
+    tables = {
+        "name": "inline",
+        "model": {"preset": "gpt3-1.3b"},
+        "cluster": {"topology": "dgx-a100", "num_gpus": 8},
+        "parallel": {"tp": 2, "global_batch": 16},
+        "run": {"tokens": 1e9},
+    }
+    scn = mfusim.load_scenario(tables, {"parallel.tp": 4})
+    assert (scn.parallel.tp, scn.parallel.dp, scn.name) == (4, 2, "inline")
+    assert mfusim.plan(scn).tokens == 1e9
+    assert [c.label for c in mfusim.compare(tables)] == ["inline"]
+    with pytest.raises(mfusim.ConfigError) as err:
+        mfusim.load_scenario(tables, {"parallel.tp": "four"})
+    assert err.value.key == "--set parallel.tp"

@@ -208,3 +208,15 @@ def test_imports_point_down_the_layers() -> None:
 def test_the_layer_map_names_real_modules() -> None:
     tops = {n.split(".")[1] if n.count(".") else "" for n in MODULES}
     assert set(LAYERS) - tops == set()
+
+
+def test_no_global_plotting_state() -> None:
+    # pictures are drawn on their own Agg canvas (simulator/plots.py): pyplot and
+    # matplotlib.use() change process-wide state, which a library must not do
+    offenders = sorted(
+        name
+        for name in MODULES
+        if "matplotlib.pyplot" in imported_names(name)
+        or "matplotlib.use(" in MODULES[name].read_text(encoding="utf-8")
+    )
+    assert offenders == []

@@ -230,6 +230,15 @@ KEYS: dict[str, Key] = {
     "parallel.ep_comm_overlap": Key(
         "EP all-to-all of one micro-batch hidden behind another's compute", since=NEXT
     ),
+    "parallel.dp_shard": Key(
+        "HSDP: ZeRO/FSDP shard group of consecutive dp ranks (dp = dp_shard x replicas)",
+        default="0 (= dp, full sharding)",
+        since=NEXT,
+    ),
+    "parallel.reshard_after_forward": Key(
+        "ZeRO-3/FSDP: re-gather parameters each micro-batch (true) or keep them for the step (false)",
+        since=NEXT,
+    ),
     "parallel.account_for_embedding_in_pipeline_split": Key(
         "the embedding counts as one layer when splitting layers over stages (Megatron flag)", since=NEXT
     ),
@@ -275,6 +284,13 @@ KEYS: dict[str, Key] = {
     "memory": Key("offloading to host memory", "table", since=NEXT),
     "memory.offload_activations": Key(
         "fraction of the stored activations copied to host memory", "number", since=NEXT
+    ),
+    "memory.headroom_gib": Key(
+        "GPU memory kept free: fits means peak <= GPU memory - this (also --memory-headroom)",
+        "number",
+        unit="GiB",
+        default="0",
+        since=NEXT,
     ),
     "memory.offload_optimizer": Key(
         "fp32 master weights and Adam moments on the host, Adam on the CPU", since=NEXT

@@ -27,6 +27,10 @@ class FlatCommModel:
 
     def _stride(self, axis: str) -> int:
         sizes = axis_sizes(self.scenario)
+        if axis == "dp_shard":
+            return self._stride("dp")
+        if axis == "dp_replicate":
+            return self._stride("dp") * sizes["dp_shard"]
         stride = 1
         for a in self.scenario.topology.rank_order:
             if a == axis:

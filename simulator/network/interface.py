@@ -53,4 +53,12 @@ class CommModel(Protocol):
 
 def axis_sizes(scn: Scenario) -> dict[str, int]:
     par = scn.parallel
-    return {"tp": par.tp, "cp": par.cp, "dp": par.dp, "ep": par.ep, "pp": par.pp}
+    return {
+        "tp": par.tp,
+        "cp": par.cp,
+        "dp": par.dp,
+        "ep": par.ep,
+        "pp": par.pp,
+        "dp_shard": par.shard_size,  # HSDP shard group: consecutive dp ranks
+        "dp_replicate": par.dp_replicas,  # the same shard position of every shard group
+    }

@@ -18,7 +18,11 @@ from dataclasses import dataclass, field
 from ..errors import ConfigError
 from ..specs import Scenario
 
-GROUP_AXES = ("tp", "cp", "dp", "ep", "pp")
+GROUP_AXES = ("tp", "cp", "dp", "ep", "pp", "dp_shard", "dp_replicate")
+# Sub-groups of the data-parallel ranks (issue 14, HSDP): the shard group is dp_shard consecutive
+# dp ranks (FSDP2's mesh (replicate, shard): shard innermost), the replicate group the ranks at
+# the same position of every shard group.
+DP_SUBGROUPS = ("dp_shard", "dp_replicate")
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,6 +33,7 @@ class Placement:
     pp: int
     ep: int
     rank_order: tuple[str, ...]
+    dp_shard: int = 0  # 0 = dp (one shard group = the whole dp group)
     _strides: dict[str, int] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -40,12 +45,16 @@ class Placement:
         if missing:
             raise ConfigError(f"rank_order {list(self.rank_order)} lacks {sorted(missing)}", key="rank_order")
         strides["ep"] = strides["dp"] if self.dp % self.ep == 0 else strides[self.rank_order[0]]
+        if not self.dp_shard:
+            object.__setattr__(self, "dp_shard", self.dp)
+        strides["dp_shard"] = strides["dp"]
+        strides["dp_replicate"] = strides["dp"] * self.dp_shard
         object.__setattr__(self, "_strides", strides)
 
     @classmethod
     def of(cls, scn: Scenario) -> Placement:
         par = scn.parallel
-        return cls(par.tp, par.cp, par.dp, par.pp, par.ep, scn.topology.rank_order)
+        return cls(par.tp, par.cp, par.dp, par.pp, par.ep, scn.topology.rank_order, par.shard_size)
 
     # ------------------------------------------------------------------ coordinates
     @property
@@ -55,6 +64,8 @@ class Placement:
     def size(self, axis: str) -> int:
         if axis not in GROUP_AXES:
             raise ConfigError(f"unknown parallel axis {axis!r}; known: {', '.join(GROUP_AXES)}")
+        if axis == "dp_replicate":
+            return self.dp // self.dp_shard
         return int(getattr(self, axis))
 
     def stride(self, axis: str) -> int:
@@ -65,6 +76,10 @@ class Placement:
             raise ConfigError(f"unknown parallel axis {axis!r}; known: {', '.join(GROUP_AXES)}") from None
 
     def coord(self, rank: int, axis: str) -> int:
+        if axis == "dp_shard":
+            return self.coord(rank, "dp") % self.dp_shard
+        if axis == "dp_replicate":
+            return self.coord(rank, "dp") // self.dp_shard
         return (rank // self.stride(axis)) % self.size(axis)
 
     def stage_of(self, rank: int) -> int:
@@ -88,6 +103,9 @@ class Placement:
         if axis == "ep":
             stride = self.stride("dp")
             base = rank - (self.coord(rank, "dp") % n) * stride
+        elif axis in DP_SUBGROUPS:
+            stride = self.stride(axis)
+            base = rank - self.coord(rank, axis) * stride
         else:
             stride = self.stride(axis)
             base = rank - self.coord(rank, axis) * stride
@@ -102,6 +120,9 @@ class Placement:
         if axis == "ep":
             stride = self.stride("dp")
             first = rank - (self.coord(rank, "dp") % n) * stride
+        elif axis in DP_SUBGROUPS:
+            stride = self.stride(axis)
+            first = rank - self.coord(rank, axis) * stride
         else:
             stride = self.stride(axis)
             first = rank - self.coord(rank, axis) * stride
@@ -144,9 +165,13 @@ class Placement:
         for b in self.rank_order:
             if b == "pp":
                 continue
-            if b == axis or (axis == "ep" and b == "dp"):
+            if b == axis or (axis in ("ep", "dp_shard", "dp_replicate") and b == "dp"):
                 if axis == "ep":  # EP groups: ep consecutive dp ranks, firsts at dp coords 0, ep, ...
                     steps = [c * self.stride("dp") for c in range(0, self.dp, self.ep)][:period]
+                elif axis == "dp_shard":  # shard groups: firsts at dp coords 0, dp_shard, ...
+                    steps = [c * self.stride("dp") for c in range(0, self.dp, self.dp_shard)][:period]
+                elif axis == "dp_replicate":  # replicate groups: firsts at dp coords 0 .. dp_shard-1
+                    steps = [c * self.stride("dp") for c in range(min(self.dp_shard, period))]
                 else:
                     continue
             else:
@@ -170,6 +195,8 @@ class Placement:
         if axis == "ep":
             stride = self.stride("dp")
             c = self.coord(rank, "dp") % n
+        elif axis in DP_SUBGROUPS:
+            stride, c = self.stride(axis), self.coord(rank, axis)
         else:
             stride = self.stride(axis)
             c = self.coord(rank, axis)

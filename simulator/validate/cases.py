@@ -20,7 +20,7 @@ from .columns import (
     TARGET_DTYPES,
     TARGET_GPU_PREFIXES,
 )
-from .gpus import gpu_mapping
+from .gpus import GPUMapping, gpu_mapping
 from .runs import PublishedRun, _is_number
 from .sources import SourceRules, source_rules
 
@@ -158,75 +158,164 @@ def _smallest_vp(layers: int, pp: int, num_microbatches: int) -> int:
     return 1
 
 
+class _Refused(Exception):
+    """A row that cannot be simulated: the reason, raised from the step that finds it."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
 def build_case(run: PublishedRun) -> Case | Unusable:
-    """Turn one published row into a scenario dict + comparison, or say why it cannot be."""
+    """Turn one published row into a scenario dict + comparison, or say why it cannot be.
+
+    The steps run in a fixed order (their assumptions are listed in that order): what was
+    measured, the hardware, the precision, the model, the parallel split, the cluster.
+    """
     rules = source_rules(run.source, run.run_id)
     notes: list[str] = []
+    try:
+        metric, measured = _measurement(run)
+        mapping = _hardware(run)
+        dtype = _dtype(run, rules, notes)
+        model = _model(run, rules, notes)
+        parallel, num_gpus = _parallel(run, rules, model, notes)
+    except _Refused as refused:
+        return Unusable(run.run_id, run.source, rules.key, run.gpu, refused.reason)
+    scenario: dict[str, Any] = {
+        "name": run.run_id,
+        "model": model,
+        "cluster": _cluster(run, mapping, num_gpus, notes),
+        "parallel": parallel,
+        "precision": {"dtype": dtype},
+    }
+    if rules.key == "narayanan21":
+        # Megatron-LM 2021 predates FlashAttention (Dao et al. 2022): unfused attention with
+        # Megatron's fused scale-mask-softmax kernel.
+        scenario["kernels"] = {"flash_attention": False}
+        notes.append("kernels: flash_attention = false (Megatron-LM 2021 predates FlashAttention)")
+    return Case(
+        run_id=run.run_id,
+        source=run.source,
+        source_key=rules.key,
+        gpu=run.gpu,
+        scenario=scenario,
+        metric=metric,
+        measured=measured,
+        flop_convention=rules.flop_convention,
+        dtype=dtype,
+        is_moe=parallel["ep"] > 1 or "moe" in model,
+        assumptions=tuple(notes),
+    )
 
-    def unusable(reason: str) -> Unusable:
-        return Unusable(run.run_id, run.source, rules.key, run.gpu, reason)
 
-    # --- what was measured, in the source's convention
+def _measurement(run: PublishedRun) -> tuple[str, float]:
+    """What was measured, in the source's convention; fine-tuning runs are refused."""
     problem = measurement_problem(run)
     if problem is not None:
-        return unusable(f"impossible measurement: {problem}")
+        raise _Refused(f"impossible measurement: {problem}")
     metric_value = _measured(run)
     if metric_value is None:
-        return unusable(
-            "no measurement (iteration_time_s, tokens_per_s, measured_tflops_per_gpu, MFU or HFU)"
-        )
+        raise _Refused("no measurement (iteration_time_s, tokens_per_s, measured_tflops_per_gpu, MFU or HFU)")
     metric, measured = metric_value
     if measured <= 0:
-        return unusable(f"measured {metric} is {measured:g}, not positive")
+        raise _Refused(f"measured {metric} is {measured:g}, not positive")
     lname = (run.get("model_name") + " " + run.run_id).lower()
     if "lora" in lname or "_sft_" in lname or "fine-tun" in run.get("notes").lower()[:80]:
-        return unusable("fine-tuning run (SFT on packed sequences / LoRA): not pre-training, not modeled")
+        raise _Refused("fine-tuning run (SFT on packed sequences / LoRA): not pre-training, not modeled")
+    return metric, measured
 
-    # --- hardware
+
+def _hardware(run: PublishedRun) -> GPUMapping:
     mapping = gpu_mapping(run.gpu)
     if isinstance(mapping, str):
-        return unusable(mapping)
+        raise _Refused(mapping)
+    return mapping
+
+
+def _dtype(run: PublishedRun, rules: SourceRules, notes: list[str]) -> str:
     precision = run.get("precision").lower()
     parsed_dtype = parse_dtype(precision)
     if parsed_dtype is None:
-        return unusable(f"precision {precision!r} is not modeled (dtypes: bf16, fp16, fp8)")
+        raise _Refused(f"precision {precision!r} is not modeled (dtypes: bf16, fp16, fp8)")
     if not parsed_dtype:
-        dtype = rules.dtype
-        notes.append(f"precision: not stated -> {dtype} ({rules.key} default)")
-    else:
-        dtype = parsed_dtype
-        if dtype == "fp8" and precision != "fp8":
-            notes.append(
-                f"precision: {precision} simulated as fp8 (same dense FP8 tensor-core peak; "
-                "scaling-factor overhead of current/MX/blockwise scaling not modeled)"
-            )
+        notes.append(f"precision: not stated -> {rules.dtype} ({rules.key} default)")
+        return rules.dtype
+    if parsed_dtype == "fp8" and precision != "fp8":
+        notes.append(
+            f"precision: {precision} simulated as fp8 (same dense FP8 tensor-core peak; "
+            "scaling-factor overhead of current/MX/blockwise scaling not modeled)"
+        )
+    return parsed_dtype
 
-    # --- model
+
+def _model(run: PublishedRun, rules: SourceRules, notes: list[str]) -> dict[str, Any]:
     model = _model_table(run, rules, notes)
     if isinstance(model, str):
-        return unusable(model)
+        raise _Refused(model)
     if not model.get("seq_len") and "preset" not in model:
-        return unusable("seq_len not given")
+        raise _Refused("seq_len not given")
+    return model
 
-    # --- parallel split
+
+def _parallel(
+    run: PublishedRun, rules: SourceRules, model: Mapping[str, Any], notes: list[str]
+) -> tuple[dict[str, Any], int]:
+    """The [parallel] table and the number of GPUs simulated."""
+    num_gpus, tp, pp, cp, dp = _split(run, rules, notes)
+    micro_batch, global_batch, num_microbatches = _batch(run, dp, notes)
+    vp = _vp(run, model, pp, num_microbatches, notes)
+    recompute = _recompute(run, rules, notes)
+    sequence_parallel = _sequence_parallel(run, rules, tp, notes)
+    zero = _zero(run, rules, notes)
+    tp_comm_overlap = rules.tp_comm_overlap_if_tp and tp > 1
+    if tp_comm_overlap and not sequence_parallel:
+        tp_comm_overlap = False
+    if tp > 1:
+        notes.append(f"tp_comm_overlap: -> {str(tp_comm_overlap).lower()} ({rules.key} default)")
+    if not rules.overlap_grad_reduce:
+        notes.append(
+            "overlap_grad_reduce: false (Megatron-LM 2021 reduced gradients after the backward pass)"
+        )
+    parallel: dict[str, Any] = {
+        "tp": tp,
+        "pp": pp,
+        "dp": dp,
+        "cp": cp,
+        "ep": run.int_cell("ep") or 1,
+        "vp": vp,
+        "micro_batch": micro_batch,
+        "global_batch": global_batch,
+        "schedule": "interleaved" if vp > 1 else "1f1b",
+        "sequence_parallel": sequence_parallel,
+        "recompute": recompute,
+        "zero": zero,
+        "overlap_grad_reduce": rules.overlap_grad_reduce,
+        "overlap_param_gather": True,
+        "tp_comm_overlap": tp_comm_overlap,
+    }
+    return parallel, num_gpus
+
+
+def _split(run: PublishedRun, rules: SourceRules, notes: list[str]) -> tuple[int, int, int, int, int]:
+    """(num_gpus, tp, pp, cp, dp) as published, with what the row leaves out filled in."""
     num_gpus = run.int_cell("num_gpus")
     tp, pp = run.int_cell("tp"), run.int_cell("pp")
     if not num_gpus:
         parts = [run.int_cell(c) for c in ("tp", "pp", "dp")]
         if not all(parts):
-            return unusable("num_gpus not given (nor tp, pp and dp to derive it)")
+            raise _Refused("num_gpus not given (nor tp, pp and dp to derive it)")
         num_gpus = math.prod(p or 1 for p in parts) * (run.int_cell("cp") or 1)
         notes.append(f"num_gpus: not given -> tp*pp*dp*cp = {num_gpus}")
     if tp is None or pp is None:
-        if rules.key == "mpt":
-            tp, pp = tp or 1, pp or 1
-        else:
-            return unusable("parallel split (tp/pp) not published")
+        if rules.key != "mpt":
+            raise _Refused("parallel split (tp/pp) not published")
+        tp, pp = tp or 1, pp or 1
     cp = run.int_cell("cp") or 1
     if not run.get("cp"):
         notes.append("cp: not stated -> 1")
     if tp < 1 or pp < 1:
-        return unusable(f"tp = {tp}, pp = {pp}: must be >= 1")
+        raise _Refused(f"tp = {tp}, pp = {pp}: must be >= 1")
     mp = tp * pp * cp
     published_dp = run.int_cell("dp")
     if published_dp and published_dp * mp != num_gpus:
@@ -239,32 +328,38 @@ def build_case(run: PublishedRun) -> Case | Unusable:
         )
         num_gpus = published_dp * mp
     if num_gpus % mp:
-        return unusable(f"tp*pp*cp = {mp} does not divide num_gpus = {num_gpus}")
-    dp = num_gpus // mp
+        raise _Refused(f"tp*pp*cp = {mp} does not divide num_gpus = {num_gpus}")
+    return num_gpus, tp, pp, cp, num_gpus // mp
+
+
+def _batch(run: PublishedRun, dp: int, notes: list[str]) -> tuple[int, int, int]:
+    """(micro_batch, global_batch, micro-batches per step)."""
     micro_batch = run.int_cell("micro_batch")
     if not micro_batch:
         micro_batch = 1
         notes.append("micro_batch: not stated -> 1 (Megatron/NeMo default)")
     global_batch = run.int_cell("global_batch")
     if not global_batch:
-        return unusable("global_batch not given")
+        raise _Refused("global_batch not given")
     if global_batch % (micro_batch * dp):
-        return unusable(
+        raise _Refused(
             f"global_batch {global_batch} is not a multiple of micro_batch*dp = {micro_batch}*{dp}"
         )
-    num_microbatches = global_batch // (micro_batch * dp)
-    layers = int(model.get("layers") or 0) or _preset_layers(model)
-    vp_cell = run.int_cell("vp")
+    return micro_batch, global_batch, global_batch // (micro_batch * dp)
+
+
+def _vp(run: PublishedRun, model: Mapping[str, Any], pp: int, num_microbatches: int, notes: list[str]) -> int:
+    """Model chunks per stage: as published, else the smallest that splits the layers evenly."""
     if pp == 1:
-        vp = 1
-    elif vp_cell is None:
+        return 1
+    layers = int(model.get("layers") or 0) or _preset_layers(model)
+    vp = run.int_cell("vp")
+    if vp is None:
         vp = _smallest_vp(layers, pp, num_microbatches)
         notes.append(
             f"vp: not stated with pp = {pp} -> {vp} (smallest chunk count in 2..8 dividing the "
             f"{layers // pp if layers % pp == 0 else layers / pp:g} layers per stage; 1 = plain 1F1B)"
         )
-    else:
-        vp = vp_cell
     if vp > 1 and (layers % (pp * vp) or num_microbatches % pp):
         notes.append(
             f"vp: published {vp}, but {layers} layers / {num_microbatches} micro-batches do not split "
@@ -272,29 +367,38 @@ def build_case(run: PublishedRun) -> Case | Unusable:
             "simulated as plain 1F1B"
         )
         vp = 1
-    parsed_recompute = parse_recompute(run.get("recompute"))
-    if parsed_recompute is None:
-        return unusable(f"recompute {run.get('recompute')!r} is not one of none, selective, full")
-    recompute = parsed_recompute
-    if not recompute:
-        recompute = rules.recompute
-        notes.append(f"recompute: not stated -> {recompute} ({rules.key} default)")
-    sp_cell = run.get("sequence_parallel").lower()
-    if sp_cell in ("yes", "true", "1", "on", "y"):
-        sequence_parallel = tp > 1
-    elif sp_cell in ("no", "false", "0", "off", "n"):
-        sequence_parallel = False
-    else:
-        sequence_parallel = rules.sequence_parallel_if_tp and tp > 1
-        if tp > 1:
-            notes.append(
-                f"sequence_parallel: not stated -> {str(sequence_parallel).lower()} ({rules.key} default)"
-            )
-    zero_cell = run.get("zero_or_dist_opt").lower()
-    parsed_zero = parse_zero(zero_cell)
-    if parsed_zero is None:
-        return unusable(f"zero_or_dist_opt {zero_cell!r} is not understood")
-    zero = parsed_zero
+    return vp
+
+
+def _recompute(run: PublishedRun, rules: SourceRules, notes: list[str]) -> str:
+    parsed = parse_recompute(run.get("recompute"))
+    if parsed is None:
+        raise _Refused(f"recompute {run.get('recompute')!r} is not one of none, selective, full")
+    if parsed:
+        return parsed
+    notes.append(f"recompute: not stated -> {rules.recompute} ({rules.key} default)")
+    return rules.recompute
+
+
+def _sequence_parallel(run: PublishedRun, rules: SourceRules, tp: int, notes: list[str]) -> bool:
+    cell = run.get("sequence_parallel").lower()
+    if cell in ("yes", "true", "1", "on", "y"):
+        return tp > 1
+    if cell in ("no", "false", "0", "off", "n"):
+        return False
+    sequence_parallel = rules.sequence_parallel_if_tp and tp > 1
+    if tp > 1:
+        notes.append(
+            f"sequence_parallel: not stated -> {str(sequence_parallel).lower()} ({rules.key} default)"
+        )
+    return sequence_parallel
+
+
+def _zero(run: PublishedRun, rules: SourceRules, notes: list[str]) -> int:
+    cell = run.get("zero_or_dist_opt").lower()
+    zero = parse_zero(cell)
+    if zero is None:
+        raise _Refused(f"zero_or_dist_opt {cell!r} is not understood")
     notes_text = run.get("notes").lower()
     if zero == 3 and (
         "zero-2-like" in notes_text or "not reshard" in notes_text or "no reshard" in notes_text
@@ -304,36 +408,13 @@ def build_case(run: PublishedRun) -> Case | Unusable:
     if zero < 0:
         zero = rules.zero
         notes.append(f"zero: distributed optimizer not stated -> zero = {zero} ({rules.key} default)")
-    if rules.key == "mpt" and zero_cell == "fsdp":
+    if rules.key == "mpt" and cell == "fsdp":
         notes.append("zero: FSDP FULL_SHARD -> zero = 3")
-    tp_comm_overlap = rules.tp_comm_overlap_if_tp and tp > 1
-    if tp_comm_overlap and not sequence_parallel:
-        tp_comm_overlap = False
-    if tp > 1:
-        notes.append(f"tp_comm_overlap: -> {str(tp_comm_overlap).lower()} ({rules.key} default)")
-    if not rules.overlap_grad_reduce:
-        notes.append(
-            "overlap_grad_reduce: false (Megatron-LM 2021 reduced gradients after the backward pass)"
-        )
-    ep = run.int_cell("ep") or 1
+    return zero
 
-    parallel: dict[str, Any] = {
-        "tp": tp,
-        "pp": pp,
-        "dp": dp,
-        "cp": cp,
-        "ep": ep,
-        "vp": vp,
-        "micro_batch": micro_batch,
-        "global_batch": global_batch,
-        "schedule": "interleaved" if vp > 1 else "1f1b",
-        "sequence_parallel": sequence_parallel,
-        "recompute": recompute,
-        "zero": zero,
-        "overlap_grad_reduce": rules.overlap_grad_reduce,
-        "overlap_param_gather": True,
-        "tp_comm_overlap": tp_comm_overlap,
-    }
+
+def _cluster(run: PublishedRun, mapping: GPUMapping, num_gpus: int, notes: list[str]) -> dict[str, Any]:
+    """The [cluster] table: the label's topology with its overrides, and what the notes add."""
     cluster: dict[str, Any] = {"topology": mapping.topology, "num_gpus": num_gpus}
     if mapping.gpu:
         cluster["gpu"] = mapping.gpu
@@ -354,31 +435,7 @@ def build_case(run: PublishedRun) -> Case | Unusable:
             "nic_Gbps": 200,
         }
         notes.append("cluster: 1600 Gbps RoCE per node (8 x 200 Gb/s, fat tree) as the notes say")
-    scenario: dict[str, Any] = {
-        "name": run.run_id,
-        "model": model,
-        "cluster": cluster,
-        "parallel": parallel,
-        "precision": {"dtype": dtype},
-    }
-    if rules.key == "narayanan21":
-        # Megatron-LM 2021 predates FlashAttention (Dao et al. 2022): unfused attention with
-        # Megatron's fused scale-mask-softmax kernel.
-        scenario["kernels"] = {"flash_attention": False}
-        notes.append("kernels: flash_attention = false (Megatron-LM 2021 predates FlashAttention)")
-    return Case(
-        run_id=run.run_id,
-        source=run.source,
-        source_key=rules.key,
-        gpu=run.gpu,
-        scenario=scenario,
-        metric=metric,
-        measured=measured,
-        flop_convention=rules.flop_convention,
-        dtype=dtype,
-        is_moe=ep > 1 or "moe" in model,
-        assumptions=tuple(notes),
-    )
+    return cluster
 
 
 def _preset_layers(model: Mapping[str, Any]) -> int:

@@ -119,17 +119,20 @@ def write_out(report: ValidationReport, path: Path) -> None:
 
 # ----------------------------------------------------------------------------- accuracy report
 def error_histogram(report: ValidationReport, path: Path, title: str = "") -> None:
-    """Histogram of per-row errors (%), target rows and the others stacked (matplotlib, Agg)."""
-    import matplotlib
+    """Histogram of per-row errors (%), target rows and the others stacked.
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    Drawn on its own Agg canvas (no pyplot, no global backend switch), like simulator/plots.py.
+    """
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
 
     target = [r.error_pct for r in report.results if r.case.is_target]
     other = [r.error_pct for r in report.results if not r.case.is_target]
     clip = 100.0
     bins = [x * 5.0 for x in range(-20, 21)]
-    fig, ax = plt.subplots(figsize=(8, 4.2))
+    fig = Figure(figsize=(8, 4.2))
+    FigureCanvasAgg(fig)
+    ax = fig.add_subplot()
     ax.hist(
         [[max(min(e, clip), -clip) for e in target], [max(min(e, clip), -clip) for e in other]],
         bins=bins,
@@ -147,7 +150,6 @@ def error_histogram(report: ValidationReport, path: Path, title: str = "") -> No
     ax.legend()
     fig.tight_layout()
     fig.savefig(path, dpi=110)
-    plt.close(fig)
 
 
 def markdown_table(report: ValidationReport, roles: Mapping[str, str] | None = None) -> str:
