@@ -21,8 +21,15 @@ from __future__ import annotations
 
 from .comm import CommModel
 from .metrics import StepReport, step_report
-from .program import Program, build_program, stage_orders
-from .schedules import SPLIT_BACKWARD_SCHEDULES, ChunkTimes, microbatches_per_chunk, replay
+from .program import Block, Program, build_program, stage_orders
+from .schedules import (
+    SPLIT_BACKWARD_SCHEDULES,
+    ChunkTimes,
+    is_split_backward,
+    microbatches_per_chunk,
+    overlapped_pairs,
+    replay,
+)
 from .specs import Scenario
 from .timeline import CATEGORIES
 
@@ -56,6 +63,8 @@ def _replayed_pipeline_time_s(program: Program) -> float:
                 c.backward.duration_s,
                 c.backward_input.duration_s,
                 c.backward_weight.duration_s,
+                c.forward_paired.duration_s if c.forward_paired is not None else None,
+                c.backward_paired.duration_s if c.backward_paired is not None else None,
             )
             for c in st.chunks
         ]
@@ -68,6 +77,29 @@ def _replayed_pipeline_time_s(program: Program) -> float:
     ).makespan_s
 
 
+def _blocks_run(program: Program, stage: int) -> dict[Block, int]:
+    """How often the stage runs each block under its order (overlapped F&B pairs use their own
+    blocks; a split backward its B and W parts)."""
+    order = stage_orders(program)[stage]
+    split = is_split_backward(order)
+    partners = {j for _, j in overlapped_pairs(order)}
+    out: dict[Block, int] = {}
+    for i, t in enumerate(order):
+        ch = program.stages[stage].chunks[t.chunk]
+        if t.phase == "F":
+            block = ch.forward_paired if t.paired and ch.forward_paired is not None else ch.forward
+        elif t.phase == "W":
+            block = ch.backward_weight
+        elif (t.microbatch, t.chunk) in split:
+            block = ch.backward_input
+        elif i in partners and ch.backward_paired is not None:
+            block = ch.backward_paired
+        else:
+            block = ch.backward
+        out[block] = out.get(block, 0) + 1
+    return out
+
+
 def estimate_program(program: Program) -> tuple[float, tuple[dict[str, float], ...]]:
     """(step time, per-stage breakdown) of a costed program without the event engine."""
     m = program.num_microbatches
@@ -78,11 +110,16 @@ def estimate_program(program: Program) -> tuple[float, tuple[dict[str, float], .
         bwd = sum(c.backward.duration_s * f for c, f in zip(st.chunks, share, strict=True))
         per_stage.append(fwd + bwd)
         cats = dict.fromkeys(CATEGORIES, 0.0)
-        for c in st.chunks:
-            runs = microbatches_per_chunk(program.schedule, program.pp, m, c.chunk)
-            for block in (c.forward, c.backward):
+        if any(c.forward_paired is not None for c in st.chunks):  # DualPipe: per task, as replayed
+            for block, runs in _blocks_run(program, st.stage).items():
                 for seg in block.segments:
                     cats[seg.category] += seg.duration_s * runs
+        else:
+            for c in st.chunks:
+                runs = microbatches_per_chunk(program.schedule, program.pp, m, c.chunk)
+                for block in (c.forward, c.backward):
+                    for seg in block.segments:
+                        cats[seg.category] += seg.duration_s * runs
         work.append(cats)
     if program.schedule in REPLAYED_SCHEDULES and program.pp > 1:
         pipe_s = _replayed_pipeline_time_s(program)

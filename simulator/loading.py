@@ -934,8 +934,12 @@ def scenario_from_dict(data: Mapping[str, Any], base_dir: Path | None = None, so
     kern = _table(data, "kernels", "")
     _check_keys(kern, tuple(f.name for f in fields(KernelOptions)), "kernels")
     kernels = KernelOptions(**kern)
-    mem = _table(data, "memory", "")
-    _check_keys(mem, tuple(f.name for f in fields(MemoryOptions)), "memory")
+    mem = dict(_table(data, "memory", ""))
+    mem_keys = tuple(f.name for f in fields(MemoryOptions) if f.name != "headroom_bytes") + ("headroom_gib",)
+    _check_keys(mem, mem_keys, "memory")
+    if "headroom_gib" in mem:
+        mem["headroom_bytes"] = units.gib_to_bytes(_num(mem, "headroom_gib", "memory"))
+        del mem["headroom_gib"]
     memory = MemoryOptions(**mem)
     sweep = _sweep_table(_table(data, "sweep", ""))
     run = run_from_table(_table(data, "run", "")) if "run" in data else None

@@ -442,6 +442,6 @@ def memory_footprint(scn: Scenario) -> MemoryReport:
     worst = max(range(p), key=stage_totals.__getitem__)
     return MemoryReport(
         parts_bytes=stage_parts[worst],
-        capacity_bytes=scn.gpu.hbm_bytes,
+        capacity_bytes=scn.gpu.hbm_bytes - scn.memory.headroom_bytes,  # usable: minus the headroom
         stage_peak_bytes=tuple(stage_totals),
     )

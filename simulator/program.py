@@ -111,6 +111,34 @@ class ChunkProgram:
     grad_bucket_s: tuple[float, ...]  # DP gradient reduction per bucket, in backward order
     param_gather_s: tuple[float, ...]  # ZeRO-1/2 parameter AllGather per bucket
     params_local: float  # parameters this GPU holds for the chunk (TP/EP-sharded)
+    # DualPipe's overlapped F&B (schedules.Task.paired): the forward and the whole backward of
+    # this chunk when each runs beside the other direction's pass; None = as unpaired
+    forward_paired: Block | None = None
+    backward_paired: Block | None = None
+
+
+def overlap_pair(forward: Block, backward: Block, sm_fraction: float) -> tuple[Block, Block]:
+    """DualPipe's F&B chunk (DeepSeek-V3 report §3.2.1, Fig. 4): a forward and a backward of two
+    micro-batches run together, so the EP dispatch/combine of each hides behind the other's
+    compute. The pair's EP communication stays exposed only beyond the pair's compute; the
+    hidden part slows that compute by the SMs the communication kernels take (as
+    `_Coster._overlap_ep`; DeepSeek gives 20 of the H800's 132 SMs to communication)."""
+    ep_s = forward.seconds("ep_comm") + backward.seconds("ep_comm")
+    if ep_s <= 0:
+        return forward, backward
+    compute_s = forward.seconds("compute") + backward.seconds("compute")
+    exposed = max(0.0, ep_s - compute_s)
+    keep = exposed / ep_s
+    hidden = ep_s - exposed
+
+    def scaled(block: Block) -> tuple[Segment, ...]:
+        return tuple(
+            replace(seg, duration_s=seg.duration_s * keep) if seg.category == "ep_comm" else seg
+            for seg in block.segments
+        )
+
+    slowdown = Segment("compute", "F&B overlap interference", hidden * sm_fraction / (1 - sm_fraction))
+    return Block(scaled(forward)), Block((*scaled(backward), slowdown))
 
 
 @dataclass(frozen=True, slots=True)
@@ -825,18 +853,24 @@ def build_program(scn: Scenario, comm: CommModel | None = None) -> Program:
                             dp_param_s.append(
                                 ratio * coster.coll("allgather", "dp", n_params * device.element_bytes, s)
                             )
+            forward, backward = _block(fwd), _block(rec + b_in + b_w)
+            paired: tuple[Block | None, Block | None] = (None, None)
+            if par.schedule in ("dualpipe", "dualpipev"):
+                paired = overlap_pair(forward, backward, min(EP_COMM_SMS / scn.gpu.num_sms, 0.5))
             chunks.append(
                 ChunkProgram(
                     stage=s,
                     chunk=c,
                     num_layers=len(layers),
-                    forward=_block(fwd),
-                    backward=_block(rec + b_in + b_w),
+                    forward=forward,
+                    backward=backward,
                     backward_input=_block(rec + b_in),
                     backward_weight=_block(b_w),
                     grad_bucket_s=tuple(dp_grad_s),
                     param_gather_s=tuple(dp_param_s),
                     params_local=params,
+                    forward_paired=paired[0],
+                    backward_paired=paired[1],
                 )
             )
         shard = par.shard_size if par.zero >= 1 else 1

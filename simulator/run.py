@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import statistics
 from typing import Any
 
@@ -59,6 +60,33 @@ def format_samples(stats: dict[str, Any]) -> str:
     )
 
 
+METRICS_LINE = (
+    "MFU = model FLOPs / (step time x GPUs x peak); HFU also counts recomputation; "
+    "MFU(6Ψ) counts 6 x parameters per token (no attention)"
+)
+
+
+def batch_arithmetic(micro_batch: int, num_microbatches: int, dp: int, global_batch: int) -> str:
+    """How the global batch is made: "1 seq × 192 micro-batches × dp 8 = 1,536 sequences"."""
+    seqs = "seq" if micro_batch == 1 else "seqs"
+    mbs = "micro-batch" if num_microbatches == 1 else "micro-batches"
+    return f"{micro_batch} {seqs} × {num_microbatches} {mbs} × dp {dp} = {global_batch:,} sequences"
+
+
+def duration_text(seconds: float) -> str:
+    """A duration with 3 significant digits, in ms below one second, else in s."""
+    if seconds < 1.0:
+        return f"{_three_digits(seconds * 1e3)} ms"
+    return f"{_three_digits(seconds)} s"
+
+
+def _three_digits(x: float) -> str:
+    if x == 0:
+        return "0"
+    digits = max(0, 2 - math.floor(math.log10(abs(x))))
+    return f"{x:.{digits}f}" if abs(x) >= 1e-3 else f"{x:.3g}"
+
+
 def format_report(scn: Scenario, r: StepReport) -> str:
     par = r.parallel
     flags = [par.schedule + (f" vp={par.vp}" if par.vp > 1 else ""), f"recompute {par.recompute}"]
@@ -71,24 +99,32 @@ def format_report(scn: Scenario, r: StepReport) -> str:
         f"  {r.num_gpus} x {scn.gpu.name} ({scn.topology.name}), {scn.model.name}, {scn.dtype}",
         f"  tp {par.tp} · pp {par.pp} · dp {par.dp} · cp {par.cp}"
         + (f" · ep {par.ep}" if par.ep > 1 else "")
-        + f";  micro-batch {par.micro_batch} x {par.num_microbatches} = global batch {par.global_batch}; "
+        + ";  "
+        + batch_arithmetic(par.micro_batch, par.num_microbatches, par.dp, par.global_batch)
+        + "; "
         + ", ".join(flags),
         "",
         f"  MFU  {r.mfu:6.1%}     HFU {r.hfu:6.1%}     MFU(6Ψ) {r.mfu_6psi:6.1%}     "
         f"{r.model_tflops_per_gpu:.1f} model TFLOP/s per GPU",
+        f"  ({METRICS_LINE})",
         f"  step time {r.step_time_s:.4g} s     {r.tokens_per_s:,.0f} tokens/s ({r.tokens_per_s_per_gpu:,.1f} per GPU)",
     ]
     if r.memory is not None:
         mem = r.memory
         fit = "fits" if mem.fits else "DOES NOT FIT"
         parts = ", ".join(f"{k} {bytes_to_gib(v):.1f}" for k, v in mem.parts_bytes.items())
-        lines.append(
-            f"  memory {bytes_to_gib(mem.peak_bytes):.1f} GiB of {bytes_to_gib(mem.capacity_bytes):.0f} GiB per GPU ({fit}): {parts}"
+        headroom = scn.memory.headroom_bytes
+        usable = (
+            f"{bytes_to_gib(mem.capacity_bytes):.0f} GiB usable per GPU "
+            f"({bytes_to_gib(mem.capacity_bytes + headroom):.0f} - {bytes_to_gib(headroom):g} headroom)"
+            if headroom > 0
+            else f"{bytes_to_gib(mem.capacity_bytes):.0f} GiB per GPU"
         )
+        lines.append(f"  memory {bytes_to_gib(mem.peak_bytes):.1f} GiB of {usable} ({fit}): {parts}")
     lines += [
         "",
         "  Where the time goes (mean over pipeline stages):",
-        f"  {'category':<11} {'seconds':>10} {'% step':>7}",
+        f"  {'category':<11} {'time':>10} {'% step':>7}",
     ]
     bd = r.breakdown_s
     for cat in CATEGORIES:
@@ -97,7 +133,7 @@ def format_report(scn: Scenario, r: StepReport) -> str:
             continue
         frac = sec / r.step_time_s
         bar = "█" * max(1, round(frac * BAR_WIDTH)) if frac > 0.005 else ""
-        lines.append(f"  {cat:<11} {sec:>10.4g} {frac:>7.1%} {bar}")
+        lines.append(f"  {cat:<11} {duration_text(sec):>10} {frac:>7.1%} {bar}")
     if par.pp > 1:
         used = [c for c in CATEGORIES if any(st[c] > 0 for st in r.breakdown_by_stage_s)]
         lines += ["", "  Per stage (% of step):", "  stage " + " ".join(f"{c[:9]:>9}" for c in used)]

@@ -549,6 +549,8 @@ class ChunkTimes:
     backward_s: float  # the whole backward (B and W together)
     backward_input_s: float
     backward_weight_s: float
+    forward_paired_s: float | None = None  # in an overlapped F&B pair (DualPipe); None = as alone
+    backward_paired_s: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -594,6 +596,7 @@ def replay(
     if orders is None:
         orders = [stage_tasks(schedule, pp, vp, m, s) for s in range(pp)]
     splits = [is_split_backward(o) for o in orders]
+    partners = [{j for _, j in overlapped_pairs(o)} for o in orders]
     end: dict[tuple[str, int, int, int], float] = {}
     starts: list[list[float]] = [[] for _ in range(pp)]
     ends: list[list[float]] = [[] for _ in range(pp)]
@@ -633,11 +636,15 @@ def replay(
                     r = max(r, r2)
                 ct = times[s][t.chunk]
                 if t.phase == "F":
-                    d = ct.forward_s
+                    d = ct.forward_paired_s if t.paired and ct.forward_paired_s is not None else ct.forward_s
                 elif t.phase == "W":
                     d = ct.backward_weight_s
+                elif (t.microbatch, t.chunk) in splits[s]:
+                    d = ct.backward_input_s
+                elif pos[s] in partners[s] and ct.backward_paired_s is not None:
+                    d = ct.backward_paired_s
                 else:
-                    d = ct.backward_input_s if (t.microbatch, t.chunk) in splits[s] else ct.backward_s
+                    d = ct.backward_s
                 start = max(free[s], r)
                 free[s] = start + d
                 end[(t.phase, t.microbatch, s, t.chunk)] = free[s]

@@ -654,10 +654,14 @@ class MemoryOptions:
 
     offload_activations: float = 0.0  # fraction of the stored activations copied to host memory
     offload_optimizer: bool = False  # fp32 master weights + Adam moments on the host, Adam on the CPU
+    # GPU memory kept free (file key headroom_gib, flag --memory-headroom; issue 17): a
+    # configuration fits when its peak is within the GPU's memory minus this. Default 0.
+    headroom_bytes: float = 0.0
 
     def __post_init__(self) -> None:
         _check_num("memory.offload_activations", self.offload_activations, maximum=1.0)
         _check_bool("memory.offload_optimizer", self.offload_optimizer)
+        _check_num("memory.headroom_gib", self.headroom_bytes, maximum=2.0**50)
 
 
 @dataclass(frozen=True, slots=True)

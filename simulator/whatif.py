@@ -270,7 +270,8 @@ def _interleave_levers(scn: Scenario) -> Iterator[_Variant]:
         yield _Variant(
             key,
             name,
-            f"parallel.vp {par.vp} -> {vp}, schedule {par.schedule} -> interleaved",
+            f"parallel.vp {par.vp} -> {vp}"
+            + ("" if par.schedule == "interleaved" else f", schedule {par.schedule} -> interleaved"),
             ("bubble",),
             lambda vp=vp: _par(scn, vp=vp, schedule="interleaved"),  # type: ignore[misc]
             note="more P2P traffic; more in-flight activations",
@@ -405,6 +406,76 @@ def _memory_levers(scn: Scenario) -> Iterator[_Variant]:
             lambda: _par(scn, zero=1),
             note="no per-layer parameter all-gathers; full weights on every GPU",
         )
+
+
+def _fit_levers(scn: Scenario) -> Iterator[_Variant]:
+    """Ways to make an out-of-memory configuration fit (offered only when the baseline does not):
+    recomputation, a deeper pipeline, a higher ZeRO stage, sequence parallelism, offloading."""
+    par = scn.parallel
+    addr = ("memory",)
+    steps = {"none": ("selective", "full"), "selective": ("full",), "full": ()}[par.recompute]
+    for mode in steps:
+        yield _Variant(
+            f"fit_recompute_{mode}",
+            f"{mode} recomputation",
+            f"parallel.recompute {par.recompute} -> {mode}",
+            addr,
+            lambda mode=mode: _par(scn, recompute=mode),  # type: ignore[misc]
+            note="recomputes activations in the backward pass",
+        )
+    if par.dp % 2 == 0 and scn.model.layers >= 2 * par.pp * par.vp:
+        yield _Variant(
+            "fit_pp_x2",
+            "2x pipeline stages",
+            f"parallel.pp {par.pp} -> {2 * par.pp}, dp {par.dp} -> {par.dp // 2}",
+            addr,
+            lambda: _par(scn, pp=2 * par.pp, dp=par.dp // 2),
+            note="fewer layers per GPU; more micro-batches per pipeline, larger bubble share",
+        )
+    if par.dp > 1:
+        for zero in range(par.zero + 1, 4):
+            yield _Variant(
+                f"fit_zero{zero}",
+                f"ZeRO-{zero}",
+                f"parallel.zero {par.zero} -> {zero}",
+                addr,
+                lambda zero=zero: _par(scn, zero=zero),  # type: ignore[misc]
+                note={1: "optimizer state sharded", 2: "gradients sharded too"}.get(
+                    zero, "parameters sharded too: per-layer all-gathers"
+                ),
+            )
+    if par.tp > 1 and not par.sequence_parallel:
+        yield _Variant(
+            "fit_sequence_parallel",
+            "sequence parallel",
+            "parallel.sequence_parallel false -> true",
+            addr,
+            lambda: _par(scn, sequence_parallel=True),
+        )
+    mem = scn.memory
+    if hasattr(mem, "offload_optimizer") and not mem.offload_optimizer:
+        yield _Variant(
+            "fit_offload_optimizer",
+            "optimizer offload",
+            "memory.offload_optimizer false -> true",
+            addr,
+            lambda: replace(scn, memory=replace(mem, offload_optimizer=True)),
+            note="Adam on the CPU; host-link traffic every step",
+        )
+    if hasattr(mem, "offload_activations") and mem.offload_activations < 1.0:
+        yield _Variant(
+            "fit_offload_activations",
+            "activation offload",
+            f"memory.offload_activations {mem.offload_activations:g} -> 1",
+            addr,
+            lambda: replace(scn, memory=replace(mem, offload_activations=1.0)),
+            note="activations copied to host memory and back",
+        )
+
+
+def fit_variants(scn: Scenario) -> list[_Variant]:
+    """The ways to fit tried for an out-of-memory baseline."""
+    return list(_fit_levers(scn))
 
 
 def _network_lever(scn: Scenario) -> Iterator[_Variant]:
@@ -562,13 +633,17 @@ def _useful_flops_per_token(report: StepReport) -> float:
 
 
 def analyze(scenario: Scenario, simulate: SimulateFn | None = None) -> WhatIf:
-    """Simulate the baseline and every applicable lever; applied levers sorted by MFU."""
+    """Simulate the baseline and every applicable lever; applied levers sorted by MFU.
+    An out-of-memory baseline also gets the ways to make it fit (`_fit_levers`)."""
     sim = simulate or _default_simulate()
     base = sim(scenario).report
     per_token = _useful_flops_per_token(base)
     applied: list[Lever] = []
     skipped: list[Lever] = []
-    for v in candidate_variants(scenario):
+    variants = candidate_variants(scenario)
+    if base.memory is not None and not base.memory.fits:
+        variants = fit_variants(scenario) + variants
+    for v in variants:
         if v.build is None:
             skipped.append(Lever(v.key, v.name, v.change, v.addresses, skipped=v.skipped, phrase=v.phrase))
             continue
@@ -678,16 +753,46 @@ def bottleneck(report: StepReport) -> tuple[str, float]:
     return (cat, frac)
 
 
-def _usable(levers: tuple[Lever, ...], baseline_fits: bool) -> list[Lever]:
-    """Levers worth recommending: positive gain and, when the baseline fits, fitting in memory."""
-    return [lv for lv in levers if (lv.gain or 0.0) > 0 and (not baseline_fits or lv.fits is not False)]
+def _usable(levers: tuple[Lever, ...], baseline_fits: bool = True) -> list[Lever]:
+    """Levers worth recommending: positive gain and fitting in memory (a lever that does not fit
+    is listed, marked, but never recommended)."""
+    return [
+        lv for lv in levers if (lv.gain or 0.0) > 0 and lv.fits is not False and not lv.key.startswith("fit_")
+    ]
+
+
+def cheapest_fit(applied: tuple[Lever, ...]) -> Lever | None:
+    """Of the levers that make an out-of-memory baseline fit, the one that keeps the most MFU."""
+    fitting = [lv for lv in applied if lv.key.startswith("fit_") and lv.fits]
+    return max(fitting, key=lambda lv: lv.mfu or 0.0, default=None)
+
+
+def _fit_sentence(base: StepReport, applied: tuple[Lever, ...]) -> str:
+    mem = base.memory
+    assert mem is not None
+    need = f"{mem.peak_bytes / GIB_BYTES:.1f} GiB needed per GPU, {mem.capacity_bytes / GIB_BYTES:.0f} GiB usable"
+    fit = cheapest_fit(applied)
+    if fit is None:
+        return f"It does not fit in GPU memory ({need}), and none of the ways tried makes it fit."
+    cost = 100 * (fit.gain or 0.0)
+    return (
+        f"It does not fit in GPU memory ({need}): the cheapest way to fit is {fit.name} "
+        f"({fit.change}; {(fit.peak_memory_bytes or 0) / GIB_BYTES:.1f} GiB), at MFU "
+        f"{100 * base.mfu:.1f}% -> {100 * (fit.mfu or 0):.1f}% ({cost:+.1f} points)."
+    )
 
 
 def headline(base: StepReport, applied: tuple[Lever, ...]) -> str:
-    """One sentence: the bottleneck of the baseline and the lever that recovers most of it."""
-    cat, frac = bottleneck(base)
+    """One sentence: the bottleneck of the baseline and the lever that recovers most of it; for a
+    baseline that does not fit in memory, first the cheapest way to make it fit."""
     fits = base.memory is None or base.memory.fits
-    good = _usable(applied, fits)
+    rest = _bottleneck_sentence(base, applied)
+    return rest if fits else f"{_fit_sentence(base, applied)} {rest}"
+
+
+def _bottleneck_sentence(base: StepReport, applied: tuple[Lever, ...]) -> str:
+    cat, frac = bottleneck(base)
+    good = _usable(applied)
     pct = f"{100 * frac:.0f}%"
 
     def recovers(lv: Lever) -> str:
@@ -709,7 +814,7 @@ def headline(base: StepReport, applied: tuple[Lever, ...]) -> str:
         return f"{first}; {recovers(targeted[0])}{also}."
     if good:
         return f"{first}; no lever tried removes it, the best overall is: {recovers(good[0])}."
-    return f"{first}; none of the levers tried raises MFU."
+    return f"{first}; none of the levers tried raises MFU within the GPU memory."
 
 
 def format_json(result: WhatIf) -> str:

@@ -52,3 +52,21 @@ def test_notebook_runs(path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPat
     client.execute()
     errors = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs if o.output_type == "error"]
     assert not errors
+
+
+RENDERED_DIR = NOTEBOOK_DIR.parent / "docs" / "notebooks"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_rendered_copy_matches_its_notebook_and_ran(path: Path) -> None:
+    """docs/notebooks/ holds each notebook executed (`python notebooks/render.py`), so it reads on
+    the web: the same cells as the source, every code cell with its outputs, no error."""
+    rendered = RENDERED_DIR / path.name
+    assert rendered.is_file(), f"run `python notebooks/render.py {path.name}`"
+    src, out = nbformat.read(path, as_version=4), nbformat.read(rendered, as_version=4)
+    assert [c.source for c in src.cells] == [c.source for c in out.cells], (
+        f"{rendered} is stale: run `python notebooks/render.py {path.name}`"
+    )
+    code = [c for c in out.cells if c.cell_type == "code"]
+    assert all(c.execution_count is not None for c in code)
+    assert not [o for c in code for o in c.outputs if o.output_type == "error"]

@@ -162,3 +162,62 @@ def test_cli_whatif_table_and_json(tmp_path: Path, capsys: pytest.CaptureFixture
     assert data["levers"][0]["key"].startswith("dataloader")
     assert all("skipped" in s for s in data["skipped"])
     assert data["baseline"]["mfu"] < data["levers"][0]["mfu"]
+
+
+# ---------------------------------------------------------------- memory-aware what-if (issue 17)
+def _teaching(headroom_gib: float = 0.0):
+    from simulator.loading import load_scenario
+    from simulator.resources import data_dir
+
+    return load_scenario(
+        data_dir("scenarios") / "teaching-pp4.toml", overrides=[("memory.headroom_gib", headroom_gib)]
+    )
+
+
+def test_headroom_shrinks_the_usable_memory() -> None:
+    from simulator.memory import memory_footprint
+
+    full, tight = memory_footprint(_teaching()), memory_footprint(_teaching(70.0))
+    assert full.peak_bytes == pytest.approx(tight.peak_bytes)  # the footprint itself is unchanged
+    assert full.capacity_bytes - tight.capacity_bytes == pytest.approx(70 * 2**30)
+    assert full.fits and not tight.fits  # 12.1 GiB needed: fits in 80, not in 80 - 70
+
+
+def test_out_of_memory_baseline_gets_the_cheapest_fit_first_and_only_fitting_levers() -> None:
+    from simulator.whatif import analyze, cheapest_fit
+
+    result = analyze(_teaching(70.0))
+    assert not result.baseline.memory.fits
+    fit = cheapest_fit(result.applied)
+    assert fit is not None and fit.fits and fit.key.startswith("fit_")
+    # the cheapest: no other fitting way keeps more MFU
+    assert all(
+        (lv.mfu or 0) <= (fit.mfu or 0) for lv in result.applied if lv.key.startswith("fit_") and lv.fits
+    )
+    assert result.headline.startswith("It does not fit in GPU memory")
+    assert fit.name in result.headline and f"{100 * (fit.gain or 0):+.1f} points" in result.headline
+    # levers that do not fit are listed, marked, and never recommended
+    assert any(lv.fits is False for lv in result.applied)
+    for lv in result.applied:
+        if lv.fits is False:
+            assert f"{lv.phrase or lv.name} recovers" not in result.headline
+
+
+def test_fitting_baseline_headline_never_names_a_lever_that_does_not_fit() -> None:
+    from simulator.whatif import _usable, analyze
+
+    result = analyze(_teaching())
+    good = _usable(result.applied)
+    assert all(lv.fits is not False for lv in good)
+    assert not any(lv.key.startswith("fit_") for lv in result.applied)  # it fits: no fit levers
+
+
+def test_vp_lever_of_an_interleaved_baseline_does_not_repeat_the_schedule() -> None:
+    from dataclasses import replace
+
+    from simulator.whatif import candidate_variants
+
+    scn = _teaching()
+    scn = replace(scn, parallel=replace(scn.parallel, vp=2, schedule="interleaved"))
+    changes = [v.change for v in candidate_variants(scn) if v.key.startswith("interleave_vp") and v.build]
+    assert changes and all("interleaved -> interleaved" not in c and "schedule" not in c for c in changes)

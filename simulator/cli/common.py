@@ -53,6 +53,31 @@ def positive_float(flag: str):
     return parse
 
 
+def check_suffix(path: str, flag: str, suffixes: tuple[str, ...]) -> None:
+    """Refuse an output name whose extension says a format mfusim does not write (`.parquet`
+    was silently written as CSV)."""
+    suffix = Path(path).suffix.lower()
+    if suffix not in suffixes:
+        raise ConfigError(
+            f"cannot write {suffix or 'a file without an extension'}: give a name ending in "
+            + " or ".join(suffixes),
+            key=flag,
+        )
+
+
+def nonnegative_float(flag: str):
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{flag} must be a number, got {text!r}") from None
+        if not math.isfinite(value) or value < 0:
+            raise argparse.ArgumentTypeError(f"{flag} must be a finite number >= 0, got {text!r}")
+        return value
+
+    return parse
+
+
 def int_flag(flag: str, minimum: int = 1, maximum: int = 10**7):
     """An integer flag in [minimum, maximum]; anything else is a one-line usage error."""
 
@@ -103,6 +128,7 @@ def scenario_path(arg: str | None) -> Path:
 
 # `run --tokens N --usd-per-gpu-hour P` are shorthands for these `--set` keys
 PLAN_FLAGS = {"tokens": "run.tokens", "usd_per_gpu_hour": "run.usd_per_gpu_hour"}
+MEMORY_FLAGS = {"memory_headroom": "memory.headroom_gib"}
 
 
 def add_override_flags(p: argparse.ArgumentParser, plan: bool = True) -> None:
@@ -126,6 +152,13 @@ def add_override_flags(p: argparse.ArgumentParser, plan: bool = True) -> None:
             type=positive_float("--usd-per-gpu-hour"),
             help="price per GPU-hour for the plan's cost (same as --set run.usd_per_gpu_hour=P)",
         )
+    p.add_argument(
+        "--memory-headroom",
+        metavar="GIB",
+        type=nonnegative_float("--memory-headroom"),
+        help="GPU memory to keep free: a configuration fits when its peak is within the GPU's memory "
+        "minus this (default 0; same as --set memory.headroom_gib=GIB)",
+    )
 
 
 def scenario_overrides(args: argparse.Namespace) -> list[tuple[str, object]]:
@@ -133,7 +166,7 @@ def scenario_overrides(args: argparse.Namespace) -> list[tuple[str, object]]:
     from ..overrides import parse_override
 
     out = [parse_override(text) for text in getattr(args, "overrides", None) or []]
-    for attr, key in PLAN_FLAGS.items():
+    for attr, key in {**PLAN_FLAGS, **MEMORY_FLAGS}.items():
         value = getattr(args, attr, None)
         if value is not None:
             out.append((key, value))
@@ -143,7 +176,7 @@ def scenario_overrides(args: argparse.Namespace) -> list[tuple[str, object]]:
 def flag_names(err: ConfigError) -> ConfigError:
     """An override error about a plan flag, named by that flag (`--tokens`, not `--set run.tokens`)."""
     key, message = err.key, err.message
-    for attr, set_key in PLAN_FLAGS.items():
+    for attr, set_key in {**PLAN_FLAGS, **MEMORY_FLAGS}.items():
         flag = "--" + attr.replace("_", "-")
         if key == f"--set {set_key}":
             key = flag

@@ -285,6 +285,13 @@ KEYS: dict[str, Key] = {
     "memory.offload_activations": Key(
         "fraction of the stored activations copied to host memory", "number", since=NEXT
     ),
+    "memory.headroom_gib": Key(
+        "GPU memory kept free: fits means peak <= GPU memory - this (also --memory-headroom)",
+        "number",
+        unit="GiB",
+        default="0",
+        since=NEXT,
+    ),
     "memory.offload_optimizer": Key(
         "fp32 master weights and Adam moments on the host, Adam on the CPU", since=NEXT
     ),

@@ -10,7 +10,15 @@ from typing import TYPE_CHECKING
 
 from ..errors import ConfigError
 from ..plan import check_rank_by
-from .common import check_writable, flag_names, print_json, scenario_inputs, scenario_overrides, scenario_path
+from .common import (
+    check_suffix,
+    check_writable,
+    flag_names,
+    print_json,
+    scenario_inputs,
+    scenario_overrides,
+    scenario_path,
+)
 
 if TYPE_CHECKING:
     from ..specs import Scenario
@@ -71,6 +79,23 @@ def _export(
         sys.stderr.write(f"wrote {len(targets)} scenarios to {directory}\n")
 
 
+SWEEP_OUT_SUFFIXES = (".csv", ".jsonl", ".ndjson")
+
+
+def _announce_grid(scn) -> None:
+    """Say which axes the sweep chose itself (tp/pp absent from [sweep], or no [sweep] at all)."""
+    from ..sweep.plan import plan_sweep
+
+    given = {k for k, _ in scn.sweep}
+    plan = plan_sweep(scn)
+    chosen = [(k, v) for k, v in plan.axes if k in ("tp", "pp") and k not in given]
+    if not chosen:
+        return
+    what = "no [sweep] table: sweeping the default grid" if not given else "not in [sweep], swept by default:"
+    axes = " × ".join(f"{k} in {{{', '.join(str(x) for x in v)}}}" for k, v in chosen)
+    sys.stderr.write(f"mfusim sweep: {what} {axes} ({plan.size:,} configurations; docs/reference.md)\n")
+
+
 def cmd_sweep(args: argparse.Namespace) -> int:
     from ..sweep import format_table, load_sweep_scenario, result_json, run_sweep, write_plot
 
@@ -84,6 +109,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     export_best, export_top = _export_targets(args, inputs)
     out = None
     if args.out:
+        check_suffix(args.out, "--out", SWEEP_OUT_SUFFIXES)
         out = check_writable(args.out, "--out", inputs)
     elif args.resume:
         raise ConfigError("--resume needs --out FILE (the file to continue)", key="--resume")
@@ -92,6 +118,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     if out is not None and not args.resume and out.is_file() and out.stat().st_size > 0:
         sys.stderr.write(f"mfusim sweep: overwriting {out} (--resume continues it instead)\n")
     progress_stream = sys.stderr
+    _announce_grid(scn)
     result = run_sweep(
         scn,
         engine=args.engine,

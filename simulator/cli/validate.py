@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..errors import ConfigError
-from .common import check_writable, print_json
+from .common import check_suffix, check_writable, print_json
 
 if TYPE_CHECKING:
     from ..validate import SimulateFn
@@ -21,6 +21,7 @@ def cmd_validate(args: argparse.Namespace, simulate_fn: SimulateFn | None = None
     path = Path(args.runs) if getattr(args, "runs", None) else published_runs_csv()
     out = None
     if getattr(args, "out", None):
+        check_suffix(args.out, "--out", (".csv",))
         out = check_writable(args.out, "--out", [path])
     runs = validate.read_runs_csv(path)
     selected = validate.select_runs(

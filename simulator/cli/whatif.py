@@ -28,7 +28,7 @@ def _print_table(result: WhatIf, out: Any) -> None:
     out.write("breakdown: " + ", ".join(f"{k} {100 * f:.1f}%" for f, k in bd) + "\n\n")
     rows = [("#", "lever", "MFU", "gain", "step (s)", "tokens/s", "mem", "change")]
     for i, lv in enumerate(result.applied, 1):
-        mem = "" if lv.fits is None else ("ok" if lv.fits else "OOM")
+        mem = "" if lv.fits is None else ("fits" if lv.fits else "OOM")
         rows.append(
             (
                 str(i),
@@ -57,16 +57,23 @@ def _print_table(result: WhatIf, out: Any) -> None:
         out.write("\nnot applicable:\n")
         for lv in result.skipped:
             out.write(f"  - {lv.name}: {lv.skipped}\n")
-    out.write("\ngain = points of MFU over the baseline; MFU counts the baseline model's FLOPs per token.\n")
+    out.write(
+        "\ngain = points of MFU over the baseline; MFU counts the baseline model's FLOPs per token;"
+        " OOM = does not fit in GPU memory (never recommended).\n"
+    )
 
 
 def cmd_whatif(args: argparse.Namespace) -> int:
     """`mfusim whatif [SCENARIO] [--json]`."""
     from ..describe import add_summary
-    from ..whatif import analyze, candidate_variants
+    from ..memory import memory_footprint
+    from ..whatif import analyze, candidate_variants, fit_variants
 
     scenario = load_cli_scenario(getattr(args, "scenario", None), args)
-    n = sum(1 for v in candidate_variants(scenario) if v.build is not None)
+    variants = candidate_variants(scenario)
+    if not memory_footprint(scenario).fits:
+        variants = fit_variants(scenario) + variants
+    n = sum(1 for v in variants if v.build is not None)
     sys.stderr.write(f"whatif: simulating the baseline and {n} variants of {scenario.name}\n")
     result = analyze(scenario)
     if getattr(args, "json", False):

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from ..program import Block, Program
-from ..schedules import Task, is_split_backward
+from ..schedules import Task, is_split_backward, overlapped_pairs
 from .dataloader import SimpyLoader
 from .dpstream import DPStream, ParamGathers
 from .noise import Noise
@@ -57,10 +57,20 @@ class _Kind:
     transfer_s: float
 
 
-def _kind(stage: int, task: Task, split: bool, route: Route, recorder: Recorder, program: Program) -> _Kind:
+def _kind(
+    stage: int,
+    task: Task,
+    split: bool,
+    route: Route,
+    recorder: Recorder,
+    program: Program,
+    paired: bool = False,
+) -> _Kind:
     ch = program.stages[stage].chunks[task.chunk]
     if task.phase == "F":
-        block = ch.forward
+        block = ch.forward_paired if paired and ch.forward_paired is not None else ch.forward
+    elif task.phase == "B" and paired and not split and ch.backward_paired is not None:
+        block = ch.backward_paired  # the B of DualPipe's overlapped F&B pair
     elif task.phase == "B":
         block = ch.backward_input if split else ch.backward
     else:
@@ -76,13 +86,17 @@ def plan_tasks(
 ) -> list[TaskPlan]:
     split = is_split_backward(tasks)
     last_grad = last_grad_tasks(tasks, split)
-    kinds: dict[tuple[str, int, bool], _Kind] = {}
+    partners = {j for _, j in overlapped_pairs(tasks)}
+    kinds: dict[tuple[str, int, bool, bool], _Kind] = {}
     plans = []
     for i, t in enumerate(tasks):
         is_split = (t.microbatch, t.chunk) in split
-        k = kinds.get((t.phase, t.chunk, is_split))
+        pair = t.paired or i in partners
+        k = kinds.get((t.phase, t.chunk, is_split, pair))
         if k is None:
-            k = kinds[(t.phase, t.chunk, is_split)] = _kind(stage, t, is_split, route, recorder, program)
+            k = kinds[(t.phase, t.chunk, is_split, pair)] = _kind(
+                stage, t, is_split, route, recorder, program, pair
+            )
         plans.append(
             TaskPlan(
                 task=t,

@@ -100,12 +100,14 @@ def format_table(scn: Scenario, result: SweepResult, top: int, rank_by: str) -> 
             f"({config_name(r)}) at {100 * r['mfu']:.1f}% MFU {r['reason']}\n"
         )
     if c[STATUS_INVALID]:
-        reasons = Counter(
-            _reason_kind(str(r.get("reason"))) for r in result.rows if r.get("status") == STATUS_INVALID
-        )
-        out.write("invalid configurations by reason:\n")
-        for reason, n in reasons.most_common(6):
-            out.write(f"  {n:>6}  {reason}\n")
+        invalid = [str(r.get("reason")) for r in result.rows if r.get("status") == STATUS_INVALID]
+        reasons = Counter(_reason_kind(reason) for reason in invalid)
+        example: dict[str, str] = {}
+        for reason in invalid:  # each kind shown by its first configuration's own words
+            example.setdefault(_reason_kind(reason), reason)
+        out.write("invalid configurations by reason (one example each):\n")
+        for kind, n in reasons.most_common(6):
+            out.write(f"  {n:>6}  {example[kind]}\n")
     return out.getvalue()
 
 
@@ -116,7 +118,8 @@ def config_name(row: Mapping[str, Any]) -> str:
 
 
 def _reason_kind(reason: str) -> str:
-    """A reason without its numbers, to group invalid configurations."""
+    """A reason without its numbers, to group invalid configurations (never shown: the summary
+    prints one real reason of each group)."""
     head = reason.split(": ", 1)
     key = head[0] if len(head) == 2 else ""
     msg = head[-1]
