@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import re
 import sys
+from typing import Any
 
 from ..errors import EXIT_USAGE
 from ..names import canonical, did_you_mean
@@ -54,6 +55,22 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"mfusim {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
 
+    for add in (
+        _add_run,
+        _add_compare,
+        _add_sweep,
+        _add_mfu,
+        _add_validate,
+        _add_whatif,
+        _add_topo,
+        _add_presets,
+        _add_schema,
+    ):
+        add(sub)
+    return parser
+
+
+def _add_run(sub: Any) -> None:
     p = sub.add_parser("run", help="simulate one training step of a scenario (and plan the whole run)")
     p.add_argument(
         "scenario",
@@ -80,6 +97,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add_override_flags(p)
 
+
+def _add_compare(sub: Any) -> None:
     p = sub.add_parser("compare", help="several scenarios side by side (and their whole-run plans)")
     p.add_argument(
         "scenarios", nargs="+", metavar="SCENARIO", help="scenario TOMLs or shipped scenario names"
@@ -88,6 +107,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--plot", metavar="FILE.png", type=plot_path("--plot"), help="the breakdowns side by side")
     add_override_flags(p)
 
+
+def _add_sweep(sub: Any) -> None:
     p = sub.add_parser("sweep", help="simulate every valid configuration of a scenario's [sweep] table")
     p.add_argument("scenario", help="scenario TOML (or a shipped scenario's name) with a [sweep] table")
     p.add_argument("--top", type=positive_int("--top"), default=10, help="rows in the ranked table")
@@ -131,6 +152,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print the ranked results as JSON")
     add_override_flags(p)
 
+
+def _add_mfu(sub: Any) -> None:
     p = sub.add_parser("mfu", help="the calculator: MFU/HFU of a measured run")
     p.add_argument(
         "--params", type=positive_float("--params"), help="parameter count (e.g. 7e9); then only 6Ψ applies"
@@ -154,6 +177,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--recompute", type=_name_in(RECOMPUTE), choices=RECOMPUTE, default="none")
     p.add_argument("--json", action="store_true")
 
+
+def _add_validate(sub: Any) -> None:
     p = sub.add_parser("validate", help="predicted vs published measured runs")
     p.add_argument("runs", nargs="?", help="CSV of published runs (default: the shipped calibration set)")
     p.add_argument("--json", action="store_true")
@@ -161,6 +186,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--gpu", help="only rows of this GPU label (substring match)")
     p.add_argument("--source", help="only rows whose source contains this text")
 
+
+def _add_whatif(sub: Any) -> None:
     p = sub.add_parser("whatif", help="how much each lever would raise MFU")
     p.add_argument(
         "scenario",
@@ -170,16 +197,21 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true")
     add_override_flags(p, plan=False)
 
+
+def _add_topo(sub: Any) -> None:
     p = sub.add_parser("topo", help="summarize a topology")
     p.add_argument("topology", help="a shipped topology name or a topology TOML")
     p.add_argument("--gpus", type=positive_int("--gpus"), default=None, help="cluster size for the summary")
     p.add_argument("--json", action="store_true")
 
+
+def _add_presets(sub: Any) -> None:
     p = sub.add_parser("presets", help="list shipped scenarios, model presets, GPUs and topologies")
     p.add_argument("--json", action="store_true")
 
+
+def _add_schema(sub: Any) -> None:
     sub.add_parser(
         "schema",
         help="print the JSON Schema of scenario files (for editors; the keys are in docs/reference.md)",
     )
-    return parser
