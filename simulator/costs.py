@@ -97,7 +97,14 @@ def matmul_efficiency(device: Device, m: int, n: int, k: int, count: int = 1) ->
         alignment_factor(k, device.dtype),
     )
     ramp = flops / (flops + eff.matmul_ramp_flop)
-    return eff.matmul_peak_fraction * quantization_factor(m, n, device.gpu.num_sms, count) * shape * ramp
+    recipe = eff.fp4_matmul_fraction if device.dtype == "nvfp4" else 1.0
+    return (
+        eff.matmul_peak_fraction
+        * quantization_factor(m, n, device.gpu.num_sms, count)
+        * shape
+        * ramp
+        * recipe
+    )
 
 
 def matmul_time_s(device: Device, m: int, n: int, k: int, count: int = 1) -> float:

@@ -247,18 +247,27 @@ def read_catalog(name: str) -> dict[str, Any]:
 def load_gpu_catalog() -> dict[str, GPUSpec]:
     """The GPU catalog (simulator/catalog/gpus.toml) with calibrated efficiencies applied."""
     return dict(
-        _gpu_catalog(_file_version(catalog_file("gpus.toml")), _file_version(catalog_file("efficiency.toml")))
+        _gpu_catalog(
+            _file_version(catalog_file("gpus.toml")),
+            _file_version(catalog_file("efficiency.toml")),
+            _file_version(catalog_file("recipes.toml")),
+        )
     )
 
 
 @functools.lru_cache(maxsize=4)
-def _gpu_catalog(gpus_version: tuple[str, int, int], eff_version: tuple[str, int, int]) -> dict[str, GPUSpec]:
+def _gpu_catalog(
+    gpus_version: tuple[str, int, int],
+    eff_version: tuple[str, int, int],
+    recipes_version: tuple[str, int, int],
+) -> dict[str, GPUSpec]:
     gpus = _parsed(gpus_version)
     eff = _parsed(eff_version)
+    recipes = _parsed(recipes_version)  # precision-recipe efficiencies (issue 13)
     default_eff = eff.get("default", {})
     out = {}
     for name, t in gpus.items():
-        params = {**default_eff, **eff.get(name, {})}
+        params = {**default_eff, **eff.get(name, {}), **recipes.get(name, {})}
         params = {k: v for k, v in params.items() if k in {f.name for f in fields(GPUEfficiency)}}
         out[name] = GPUSpec(
             name=name,

@@ -305,6 +305,9 @@ class GPUEfficiency:
     kernel_launch_s: float = 4e-6  # per-kernel fixed overhead
     nccl_bw_fraction: float = 0.85  # achieved / link bandwidth for large collectives
     overlap_slowdown: float = 0.0  # compute slowdown while overlapping communication
+    # NVFP4 GEMMs' achieved efficiency relative to the FP8/BF16-fitted one (16-element block scales,
+    # the recipe's BF16-kept layers): calibrated on the CSV's NVFP4 rows per GPU, 1 = not calibrated
+    fp4_matmul_fraction: float = 1.0
 
     def __post_init__(self) -> None:
         for key in (
@@ -317,6 +320,7 @@ class GPUEfficiency:
         _check_num("gpu.efficiency.matmul_ramp_flop", self.matmul_ramp_flop)
         _check_num("gpu.efficiency.kernel_launch_s", self.kernel_launch_s)
         _check_num("gpu.efficiency.overlap_slowdown", self.overlap_slowdown, maximum=1.0)
+        _check_num("gpu.efficiency.fp4_matmul_fraction", self.fp4_matmul_fraction, strict=True, maximum=1.0)
 
 
 @dataclass(frozen=True, slots=True)

@@ -397,3 +397,17 @@ def test_run_json_model_object(run_cli, tmp_path: Path) -> None:
     assert out["model"]["active_params"] == F.active_params(m)
     assert out["model"]["name"] == "deepseek-v3" and out["model"]["attention"] == "mla"
     assert out["parallel"]["etp"] == 1
+
+
+def test_nvfp4_gemm_fraction_from_recipes_catalog() -> None:
+    """NVFP4 GEMMs reach `fp4_matmul_fraction` of the FP8-calibrated efficiency (catalog
+    recipes.toml, fitted on the CSV's NVFP4 rows); other dtypes are untouched."""
+    from simulator.costs import matmul_efficiency
+
+    gpu = load_gpu_catalog()["gb300"]
+    frac = gpu.efficiency.fp4_matmul_fraction
+    assert 0.3 < frac < 1.0
+    fp8 = matmul_efficiency(Device(gpu, "fp8"), 8192, 8192, 8192)
+    fp4 = matmul_efficiency(Device(gpu, "nvfp4"), 8192, 8192, 8192)
+    assert fp4 == pytest.approx(fp8 * frac)
+    assert load_gpu_catalog()["b200"].efficiency.fp4_matmul_fraction == 1.0  # not calibrated

@@ -112,7 +112,7 @@ def test_nemo_rows(shipped):
 
 def test_megatron_bridge_rows(shipped):
     case = case_of(shipped, "mbridge_26.04.01_LLAMA3_70B_DGX-GB300_64gpu_mxfp8")
-    assert case.dtype == "fp8" and any("mxfp8" in a for a in case.assumptions)
+    assert case.dtype == "mxfp8"  # issue 13: the MXFP8 recipe, not per-tensor fp8
     assert case.scenario["cluster"]["topology"] == "gb200-nvl72"
     assert case.scenario["cluster"]["gpu"] == "gb300"
     fsdp = case_of(shipped, "mbridge_25.11_LLAMA3_8B_DGX-H100_8gpu_fp8-cs")
@@ -145,9 +145,7 @@ def test_mpt_rows(shipped):
         ("narayanan21_text_gpt3_1024gpu", "parallel split"),
         ("nemo_longseq_llama2_7b_h100_32k_nocp", "parallel split"),
         ("nemo2407_lora_LLAMA2-7B_8gpu", "fine-tuning"),
-        ("mbridge_26.04_LLAMA3_70B_DGX-GB300_64gpu_nvfp4", "nvfp4"),
-        ("mbridge_26.08_DeepSeekV3_DGX-GB300_256gpu_mxfp8", "mixture-of-experts"),
-        ("mbridge_26.04_GPTOSS120B_DGX-H100_64gpu_bf16", "mixture-of-experts"),
+        ("mbridge_26.08_DeepSeekV4Flash_DGX-GB300_128gpu_mxfp8", "mixture-of-experts"),
         ("mbridge_26.06_Nemotron_3_Nano_DGX-H100_16gpu_fp8", "mixture-of-experts"),
     ],
 )
@@ -257,7 +255,7 @@ IDS = [
     "mpt_A100-SXM-40GB_1b_s2048_8gpu_bf16",
     "mpt_H100-SXM-80GB_1b_s2048_8gpu_bf16",
     "nemo2407_pretrain_LLAMA2-7B_8gpu",
-    "mbridge_26.04_LLAMA3_70B_DGX-GB300_64gpu_nvfp4",
+    "mbridge_26.08_DeepSeekV4Flash_DGX-GB300_128gpu_mxfp8",
 ]
 
 
@@ -272,7 +270,7 @@ def test_validate_report_and_mape(shipped):
     errs = [abs(r.error_pct) for r in report.results]
     assert summary["overall"]["mape_pct"] == pytest.approx(sum(errs) / len(errs))
     text = V.format_report(report)
-    assert "MAPE" in text and "nvfp4" in text
+    assert "MAPE" in text and "DeepSeekV4Flash" in text
 
 
 def test_cli_validate_small_csv(tmp_path, shipped, monkeypatch, capsys):
@@ -433,8 +431,10 @@ def test_other_sources_rules_and_torchtitan_flops():
 
 def test_lenient_cells():
     assert V.parse_dtype("BF16") == "bf16" and V.parse_dtype("amp_bf16") == "bf16"
-    assert V.parse_dtype("FP8-CS") == "fp8" and V.parse_dtype("mxfp8") == "fp8"
-    assert V.parse_dtype("") == "" and V.parse_dtype("nvfp4") is None
+    assert V.parse_dtype("FP8-CS") == "fp8" and V.parse_dtype("mxfp8") == "mxfp8"
+    assert (
+        V.parse_dtype("") == "" and V.parse_dtype("nvfp4") == "nvfp4" and V.parse_dtype("fp8-mx") == "mxfp8"
+    )
     assert V.parse_recompute("Full") == "full" and V.parse_recompute("selective") == "selective"
     assert V.parse_recompute("") == "" and V.parse_recompute("sometimes") is None
     assert V.parse_zero("ZeRO-1") == 1 and V.parse_zero("dist_opt") == 1 and V.parse_zero("FSDP") == 3
@@ -460,6 +460,55 @@ def test_row_without_num_gpus_or_seq_len_uses_what_it_has():
     assert case.scenario["cluster"]["num_gpus"] == 8
     s = V.scenario_for(case)
     assert s.model.seq_len == 8192  # the llama3-8b preset's
+
+
+# ----------------------------------------------------------------------------- MoE (issue 13)
+@pytest.mark.parametrize(
+    ("run_id", "preset", "mtp"),
+    [
+        ("mbridge_26.04.01_DeepSeekV3_DGX-GB200_256gpu_mxfp8", "deepseek-v3", 1),
+        ("mbridge_25.11_DeepSeekV3_DGX-GB300_256gpu_bf16", "deepseek-v3", 0),  # "(w/o MTP)"
+        ("mbridge_26.04.01_Kimi_K2_DGX-GB300_256gpu_mxfp8", "kimi-k2", 0),
+        ("mbridge_26.04.01_GPTOSS120B_DGX-H100_64gpu_bf16", "gpt-oss-120b", 0),
+    ],
+)
+def test_moe_rows_now_simulated(shipped, run_id, preset, mtp):
+    case = case_of(shipped, run_id)
+    assert case.is_moe and case.scenario["model"]["preset"] == preset
+    s = V.scenario_for(case)
+    assert s.model.mtp_layers == mtp and s.model.routing == "balanced"  # force-balanced benchmarks
+
+
+def test_moe_pipeline_slots_and_racks(shipped):
+    """Qwen3-235B (94 layers) at pp 4 · vp 12: 94 + embedding + loss = 96 slots, as Megatron's
+    account-for-embedding/loss split makes it; 256 GB300 in 64-GPU NVLink segments."""
+    case = case_of(shipped, "mbridge_26.04.01_Qwen3_235B_a22B_DGX-GB300_256gpu_mxfp8")
+    par = case.scenario["parallel"]
+    assert par["vp"] == 12 and par["account_for_embedding_in_pipeline_split"]
+    assert case.scenario["cluster"]["gpus_used_per_node"] == 64
+    assert case.dtype == "mxfp8"
+    s = V.scenario_for(case)
+    assert s.parallel.pipeline_extra_layers == 2
+
+
+def test_data_spread_is_reported_not_fitted(shipped):
+    """The same Qwen3-30B-A3B configuration on 16 H100 measured 10,494 and 5,275 tokens/s/GPU in
+    two container releases: one spread group, with both rows and their ratio."""
+    from simulator.validate.spread import moe_summary, spread_groups
+
+    ids = [
+        "mbridge_25.09_Qwen3_30B_a3B_DGX-H100_16gpu_na",
+        "mbridge_25.11_Qwen3_30B_a3B_DGX-H100_16gpu_fp8-cs",
+        "mbridge_26.04.01_Qwen3_30B_a3B_DGX-H100_16gpu_fp8",
+    ]
+    report = V.validate_runs([shipped[i] for i in ids], fake_simulate, progress=False)
+    groups = spread_groups(report.results)
+    assert len(groups) == 1
+    g = groups[0]
+    assert set(g["rows"]) == set(ids[:2]) and g["ratio"] == pytest.approx(10494 / 5275)
+    moe = moe_summary(report.results)
+    assert moe["all"]["rows"] == 3 and moe["data_spread"] == groups
+    assert "Data spread" in V.format_report(report)
 
 
 def test_label_and_source_tables_name_real_topologies_gpus_and_conventions():

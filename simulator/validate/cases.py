@@ -89,12 +89,13 @@ def _model_table(run: PublishedRun, rules: SourceRules, notes: list[str]) -> dic
         known = known_architecture(name)
         if known is not None:
             arch_table, citation = known
-            notes.append(f"model: architecture from {citation} (the CSV has no expert columns)")
+            notes.append(f"model: {citation} (the CSV has no expert columns)")
             if "tokendrop" in lname:
                 notes.append(
-                    "moe: published as token-dropping; simulated dropless (every token reaches top_k experts)"
+                    "moe: published as token-dropping (capacity factor); simulated with every token "
+                    "reaching top_k experts, balanced"
                 )
-            notes.append("moe: routing simulated as perfectly balanced (the page force-balances tokens)")
+            notes.append("moe: routing = balanced (the page force-balances tokens among experts)")
             seq = run.int_cell("seq_len")
             return {"name": name, **arch_table, **({"seq_len": seq} if seq else {})}
         return (
@@ -182,10 +183,20 @@ def build_case(run: PublishedRun) -> Case | Unusable:
         parallel, num_gpus = _parallel(run, rules, model, notes)
     except _Refused as refused:
         return Unusable(run.run_id, run.source, rules.key, run.gpu, refused.reason)
+    is_moe = (
+        parallel["ep"] > 1 or "moe" in model or known_architecture(run.get("model_name") or "") is not None
+    )
+    cluster = _cluster(run, mapping, num_gpus, notes)
+    if is_moe and mapping.topology == "gb200-nvl72" and num_gpus >= 128 and num_gpus % 64 == 0:
+        cluster["gpus_used_per_node"] = 64
+        notes.append(
+            "cluster: 64 GPUs per NVL72 rack (jobs scheduled in 16-tray segments so that power-of-two "
+            "EP/PP groups stay in one NVLink domain)"
+        )
     scenario: dict[str, Any] = {
         "name": run.run_id,
         "model": model,
-        "cluster": _cluster(run, mapping, num_gpus, notes),
+        "cluster": cluster,
         "parallel": parallel,
         "precision": {"dtype": dtype},
     }
@@ -204,7 +215,7 @@ def build_case(run: PublishedRun) -> Case | Unusable:
         measured=measured,
         flop_convention=rules.flop_convention,
         dtype=dtype,
-        is_moe=parallel["ep"] > 1 or "moe" in model,
+        is_moe=is_moe,
         assumptions=tuple(notes),
     )
 
@@ -237,15 +248,12 @@ def _dtype(run: PublishedRun, rules: SourceRules, notes: list[str]) -> str:
     precision = run.get("precision").lower()
     parsed_dtype = parse_dtype(precision)
     if parsed_dtype is None:
-        raise _Refused(f"precision {precision!r} is not modeled (dtypes: bf16, fp16, fp8)")
+        raise _Refused(f"precision {precision!r} is not modeled (dtypes: bf16, fp16, fp8, mxfp8, nvfp4)")
     if not parsed_dtype:
         notes.append(f"precision: not stated -> {rules.dtype} ({rules.key} default)")
         return rules.dtype
     if parsed_dtype == "fp8" and precision != "fp8":
-        notes.append(
-            f"precision: {precision} simulated as fp8 (same dense FP8 tensor-core peak; "
-            "scaling-factor overhead of current/MX/blockwise scaling not modeled)"
-        )
+        notes.append(f"precision: {precision} simulated as fp8 (per-tensor scaling recipe)")
     return parsed_dtype
 
 
@@ -264,7 +272,7 @@ def _parallel(
     """The [parallel] table and the number of GPUs simulated."""
     num_gpus, tp, pp, cp, dp = _split(run, rules, notes)
     micro_batch, global_batch, num_microbatches = _batch(run, dp, notes)
-    vp = _vp(run, model, pp, num_microbatches, notes)
+    vp, slots = _vp(run, model, pp, num_microbatches, notes)
     recompute = _recompute(run, rules, notes)
     sequence_parallel = _sequence_parallel(run, rules, tp, notes)
     zero = _zero(run, rules, notes)
@@ -294,6 +302,9 @@ def _parallel(
         "overlap_param_gather": True,
         "tp_comm_overlap": tp_comm_overlap,
     }
+    if slots:
+        parallel["account_for_embedding_in_pipeline_split"] = True
+        parallel["account_for_loss_in_pipeline_split"] = True
     return parallel, num_gpus
 
 
@@ -348,10 +359,14 @@ def _batch(run: PublishedRun, dp: int, notes: list[str]) -> tuple[int, int, int]
     return micro_batch, global_batch, global_batch // (micro_batch * dp)
 
 
-def _vp(run: PublishedRun, model: Mapping[str, Any], pp: int, num_microbatches: int, notes: list[str]) -> int:
-    """Model chunks per stage: as published, else the smallest that splits the layers evenly."""
+def _vp(
+    run: PublishedRun, model: Mapping[str, Any], pp: int, num_microbatches: int, notes: list[str]
+) -> tuple[int, bool]:
+    """Model chunks per stage: as published, else the smallest that splits the layers evenly;
+    and whether the embedding and loss take a layer slot each (Megatron's account-for-embedding/
+    loss split, when only layers + 2 divide into pp·vp)."""
     if pp == 1:
-        return 1
+        return 1, False
     layers = int(model.get("layers") or 0) or _preset_layers(model)
     vp = run.int_cell("vp")
     if vp is None:
@@ -360,6 +375,19 @@ def _vp(run: PublishedRun, model: Mapping[str, Any], pp: int, num_microbatches: 
             f"vp: not stated with pp = {pp} -> {vp} (smallest chunk count in 2..8 dividing the "
             f"{layers // pp if layers % pp == 0 else layers / pp:g} layers per stage; 1 = plain 1F1B)"
         )
+    uneven = vp > 1 and layers % (pp * vp) and not num_microbatches % pp
+    if uneven and not (layers + 2) % (pp * vp):
+        notes.append(
+            f"vp: {layers} layers + embedding + loss = {layers + 2} slots over pp*vp = {pp * vp} "
+            "(Megatron --account-for-embedding/loss-in-pipeline-split)"
+        )
+        return vp, True
+    if uneven and model.get("preset") and known_architecture(run.get("model_name") or "") is not None:
+        notes.append(
+            f"vp: {layers} layers over pp*vp = {pp * vp}: uneven split (the first virtual stages one "
+            "layer more; the recipe's custom pipeline layout is not published)"
+        )
+        return vp, False
     if vp > 1 and (layers % (pp * vp) or num_microbatches % pp):
         notes.append(
             f"vp: published {vp}, but {layers} layers / {num_microbatches} micro-batches do not split "
@@ -367,7 +395,7 @@ def _vp(run: PublishedRun, model: Mapping[str, Any], pp: int, num_microbatches: 
             "simulated as plain 1F1B"
         )
         vp = 1
-    return vp
+    return vp, False
 
 
 def _recompute(run: PublishedRun, rules: SourceRules, notes: list[str]) -> str:

@@ -10,10 +10,14 @@ def parse_dtype(cell: str) -> str | None:
     text = cell.strip().lower()
     if not text:
         return ""
+    if "nvfp4" in text:
+        return "nvfp4"
     if "fp4" in text or "int8" in text or "int4" in text:
         return None
+    if "mxfp8" in text or "fp8-mx" in text or "fp8_mx" in text:
+        return "mxfp8"  # OCP microscaling: 1x32 blocks with E8M0 scales
     if "fp8" in text or "e4m3" in text:
-        return "fp8"
+        return "fp8"  # per-tensor scaling (delayed or current: "fp8-cs")
     if "bf16" in text or "bfloat16" in text:
         return "bf16"
     if "fp16" in text or "float16" in text or "half" in text:

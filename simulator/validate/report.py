@@ -64,6 +64,25 @@ def format_report(report: ValidationReport) -> str:
     lines.append(" by dtype:")
     for k, v in s["by_dtype"].items():
         lines.append(row("  " + k, v))
+    moe = s["moe"]
+    if moe["all"]["rows"]:
+        lines.append(" mixture-of-experts rows (all releases / newest release per configuration):")
+        lines.append(row("  MoE, all releases", moe["all"]))
+        lines.append(row("  MoE, newest release per configuration", moe["newest_release"]))
+        for family, entry in moe["by_family"].items():
+            lines.append(row("  " + family, entry["all"]))
+        if moe["data_spread"]:
+            lines.append("")
+            lines.append(
+                f"Data spread: {len(moe['data_spread'])} MoE configurations measured more than once "
+                "disagree with themselves (max/min > 1.2; reported, not fitted):"
+            )
+            for g in moe["data_spread"]:
+                lines.append(
+                    f"  {g['model']} on {g['num_gpus']} {g['gpu']}: {g['measured_min']:,.0f} .. "
+                    f"{g['measured_max']:,.0f} (x{g['ratio']:.2f}, {len(g['rows'])} rows); predicted "
+                    f"{g['predicted']:,.0f}"
+                )
     if report.unusable:
         lines.append("")
         lines.append(f"Rows not simulated ({len(report.unusable)}):")

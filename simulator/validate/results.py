@@ -10,6 +10,7 @@ from typing import Any
 from ..console import sanitize_json
 from .cases import Case, Unusable
 from .columns import METRIC_HFU, METRIC_MFU, METRIC_TFLOPS
+from .spread import moe_summary
 
 
 # ----------------------------------------------------------------------------- results
@@ -58,6 +59,7 @@ class ValidationReport:
             "by_dtype": {
                 k: {"mape_pct": v, "rows": c} for k, v, c in _flat(self.groups(lambda r: r.case.dtype))
             },
+            "moe": moe_summary(self.results),
             "unusable_rows": len(self.unusable),
         }
 
