@@ -25,6 +25,7 @@ from .program import Block, Program, build_program, stage_orders
 from .schedules import (
     SPLIT_BACKWARD_SCHEDULES,
     ChunkTimes,
+    Replay,
     is_split_backward,
     microbatches_per_chunk,
     overlapped_pairs,
@@ -33,7 +34,7 @@ from .schedules import (
 from .specs import Scenario
 from .timeline import CATEGORIES
 
-REPLAYED_SCHEDULES = SPLIT_BACKWARD_SCHEDULES  # zb-h1, zb-v, dualpipe, dualpipev
+REPLAYED_SCHEDULES = (*SPLIT_BACKWARD_SCHEDULES, "interleaved")  # zb-h1, zb-v, dualpipe, dualpipev
 
 
 def estimate_step(scn: Scenario, comm_model: CommModel | None = None) -> StepReport:
@@ -53,9 +54,10 @@ def _pipeline_time_s(program: Program, per_stage_s: list[float]) -> float:
     return sum(per_stage_s) + (m - 1) * slowest + hops
 
 
-def _replayed_pipeline_time_s(program: Program) -> float:
-    """Zero-bubble and DualPipe orders have no simple closed form on unequal stages: play the
-    same orders the engine plays (schedules.replay, no simpy) with the program's durations."""
+def _replayed(program: Program) -> Replay:
+    """Interleaved, zero-bubble and DualPipe orders have no closed form exact on unequal stages
+    (Megatron's interleaved warm-up is off by up to 25% on small m): play the same orders the
+    engine plays (schedules.replay, no simpy) with the program's durations."""
     times = [
         [
             ChunkTimes(
@@ -72,9 +74,55 @@ def _replayed_pipeline_time_s(program: Program) -> float:
     ]
     hops = [st.p2p_s for st in program.stages]
     orders = stage_orders(program)
-    return replay(
-        program.schedule, program.pp, program.vp, program.num_microbatches, times, hops, orders
-    ).makespan_s
+    return replay(program.schedule, program.pp, program.vp, program.num_microbatches, times, hops, orders)
+
+
+def _gather_waits_s(program: Program, stage: int, r: Replay) -> float:
+    """ZeRO-1/2 parameter gathers overlapped with the first forward of each chunk, as the engine
+    runs them: all launched at the start, one after another; a chunk's first forward waits for
+    its first bucket before it starts and for all of them before it hands its output on
+    (measured on the replayed times: Megatron's later chunks start late and hide theirs)."""
+    st = program.stages[stage]
+    done, first_done, all_done = 0.0, {}, {}
+    for c, ch in enumerate(st.chunks):
+        for j, d in enumerate(ch.param_gather_s):
+            done += d
+            if j == 0:
+                first_done[c] = done
+        if ch.param_gather_s:
+            all_done[c] = done
+    waits, seen = 0.0, set()
+    for t, start, end in zip(r.tasks[stage], r.start_s[stage], r.end_s[stage], strict=True):
+        if t.phase != "F" or t.chunk in seen or t.chunk not in first_done:
+            continue
+        seen.add(t.chunk)
+        before = max(0.0, first_done[t.chunk] - (start + waits))
+        waits += before + max(0.0, all_done[t.chunk] - (end + waits + before))
+    return waits
+
+
+def _grad_exposed_s(program: Program, stage: int, r: Replay) -> float:
+    """The stage's gradient reduction left after its last task, on its DP stream as the engine
+    runs it: ZeRO gathers launched at the start, each chunk's buckets spread over its last
+    backward (or W), one collective after another."""
+    st = program.stages[stage]
+    free = 0.0
+    if program.gathers_per_step and program.overlap_param_gather:
+        free = sum(sum(c.param_gather_s) for c in st.chunks)
+    tasks, starts, ends = r.tasks[stage], r.start_s[stage], r.end_s[stage]
+    split = is_split_backward(tasks)
+    last = {
+        t.chunk: i
+        for i, t in enumerate(tasks)
+        if t.phase == "W" or (t.phase == "B" and (t.microbatch, t.chunk) not in split)
+    }
+    for i in sorted(last.values()):
+        buckets = st.chunks[tasks[i].chunk].grad_bucket_s
+        n = len(buckets)
+        for j, d in enumerate(buckets):
+            launch = starts[i] + (ends[i] - starts[i]) * (j + 1) / n
+            free = max(launch, free) + d
+    return max(0.0, free - ends[-1]) if ends else 0.0
 
 
 def _blocks_run(program: Program, stage: int) -> dict[Block, int]:
@@ -121,16 +169,19 @@ def estimate_program(program: Program) -> tuple[float, tuple[dict[str, float], .
                     for seg in block.segments:
                         cats[seg.category] += seg.duration_s * runs
         work.append(cats)
-    if program.schedule in REPLAYED_SCHEDULES and program.pp > 1:
-        pipe_s = _replayed_pipeline_time_s(program)
+    replayed = _replayed(program) if program.schedule in REPLAYED_SCHEDULES else None
+    if replayed is not None:
+        pipe_s = replayed.makespan_s
     else:
         pipe_s = _pipeline_time_s(program, per_stage)
 
     ends, dp_exposed = [], []
-    for st in program.stages:
+    for s, st in enumerate(program.stages):
         grads = sum(sum(c.grad_bucket_s) for c in st.chunks)
         last_bwd = st.chunks[0].backward.duration_s if st.chunks else 0.0
-        if program.overlap_grad_reduce:
+        if replayed is not None and program.overlap_grad_reduce:
+            exposed = _grad_exposed_s(program, s, replayed)
+        elif program.overlap_grad_reduce:
             last_bucket = max((c.grad_bucket_s[-1] for c in st.chunks if c.grad_bucket_s), default=0.0)
             exposed = max(0.0, grads - last_bwd * len(st.chunks)) + last_bucket if grads else 0.0
         else:
@@ -138,16 +189,19 @@ def estimate_program(program: Program) -> tuple[float, tuple[dict[str, float], .
         gathers = [c.param_gather_s for c in st.chunks if c.param_gather_s]
         total_ag = sum(sum(g) for g in gathers)
         if program.gathers_per_step and gathers:
-            if program.overlap_param_gather:
+            if program.overlap_param_gather and replayed is not None:
+                exposed += _gather_waits_s(program, s, replayed)
+            elif program.overlap_param_gather:
                 first_fwd = st.chunks[0].forward.duration_s
                 exposed += gathers[0][0] + max(0.0, total_ag - gathers[0][0] - first_fwd)
             else:
                 exposed += total_ag
         dp_exposed.append(exposed)
-        ends.append(pipe_s + exposed)
+        stage_end_s = replayed.end_s[s][-1] if replayed is not None and replayed.end_s[s] else pipe_s
+        ends.append(stage_end_s + exposed)
     sync_s = max(ends)
     step_s = sync_s + max(st.optimizer_s for st in program.stages)
-    step_s += _data_stall_s(program, per_stage[0])
+    step_s = _with_dataloader_s(program, step_s, per_stage[0])
 
     by_stage = []
     for st, cats, exposed in zip(program.stages, work, dp_exposed, strict=True):
@@ -164,13 +218,22 @@ def estimate_program(program: Program) -> tuple[float, tuple[dict[str, float], .
     return step_s, tuple(by_stage)
 
 
-def _data_stall_s(program: Program, stage0_per_mb_s: float) -> float:
-    """Loader throughput workers/latency against stage 0's consumption, after the buffer."""
+def _with_dataloader_s(program: Program, step_s: float, stage0_per_mb_s: float) -> float:
+    """The step with the dataloader in its steady state (as the engine's loader model runs it).
+
+    Its workers load without pause while the buffer (workers·prefetch batches, plus one held by
+    each worker) has room, also across step boundaries, so a step can be no shorter than
+    m·latency/workers (throughput bound). In the last part of the step (after stage 0 has taken
+    its last batch: the pipeline's drain, DP, optimizer) the loader runs ahead of the next step
+    only until the buffer and the workers' hands are full; loading time beyond that is lost.
+    The drain is estimated as the step minus stage 0's m micro-batches of work."""
     lat = program.dataloader_latency_s
     if lat <= 0:
-        return 0.0
-    m = program.num_microbatches
-    ready = program.dataloader_workers * (program.dataloader_prefetch + 1)
-    produce_s = max(0, m - ready) * lat / program.dataloader_workers
-    consume_s = max(0, m - ready) * stage0_per_mb_s
-    return max(0.0, produce_s - consume_s)
+        return step_s
+    workers = program.dataloader_workers
+    period_s = program.num_microbatches * lat / workers
+    if period_s <= step_s:
+        return step_s  # the loader keeps up on average; the buffer absorbs the bursts
+    tail_s = max(0.0, step_s - program.num_microbatches * stage0_per_mb_s)
+    ahead_s = (workers * program.dataloader_prefetch + workers) * lat / workers
+    return period_s + max(0.0, tail_s - ahead_s)

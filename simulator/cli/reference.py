@@ -732,7 +732,8 @@ COLUMN_MEANINGS: dict[str, str] = {
     "num_gpus": "GPUs of this configuration",
     "num_microbatches": "micro-batches per step per pipeline = global_batch / (micro_batch · dp)",
     "capacity_gib": "usable GPU memory [GiB]",
-    "engine": "analytic (closed form) or des (discrete-event engine)",
+    "engine": "analytic (closed form) or des (discrete-event engine: the row was checked by it)",
+    "closed_form_mfu": "on a row the engine checked (--engine auto), the closed form's MFU it replaced",
     "fingerprint": "hash of the scenario (minus the row's own configuration) and mfusim version; `--resume` reuses only rows of this scenario",
     "time_to_train_days": "wall days of the whole run ([run] table; empty without one)",
     "gpu_hours": "GPU-hours of the whole run",
@@ -944,6 +945,7 @@ JSON_FIELDS: dict[str, dict[str, str]] = {
         "counts.invalid": "not a valid configuration (the reason column says why)",
         "rank_by": "the quantity ranked by (--rank-by)",
         "engines": "which engine produced the numbers",
+        "largest_closed_form_engine_gap": "largest |closed form − engine| / engine MFU over the rows the engine checked (--engine auto; null when none)",
         "top": "the best --top rows",
     },
     "mfu": {

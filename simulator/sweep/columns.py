@@ -32,7 +32,8 @@ EXTRA_CONFIG_COLUMNS = ("num_gpus",) + tuple(
 # `fingerprint`: which scenario (and mfusim version) a row was computed for; --resume refuses a
 # file of another scenario's rows (simulator.sweep.files.scenario_fingerprint)
 FINGERPRINT_COLUMN = "fingerprint"
-EXTRA_RESULT_COLUMNS = ("num_microbatches", "capacity_gib", "engine", FINGERPRINT_COLUMN)
+# `closed_form_mfu`: on a row the engine checked (engine = des), the closed form's MFU it replaced
+EXTRA_RESULT_COLUMNS = ("num_microbatches", "capacity_gib", "engine", "closed_form_mfu", FINGERPRINT_COLUMN)
 KEY_COLUMNS = SPEC_CONFIG_COLUMNS + EXTRA_CONFIG_COLUMNS
 # the whole-run plan of the configuration (simulator/plan.py), filled when the scenario has [run]
 COLUMNS = (
@@ -44,10 +45,14 @@ COLUMNS = (
     + PLAN_COLUMNS
 )
 NUMERIC_COLUMNS = frozenset(
-    ("step_time_s", "tokens_per_s", "mfu", "hfu", "peak_memory_gib", "capacity_gib")
+    ("step_time_s", "tokens_per_s", "mfu", "hfu", "peak_memory_gib", "capacity_gib", "closed_form_mfu")
     + CATEGORY_COLUMNS
     + PLAN_COLUMNS
 )
+
+# numeric columns that may be empty: the plan (no [run] table), the closed form's MFU (a row the
+# engine did not check)
+OPTIONAL_NUMERIC_COLUMNS = frozenset(PLAN_COLUMNS) | {"closed_form_mfu"}
 
 STATUS_OK = "ok"
 STATUS_OOM = "infeasible_memory"

@@ -31,6 +31,9 @@ class SweepResult:
     engine_note: str
     engine: str = "analytic"  # what was asked for: auto | analytic | des
     swept_keys: tuple[str, ...] = ()
+    # the largest |closed form − engine| / engine MFU over the rows the engine checked, and that row
+    largest_gap: float | None = None
+    largest_gap_row: dict[str, Any] | None = None
 
 
 def run_sweep(
@@ -92,7 +95,7 @@ def run_sweep(
                 old_rows,
                 foreign_rows,
                 engine=engine,
-                refine=refine,
+                refine=max(refine, top),
                 rank_by=rank_by,
                 out=out,
                 resume=resume,
@@ -100,13 +103,8 @@ def run_sweep(
                 fingerprint=fingerprint,
             )
     engine_note = _engines_used(rows)
-    ranked = rank_rows(rows, rank_by)
-    if engine == "auto":
-        # the engine's numbers are the better ones: refined configurations first, re-ranked by
-        # them, then the rest by the closed form
-        ranked = [r for r in ranked if r.get("engine") == "des"] + [
-            r for r in ranked if r.get("engine") != "des"
-        ]
+    ranked = rank_rows(rows, rank_by)  # one ranking: the engine's numbers wherever it ran
+    gap, gap_row = largest_gap(rows)
     counts = Counter(str(r.get("status")) for r in rows)
     return SweepResult(
         rows=tuple(rows),
@@ -115,6 +113,8 @@ def run_sweep(
         engine_note=engine_note,
         engine=engine,
         swept_keys=plan.keys,
+        largest_gap=gap,
+        largest_gap_row=gap_row,
     )
 
 
@@ -174,29 +174,68 @@ def _run_passes(
     by_key = {_key(r): r for r in itertools.chain(old_rows, new_rows)}
     rows = [by_key[k] for k in seen if k in by_key]
     if engine == "auto":
-        ranked = rank_rows(rows, rank_by)
-        todo_des = [r for r in ranked[:refine] if r.get("engine") != "des"]
-        if todo_des:
-            refined: list[dict[str, Any]] = []
-            bar = Progress(
-                len(todo_des), "engine", unit="cfg", stream=progress, enabled=None if progress else False
-            )
-
-            def on_refined(rs: list[dict[str, Any]]) -> None:
-                refined.extend(rs)
-                bar.update(len(rs))
-
-            try:
-                runner.run([_values_of(r) for r in todo_des], "des", on_refined)
-            finally:
-                bar.close()
-            for r in refined:
-                if r.get("status") != STATUS_INVALID:  # an engine failure keeps the closed form's row
-                    by_key[_key(r)] = r
-            rows = [by_key[k] for k in seen if k in by_key]
-            if out is not None:
-                rewrite_atomically(out, rows + foreign_rows, fingerprint)
+        rows = _check_best(runner, rows, by_key, seen, refine, rank_by, progress)
+        if out is not None:
+            rewrite_atomically(out, rows + foreign_rows, fingerprint)
     return rows
+
+
+def _check_best(
+    runner: Runner,
+    rows: list[dict[str, Any]],
+    by_key: dict[tuple[str, ...], dict[str, Any]],
+    seen: dict[tuple[str, ...], None],
+    k: int,
+    rank_by: str,
+    progress: TextIO | None,
+) -> list[dict[str, Any]]:
+    """Re-simulate with the engine until the best `k` of the one ranking (engine numbers where it
+    ran, closed form elsewhere) are all engine-checked: a checked row can fall out of the top k
+    and let an unchecked one in, which is then checked in turn."""
+    failed: set[tuple[str, ...]] = set()  # the engine failed: the closed form's row stays
+    while True:
+        todo = [r for r in rank_rows(rows, rank_by)[:k] if r.get("engine") != "des" and _key(r) not in failed]
+        if not todo:
+            return rows
+        for r in _engine_pass(runner, todo, progress):
+            key = _key(r)
+            if r.get("status") == STATUS_INVALID:
+                failed.add(key)
+                continue
+            before = by_key.get(key)
+            r["closed_form_mfu"] = before.get("mfu") if before is not None else None
+            by_key[key] = r
+        rows = [by_key[key] for key in seen if key in by_key]
+
+
+def _engine_pass(runner: Runner, todo: list[dict[str, Any]], progress: TextIO | None) -> list[dict[str, Any]]:
+    """The engine's rows for these configurations (with a progress bar on a terminal)."""
+    refined: list[dict[str, Any]] = []
+    bar = Progress(len(todo), "engine", unit="cfg", stream=progress, enabled=None if progress else False)
+
+    def on_refined(rs: list[dict[str, Any]]) -> None:
+        refined.extend(rs)
+        bar.update(len(rs))
+
+    try:
+        runner.run([_values_of(r) for r in todo], "des", on_refined)
+    finally:
+        bar.close()
+    return refined
+
+
+def largest_gap(rows: Iterable[Mapping[str, Any]]) -> tuple[float | None, dict[str, Any] | None]:
+    """The largest relative MFU difference between the closed form and the engine, over the rows
+    the engine checked (engine = des with a closed_form_mfu), and that row."""
+    gaps = [
+        (abs(float(r["closed_form_mfu"]) - float(r["mfu"])) / float(r["mfu"]), r)
+        for r in rows
+        if r.get("engine") == "des" and isinstance(r.get("closed_form_mfu"), float) and r.get("mfu")
+    ]
+    if not gaps:
+        return None, None
+    gap, row = max(gaps, key=lambda g: g[0])
+    return gap, dict(row)
 
 
 def _values_of(row: Mapping[str, Any]) -> dict[str, Any]:

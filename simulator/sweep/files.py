@@ -17,7 +17,14 @@ from ..errors import ConfigError
 from ..loading import check_regular_file
 from ..outputs import atomic_output
 from ..specs import Scenario
-from .columns import COLUMNS, FINGERPRINT_COLUMN, NUMERIC_COLUMNS, PLAN_COLUMNS, STATUS_INVALID, STATUSES
+from .columns import (
+    COLUMNS,
+    FINGERPRINT_COLUMN,
+    NUMERIC_COLUMNS,
+    OPTIONAL_NUMERIC_COLUMNS,
+    STATUS_INVALID,
+    STATUSES,
+)
 
 
 # ----------------------------------------------------------------------------- output files
@@ -144,8 +151,8 @@ def _number_problem(row: Mapping[str, Any]) -> str | None:
         return None if row.get("reason") else "an invalid row without a reason"
     for c in NUMERIC_COLUMNS:
         v = row.get(c)
-        if v is None and c in PLAN_COLUMNS:
-            continue  # no [run] table: no plan
+        if v is None and c in OPTIONAL_NUMERIC_COLUMNS:
+            continue  # no [run] table: no plan; not checked by the engine: no closed_form_mfu
         if isinstance(v, bool) or not isinstance(v, int | float):
             return f"{c} is not a number"
         if not math.isfinite(v) or v < 0:

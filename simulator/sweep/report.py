@@ -53,8 +53,16 @@ def format_table(scn: Scenario, result: SweepResult, top: int, rank_by: str) -> 
     out.write(f"ranked by {rank_by}; evaluated with: {result.engine_note}\n")
     if result.engine == "auto":
         out.write(
-            "(--engine auto: every configuration by the closed form, the best ones re-simulated by the "
-            "discrete-event engine and listed first, re-ranked by its numbers)\n"
+            "(--engine auto: every configuration by the closed form; the best re-simulated by the "
+            "discrete-event engine until the top ones are all engine-checked (engine = des); one ranking, "
+            "by the engine's numbers wherever it ran)\n"
+        )
+    if result.largest_gap is not None and result.largest_gap_row is not None:
+        r = result.largest_gap_row
+        out.write(
+            f"largest closed-form/engine gap over the {_checked(result)} engine-checked configurations: "
+            f"{100 * result.largest_gap:.1f}% of MFU ({config_name(r)}: closed form "
+            f"{100 * r['closed_form_mfu']:.1f}%, engine {100 * r['mfu']:.1f}%)\n"
         )
     best = list(result.ranked[:top])
     if not best:
@@ -111,6 +119,10 @@ def format_table(scn: Scenario, result: SweepResult, top: int, rank_by: str) -> 
     return out.getvalue()
 
 
+def _checked(result: SweepResult) -> int:
+    return sum(1 for r in result.rows if r.get("engine") == "des" and r.get("closed_form_mfu") is not None)
+
+
 def config_name(row: Mapping[str, Any]) -> str:
     """`tp 8, pp 16, dp 8, cp 1, ep 1, vp 1, micro_batch 1, recompute selective, zero 1`."""
     keys = ("tp", "pp", "dp", "cp", "ep", "vp", "micro_batch", "recompute", "zero")
@@ -138,6 +150,7 @@ def result_json(scn: Scenario, result: SweepResult, top: int, rank_by: str) -> d
         "counts": result.counts,
         "rank_by": rank_by,
         "engines": result.engine_note,
+        "largest_closed_form_engine_gap": result.largest_gap,
         "top": [dict(r) for r in result.ranked[:top]],
     }
 
