@@ -115,6 +115,9 @@ class ChunkProgram:
     # this chunk when each runs beside the other direction's pass; None = as unpaired
     forward_paired: Block | None = None
     backward_paired: Block | None = None
+    # bytes per GPU of each bucket's collective (traces' message_bytes), parallel to the above
+    grad_bucket_bytes: tuple[float, ...] = ()
+    param_gather_bytes: tuple[float, ...] = ()
 
 
 def overlap_pair(forward: Block, backward: Block, sm_fraction: float) -> tuple[Block, Block]:
@@ -147,6 +150,7 @@ class StageProgram:
     chunks: tuple[ChunkProgram, ...]
     optimizer_s: float
     p2p_s: float  # activation (or gradient) transfer to the neighbouring stage
+    p2p_bytes: float = 0.0  # its message size per GPU (traces' message_bytes)
 
 
 @dataclass(frozen=True, slots=True)
@@ -831,10 +835,16 @@ def build_program(scn: Scenario, comm: CommModel | None = None) -> Program:
             stage_params += params
             dp_grad_s: list[float] = []
             dp_param_s: list[float] = []
+            dp_grad_b: list[float] = []
+            dp_param_b: list[float] = []
             if par.dp > 1 and par.zero == 3:
-                dp_grad_s, dp_param_s = _fsdp_step_collectives(coster, par, params, gbytes, bucket_params, s)
+                dp_grad_s, dp_param_s, dp_grad_b, dp_param_b = _fsdp_step_collectives(
+                    coster, par, params, gbytes, bucket_params, s
+                )
             if par.dp > 1 and par.zero < 3 and par.dp_replicas > 1:  # HSDP-sharded optimizer
-                dp_grad_s, dp_param_s = _fsdp_step_collectives(coster, par, params, gbytes, bucket_params, s)
+                dp_grad_s, dp_param_s, dp_grad_b, dp_param_b = _fsdp_step_collectives(
+                    coster, par, params, gbytes, bucket_params, s
+                )
             elif par.dp > 1 and par.zero < 3:
                 # dense gradients reduce over dp; routed-expert gradients over the expert-DP group
                 # (ParallelConfig.expert_dp ranks share each expert shard). The comm model has no
@@ -846,6 +856,7 @@ def build_program(scn: Scenario, comm: CommModel | None = None) -> Program:
                         continue
                     ratio = edp_ratio if group == "edp" else 1.0
                     for n_params in _buckets(n_all, bucket_params):
+                        dp_grad_b.append(n_params * gbytes)
                         if par.zero == 0:
                             dp_grad_s.append(ratio * coster.coll("allreduce", "dp", n_params * gbytes, s))
                         else:
@@ -853,6 +864,7 @@ def build_program(scn: Scenario, comm: CommModel | None = None) -> Program:
                             dp_param_s.append(
                                 ratio * coster.coll("allgather", "dp", n_params * device.element_bytes, s)
                             )
+                            dp_param_b.append(n_params * device.element_bytes)
             forward, backward = _block(fwd), _block(rec + b_in + b_w)
             paired: tuple[Block | None, Block | None] = (None, None)
             if par.schedule in ("dualpipe", "dualpipev"):
@@ -868,6 +880,8 @@ def build_program(scn: Scenario, comm: CommModel | None = None) -> Program:
                     backward_weight=_block(b_w),
                     grad_bucket_s=tuple(dp_grad_s),
                     param_gather_s=tuple(dp_param_s),
+                    grad_bucket_bytes=tuple(dp_grad_b),
+                    param_gather_bytes=tuple(dp_param_b),
                     params_local=params,
                     forward_paired=paired[0],
                     backward_paired=paired[1],
@@ -880,7 +894,15 @@ def build_program(scn: Scenario, comm: CommModel | None = None) -> Program:
             optimizer_s = _offloaded_optimizer_s(scn, stage_params / shard)
         act_msg = par.micro_batch * m.seq_len // par.cp * m.hidden * device.activation_bytes / par.tp
         p2p_s = coster.coll("sendrecv", "pp", act_msg, s) if pp > 1 else 0.0
-        stages.append(StageProgram(stage=s, chunks=tuple(chunks), optimizer_s=optimizer_s, p2p_s=p2p_s))
+        stages.append(
+            StageProgram(
+                stage=s,
+                chunks=tuple(chunks),
+                optimizer_s=optimizer_s,
+                p2p_s=p2p_s,
+                p2p_bytes=act_msg if pp > 1 else 0.0,
+            )
+        )
 
     dl = scn.dataloader
     return Program(
@@ -928,7 +950,7 @@ def shard_axis(par: ParallelConfig) -> str:
 
 def _fsdp_step_collectives(
     coster: _Coster, par: ParallelConfig, params: float, grad_bytes: int, bucket_params: float, stage: int
-) -> tuple[list[float], list[float]]:
+) -> tuple[list[float], list[float], list[float], list[float]]:
     """Per-step DP collectives of a chunk, per bucket, for sharded state (ZeRO-1/2, HSDP, and
     ZeRO-3 whose per-layer traffic is costed in the layers):
 
@@ -942,7 +964,10 @@ def _fsdp_step_collectives(
     shard = par.shard_size
     replicas = par.dp_replicas
     per_layer = par.zero == 3 and par.reshard_after_forward
-    grads, gathers = [], []
+    grads: list[float] = []
+    gathers: list[float] = []
+    grads_bytes: list[float] = []  # message bytes per GPU (the reduce-scatter's, else the all-reduce's)
+    gathers_bytes: list[float] = []
     for n_params in _buckets(params, bucket_params):
         t = 0.0
         if not per_layer:
@@ -951,9 +976,11 @@ def _fsdp_step_collectives(
             t += coster.coll("allreduce", "dp_replicate", n_params * grad_bytes / shard, stage)
         if t > 0:
             grads.append(t)
+            grads_bytes.append(n_params * grad_bytes / (1 if not per_layer else shard))
         if not per_layer:
             gathers.append(coster.coll("allgather", axis, n_params * coster.device.element_bytes, stage))
-    return grads, gathers
+            gathers_bytes.append(n_params * coster.device.element_bytes)
+    return grads, gathers, grads_bytes, gathers_bytes
 
 
 MAX_BUCKETS_PER_CHUNK = 1000  # beyond this, equal buckets: the overlap no longer changes
