@@ -850,7 +850,7 @@ JSON_FIELDS: dict[str, dict[str, str]] = {
         "breakdown_by_stage_s[].<category>": "seconds in this category on this stage",
         "memory": "memory per GPU",
         "memory.peak_gib_per_gpu": "peak memory of the fullest stage [GiB]",
-        "memory.capacity_gib": "GPU memory [GiB]",
+        "memory.capacity_gib": "usable GPU memory [GiB]: the GPU's minus memory.headroom_gib",
         "memory.fits": "peak within capacity",
         "memory.parts_gib": "peak split by part [GiB]",
         "memory.parts_gib.weights": "model weights held by this GPU",
