@@ -196,6 +196,7 @@ def test_out_of_memory_baseline_gets_the_cheapest_fit_first_and_only_fitting_lev
         (lv.mfu or 0) <= (fit.mfu or 0) for lv in result.applied if lv.key.startswith("fit_") and lv.fits
     )
     assert result.headline.startswith("It does not fit in GPU memory")
+    assert result.to_dict()["cheapest_fit"] == fit.key
     assert fit.name in result.headline and f"{100 * (fit.gain or 0):+.1f} points" in result.headline
     # levers that do not fit are listed, marked, and never recommended
     assert any(lv.fits is False for lv in result.applied)
