@@ -149,6 +149,7 @@ def sweep(
     """Every configuration of the scenario's `[sweep]` table; `.ranked` lists the feasible ones
     best first, `.rows` all of them (the columns of `mfusim sweep --out`)."""
     from simulator.loading import resolve_scenario_path
+    from simulator.plan import check_rank_by
     from simulator.sweep import load_sweep_scenario, run_sweep
 
     if isinstance(scenario, str | Path):
@@ -156,6 +157,7 @@ def sweep(
         scn = load_sweep_scenario(resolve_scenario_path(scenario))
     else:
         scn = _scenario(scenario)
+    check_rank_by(scn, rank_by)
     return run_sweep(
         scn, engine=engine, jobs=jobs, refine=refine, rank_by=rank_by, out=Path(out) if out else None
     )

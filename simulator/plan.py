@@ -395,6 +395,16 @@ RANK_KEYS = {
 }
 
 
+def check_rank_by(scn: Scenario, rank_by: str, key: str = "rank_by") -> None:
+    """Ranking by the plan needs one: time_to_train a [run] table, cost also its price."""
+    if rank_by == "time_to_train" and scn.run is None:
+        raise ConfigError("time_to_train needs a [run] table or --tokens N", key=key)
+    if rank_by == "cost" and (scn.run is None or scn.run.usd_per_gpu_hour is None):
+        raise ConfigError(
+            "cost needs a [run] table with usd_per_gpu_hour, or --tokens N --usd-per-gpu-hour P", key=key
+        )
+
+
 def plan_columns(p: Plan) -> dict[str, float | None]:
     d = p.to_dict()
     return {

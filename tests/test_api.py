@@ -193,3 +193,14 @@ def test_api_takes_a_dict_of_tables() -> None:
     with pytest.raises(mfusim.ConfigError) as err:
         mfusim.load_scenario(tables, {"parallel.tp": "four"})
     assert err.value.key == "--set parallel.tp"
+
+
+def test_api_sweep_rank_by_the_plan_needs_a_run(small: Path) -> None:
+    with pytest.raises(mfusim.ConfigError) as err:
+        mfusim.sweep(small, engine="analytic", rank_by="cost")
+    assert err.value.key == "rank_by"
+    scn = mfusim.load_scenario(small, {"run.tokens": 1e10})
+    days = [
+        r["time_to_train_days"] for r in mfusim.sweep(scn, engine="analytic", rank_by="time_to_train").ranked
+    ]
+    assert days == sorted(days) and days

@@ -145,3 +145,24 @@ def test_rail_only_alltoall_pays_the_nvlink_hop() -> None:
     # with a slow NVLink the forwarded bytes show; ring-friendly traffic is unchanged
     assert a2a("rail-only", 20) > a2a("rail-optimized", 20)
     assert a2a("rail-only", 450) == pytest.approx(a2a("rail-optimized", 450), rel=0.05)
+
+
+def test_pipeline_sends_between_pods_pay_the_core() -> None:
+    """Every rank of a stage sends to the next stage at once: when stage boundaries cross pods
+    (two 1,536-GPU stages per 3,072-GPU pod), those sends share the pod's 1:7 core uplinks."""
+    scn = scenario_from_dict(
+        {
+            "model": MODEL,
+            "cluster": {
+                "topology": "dgx-h100",
+                "num_gpus": 24576,
+                "inter_node": {"nodes_per_pod": 384, "pod_oversubscription": 7.0},
+            },
+            "parallel": {"tp": 8, "pp": 16, "global_batch": 3072},
+        }
+    )
+    comm = TopologyCommModel(scn)
+    inside = comm.collective("sendrecv", "pp", 32 * 2**20, 0)  # stage 0 -> 1: same pod
+    across = comm.collective("sendrecv", "pp", 32 * 2**20, 1)  # stage 1 -> 2: next pod
+    assert inside.bottleneck == "nic" and across.bottleneck == "pod-uplink"
+    assert across.time_s > 2 * inside.time_s

@@ -343,3 +343,36 @@ def test_op_names_drop_the_microbatch() -> None:
     assert op_name("wait activation mb17") == "wait activation"
     assert op_name("optimizer step") == "optimizer step"
     assert op_name("F3") == "F"
+
+
+def test_comm_spans_carry_their_message_bytes(tmp_path) -> None:
+    """DP gradient buckets and ZeRO parameter gathers, and pipeline sends, say how many bytes they
+    move (issue 17: "param allgather" spans had message_bytes 0): a ZeRO-1 step's gathers move the
+    16-bit parameters of the stage, its reduce-scatters the fp32 gradients (Megatron's buckets)."""
+    from simulator.loading import load_scenario
+    from simulator.program import build_program
+    from simulator.simulate import simulate
+
+    scn = load_scenario(_small(tmp_path, "zero1-dp-overlap"))
+    result = simulate(scn, detail=True)
+    events = chrome_trace_events(result.timeline, result.report)
+    xs = [e for e in events if e["ph"] == "X"]
+    program = build_program(scn)
+    for stage, st in enumerate(program.stages):
+        gathered = sum(
+            e["args"]["message_bytes"]
+            for e in xs
+            if e["name"] == "param allgather" and e["args"]["stage"] == stage
+        )
+        reduced = sum(
+            e["args"]["message_bytes"]
+            for e in xs
+            if e["name"] == "grad reduce" and e["args"]["stage"] == stage
+        )
+        params = sum(ch.params_local for ch in st.chunks)
+        assert gathered == pytest.approx(2 * params, rel=1e-9)  # bf16 parameters, once per step
+        assert reduced == pytest.approx(4 * params, rel=1e-9)  # fp32 gradients
+    sends = [e for e in xs if e["name"].startswith("send ")]
+    m = scn.model
+    act = scn.parallel.micro_batch * m.seq_len * m.hidden * 2 / scn.parallel.tp
+    assert sends and all(e["args"]["message_bytes"] == pytest.approx(act) for e in sends)

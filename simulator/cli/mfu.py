@@ -5,17 +5,18 @@ from __future__ import annotations
 import argparse
 import math
 import sys
+from typing import TYPE_CHECKING
 
 from ..errors import ConfigError
 from ..units import TERA
 from .common import print_json
 
+if TYPE_CHECKING:
+    from ..specs import ModelSpec
+
 
 def cmd_mfu(args: argparse.Namespace) -> int:
-    from dataclasses import replace
-
-    from .. import flops
-    from ..loading import gpu_by_name, model_preset
+    from ..loading import gpu_by_name
 
     gpu = gpu_by_name(args.gpu, key="--gpu")
     try:
@@ -24,29 +25,8 @@ def cmd_mfu(args: argparse.Namespace) -> int:
         raise ConfigError(err.message, key="--dtype") from None
     if (args.params is None) == (args.model is None):
         raise ConfigError("give exactly one of --params or --model", key="--params")
-    model = None
-    if args.model is not None:
-        try:
-            model = model_preset(args.model)
-        except ConfigError as err:
-            raise ConfigError(err.message, key="--model") from None
-        if args.seq_len:
-            model = replace(model, seq_len=args.seq_len)
-    if args.tokens_per_s is not None:
-        if args.step_time_s is not None:
-            raise ConfigError(
-                "give --tokens-per-s or --step-time-s with --global-batch, not both", key="--tokens-per-s"
-            )
-        tokens_per_s = args.tokens_per_s
-    else:
-        if args.step_time_s is None or args.global_batch is None:
-            raise ConfigError(
-                "give --tokens-per-s, or --step-time-s and --global-batch", key="--tokens-per-s"
-            )
-        seq = model.seq_len if model else args.seq_len
-        if not seq:
-            raise ConfigError("--step-time-s with --params needs --seq-len", key="--seq-len")
-        tokens_per_s = args.global_batch * seq / args.step_time_s
+    model = _model(args)
+    tokens_per_s = _tokens_per_s(args, model)
     result: dict[str, object] = {
         "gpu": gpu.name,
         "dtype": args.dtype,
@@ -54,33 +34,7 @@ def cmd_mfu(args: argparse.Namespace) -> int:
         "peak_flop_per_s_per_gpu": peak,
         "tokens_per_s": tokens_per_s,
     }
-    if model is None:
-        per_token = 6.0 * args.params
-        mfu = flops.mfu(per_token, tokens_per_s, args.gpus, peak)
-        hfu = mfu * (8.0 / 6.0 if args.recompute == "full" else 1.0)
-        result.update(params=args.params, flops_per_token_6psi=per_token, mfu=mfu, mfu_6psi=mfu, hfu=hfu)
-        if args.recompute == "selective":
-            result["note"] = "selective recompute needs a model (--model) for its extra FLOPs; hfu = mfu here"
-    else:
-        conventions = {
-            "6psi": flops.flops_per_token_6psi(model),
-            "6psi_attn": flops.flops_per_token_6psi_attn(model),
-            "exact": flops.flops_per_token_exact(model),
-        }
-        hw_per_token = (
-            conventions["exact"] + flops.recompute_flops_per_sequence(model, args.recompute) / model.seq_len
-        )
-        result.update(
-            model=args.model,
-            params=flops.total_params(model),
-            non_embedding_params=flops.non_embedding_params(model),
-            seq_len=model.seq_len,
-            flops_per_token={k: v for k, v in conventions.items()},
-            mfu=flops.mfu(conventions["exact"], tokens_per_s, args.gpus, peak),
-            mfu_6psi=flops.mfu(conventions["6psi"], tokens_per_s, args.gpus, peak),
-            mfu_6psi_attn=flops.mfu(conventions["6psi_attn"], tokens_per_s, args.gpus, peak),
-            hfu=flops.mfu(hw_per_token, tokens_per_s, args.gpus, peak),
-        )
+    result.update(_utilization(args, model, tokens_per_s, peak))
     numbers = [v for v in result.values() if isinstance(v, float)]
     if not all(math.isfinite(v) for v in numbers):
         raise ConfigError(
@@ -98,21 +52,104 @@ def cmd_mfu(args: argparse.Namespace) -> int:
 
         print_json({**result, "mfusim_version": __version__})
         return 0
+    _print_text(args, gpu.name, peak, tokens_per_s, model, result)
+    return 0
+
+
+def _model(args: argparse.Namespace) -> ModelSpec | None:
+    """The --model preset (with --seq-len applied), or None for --params."""
+    from dataclasses import replace
+
+    from ..loading import model_preset
+
+    if args.model is None:
+        return None
+    try:
+        model = model_preset(args.model)
+    except ConfigError as err:
+        raise ConfigError(err.message, key="--model") from None
+    return replace(model, seq_len=args.seq_len) if args.seq_len else model
+
+
+def _tokens_per_s(args: argparse.Namespace, model: ModelSpec | None) -> float:
+    """--tokens-per-s as given, or global batch x sequence length / step time."""
+    if args.tokens_per_s is not None:
+        if args.step_time_s is not None:
+            raise ConfigError(
+                "give --tokens-per-s or --step-time-s with --global-batch, not both", key="--tokens-per-s"
+            )
+        return args.tokens_per_s
+    if args.step_time_s is None or args.global_batch is None:
+        raise ConfigError("give --tokens-per-s, or --step-time-s and --global-batch", key="--tokens-per-s")
+    seq = model.seq_len if model else args.seq_len
+    if not seq:
+        raise ConfigError("--step-time-s with --params needs --seq-len", key="--seq-len")
+    return args.global_batch * seq / args.step_time_s
+
+
+def _utilization(
+    args: argparse.Namespace, model: ModelSpec | None, tokens_per_s: float, peak: float
+) -> dict[str, object]:
+    """MFU/HFU under each FLOP convention flops.py knows for what was given."""
+    from .. import flops
+
+    if model is None:
+        per_token = 6.0 * args.params
+        mfu = flops.mfu(per_token, tokens_per_s, args.gpus, peak)
+        hfu = mfu * (8.0 / 6.0 if args.recompute == "full" else 1.0)
+        out: dict[str, object] = {
+            "params": args.params,
+            "flops_per_token_6psi": per_token,
+            "mfu": mfu,
+            "mfu_6psi": mfu,
+            "hfu": hfu,
+        }
+        if args.recompute == "selective":
+            out["note"] = "selective recompute needs a model (--model) for its extra FLOPs; hfu = mfu here"
+        return out
+    conventions = {
+        "6psi": flops.flops_per_token_6psi(model),
+        "6psi_attn": flops.flops_per_token_6psi_attn(model),
+        "exact": flops.flops_per_token_exact(model),
+    }
+    hw_per_token = (
+        conventions["exact"] + flops.recompute_flops_per_sequence(model, args.recompute) / model.seq_len
+    )
+    return {
+        "model": model.name,
+        "params": flops.total_params(model),
+        "non_embedding_params": flops.non_embedding_params(model),
+        "seq_len": model.seq_len,
+        "flops_per_token": {k: v for k, v in conventions.items()},
+        "mfu": flops.mfu(conventions["exact"], tokens_per_s, args.gpus, peak),
+        "mfu_6psi": flops.mfu(conventions["6psi"], tokens_per_s, args.gpus, peak),
+        "mfu_6psi_attn": flops.mfu(conventions["6psi_attn"], tokens_per_s, args.gpus, peak),
+        "hfu": flops.mfu(hw_per_token, tokens_per_s, args.gpus, peak),
+    }
+
+
+def _print_text(
+    args: argparse.Namespace,
+    gpu_name: str,
+    peak: float,
+    tokens_per_s: float,
+    model: ModelSpec | None,
+    result: dict[str, object],
+) -> None:
     print(
-        f"{args.gpus} x {gpu.name} ({peak / TERA:.0f} TFLOP/s dense {args.dtype}), {tokens_per_s:,.0f} tokens/s"
+        f"{args.gpus} x {gpu_name} ({peak / TERA:.0f} TFLOP/s dense {args.dtype}), {tokens_per_s:,.0f} tokens/s"
     )
     if model is None:
         print(f"  FLOPs/token (6Ψ, Ψ={args.params:.3g}): {result['flops_per_token_6psi']:.3e}")
         print(f"  MFU (6Ψ)           {result['mfu']:.1%}")
         print(f"  HFU                {result['hfu']:.1%}   (recompute={args.recompute})")
-    else:
-        fpt = result["flops_per_token"]
-        assert isinstance(fpt, dict)
-        print(
-            f"  model {args.model}: Ψ(non-embedding) = {result['non_embedding_params']:.3e}, s = {model.seq_len}"
-        )
-        print(f"  MFU, 6Ψ            {result['mfu_6psi']:.1%}   ({fpt['6psi']:.3e} FLOP/token)")
-        print(f"  MFU, 6Ψ + 12·L·h·s {result['mfu_6psi_attn']:.1%}   ({fpt['6psi_attn']:.3e} FLOP/token)")
-        print(f"  MFU, exact         {result['mfu']:.1%}   ({fpt['exact']:.3e} FLOP/token)")
-        print(f"  HFU, exact         {result['hfu']:.1%}   (recompute={args.recompute})")
-    return 0
+        return
+    fpt = result["flops_per_token"]
+    assert isinstance(fpt, dict)
+    print(
+        f"  model {model.name}: Ψ(non-embedding) = {result['non_embedding_params']:.3e}, s = {model.seq_len}"
+    )
+    print(f"  MFU, 6Ψ            {result['mfu_6psi']:.1%}   ({fpt['6psi']:.3e} FLOP/token)")
+    print(f"  MFU, 6Ψ + 12·L·h·s {result['mfu_6psi_attn']:.1%}   ({fpt['6psi_attn']:.3e} FLOP/token)")
+    print(f"  MFU, exact         {result['mfu']:.1%}   ({fpt['exact']:.3e} FLOP/token)")
+    print(f"  HFU, exact         {result['hfu']:.1%}   (recompute={args.recompute})")

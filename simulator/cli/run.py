@@ -23,6 +23,7 @@ def check_sample_seeds(base_seed: int, samples: int, key: str) -> None:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    from ..budget import check_run
     from ..describe import add_summary
     from ..outputs import atomic_path, same_file
     from ..plan import format_plan, plan_for
@@ -46,6 +47,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             "(simulated once)\n"
         )
     runs = 1 if identical else args.samples
+    check_run(scn, samples=runs, trace=trace_path is not None, plot=plot_path is not None, comm_model=comm)
     steps = runs + (trace_path is not None) + (plot_path is not None)
     progress = Progress(steps if steps > 1 else 0, "run", unit="steps")  # silent off a terminal
     result = simulate(scn, comm, seed=args.seed, detail=trace_path is not None or plot_path is not None)

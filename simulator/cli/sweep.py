@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..errors import ConfigError
+from ..plan import check_rank_by
 from .common import (
     check_suffix,
     check_writable,
@@ -24,18 +25,6 @@ if TYPE_CHECKING:
     from ..sweep import SweepResult
 
 MAX_EXPORT = 10_000  # --export-top K
-
-
-def _check_rank_by(scn: Scenario, rank_by: str) -> None:
-    if rank_by == "time_to_train" and scn.run is None:
-        raise ConfigError("time_to_train needs a [run] table or --tokens N", key="--rank-by")
-    if rank_by == "cost" and scn.run is None:
-        raise ConfigError(
-            "cost needs a [run] table with usd_per_gpu_hour, or --tokens N --usd-per-gpu-hour P",
-            key="--rank-by",
-        )
-    if rank_by == "cost" and scn.run is not None and scn.run.usd_per_gpu_hour is None:
-        raise ConfigError("cost needs usd_per_gpu_hour in [run] or --usd-per-gpu-hour P", key="--rank-by")
 
 
 def _export_targets(
@@ -115,7 +104,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         scn = load_sweep_scenario(path, scenario_overrides(args))
     except ConfigError as err:
         raise flag_names(err) from None
-    _check_rank_by(scn, args.rank_by)
+    check_rank_by(scn, args.rank_by, key="--rank-by")
     inputs = scenario_inputs(path)
     export_best, export_top = _export_targets(args, inputs)
     out = None
@@ -128,6 +117,13 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         check_writable(args.plot, "--plot", inputs + ([out] if out is not None else []))
     if out is not None and not args.resume and out.is_file() and out.stat().st_size > 0:
         sys.stderr.write(f"mfusim sweep: overwriting {out} (--resume continues it instead)\n")
+    from ..budget import check_sweep, step_seconds
+    from ..sweep import plan_sweep
+
+    jobs = args.jobs or os.cpu_count() or 1
+    check_sweep(
+        plan_sweep(scn).size, engine=args.engine, jobs=jobs, refine=args.refine, step_s=step_seconds(scn)
+    )
     progress_stream = sys.stderr
     _announce_grid(scn)
     result = run_sweep(

@@ -65,6 +65,7 @@ def _print_table(result: WhatIf, out: Any) -> None:
 
 def cmd_whatif(args: argparse.Namespace) -> int:
     """`mfusim whatif [SCENARIO] [--json]`."""
+    from ..budget import check_whatif
     from ..describe import add_summary
     from ..memory import memory_footprint
     from ..whatif import analyze, candidate_variants, fit_variants
@@ -74,6 +75,7 @@ def cmd_whatif(args: argparse.Namespace) -> int:
     if not memory_footprint(scenario).fits:
         variants = fit_variants(scenario) + variants
     n = sum(1 for v in variants if v.build is not None)
+    check_whatif(scenario, n)
     sys.stderr.write(f"whatif: simulating the baseline and {n} variants of {scenario.name}\n")
     result = analyze(scenario)
     if getattr(args, "json", False):

@@ -18,16 +18,24 @@ class DPStream:
         self.free_s = 0.0  # when the stream has finished everything launched so far
 
     def launch(
-        self, durations: Sequence[float], launch_times: Sequence[float], name: str, chunk: int
+        self,
+        durations: Sequence[float],
+        launch_times: Sequence[float],
+        name: str,
+        chunk: int,
+        message_bytes: Sequence[float] = (),
     ) -> float:
         """Queue one collective per bucket, each no earlier than its launch time; return when
-        the last one ends."""
+        the last one ends. `message_bytes` (per bucket, optional) is recorded on the spans."""
         end = self.free_s
-        for d, t_launch in zip(durations, launch_times, strict=True):
+        sizes = list(message_bytes) if len(message_bytes) == len(durations) else [0.0] * len(durations)
+        for d, t_launch, size in zip(durations, launch_times, sizes, strict=True):
             d *= self.noise.network_factor()
             start = max(t_launch, self.free_s)
             end = start + d
-            self.recorder.add(self.stage, "dp_comm", name, start, end, stream="dp", chunk=chunk)
+            self.recorder.add(
+                self.stage, "dp_comm", name, start, end, stream="dp", chunk=chunk, message_bytes=size
+            )
             self.free_s = end
         return end
 
@@ -42,14 +50,22 @@ class ParamGathers:
         self.all_done_s: dict[int, float] = {}
         self.seen: set[int] = set()  # chunks whose first forward has run
 
-    def launch(self, dp: DPStream, gathers_s: Sequence[tuple[float, ...]]) -> None:
+    def launch(
+        self,
+        dp: DPStream,
+        gathers_s: Sequence[tuple[float, ...]],
+        gathers_bytes: Sequence[tuple[float, ...]] = (),
+    ) -> None:
         for c, buckets in enumerate(gathers_s):
             if not buckets:
                 continue
-            first = dp.launch(buckets[:1], [0.0], "param allgather", c)
+            sizes = gathers_bytes[c] if c < len(gathers_bytes) else ()
+            first = dp.launch(buckets[:1], [0.0], "param allgather", c, sizes[:1])
             self.first_done_s[c] = first
             rest = buckets[1:]
-            self.all_done_s[c] = dp.launch(rest, [0.0] * len(rest), "param allgather", c) if rest else first
+            self.all_done_s[c] = (
+                dp.launch(rest, [0.0] * len(rest), "param allgather", c, sizes[1:]) if rest else first
+            )
 
     def wait_before_s(self, chunk: int, now: float) -> float:
         """Seconds the chunk's first forward must wait before it can start."""

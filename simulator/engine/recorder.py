@@ -82,10 +82,18 @@ class SpanRecorder(_Summaries):
         self.add(stage, "bubble", f"wait {what}", start, end - wire_s, microbatch=mb, chunk=c)
         self.add(stage, "pp_comm", f"recv {what}", end - wire_s, end, microbatch=mb, chunk=c)
 
-    def send(self, stage: int, task: Task, start: float, end: float) -> None:
+    def send(self, stage: int, task: Task, start: float, end: float, message_bytes: float = 0.0) -> None:
         name = f"send {task.phase} mb{task.microbatch}"
         self.add(
-            stage, "pp_comm", name, start, end, stream="pp", microbatch=task.microbatch, chunk=task.chunk
+            stage,
+            "pp_comm",
+            name,
+            start,
+            end,
+            stream="pp",
+            microbatch=task.microbatch,
+            chunk=task.chunk,
+            message_bytes=message_bytes,
         )
 
     def timeline(self, step_time_s: float) -> Timeline:
@@ -130,7 +138,7 @@ class SumRecorder(_Summaries):
         if end > sent:
             sums["pp_comm"] += end - sent
 
-    def send(self, stage: int, task: Task, start: float, end: float) -> None:
+    def send(self, stage: int, task: Task, start: float, end: float, message_bytes: float = 0.0) -> None:
         pass  # on the pp stream, beside the stage's own timeline
 
     def timeline(self, step_time_s: float) -> Timeline:

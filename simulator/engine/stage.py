@@ -142,7 +142,11 @@ class StageProcess:
         clock, rec, noise, s = self.clock, self.rec, self.noise, self.s
         self.slow = noise.straggler_factor()
         if self.overlap_gathers:
-            self.gathers.launch(self.dp, [ch.param_gather_s for ch in self.st.chunks])
+            self.gathers.launch(
+                self.dp,
+                [ch.param_gather_s for ch in self.st.chunks],
+                [ch.param_gather_bytes for ch in self.st.chunks],
+            )
         plans = self.plans
         received: set[int] = set()  # tasks whose input is already in (DualPipe's paired F&B)
         for idx, plan in enumerate(plans):
@@ -211,22 +215,29 @@ class StageProcess:
         assert key is not None
         d = plan.transfer_s * self.noise.network_factor()
         now = self.clock.now
-        self.rec.send(self.s, task, now, now + d)
+        self.rec.send(self.s, task, now, now + d, self.st.p2p_bytes)
         self.clock.post(key, d)
 
     def _reduce_grads(self, chunk: int, start: float, end: float) -> None:
         """With overlap, a chunk's gradient buckets are reduced as its last backward produces them."""
-        buckets = self.st.chunks[chunk].grad_bucket_s
+        ch = self.st.chunks[chunk]
+        buckets = ch.grad_bucket_s
         n = len(buckets)
         times = [start + (end - start) * (j + 1) / n for j in range(n)]
-        self.dp.launch(buckets, times, "grad reduce", chunk)
+        self.dp.launch(buckets, times, "grad reduce", chunk, ch.grad_bucket_bytes)
 
     # ------------------------------------------------------------------ end of step
     def _finish(self):
         clock, rec, s = self.clock, self.rec, self.s
         if not self.program.overlap_grad_reduce:
             for c, ch in reversed(list(enumerate(self.st.chunks))):
-                self.dp.launch(ch.grad_bucket_s, [clock.now] * len(ch.grad_bucket_s), "grad reduce", c)
+                self.dp.launch(
+                    ch.grad_bucket_s,
+                    [clock.now] * len(ch.grad_bucket_s),
+                    "grad reduce",
+                    c,
+                    ch.grad_bucket_bytes,
+                )
         # this stage's gradient reduction, and the slowest DP replica
         t0 = clock.now
         std = self.noise.spec.compute_jitter * math.sqrt(self.busy_sq_s2)
@@ -252,7 +263,11 @@ class StageProcess:
         for c, ch in enumerate(self.st.chunks):
             if ch.param_gather_s:
                 end = self.dp.launch(
-                    ch.param_gather_s, [clock.now] * len(ch.param_gather_s), "param allgather", c
+                    ch.param_gather_s,
+                    [clock.now] * len(ch.param_gather_s),
+                    "param allgather",
+                    c,
+                    ch.param_gather_bytes,
                 )
         if end > clock.now:
             t0 = clock.now

@@ -357,6 +357,24 @@ def analyze_p2p(fabric: Fabric, placement: Placement, links: Links, axis: str, s
             nic_cache[j] = c
         return nic_cache[j]
 
+    pods = fabric.pods_oversubscribed
+    pod_cache: dict[int, dict[int, int]] = {}
+
+    def crosses_pod(r: int) -> bool:
+        return fabric.pod_of_node(r // gpn) != fabric.pod_of_node(placement.next_rank(axis, r) // gpn)
+
+    def pod_counts(s: int) -> dict[int, int]:
+        """Senders of this stage per rail leaving pod `s` (they share its core uplinks)."""
+        if s not in pod_cache:
+            c: dict[int, int] = {}
+            npp = fabric.nodes_per_pod
+            for r in range(s * npp * gpn, min((s + 1) * npp * gpn, fabric.num_gpus)):
+                if placement.stage_of(r) == stage and crosses_pod(r):
+                    q = fabric.leaf_rail_of_local(r % gpn)
+                    c[q] = c.get(q, 0) + 1
+            pod_cache[s] = c
+        return pod_cache[s]
+
     def unit_counts(s: int) -> dict[int, int]:
         if s not in unit_cache:
             c: dict[int, int] = {}
@@ -383,6 +401,10 @@ def analyze_p2p(fabric: Fabric, placement: Placement, links: Links, axis: str, s
                 up = unit_counts(fabric.unit_of_node(r // gpn))[fabric.leaf_rail_of_local(r % gpn)]
                 if up / links.uplink_bytes_per_s > spb:
                     spb, name = up / links.uplink_bytes_per_s, "leaf-uplink"
+            if pods and crosses_pod(r):
+                up = pod_counts(fabric.pod_of_node(r // gpn))[fabric.leaf_rail_of_local(r % gpn)]
+                if up / links.pod_uplink_bytes_per_s > spb:
+                    spb, name = up / links.pod_uplink_bytes_per_s, "pod-uplink"
             cand = (spb, links.inter_latency_s, name)
         scope = max(scope, fabric.scope([r, dst]), key=SCOPES.index)
         if (cand[0], cand[1]) > (worst[0], worst[1]):
