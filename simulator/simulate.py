@@ -3,15 +3,19 @@ measure it (metrics.py)."""
 
 from __future__ import annotations
 
+import numbers
 from dataclasses import dataclass, replace
 
 from .comm import CommModel
 from .engine import run_step
 from .engine.noise import is_quiet
+from .errors import ConfigError
 from .metrics import StepReport, step_report
 from .program import Program, build_program
 from .specs import Scenario
 from .timeline import Timeline
+
+MAX_SEED = 2**63 - 1  # numpy's SeedSequence accepts any non-negative int; TOML integers stop here
 
 
 @dataclass(frozen=True, slots=True)
@@ -25,6 +29,10 @@ def with_seed(scn: Scenario, seed: int | None) -> Scenario:
     """The scenario with both random seeds (dataloader, variability) set to `seed`."""
     if seed is None:
         return scn
+    if isinstance(seed, bool) or not isinstance(seed, numbers.Integral) or not 0 <= seed <= MAX_SEED:
+        # named as the caller gave it: `seed` (the CLI's --seed is checked by its parser)
+        raise ConfigError(f"must be an integer from 0 to {MAX_SEED}, got {seed!r}", key="seed")
+    seed = int(seed)
     return replace(
         scn,
         dataloader=replace(scn.dataloader, seed=seed),

@@ -289,33 +289,27 @@ class ModelSpec:
 # ----------------------------------------------------------------------------- GPU
 @dataclass(frozen=True, slots=True)
 class GPUEfficiency:
-    """Per-GPU kernel and communication efficiencies (calibrated, never per scenario).
+    """System-level residuals of a training job on one GPU type (level 2 of the calibration,
+    docs/calibration.md): what a step costs beyond its kernels. Kernel speeds themselves come
+    from the kernel model (simulator/kernels.py, fitted to published microbenchmarks only).
+    Each value is fitted end-to-end within the physical range stated in docs/calibration.md."""
 
-    matmul: achieved = peak * matmul_peak_fraction * shape factor (see costs/compute.py);
-    the shape factor falls for small GEMMs with a soft roofline of `matmul_ramp_flop`.
-    """
-
-    matmul_peak_fraction: float = 0.80
-    matmul_ramp_flop: float = 2e9  # GEMM size (FLOP) at which half of the peak fraction is lost
-    attention_peak_fraction: float = 0.60  # FlashAttention kernels vs dense peak
-    memory_bw_fraction: float = 0.80  # achievable fraction of HBM bandwidth
-    kernel_launch_s: float = 4e-6  # per-kernel fixed overhead
-    nccl_bw_fraction: float = 0.85  # achieved / link bandwidth for large collectives
-    overlap_slowdown: float = 0.0  # compute slowdown while overlapping communication
-    # NVFP4 GEMMs' achieved efficiency relative to the FP8/BF16-fitted one (16-element block scales,
-    # the recipe's BF16-kept layers): calibrated on the CSV's NVFP4 rows per GPU, 1 = not calibrated
+    sustained_clock_fraction: float = 0.92  # compute throughput under sustained load vs the microbenchmarks
+    kernel_launch_s: float = 2e-6  # host/launch gap per kernel not hidden by the asynchronous queue
+    microbatch_overhead_s: float = 1e-3  # host work per micro-batch and phase (Python, scheduling, hooks)
+    nccl_bw_fraction: float = 0.85  # achieved / link bandwidth of collectives inside a training job
+    overlap_slowdown: float = 0.1  # compute slowdown while communication is overlapped with it
+    # NVFP4 GEMMs' achieved efficiency relative to the kernel model's FP8-class one (16-element block
+    # scales, the recipe's BF16-kept layers): recipes.toml (issue 13), 1 = not calibrated
     fp4_matmul_fraction: float = 1.0
 
     def __post_init__(self) -> None:
-        for key in (
-            "matmul_peak_fraction",
-            "attention_peak_fraction",
-            "memory_bw_fraction",
-            "nccl_bw_fraction",
-        ):
-            _check_num(f"gpu.efficiency.{key}", getattr(self, key), strict=True, maximum=1.0)
-        _check_num("gpu.efficiency.matmul_ramp_flop", self.matmul_ramp_flop)
+        _check_num(
+            "gpu.efficiency.sustained_clock_fraction", self.sustained_clock_fraction, strict=True, maximum=1.0
+        )
+        _check_num("gpu.efficiency.nccl_bw_fraction", self.nccl_bw_fraction, strict=True, maximum=1.0)
         _check_num("gpu.efficiency.kernel_launch_s", self.kernel_launch_s)
+        _check_num("gpu.efficiency.microbatch_overhead_s", self.microbatch_overhead_s)
         _check_num("gpu.efficiency.overlap_slowdown", self.overlap_slowdown, maximum=1.0)
         _check_num("gpu.efficiency.fp4_matmul_fraction", self.fp4_matmul_fraction, strict=True, maximum=1.0)
 
@@ -639,14 +633,35 @@ class VariabilitySpec:
         )
 
 
+ATTENTION_IMPLS = ("fa2", "fa3", "cudnn", "triton", "unfused")
+
+
 @dataclass(frozen=True, slots=True)
 class KernelOptions:
-    """Implementation switches that change kernel cost, not the model's math."""
+    """Implementation switches that change kernel cost, not the model's math (the software stack).
+
+    `attention`: "fa2" | "fa3" | "cudnn" | "unfused", or "" for the default of the GPU's current
+    Megatron-Core + Transformer Engine stack (kernels.default_attention). `flash_attention = false`
+    is the older spelling of `attention = "unfused"`."""
 
     flash_attention: bool = True
+    attention: str = ""
+    # "" = fp32 for bf16/fp8 training (Megatron-LM's main_grad), "bf16" = --grad-reduce-in-bf16
+    grad_reduce_dtype: str = ""
+    tp_comm_async: bool = True  # TP backward collectives beside the dgrad/wgrad GEMMs (Megatron-Core)
 
     def __post_init__(self) -> None:
         _check_bool("kernels.flash_attention", self.flash_attention)
+        _check_bool("kernels.tp_comm_async", self.tp_comm_async)
+        if self.grad_reduce_dtype:
+            _check_choice("kernels.grad_reduce_dtype", self.grad_reduce_dtype, ("fp32", "bf16"))
+        if self.attention:
+            _check_choice("kernels.attention", self.attention, ATTENTION_IMPLS)
+        if not self.flash_attention and self.attention not in ("", "unfused"):
+            raise ConfigError(
+                f"kernels.attention = {self.attention!r} contradicts kernels.flash_attention = false",
+                key="kernels.attention",
+            )
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,7 +15,10 @@ Timestamps are whole nanoseconds: each span's start and end are rounded to integ
 `dur = end - start`, written as microseconds with three decimals. Trace viewers convert
 `ts` and `dur` to integer ns separately (Perfetto: `llround(us * 1000)`); with raw float
 microseconds back-to-back spans then overlapped by 1 ns and the later one was dropped
-(101 of 947 spans of teaching-pp4, issue 17). Spans of one thread that would still overlap
+(101 of 947 spans of teaching-pp4, issue 17). Importers that truncate instead of rounding
+(older Perfetto releases: `int64(us * 1000)`) can still see a 1 ns overlap where a decimal
+like 1792.686 parses to a double just below it (6 of 947 spans of teaching-pp4). Spans of
+one thread that would still overlap
 partially (concurrent transfers on a comm stream) go to an extra lane (`tp comm #2`), so
 every thread is properly nested.
 

@@ -146,6 +146,7 @@ class WhatIf:
                 },
                 "memory_fits": None if base.memory is None else base.memory.fits,
             },
+            "cheapest_fit": None if (fit := cheapest_fit(self.applied)) is None else fit.key,
             "levers": [lv.to_dict() for lv in self.applied],
             "skipped": [lv.to_dict() for lv in self.skipped],
         }

@@ -107,3 +107,15 @@ def test_rank_rows_refuses_unknown_and_ranks_best_first() -> None:
     assert [r["mfu"] for r in rank_rows(rows, "mfu")] == [0.5, 0.3, 0.2]
     with pytest.raises(ValueError, match="rank_by"):
         rank_rows(rows, "step_time_s")
+
+
+@pytest.mark.parametrize("seed", [-1, 2**64, 1.5, True])
+def test_simulate_seed_is_blamed_as_seed(seed: object) -> None:
+    from simulator.loading import load_scenario
+    from simulator.resources import data_dir
+    from simulator.simulate import simulate
+
+    scn = load_scenario(data_dir("scenarios") / "teaching-pp4.toml")
+    with pytest.raises(ValueError, match="seed") as info:
+        simulate(scn, seed=seed)  # type: ignore[arg-type]
+    assert "dataloader" not in str(info.value)

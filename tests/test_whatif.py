@@ -120,7 +120,8 @@ def test_bubble_heavy_more_microbatches_and_interleaving_gain() -> None:
     result = analyze(scn(BUBBLE_HEAVY))
     assert result.bottleneck[0] == "bubble"
     gains = {lv.key: lv.gain for lv in result.applied}
-    assert gains["microbatches_x2_global"] > 0.02
+    # (the per-micro-batch host overhead, issue 12, takes part of what halving the bubble gains)
+    assert gains["microbatches_x2_global"] > 0.01
     assert max(g for k, g in gains.items() if k.startswith("interleave")) > 0.01
     head = result.headline
     assert head.split(";")[0].endswith("pipeline bubble")
@@ -195,6 +196,7 @@ def test_out_of_memory_baseline_gets_the_cheapest_fit_first_and_only_fitting_lev
         (lv.mfu or 0) <= (fit.mfu or 0) for lv in result.applied if lv.key.startswith("fit_") and lv.fits
     )
     assert result.headline.startswith("It does not fit in GPU memory")
+    assert result.to_dict()["cheapest_fit"] == fit.key
     assert fit.name in result.headline and f"{100 * (fit.gain or 0):+.1f} points" in result.headline
     # levers that do not fit are listed, marked, and never recommended
     assert any(lv.fits is False for lv in result.applied)

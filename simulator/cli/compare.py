@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 from ..errors import ConfigError
-from .common import check_writable, load_cli_scenario, print_json
+from .common import check_writable, load_cli_scenario, print_json, scenario_inputs, scenario_path
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
@@ -15,8 +15,9 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
     if len(args.scenarios) > MAX_SCENARIOS:
         raise ConfigError(f"at most {MAX_SCENARIOS} scenarios, got {len(args.scenarios)}", key="SCENARIO")
-    plot_path = check_writable(args.plot, "--plot") if args.plot else None
     scenarios = [load_cli_scenario(ref, args) for ref in args.scenarios]
+    inputs = [p for ref in args.scenarios for p in scenario_inputs(scenario_path(ref))]
+    plot_path = check_writable(args.plot, "--plot", inputs) if args.plot else None
     labels = _labels(args.scenarios)
     items = compare(scenarios, labels)
     for item in items:

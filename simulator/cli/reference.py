@@ -278,7 +278,26 @@ KEYS: dict[str, Key] = {
     "variability.seed": Key("random seed of the step's variation"),
     # [kernels]
     "kernels.flash_attention": Key(
-        "fused attention (FlashAttention-2 style); false = two batched GEMMs and a fused softmax"
+        'fused attention; false = attention "unfused" (two batched GEMMs and a fused softmax)'
+    ),
+    "kernels.attention": Key(
+        "attention kernel; empty = today's Megatron-Core + TE on the GPU (cudnn on Hopper/Blackwell,"
+        " fa2 on Ampere); speeds from published benchmarks (`mfusim kernel attention`)",
+        default='""',
+        allowed=lambda: ("fa2", "fa3", "cudnn", "triton", "unfused"),
+        since=NEXT,
+    ),
+    "kernels.grad_reduce_dtype": Key(
+        "dtype of the data-parallel gradient reduction; empty = fp32 (fp16 for fp16 training),"
+        " bf16 = Megatron-Core --grad-reduce-in-bf16 (half the traffic)",
+        default='""',
+        allowed=lambda: ("fp32", "bf16"),
+        since=NEXT,
+    ),
+    "kernels.tp_comm_async": Key(
+        "tensor-parallel backward collectives beside the GEMMs (Megatron-Core); false = all exposed"
+        " (Megatron-LM 2021)",
+        since=NEXT,
     ),
     # [memory]
     "memory": Key("offloading to host memory", "table", since=NEXT),
@@ -844,13 +863,25 @@ JSON_FIELDS: dict[str, dict[str, str]] = {
         "mfu": "model FLOPs utilization = model FLOPs / (step time × GPUs × peak), 0-1",
         "hfu": "hardware FLOPs utilization: like mfu with recomputation counted",
         "mfu_6psi": "MFU with the 6Ψ approximation (6 × parameters × tokens, no attention FLOPs)",
+        "kernels": "the software stack the step was costed with (issue 12, docs/calibration.md)",
+        "kernels.architecture": "GPU architecture whose kernel-model parameters apply (kernels.toml)",
+        "kernels.attention": "attention kernel used: fa2, fa3, cudnn, triton or unfused",
+        "kernels.grad_reduce_dtype": "dtype of the data-parallel gradient reduction",
+        "kernels.tp_comm_async": "TP backward collectives overlapped with the GEMMs",
+        "kernels.system": "system residuals of the GPU's default stack (efficiency.toml)",
+        "kernels.system.sustained_clock_fraction": "compute speed under sustained load vs the microbenchmarks",
+        "kernels.system.kernel_launch_s": "unhidden launch gap per kernel [s]",
+        "kernels.system.microbatch_overhead_s": "host overhead per micro-batch and phase [s]",
+        "kernels.system.nccl_bw_fraction": "achieved fraction of link bandwidth of collectives in the job",
+        "kernels.system.overlap_slowdown": "compute slowdown while communication overlaps it",
+        "kernels.system.fp4_matmul_fraction": "NVFP4 GEMM efficiency relative to the kernel model (recipes.toml)",
         "breakdown_s": "seconds of the step per category, mean over pipeline stages (sums to step_time_s)",
         "breakdown_s.<category>": "seconds in this category",
         "breakdown_by_stage_s": "the same per pipeline stage (each sums to step_time_s)",
         "breakdown_by_stage_s[].<category>": "seconds in this category on this stage",
         "memory": "memory per GPU",
         "memory.peak_gib_per_gpu": "peak memory of the fullest stage [GiB]",
-        "memory.capacity_gib": "GPU memory [GiB]",
+        "memory.capacity_gib": "usable GPU memory [GiB]: the GPU's minus memory.headroom_gib",
         "memory.fits": "peak within capacity",
         "memory.parts_gib": "peak split by part [GiB]",
         "memory.parts_gib.weights": "model weights held by this GPU",
@@ -917,11 +948,13 @@ JSON_FIELDS: dict[str, dict[str, str]] = {
         "baseline.attributed_fraction": "share of the step attributed to each category",
         "baseline.attributed_fraction.<category>": "share attributed",
         "baseline.memory_fits": "the baseline fits in GPU memory",
-        "levers": "every lever simulated, best first",
+        "cheapest_fit": "for a baseline that does not fit: the key of the fitting lever that keeps the most MFU "
+        "(null when the baseline fits or nothing tried fits)",
+        "levers": "every lever simulated, best first (`fit_*` levers: ways to fit an out-of-memory baseline)",
         "levers[].key": "what the lever changes (a scenario key)",
         "levers[].name": "the lever in words",
         "levers[].change": "old -> new value",
-        "levers[].addresses": "the categories it acts on",
+        "levers[].addresses": "the categories it acts on (`memory` for a way to fit)",
         "levers[].mfu": "MFU with the lever (0-1)",
         "levers[].gain": "MFU gain over the baseline (0-1, negative = worse)",
         "levers[].step_time_s": "step time with the lever [s]",
