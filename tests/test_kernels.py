@@ -200,3 +200,69 @@ def test_faster_catalog_gpu_is_never_predicted_slower(name: str) -> None:
                 checked += 1
                 assert times[fast_name] <= times[slow_name] * (1 + 1e-9), (fast_name, slow_name, times)
     assert checked >= 10
+
+
+def test_kernel_command_json_keys_and_errors(tmp_path) -> None:  # noqa: ANN001
+    """`mfusim kernel ...`: the issue's JSON keys; bad input is one line, exit 2, naming the flag."""
+    import contextlib
+    import io
+    import json
+
+    from simulator.cli import main
+
+    def run(*argv: str) -> tuple[int, str, str]:
+        out, err = io.StringIO(), io.StringIO()
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            try:
+                code = main(["kernel", *argv])
+            except SystemExit as exc:  # argparse errors
+                code = int(exc.code or 0)
+        return code, out.getvalue(), err.getvalue()
+
+    cases = {
+        ("gemm", "--gpu", "h100-sxm", "--m", "8192", "--n", "8192", "--k", "8192", "--json"): ("tflops",),
+        (
+            "attention",
+            "--gpu",
+            "a100-80gb",
+            "--seq",
+            "8192",
+            "--heads",
+            "32",
+            "--head-dim",
+            "128",
+            "--json",
+        ): ("tflops",),
+        ("memory", "--gpu", "h100-sxm", "--bytes", "1e9", "--json"): ("GBps",),
+        ("allreduce", "--topology", "dgx-h100", "--gpus", "8", "--bytes", "1e9", "--json"): (
+            "algbw_GBps",
+            "busbw_GBps",
+        ),
+    }
+    for argv, keys in cases.items():
+        code, out, _ = run(*argv)
+        data = json.loads(out)
+        assert code == 0 and data["time_s"] > 0 and all(data[k] > 0 for k in keys), argv
+    for argv, flag in (
+        (
+            (
+                "attention",
+                "--gpu",
+                "a100-80gb",
+                "--seq",
+                "64",
+                "--heads",
+                "8",
+                "--head-dim",
+                "64",
+                "--impl",
+                "fa3",
+            ),
+            "--impl",
+        ),
+        (("allreduce", "--topology", "nope", "--gpus", "8", "--bytes", "1e9"), "--topology"),
+        (("gemm", "--gpu", "nope", "--m", "1", "--n", "1", "--k", "1"), "--gpu"),
+        (("gemm", "--gpu", "h100-sxm", "--m", "0", "--n", "1", "--k", "1"), "--m"),
+    ):
+        code, _, err = run(*argv)
+        assert code == 2 and flag in err and len(err.strip().splitlines()) == 1, (argv, err)

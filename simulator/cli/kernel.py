@@ -33,20 +33,19 @@ def add_parser(sub: Any) -> None:
     )
     kinds = p.add_subparsers(dest="kind", metavar="KIND", parser_class=type(p))
     kinds.required = True
-    dim = int_flag("dimension", 1, MAX_DIM)
 
     g = kinds.add_parser("gemm", help="C[m,n] = A[m,k] B[k,n] (batched with --batch)")
     g.add_argument("--gpu", required=True, help="GPU catalog name, e.g. h100-sxm")
-    g.add_argument("--m", type=dim, required=True)
-    g.add_argument("--n", type=dim, required=True)
-    g.add_argument("--k", type=dim, required=True)
+    g.add_argument("--m", type=int_flag("--m", 1, MAX_DIM), required=True)
+    g.add_argument("--n", type=int_flag("--n", 1, MAX_DIM), required=True)
+    g.add_argument("--k", type=int_flag("--k", 1, MAX_DIM), required=True)
     g.add_argument("--batch", type=positive_int("--batch", maximum=2**20), default=1)
     g.add_argument("--dtype", choices=("bf16", "fp16", "fp8"), default="bf16")
     g.add_argument("--json", action="store_true")
 
     a = kinds.add_parser("attention", help="self-attention kernel (FlashAttention FLOP convention)")
     a.add_argument("--gpu", required=True)
-    a.add_argument("--seq", type=dim, required=True)
+    a.add_argument("--seq", type=int_flag("--seq", 1, MAX_DIM), required=True)
     a.add_argument("--heads", type=positive_int("--heads", maximum=4096), required=True)
     a.add_argument("--head-dim", type=positive_int("--head-dim", maximum=1024), required=True)
     a.add_argument("--batch", type=positive_int("--batch", maximum=2**20), default=1)
@@ -131,7 +130,12 @@ def kernel_result(args: argparse.Namespace) -> dict[str, Any]:
             "time_s": t,
             "GBps": args.bytes / t / 1e9,
         }
-    res = K.collective(args.topology, kind, args.gpus, args.bytes)
+    try:
+        res = K.collective(args.topology, kind, args.gpus, args.bytes)
+    except ConfigError as err:
+        if err.key in ("topology", "cluster.topology"):  # name the flag the user typed
+            raise ConfigError(err.message, key="--topology") from None
+        raise
     return {
         "kernel": kind,
         "topology": args.topology,
