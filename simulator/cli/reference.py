@@ -314,7 +314,7 @@ KEYS: dict[str, Key] = {
     "memory.offload_optimizer": Key(
         "fp32 master weights and Adam moments on the host, Adam on the CPU", since=NEXT
     ),
-    # [run] (simulator/plan.py holds the sourced defaults)
+    # [run] (simulator/specs.py holds the sourced defaults, next to RunSpec)
     "run.tokens": Key(
         "training tokens of the whole run", "number", unit="tokens", default="required", since=NEXT
     ),
@@ -446,15 +446,15 @@ def _field_default(cls, name: str) -> object:
 
 
 def _run_default(name: str) -> object:
-    from .. import plan
+    from .. import specs
 
     table = {
-        "gpu_failures_per_year": round(plan.DEFAULT_GPU_FAILURES_PER_YEAR, 4),
-        "checkpoint_bytes_per_param": plan.DEFAULT_CHECKPOINT_BYTES_PER_PARAM,
-        "storage_write_GBps": plan.DEFAULT_STORAGE_WRITE_GBPS,
-        "restart_min": plan.DEFAULT_RESTART_MIN,
-        "power_utilization": plan.DEFAULT_POWER_UTILIZATION,
-        "pue": plan.DEFAULT_PUE,
+        "gpu_failures_per_year": round(specs.DEFAULT_GPU_FAILURES_PER_YEAR, 4),
+        "checkpoint_bytes_per_param": specs.DEFAULT_CHECKPOINT_BYTES_PER_PARAM,
+        "storage_write_GBps": specs.DEFAULT_STORAGE_WRITE_GBPS,
+        "restart_min": specs.DEFAULT_RESTART_MIN,
+        "power_utilization": specs.DEFAULT_POWER_UTILIZATION,
+        "pue": specs.DEFAULT_PUE,
     }
     return table.get(name, MISSING)
 

@@ -63,6 +63,21 @@ class Unusable:
     reason: str
 
 
+@dataclass(frozen=True, slots=True)
+class RowResult:
+    """A simulated Case: the prediction next to its measurement (validate.results sums them up)."""
+
+    case: Case
+    predicted: float
+    step_time_s: float
+    mfu: float
+    memory_fits: bool | None
+
+    @property
+    def error_pct(self) -> float:
+        return 100.0 * (self.predicted - self.case.measured) / self.case.measured
+
+
 def _arch_int(run: PublishedRun, column: str) -> int | None | str:
     """An architecture cell: an int, None when empty, or the raw text when annotated."""
     text = run.get(column)
