@@ -47,6 +47,7 @@ from simulator import validate as V
 from simulator.metrics import StepReport
 from simulator.resources import catalog_file, published_runs_csv
 from simulator.specs import GPUEfficiency, Scenario
+from simulator.stacks import stack_efficiency
 
 FIT_DTYPES = ("bf16", "fp16", "fp8")
 # (software stack, GPU architecture, GPU types) fitted together, on all dense rows of every
@@ -65,23 +66,38 @@ SUBSET_RULE = (
     "(source, GPU, dtype) group ordered by sha256(id): even positions fit, odd positions held out"
 )
 # The per-GPU tables `mfusim run` uses hold the default stack (Megatron-Core + Transformer Engine).
-# architecture -> (catalog GPUs, where their default-stack residuals come from, why)
-DEFAULT_STACK_TABLES: tuple[tuple[str, tuple[str, ...], str, str], ...] = (
-    ("hopper", ("h100-sxm", "h200", "h800"), "megatron-core/hopper", "fitted (H200/H800: same GH100 die)"),
+# architecture -> (catalog GPUs, where their default-stack residuals come from, why, where their
+# hardware residuals come from). The framework's residuals (launch gaps, host overhead per
+# micro-batch, achieved NCCL fraction, overlap slowdown) belong to the stack; the sustained clock
+# under load belongs to the chip and its power limit (HARDWARE_RESIDUALS), so a GPU whose
+# architecture has no default-stack run takes it from its own architecture's best-determined fit
+# (most rows), never from another chip's.
+DEFAULT_STACK_TABLES: tuple[tuple[str, tuple[str, ...], str, str, str | None], ...] = (
+    (
+        "hopper",
+        ("h100-sxm", "h200", "h800"),
+        "megatron-core/hopper",
+        "fitted (H200/H800: same GH100 die)",
+        None,
+    ),
     (
         "blackwell",
         ("b200", "gb200", "b300", "gb300"),
         "megatron-core/blackwell",
         "fitted (B300: same SM design)",
+        None,
     ),
     (
         "ampere",
         ("a100-80gb", "a100-40gb"),
         "megatron-core/hopper",
-        "no published Megatron-Core A100 run: the stack's Hopper residuals (host and launch costs are "
-        "the framework's; NCCL and clock fractions as on Hopper)",
+        "no published Megatron-Core A100 run: the stack's framework residuals (host, launch, NCCL, "
+        "overlap) from its Hopper fit",
+        "composer-fsdp/ampere",
     ),
 )
+HARDWARE_RESIDUALS = ("sustained_clock_fraction",)  # properties of the chip, not of the software
+
 PRIOR_WEIGHT = 0.02  # pull toward [default] (per transformed unit², averaged over parameters)
 
 
@@ -363,26 +379,50 @@ def efficiency_section(res: FitResult, today: str, gpu: str = "") -> str:
     return "\n".join(lines) + "\n"
 
 
-def default_stack_section(gpu: str, res: FitResult, today: str, why: str) -> str:
+def default_stack_section(
+    gpu: str, group: str, eff: GPUEfficiency, today: str, why: str, hardware: tuple[str, GPUEfficiency] | None
+) -> str:
     lines = [
         f"[{gpu}]",
         f"# Written by benchmarks/calibrate.py on {today}: default stack (Megatron-Core + TE) residuals,",
-        f"# from [stacks.{res.gpu.replace('/', '.')}]: {why}.",
+        f"# from [stacks.{group.replace('/', '.')}]: {why}.",
     ]
-    for f in fields(GPUEfficiency):
-        lines.append(f"{f.name} = {_format_value(getattr(res.fitted, f.name))}")
+    if hardware is not None:
+        hw_group, hw_eff = hardware
+        eff = replace(eff, **{name: getattr(hw_eff, name) for name in HARDWARE_RESIDUALS})
+        lines.append(
+            f"# {', '.join(HARDWARE_RESIDUALS)} (the chip's, not the stack's) from [stacks.{hw_group.replace('/', '.')}]."
+        )
+    for param in PARAMS:  # the fitted residuals only (recipes.toml holds the precision recipes')
+        lines.append(f"{param.name} = {_format_value(getattr(eff, param.name))}")
     return "\n".join(lines) + "\n"
+
+
+def default_stack_sections(fitted: dict[str, GPUEfficiency], today: str) -> list[tuple[str, str]]:
+    """The per-GPU tables from the fitted stack tables (`group` -> residuals)."""
+    sections = []
+    for _arch, gpus, group, why, hw_group in DEFAULT_STACK_TABLES:
+        if group not in fitted or (hw_group is not None and hw_group not in fitted):
+            continue
+        hardware = (hw_group, fitted[hw_group]) if hw_group is not None else None
+        sections += [
+            (gpu, default_stack_section(gpu, group, fitted[group], today, why, hardware)) for gpu in gpus
+        ]
+    return sections
+
+
+def _stack_groups() -> list[tuple[str, str]]:
+    return [(st, arch) for st, arch, _ in FIT_PLAN]
 
 
 def write_efficiency(results: Sequence[FitResult], path: Path) -> None:
     """Replace (or append) the fitted stacks' tables and the per-GPU default-stack tables."""
     text = path.read_text(encoding="utf-8")
     today = date.today().isoformat()
-    by_group = {res.gpu: res for res in results}
     sections = [(f"stacks.{res.gpu.replace('/', '.')}", efficiency_section(res, today)) for res in results]
-    for _arch, gpus, group, why in DEFAULT_STACK_TABLES:
-        if group in by_group:
-            sections += [(gpu, default_stack_section(gpu, by_group[group], today, why)) for gpu in gpus]
+    fitted = {f"{st}/{arch}": eff for st, arch in _stack_groups() if (eff := stack_efficiency(st, arch))}
+    fitted.update({res.gpu: res.fitted for res in results})
+    sections += default_stack_sections(fitted, today)
     for header, section in sections:
         # a table runs from its header to the next header (comments above it belong to it)
         pattern = re.compile(rf"^\[{re.escape(header)}\]\n(?:(?!\[).*\n?)*", re.MULTILINE)
@@ -438,11 +478,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--jobs", type=int, default=2, help="GPU types fitted in parallel (processes)")
     parser.add_argument("--dry-run", action="store_true", help="do not write efficiency.toml")
+    parser.add_argument(
+        "--tables-only",
+        action="store_true",
+        help="fit nothing: rebuild the per-GPU default-stack tables from the fitted [stacks.*] tables",
+    )
     parser.add_argument("--out", type=Path, default=catalog_file("efficiency.toml"), help="file to write")
     args = parser.parse_args(argv)
 
     log = _log
     from simulator.stacks import stack_of_source
+
+    if args.tables_only:
+        write_efficiency([], args.out)
+        print(f"wrote {args.out} (per-GPU tables only)")
+        return 0
 
     groups = tuple(g.strip() for g in args.groups.split(",") if g.strip())
     dtypes = tuple(d.strip() for d in args.dtypes.split(",") if d.strip()) if args.dtypes else FIT_DTYPES
