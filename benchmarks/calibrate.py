@@ -1,32 +1,27 @@
 #!/usr/bin/env python
-"""Fit the per-GPU efficiency parameters of simulator/catalog/efficiency.toml to published runs.
+"""Fit the system-level residuals of simulator/catalog/efficiency.toml to published runs.
 
     python benchmarks/calibrate.py            # fit, report, write efficiency.toml
     python benchmarks/calibrate.py --dry-run  # fit and report only
 
-What is fitted (docs/calibration.md): only the fields of `simulator.specs.GPUEfficiency`
-(matmul_peak_fraction, matmul_ramp_flop, attention_peak_fraction, memory_bw_fraction,
-kernel_launch_s, nccl_bw_fraction, overlap_slowdown), one set per GPU type (FIT_PLAN):
-a100-80gb, a100-40gb and h100-sxm on their dense BF16/FP16 rows (the accuracy target);
-b200, gb200 and gb300 on their dense FP8 rows, the only dense runs published for Blackwell.
-h200/h800 inherit the h100-sxm fit and b300 the b200 fit (same silicon). Never a parameter per
-run or per source.
+What is fitted (docs/calibration.md): level 2 of a two-level calibration. Kernel speeds come
+from the kernel model (simulator/kernels.py), fitted by benchmarks/fit_kernels.py to published
+microbenchmarks only. Here only the residuals of a training job are fitted, the fields of
+`simulator.specs.GPUEfficiency` (sustained_clock_fraction, kernel_launch_s,
+microbatch_overhead_s, nccl_bw_fraction, overlap_slowdown), each bounded to the physical
+range in PARAMS, one set per GPU architecture (FIT_PLAN: the SKUs of one architecture share
+it, so a GPU with more of everything is never predicted slower), on all dense rows of every
+source of that architecture. Never a parameter per run or per source.
 
-On what: the dense rows of those dtypes in scenarios/published/calibration_runs.csv that
-`mfusim validate` can simulate, split deterministically. Within each (source, GPU, dtype)
-group the rows are ordered by SHA-256 of their id; even positions are *fit* rows, odd positions
-are *held out* (never seen by the optimizer). H100 FP8 rows are not fitted (they would pull the
-one set of H100 efficiencies away from the BF16 target); their error is reported by
-`mfusim validate`.
+Rows: the dense rows of scenarios/published/calibration_runs.csv that `mfusim validate` can
+simulate, split deterministically: within each (source, GPU, dtype) group ordered by SHA-256 of
+the id, even positions fit, odd positions held out (never seen by the optimizer).
 
-How: the objective is the mean |log(predicted / measured)| over the fit rows (≈ MAPE, but
-symmetric) plus a weak quadratic pull toward the prior values, minimized by a small
-Nelder–Mead written here (numpy only). Parameters are optimized in a transformed space
-(logit for fractions, log for times and sizes) so every trial point is valid. The
-discrete-event engine costs up to ~10 s on the 1,000-GPU pipelines, so the optimizer works
-on the closed-form estimate of the same costed program, corrected per row by the ratio
-engine/closed-form measured at the current parameters (space mapping); the correction is
-refreshed with the engine after each round. Final errors are from the engine.
+How: the objective is the mean |log(predicted / measured)| over the fit rows plus a weak pull
+toward [default], minimized with scipy.optimize (Nelder–Mead in a transformed space: logit
+within each range, so every trial point is physical). The optimizer evaluates the closed form
+(simulator.analytic), corrected per row by the engine/closed-form ratio at the current point;
+the engine refreshes the ratio after each round. Final errors are from the engine.
 
 Deterministic: no random numbers; the same CSV and code give the same file.
 """
@@ -53,41 +48,39 @@ from simulator.metrics import StepReport
 from simulator.resources import catalog_file, published_runs_csv
 from simulator.specs import GPUEfficiency, Scenario
 
-FIT_DTYPES = ("bf16", "fp16")
-# GPU type -> dtypes of the rows it is fitted on. A100/H100: the dense BF16/FP16 rows (the
-# accuracy target). Blackwell: its only dense published runs are FP8/MXFP8 (Megatron-Bridge,
-# NeMo), so it is fitted on those; its BF16 predictions then use FP8-fitted efficiencies
-# (on H100 the two agree to ~15%, docs/accuracy.md), still far closer than the hand-set prior.
-FIT_PLAN: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("a100-80gb", FIT_DTYPES),
-    ("a100-40gb", FIT_DTYPES),
-    ("h100-sxm", FIT_DTYPES),
-    ("b200", ("fp8",)),
-    ("gb200", ("fp8",)),
-    ("gb300", ("fp8",)),
+FIT_DTYPES = ("bf16", "fp16", "fp8")
+# (software stack, GPU architecture, GPU types) fitted together, on all dense rows of every
+# source of that stack (simulator/stacks.py STACK_OF_SOURCE). System residuals do not depend on
+# the dtype (the kernel model carries FP8 vs BF16), and the SKUs of one architecture share them,
+# so a GPU with more of everything is never predicted slower.
+FIT_PLAN: tuple[tuple[str, str, tuple[str, ...]], ...] = (
+    ("megatron-core", "hopper", ("h100-sxm",)),
+    ("megatron-core", "blackwell", ("b200", "gb200", "gb300")),
+    ("composer-fsdp", "hopper", ("h100-sxm",)),
+    ("composer-fsdp", "ampere", ("a100-80gb", "a100-40gb")),
+    ("megatron-2021", "ampere", ("a100-80gb", "a100-40gb")),
 )
-FIT_GPUS = tuple(gpu for gpu, _ in FIT_PLAN)
 SUBSET_RULE = (
-    "dense rows of the listed dtypes in scenarios/published/calibration_runs.csv usable by `mfusim validate`; "
-    "within each (source, GPU, dtype) group ordered by sha256(id): even positions fit, odd positions held out"
+    "dense rows in scenarios/published/calibration_runs.csv usable by `mfusim validate`; within each "
+    "(source, GPU, dtype) group ordered by sha256(id): even positions fit, odd positions held out"
 )
-# GPU types without dense 16-bit runs that share the silicon of a fitted one.
-INHERIT: tuple[tuple[str, tuple[str, str]], ...] = (
+# The per-GPU tables `mfusim run` uses hold the default stack (Megatron-Core + Transformer Engine).
+# architecture -> (catalog GPUs, where their default-stack residuals come from, why)
+DEFAULT_STACK_TABLES: tuple[tuple[str, tuple[str, ...], str, str], ...] = (
+    ("hopper", ("h100-sxm", "h200", "h800"), "megatron-core/hopper", "fitted (H200/H800: same GH100 die)"),
     (
-        "b300",
-        (
-            "b200",
-            "Blackwell Ultra: the same dense BF16/FP8 rates as B200 in gpus.toml; only MoE/NVFP4 runs published",
-        ),
+        "blackwell",
+        ("b200", "gb200", "b300", "gb300"),
+        "megatron-core/blackwell",
+        "fitted (B300: same SM design)",
     ),
     (
-        "h200",
-        (
-            "h100-sxm",
-            "same GH100 die and clocks; more and faster HBM, which the roofline takes from gpus.toml",
-        ),
+        "ampere",
+        ("a100-80gb", "a100-40gb"),
+        "megatron-core/hopper",
+        "no published Megatron-Core A100 run: the stack's Hopper residuals (host and launch costs are "
+        "the framework's; NCCL and clock fractions as on Hopper)",
     ),
-    ("h800", ("h100-sxm", "same GH100 die; only NVLink is cut, which its topology describes")),
 )
 PRIOR_WEIGHT = 0.02  # pull toward [default] (per transformed unit², averaged over parameters)
 
@@ -101,14 +94,14 @@ class Param:
     high: float
 
 
-PARAMS = (
-    Param("matmul_peak_fraction", "fraction", 0.2, 0.98),
-    Param("matmul_ramp_flop", "log", 1e6, 1e12),
-    Param("attention_peak_fraction", "fraction", 0.1, 0.95),
-    Param("memory_bw_fraction", "fraction", 0.3, 0.98),
-    Param("kernel_launch_s", "log", 1e-7, 1e-4),
-    Param("nccl_bw_fraction", "fraction", 0.2, 0.98),
-    Param("overlap_slowdown", "fraction", 0.0, 0.5),
+PARAMS = (  # physical ranges (docs/calibration.md)
+    Param(
+        "sustained_clock_fraction", "fraction", 0.80, 1.0
+    ),  # power/thermal-limited clocks vs benchmark boost
+    Param("kernel_launch_s", "fraction", 0.0, 10e-6),  # unhidden launch gap per kernel: 0-10 us
+    Param("microbatch_overhead_s", "fraction", 0.0, 20e-3),  # host work per micro-batch and phase: 0-20 ms
+    Param("nccl_bw_fraction", "fraction", 0.50, 0.95),  # NCCL in a job vs line rate (nccl-tests: ~0.82-0.96)
+    Param("overlap_slowdown", "fraction", 0.0, 0.30),  # compute slowdown beside overlapped communication
 )
 
 
@@ -247,49 +240,25 @@ def row_weights(rows: Sequence[Row], weighting: str) -> np.ndarray:
 
 
 # ----------------------------------------------------------------------------- optimizer
-def nelder_mead(
+def minimize(
     f: Callable[[np.ndarray], float],
     x0: np.ndarray,
     step: float = 0.4,
     max_evals: int = 300,
     tol: float = 1e-5,
 ) -> tuple[np.ndarray, float, int]:
-    """Nelder & Mead (1965) with the standard coefficients; deterministic initial simplex."""
+    """scipy.optimize.minimize (Nelder–Mead, deterministic initial simplex of size `step`)."""
+    from scipy.optimize import minimize as scipy_minimize
+
     n = len(x0)
-    simplex = [x0.copy()] + [x0 + step * np.eye(n)[i] for i in range(n)]
-    values = [f(x) for x in simplex]
-    evals = n + 1
-    while evals < max_evals:
-        order = np.argsort(values)
-        simplex = [simplex[i] for i in order]
-        values = [values[i] for i in order]
-        if values[-1] - values[0] < tol:
-            break
-        centroid = np.mean(simplex[:-1], axis=0)
-        xr = centroid + (centroid - simplex[-1])
-        fr = f(xr)
-        evals += 1
-        if fr < values[0]:
-            xe = centroid + 2.0 * (centroid - simplex[-1])
-            fe = f(xe)
-            evals += 1
-            simplex[-1], values[-1] = (xe, fe) if fe < fr else (xr, fr)
-        elif fr < values[-2]:
-            simplex[-1], values[-1] = xr, fr
-        else:
-            inside = fr >= values[-1]
-            xc = centroid + 0.5 * ((simplex[-1] if inside else xr) - centroid)
-            fc = f(xc)
-            evals += 1
-            if fc < min(fr, values[-1]):
-                simplex[-1], values[-1] = xc, fc
-            else:  # shrink toward the best point
-                for i in range(1, n + 1):
-                    simplex[i] = simplex[0] + 0.5 * (simplex[i] - simplex[0])
-                    values[i] = f(simplex[i])
-                evals += n
-    best = int(np.argmin(values))
-    return simplex[best], values[best], evals
+    simplex = np.vstack([x0] + [x0 + step * np.eye(n)[i] for i in range(n)])
+    res = scipy_minimize(
+        f,
+        x0,
+        method="Nelder-Mead",
+        options={"initial_simplex": simplex, "maxfev": max_evals, "fatol": tol, "xatol": 1e-4},
+    )
+    return np.asarray(res.x), float(res.fun), int(res.nfev)
 
 
 @dataclass(frozen=True, slots=True)
@@ -348,7 +317,7 @@ def calibrate_gpu(
             data = float(np.sum(weights * np.abs(log_ratios(fit_rows, t))))
             return data + prior_weight * float(np.mean((z - x_prior) ** 2))
 
-        x, value, n = nelder_mead(objective, x, step=0.5 if k == 0 else 0.2, max_evals=max_evals)
+        x, value, n = minimize(objective, x, step=0.5 if k == 0 else 0.2, max_evals=max_evals)
         evals += n
         log(
             f"[{gpu}] round {k + 1}/{rounds}: objective {value:.4f} after {n} evaluations ({time.time() - t0:.0f} s)"
@@ -375,10 +344,16 @@ def _format_value(value: float) -> str:
     return f"{value:.4g}" if abs(value) >= 1e-3 and abs(value) < 1e4 else f"{value:.4e}"
 
 
-def efficiency_section(res: FitResult, today: str) -> str:
+def group_members(group: str) -> tuple[str, ...]:
+    return next((gpus for st, arch, gpus in FIT_PLAN if f"{st}/{arch}" == group), ())
+
+
+def efficiency_section(res: FitResult, today: str, gpu: str = "") -> str:
+    stack, _, arch = res.gpu.partition("/")
     lines = [
-        f"[{res.gpu}]",
+        f"[{gpu or f'stacks.{stack}.{arch}'}]",
         f"# Written by benchmarks/calibrate.py on {today} (docs/calibration.md); do not edit by hand.",
+        f"# Stack {stack} on {arch} ({', '.join(group_members(res.gpu))}).",
         f"# Subset rule: {SUBSET_RULE}. Dtypes: {', '.join(res.dtypes)}.",
         f"# {res.num_fit} fit rows, {res.num_held} held-out rows; MAPE (engine) fit {res.fit_mape:.1f}% "
         f"(prior {res.fit_mape_before:.1f}%), held out {res.held_mape:.1f}% (prior {res.held_mape_before:.1f}%).",
@@ -388,11 +363,11 @@ def efficiency_section(res: FitResult, today: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def inherited_section(gpu: str, res: FitResult, today: str, why: str) -> str:
+def default_stack_section(gpu: str, res: FitResult, today: str, why: str) -> str:
     lines = [
         f"[{gpu}]",
-        f"# Written by benchmarks/calibrate.py on {today}: no dense BF16/FP16 published runs of this GPU;",
-        f"# inherits the [{res.gpu}] fit ({why}).",
+        f"# Written by benchmarks/calibrate.py on {today}: default stack (Megatron-Core + TE) residuals,",
+        f"# from [stacks.{res.gpu.replace('/', '.')}]: {why}.",
     ]
     for f in fields(GPUEfficiency):
         lines.append(f"{f.name} = {_format_value(getattr(res.fitted, f.name))}")
@@ -400,17 +375,17 @@ def inherited_section(gpu: str, res: FitResult, today: str, why: str) -> str:
 
 
 def write_efficiency(results: Sequence[FitResult], path: Path) -> None:
-    """Replace (or append) the fitted GPUs' tables (and those inheriting them); keep the rest."""
+    """Replace (or append) the fitted stacks' tables and the per-GPU default-stack tables."""
     text = path.read_text(encoding="utf-8")
     today = date.today().isoformat()
-    sections = [(res.gpu, efficiency_section(res, today)) for res in results]
-    for res in results:
-        for gpu, (parent, why) in INHERIT:
-            if parent == res.gpu:
-                sections.append((gpu, inherited_section(gpu, res, today, why)))
-    for gpu, section in sections:
+    by_group = {res.gpu: res for res in results}
+    sections = [(f"stacks.{res.gpu.replace('/', '.')}", efficiency_section(res, today)) for res in results]
+    for _arch, gpus, group, why in DEFAULT_STACK_TABLES:
+        if group in by_group:
+            sections += [(gpu, default_stack_section(gpu, by_group[group], today, why)) for gpu in gpus]
+    for header, section in sections:
         # a table runs from its header to the next header (comments above it belong to it)
-        pattern = re.compile(rf"^\[{re.escape(gpu)}\]\n(?:(?!\[).*\n?)*", re.MULTILINE)
+        pattern = re.compile(rf"^\[{re.escape(header)}\]\n(?:(?!\[).*\n?)*", re.MULTILINE)
         match = pattern.search(text)
         if match:
             text = text[: match.start()] + section + "\n" + text[match.end() :]
@@ -443,7 +418,11 @@ def _fit_job(job: FitJob) -> FitResult:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--csv", type=Path, default=published_runs_csv(), help="published runs (SPEC §5)")
-    parser.add_argument("--gpus", default=",".join(FIT_GPUS), help="GPU catalog names to fit")
+    parser.add_argument(
+        "--groups",
+        default=",".join(f"{st}/{arch}" for st, arch, _ in FIT_PLAN),
+        help="stack/architecture groups to fit (FIT_PLAN)",
+    )
     parser.add_argument("--rounds", type=int, default=3, help="engine-correction rounds")
     parser.add_argument("--max-evals", type=int, default=300, help="Nelder-Mead evaluations per round")
     parser.add_argument(
@@ -463,17 +442,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     log = _log
-    gpus = tuple(g.strip() for g in args.gpus.split(",") if g.strip())
-    override = tuple(d.strip() for d in args.dtypes.split(",") if d.strip()) if args.dtypes else None
-    plan = {gpu: override or dict(FIT_PLAN).get(gpu, FIT_DTYPES) for gpu in gpus}
-    rows = [r for r in load_rows(args.csv, gpus, ("bf16", "fp16", "fp8")) if r.case.dtype in plan[r.gpu]]
+    from simulator.stacks import stack_of_source
+
+    groups = tuple(g.strip() for g in args.groups.split(",") if g.strip())
+    dtypes = tuple(d.strip() for d in args.dtypes.split(",") if d.strip()) if args.dtypes else FIT_DTYPES
+    plan = {f"{st}/{arch}": (st, gpus) for st, arch, gpus in FIT_PLAN if f"{st}/{arch}" in groups}
+    all_gpus = tuple(sorted({gpu for _, gpus in plan.values() for gpu in gpus}))
+    rows = load_rows(args.csv, all_gpus, dtypes)
     jobs = []
-    for gpu in gpus:
-        mine = [r for r in rows if r.gpu == gpu]
+    for group, (stack, gpus) in plan.items():
+        mine = [r for r in rows if r.gpu in gpus and stack_of_source(r.case.source_key) == stack]
         if not any(r.fit for r in mine):
-            log(f"[{gpu}] no fit rows; skipped")
+            log(f"[{group}] no fit rows; skipped")
             continue
-        jobs.append((gpu, mine, args.rounds, args.max_evals, args.prior_weight, args.weighting, plan[gpu]))
+        jobs.append((group, mine, args.rounds, args.max_evals, args.prior_weight, args.weighting, dtypes))
     # The GPU types are independent fits: run them side by side (each is deterministic, so the
     # result does not depend on --jobs).
     if args.jobs > 1 and len(jobs) > 1:
@@ -505,6 +487,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def write_accuracy(csv_path: Path, out_dir: Path, roles: dict[str, str]) -> None:
     """`mfusim validate` on every row with the new catalog: docs/accuracy_table.md + histogram."""
+    from simulator import stacks
+
+    stacks._stack_tables.cache_clear()  # re-read the efficiency.toml just written
     report = V.validate_runs(V.read_runs_csv(csv_path), V.default_simulate(), csv_path=str(csv_path))
     table = out_dir / "accuracy_table.md"
     header = (

@@ -18,7 +18,7 @@ from dataclasses import fields, replace
 from pathlib import Path
 from typing import Any
 
-from . import plan, units
+from . import specs, units
 from .errors import ConfigError
 from .names import canonical, did_you_mean
 from .resources import catalog_file, data_dir, scenario_names, topology_names
@@ -984,28 +984,30 @@ RUN_KEYS = (
 )
 
 
-def run_from_table(table: Mapping[str, Any]) -> plan.RunSpec:
-    """[run] (issue 15): the whole-run plan's inputs, human units -> SI. Defaults: simulator/plan.py."""
+def run_from_table(table: Mapping[str, Any]) -> specs.RunSpec:
+    """[run] (issue 15): the whole-run plan's inputs, human units -> SI. Defaults: simulator/specs.py."""
     _check_keys(table, RUN_KEYS, "run")
     if "tokens" not in table:
         raise ConfigError("missing required key (training tokens, e.g. 15e12)", key="run.tokens")
     usd = table.get("usd_per_gpu_hour")
-    return plan.RunSpec(
+    return specs.RunSpec(
         tokens=_num(table, "tokens", "run"),
         usd_per_gpu_hour=None if usd is None else _num(table, "usd_per_gpu_hour", "run"),
-        gpu_failure_rate_per_s=_num(table, "gpu_failures_per_year", "run", plan.DEFAULT_GPU_FAILURES_PER_YEAR)
+        gpu_failure_rate_per_s=_num(
+            table, "gpu_failures_per_year", "run", specs.DEFAULT_GPU_FAILURES_PER_YEAR
+        )
         / units.YEAR_S,
         checkpoint_interval_s=_num(table, "checkpoint_interval_min", "run", 0.0) * units.MIN_S,
         checkpoint_bytes_per_param=_num(
-            table, "checkpoint_bytes_per_param", "run", plan.DEFAULT_CHECKPOINT_BYTES_PER_PARAM
+            table, "checkpoint_bytes_per_param", "run", specs.DEFAULT_CHECKPOINT_BYTES_PER_PARAM
         ),
         checkpoint_async=table.get("checkpoint_async", False),
         storage_write_bytes_per_s=units.gBps_to_bytes_per_s(
-            _num(table, "storage_write_GBps", "run", plan.DEFAULT_STORAGE_WRITE_GBPS)
+            _num(table, "storage_write_GBps", "run", specs.DEFAULT_STORAGE_WRITE_GBPS)
         ),
-        restart_s=_num(table, "restart_min", "run", plan.DEFAULT_RESTART_MIN) * units.MIN_S,
-        power_utilization=_num(table, "power_utilization", "run", plan.DEFAULT_POWER_UTILIZATION),
-        pue=_num(table, "pue", "run", plan.DEFAULT_PUE),
+        restart_s=_num(table, "restart_min", "run", specs.DEFAULT_RESTART_MIN) * units.MIN_S,
+        power_utilization=_num(table, "power_utilization", "run", specs.DEFAULT_POWER_UTILIZATION),
+        pue=_num(table, "pue", "run", specs.DEFAULT_PUE),
     )
 
 
@@ -1025,7 +1027,7 @@ def _sweep_table(table: Mapping[str, Any]) -> tuple[tuple[str, tuple[object, ...
     return tuple(out)
 
 
-def run_to_table(run: plan.RunSpec) -> dict[str, Any]:
+def run_to_table(run: specs.RunSpec) -> dict[str, Any]:
     """The inverse of run_from_table: a RunSpec as its [run] table (human units)."""
     out: dict[str, Any] = {
         "tokens": run.tokens,

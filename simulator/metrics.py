@@ -144,4 +144,22 @@ def step_report(
         memory=memory,
         warnings=tuple(warnings),
         collectives=program.collectives,
+        extra={"kernels": software_stack(scn)},
     )
+
+
+def software_stack(scn: Scenario) -> dict[str, Any]:
+    """The kernel choices and system-level residuals this step was costed with (issue 12)."""
+    from dataclasses import asdict
+
+    from .kernels import architecture, resolve_attention
+
+    k = scn.kernels
+    grad_dtype = k.grad_reduce_dtype or ("fp16" if scn.dtype == "fp16" else "fp32")
+    return {
+        "architecture": architecture(scn.gpu.name),
+        "attention": resolve_attention(scn.gpu, k.attention, k.flash_attention),
+        "grad_reduce_dtype": grad_dtype,
+        "tp_comm_async": k.tp_comm_async,
+        "system": asdict(scn.gpu.efficiency),
+    }

@@ -30,81 +30,14 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from .errors import ConfigError
-from .specs import _check_bool, _check_num
-from .units import DAY_S, GIGA, HOUR_S, JOULES_PER_MWH, MIN_S, YEAR_S
+from .specs import RunSpec
+from .units import DAY_S, HOUR_S, JOULES_PER_MWH, MIN_S
 
 if TYPE_CHECKING:
     from .metrics import StepReport
     from .specs import GPUSpec, Scenario
 
-# ----------------------------------------------------------------------------- sourced defaults
-# Llama 3 405B pre-training, "The Llama 3 Herd of Models" (Dubey et al. 2024, arXiv 2407.21783,
-# §3.3.4 and Table 5): in a 54-day snapshot on 16,384 H100 GPUs, 466 job interruptions, of which
-# 47 planned (maintenance) and 419 unexpected; ~78% of the unexpected ones were confirmed or
-# suspected hardware issues (GPU 30.1%, HBM3 17.2%, ...). Every unexpected interruption restarts
-# the job, so the rate that matters is all 419, per GPU: 419 / 16,384 / (54 / 365.25) = 0.173 per
-# GPU-year (hardware alone: 0.78 x that = 0.135). Planned interruptions are not modeled.
-LLAMA3_UNEXPECTED_INTERRUPTIONS = 419
-LLAMA3_NUM_GPUS = 16_384
-LLAMA3_SNAPSHOT_DAYS = 54
-DEFAULT_GPU_FAILURES_PER_YEAR = (
-    LLAMA3_UNEXPECTED_INTERRUPTIONS / LLAMA3_NUM_GPUS / (LLAMA3_SNAPSHOT_DAYS * DAY_S / YEAR_S)
-)
-# Mixed-precision Adam state per parameter (ZeRO, Rajbhandari et al. 2020, §3.1: 2 + 2 + 12 = 16
-# bytes with the fp16/bf16 gradients): a checkpoint holds the bf16 weights (2), the fp32 master
-# weights (4) and the two fp32 moments (4 + 4) = 14 bytes; gradients are not saved.
-DEFAULT_CHECKPOINT_BYTES_PER_PARAM = 14.0
-# Llama 3 paper §3.3.1: Meta's Tectonic file system for the 405B run sustained 2 TB/s (7 TB/s
-# peak) across 7,500 SSD servers. Aggregate over the whole job.
-DEFAULT_STORAGE_WRITE_GBPS = 2000.0
-# Detect the failure, drain and reschedule, re-initialize NCCL, reload the checkpoint. Not
-# published for Llama 3; checkpoint-restart runtimes take minutes (TrainMover, Lao et al. 2024,
-# arXiv 2412.12636, §2, compares against minute-scale restarts and reaches ~20 s with standby
-# machines). 10 minutes is an assumption in that range -- set `restart_min` for your stack.
-DEFAULT_RESTART_MIN = 10.0
-# Measured draw of 8-GPU H100 HGX nodes while training, as a fraction of the rated 10.2 kW:
-# 76% for compute-intensive workloads (Newkirk et al. 2025, "Empirically-calibrated H100 node
-# power models", arXiv 2506.14551; Latif et al. 2024, arXiv 2412.08602, peak 8.4 kW = 82%).
-# Applied to board power and node overhead alike (the measurement is of the whole node).
-DEFAULT_POWER_UTILIZATION = 0.76
-# Power usage effectiveness: Google's fleet-wide trailing twelve-month PUE is 1.10 (Google data
-# center efficiency report, 2023); Meta reports ~1.08-1.09. Cooling and power delivery.
-DEFAULT_PUE = 1.10
-
 MIN_GOODPUT = 1e-3  # below this the plan is meaningless (the job mostly restarts): refused
-
-
-@dataclass(frozen=True, slots=True)
-class RunSpec:
-    """The whole training run (`[run]`, issue 15): how many tokens, what failures cost. SI inside."""
-
-    tokens: float
-    usd_per_gpu_hour: float | None = None  # None = no cost reported
-    gpu_failure_rate_per_s: float = DEFAULT_GPU_FAILURES_PER_YEAR / YEAR_S  # per GPU
-    checkpoint_interval_s: float = 0.0  # seconds of training between checkpoints; 0 = Young/Daly optimum
-    checkpoint_bytes_per_param: float = DEFAULT_CHECKPOINT_BYTES_PER_PARAM
-    checkpoint_async: bool = False
-    storage_write_bytes_per_s: float = DEFAULT_STORAGE_WRITE_GBPS * GIGA  # aggregate
-    restart_s: float = DEFAULT_RESTART_MIN * MIN_S  # detect + reschedule + reload
-    power_utilization: float = DEFAULT_POWER_UTILIZATION  # average draw / rated power
-    pue: float = DEFAULT_PUE  # facility power / IT power
-
-    def __post_init__(self) -> None:
-        p = "run"
-        _check_num(f"{p}.tokens", self.tokens, strict=True, maximum=1e18)
-        if self.usd_per_gpu_hour is not None:
-            _check_num(f"{p}.usd_per_gpu_hour", self.usd_per_gpu_hour, maximum=1e6)
-        # 1e-3 per GPU-second = 31,557 failures per GPU-year: far beyond any real hardware
-        _check_num(f"{p}.gpu_failures_per_year", self.gpu_failure_rate_per_s, maximum=1e-3)
-        _check_num(f"{p}.checkpoint_interval_min", self.checkpoint_interval_s, maximum=1e9)
-        _check_num(
-            f"{p}.checkpoint_bytes_per_param", self.checkpoint_bytes_per_param, strict=True, maximum=1e3
-        )
-        _check_bool(f"{p}.checkpoint_async", self.checkpoint_async)
-        _check_num(f"{p}.storage_write_GBps", self.storage_write_bytes_per_s, strict=True, maximum=1e18)
-        _check_num(f"{p}.restart_min", self.restart_s, maximum=1e9)
-        _check_num(f"{p}.power_utilization", self.power_utilization, strict=True, maximum=1.0)
-        _check_num(f"{p}.pue", self.pue, minimum=1.0, maximum=10.0)
 
 
 # ----------------------------------------------------------------------------- closed forms

@@ -155,102 +155,111 @@ def _pct(x: float) -> str:
 
 
 # ----------------------------------------------------------------------------- Gantt
-def draw_pipeline_gantt(
-    ax: Axes, timeline: Timeline, report: StepReport, *, label_microbatches: bool = True
-) -> None:
-    """Draw the pipeline Gantt chart on `ax` (see `pipeline_gantt`)."""
-    step = timeline.step_time_s
-    unit_s, unit = _time_unit(step)
+GANTT_MAIN_H = 0.62  # height of a stage's GPU row, in rows (stages are 1 apart)
+GANTT_SIDE_H = 0.2  # height of the thin lane beneath it (work beside the GPU timeline)
+
+
+def _axes_width_px(ax: Axes) -> float:
+    """The width of `ax` in pixels on its root figure (a SubFigure climbs to it)."""
     fig: Any = ax.figure
     while fig is not None and not isinstance(fig, Figure):  # a SubFigure: climb to the root figure
         fig = getattr(fig, "figure", None) if getattr(fig, "figure", None) is not fig else None
     width_in = float(fig.get_size_inches()[0]) if isinstance(fig, Figure) else 10.0
-    width_px = width_in * (fig.dpi if isinstance(fig, Figure) else 100.0) * ax.get_position().width
-    px_per_unit = width_px / max(step / unit_s, 1e-30)
+    return width_in * (fig.dpi if isinstance(fig, Figure) else 100.0) * ax.get_position().width
 
-    main_h, side_h = 0.62, 0.2
-    default = _compute_default(timeline)
 
-    def phase(span: Span) -> str:
-        return phase_of(span, default)
-
+def _spans_by_stage(timeline: Timeline) -> tuple[dict[int, list[Span]], dict[int, list[Span]]]:
+    """Spans with a duration, per stage: (on the GPU's main stream, beside it)."""
     main_by_stage: dict[int, list[Span]] = {st: [] for st in range(timeline.num_stages)}
     side_by_stage: dict[int, list[Span]] = {st: [] for st in range(timeline.num_stages)}
     for sp in timeline.spans:
         if sp.duration_s > 0:
             (main_by_stage if sp.stream == MAIN_STREAM else side_by_stage).setdefault(sp.stage, []).append(sp)
+    return main_by_stage, side_by_stage
+
+
+def _draw_phase_bars(ax: Axes, y: float, main: list[Span], default: str, unit_s: float) -> set[str]:
+    """One stage's GPU row colored by phase (bubbles hatched); returns the phases drawn."""
+
+    def phase(span: Span) -> str:
+        return phase_of(span, default)
 
     present: set[str] = set()
-    side_present: set[str] = set()
-    for stage in range(timeline.num_stages):
-        y = stage
-        main = main_by_stage[stage]
-        by_color: dict[tuple[str, int], list[tuple[float, float]]] = {}
-        for start, end, sp in _merged(main, key=lambda x: (phase(x), x.microbatch, x.chunk)):
-            ph = phase(sp)
-            present.add(ph)
-            by_color.setdefault((ph, max(sp.chunk, 0)), []).append((start / unit_s, (end - start) / unit_s))
-        for (ph, chunk), xr in by_color.items():
-            if ph == "bubble":
-                ax.broken_barh(
-                    xr,
-                    (y - main_h / 2, main_h),
-                    facecolors=COLORS[ph],
-                    edgecolors=BUBBLE_EDGE,
-                    hatch=BUBBLE_HATCH,
-                    linewidth=0.0,
-                )
-            else:
-                ax.broken_barh(
-                    xr,
-                    (y - main_h / 2, main_h),
-                    facecolors=_chunk_color(COLORS.get(ph, "#A0A0A0"), chunk),
-                    linewidth=0.0,
-                )
-        # One outline (and its micro-batch number) per task: a forward or backward of one micro-batch
-        # on one chunk, including the exposed communication inside it.
-        tasks = _merged(
-            (x for x in main if x.microbatch >= 0 and x.category not in ("bubble", "pp_comm", "dataloader")),
-            key=_task_key,
-        )
-        outlines = [
-            (a / unit_s, (b - a) / unit_s) for a, b, _ in tasks if (b - a) / unit_s * px_per_unit >= 4
-        ]
-        if outlines:
+    by_color: dict[tuple[str, int], list[tuple[float, float]]] = {}
+    for start, end, sp in _merged(main, key=lambda x: (phase(x), x.microbatch, x.chunk)):
+        ph = phase(sp)
+        present.add(ph)
+        by_color.setdefault((ph, max(sp.chunk, 0)), []).append((start / unit_s, (end - start) / unit_s))
+    yrange = (y - GANTT_MAIN_H / 2, GANTT_MAIN_H)
+    for (ph, chunk), xr in by_color.items():
+        if ph == "bubble":
             ax.broken_barh(
-                outlines, (y - main_h / 2, main_h), facecolors="none", edgecolors="white", linewidth=0.7
+                xr, yrange, facecolors=COLORS[ph], edgecolors=BUBBLE_EDGE, hatch=BUBBLE_HATCH, linewidth=0.0
             )
-        if label_microbatches:
-            for start, end, sp in tasks:
-                text = str(sp.microbatch)
-                if (end - start) / unit_s * px_per_unit < 6.5 * len(text) + 4:
-                    continue
-                ax.text(
-                    (start + end) / 2 / unit_s,
-                    y,
-                    text,
-                    ha="center",
-                    va="center",
-                    fontsize=7,
-                    color="white",
-                    clip_on=True,
-                )
-        # Work beside the GPU timeline (overlapped communication, transfers, loading): a thin lane.
-        side_by_cat: dict[str, list[tuple[float, float]]] = {}
-        for start, end, sp in _merged(side_by_stage[stage], key=lambda x: (x.category, x.stream)):
-            side_by_cat.setdefault(sp.category, []).append((start / unit_s, (end - start) / unit_s))
-        for cat, xr in side_by_cat.items():
-            side_present.add(cat)
+        else:
             ax.broken_barh(
-                xr,
-                (y + main_h / 2, side_h),
-                facecolors=COLORS.get(cat, "#A0A0A0"),
-                alpha=SIDE_ALPHA,
-                linewidth=0,
+                xr, yrange, facecolors=_chunk_color(COLORS.get(ph, "#A0A0A0"), chunk), linewidth=0.0
             )
+    return present
 
-    ax.set_xlim(0, step / unit_s)
-    ax.set_ylim(timeline.num_stages - 0.5 + side_h, -0.5)
+
+def _draw_task_outlines(
+    ax: Axes, y: float, main: list[Span], unit_s: float, px_per_unit: float, label_microbatches: bool
+) -> None:
+    """One outline (and its micro-batch number) per task: a forward or backward of one micro-batch
+    on one chunk, including the exposed communication inside it. Too narrow to see: left out."""
+    tasks = _merged(
+        (x for x in main if x.microbatch >= 0 and x.category not in ("bubble", "pp_comm", "dataloader")),
+        key=_task_key,
+    )
+    outlines = [(a / unit_s, (b - a) / unit_s) for a, b, _ in tasks if (b - a) / unit_s * px_per_unit >= 4]
+    if outlines:
+        ax.broken_barh(
+            outlines,
+            (y - GANTT_MAIN_H / 2, GANTT_MAIN_H),
+            facecolors="none",
+            edgecolors="white",
+            linewidth=0.7,
+        )
+    if not label_microbatches:
+        return
+    for start, end, sp in tasks:
+        text = str(sp.microbatch)
+        if (end - start) / unit_s * px_per_unit < 6.5 * len(text) + 4:
+            continue
+        ax.text(
+            (start + end) / 2 / unit_s,
+            y,
+            text,
+            ha="center",
+            va="center",
+            fontsize=7,
+            color="white",
+            clip_on=True,
+        )
+
+
+def _draw_side_lane(ax: Axes, y: float, side: list[Span], unit_s: float) -> set[str]:
+    """Work beside the GPU timeline (overlapped communication, transfers, loading) as a thin lane
+    under the stage's row; returns the categories drawn."""
+    side_by_cat: dict[str, list[tuple[float, float]]] = {}
+    for start, end, sp in _merged(side, key=lambda x: (x.category, x.stream)):
+        side_by_cat.setdefault(sp.category, []).append((start / unit_s, (end - start) / unit_s))
+    for cat, xr in side_by_cat.items():
+        ax.broken_barh(
+            xr,
+            (y + GANTT_MAIN_H / 2, GANTT_SIDE_H),
+            facecolors=COLORS.get(cat, "#A0A0A0"),
+            alpha=SIDE_ALPHA,
+            linewidth=0,
+        )
+    return set(side_by_cat)
+
+
+def _style_gantt_axes(ax: Axes, timeline: Timeline, report: StepReport, unit_s: float, unit: str) -> None:
+    """Limits, stage labels, time axis and the title (schedule and bubble share)."""
+    ax.set_xlim(0, timeline.step_time_s / unit_s)
+    ax.set_ylim(timeline.num_stages - 0.5 + GANTT_SIDE_H, -0.5)
     ax.set_yticks(range(timeline.num_stages))
     ax.set_yticklabels([f"stage {i}" for i in range(timeline.num_stages)])
     ax.set_xlabel(f"time within the step ({unit})")
@@ -263,6 +272,10 @@ def draw_pipeline_gantt(
         f"schedule {par.schedule}  |  bubble {_pct(bubble)} of the step",
         fontsize=10,
     )
+
+
+def _gantt_legend(ax: Axes, report: StepReport, present: set[str], side_present: set[str]) -> None:
+    """The legend right of the chart: the phases drawn, then the thin lanes' categories."""
     keys = [k for k in ("forward", "backward", "compute", *PHASES[2:]) if k in present]
     handles = _legend_handles(keys)
     for cat in (c for c in CATEGORIES if c in side_present):
@@ -280,6 +293,26 @@ def draw_pipeline_gantt(
         title=title,
         title_fontsize=8,
     )
+
+
+def draw_pipeline_gantt(
+    ax: Axes, timeline: Timeline, report: StepReport, *, label_microbatches: bool = True
+) -> None:
+    """Draw the pipeline Gantt chart on `ax` (see `pipeline_gantt`): per stage its GPU row by
+    phase, the task outlines and micro-batch numbers, the thin lane beside it; then axes, legend."""
+    unit_s, unit = _time_unit(timeline.step_time_s)
+    px_per_unit = _axes_width_px(ax) / max(timeline.step_time_s / unit_s, 1e-30)
+    default = _compute_default(timeline)
+    main_by_stage, side_by_stage = _spans_by_stage(timeline)
+    present: set[str] = set()
+    side_present: set[str] = set()
+    for stage in range(timeline.num_stages):
+        main = main_by_stage[stage]
+        present |= _draw_phase_bars(ax, stage, main, default, unit_s)
+        _draw_task_outlines(ax, stage, main, unit_s, px_per_unit, label_microbatches)
+        side_present |= _draw_side_lane(ax, stage, side_by_stage[stage], unit_s)
+    _style_gantt_axes(ax, timeline, report, unit_s, unit)
+    _gantt_legend(ax, report, present, side_present)
 
 
 def pipeline_gantt(timeline: Timeline, report: StepReport) -> Figure:

@@ -19,16 +19,16 @@ from dataclasses import dataclass, field, replace
 
 from . import flops as fl
 from .comm import CommModel, bus_factor, default_comm_model
-from .costs import Device, flash_attention_time_s, grouped_matmul_time_s, matmul_time_s, memory_op_time_s
+from .costs import Device, attention_time_s, grouped_matmul_time_s, matmul_time_s, memory_op_time_s
+from .kernels import resolve_attention
 from .memory import scenario_layer_activations
 from .schedules import PassTimes, Task, chunk_layers, next_chunk, prev_chunk, stage_tasks
 from .specs import ModelSpec, ParallelConfig, Scenario
 
-CAUSAL_WORK_FRACTION = 0.5  # a causal FlashAttention kernel skips the upper-triangle blocks
-FLASH_BWD_TO_FWD = 2.5  # FlashAttention-2 (Dao 2023) backward runs 5 matmuls vs 2 forward
 ADAM_BYTES_PER_PARAM = (
     34  # fused Adam: fp32 grad r(4) + master r/w(8) + m r/w(8) + v r/w(8) + 16-bit param w(2) + grad zero(4)
 )
+GRAD_CLIP_BYTES_PER_PARAM = 4  # grad-norm clipping: one more fp32 read of every gradient (L2 norm)
 FP8_CAST_BYTES_PER_ELEMENT = 3  # read a 16-bit element, write its 8-bit copy
 # Quantization traffic per GEMM-input element, by recipe (Transformer Engine):
 #  fp8   per-tensor scaling: read 16-bit, write one 8-bit copy (the transpose comes free on Hopper);
@@ -45,7 +45,6 @@ EP_COMM_SMS = 20
 # Router: fp32 logits written, read by softmax/top-k, probabilities written (Megatron's router
 # in moe_router_dtype fp32); per token and expert.
 ROUTER_BYTES_PER_LOGIT = 3 * 4
-UNFUSED_SOFTMAX_PASSES = 4  # Megatron's fused scale-mask-softmax (read + write) and dropout (read + write)
 
 
 # ----------------------------------------------------------------------------- blocks
@@ -203,9 +202,13 @@ def stage_orders(program: Program) -> tuple[tuple[Task, ...], ...]:
     )
 
 
-def grad_reduce_bytes_per_param(dtype: str) -> int:
-    """Megatron reduces gradients in fp32 for bf16/fp8 training (main_grad buffers,
-    accumulate_allreduce_grads_in_fp32); fp16 keeps 16-bit gradients."""
+def grad_reduce_bytes_per_param(dtype: str, grad_reduce_dtype: str = "") -> int:
+    """Bytes per gradient element on the DP wire. Default: Megatron-LM reduces in fp32 for
+    bf16/fp8 training (main_grad buffers, accumulate_allreduce_grads_in_fp32); fp16 keeps 16-bit
+    gradients. `[kernels] grad_reduce_dtype = "bf16"` is Megatron-Core's --grad-reduce-in-bf16
+    (DistributedDataParallelConfig.grad_reduce_in_fp32 = False), which halves the traffic."""
+    if grad_reduce_dtype:
+        return 4 if grad_reduce_dtype == "fp32" else 2
     return 2 if dtype == "fp16" else 4
 
 
@@ -350,7 +353,11 @@ class _Coster:
         if par.zero == 3 and par.shard_size > 1 and par.reshard_after_forward:
             axis = shard_axis(par)
             ag = self.coll("allgather", axis, params_local * d.element_bytes)
-            rs = self.coll("reducescatter", axis, params_local * grad_reduce_bytes_per_param(scn.dtype))
+            rs = self.coll(
+                "reducescatter",
+                axis,
+                params_local * grad_reduce_bytes_per_param(scn.dtype, scn.kernels.grad_reduce_dtype),
+            )
             fwd_s = sum(p.duration_s for p in fwd)
             bwd_s = sum(p.duration_s for p in b_in + b_w)
             fwd.append(Segment("dp_comm", "zero3 param allgather", max(0.0, ag - fwd_s), 0.0, 0.0))
@@ -418,35 +425,22 @@ class _Coster:
         mem("rope", 2 * T * (heads_local + 1) * mla.qk_rope_head_dim * a)
 
     def _attention(self, T: int, s_local: int, s: int, heads_local: int, q_local: int, v_local: int):
+        """Causal self-attention by the [kernels] implementation (simulator/kernels.py):
+        FlashAttention-2/-3, cuDNN or Triton fused kernels, or unfused GEMMs + softmax through memory.
+        The kernel model takes one head dim: the mean of the q·k and v head dims (MLA: 192 and 128),
+        which keeps its FLOPs 2·b·s²·(q + v) exact."""
         d = self.device
         b = self.scn.parallel.micro_batch
         model_flops_fwd = 2.0 * b * s_local * s * (q_local + v_local)  # scores + values, full s×s
-        if self.scn.kernels.flash_attention:
-            work = model_flops_fwd * CAUSAL_WORK_FRACTION
-            t_f = flash_attention_time_s(d, work)
-            t_b = flash_attention_time_s(d, work * FLASH_BWD_TO_FWD)
-            fwd = [Segment("compute", "flash attention", t_f, model_flops_fwd, 0.0)]
-            bwd = [Segment("compute", "flash attention bwd", t_b, 2 * model_flops_fwd, 0.0)]
-        else:
-            count = b * heads_local
-            hd = self.scn.model.dim_per_head
-            hd_v = v_local // heads_local
-            t_scores = matmul_time_s(d, s_local, s, hd, count)
-            t_values = matmul_time_s(d, s_local, hd_v, s, count)
-            score_bytes = count * s_local * s * d.activation_bytes * UNFUSED_SOFTMAX_PASSES
-            t_soft = memory_op_time_s(d, score_bytes, kernels=4)
-            t_f = t_scores + t_values + t_soft
-            t_b = 2 * (t_scores + t_values) + 2 * t_soft
-            f_scores = 2.0 * b * s_local * s * q_local
-            fwd = [
-                Segment("compute", "attention scores", t_scores, f_scores, 0.0),
-                Segment("compute", "softmax", t_soft, 0.0, score_bytes),
-                Segment("compute", "attention values", t_values, model_flops_fwd - f_scores, 0.0),
-            ]
-            bwd = [
-                Segment("compute", "attention bwd", 2 * (t_scores + t_values), 2 * model_flops_fwd, 0.0),
-                Segment("compute", "softmax bwd", 2 * t_soft, 0.0, 2 * score_bytes),
-            ]
+        kern = self.scn.kernels
+        impl = resolve_attention(self.scn.gpu, kern.attention, kern.flash_attention)
+        head_dim = max(1, round((q_local + v_local) / (2 * heads_local)))
+        shape = dict(batch=b, seq_q=s_local, seq_kv=s, heads=heads_local, head_dim=head_dim)
+        t_f = attention_time_s(d, impl, "fwd", **shape)
+        t_b = attention_time_s(d, impl, "bwd", **shape)
+        name = "attention (unfused)" if impl == "unfused" else f"attention ({impl})"
+        fwd = [Segment("compute", name, t_f, model_flops_fwd, 0.0)]
+        bwd = [Segment("compute", name + " bwd", t_b, 2 * model_flops_fwd, 0.0)]
         return t_f, t_b, (fwd, bwd)
 
     def _tp_entry(self, fwd: list, b_in: list, msg: float, gemm_s: float) -> None:
@@ -458,8 +452,10 @@ class _Coster:
         par = self.scn.parallel
         if par.tp == 1:
             return
-        if par.tp_comm_overlap:
-            gemm_s = 0.0  # all TP comm is hidden by _overlap_tp instead; never hide twice
+        if par.tp_comm_overlap or not self.scn.kernels.tp_comm_async:
+            # hidden by _overlap_tp instead (never hide twice), or a stack without Megatron's
+            # asynchronous TP backward communication (2021-22 Megatron-LM): all of it exposed
+            gemm_s = 0.0
         if par.sequence_parallel:
             t_ag = self.coll("allgather", "tp", msg)
             t_rs = self.coll("reducescatter", "tp", msg)
@@ -778,7 +774,8 @@ def build_program(scn: Scenario, comm: CommModel | None = None) -> Program:
             costed[key] = (layer, coster.embedding(), coster.logits(), mtp_cost)
         return costed[key]
 
-    gbytes = grad_reduce_bytes_per_param(scn.dtype)
+    gbytes = grad_reduce_bytes_per_param(scn.dtype, scn.kernels.grad_reduce_dtype)
+    host_s = scn.gpu.efficiency.microbatch_overhead_s
     bucket_params = max(par.grad_bucket_params, 1_000_000 * par.dp)  # Megatron DDP bucket rule
     device = coster.device
     embed_params = m.vocab * m.hidden / par.tp
@@ -801,6 +798,11 @@ def build_program(scn: Scenario, comm: CommModel | None = None) -> Program:
             b_w: list = []
             rec: list = []
             params = 0.0
+            # host-side work per micro-batch and phase (Python, hooks, scheduling): the GPU idles;
+            # one micro-batch's worth, shared by its model chunks
+            host = Segment("compute", "host overhead (micro-batch)", host_s / vp, 0.0, 0.0)
+            fwd.append(host)
+            b_in.append(host)
             expert_params = 0.0  # routed-expert weights: their gradients reduce over expert-DP
             if first:
                 fwd += emb_f.parts
@@ -888,8 +890,8 @@ def build_program(scn: Scenario, comm: CommModel | None = None) -> Program:
                 )
             )
         shard = par.shard_size if par.zero >= 1 else 1
-        opt_bytes = stage_params / shard * ADAM_BYTES_PER_PARAM
-        optimizer_s = memory_op_time_s(device, opt_bytes, kernels=4)
+        opt_bytes = stage_params / shard * (ADAM_BYTES_PER_PARAM + GRAD_CLIP_BYTES_PER_PARAM)
+        optimizer_s = memory_op_time_s(device, opt_bytes, kernels=5)  # grad norm, clip, fused Adam
         if scn.memory.offload_optimizer:
             optimizer_s = _offloaded_optimizer_s(scn, stage_params / shard)
         act_msg = par.micro_batch * m.seq_len // par.cp * m.hidden * device.activation_bytes / par.tp

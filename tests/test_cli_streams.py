@@ -205,3 +205,16 @@ def test_fifo_scenario_does_not_hang(tmp_path: Path) -> None:
 def test_seed_out_of_range_blames_the_flag(small: Path) -> None:
     res = mfusim("run", str(small), "--seed", str(2**63 - 3), "--samples", "5")
     assert res.returncode == 2 and b"--seed" in res.stderr and b"dataloader" not in res.stderr
+
+
+@pytest.mark.parametrize("exc", [MemoryError, RecursionError])
+def test_resource_errors_are_one_line_not_a_bug(exc: type[BaseException], monkeypatch, run_cli) -> None:
+    from simulator.cli import app
+
+    def boom(args: object) -> int:
+        raise exc()
+
+    monkeypatch.setitem(app.COMMANDS, "presets", boom)
+    res = run_cli(["presets"])
+    assert res.code == 2 and len(res.err_lines) == 1
+    assert "bug" not in res.err and "internal error" not in res.err

@@ -287,7 +287,8 @@ def test_loader_bound_step_is_loader_throughput(latency_ms: float, workers: int)
     r = run(d)
     m = r.parallel.num_microbatches
     assert r.step_time_s == pytest.approx(m * latency_ms / 1e3 / workers, rel=1e-9)
-    assert r.breakdown_s["dataloader"] > 0.5 * r.step_time_s
+    # the wait is what the loader adds beyond the compute (here about half the step at 500 ms)
+    assert r.breakdown_s["dataloader"] > 0.4 * r.step_time_s
 
 
 # ----------------------------------------------------------------------------- the two clocks

@@ -1,7 +1,8 @@
 """The import graph is one-way (docs/architecture.md): read from the source with `ast`.
 
-- no cycle among simulator modules (runtime imports, module-level or inside a function;
-  imports under `if TYPE_CHECKING:` are annotations only and are not followed);
+- no cycle among simulator modules, counting every import: module-level, inside a function and
+  under `if TYPE_CHECKING:` (an annotation-only cycle still ties two modules together);
+- the layer check below follows runtime imports only (an annotation may name a higher layer's type);
 - simpy only in the engine (`simulator/engine.py` or a `simulator/engine/` package);
 - argparse, print() and sys.stdout only in the command line (`simulator/cli/`, `__main__`);
 - the library never imports its front doors (`simulator.cli`, the `mfusim` API package).
@@ -48,12 +49,15 @@ def _runtime_nodes(tree: ast.AST) -> Iterator[ast.AST]:
             yield node
 
 
-def imported_names(name: str) -> set[str]:
-    """Absolute names of what module `name` imports (a submodule when `from pkg import sub`)."""
+def imported_names(name: str, annotations: bool = False) -> set[str]:
+    """Absolute names of what module `name` imports (a submodule when `from pkg import sub`).
+
+    Runtime imports only, unless `annotations`: then also those under `if TYPE_CHECKING:`.
+    """
     tree = ast.parse(MODULES[name].read_text(encoding="utf-8"))
     here = name.split(".") if _is_package(name) else name.split(".")[:-1]
     out: set[str] = set()
-    for node in _runtime_nodes(tree):
+    for node in ast.walk(tree) if annotations else _runtime_nodes(tree):
         if isinstance(node, ast.Import):
             out.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom):
@@ -68,11 +72,11 @@ def imported_names(name: str) -> set[str]:
     return out
 
 
-def import_graph() -> nx.DiGraph:
+def import_graph(annotations: bool = False) -> nx.DiGraph:
     graph = nx.DiGraph()
     for name in MODULES:
         graph.add_node(name)
-        for target in imported_names(name):
+        for target in imported_names(name, annotations):
             if target in MODULES and target != name:
                 graph.add_edge(name, target)
     return graph
@@ -95,8 +99,15 @@ def test_the_reader_finds_the_packages() -> None:
     assert import_graph().number_of_edges() > len(MODULES)
 
 
+def test_the_reader_sees_annotation_imports() -> None:
+    # the cycle check counts `if TYPE_CHECKING:` imports: the reader must find them, and they
+    # must add to (never replace) the runtime edges
+    runtime, every = import_graph(), import_graph(annotations=True)
+    assert set(runtime.edges()) < set(every.edges())
+
+
 def test_no_import_cycles() -> None:
-    graph = import_graph()
+    graph = import_graph(annotations=True)
     cycles = [sorted(c) for c in nx.strongly_connected_components(graph) if len(c) > 1]
     assert cycles == [], f"import cycles among {cycles}; see docs/architecture.md for who may import whom"
 
@@ -171,7 +182,7 @@ LAYERS: dict[str, int] = {
     ),
     **dict.fromkeys(("specs", "schedules", "flops", "plan"), 1),
     **dict.fromkeys(("loading", "overrides"), 2),
-    **dict.fromkeys(("memory", "costs", "network", "comm"), 3),
+    **dict.fromkeys(("memory", "costs", "kernels", "stacks", "network", "comm"), 3),
     "program": 4,
     **dict.fromkeys(("engine", "analytic", "metrics", "simulate"), 5),
     **dict.fromkeys(

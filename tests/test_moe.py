@@ -332,10 +332,12 @@ def test_offload_moves_memory_and_exposes_only_excess() -> None:
     model = {"preset": "llama3-8b", "seq_len": 8192}
     par = {"tp": 1, "num_gpus": 8, "global_batch": 8}
     base = _scn(model, dict(par))
-    half = _scn(model, dict(par), memory={"offload_activations": 0.5, "offload_optimizer": True})
+    # a fifth of the activations: their PCIe copies fit under the layer's compute on an H100 (half of
+    # them would not: ~11 ms of copies against ~5 ms of kernels per layer with the kernel model)
+    half = _scn(model, dict(par), memory={"offload_activations": 0.2, "offload_optimizer": True})
     mb, mh = memory_footprint(base), memory_footprint(half)
     assert mh.parts_bytes["optimizer"] == 0
-    assert mh.parts_bytes["activations"] < 0.6 * mb.parts_bytes["activations"]
+    assert mh.parts_bytes["activations"] < 0.85 * mb.parts_bytes["activations"]
     rb, rh = _step(base), _step(half)
     assert rh.step_time_s >= rb.step_time_s
     # the copies of a large layer hide under its compute: only the CPU optimizer step is added
@@ -409,7 +411,8 @@ def test_nvfp4_gemm_fraction_from_recipes_catalog() -> None:
     assert 0.3 < frac < 1.0
     fp8 = matmul_efficiency(Device(gpu, "fp8"), 8192, 8192, 8192)
     fp4 = matmul_efficiency(Device(gpu, "nvfp4"), 8192, 8192, 8192)
-    assert fp4 == pytest.approx(fp8 * frac)
+    # (the kernel model's fixed latency weighs more on the 3x faster FP4 GEMM: a few percent)
+    assert fp4 == pytest.approx(fp8 * frac, rel=0.05)
     assert load_gpu_catalog()["b200"].efficiency.fp4_matmul_fraction == 1.0  # not calibrated
 
 

@@ -148,3 +148,13 @@ def test_flag_choices_take_aliases_and_suggest(capsys) -> None:
 def test_unknown_key_errors_point_to_the_reference(tmp_path) -> None:
     message = _error(tmp_path, parallel_extra="tpp = 2")
     assert "docs/reference.md" in message and "SPEC" not in message
+
+
+def test_mfu_model_alias_reports_the_catalog_name(capsys) -> None:
+    import json
+
+    from simulator.cli import main
+
+    args = ["mfu", "--model", "LLaMA-3-8B", "--tokens-per-s", "1e5", "--gpus", "8", "--gpu", "H100", "--json"]
+    assert main(args) == 0
+    assert json.loads(capsys.readouterr().out)["model"] == "llama3-8b"

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from simulator import plan
+from simulator import plan, specs
 from simulator.errors import ConfigError
 from simulator.loading import gpu_by_name, scenario_from_dict
 from simulator.units import DAY_S, HOUR_S, JOULES_PER_MWH, MIN_S, YEAR_S
@@ -18,7 +18,7 @@ H100 = gpu_by_name("h100-sxm")
 
 def _plan(num_gpus: int = 16_384, **run_kw) -> plan.Plan:
     kw = dict(num_gpus=num_gpus, gpu=H100, params=405e9, tokens_per_s=2.5e6, tokens_per_step=16 * 2**20)
-    return plan.plan_run(plan.RunSpec(tokens=15e12, **run_kw), **kw)
+    return plan.plan_run(specs.RunSpec(tokens=15e12, **run_kw), **kw)
 
 
 # ----------------------------------------------------------------------------- Young / Daly
@@ -131,7 +131,7 @@ def test_energy_arithmetic() -> None:
 
 def test_llama3_default_failure_rate_is_the_published_one() -> None:
     # 419 unexpected interruptions / 16,384 GPUs / 54 days  ->  0.173 per GPU-year
-    assert plan.DEFAULT_GPU_FAILURES_PER_YEAR == pytest.approx(419 / 16384 / (54 / 365.25), rel=1e-12)
+    assert specs.DEFAULT_GPU_FAILURES_PER_YEAR == pytest.approx(419 / 16384 / (54 / 365.25), rel=1e-12)
     p = _plan()
     # the job's interruption rate at 16,384 GPUs is the paper's: 419 in 54 days = one every 3.09 h
     assert p.job_mtbf_s == pytest.approx(54 * DAY_S / 419, rel=1e-9)
@@ -229,7 +229,7 @@ def test_checkpoints_fall_between_steps() -> None:
         assert p.checkpoint_every_steps >= 1
         assert p.checkpoint_interval_s == pytest.approx(p.checkpoint_every_steps * p.step_time_s, rel=1e-12)
     fast = _plan(
-        checkpoint_async=True, gpu_failure_rate_per_s=2 * plan.DEFAULT_GPU_FAILURES_PER_YEAR / YEAR_S
+        checkpoint_async=True, gpu_failure_rate_per_s=2 * specs.DEFAULT_GPU_FAILURES_PER_YEAR / YEAR_S
     )
     assert fast.checkpoint_every_steps == 1 and fast.checkpoint_interval_s == fast.step_time_s
     slow = _plan(checkpoint_async=True, storage_write_bytes_per_s=1e10)  # 567 s per write

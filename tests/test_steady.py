@@ -12,6 +12,7 @@ import pytest
 
 from simulator.engine import steady
 from simulator.engine.replay import steady_step
+from simulator.errors import ConfigError
 from simulator.loading import load_scenario
 from simulator.program import Program, build_program
 from simulator.resources import data_dir
@@ -29,7 +30,10 @@ def _validate_programs(every: int) -> list[tuple[str, Program]]:
     cases = [c for c in (build_case(r) for r in runs) if isinstance(c, Case)]
     out = []
     for case in cases[::every]:
-        program = build_program(scenario_for(case))
+        try:
+            program = build_program(scenario_for(case))
+        except ConfigError:  # validate reports the row as unusable
+            continue
         if steady.probe_sizes(program) is not None:
             out.append((case.run_id, program))
     return out

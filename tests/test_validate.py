@@ -364,26 +364,31 @@ def test_calibration_pieces(tmp_path, shipped):
     from simulator.specs import GPUEfficiency
 
     C = _calibrate_module()
-    x, value, _ = C.nelder_mead(lambda z: float(np.sum((z - np.array([1.0, -2.0])) ** 2)), np.zeros(2))
+    x, value, _ = C.minimize(lambda z: float(np.sum((z - np.array([1.0, -2.0])) ** 2)), np.zeros(2))
     assert value < 1e-4 and np.allclose(x, [1.0, -2.0], atol=0.02)
-    eff = GPUEfficiency(matmul_peak_fraction=0.61, kernel_launch_s=7e-6, overlap_slowdown=0.1)
+    eff = GPUEfficiency(sustained_clock_fraction=0.91, kernel_launch_s=7e-6, overlap_slowdown=0.1)
     back = C.decode(C.encode(eff))
-    assert back.matmul_peak_fraction == pytest.approx(0.61) and back.kernel_launch_s == pytest.approx(7e-6)
+    assert back.sustained_clock_fraction == pytest.approx(0.91) and back.kernel_launch_s == pytest.approx(
+        7e-6
+    )
     cases = [c for c in (V.build_case(r) for r in shipped.values()) if isinstance(c, V.Case) and c.is_target]
     split = C.split_rows(cases)
     assert split == C.split_rows(list(reversed(cases)))  # order-independent, deterministic
     assert 0.45 < sum(split.values()) / len(split) < 0.55
     toml = tmp_path / "efficiency.toml"
-    toml.write_text("[default]\nmatmul_peak_fraction = 0.8\n\n[h100-sxm]\nmatmul_peak_fraction = 0.5\n")
-    res = C.FitResult("h100-sxm", GPUEfficiency(), eff, 30.0, 31.0, 5.0, 6.0, 10, 11, 100, 1.0)
+    toml.write_text(
+        "[default]\nsustained_clock_fraction = 0.8\n\n[h100-sxm]\nsustained_clock_fraction = 0.5\n"
+    )
+    res = C.FitResult("megatron-core/hopper", GPUEfficiency(), eff, 30.0, 31.0, 5.0, 6.0, 10, 11, 100, 1.0)
     C.write_efficiency([res], toml)
     C.write_efficiency([res], toml)  # idempotent: replaces its own table
     import tomllib
 
     data = tomllib.loads(toml.read_text())
-    assert data["default"] == {"matmul_peak_fraction": 0.8}
-    assert data["h200"]["matmul_peak_fraction"] == pytest.approx(0.61)  # same silicon: inherits
-    assert data["h100-sxm"]["matmul_peak_fraction"] == pytest.approx(0.61)
+    assert data["default"] == {"sustained_clock_fraction": 0.8}
+    assert data["stacks"]["megatron-core"]["hopper"]["sustained_clock_fraction"] == pytest.approx(0.91)
+    assert data["h200"]["sustained_clock_fraction"] == pytest.approx(0.91)  # same silicon: inherits
+    assert data["h100-sxm"]["sustained_clock_fraction"] == pytest.approx(0.91)
     assert (
         toml.read_text().count("\n[h100-sxm]\n") == 1
         and "Written by benchmarks/calibrate.py" in toml.read_text()

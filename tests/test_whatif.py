@@ -120,7 +120,8 @@ def test_bubble_heavy_more_microbatches_and_interleaving_gain() -> None:
     result = analyze(scn(BUBBLE_HEAVY))
     assert result.bottleneck[0] == "bubble"
     gains = {lv.key: lv.gain for lv in result.applied}
-    assert gains["microbatches_x2_global"] > 0.02
+    # (the per-micro-batch host overhead, issue 12, takes part of what halving the bubble gains)
+    assert gains["microbatches_x2_global"] > 0.01
     assert max(g for k, g in gains.items() if k.startswith("interleave")) > 0.01
     head = result.headline
     assert head.split(";")[0].endswith("pipeline bubble")

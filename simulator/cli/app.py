@@ -34,7 +34,18 @@ def _lazy(name: str) -> Callable[[argparse.Namespace], int]:
 
 COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     name: _lazy(name)
-    for name in ("run", "compare", "sweep", "mfu", "validate", "whatif", "topo", "presets", "schema")
+    for name in (
+        "run",
+        "compare",
+        "sweep",
+        "mfu",
+        "validate",
+        "whatif",
+        "topo",
+        "presets",
+        "schema",
+        "kernel",
+    )
 }
 
 

@@ -116,7 +116,7 @@ def _utilization(
         conventions["exact"] + flops.recompute_flops_per_sequence(model, args.recompute) / model.seq_len
     )
     return {
-        "model": args.model,
+        "model": model.name,
         "params": flops.total_params(model),
         "non_embedding_params": flops.non_embedding_params(model),
         "seq_len": model.seq_len,
@@ -147,7 +147,7 @@ def _print_text(
     fpt = result["flops_per_token"]
     assert isinstance(fpt, dict)
     print(
-        f"  model {args.model}: Ψ(non-embedding) = {result['non_embedding_params']:.3e}, s = {model.seq_len}"
+        f"  model {model.name}: Ψ(non-embedding) = {result['non_embedding_params']:.3e}, s = {model.seq_len}"
     )
     print(f"  MFU, 6Ψ            {result['mfu_6psi']:.1%}   ({fpt['6psi']:.3e} FLOP/token)")
     print(f"  MFU, 6Ψ + 12·L·h·s {result['mfu_6psi_attn']:.1%}   ({fpt['6psi_attn']:.3e} FLOP/token)")

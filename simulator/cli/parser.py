@@ -63,6 +63,7 @@ def build_parser() -> argparse.ArgumentParser:
         _add_validate,
         _add_whatif,
         _add_topo,
+        _add_kernel,
         _add_presets,
         _add_schema,
     ):
@@ -203,6 +204,12 @@ def _add_topo(sub: Any) -> None:
     p.add_argument("topology", help="a shipped topology name or a topology TOML")
     p.add_argument("--gpus", type=positive_int("--gpus"), default=None, help="cluster size for the summary")
     p.add_argument("--json", action="store_true")
+
+
+def _add_kernel(sub: Any) -> None:
+    from .kernel import add_parser
+
+    add_parser(sub)
 
 
 def _add_presets(sub: Any) -> None:

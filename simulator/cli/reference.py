@@ -278,7 +278,26 @@ KEYS: dict[str, Key] = {
     "variability.seed": Key("random seed of the step's variation"),
     # [kernels]
     "kernels.flash_attention": Key(
-        "fused attention (FlashAttention-2 style); false = two batched GEMMs and a fused softmax"
+        'fused attention; false = attention "unfused" (two batched GEMMs and a fused softmax)'
+    ),
+    "kernels.attention": Key(
+        "attention kernel; empty = today's Megatron-Core + TE on the GPU (cudnn on Hopper/Blackwell,"
+        " fa2 on Ampere); speeds from published benchmarks (`mfusim kernel attention`)",
+        default='""',
+        allowed=lambda: ("fa2", "fa3", "cudnn", "triton", "unfused"),
+        since=NEXT,
+    ),
+    "kernels.grad_reduce_dtype": Key(
+        "dtype of the data-parallel gradient reduction; empty = fp32 (fp16 for fp16 training),"
+        " bf16 = Megatron-Core --grad-reduce-in-bf16 (half the traffic)",
+        default='""',
+        allowed=lambda: ("fp32", "bf16"),
+        since=NEXT,
+    ),
+    "kernels.tp_comm_async": Key(
+        "tensor-parallel backward collectives beside the GEMMs (Megatron-Core); false = all exposed"
+        " (Megatron-LM 2021)",
+        since=NEXT,
     ),
     # [memory]
     "memory": Key("offloading to host memory", "table", since=NEXT),
@@ -295,7 +314,7 @@ KEYS: dict[str, Key] = {
     "memory.offload_optimizer": Key(
         "fp32 master weights and Adam moments on the host, Adam on the CPU", since=NEXT
     ),
-    # [run] (simulator/plan.py holds the sourced defaults)
+    # [run] (simulator/specs.py holds the sourced defaults, next to RunSpec)
     "run.tokens": Key(
         "training tokens of the whole run", "number", unit="tokens", default="required", since=NEXT
     ),
@@ -427,15 +446,15 @@ def _field_default(cls, name: str) -> object:
 
 
 def _run_default(name: str) -> object:
-    from .. import plan
+    from .. import specs
 
     table = {
-        "gpu_failures_per_year": round(plan.DEFAULT_GPU_FAILURES_PER_YEAR, 4),
-        "checkpoint_bytes_per_param": plan.DEFAULT_CHECKPOINT_BYTES_PER_PARAM,
-        "storage_write_GBps": plan.DEFAULT_STORAGE_WRITE_GBPS,
-        "restart_min": plan.DEFAULT_RESTART_MIN,
-        "power_utilization": plan.DEFAULT_POWER_UTILIZATION,
-        "pue": plan.DEFAULT_PUE,
+        "gpu_failures_per_year": round(specs.DEFAULT_GPU_FAILURES_PER_YEAR, 4),
+        "checkpoint_bytes_per_param": specs.DEFAULT_CHECKPOINT_BYTES_PER_PARAM,
+        "storage_write_GBps": specs.DEFAULT_STORAGE_WRITE_GBPS,
+        "restart_min": specs.DEFAULT_RESTART_MIN,
+        "power_utilization": specs.DEFAULT_POWER_UTILIZATION,
+        "pue": specs.DEFAULT_PUE,
     }
     return table.get(name, MISSING)
 
@@ -844,6 +863,18 @@ JSON_FIELDS: dict[str, dict[str, str]] = {
         "mfu": "model FLOPs utilization = model FLOPs / (step time × GPUs × peak), 0-1",
         "hfu": "hardware FLOPs utilization: like mfu with recomputation counted",
         "mfu_6psi": "MFU with the 6Ψ approximation (6 × parameters × tokens, no attention FLOPs)",
+        "kernels": "the software stack the step was costed with (issue 12, docs/calibration.md)",
+        "kernels.architecture": "GPU architecture whose kernel-model parameters apply (kernels.toml)",
+        "kernels.attention": "attention kernel used: fa2, fa3, cudnn, triton or unfused",
+        "kernels.grad_reduce_dtype": "dtype of the data-parallel gradient reduction",
+        "kernels.tp_comm_async": "TP backward collectives overlapped with the GEMMs",
+        "kernels.system": "system residuals of the GPU's default stack (efficiency.toml)",
+        "kernels.system.sustained_clock_fraction": "compute speed under sustained load vs the microbenchmarks",
+        "kernels.system.kernel_launch_s": "unhidden launch gap per kernel [s]",
+        "kernels.system.microbatch_overhead_s": "host overhead per micro-batch and phase [s]",
+        "kernels.system.nccl_bw_fraction": "achieved fraction of link bandwidth of collectives in the job",
+        "kernels.system.overlap_slowdown": "compute slowdown while communication overlaps it",
+        "kernels.system.fp4_matmul_fraction": "NVFP4 GEMM efficiency relative to the kernel model (recipes.toml)",
         "breakdown_s": "seconds of the step per category, mean over pipeline stages (sums to step_time_s)",
         "breakdown_s.<category>": "seconds in this category",
         "breakdown_by_stage_s": "the same per pipeline stage (each sums to step_time_s)",

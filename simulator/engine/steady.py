@@ -46,13 +46,13 @@ def period_microbatches(schedule: str, pp: int) -> int:
 
 def probe_sizes(program: Program, warmup_pipelines: int = 1) -> tuple[int, int, int] | None:
     """(m₀, m₀ + P, m₀ + 2P), all ≡ m (mod P) and valid for the schedule, m₀ ≥ pp ·
-    `warmup_pipelines`; None when the three probes would cost as much as the full replay."""
+    `warmup_pipelines`; None unless the three probes cost at most half the full replay."""
     m, pp = program.num_microbatches, program.pp
     period = period_microbatches(program.schedule, pp)
     first = max(warmup_pipelines * pp, period)
     first += (m - first) % period  # same residue as m
     sizes = (first, first + period, first + 2 * period)
-    if 3 * first + 3 * period >= m:
+    if 2 * (3 * first + 3 * period) > m:  # worth it only at half the cost or less (failures replay twice)
         return None
     layers = max(1, sum(c.num_layers for st in program.stages for c in st.chunks))
     if any(check_schedule(program.schedule, pp, k, layers) for k in sizes):

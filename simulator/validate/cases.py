@@ -63,6 +63,21 @@ class Unusable:
     reason: str
 
 
+@dataclass(frozen=True, slots=True)
+class RowResult:
+    """A simulated Case: the prediction next to its measurement (validate.results sums them up)."""
+
+    case: Case
+    predicted: float
+    step_time_s: float
+    mfu: float
+    memory_fits: bool | None
+
+    @property
+    def error_pct(self) -> float:
+        return 100.0 * (self.predicted - self.case.measured) / self.case.measured
+
+
 def _arch_int(run: PublishedRun, column: str) -> int | None | str:
     """An architecture cell: an int, None when empty, or the raw text when annotated."""
     text = run.get(column)
@@ -200,11 +215,9 @@ def build_case(run: PublishedRun) -> Case | Unusable:
         "parallel": parallel,
         "precision": {"dtype": dtype},
     }
-    if rules.key == "narayanan21":
-        # Megatron-LM 2021 predates FlashAttention (Dao et al. 2022): unfused attention with
-        # Megatron's fused scale-mask-softmax kernel.
-        scenario["kernels"] = {"flash_attention": False}
-        notes.append("kernels: flash_attention = false (Megatron-LM 2021 predates FlashAttention)")
+    kernels = _kernels(rules, parallel, notes)
+    if kernels:
+        scenario["kernels"] = kernels
     return Case(
         run_id=run.run_id,
         source=run.source,
@@ -218,6 +231,22 @@ def build_case(run: PublishedRun) -> Case | Unusable:
         is_moe=is_moe,
         assumptions=tuple(notes),
     )
+
+
+def _kernels(rules: SourceRules, parallel: Mapping[str, Any], notes: list[str]) -> dict[str, Any]:
+    """The source's software stack (docs/validate-assumptions.md): attention kernel, the dtype of
+    the data-parallel gradient reduction, and whether TP communication overlaps the GEMMs."""
+    kernels: dict[str, Any] = {}
+    if rules.attention:
+        kernels["attention"] = rules.attention
+        notes.append(f"kernels: attention = {rules.attention} ({rules.key} stack)")
+    if rules.grad_reduce_dtype:
+        kernels["grad_reduce_dtype"] = rules.grad_reduce_dtype
+        notes.append(f"kernels: grad_reduce_dtype = {rules.grad_reduce_dtype} ({rules.key} stack)")
+    if not rules.tp_comm_async and parallel["tp"] > 1:
+        kernels["tp_comm_async"] = False
+        notes.append(f"kernels: tp_comm_async = false ({rules.key} stack: TP collectives not overlapped)")
+    return kernels
 
 
 def _measurement(run: PublishedRun) -> tuple[str, float]:

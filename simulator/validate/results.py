@@ -8,25 +8,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..console import sanitize_json
-from .cases import Case, Unusable
+from .cases import RowResult, Unusable
 from .columns import METRIC_HFU, METRIC_MFU, METRIC_TFLOPS
 from .spread import moe_summary
 
 
 # ----------------------------------------------------------------------------- results
-@dataclass(frozen=True, slots=True)
-class RowResult:
-    case: Case
-    predicted: float
-    step_time_s: float
-    mfu: float
-    memory_fits: bool | None
-
-    @property
-    def error_pct(self) -> float:
-        return 100.0 * (self.predicted - self.case.measured) / self.case.measured
-
-
 @dataclass(frozen=True, slots=True)
 class ValidationReport:
     results: tuple[RowResult, ...]

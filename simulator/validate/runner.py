@@ -32,9 +32,12 @@ def default_simulate() -> SimulateFn:
 
 
 def scenario_for(case: Case, source: str = "") -> Scenario:
+    """The row's scenario, with the system residuals of its source's software stack."""
     from ..loading import scenario_from_dict
+    from ..stacks import stack_of_source, with_stack
 
-    return scenario_from_dict(case.scenario, source=source or case.run_id)
+    scn = scenario_from_dict(case.scenario, source=source or case.run_id)
+    return with_stack(scn, stack_of_source(case.source_key))
 
 
 def evaluate(case: Case, scenario: Scenario, simulate_fn: SimulateFn) -> RowResult:

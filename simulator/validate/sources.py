@@ -30,6 +30,10 @@ class SourceRules:
     tp_comm_overlap_if_tp: bool
     overlap_grad_reduce: bool
     note: str
+    # the source's software stack (issue 12): [kernels] of its scenarios
+    attention: str = ""  # attention implementation ("" = the GPU's default)
+    grad_reduce_dtype: str = ""  # data-parallel gradient reduction dtype ("" = fp32 for bf16/fp8)
+    tp_comm_async: bool = True  # TP backward collectives beside the dgrad/wgrad GEMMs
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,15 +51,16 @@ class SourceTable:
 
 
 _RULE_KEYS = tuple(SourceRules.__dataclass_fields__)
+_OPTIONAL_KEYS = ("attention", "grad_reduce_dtype", "tp_comm_async")
 
 
 def _rules(table: dict[str, Any], where: str) -> SourceRules:
-    missing = [k for k in _RULE_KEYS if k not in table]
+    missing = [k for k in _RULE_KEYS if k not in table and k not in _OPTIONAL_KEYS]
     if missing:
         raise ValueError(f"{where}: missing {', '.join(missing)}")
     if table["flop_convention"] not in FLOP_CONVENTIONS:
         raise ValueError(f"{where}.flop_convention: unknown {table['flop_convention']!r}")
-    return SourceRules(**{k: table[k] for k in _RULE_KEYS})
+    return SourceRules(**{k: table[k] for k in _RULE_KEYS if k in table})
 
 
 @cache

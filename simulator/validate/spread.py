@@ -12,10 +12,9 @@ import json
 import re
 from collections import defaultdict
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:
-    from .results import RowResult
+from .cases import RowResult
 
 SPREAD_RATIO = 1.2  # max/min measured above this: the data disagrees with itself
 RELEASE = re.compile(r"^mbridge_(\d+)\.(\d+)(?:\.(\d+))?_")

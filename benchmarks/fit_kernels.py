@@ -1,0 +1,195 @@
+#!/usr/bin/env python
+"""Fit the kernel-model parameters of simulator/catalog/kernels.toml to its microbenchmarks.
+
+    python benchmarks/fit_kernels.py            # fit, print every figure's error, write [model.*]
+    python benchmarks/fit_kernels.py --dry-run  # fit and print only
+
+Level 1 of the two-level calibration (docs/calibration.md): only the published kernel figures
+of kernels.toml (GEMM, attention, memory, collectives), never a training run. Least squares on
+log(predicted / measured) (scipy.optimize.least_squares, bounded to the physical ranges in
+RANGES). An architecture is fitted only on the parameters its figures constrain (FIT); the
+rest are copied from the architecture named in COPY_FROM (same library generation), so every
+number in [model.*] is either fitted to figures or said to be borrowed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import re
+import sys
+from dataclasses import fields, replace
+from pathlib import Path
+
+import numpy as np
+from scipy.optimize import least_squares
+
+from simulator.kernels import KernelParams, params_for_architecture, shipped_figures
+from simulator.resources import catalog_file
+
+# Physical range of every parameter (the bounds of the fit).
+RANGES: dict[str, tuple[float, float]] = {
+    "gemm_peak_fraction": (0.6, 0.95),
+    "gemm_tile_overhead": (0.0, 512.0),
+    "gemm_latency_s": (1e-6, 10e-6),
+    "gemm_tile_reuse": (0.0, 128.0),
+    "memory_bw_fraction": (0.6, 0.95),
+    "memory_latency_s": (1e-6, 10e-6),
+    "fa2_fwd_fraction": (0.2, 0.9),
+    "fa2_bwd_fraction": (0.2, 0.9),
+    "fa3_fwd_fraction": (0.2, 0.9),
+    "fa3_bwd_fraction": (0.2, 0.9),
+    "cudnn_fwd_fraction": (0.2, 0.9),
+    "cudnn_bwd_fraction": (0.2, 0.9),
+    **{f"{i}_{p}_seq_half": (0.0, 2048.0) for i in ("fa2", "fa3", "cudnn", "triton") for p in ("fwd", "bwd")},
+    **{f"{i}_head_dim_half": (0.0, 512.0) for i in ("fa2", "fa3", "cudnn", "triton")},
+    "triton_fwd_fraction": (0.05, 0.9),
+    **{f"{i}_causal_scale": (0.5, 1.0) for i in ("fa2", "fa3", "cudnn", "triton")},
+    "triton_bwd_fraction": (0.05, 0.9),
+    "gemm_split_k_latency_s": (0.0, 10e-6),
+    "gemm_fp8_scale": (0.7, 1.0),
+    "attention_causal_block": (0.0, 1024.0),
+    "nccl_bw_fraction": (0.6, 0.98),
+}
+FIT: dict[str, tuple[str, ...]] = {
+    "hopper": tuple(
+        f.name
+        for f in fields(KernelParams)
+        if f.name not in ("memory_bw_fraction", "memory_latency_s", "gemm_max_fraction", "nccl_bw_fraction")
+        and not f.name.startswith("triton")
+    ),
+    "ampere": (
+        "gemm_peak_fraction",
+        "fa2_fwd_fraction",
+        "fa2_head_dim_half",
+        "triton_fwd_fraction",
+        "triton_fwd_seq_half",
+        "triton_head_dim_half",
+        "triton_causal_scale",
+        "memory_bw_fraction",
+    ),
+    "blackwell": ("gemm_peak_fraction", "gemm_fp8_scale"),
+}
+# architecture -> (architecture it borrows unfitted parameters from, why)
+COPY_FROM = {
+    "ampere": ("hopper", "GEMM tile/latency and attention shape terms as Hopper (same CUTLASS tiling)"),
+    "blackwell": (
+        "hopper",
+        "no published Blackwell kernel sweeps beyond the best GEMM; Hopper's shape terms",
+    ),
+}
+
+
+KINDS = ("gemm", "attention", "memory")
+
+
+def fit_architecture(arch: str, base: dict[str, KernelParams]) -> KernelParams:
+    names = FIT[arch]
+    start = base[arch]
+
+    def make(x: np.ndarray) -> KernelParams:
+        p = replace(start, **{n: float(v) for n, v in zip(names, x, strict=True)})
+        if arch == "ampere":  # only fwd+bwd figures: keep Hopper FA2's backward/forward ratio
+            h = base["hopper"]
+            p = replace(
+                p,
+                fa2_bwd_fraction=p.fa2_fwd_fraction * h.fa2_bwd_fraction / h.fa2_fwd_fraction,
+                triton_bwd_fraction=p.triton_fwd_fraction * h.fa2_bwd_fraction / h.fa2_fwd_fraction,
+                triton_bwd_seq_half=p.triton_fwd_seq_half * h.fa2_bwd_seq_half / h.fa2_fwd_seq_half,
+            )
+        return p
+
+    def residuals(x: np.ndarray) -> np.ndarray:
+        figs = [
+            f
+            for f in shipped_figures({**base, arch: make(x)})
+            if f.kind != "collective" and not f.reference_only
+        ]
+        from simulator.kernels import architecture
+
+        return np.array([math.log(f.predicted / f.measured) for f in figs if architecture(f.gpu) == arch])
+
+    x0 = np.array([getattr(start, n) for n in names])
+    lo = np.array([RANGES[n][0] for n in names])
+    hi = np.array([RANGES[n][1] for n in names])
+    x0 = np.clip(x0, lo + 1e-9 * (hi - lo), hi - 1e-9 * (hi - lo))
+    res = least_squares(residuals, x0, bounds=(lo, hi), loss="soft_l1", f_scale=0.05, max_nfev=300)
+    return make(res.x)
+
+
+def write_params(params: dict[str, KernelParams], path: Path) -> None:
+    text = path.read_text(encoding="utf-8")
+    for arch, p in params.items():
+        for f in fields(KernelParams):
+            value = getattr(p, f.name)
+            formatted = f"{value:.4g}" if 1e-3 <= abs(value) < 1e4 or value == 0 else f"{value:.4e}"
+            pattern = re.compile(rf"(\[model\.{arch}\][^\[]*?^{f.name} = )[^\s#]+", re.MULTILINE | re.DOTALL)
+            text, n = pattern.subn(lambda m, v=formatted: m.group(1) + v, text, count=1)
+            if n != 1:
+                raise SystemExit(f"{path}: [model.{arch}] {f.name} not found")
+    path.write_text(text, encoding="utf-8")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--dry-run", action="store_true")
+    args = ap.parse_args(argv)
+    base = {a: params_for_architecture(a) for a in ("hopper", "ampere", "blackwell", "volta")}
+    base["hopper"] = fit_architecture("hopper", base)
+    for arch, (parent, _why) in COPY_FROM.items():
+        keep = set(FIT[arch])
+        own = keep | {"gemm_max_fraction"}  # each architecture's MAMF ceiling is its own
+        borrowed = {f.name: getattr(base[parent], f.name) for f in fields(KernelParams) if f.name not in own}
+        base[arch] = fit_architecture(arch, {**base, arch: replace(base[arch], **borrowed)})
+        if arch == "ampere":
+            b = base[arch]
+            base[arch] = replace(
+                b,
+                fa3_fwd_fraction=b.fa2_fwd_fraction,
+                fa3_bwd_fraction=b.fa2_bwd_fraction,
+                cudnn_fwd_fraction=b.fa2_fwd_fraction,
+                cudnn_bwd_fraction=b.fa2_bwd_fraction,
+                fa3_fwd_seq_half=b.fa2_fwd_seq_half,
+                fa3_bwd_seq_half=b.fa2_bwd_seq_half,
+                cudnn_fwd_seq_half=b.fa2_fwd_seq_half,
+                cudnn_bwd_seq_half=b.fa2_bwd_seq_half,
+                fa3_head_dim_half=b.fa2_head_dim_half,
+                fa3_causal_scale=b.fa2_causal_scale,
+                cudnn_causal_scale=b.fa2_causal_scale,
+                cudnn_head_dim_half=b.fa2_head_dim_half,
+            )
+    # FlashAttention's Triton kernel is only measured on A100: on Hopper/Blackwell it is assumed to
+    # gain what FlashAttention-2 gains over A100 (same algorithm and tiling generation).
+    a, h = base["ampere"], base["hopper"]
+    gain_fwd, gain_bwd = h.fa2_fwd_fraction / a.fa2_fwd_fraction, h.fa2_bwd_fraction / a.fa2_bwd_fraction
+    for arch in ("hopper", "blackwell"):
+        base[arch] = replace(
+            base[arch],
+            triton_fwd_fraction=a.triton_fwd_fraction * gain_fwd,
+            triton_bwd_fraction=a.triton_bwd_fraction * gain_bwd,
+            triton_fwd_seq_half=a.triton_fwd_seq_half,
+            triton_bwd_seq_half=a.triton_bwd_seq_half,
+            triton_head_dim_half=a.triton_head_dim_half,
+            triton_causal_scale=a.triton_causal_scale,
+        )
+    figs = shipped_figures(base)
+    worst = 0.0
+    for f in figs:
+        worst = max(worst, abs(f.error))
+        print(
+            f"{f.kind:10} {f.gpu:10} {f.label:52} {f.measured:9.1f} {f.predicted:9.1f} {100 * f.error:+6.1f}%"
+        )
+    print(f"{len(figs)} figures, worst {100 * worst:.1f}%", file=sys.stderr)
+    for arch in ("hopper", "ampere", "blackwell"):
+        print(
+            arch,
+            {f.name: round(getattr(base[arch], f.name), 6) for f in fields(KernelParams)},
+            file=sys.stderr,
+        )
+    if not args.dry_run:
+        write_params({a: base[a] for a in ("hopper", "ampere", "blackwell")}, catalog_file("kernels.toml"))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,480 @@
+"""Kernel model: GEMM, attention, memory-bound and collective kernels, as the libraries run them.
+
+The model reproduces the published microbenchmarks shipped in simulator/catalog/kernels.toml
+(tests/test_kernels.py checks every figure within 10%); its few parameters per GPU architecture
+live in the same file, fitted to those figures only (benchmarks/fit_kernels.py), never to a
+training run. `mfusim kernel ...` prints it; simulator/costs.py uses it for every op of a step.
+
+GEMM (cuBLAS/CUTLASS-style): the output is cut into tiles, one CTA per tile per SM, in waves of
+`num_sms` (NVIDIA "Matrix Multiplication Background" user guide, tile and wave quantization). A
+CTA's main loop runs at `gemm_peak_fraction` of its SM's share of the dense peak, reduced for
+small tiles (operand traffic per FLOP ∝ 1/tm + 1/tn), plus a fixed per-tile staging cost of
+`gemm_tile_overhead` k-steps (pipeline fill and epilogue). Like cuBLAS's heuristics the model
+takes the fastest of a set of tile shapes (256×128 … 64×64) and split-K factors (1–16, stream-K
+style work splitting for GEMMs with too few output tiles to fill the GPU; the partial sums cost
+a reduction through memory). A memory floor (operands + output at the achievable HBM bandwidth)
+and a fixed latency `gemm_latency_s` complete it.
+
+Attention (FlashAttention convention, Dao 2023: FLOPs = 4·b·s²·h·d, halved when causal; backward
+2.5×): time = FLOPs / (16-bit peak · fraction(impl, pass) · s/(s + s½) · head-dim factor ·
+causal factor) + latency. The causal factor s/(s + block) is the diagonal blocks computed in full.
+"unfused" composes two batched GEMMs and the softmax passes through memory (Megatron 2021).
+
+Memory-bound kernels: bytes / (HBM bandwidth · `memory_bw_fraction`) + `memory_latency_s`.
+Collectives: simulator/network on the named topology.
+"""
+
+from __future__ import annotations
+
+import math
+import tomllib
+from dataclasses import dataclass, fields
+from functools import lru_cache
+from typing import Any
+
+from .errors import ConfigError
+from .resources import catalog_file
+from .specs import GPUSpec
+from .units import DTYPE_BYTES
+
+ATTENTION_IMPLS = ("fa2", "fa3", "cudnn", "triton", "unfused")
+ATTENTION_PASSES = ("fwd", "bwd", "fwd+bwd")
+BWD_FLOP_RATIO = 2.5  # FlashAttention backward: 5 matmuls vs 2 forward (Dao 2023, §3)
+# (tile rows, tile cols) cuBLAS/CUTLASS pick from on Ampere/Hopper/Blackwell for 16/8-bit GEMMs.
+GEMM_TILES = ((256, 128), (128, 256), (128, 128), (128, 64), (64, 128), (64, 64))
+SPLIT_K = (1, 2, 3, 4, 6, 8, 12, 16)
+SPLIT_K_MIN_K = 256  # never split a GEMM below this many k per split
+UNFUSED_SOFTMAX_PASSES = 4  # scale-mask-softmax read + write, dropout read + write (Megatron 2021)
+
+
+@dataclass(frozen=True, slots=True)
+class KernelParams:
+    """Kernel-model parameters of one GPU architecture (simulator/catalog/kernels.toml [model.*])."""
+
+    gemm_peak_fraction: float
+    gemm_tile_overhead: float
+    gemm_latency_s: float
+    gemm_tile_reuse: float
+    gemm_split_k_latency_s: float
+    gemm_fp8_scale: float
+    gemm_max_fraction: float
+    memory_bw_fraction: float
+    memory_latency_s: float
+    fa2_fwd_fraction: float
+    fa2_bwd_fraction: float
+    fa3_fwd_fraction: float
+    fa3_bwd_fraction: float
+    cudnn_fwd_fraction: float
+    cudnn_bwd_fraction: float
+    triton_fwd_fraction: float
+    triton_bwd_fraction: float
+    fa2_fwd_seq_half: float
+    fa2_bwd_seq_half: float
+    fa3_fwd_seq_half: float
+    fa3_bwd_seq_half: float
+    cudnn_fwd_seq_half: float
+    cudnn_bwd_seq_half: float
+    triton_fwd_seq_half: float
+    triton_bwd_seq_half: float
+    fa2_head_dim_half: float
+    fa3_head_dim_half: float
+    cudnn_head_dim_half: float
+    triton_head_dim_half: float
+    fa2_causal_scale: float
+    fa3_causal_scale: float
+    cudnn_causal_scale: float
+    triton_causal_scale: float
+    attention_causal_block: float
+    nccl_bw_fraction: float
+
+    def attention_fraction(self, impl: str, pass_: str) -> float:
+        return float(getattr(self, f"{impl}_{pass_}_fraction"))
+
+    def attention_seq_half(self, impl: str, pass_: str) -> float:
+        return float(getattr(self, f"{impl}_{pass_}_seq_half"))
+
+    def attention_causal_scale(self, impl: str) -> float:
+        return float(getattr(self, f"{impl}_causal_scale"))
+
+    def attention_head_dim_half(self, impl: str) -> float:
+        return float(getattr(self, f"{impl}_head_dim_half"))
+
+
+@lru_cache(maxsize=1)
+def kernel_data() -> dict[str, Any]:
+    """simulator/catalog/kernels.toml, parsed once (read-only)."""
+    with open(catalog_file("kernels.toml"), "rb") as fh:
+        return tomllib.load(fh)
+
+
+def architecture(gpu_name: str) -> str:
+    arch = kernel_data()["architectures"].get(gpu_name)
+    if arch is None:
+        return "hopper"  # a GPU defined by a user's topology file: Hopper-class kernels
+    return str(arch)
+
+
+@lru_cache(maxsize=16)
+def params_for_architecture(arch: str) -> KernelParams:
+    table = kernel_data()["model"][arch]
+    return KernelParams(**{f.name: float(table[f.name]) for f in fields(KernelParams)})
+
+
+def kernel_params(gpu: GPUSpec) -> KernelParams:
+    return params_for_architecture(architecture(gpu.name))
+
+
+# Attention kernel of today's Megatron-Core + Transformer Engine per architecture: TE's cuDNN fused
+# attention on Hopper/Blackwell, FlashAttention-2 on Ampere (no sm80 cuDNN/FA3 path in TE's
+# default priority), none on Volta.
+DEFAULT_ATTENTION = {"volta": "unfused", "ampere": "fa2", "hopper": "cudnn", "blackwell": "cudnn"}
+
+
+def default_attention(gpu: GPUSpec) -> str:
+    return DEFAULT_ATTENTION.get(architecture(gpu.name), "fa2")
+
+
+def resolve_attention(gpu: GPUSpec, attention: str, flash_attention: bool) -> str:
+    """The implementation a scenario's [kernels] table selects on this GPU."""
+    if not flash_attention:
+        return "unfused"
+    impl = attention or default_attention(gpu)
+    if impl == "fa3" and architecture(gpu.name) not in ("hopper", "blackwell"):
+        raise ConfigError(f"FlashAttention-3 needs a Hopper GPU, not {gpu.name}", key="kernels.attention")
+    return impl
+
+
+# ----------------------------------------------------------------------------- memory
+def memory_time_s(gpu: GPUSpec, moved_bytes: float, params: KernelParams | None = None) -> float:
+    """One streaming kernel that reads + writes `moved_bytes` of HBM in total."""
+    p = params or kernel_params(gpu)
+    if moved_bytes <= 0:
+        return 0.0
+    return moved_bytes / (gpu.hbm_bandwidth_bytes_per_s * p.memory_bw_fraction) + p.memory_latency_s
+
+
+# ----------------------------------------------------------------------------- GEMM
+@dataclass(frozen=True, slots=True)
+class GemmPlan:
+    """The tile and split-K choice of the fastest plan, and its time."""
+
+    time_s: float
+    tile_m: int
+    tile_n: int
+    split_k: int
+    waves: int
+
+
+def gemm_plan(
+    gpu: GPUSpec,
+    dtype: str,
+    m: int,
+    n: int,
+    k: int,
+    batch: int = 1,
+    params: KernelParams | None = None,
+    out_bytes: int = 2,
+) -> GemmPlan:
+    """Fastest (tile, split-K) plan of `batch` independent (m×k)·(k×n) GEMMs in one kernel."""
+    p = params or kernel_params(gpu)
+    if m <= 0 or n <= 0 or k <= 0 or batch <= 0:
+        return GemmPlan(0.0, 0, 0, 1, 0)
+    sms = gpu.num_sms
+    scale = p.gemm_fp8_scale if dtype in ("fp8", "mxfp8", "nvfp4") else 1.0  # low-precision kernels
+    peak_per_sm = gpu.peak_flop_per_s(dtype) * p.gemm_peak_fraction * scale / sms
+    elt = DTYPE_BYTES[dtype]
+    bw = gpu.hbm_bandwidth_bytes_per_s * p.memory_bw_fraction
+    # memory floor, and the power-limited ceiling no GEMM shape beats (the MAMF search's best)
+    t_floor = batch * ((m * k + k * n) * elt + m * n * out_bytes) / bw
+    t_floor = max(
+        t_floor, 2.0 * batch * m * n * k / (gpu.peak_flop_per_s(dtype) * scale * p.gemm_max_fraction)
+    )
+    best: GemmPlan | None = None
+    c = p.gemm_tile_reuse  # small-tile penalty 1/(1 + c(1/tm + 1/tn)), relative to 256x128
+    big = 1.0 + c * (1 / 256 + 1 / 128)
+    for tm, tn in GEMM_TILES:
+        tile_eff = big / (1.0 + c * (1 / tm + 1 / tn))
+        tiles = math.ceil(m / tm) * math.ceil(n / tn) * batch
+        for split in SPLIT_K:
+            if split > 1 and (k / split < SPLIT_K_MIN_K or tiles * split > 2 * sms):
+                break
+            kk = math.ceil(k / split)
+            ctas = tiles * split
+            waves = math.ceil(ctas / sms)
+            t_tile = 2.0 * tm * tn * (kk + p.gemm_tile_overhead) / (peak_per_sm * tile_eff)
+            t = waves * t_tile
+            if split > 1:  # fp32 partial sums written and read back by the reduction
+                t += batch * m * n * 4 * (split + 1) / bw + p.gemm_split_k_latency_s
+            t = max(t, t_floor) + p.gemm_latency_s
+            if best is None or t < best.time_s:
+                best = GemmPlan(t, tm, tn, split, waves)
+        if tiles > sms and tiles % sms:
+            # stream-K (persistent CTAs share the k-iterations of the last partial wave evenly):
+            # no wave quantization, two tile overheads per SM and a fix-up of the split tiles
+            work = tiles * k / sms + 2 * p.gemm_tile_overhead
+            t = 2.0 * tm * tn * work / (peak_per_sm * tile_eff)
+            t += m * n * 4 * 2 / bw + p.gemm_split_k_latency_s
+            t = max(t, t_floor) + p.gemm_latency_s
+            if best is None or t < best.time_s:
+                best = GemmPlan(t, tm, tn, 0, math.ceil(tiles / sms))
+    assert best is not None
+    return best
+
+
+def gemm_time_s(
+    gpu: GPUSpec, dtype: str, m: int, n: int, k: int, batch: int = 1, params: KernelParams | None = None
+) -> float:
+    return gemm_plan(gpu, dtype, m, n, k, batch, params).time_s
+
+
+# ----------------------------------------------------------------------------- attention
+def attention_flops(batch: int, seq: int, heads: int, head_dim: int, causal: bool, pass_: str) -> float:
+    """FLOPs in the FlashAttention benchmarks' convention (Dao 2023, benchmark_flash_attention.py)."""
+    f = 4.0 * batch * seq * seq * heads * head_dim / (2 if causal else 1)
+    return {"fwd": f, "bwd": BWD_FLOP_RATIO * f, "fwd+bwd": (1 + BWD_FLOP_RATIO) * f}[pass_]
+
+
+def _check_attention(impl: str, pass_: str) -> None:
+    if impl not in ATTENTION_IMPLS:
+        raise ConfigError(f"attention implementation {impl!r}: expected one of {', '.join(ATTENTION_IMPLS)}")
+    if pass_ not in ATTENTION_PASSES:
+        raise ConfigError(f"attention pass {pass_!r}: expected one of {', '.join(ATTENTION_PASSES)}")
+
+
+def fused_attention_efficiency(
+    p: KernelParams, impl: str, pass_: str, seq_kv: int, head_dim: int, causal: bool
+) -> float:
+    """Achieved fraction of the 16-bit dense peak on the FlashAttention-convention FLOPs."""
+    # A CTA streams the kv blocks of one query tile: s/B blocks of work plus a fixed cost of
+    # seq_half/B blocks (Q load, O write, pipeline fill), so efficiency s/(s + seq_half). Causal:
+    # half the blocks, the diagonal one in full, same fixed cost: s/(s + block + 2·seq_half).
+    sh = p.attention_seq_half(impl, pass_)
+    if causal:  # plus what masking costs the kernel beyond its diagonal blocks
+        seq_factor = p.attention_causal_scale(impl) * seq_kv / (seq_kv + p.attention_causal_block + 2 * sh)
+    else:
+        seq_factor = seq_kv / (seq_kv + sh)
+    h = p.attention_head_dim_half(impl)
+    head_factor = (head_dim / (head_dim + h)) / (128 / (128 + h))
+    return p.attention_fraction(impl, pass_) * seq_factor * head_factor
+
+
+def attention_time_s(
+    gpu: GPUSpec,
+    *,
+    batch: int,
+    seq: int,
+    heads: int,
+    head_dim: int,
+    causal: bool,
+    impl: str,
+    pass_: str,
+    seq_kv: int | None = None,
+    params: KernelParams | None = None,
+) -> float:
+    """One attention kernel (or the unfused sequence) over `batch`·`heads` heads of `seq` queries
+    attending to `seq_kv` keys (default `seq`; context parallelism gives each rank seq/cp queries)."""
+    _check_attention(impl, pass_)
+    if pass_ == "fwd+bwd":
+        kw: dict[str, Any] = dict(batch=batch, seq=seq, heads=heads, head_dim=head_dim, causal=causal)
+        return attention_time_s(gpu, **kw, impl=impl, pass_="fwd", seq_kv=seq_kv, params=params) + (
+            attention_time_s(gpu, **kw, impl=impl, pass_="bwd", seq_kv=seq_kv, params=params)
+        )
+    p = params or kernel_params(gpu)
+    skv = seq_kv or seq
+    if batch <= 0 or seq <= 0 or heads <= 0 or head_dim <= 0:
+        return 0.0
+    peak = gpu.peak_flop_per_s("bf16")
+    if impl == "unfused":
+        return _unfused_attention_s(gpu, p, batch * heads, seq, skv, head_dim, causal, pass_)
+    flops = 4.0 * batch * seq * skv * heads * head_dim / (2 if causal else 1)
+    if pass_ == "bwd":
+        flops *= BWD_FLOP_RATIO
+    eff = fused_attention_efficiency(p, impl, pass_, skv, head_dim, causal)
+    return flops / (peak * eff) + p.gemm_latency_s
+
+
+def _unfused_attention_s(
+    gpu: GPUSpec, p: KernelParams, count: int, sq: int, skv: int, hd: int, causal: bool, pass_: str
+) -> float:
+    """Scores GEMM, scale-mask-softmax and dropout through HBM, values GEMM (Megatron-LM 2021)."""
+    t_scores = gemm_time_s(gpu, "bf16", sq, skv, hd, count, p)
+    t_values = gemm_time_s(gpu, "bf16", sq, hd, skv, count, p)
+    score_bytes = count * sq * skv * 2.0
+    t_soft = UNFUSED_SOFTMAX_PASSES * score_bytes / (gpu.hbm_bandwidth_bytes_per_s * p.memory_bw_fraction)
+    t_soft += 2 * p.memory_latency_s
+    if pass_ == "fwd":
+        return t_scores + t_values + t_soft
+    return 2 * (t_scores + t_values) + 2 * t_soft
+
+
+# ----------------------------------------------------------------------------- collectives
+@dataclass(frozen=True, slots=True)
+class CollectiveResult:
+    time_s: float
+    algbw_bytes_per_s: float
+    busbw_bytes_per_s: float
+    algorithm: str
+    bottleneck: str
+
+
+def collective(topology: str, kind: str, gpus: int, message_bytes: float) -> CollectiveResult:
+    """One NCCL collective of `message_bytes` (nccl-tests size convention) on `gpus` GPUs of the
+    named topology, placed on consecutive GPUs (one node first), costed by simulator/network."""
+    from dataclasses import replace
+
+    from .comm import bus_factor
+    from .loading import load_topology, scenario_from_dict
+    from .network import TopologyCommModel
+
+    topo = load_topology(topology)
+    if gpus < 2:
+        raise ConfigError(f"--gpus {gpus}: a collective needs at least 2 GPUs", key="--gpus")
+    if gpus > topo.gpus_per_node and gpus % topo.gpus_per_node:
+        raise ConfigError(
+            f"--gpus {gpus}: more than one node must be whole nodes of {topo.gpus_per_node}", key="--gpus"
+        )
+    axis = "tp" if gpus <= topo.gpus_per_node else "dp"
+    heads = gpus if axis == "tp" else 8
+    scn = scenario_from_dict(
+        {
+            "model": {
+                "name": "probe",
+                "layers": 1,
+                "hidden": 128 * heads,
+                "heads": heads,
+                "vocab": 1024,
+                "seq_len": 16,
+            },
+            "cluster": {"topology": topology, "num_gpus": gpus},
+            "parallel": {
+                "tp": gpus if axis == "tp" else 1,
+                "global_batch": 1 if axis == "tp" else gpus,
+                "sequence_parallel": False,
+            },
+        }
+    )
+    # nccl-tests' achieved fraction of the link rate (kernel level), not a training job's
+    gpu = scn.gpu
+    eff = replace(gpu.efficiency, nccl_bw_fraction=kernel_params(gpu).nccl_bw_fraction)
+    scn = replace(scn, topology=replace(scn.topology, gpu=replace(gpu, efficiency=eff)))
+    cost = TopologyCommModel(scn).collective(kind, axis, message_bytes)
+    algbw = message_bytes / cost.time_s if cost.time_s > 0 else 0.0
+    return CollectiveResult(
+        time_s=cost.time_s,
+        algbw_bytes_per_s=algbw,
+        busbw_bytes_per_s=algbw * bus_factor(kind, gpus),
+        algorithm=cost.algorithm,
+        bottleneck=cost.bottleneck,
+    )
+
+
+# ----------------------------------------------------------------------------- the shipped figures
+@dataclass(frozen=True, slots=True)
+class Figure:
+    """One shipped microbenchmark and the model's value of the same quantity."""
+
+    kind: str  # gemm | attention | memory | collective
+    label: str
+    gpu: str
+    measured: float
+    predicted: float
+    unit: str
+    source: str
+    reference_only: bool = False  # shipped for comparison, outside what the model describes
+
+    @property
+    def error(self) -> float:
+        return self.predicted / self.measured - 1.0
+
+
+def shipped_figures(
+    overrides: dict[str, KernelParams] | None = None,
+    kinds: tuple[str, ...] = ("gemm", "attention", "memory", "collective"),
+) -> list[Figure]:
+    """Every figure of kernels.toml next to the model's prediction (`overrides`: architecture ->
+    parameters to use instead of the shipped ones, for the fitting script)."""
+    from .loading import load_gpu_catalog
+
+    catalog = load_gpu_catalog()
+
+    def gpu_by_name(name: str) -> GPUSpec:
+        return catalog[name]
+
+    data = kernel_data()
+    out: list[Figure] = []
+
+    def params(gpu: GPUSpec) -> KernelParams:
+        arch = architecture(gpu.name)
+        return (overrides or {}).get(arch) or params_for_architecture(arch)
+
+    for row in data.get("gemm", []) if "gemm" in kinds else []:
+        gpu = gpu_by_name(row["gpu"])
+        b, m, n, k = int(row["batch"]), int(row["m"]), int(row["n"]), int(row["k"])
+        t = gemm_time_s(gpu, row["dtype"], m, n, k, b, params(gpu))
+        label = f"gemm {row['dtype']} {b}x{m}x{n}x{k}"
+        out.append(
+            Figure(
+                "gemm",
+                label,
+                gpu.name,
+                row["tflops"],
+                2.0 * b * m * n * k / t / 1e12,
+                "TFLOP/s",
+                row["source"],
+            )
+        )
+    for row in data.get("attention", []) if "attention" in kinds else []:
+        gpu = gpu_by_name(row["gpu"])
+        kw = dict(
+            batch=int(row["batch"]),
+            seq=int(row["seq"]),
+            heads=int(row["heads"]),
+            head_dim=int(row["head_dim"]),
+        )
+        causal = bool(row["causal"])
+        t = attention_time_s(
+            gpu, **kw, causal=causal, impl=row["impl"], pass_=row["pass"], params=params(gpu)
+        )
+        f = attention_flops(**kw, causal=causal, pass_=row["pass"])
+        label = f"attention {row['impl']} {row['pass']} d{row['head_dim']} s{row['seq']}{' causal' if causal else ''}"
+        out.append(
+            Figure(
+                "attention",
+                label,
+                gpu.name,
+                row["tflops"],
+                f / t / 1e12,
+                "TFLOP/s",
+                row["source"],
+                bool(row.get("reference_only", False)),
+            )
+        )
+    for row in data.get("memory", []) if "memory" in kinds else []:
+        gpu = gpu_by_name(row["gpu"])
+        t = memory_time_s(gpu, float(row["bytes"]), params(gpu))
+        out.append(
+            Figure(
+                "memory",
+                f"memory {row['bytes']:.3g} B",
+                gpu.name,
+                row["GBps"],
+                row["bytes"] / t / 1e9,
+                "GB/s",
+                row["source"],
+            )
+        )
+    for row in data.get("collective", []) if "collective" in kinds else []:
+        res = collective(row["topology"], row["kind"], int(row["gpus"]), float(row["bytes"]))
+        label = f"{row['kind']} {row['topology']} x{row['gpus']} {row['bytes']:.3g} B"
+        out.append(
+            Figure(
+                "collective",
+                label,
+                row["topology"],
+                row["busbw_GBps"],
+                res.busbw_bytes_per_s / 1e9,
+                "GB/s busbw",
+                row["source"],
+            )
+        )
+    return out
