@@ -633,9 +633,12 @@ def _useful_flops_per_token(report: StepReport) -> float:
     return report.model_flops_per_step / report.tokens_per_step
 
 
-def analyze(scenario: Scenario, simulate: SimulateFn | None = None) -> WhatIf:
+def analyze(scenario: Scenario, simulate: SimulateFn | None = None, progress: bool = False) -> WhatIf:
     """Simulate the baseline and every applicable lever; applied levers sorted by MFU.
-    An out-of-memory baseline also gets the ways to make it fit (`_fit_levers`)."""
+    An out-of-memory baseline also gets the ways to make it fit (`_fit_levers`). `progress`:
+    a bar on stderr while the levers are simulated (only on a terminal)."""
+    from .progress import Progress
+
     sim = simulate or _default_simulate()
     base = sim(scenario).report
     per_token = _useful_flops_per_token(base)
@@ -644,7 +647,9 @@ def analyze(scenario: Scenario, simulate: SimulateFn | None = None) -> WhatIf:
     variants = candidate_variants(scenario)
     if base.memory is not None and not base.memory.fits:
         variants = fit_variants(scenario) + variants
+    bar = Progress(len(variants), "whatif", unit="levers", enabled=None if progress else False)
     for v in variants:
+        bar.update()
         if v.build is None:
             skipped.append(Lever(v.key, v.name, v.change, v.addresses, skipped=v.skipped, phrase=v.phrase))
             continue
@@ -692,6 +697,7 @@ def analyze(scenario: Scenario, simulate: SimulateFn | None = None) -> WhatIf:
                 phrase=v.phrase,
             )
         )
+    bar.close()
     # best first; equal MFU keeps the candidate order (the milder lever first)
     applied.sort(key=lambda lv: -round(lv.mfu or 0.0, 9))
     return WhatIf(scenario.name, base, tuple(applied) + tuple(skipped))

@@ -125,3 +125,27 @@ def test_a_value_the_scenario_overrides_keeps_its_toml_key(tmp_path: Path) -> No
     with pytest.raises(ConfigError) as info:
         load_scenario(path)
     assert info.value.key == "model.kv_heads" and str(info.value.file).endswith("s.toml")
+
+
+@pytest.mark.parametrize("where", ["top", "sweep"])
+def test_3000_deep_dotted_key_is_one_clean_error(tmp_path: Path, where: str) -> None:
+    key = ("sweep.tp" if where == "sweep" else "a") + ".a" * 3000
+    path = tmp_path / "deep.toml"
+    path.write_text(f"{key} = 1\n")
+    with pytest.raises(ConfigError) as info:
+        load_scenario(path)
+    assert "nested" in info.value.message and len(str(info.value)) < 300
+
+
+def test_validate_out_never_overwrites_the_runs_csv(tmp_path: Path, run_cli) -> None:
+    from simulator.resources import published_runs_csv
+
+    runs = tmp_path / "runs.csv"
+    runs.write_bytes(published_runs_csv().read_bytes())
+    link = tmp_path / "link.csv"
+    link.symlink_to(runs)
+    before = runs.read_bytes()
+    for out in (runs, link):
+        res = run_cli(["validate", str(runs), "--out", str(out)])
+        assert res.code == 2 and "--out" in res.err and len(res.err_lines) == 1
+    assert runs.read_bytes() == before

@@ -77,7 +77,7 @@ def cmd_whatif(args: argparse.Namespace) -> int:
     n = sum(1 for v in variants if v.build is not None)
     check_whatif(scenario, n)
     sys.stderr.write(f"whatif: simulating the baseline and {n} variants of {scenario.name}\n")
-    result = analyze(scenario)
+    result = analyze(scenario, progress=True)
     if getattr(args, "json", False):
         print_json(add_summary(result.to_dict(), scenario))
     else:
