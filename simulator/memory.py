@@ -157,6 +157,7 @@ def layer_activation_bytes(
     flash_attention: bool = True,
     moe: bool = False,
     fp8: bool = False,
+    etp: int = 1,
 ) -> LayerActivationBytes:
     """Korthikanti et al. 2022 Table 2, generalized to GQA, gated MLPs, MoE and CP (module doc)."""
     s_local = model.seq_len / cp  # tokens of a sequence on this CP rank
@@ -166,26 +167,46 @@ def layer_activation_bytes(
     q_rank = model.q_dim / t
     # K/V heads are replicated when tp > kv_heads (Megatron needs kv_heads | tp then).
     kv_rank = model.dim_per_head * max(model.num_kv_heads / t, 1.0)
-    if moe:
-        f_rank = model.top_k * model.expert_ffn / t * model.imbalance  # the busiest EP rank
-        if model.shared_expert_ffn_hidden:
-            f_rank += model.shared_expert_ffn_hidden / t
-        # routed tokens: dispatched input and combined output, top_k copies of h (16-bit)
-        routing = 2 * ACT_BYTES * model.top_k * h / t
-    else:
-        f_rank = model.ffn / t
-        routing = 0.0
     # inputs of the four matmuls are kept in fp8 when training in fp8 (Transformer Engine saves
     # the fp8 casts for the weight-gradient GEMMs); everything else stays 16-bit
     mm = FP8_BYTES if fp8 else ACT_BYTES
+    if moe:
+        # the busiest EP rank's experts see top_k·imbalance copies of each of its T/t tokens
+        # (balanced routing: T·top_k/E per expert, E/ep experts per rank -- not all E experts);
+        # with etp the copies are gathered over the etp group (etp×) and each expert matrix is
+        # 1/etp wide, so the intermediates stay top_k·f/t (program.py `_moe`: the same split)
+        f_rank = model.top_k * model.expert_ffn / t * model.imbalance
+        if model.shared_expert_ffn_hidden:
+            f_rank += model.shared_expert_ffn_hidden / t
+        # routed token copies of width h: the dispatched tokens are the expert fc1's input (kept
+        # as its fp8 cast in fp8 training, like every linear input), the experts' fc2 output is
+        # kept 16-bit for the gradient of the routing probabilities in the unpermute/combine
+        # (Megatron-Core moe_utils.unpermute: permuted_tokens * permuted_probs)
+        copies = model.top_k * etp / t * model.imbalance
+        routing = (mm + ACT_BYTES) * copies * h
+    else:
+        f_rank = model.ffn / t
+        routing = 0.0
     # GeLU: its input 2f + its output (fc2's input) 2f; SwiGLU: gate 2f + up 2f + product 2f
     mlp_inner = ((2 if model.gated_mlp else 1) * ACT_BYTES + mm) * f_rank
     # §4.1: LayerNorm inputs 2·2h, QKV input 2h, MLP input 2h, two dropout masks 2·1h = 10h
     replicated = (2 * ACT_BYTES * h + mm * h + mm * h + 2 * MASK_BYTES * h) * sb
     if sequence_parallel and t > 1:
         replicated /= t
-    # Q 2q, K 2kv, V 2kv, attention output (input of the output projection) 2q, MLP intermediates
-    sharded = (ACT_BYTES * (q_rank + 2 * kv_rank) + mm * q_rank + mlp_inner + routing) * sb
+    if model.mla is None:
+        # Q 2q, K 2kv, V 2kv, attention output (input of the output projection) 2q
+        attention = ACT_BYTES * (q_rank + 2 * kv_rank) + mm * q_rank
+    else:
+        # MLA (DeepSeek-V2 arXiv 2405.04434 §2.1.2-2.1.3; Megatron-Core multi_latent_attention.py):
+        # Q and K of heads·(nope + rope), V and the attention output (the output projection's
+        # input) of heads·v_head_dim -- not the query width -- split over tp; plus the latents
+        # c_Q (q_lora_rank) and c_KV (kv_lora_rank), each the input of its RMSNorm (16-bit) and of
+        # its up-projection (a linear input: mm), whole on every TP rank (replicated down-proj.)
+        v_rank = model.v_dim / t
+        latents = model.mla.q_lora_rank + model.mla.kv_lora_rank
+        attention = ACT_BYTES * (q_rank + kv_rank + v_rank) + mm * v_rank + (ACT_BYTES + mm) * latents
+    # attention activations, MLP intermediates, routed token copies
+    sharded = (attention + mlp_inner + routing) * sb
     heads_rank = model.heads / t
     if flash_attention:
         core = LSE_BYTES * heads_rank * sb
@@ -218,6 +239,7 @@ def scenario_layer_activations(scn: Scenario, moe: bool) -> LayerActivationBytes
         flash_attention=scn.kernels.flash_attention,
         moe=moe,
         fp8=scn.dtype in ("fp8", "mxfp8", "nvfp4"),
+        etp=par.expert_tp,
     )
 
 

@@ -414,3 +414,98 @@ def test_nvfp4_gemm_fraction_from_recipes_catalog() -> None:
     # (the kernel model's fixed latency weighs more on the 3x faster FP4 GEMM: a few percent)
     assert fp4 == pytest.approx(fp8 * frac, rel=0.05)
     assert load_gpu_catalog()["b200"].efficiency.fp4_matmul_fraction == 1.0  # not calibrated
+
+
+# ----------------------------------------------------------------------------- memory (moe-2)
+# DeepSeek-V3 as its report (arXiv 2412.19437 §3.1-3.2) trains it: 2048 H800, PP 16 (DualPipe),
+# EP 64 over 8 nodes, no TP, ZeRO-1 data parallelism (dp = 2048/16 = 128, expert-DP 128/64 = 2).
+DSV3_H800 = (
+    {"preset": "deepseek-v3", "seq_len": 4096},
+    {"tp": 1, "pp": 16, "ep": 64, "zero": 1, "schedule": "dualpipe", "num_gpus": 2048, "global_batch": 15360},
+)
+
+
+def test_expert_weights_per_rank_are_total_over_ep_times_etp() -> None:
+    """Per rank, the routed experts of one MoE layer are E·mlp(f_e)/(ep·etp) parameters, and
+    ZeRO-1 shards their optimizer state over the expert-DP group tp·dp·cp/(ep·etp) only."""
+    model, par = DSV3_H800
+    scn = _scn(model, dict(par), gpu="h800", precision={"dtype": "fp8"})
+    m, p = scn.model, scn.parallel
+    per_layer_expert = m.num_experts * 3 * m.hidden * m.expert_ffn  # gated: gate, up, down
+    chunks = chunk_layers(p.schedule, m.layers, p.pp, p.vp)[5]  # a middle rank: MoE layers only
+    n_moe = sum(len(c) for c in chunks)
+    held = stage_params_of_chunks(m, p, 5, chunks)
+    assert held.expert == pytest.approx(n_moe * per_layer_expert / (p.ep * p.expert_tp), rel=1e-12)
+    for etp in (2, 4):
+        p2 = replace(p, etp=etp)
+        part = F.layer_params_per_rank(m, p2, moe=True)
+        assert part.expert == pytest.approx(per_layer_expert / (p.ep * etp), rel=1e-12)
+    # optimizer: dense state over dp = 128, expert state over expert-DP = 2 (12 B per parameter)
+    assert p.expert_dp == 2
+    mem = memory_footprint(scn)
+    parts = mem.parts_bytes
+    worst = max(range(p.pp), key=mem.stage_peak_bytes.__getitem__)
+    held = stage_params_of_chunks(m, p, worst, chunk_layers(p.schedule, m.layers, p.pp, p.vp)[worst])
+    assert parts["optimizer"] == pytest.approx(12 * (held.dense / 128 + held.expert / 2), rel=1e-9)
+    # weights (16-bit + fp8 cache) and fp32 grads unsharded under ZeRO-1
+    assert parts["weights"] == pytest.approx(3 * (held.dense + held.expert), rel=1e-9)
+    assert parts["grads"] == pytest.approx(4 * (held.dense + held.expert), rel=1e-9)
+
+
+def test_moe_activations_scale_with_top_k_not_num_experts() -> None:
+    """Balanced routing: a rank's experts see T·top_k token copies (T·top_k/E per expert, E/ep
+    experts), so the MoE layer's activations do not depend on E or ep; they grow with top_k."""
+    from simulator.memory import layer_activation_bytes
+
+    base = model_preset("qwen3-30b-a3b")
+    more_experts = replace(base, num_experts=2 * base.num_experts)
+    a = layer_activation_bytes(base, 1, moe=True).stored
+    assert layer_activation_bytes(more_experts, 1, moe=True).stored == pytest.approx(a)
+    k2 = replace(base, top_k=2 * base.top_k)
+    s, h, f = base.seq_len, base.hidden, base.expert_ffn
+    # per extra copy: dispatched input 2h + fc2 output 2h, gate/up 2f + 2f, SwiGLU product 2f
+    extra = base.top_k * s * (4 * h + 6 * f)
+    assert layer_activation_bytes(k2, 1, moe=True).stored - a == pytest.approx(extra)
+    # fp8: the dispatched tokens (expert fc1 input) are kept as their fp8 cast, like every linear input
+    bf16 = layer_activation_bytes(base, 1, moe=True)
+    fp8 = layer_activation_bytes(base, 1, moe=True, fp8=True)
+    dense_fp8_saving = s * (2 * h + base.q_dim + f * base.top_k)  # QKV, MLP in, out-proj in, fc2 in
+    assert bf16.stored - fp8.stored == pytest.approx(dense_fp8_saving + s * base.top_k * h)
+    # etp: the expert-TP group gathers its token copies (etp x), each expert matrix 1/etp wide
+    e1 = layer_activation_bytes(base, 1, tp=2, sequence_parallel=True, moe=True, etp=1).stored
+    e2 = layer_activation_bytes(base, 1, tp=2, sequence_parallel=True, moe=True, etp=2).stored
+    assert e2 - e1 == pytest.approx(4 * base.top_k * h * s / 2)
+
+
+def test_mla_activations_use_v_head_dim_and_latents() -> None:
+    """MLA stores Q, K at heads·(nope + rope), V and the output projection's input at
+    heads·v_head_dim, and the latents c_Q, c_KV (RMSNorm input 16-bit + up-projection input)."""
+    from simulator.memory import layer_activation_bytes
+
+    m = model_preset("deepseek-v3")
+    mla = m.mla
+    assert mla is not None
+    s, h = m.seq_len, m.hidden
+    got = layer_activation_bytes(m, 1, tp=1).stored
+    qk = m.heads * mla.qk_head_dim
+    v = m.heads * mla.v_head_dim
+    attention = 2 * (qk + qk + v) + 2 * v + 4 * (mla.q_lora_rank + mla.kv_lora_rank)
+    replicated = 10 * h
+    mlp = 6 * m.ffn  # gate 2f + up 2f + product 2f
+    core = 4 * m.heads  # FlashAttention's fp32 log-sum-exp
+    assert got == pytest.approx(s * (replicated + attention + mlp + core))
+
+
+def test_deepseek_v3_report_layout_model_state_fits_80gb() -> None:
+    """The report's layout (PP 16 DualPipe with two copies of the parameters, EP 64, ZeRO-1):
+    weights + fp32 grads + optimizer per GPU is ~29 GiB -- what leaves DeepSeek room for the
+    activations in 80 GB. Its activations do not fit here without the report's recompute of
+    RMSNorm / MLA up-projections / SwiGLU outputs and FP8 activation caching, which mfusim
+    cannot represent (docs/limits.md); full recompute (representable) fits."""
+    model, par = DSV3_H800
+    scn = _scn(model, dict(par), gpu="h800", precision={"dtype": "fp8"})
+    parts = memory_footprint(scn).parts_bytes
+    state = parts["weights"] + parts["grads"] + parts["optimizer"]
+    assert 25 * 2**30 < state < 35 * 2**30
+    full = _scn(model, {**par, "recompute": "full"}, gpu="h800", precision={"dtype": "fp8"})
+    assert memory_footprint(full).fits
