@@ -92,6 +92,11 @@ def implied_mfu(result: RowResult) -> float | None:
     return result.mfu * ratio
 
 
+def _unusable(case: Case, reason: str) -> Unusable:
+    """A case that could not be simulated after all, and why (never dropped silently)."""
+    return Unusable(case.run_id, case.source, case.source_key, case.gpu, reason)
+
+
 def validate_runs(
     runs: Sequence[PublishedRun],
     simulate_fn: SimulateFn,
@@ -113,11 +118,8 @@ def validate_runs(
                 implied = implied_mfu(result)
                 if implied is not None and implied > MAX_IMPLIED_MFU:
                     unusable.append(
-                        Unusable(
-                            case.run_id,
-                            case.source,
-                            case.source_key,
-                            case.gpu,
+                        _unusable(
+                            case,
                             f"impossible measurement: {case.metric} = {case.measured:g} means an MFU of "
                             f"{implied:.0%} on {scenario.num_gpus} x {scenario.gpu.name}, above 100% of peak",
                         )
@@ -126,24 +128,13 @@ def validate_runs(
                     results.append(result)
             except ConfigError as err:
                 unusable.append(
-                    Unusable(
-                        case.run_id,
-                        case.source,
-                        case.source_key,
-                        case.gpu,
+                    _unusable(
+                        case,
                         f"invalid scenario: {err.message if err.key is None else f'{err.key}: {err.message}'}",
                     )
                 )
             except (ValueError, NotImplementedError, ArithmeticError, KeyError) as exc:
-                unusable.append(
-                    Unusable(
-                        case.run_id,
-                        case.source,
-                        case.source_key,
-                        case.gpu,
-                        f"simulator failed: {type(exc).__name__}: {exc}",
-                    )
-                )
+                unusable.append(_unusable(case, f"simulator failed: {type(exc).__name__}: {exc}"))
         if bar is not None:
             bar.update()
     if bar is not None:
