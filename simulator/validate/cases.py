@@ -524,21 +524,20 @@ def measurement_problem(run: PublishedRun) -> str | None:
     return None
 
 
+# CSV column -> the metric it measures, most preferred first.
+_MEASURED_COLUMNS: tuple[tuple[str, str], ...] = (
+    ("iteration_time_s", METRIC_ITERATION_TIME),
+    ("tokens_per_s", METRIC_TOKENS),
+    ("measured_tflops_per_gpu", METRIC_TFLOPS),
+    ("measured_mfu_pct", METRIC_MFU),
+    ("measured_hfu_pct", METRIC_HFU),
+)
+
+
 def _measured(run: PublishedRun) -> tuple[str, float] | None:
     """The quantity to compare, in order of preference (SOURCES.md: as published)."""
-    time_s = run.float_cell("iteration_time_s")
-    if time_s is not None:
-        return METRIC_ITERATION_TIME, time_s
-    tokens = run.float_cell("tokens_per_s")
-    if tokens is not None:
-        return METRIC_TOKENS, tokens
-    tflops = run.float_cell("measured_tflops_per_gpu")
-    if tflops is not None:
-        return METRIC_TFLOPS, tflops
-    mfu = run.float_cell("measured_mfu_pct")
-    if mfu is not None:
-        return METRIC_MFU, mfu
-    hfu = run.float_cell("measured_hfu_pct")
-    if hfu is not None:
-        return METRIC_HFU, hfu
+    for column, metric in _MEASURED_COLUMNS:
+        value = run.float_cell(column)
+        if value is not None:
+            return metric, value
     return None
