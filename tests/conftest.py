@@ -64,6 +64,26 @@ network_jitter = 0.0
 seed = 0
 """
 
+# A preset-based scenario whose [sweep] table is its last (tests may append sweep axes), for
+# the planner's commands and the `import mfusim` API (issue 15).
+SMALL_PLANNER_SCENARIO = """
+name = "small"
+[model]
+preset = "gpt3-1.3b"
+[cluster]
+topology = "dgx-a100"
+num_gpus = 8
+[parallel]
+tp = 1
+pp = 2
+micro_batch = 1
+global_batch = 16
+[sweep]
+tp = [1, 2]
+pp = [1, 2]
+micro_batch = [1, 2]
+"""
+
 
 @dataclass(frozen=True, slots=True)
 class CliResult:

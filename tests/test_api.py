@@ -16,24 +16,9 @@ from simulator.export import export_rows, top_targets
 from simulator.loading import read_toml, resolve_scenario_path
 from simulator.overrides import apply_overrides, parse_override, parse_value
 from simulator.resources import data_dir, scenario_names
+from tests.conftest import SMALL_PLANNER_SCENARIO
 
-SMALL = """
-name = "small"
-[model]
-preset = "gpt3-1.3b"
-[cluster]
-topology = "dgx-a100"
-num_gpus = 8
-[parallel]
-tp = 1
-pp = 2
-micro_batch = 1
-global_batch = 16
-[sweep]
-tp = [1, 2]
-pp = [1, 2]
-micro_batch = [1, 2]
-"""
+SMALL = SMALL_PLANNER_SCENARIO
 
 
 @pytest.fixture()

@@ -9,25 +9,9 @@ from pathlib import Path
 import pytest
 
 from simulator.cli import main
+from tests.conftest import SMALL_PLANNER_SCENARIO
 
-SMALL = """
-name = "small"
-[model]
-preset = "gpt3-1.3b"
-[cluster]
-topology = "dgx-a100"
-num_gpus = 8
-[parallel]
-tp = 1
-pp = 2
-micro_batch = 1
-global_batch = 16
-[sweep]
-tp = [1, 2]
-pp = [1, 2]
-micro_batch = [1, 2]
-num_gpus = [8, 16]
-"""
+SMALL = SMALL_PLANNER_SCENARIO + "num_gpus = [8, 16]\n"  # [sweep] also over cluster size
 
 
 @pytest.fixture()
