@@ -363,28 +363,20 @@ def analyze_p2p(fabric: Fabric, placement: Placement, links: Links, axis: str, s
     def crosses_pod(r: int) -> bool:
         return fabric.pod_of_node(r // gpn) != fabric.pod_of_node(placement.next_rank(axis, r) // gpn)
 
-    def pod_counts(s: int) -> dict[int, int]:
-        """Senders of this stage per rail leaving pod `s` (they share its core uplinks)."""
-        if s not in pod_cache:
+    def rail_counts(
+        cache: dict[int, dict[int, int]], nodes_per_group: int, crosses: Callable[[int], bool], s: int
+    ) -> dict[int, int]:
+        """Senders of this stage per rail leaving node group `s` (a leaf unit or a pod of
+        `nodes_per_group` nodes): they share that group's uplinks."""
+        if s not in cache:
             c: dict[int, int] = {}
-            npp = fabric.nodes_per_pod
-            for r in range(s * npp * gpn, min((s + 1) * npp * gpn, fabric.num_gpus)):
-                if placement.stage_of(r) == stage and crosses_pod(r):
+            first, stop = s * nodes_per_group * gpn, min((s + 1) * nodes_per_group * gpn, fabric.num_gpus)
+            for r in range(first, stop):
+                if placement.stage_of(r) == stage and crosses(r):
                     q = fabric.leaf_rail_of_local(r % gpn)
                     c[q] = c.get(q, 0) + 1
-            pod_cache[s] = c
-        return pod_cache[s]
-
-    def unit_counts(s: int) -> dict[int, int]:
-        if s not in unit_cache:
-            c: dict[int, int] = {}
-            npl = fabric.nodes_per_leaf
-            for r in range(s * npl * gpn, min((s + 1) * npl * gpn, fabric.num_gpus)):
-                if placement.stage_of(r) == stage and crosses_unit(r):
-                    q = fabric.leaf_rail_of_local(r % gpn)
-                    c[q] = c.get(q, 0) + 1
-            unit_cache[s] = c
-        return unit_cache[s]
+            cache[s] = c
+        return cache[s]
 
     worst = (0.0, 0.0, links.intra_name)
     scope = "node"
@@ -397,12 +389,15 @@ def analyze_p2p(fabric: Fabric, placement: Placement, links: Links, axis: str, s
         else:
             nic = nic_counts(r // gpn)[fabric.nic_of(r)]
             spb, name = nic / links.nic_bytes_per_s, "nic"
+            rail = fabric.leaf_rail_of_local(r % gpn)
             if over and crosses_unit(r):
-                up = unit_counts(fabric.unit_of_node(r // gpn))[fabric.leaf_rail_of_local(r % gpn)]
+                unit = fabric.unit_of_node(r // gpn)
+                up = rail_counts(unit_cache, fabric.nodes_per_leaf, crosses_unit, unit)[rail]
                 if up / links.uplink_bytes_per_s > spb:
                     spb, name = up / links.uplink_bytes_per_s, "leaf-uplink"
             if pods and crosses_pod(r):
-                up = pod_counts(fabric.pod_of_node(r // gpn))[fabric.leaf_rail_of_local(r % gpn)]
+                pod = fabric.pod_of_node(r // gpn)
+                up = rail_counts(pod_cache, fabric.nodes_per_pod, crosses_pod, pod)[rail]
                 if up / links.pod_uplink_bytes_per_s > spb:
                     spb, name = up / links.pod_uplink_bytes_per_s, "pod-uplink"
             cand = (spb, links.inter_latency_s, name)
