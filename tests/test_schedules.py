@@ -128,23 +128,27 @@ def test_new_schedules_beat_1f1b_on_the_issue_example(schedule: str) -> None:
     assert max(replay_bubbles(schedule, 4, 16, *ISSUE)) < 0.7 * one
 
 
+def _chunk_times(prog: Program) -> list[list[ChunkTimes]]:
+    """Each stage's chunk pass durations, as schedules.replay takes them (no paired passes)."""
+    return [
+        [
+            ChunkTimes(
+                c.forward.duration_s,
+                c.backward.duration_s,
+                c.backward_input.duration_s,
+                c.backward_weight.duration_s,
+            )
+            for c in st.chunks
+        ]
+        for st in prog.stages
+    ]
+
+
 def test_replay_matches_the_engine() -> None:
     """schedules.replay (analytic.py's pipeline) and the simpy engine play the same orders."""
     for schedule, vp in (("1f1b", 1), ("interleaved", 2), ("zb-h1", 1), ("gpipe", 1)):
         prog = synthetic_program(4, vp, 8, schedule, 1.0, 2.0)
-        times = [
-            [
-                ChunkTimes(
-                    c.forward.duration_s,
-                    c.backward.duration_s,
-                    c.backward_input.duration_s,
-                    c.backward_weight.duration_s,
-                )
-                for c in st.chunks
-            ]
-            for st in prog.stages
-        ]
-        r = replay(schedule, 4, vp, 8, times)
+        r = replay(schedule, 4, vp, 8, _chunk_times(prog))
         assert r.makespan_s == pytest.approx(run_step(prog).step_time_s, rel=1e-12)
 
 
@@ -213,18 +217,7 @@ def test_engine_bubble_equals_closed_form(schedule: str, pp: int, m: int) -> Non
 def test_engine_and_replay_agree_with_transfers(schedule: str, hop_s: float) -> None:
     """analytic.py's replay and the engine play the same dependencies, transfers included."""
     prog = balanced_program(schedule, 4, 12, *ISSUE, hop_s=hop_s * 1e-2)
-    times = [
-        [
-            ChunkTimes(
-                c.forward.duration_s,
-                c.backward.duration_s,
-                c.backward_input.duration_s,
-                c.backward_weight.duration_s,
-            )
-            for c in st.chunks
-        ]
-        for st in prog.stages
-    ]
+    times = _chunk_times(prog)
     from simulator.program import stage_orders
 
     r = replay(schedule, 4, prog.vp, 12, times, [st.p2p_s for st in prog.stages], stage_orders(prog))
