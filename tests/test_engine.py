@@ -26,11 +26,27 @@ SCENARIOS = sorted((Path(__file__).resolve().parent.parent / "scenarios").glob("
 # ----------------------------------------------------------------------------- synthetic pipelines
 def synthetic_program(pp: int, vp: int, m: int, schedule: str, tf: float = 1.0, tb: float = 2.0) -> Program:
     """Equal stages, no communication, no data stall: the closed forms must hold exactly."""
+    chunk_f, chunk_b = tf / vp, tb / vp
+    return uniform_program(schedule, pp, vp, m, chunk_f, chunk_b, chunk_b / 2, chunk_b / 2)
+
+
+def uniform_program(
+    schedule: str,
+    pp: int,
+    chunks: int,
+    m: int,
+    forward_s: float,
+    backward_s: float,
+    backward_input_s: float,
+    backward_weight_s: float,
+    hop_s: float = 0.0,
+) -> Program:
+    """`pp` equal stages of `chunks` one-layer chunks with these pass durations, transfers of
+    `hop_s`, no other communication, no optimizer, no data stall."""
 
     def block(name: str, d: float) -> Block:
         return Block((Segment("compute", name, d),))
 
-    chunk_f, chunk_b = tf / vp, tb / vp
     stages = tuple(
         StageProgram(
             stage=s,
@@ -39,18 +55,18 @@ def synthetic_program(pp: int, vp: int, m: int, schedule: str, tf: float = 1.0, 
                     stage=s,
                     chunk=c,
                     num_layers=1,
-                    forward=block("f", chunk_f),
-                    backward=block("b", chunk_b),
-                    backward_input=block("bi", chunk_b / 2),
-                    backward_weight=block("bw", chunk_b / 2),
+                    forward=block("f", forward_s),
+                    backward=block("b", backward_s),
+                    backward_input=block("bi", backward_input_s),
+                    backward_weight=block("bw", backward_weight_s),
                     grad_bucket_s=(),
                     param_gather_s=(),
                     params_local=0.0,
                 )
-                for c in range(vp)
+                for c in range(chunks)
             ),
             optimizer_s=0.0,
-            p2p_s=0.0,
+            p2p_s=hop_s,
         )
         for s in range(pp)
     )
@@ -58,7 +74,7 @@ def synthetic_program(pp: int, vp: int, m: int, schedule: str, tf: float = 1.0, 
         stages=stages,
         num_microbatches=m,
         pp=pp,
-        vp=vp,
+        vp=chunks,
         schedule=schedule,
         zero=0,
         overlap_grad_reduce=True,

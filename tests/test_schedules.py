@@ -12,7 +12,7 @@ from __future__ import annotations
 import pytest
 
 from simulator.engine import run_step
-from simulator.program import Block, ChunkProgram, Program, Segment, StageProgram
+from simulator.program import Block, Program, Segment
 from simulator.schedules import (
     ChunkTimes,
     PassTimes,
@@ -26,7 +26,7 @@ from simulator.schedules import (
     replay,
     stage_tasks,
 )
-from tests.test_engine import synthetic_program
+from tests.test_engine import synthetic_program, uniform_program
 
 NEW = ("zb-h1", "zb-v", "dualpipe", "dualpipev")
 # (T_F, T_B, T_W) of one micro-batch on one stage: equal passes, and issue 14's balanced
@@ -75,8 +75,6 @@ def test_zb_h1_recovers_half_the_1f1b_bubble_on_the_issue_example() -> None:
 def _with_split(prog, tb: float, tw: float):
     """The synthetic program with its backward split as B = tb, W = tw (not halves)."""
     from dataclasses import replace
-
-    from simulator.program import Block, Segment
 
     stages = tuple(
         replace(
@@ -159,45 +157,8 @@ def balanced_program(
     DualPipe chunk is a whole stage, a V chunk half of one), transfers of `hop_s`."""
     chunks = num_chunks(schedule, 1)
     share = 1.0 if schedule == "dualpipe" else 1.0 / chunks
-
-    def block(name: str, d: float) -> Block:
-        return Block((Segment("compute", name, d),))
-
-    stages = tuple(
-        StageProgram(
-            stage=s,
-            chunks=tuple(
-                ChunkProgram(
-                    stage=s,
-                    chunk=c,
-                    num_layers=1,
-                    forward=block("f", tf * share),
-                    backward=block("b", (tb + tw) * share),
-                    backward_input=block("bi", tb * share),
-                    backward_weight=block("bw", tw * share),
-                    grad_bucket_s=(),
-                    param_gather_s=(),
-                    params_local=0.0,
-                )
-                for c in range(chunks)
-            ),
-            optimizer_s=0.0,
-            p2p_s=hop_s,
-        )
-        for s in range(pp)
-    )
-    return Program(
-        stages=stages,
-        num_microbatches=m,
-        pp=pp,
-        vp=chunks,
-        schedule=schedule,
-        zero=0,
-        overlap_grad_reduce=True,
-        overlap_param_gather=True,
-        dataloader_latency_s=0.0,
-        dataloader_workers=1,
-        dataloader_prefetch=1,
+    return uniform_program(
+        schedule, pp, chunks, m, tf * share, (tb + tw) * share, tb * share, tw * share, hop_s
     )
 
 
