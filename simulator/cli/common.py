@@ -40,17 +40,23 @@ PLOT_SUFFIXES = (
 
 
 # ----------------------------------------------------------------------------- flag parsers
-def positive_float(flag: str):
+def _finite_float(flag: str, zero_ok: bool, requirement: str):
+    """An argparse type: a finite number > 0 (>= 0 when `zero_ok`)."""
+
     def parse(text: str) -> float:
         try:
             value = float(text)
         except ValueError:
             raise argparse.ArgumentTypeError(f"{flag} must be a number, got {text!r}") from None
-        if not math.isfinite(value) or value <= 0:
-            raise argparse.ArgumentTypeError(f"{flag} must be a positive finite number, got {text!r}")
+        if not math.isfinite(value) or value < 0 or (value == 0 and not zero_ok):
+            raise argparse.ArgumentTypeError(f"{flag} must be {requirement}, got {text!r}")
         return value
 
     return parse
+
+
+def positive_float(flag: str):
+    return _finite_float(flag, False, "a positive finite number")
 
 
 def check_suffix(path: str, flag: str, suffixes: tuple[str, ...]) -> None:
@@ -66,16 +72,7 @@ def check_suffix(path: str, flag: str, suffixes: tuple[str, ...]) -> None:
 
 
 def nonnegative_float(flag: str):
-    def parse(text: str) -> float:
-        try:
-            value = float(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{flag} must be a number, got {text!r}") from None
-        if not math.isfinite(value) or value < 0:
-            raise argparse.ArgumentTypeError(f"{flag} must be a finite number >= 0, got {text!r}")
-        return value
-
-    return parse
+    return _finite_float(flag, True, "a finite number >= 0")
 
 
 def int_flag(flag: str, minimum: int = 1, maximum: int = 10**7):
