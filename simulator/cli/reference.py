@@ -406,7 +406,8 @@ def _literal(value: object) -> str:
     return json.dumps(value)
 
 
-def _type_name(value: object) -> str:
+def _scalar_type(value: object) -> str | None:
+    """The TOML/JSON name of a scalar's type (bool before int: a bool is an int), else None."""
     if isinstance(value, bool):
         return "boolean"
     if isinstance(value, int):
@@ -415,6 +416,13 @@ def _type_name(value: object) -> str:
         return "number"
     if isinstance(value, str):
         return "string"
+    return None
+
+
+def _type_name(value: object) -> str:
+    scalar = _scalar_type(value)
+    if scalar is not None:
+        return scalar
     return "list" if isinstance(value, list | tuple) else type(value).__name__
 
 
@@ -673,14 +681,9 @@ def json_fields(
 def _json_type(value: object) -> str:
     if value is None:
         return "null"
-    if isinstance(value, bool):
-        return "boolean"
-    if isinstance(value, int):
-        return "integer"
-    if isinstance(value, float):
-        return "number"
-    if isinstance(value, str):
-        return "string"
+    scalar = _scalar_type(value)
+    if scalar is not None:
+        return scalar
     if isinstance(value, list):
         inner = {_json_type(v) for v in value}
         return f"array of {inner.pop()}" if len(inner) == 1 else "array"
