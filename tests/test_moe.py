@@ -484,7 +484,7 @@ def test_mla_activations_use_v_head_dim_and_latents() -> None:
 
     m = model_preset("deepseek-v3")
     mla = m.mla
-    assert mla is not None
+    assert mla is not None, "the deepseek-v3 preset has multi-head latent attention"
     s, h = m.seq_len, m.hidden
     got = layer_activation_bytes(m, 1, tp=1).stored
     qk = m.heads * mla.qk_head_dim

@@ -183,7 +183,7 @@ def test_run_table_units() -> None:
         }
     )
     run = scn.run
-    assert run is not None
+    assert run is not None, "a scenario with a [run] table has a run plan"
     assert run.gpu_failure_rate_per_s == pytest.approx(0.5 / YEAR_S)
     assert run.checkpoint_interval_s == 1800.0
     assert run.storage_write_bytes_per_s == 100e9
