@@ -9,24 +9,14 @@ from typing import Any
 
 from ..specs import Scenario
 from ..timeline import CATEGORIES
-from .columns import STATUS_INVALID, STATUS_OK, STATUS_OOM
+from .columns import SPEC_CONFIG_COLUMNS, STATUS_INVALID, STATUS_OK, STATUS_OOM
 from .driver import SweepResult
 from .rank import _rank_value
 
 # ----------------------------------------------------------------------------- report
-TABLE_KEYS = (
-    "tp",
-    "pp",
-    "dp",
-    "cp",
-    "ep",
-    "vp",
-    "micro_batch",
-    "schedule",
-    "recompute",
-    "sequence_parallel",
-    "zero",
-)
+# the configuration columns of SPEC §3 that the ranked table shows (all but global_batch, which is
+# fixed unless swept; a swept one is added as an extra column)
+TABLE_KEYS = tuple(c for c in SPEC_CONFIG_COLUMNS if c != "global_batch")
 SHORT = {
     "compute": "comp",
     "recompute": "recomp",
