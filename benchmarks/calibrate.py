@@ -3,6 +3,7 @@
 
     python benchmarks/calibrate.py            # fit, report, write efficiency.toml
     python benchmarks/calibrate.py --dry-run  # fit and report only
+    python benchmarks/calibrate.py --only megatron-core/hopper [--only ...]  # refit these groups only
 
 What is fitted (docs/calibration.md): level 2 of a two-level calibration. Kernel speeds come
 from the kernel model (simulator/kernels.py), fitted by benchmarks/fit_kernels.py to published
@@ -47,7 +48,6 @@ from simulator import validate as V
 from simulator.metrics import StepReport
 from simulator.resources import catalog_file, published_runs_csv
 from simulator.specs import GPUEfficiency, Scenario
-from simulator.stacks import stack_efficiency
 
 FIT_DTYPES = ("bf16", "fp16", "fp8")
 # (software stack, GPU architecture, GPU types) fitted together, on all dense rows of every
@@ -374,8 +374,8 @@ def efficiency_section(res: FitResult, today: str, gpu: str = "") -> str:
         f"# {res.num_fit} fit rows, {res.num_held} held-out rows; MAPE (engine) fit {res.fit_mape:.1f}% "
         f"(prior {res.fit_mape_before:.1f}%), held out {res.held_mape:.1f}% (prior {res.held_mape_before:.1f}%).",
     ]
-    for f in fields(GPUEfficiency):
-        lines.append(f"{f.name} = {_format_value(getattr(res.fitted, f.name))}")
+    for param in PARAMS:  # the fitted residuals only (recipes.toml holds the precision recipes')
+        lines.append(f"{param.name} = {_format_value(getattr(res.fitted, param.name))}")
     return "\n".join(lines) + "\n"
 
 
@@ -398,11 +398,16 @@ def default_stack_section(
     return "\n".join(lines) + "\n"
 
 
-def default_stack_sections(fitted: dict[str, GPUEfficiency], today: str) -> list[tuple[str, str]]:
-    """The per-GPU tables from the fitted stack tables (`group` -> residuals)."""
+def default_stack_sections(
+    fitted: dict[str, GPUEfficiency], today: str, changed: frozenset[str] | None = None
+) -> list[tuple[str, str]]:
+    """The per-GPU tables from the fitted stack tables (`group` -> residuals); with `changed`,
+    only those that take a value from one of the `changed` groups."""
     sections = []
     for _arch, gpus, group, why, hw_group in DEFAULT_STACK_TABLES:
         if group not in fitted or (hw_group is not None and hw_group not in fitted):
+            continue
+        if changed is not None and group not in changed and hw_group not in changed:
             continue
         hardware = (hw_group, fitted[hw_group]) if hw_group is not None else None
         sections += [
@@ -415,14 +420,29 @@ def _stack_groups() -> list[tuple[str, str]]:
     return [(st, arch) for st, arch, _ in FIT_PLAN]
 
 
-def write_efficiency(results: Sequence[FitResult], path: Path) -> None:
-    """Replace (or append) the fitted stacks' tables and the per-GPU default-stack tables."""
+def stack_tables_in(text: str) -> dict[str, GPUEfficiency]:
+    """The `[stacks.<stack>.<arch>]` residuals already in an efficiency.toml text (`stack/arch` ->)."""
+    stacks = tomllib.loads(text).get("stacks", {})
+    names = {f.name for f in fields(GPUEfficiency)}
+    return {
+        f"{st}/{arch}": GPUEfficiency(**{k: v for k, v in table.items() if k in names})
+        for st, arch in _stack_groups()
+        if (table := stacks.get(st, {}).get(arch))
+    }
+
+
+def write_efficiency(results: Sequence[FitResult], path: Path, *, only: bool = False) -> None:
+    """Replace (or append) the fitted stacks' tables and the per-GPU default-stack tables.
+
+    `only` (calibrate.py --only): every other table of the file stays byte for byte as it is;
+    the per-GPU tables are rewritten only where they take a value from a refitted group."""
     text = path.read_text(encoding="utf-8")
     today = date.today().isoformat()
     sections = [(f"stacks.{res.gpu.replace('/', '.')}", efficiency_section(res, today)) for res in results]
-    fitted = {f"{st}/{arch}": eff for st, arch in _stack_groups() if (eff := stack_efficiency(st, arch))}
+    fitted = stack_tables_in(text)  # the file being written, not the installed catalog
     fitted.update({res.gpu: res.fitted for res in results})
-    sections += default_stack_sections(fitted, today)
+    changed = frozenset(res.gpu for res in results) if only else None
+    sections += default_stack_sections(fitted, today, changed)
     for header, section in sections:
         # a table runs from its header to the next header (comments above it belong to it)
         pattern = re.compile(rf"^\[{re.escape(header)}\]\n(?:(?!\[).*\n?)*", re.MULTILINE)
@@ -463,6 +483,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         default=",".join(f"{st}/{arch}" for st, arch, _ in FIT_PLAN),
         help="stack/architecture groups to fit (FIT_PLAN)",
     )
+    parser.add_argument(
+        "--only",
+        action="append",
+        default=None,
+        metavar="STACK/ARCH",
+        help="refit only this group (repeatable; overrides --groups): every other table of "
+        "efficiency.toml stays as it is, and docs/accuracy_table.md is not rewritten",
+    )
     parser.add_argument("--rounds", type=int, default=3, help="engine-correction rounds")
     parser.add_argument("--max-evals", type=int, default=300, help="Nelder-Mead evaluations per round")
     parser.add_argument(
@@ -494,7 +522,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"wrote {args.out} (per-GPU tables only)")
         return 0
 
-    groups = tuple(g.strip() for g in args.groups.split(",") if g.strip())
+    known = [f"{st}/{arch}" for st, arch, _ in FIT_PLAN]
+    if args.only:
+        unknown = [g for g in args.only if g not in known]
+        if unknown:
+            print(
+                f"calibrate.py: --only {unknown[0]}: not a fitted group ({', '.join(known)})", file=sys.stderr
+            )
+            return 2
+        groups = tuple(dict.fromkeys(args.only))
+    else:
+        groups = tuple(g.strip() for g in args.groups.split(",") if g.strip())
     dtypes = tuple(d.strip() for d in args.dtypes.split(",") if d.strip()) if args.dtypes else FIT_DTYPES
     plan = {f"{st}/{arch}": (st, gpus) for st, arch, gpus in FIT_PLAN if f"{st}/{arch}" in groups}
     all_gpus = tuple(sorted({gpu for _, gpus in plan.values() for gpu in gpus}))
@@ -526,9 +564,11 @@ def main(argv: Sequence[str] | None = None) -> int:
                 f"    {f.name:<24} {_format_value(getattr(r.prior, f.name)):>11} -> {_format_value(getattr(r.fitted, f.name))}"
             )
     if not args.dry_run and results:
-        write_efficiency(results, args.out)
+        write_efficiency(results, args.out, only=bool(args.only))
         print(f"wrote {args.out}")
-    if args.accuracy_dir is not None and not args.dry_run:
+    if args.only:
+        log("--only: docs/accuracy_table.md not rewritten (other groups may be mid-refit)")
+    elif args.accuracy_dir is not None and not args.dry_run:
         write_accuracy(
             args.csv, args.accuracy_dir, {r.case.run_id: "fit" if r.fit else "held-out" for r in rows}
         )

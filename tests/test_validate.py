@@ -395,6 +395,46 @@ def test_calibration_pieces(tmp_path, shipped):
     )
 
 
+def test_calibration_only_rewrites_its_own_tables(tmp_path):
+    """`calibrate.py --only megatron-core/hopper` replaces that group's table and the per-GPU
+    tables taking a value from it (Hopper, and Ampere's framework residuals); every other table
+    (the other stacks, Blackwell) stays byte for byte, so helpers refitting different groups
+    merge cleanly."""
+    import tomllib
+
+    from simulator.resources import catalog_file
+    from simulator.specs import GPUEfficiency
+
+    C = _calibrate_module()
+    toml = tmp_path / "efficiency.toml"
+    original = catalog_file("efficiency.toml").read_text(encoding="utf-8")
+    toml.write_text(original, encoding="utf-8")
+    eff = GPUEfficiency(sustained_clock_fraction=0.9, kernel_launch_s=3e-6, nccl_bw_fraction=0.8)
+    res = C.FitResult("megatron-core/hopper", GPUEfficiency(), eff, 30.0, 31.0, 5.0, 6.0, 10, 11, 100, 1.0)
+    C.write_efficiency([res], toml, only=True)
+    before, after = tomllib.loads(original), tomllib.loads(toml.read_text(encoding="utf-8"))
+    assert after["stacks"]["megatron-core"]["hopper"]["sustained_clock_fraction"] == pytest.approx(0.9)
+    assert after["h100-sxm"]["kernel_launch_s"] == pytest.approx(3e-6)
+    assert after["a100-80gb"]["nccl_bw_fraction"] == pytest.approx(0.8)  # framework residuals: the stack's
+    assert after["a100-80gb"]["sustained_clock_fraction"] == pytest.approx(  # the chip's clock: Ampere fit
+        before["stacks"]["composer-fsdp"]["ampere"]["sustained_clock_fraction"]
+    )
+
+    def table(text: str, header: str) -> str:
+        start = text.index(f"\n[{header}]\n")
+        return text[start : text.index("\n[", start + 1)]
+
+    for header in (
+        "default",
+        "stacks.composer-fsdp.ampere",
+        "stacks.megatron-core.blackwell",
+        "b200",
+        "gb300",
+    ):
+        assert table(toml.read_text(encoding="utf-8"), header) == table(original, header)
+    assert C.main(["--only", "megatron-core/volta", "--dry-run"]) == 2
+
+
 @pytest.mark.parametrize(
     ("label", "topology"),
     [
