@@ -69,7 +69,7 @@ MOE_KEYS = (
 )
 MLA_KEYS = ("q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")
 PARALLEL_KEYS = tuple(f.name for f in fields(ParallelConfig))
-SWEEP_KEYS = PARALLEL_KEYS + ("num_gpus",)
+SWEEP_KEYS = tuple(k for k in PARALLEL_KEYS if k != "recompute_modules") + ("num_gpus",)  # no list values
 INTRA_KEYS = ("fabric", "link_GBps_per_direction", "latency_us", "nvls")
 INTER_KEYS = (
     "fabric",

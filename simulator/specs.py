@@ -27,6 +27,15 @@ DEFAULT_LOAD_IMBALANCE = {"balanced": 1.0, "dropless": 1.15}
 SCHEDULES = ("gpipe", "1f1b", "interleaved", "zb-h1", "zb-v", "dualpipe", "dualpipev")
 TWO_CHUNK_SCHEDULES = ("zb-v", "dualpipe", "dualpipev")  # two model chunks per stage by construction
 RECOMPUTE = ("none", "selective", "full")
+# Megatron-Core --recompute-modules (transformer_config.py, `recompute_modules`): the modules a
+# selective recomputation re-runs in the backward pass instead of keeping their activations.
+# Megatron's default for --recompute-granularity selective is ["core_attn"].
+RECOMPUTE_MODULES = ("core_attn", "layernorm", "mla_up_proj", "mlp", "moe", "moe_act", "shared_experts")
+DEFAULT_RECOMPUTE_MODULES = ("core_attn",)
+# Megatron-Core --exp-avg-dtype / --exp-avg-sq-dtype (with --use-precision-aware-optimizer): the
+# storage format of Adam's first and second moments; bytes per element.
+MOMENT_DTYPES = ("fp32", "bf16", "fp16", "fp8")
+MOMENT_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 1}
 INTRA_FABRICS = ("nvswitch", "pcie", "nvlink")
 INTER_FABRICS = ("rail-optimized", "fat-tree", "rail-only")
 RANK_AXES = ("tp", "cp", "dp", "pp")
@@ -86,6 +95,20 @@ def _check_choice(key: str, value: object, allowed: tuple[str, ...]) -> str:
         hint = did_you_mean(value, allowed)
         raise ConfigError(f"must be one of {', '.join(allowed)}; got {value!r}{hint}", key=key)
     return found
+
+
+def _check_modules(key: str, value: object) -> tuple[str, ...]:
+    """A list of RECOMPUTE_MODULES names, canonical, each once, in the given order."""
+    if isinstance(value, str) or not isinstance(value, (list, tuple)):
+        raise ConfigError(
+            f"must be a list of module names ({', '.join(RECOMPUTE_MODULES)}), got {value!r}", key=key
+        )
+    out: list[str] = []
+    for item in value:
+        name = _check_choice(key, item, RECOMPUTE_MODULES)
+        if name not in out:
+            out.append(name)
+    return tuple(out)
 
 
 def _set(obj: object, name: str, value: object) -> None:
@@ -449,6 +472,9 @@ class ParallelConfig:
     schedule: str = "1f1b"
     sequence_parallel: bool = False
     recompute: str = "none"
+    # selective recomputation: the Megatron modules re-run in backward (RECOMPUTE_MODULES);
+    # empty = Megatron's default ("core_attn"). Only with recompute = "selective".
+    recompute_modules: tuple[str, ...] = ()
     zero: int = 0
     overlap_grad_reduce: bool = True
     overlap_param_gather: bool = True
@@ -484,6 +510,13 @@ class ParallelConfig:
         _check_int(f"{p}.global_batch", self.global_batch, maximum=100 * MAX_DIM)
         _set(self, "schedule", _check_choice(f"{p}.schedule", self.schedule, SCHEDULES))
         _set(self, "recompute", _check_choice(f"{p}.recompute", self.recompute, RECOMPUTE))
+        _set(self, "recompute_modules", _check_modules(f"{p}.recompute_modules", self.recompute_modules))
+        if self.recompute_modules and self.recompute != "selective":
+            raise ConfigError(
+                f'needs recompute = "selective" (Megatron\'s --recompute-modules applies to selective '
+                f"recomputation only), got recompute = {self.recompute!r}",
+                key=f"{p}.recompute_modules",
+            )
         _check_int(f"{p}.zero", self.zero, minimum=0, maximum=3)
         for key in ("sequence_parallel", "overlap_grad_reduce", "overlap_param_gather", "tp_comm_overlap"):
             _check_bool(f"{p}.{key}", getattr(self, key))
@@ -549,6 +582,14 @@ class ParallelConfig:
     @property
     def num_microbatches(self) -> int:
         return self.global_batch // (self.micro_batch * self.dp)
+
+    @property
+    def recomputed_modules(self) -> tuple[str, ...]:
+        """What selective recomputation re-runs: `recompute_modules`, or Megatron's default
+        ("core_attn", Korthikanti et al. 2022 §5) when none are listed; () unless selective."""
+        if self.recompute != "selective":
+            return ()
+        return self.recompute_modules or DEFAULT_RECOMPUTE_MODULES
 
     @property
     def expert_tp(self) -> int:
@@ -670,13 +711,24 @@ class MemoryOptions:
 
     offload_activations: float = 0.0  # fraction of the stored activations copied to host memory
     offload_optimizer: bool = False  # fp32 master weights + Adam moments on the host, Adam on the CPU
+    # storage of Adam's moments (Megatron --exp-avg-dtype / --exp-avg-sq-dtype; DeepSeek-V3
+    # report §3.3.3 keeps both in BF16): MOMENT_DTYPES
+    exp_avg_dtype: str = "fp32"
+    exp_avg_sq_dtype: str = "fp32"
     # GPU memory kept free (file key headroom_gib, flag --memory-headroom; issue 17): a
     # configuration fits when its peak is within the GPU's memory minus this. Default 0.
     headroom_bytes: float = 0.0
 
+    @property
+    def optimizer_bytes_per_param(self) -> int:
+        """fp32 master weight + Adam's two moments in their storage formats (12 with fp32)."""
+        return 4 + MOMENT_BYTES[self.exp_avg_dtype] + MOMENT_BYTES[self.exp_avg_sq_dtype]
+
     def __post_init__(self) -> None:
         _check_num("memory.offload_activations", self.offload_activations, maximum=1.0)
         _check_bool("memory.offload_optimizer", self.offload_optimizer)
+        for key in ("exp_avg_dtype", "exp_avg_sq_dtype"):
+            _set(self, key, _check_choice(f"memory.{key}", getattr(self, key), MOMENT_DTYPES))
         _check_num("memory.headroom_gib", self.headroom_bytes, maximum=2.0**50)
 
 
@@ -774,6 +826,7 @@ class Scenario:
         _set(self, "dtype", _check_choice("precision.dtype", self.dtype, DTYPES))
         self.gpu.peak_flop_per_s(self.dtype)  # raises if the GPU lacks this dtype
         check_parallel_fits(self.model, self.parallel, self.num_gpus)
+        _check_recompute_modules(self.model, self.parallel.recompute_modules)
         if (self.memory.offload_activations or self.memory.offload_optimizer) and not (
             self.gpu.host_link_bytes_per_s > 0
         ):
@@ -822,6 +875,24 @@ class Scenario:
                 "equal stages: the first stages get one layer more"
             )
         return out
+
+
+def _check_recompute_modules(model: ModelSpec, modules: tuple[str, ...]) -> None:
+    """A listed module the model does not have would recompute nothing: refused, not ignored."""
+    need = {
+        "mla_up_proj": (model.mla is not None, "a model without [model.mla]"),
+        "moe": (model.is_moe, "a dense model"),
+        "moe_act": (model.is_moe, "a dense model"),
+        "shared_experts": (
+            bool(model.is_moe and model.shared_expert_ffn_hidden),
+            "a model without shared experts",
+        ),
+        "mlp": (model.num_moe_layers < model.layers, "a model without dense MLP layers"),
+    }
+    for name in modules:
+        has, what = need.get(name, (True, ""))
+        if not has:
+            raise ConfigError(f"{name!r} recomputes nothing in {what}", key="parallel.recompute_modules")
 
 
 def _schedule_problem(schedule: str, pp: int, m: int) -> str | None:

@@ -253,6 +253,15 @@ KEYS: dict[str, Key] = {
     ),
     "parallel.sequence_parallel": Key("Megatron sequence parallelism (with tp > 1)"),
     "parallel.recompute": Key("activation recomputation", allowed=_spec("RECOMPUTE")),
+    "parallel.recompute_modules": Key(
+        "selective recomputation: the Megatron-Core modules re-run in backward (--recompute-modules); "
+        '[] = Megatron\'s default ["core_attn"]; needs recompute = "selective"; memory drops what '
+        "they keep, time and HFU add their forward work",
+        "list of strings",
+        default="[]",
+        allowed=_spec("RECOMPUTE_MODULES"),
+        since=NEXT,
+    ),
     "parallel.zero": Key("ZeRO stage: 0 none, 1 optimizer, 2 + gradients, 3 + parameters (FSDP)"),
     "parallel.overlap_grad_reduce": Key("DP gradient reduction overlapped with the backward pass"),
     "parallel.overlap_param_gather": Key("ZeRO-1/2 parameter all-gather overlapped with the forward pass"),
@@ -313,6 +322,16 @@ KEYS: dict[str, Key] = {
     ),
     "memory.offload_optimizer": Key(
         "fp32 master weights and Adam moments on the host, Adam on the CPU", since=NEXT
+    ),
+    "memory.exp_avg_dtype": Key(
+        "storage format of Adam's first moment (Megatron --exp-avg-dtype; DeepSeek-V3: bf16)",
+        allowed=_spec("MOMENT_DTYPES"),
+        since=NEXT,
+    ),
+    "memory.exp_avg_sq_dtype": Key(
+        "storage format of Adam's second moment (Megatron --exp-avg-sq-dtype; DeepSeek-V3: bf16)",
+        allowed=_spec("MOMENT_DTYPES"),
+        since=NEXT,
     ),
     # [run] (simulator/specs.py holds the sourced defaults, next to RunSpec)
     "run.tokens": Key(

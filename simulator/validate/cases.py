@@ -21,6 +21,7 @@ from .columns import (
     TARGET_GPU_PREFIXES,
 )
 from .gpus import GPUMapping, gpu_mapping
+from .recipes import matching_recipe
 from .runs import PublishedRun, _is_number
 from .sources import SourceRules, source_rules
 
@@ -201,6 +202,8 @@ def build_case(run: PublishedRun) -> Case | Unusable:
     is_moe = (
         parallel["ep"] > 1 or "moe" in model or known_architecture(run.get("model_name") or "") is not None
     )
+    if is_moe and rules.key == "megatron-bridge":
+        _apply_recipe(run, dtype, parallel, notes)
     cluster = _cluster(run, mapping, num_gpus, notes)
     if is_moe and mapping.topology == "gb200-nvl72" and num_gpus >= 128 and num_gpus % 64 == 0:
         cluster["gpus_used_per_node"] = 64
@@ -230,6 +233,26 @@ def build_case(run: PublishedRun) -> Case | Unusable:
         dtype=dtype,
         is_moe=is_moe,
         assumptions=tuple(notes),
+    )
+
+
+def _apply_recipe(run: PublishedRun, dtype: str, parallel: dict[str, Any], notes: list[str]) -> None:
+    """The Megatron-Bridge launch recipe of this exact layout (validate/recipes.py): its EP
+    all-to-all overlap and selective recompute modules, which the published table omits."""
+    layout = {k: parallel[k] for k in ("tp", "pp", "ep", "micro_batch", "global_batch")}
+    layout["vp"] = run.int_cell("vp") or 1  # as published (the simulated vp may be derived)
+    recipe = matching_recipe(run.run_id, run.get("model_name") or "", run.gpu, dtype, layout)
+    if recipe is None:
+        notes.append("recipe: no Megatron-Bridge recipe of this exact layout -> source defaults")
+        return
+    parallel["ep_comm_overlap"] = recipe.ep_comm_overlap
+    if recipe.recompute_modules:
+        parallel["recompute"] = "selective"
+        parallel["recompute_modules"] = list(recipe.recompute_modules)
+    notes.append(
+        f"recipe: Megatron-Bridge {recipe.name} (same layout): ep_comm_overlap = "
+        f"{str(recipe.ep_comm_overlap).lower()}, recompute_modules = {list(recipe.recompute_modules)} "
+        "(simulator/catalog/mbridge_recipes.toml)"
     )
 
 
