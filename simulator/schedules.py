@@ -31,6 +31,7 @@ from functools import lru_cache
 SPLIT_BACKWARD_SCHEDULES = ("zb-h1", "zb-v", "dualpipe", "dualpipev")
 V_SCHEDULES = ("zb-v", "dualpipev")  # two chunks per stage in a V: s, then 2p−1−s
 TWO_CHUNK_SCHEDULES = ("zb-v", "dualpipe", "dualpipev")
+PAIRED_SCHEDULES = ("dualpipe", "dualpipev")  # the orders with overlapped F&B pairs (Task.paired)
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,11 +149,24 @@ def one_f_one_b(pp: int, vp: int, m: int, stage: int) -> list[Task]:
     """1F1B (PipeDream-Flush, Narayanan et al. 2021): same bubble as GPipe, at most p
     micro-batches in flight."""
     warmup = min(pp - stage - 1, m)
-    tasks = [Task("F", i) for i in range(warmup)]  # warm-up: fill the pipeline
-    for i in range(m - warmup):  # steady state: one forward, one backward
-        tasks += [Task("F", warmup + i), Task("B", i)]
-    tasks += [Task("B", i) for i in range(m - warmup, m)]  # cool-down: drain it
-    return tasks
+    fwd, bwd = _passes(m)
+    return _one_f_one_b_order(fwd, bwd, warmup)
+
+
+@lru_cache(maxsize=16)
+def _passes(m: int) -> tuple[tuple[Task, ...], tuple[Task, ...]]:
+    """Every micro-batch's F and B task, built once and shared by all stages (start-up time)."""
+    return tuple(Task("F", i) for i in range(m)), tuple(Task("B", i) for i in range(m))
+
+
+def _one_f_one_b_order(fwd: Sequence[Task], bwd: Sequence[Task], warmup: int) -> list[Task]:
+    """`warmup` forwards (fill the pipeline), then one forward and one backward at a time (steady
+    state), then the remaining backwards (cool-down: drain it)."""
+    steady = len(fwd) - warmup
+    pairs: list[Task] = [fwd[0]] * (2 * steady)
+    pairs[0::2] = fwd[warmup:]
+    pairs[1::2] = bwd[:steady]
+    return [*fwd[:warmup], *pairs, *bwd[steady:]]
 
 
 def _interleaved_chunk(k: int, pp: int, vp: int, forward: bool) -> int:
@@ -170,18 +184,20 @@ def interleaved(pp: int, vp: int, m: int, stage: int) -> list[Task]:
     bubble (p−1)/(v·m). Needs m to be a multiple of pp (as Megatron does)."""
     total = m * vp
     warmup = min((pp - stage - 1) * 2 + (vp - 1) * pp, total)
+    fwd, bwd = _interleaved_passes(pp, vp, m)
+    return _one_f_one_b_order(fwd, bwd, warmup)
 
-    def fwd(k: int) -> Task:
-        return Task("F", _interleaved_microbatch(k, pp, vp), _interleaved_chunk(k, pp, vp, True))
 
-    def bwd(k: int) -> Task:
-        return Task("B", _interleaved_microbatch(k, pp, vp), _interleaved_chunk(k, pp, vp, False))
-
-    tasks = [fwd(k) for k in range(warmup)]
-    for i in range(total - warmup):
-        tasks += [fwd(warmup + i), bwd(i)]
-    tasks += [bwd(k) for k in range(total - warmup, total)]
-    return tasks
+@lru_cache(maxsize=16)
+def _interleaved_passes(pp: int, vp: int, m: int) -> tuple[tuple[Task, ...], tuple[Task, ...]]:
+    """The k-th virtual micro-batch's F and B task, k < m·vp, shared by all stages."""
+    ks = range(m * vp)
+    return (
+        tuple(Task("F", _interleaved_microbatch(k, pp, vp), _interleaved_chunk(k, pp, vp, True)) for k in ks),
+        tuple(
+            Task("B", _interleaved_microbatch(k, pp, vp), _interleaved_chunk(k, pp, vp, False)) for k in ks
+        ),
+    )
 
 
 def zero_bubble_h1(pp: int, vp: int, m: int, stage: int) -> list[Task]:

@@ -413,7 +413,22 @@ def test_nvfp4_gemm_fraction_from_recipes_catalog() -> None:
     fp4 = matmul_efficiency(Device(gpu, "nvfp4"), 8192, 8192, 8192)
     # (the kernel model's fixed latency weighs more on the 3x faster FP4 GEMM: a few percent)
     assert fp4 == pytest.approx(fp8 * frac, rel=0.05)
-    assert load_gpu_catalog()["b200"].efficiency.fp4_matmul_fraction == 1.0  # not calibrated
+    assert load_gpu_catalog()["b300"].efficiency.fp4_matmul_fraction == 1.0  # not calibrated
+
+
+@pytest.mark.parametrize(("m", "n", "k", "tflops"), [(8192, 8192, 8192, 5239.0), (4096, 4096, 7168, 3939.0)])
+def test_b200_fp4_fraction_reproduces_published_gemms(m: int, n: int, k: int, tflops: float) -> None:
+    """SM100's fp4_matmul_fraction comes from cuBLAS block-scaled FP4 GEMMs measured on B200
+    (deepseek-ai/DeepGEMM PR #348, cublasTest 13.3): each figure within 10% of the kernel model
+    at that fraction, and GB200 (same SM100 silicon) uses the same value."""
+    from simulator import kernels
+
+    cat = load_gpu_catalog()
+    gpu = cat["b200"]
+    frac = gpu.efficiency.fp4_matmul_fraction
+    t = kernels.gemm_time_s(gpu, "nvfp4", m, n, k) / frac
+    assert 2.0 * m * n * k / t / 1e12 == pytest.approx(tflops, rel=0.10)
+    assert cat["gb200"].efficiency.fp4_matmul_fraction == frac
 
 
 # ----------------------------------------------------------------------------- memory (moe-2)
