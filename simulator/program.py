@@ -256,6 +256,37 @@ class _Coster:
             }
         return cost.time_s
 
+    def zero3_coll(self, kind: str, axis: str, message_bytes: float, stage: int = 0) -> float:
+        """A ZeRO-3 parameter all-gather or gradient reduce-scatter over the shard group: NCCL on
+        the topology, or with `[kernels] zero3_collectives = "flat"` (DeepSpeed 2021) a flat α–β
+        ring in which every GPU's traffic leaves through its own share of the node's NICs, without
+        NCCL's node-level aggregation over NVLink: (n−1)·α + (n−1)/n · M / (NIC share ·
+        nccl_bw_fraction) (docs/calibration.md). A group inside one node stays NCCL on NVLink."""
+        scn = self.scn
+        n = self.comm.group_size(axis)
+        topo = scn.topology
+        if scn.kernels.zero3_collectives != "flat" or scn.parallel.zero != 3 or n <= topo.gpus_per_node:
+            return self.coll(kind, axis, message_bytes, stage)
+        if message_bytes <= 0:
+            return 0.0
+        busbw = (
+            topo.nic_bandwidth_per_node_bytes_per_s / topo.gpus_per_node * scn.gpu.efficiency.nccl_bw_fraction
+        )
+        t = (n - 1) * topo.inter_node.latency_s + bus_factor(kind, n) * message_bytes / busbw
+        self.seen.setdefault(
+            ("flat", kind, axis, round(message_bytes)),
+            {
+                "group": axis,
+                "kind": kind,
+                "message_bytes": message_bytes,
+                "algorithm": "flat-ring",
+                "time_s": t,
+                "bottleneck": "nic",
+                "bus_bandwidth_bytes_per_s": busbw,
+            },
+        )
+        return t
+
     # -- one transformer layer
     def layer(self, moe: bool) -> tuple[_Phase, _Phase, _Phase, _Phase, float]:
         """(forward, backward-input, backward-weight, recompute, params_local) of one layer."""
@@ -367,8 +398,8 @@ class _Coster:
         # chunk, build_program); HSDP gathers within the shard group (dp_shard consecutive ranks).
         if par.zero == 3 and par.shard_size > 1 and par.reshard_after_forward:
             axis = shard_axis(par)
-            ag = self.coll("allgather", axis, params_local * d.element_bytes)
-            rs = self.coll(
+            ag = self.zero3_coll("allgather", axis, params_local * d.element_bytes)
+            rs = self.zero3_coll(
                 "reducescatter",
                 axis,
                 params_local * grad_reduce_bytes_per_param(scn.dtype, scn.kernels.grad_reduce_dtype),
@@ -1005,14 +1036,16 @@ def _fsdp_step_collectives(
     for n_params in _buckets(params, bucket_params):
         t = 0.0
         if not per_layer:
-            t += coster.coll("reducescatter", axis, n_params * grad_bytes, stage)
+            t += coster.zero3_coll("reducescatter", axis, n_params * grad_bytes, stage)
         if replicas > 1:
             t += coster.coll("allreduce", "dp_replicate", n_params * grad_bytes / shard, stage)
         if t > 0:
             grads.append(t)
             grads_bytes.append(n_params * grad_bytes / (1 if not per_layer else shard))
         if not per_layer:
-            gathers.append(coster.coll("allgather", axis, n_params * coster.device.element_bytes, stage))
+            gathers.append(
+                coster.zero3_coll("allgather", axis, n_params * coster.device.element_bytes, stage)
+            )
             gathers_bytes.append(n_params * coster.device.element_bytes)
     return grads, gathers, grads_bytes, gathers_bytes
 

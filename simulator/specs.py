@@ -675,6 +675,7 @@ class VariabilitySpec:
 
 
 ATTENTION_IMPLS = ("fa2", "fa3", "cudnn", "triton", "unfused")
+ZERO3_COLLECTIVES = ("nccl", "flat")
 
 
 @dataclass(frozen=True, slots=True)
@@ -690,10 +691,14 @@ class KernelOptions:
     # "" = fp32 for bf16/fp8 training (Megatron-LM's main_grad), "bf16" = --grad-reduce-in-bf16
     grad_reduce_dtype: str = ""
     tp_comm_async: bool = True  # TP backward collectives beside the dgrad/wgrad GEMMs (Megatron-Core)
+    # ZeRO-3 parameter all-gathers / gradient reduce-scatters: "nccl" = NCCL on the topology (node
+    # NICs aggregated over NVLink), "flat" = flat ring on each GPU's NIC share (DeepSpeed 2021)
+    zero3_collectives: str = "nccl"
 
     def __post_init__(self) -> None:
         _check_bool("kernels.flash_attention", self.flash_attention)
         _check_bool("kernels.tp_comm_async", self.tp_comm_async)
+        _check_choice("kernels.zero3_collectives", self.zero3_collectives, ZERO3_COLLECTIVES)
         if self.grad_reduce_dtype:
             _check_choice("kernels.grad_reduce_dtype", self.grad_reduce_dtype, ("fp32", "bf16"))
         if self.attention:

@@ -308,6 +308,14 @@ KEYS: dict[str, Key] = {
         " (Megatron-LM 2021)",
         since=NEXT,
     ),
+    "kernels.zero3_collectives": Key(
+        "ZeRO-3 parameter all-gathers and gradient reduce-scatters: nccl = NCCL on the topology"
+        " (node NICs aggregated over NVLink), flat = a flat ring on each GPU's share of the node's"
+        " NICs (DeepSpeed 2021 ZeRO-3)",
+        default='"nccl"',
+        allowed=lambda: ("nccl", "flat"),
+        since=NEXT,
+    ),
     # [memory]
     "memory": Key("offloading to host memory", "table", since=NEXT),
     "memory.offload_activations": Key(
@@ -890,6 +898,7 @@ JSON_FIELDS: dict[str, dict[str, str]] = {
         "kernels.attention": "attention kernel used: fa2, fa3, cudnn, triton or unfused",
         "kernels.grad_reduce_dtype": "dtype of the data-parallel gradient reduction",
         "kernels.tp_comm_async": "TP backward collectives overlapped with the GEMMs",
+        "kernels.zero3_collectives": "how ZeRO-3 collectives are costed: nccl or flat",
         "kernels.system": "system residuals of the GPU's default stack (efficiency.toml)",
         "kernels.system.sustained_clock_fraction": "compute speed under sustained load vs the microbenchmarks",
         "kernels.system.kernel_launch_s": "unhidden launch gap per kernel [s]",
