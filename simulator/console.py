@@ -15,6 +15,7 @@
 
 from __future__ import annotations
 
+import functools
 import io
 import json
 import math
@@ -67,11 +68,18 @@ def _escape(ch: str) -> str:
     return f"\\x{o:02x}" if o <= 0xFF else f"\\u{o:04x}"
 
 
+@functools.lru_cache(maxsize=8)
+def _controls(keep: str) -> re.Pattern[str]:
+    """One character class: the characters `_is_control` names, less those in `keep`."""
+    candidates = map(chr, [*range(0xA0), *range(0x2028, 0x202F)])  # none above U+202E is one
+    return re.compile(
+        "[" + "".join(re.escape(c) for c in candidates if _is_control(c) and c not in keep) + "]"
+    )
+
+
 def escape_controls(text: str, keep: str = "\n\t\r") -> str:
     """`text` with every control character except those in `keep` shown as an escape."""
-    if not any(_is_control(c) and c not in keep for c in text):
-        return text
-    return "".join(_escape(c) if _is_control(c) and c not in keep else c for c in text)
+    return _controls(keep).sub(lambda m: _escape(m.group()), text)
 
 
 def shorten(text: str, limit: int = MAX_VALUE_CHARS) -> str:

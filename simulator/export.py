@@ -42,6 +42,9 @@ def scenario_data_for_row(
     out.pop("sweep", None)
     _absolute_refs(out, base_dir)
     parallel = {k: row[k] for k in PARALLEL_KEYS if row.get(k) is not None}
+    base_parallel = data.get("parallel")
+    if isinstance(base_parallel, Mapping) and "recompute_modules" in base_parallel:  # no row column
+        parallel["recompute_modules"] = base_parallel["recompute_modules"]
     out["parallel"] = parallel
     cluster = dict(out.get("cluster") or {})
     if row.get("num_gpus") is not None:

@@ -318,19 +318,50 @@ def flops_per_token_exact(m: ModelSpec) -> float:
     return model_flops_per_sequence(m) / m.seq_len
 
 
-def recompute_flops_per_sequence(m: ModelSpec, recompute: str) -> float:
+def recompute_flops_per_sequence(m: ModelSpec, recompute: str, modules: tuple[str, ...] = ()) -> float:
     """FLOPs that recomputation repeats for one sequence (added to the HFU numerator).
 
-    selective: the attention core (Korthikanti et al. 2022 §4.2: scores, softmax, values);
-    full: each layer's whole forward pass again; the logit layer is never recomputed.
+    selective: the forward FLOPs of the recomputed modules (`modules`, Megatron's
+    --recompute-modules; empty = its default, the attention core: Korthikanti et al. 2022 §4.2,
+    scores, softmax, values); full: each layer's whole forward pass again; the logit layer is
+    never recomputed.
     """
     if recompute == "none":
         return 0.0
     if recompute == "selective":
-        return _sum_over_layers(m, lambda f: f.attention_core)
+        chosen = modules or ("core_attn",)
+        n_moe = m.num_moe_layers
+        total = 0.0
+        for moe, n in ((False, m.layers - n_moe), (True, n_moe)):
+            if n:
+                total += n * _module_flops(m, _first_layer(m, moe=moe), chosen)
+        return total
     if recompute == "full":
         return _sum_over_layers(m, lambda f: f.total)
     raise ValueError(f"unknown recompute {recompute!r}")
+
+
+def _module_flops(m: ModelSpec, layer: int, modules: tuple[str, ...]) -> float:
+    """Forward FLOPs of one sequence in the recomputed Megatron-Core modules of one layer:
+    core_attn the attention core; mla_up_proj MLA's q and kv up-projections; mlp the dense MLP;
+    moe the whole MoE block (router, routed and shared experts); shared_experts the shared
+    expert alone. layernorm and moe_act are elementwise (no matmul FLOPs)."""
+    f = layer_forward_flops(m, layer)
+    moe = m.is_moe_layer(layer)
+    total = f.attention_core if "core_attn" in modules else 0.0
+    if "mla_up_proj" in modules and m.mla is not None:
+        a = m.mla
+        q_up = a.q_lora_rank * a.qk_head_dim  # a full-rank q (q_lora_rank 0) is no up-projection
+        total += (
+            FLOP_PER_MAC * m.seq_len * m.heads * (q_up + a.kv_lora_rank * (a.qk_nope_head_dim + a.v_head_dim))
+        )
+    if moe and "moe" in modules:
+        total += f.mlp + f.router
+    elif moe and "shared_experts" in modules and m.shared_expert_ffn_hidden:
+        total += FLOP_PER_MAC * m.seq_len * mlp_params(m, m.shared_expert_ffn_hidden)
+    elif not moe and "mlp" in modules:
+        total += f.mlp
+    return total
 
 
 # ----------------------------------------------------------------------------- closed forms
@@ -356,7 +387,7 @@ class StepFlops:
     six_psi_attn: float  # (6Ψ + 12·L·h·s) per token × tokens
 
 
-def step_flops(m: ModelSpec, global_batch: int, recompute: str) -> StepFlops:
+def step_flops(m: ModelSpec, global_batch: int, recompute: str, modules: tuple[str, ...] = ()) -> StepFlops:
     if not isinstance(m, ModelSpec):
         raise ValueError(f"m must be a ModelSpec, got {type(m).__name__}")
     argcheck.positive_int("global_batch", global_batch)
@@ -365,7 +396,7 @@ def step_flops(m: ModelSpec, global_batch: int, recompute: str) -> StepFlops:
     model = global_batch * model_flops_per_sequence(m)
     return StepFlops(
         model=model,
-        hardware=model + global_batch * recompute_flops_per_sequence(m, recompute),
+        hardware=model + global_batch * recompute_flops_per_sequence(m, recompute, modules),
         six_psi=tokens * flops_per_token_6psi(m),
         six_psi_attn=tokens * flops_per_token_6psi_attn(m),
     )

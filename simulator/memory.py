@@ -158,8 +158,12 @@ def layer_activation_bytes(
     moe: bool = False,
     fp8: bool = False,
     etp: int = 1,
+    recompute_modules: tuple[str, ...] = (),
 ) -> LayerActivationBytes:
-    """Korthikanti et al. 2022 Table 2, generalized to GQA, gated MLPs, MoE and CP (module doc)."""
+    """Korthikanti et al. 2022 Table 2, generalized to GQA, gated MLPs, MoE and CP (module doc).
+
+    Selective recomputation drops what the recomputed modules (`recompute_modules`, Megatron's
+    --recompute-modules; empty = its default "core_attn") would have kept; see `_recomputed_bytes`."""
     s_local = model.seq_len / cp  # tokens of a sequence on this CP rank
     sb = s_local * micro_batch
     h = model.hidden
@@ -179,20 +183,25 @@ def layer_activation_bytes(
         if model.shared_expert_ffn_hidden:
             f_rank += model.shared_expert_ffn_hidden / t
         # routed token copies of width h: the dispatched tokens are the expert fc1's input (kept
-        # as its fp8 cast in fp8 training, like every linear input), the experts' fc2 output is
-        # kept 16-bit for the gradient of the routing probabilities in the unpermute/combine
-        # (Megatron-Core moe_utils.unpermute: permuted_tokens * permuted_probs)
+        # as its fp8 cast in fp8 training, like every linear input). The experts' fc2 output is
+        # not kept: Megatron-Core's grouped expert MLP applies the routing probabilities inside
+        # the fused activation (experts.py: weighted_bias_swiglu_impl(fc1_out, bias,
+        # permuted_probs)), whose backward needs only the fc1 output it keeps anyway, and the
+        # combine's unpermute then merges without probabilities (no saved tensor).
         copies = model.top_k * etp / t * model.imbalance
-        routing = (mm + ACT_BYTES) * copies * h
+        routing = mm * copies * h
     else:
         f_rank = model.ffn / t
         routing = 0.0
     # GeLU: its input 2f + its output (fc2's input) 2f; SwiGLU: gate 2f + up 2f + product 2f
     mlp_inner = ((2 if model.gated_mlp else 1) * ACT_BYTES + mm) * f_rank
     # §4.1: LayerNorm inputs 2·2h, QKV input 2h, MLP input 2h, two dropout masks 2·1h = 10h
-    replicated = (2 * ACT_BYTES * h + mm * h + mm * h + 2 * MASK_BYTES * h) * sb
+    # (no masks for a model trained without dropout: torch's dropout with p = 0 returns its input)
+    mask = MASK_BYTES if model.dropout > 0 else 0
+    replicated = (2 * ACT_BYTES * h + mm * h + mm * h + 2 * mask * h) * sb
     if sequence_parallel and t > 1:
         replicated /= t
+    up_proj = 0.0  # MLA: Q, K, V out of the up-projections (what mla_up_proj recomputes)
     if model.mla is None:
         # Q 2q, K 2kv, V 2kv, attention output (input of the output projection) 2q
         attention = ACT_BYTES * (q_rank + 2 * kv_rank) + mm * q_rank
@@ -204,7 +213,8 @@ def layer_activation_bytes(
         # its up-projection (a linear input: mm), whole on every TP rank (replicated down-proj.)
         v_rank = model.v_dim / t
         latents = model.mla.q_lora_rank + model.mla.kv_lora_rank
-        attention = ACT_BYTES * (q_rank + kv_rank + v_rank) + mm * v_rank + (ACT_BYTES + mm) * latents
+        up_proj = ACT_BYTES * (q_rank + kv_rank + v_rank)
+        attention = up_proj + mm * v_rank + (ACT_BYTES + mm) * latents
     # attention activations, MLP intermediates, routed token copies
     sharded = (attention + mlp_inner + routing) * sb
     heads_rank = model.heads / t
@@ -212,17 +222,74 @@ def layer_activation_bytes(
         core = LSE_BYTES * heads_rank * sb
     else:
         # softmax output 2as², its dropout mask as², dropped-out scores 2as² (per sequence)
-        core = (2 * ACT_BYTES + MASK_BYTES) * heads_rank * sb * model.seq_len
+        core = (2 * ACT_BYTES + mask) * heads_rank * sb * model.seq_len
     full_layer = replicated + sharded + core
     if recompute == "none":
         return LayerActivationBytes(replicated, sharded, core, full_layer, 0.0)
     if recompute == "selective":
-        # §5: the attention core (scores, softmax, dropout, ·V) is recomputed, Q/K/V stay
-        return LayerActivationBytes(replicated, sharded, core, replicated + sharded, 0.0)
+        dropped = _recomputed_bytes(
+            recompute_modules or ("core_attn",),
+            model,
+            moe=moe,
+            core=core,
+            norm_outputs=0.0 if fp8 else mm * h * sb * 2 / (t if sequence_parallel and t > 1 else 1),
+            up_proj=up_proj * sb,
+            expert_act=mm * model.top_k * model.expert_ffn / t * model.imbalance * sb if moe else 0.0,
+            shared=((2 if model.gated_mlp else 1) * ACT_BYTES + mm) * model.shared_expert_ffn_hidden / t * sb
+            if moe
+            else 0.0,
+            mlp=(mlp_inner + routing) * sb,
+        )
+        return LayerActivationBytes(replicated, sharded, core, full_layer - dropped, 0.0)
     if recompute == "full":
         layer_input = ACT_BYTES * h * sb / (t if sequence_parallel and t > 1 else 1)
         return LayerActivationBytes(replicated, sharded, core, layer_input, full_layer)
     raise ValueError(f"unknown recompute {recompute!r}")
+
+
+def _recomputed_bytes(
+    modules: tuple[str, ...],
+    model: ModelSpec,
+    *,
+    moe: bool,
+    core: float,
+    norm_outputs: float,
+    up_proj: float,
+    expert_act: float,
+    shared: float,
+    mlp: float,
+) -> float:
+    """Bytes of one layer that selective recomputation does not keep, by Megatron-Core module
+    (--recompute-modules, megatron/core/transformer/transformer_config.py and transformer_layer.py):
+
+    * core_attn — the attention core's own state (Korthikanti §5: scores/softmax, or
+      FlashAttention's statistics); Q, K, V stay;
+    * layernorm — the outputs of input_layernorm and pre_mlp_layernorm (the QKV and MLP inputs),
+      re-normalized from their kept inputs (CheckpointWithoutOutput). In FP8 training the
+      following linear keeps its own FP8 copy of that input, so nothing is saved (`norm_outputs`
+      is 0 then);
+    * mla_up_proj — MLA's Q, K, V out of the up-projections (and RoPE), rebuilt from the latents;
+    * moe_act — the routed experts' activation output (input of fc2), rebuilt from fc1's output;
+    * shared_experts — the shared expert's intermediates;
+    * mlp (dense layers) / moe (MoE layers) — the whole MLP or MoE block's intermediates (moe also
+      its dispatched token copies); its input stays.
+    Overlapping modules count once (moe covers moe_act and shared_experts)."""
+    dropped = 0.0
+    if "core_attn" in modules:
+        dropped += core
+    if "layernorm" in modules:
+        dropped += norm_outputs
+    if "mla_up_proj" in modules and model.mla is not None:
+        dropped += up_proj
+    if moe and "moe" in modules:
+        dropped += mlp
+    elif moe:
+        dropped += (expert_act if "moe_act" in modules else 0.0) + (
+            shared if "shared_experts" in modules else 0.0
+        )
+    elif "mlp" in modules:
+        dropped += mlp
+    return dropped
 
 
 def scenario_layer_activations(scn: Scenario, moe: bool) -> LayerActivationBytes:
@@ -240,6 +307,7 @@ def scenario_layer_activations(scn: Scenario, moe: bool) -> LayerActivationBytes
         moe=moe,
         fp8=scn.dtype in ("fp8", "mxfp8", "nvfp4"),
         etp=par.expert_tp,
+        recompute_modules=par.recomputed_modules,
     )
 
 
@@ -366,18 +434,40 @@ def stage_params_of_chunks(
 
 
 # ----------------------------------------------------------------------------- footprint
-def _model_state_bytes(params: StageParams, par: ParallelConfig, dtype: str) -> tuple[float, float, float]:
+def grad_reduce_bytes_per_param(dtype: str, grad_reduce_dtype: str = "") -> int:
+    """Bytes per gradient element on the DP wire. Default: Megatron-LM reduces in fp32 for
+    bf16/fp8 training (main_grad buffers, accumulate_allreduce_grads_in_fp32); fp16 keeps 16-bit
+    gradients. `[kernels] grad_reduce_dtype = "bf16"` is Megatron-Core's --grad-reduce-in-bf16
+    (DistributedDataParallelConfig.grad_reduce_in_fp32 = False), which halves the traffic -- and
+    the memory: Megatron-Core's DDP allocates its gradient buffers in the reduce dtype
+    (distributed_data_parallel.py: grad_dtype = fp32 if grad_reduce_in_fp32 else param dtype)."""
+    if grad_reduce_dtype:
+        return 4 if grad_reduce_dtype == "fp32" else 2
+    return 2 if dtype == "fp16" else 4
+
+
+def _model_state_bytes(
+    params: StageParams,
+    par: ParallelConfig,
+    dtype: str,
+    optimizer_state_bytes: float = OPTIMIZER_BYTES,
+    grad_reduce_dtype: str = "",
+) -> tuple[float, float, float]:
     """(weights, grads, optimizer) bytes for one GPU, sharded by the ZeRO stage over the shard
-    group (HSDP: dp_shard of the dp ranks, the state replicated across dp / dp_shard replicas)."""
+    group (HSDP: dp_shard of the dp ranks, the state replicated across dp / dp_shard replicas).
+    `optimizer_state_bytes`: master weight + moments per parameter ([memory] exp_avg_dtype,
+    exp_avg_sq_dtype: 12 with fp32 moments, 8 with BF16 ones as DeepSeek-V3 §3.3.3)."""
     d = par.shard_size * par.cp
     total = params.dense + params.expert
     expert_shard = max(par.expert_dp * par.shard_size // par.dp, 1)
     sharded = params.dense / d + params.expert / expert_shard  # this rank's 1/d share
     weight_bytes = WEIGHT_BYTES + QUANTIZED_WEIGHT_CACHE_BYTES.get(dtype, 0.0)
     # fp16 keeps 16-bit gradients and an fp32 copy of them in the optimizer (Megatron's
-    # "fp16 param, fp16 grads: 4 + 16/d"); bf16/fp8 accumulate fp32 main grads ("6 + 12/d").
-    grad_bytes = FP16_GRAD_BYTES if dtype == "fp16" else GRAD_BYTES
-    optimizer_bytes = OPTIMIZER_BYTES + (GRAD_BYTES if dtype == "fp16" else 0)
+    # "fp16 param, fp16 grads: 4 + 16/d"); bf16/fp8 accumulate fp32 main grads ("6 + 12/d")
+    # unless the gradient buffers are 16-bit (grad_reduce_dtype = "bf16"): then, as with fp16,
+    # the distributed optimizer casts its shard of them to fp32 (shard_main_param.grad).
+    grad_bytes = grad_reduce_bytes_per_param(dtype, grad_reduce_dtype)
+    optimizer_bytes = optimizer_state_bytes + (GRAD_BYTES if grad_bytes < GRAD_BYTES else 0)
     weights = weight_bytes * (sharded if par.zero >= 3 else total)
     grads = grad_bytes * (sharded if par.zero >= 2 else total)
     optimizer = optimizer_bytes * (sharded if par.zero >= 1 else total)
@@ -399,7 +489,7 @@ def memory_footprint(scn: Scenario) -> MemoryReport:
     # Korthikanti §4.3: embedding dropout mask (first stage); final norm + output-layer inputs
     # and the fp32 logits of one micro-batch (last stage).
     sp_div = t if sp else 1
-    embed_mask = MASK_BYTES * sbh / sp_div
+    embed_mask = (MASK_BYTES if model.dropout > 0 else 0) * sbh / sp_div
     output_inputs = 2 * ACT_BYTES * sbh / sp_div
     logits = 4.0 * s_local * b * model.vocab / t
     # communication buffers: SP gather + reduce-scatter staging, pipeline send/recv
@@ -418,7 +508,9 @@ def memory_footprint(scn: Scenario) -> MemoryReport:
     for i, chunks in enumerate(layout):
         n_layers = sum(len(c) for c in chunks)
         params = stage_params_of_chunks(model, par, i, chunks)
-        weights, grads, optimizer = _model_state_bytes(params, par, scn.dtype)
+        weights, grads, optimizer = _model_state_bytes(
+            params, par, scn.dtype, scn.memory.optimizer_bytes_per_param, scn.kernels.grad_reduce_dtype
+        )
         if scn.memory.offload_optimizer:
             optimizer = 0.0  # fp32 master weights and Adam moments live in host memory
         n_moe = sum(1 for c in chunks for layer in c if model.is_moe_layer(layer))

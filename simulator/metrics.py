@@ -122,7 +122,9 @@ def step_report(
     """The SPEC §4 report of a step, however its time was obtained (engine or closed form)."""
     from .flops import step_flops
 
-    f = step_flops(scn.model, scn.parallel.global_batch, scn.parallel.recompute)
+    f = step_flops(
+        scn.model, scn.parallel.global_batch, scn.parallel.recompute, scn.parallel.recompute_modules
+    )
     memory = memory_footprint(scn)
     warnings = list(scn.warnings()) + list(program.warnings)
     if not memory.fits:
@@ -162,5 +164,6 @@ def software_stack(scn: Scenario) -> dict[str, Any]:
         "grad_reduce_dtype": grad_dtype,
         "tp_comm_async": k.tp_comm_async,
         "cross_entropy": k.cross_entropy or "unfused",
+        "zero3_collectives": k.zero3_collectives,
         "system": asdict(scn.gpu.efficiency),
     }

@@ -28,7 +28,6 @@ import errno
 import fcntl
 import os
 import stat
-import tempfile
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import IO, Any
@@ -98,7 +97,7 @@ def check_output(path: str | Path, flag: str, inputs: Iterable[str | Path] = ())
         raise ConfigError(f"cannot write {name}: permission denied", key=flag)
     # can we create the temporary file next to it? (try it: access() ignores read-only mounts)
     try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{p.name[:40]}.", suffix=".check", dir=parent)
+        fd, tmp = _mkstemp(prefix=f".{p.name[:40]}.", suffix=".check", dir=parent)
     except OSError as exc:
         raise ConfigError(f"cannot write in {parent}: {_describe_os_error(exc)}", key=flag) from None
     os.close(fd)
@@ -145,7 +144,7 @@ def _atomic_output(p: Path, flag: str, mode: str, newline: str | None) -> Iterat
     old = _stat(target)
     tmp: str | None = None
     try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{target.name[:40]}.", suffix=".tmp", dir=target.parent)
+        fd, tmp = _mkstemp(prefix=f".{target.name[:40]}.", suffix=".tmp", dir=target.parent)
         # mkstemp makes the file 0600: give the result the mode a plain open() would
         umask = os.umask(0)
         os.umask(umask)
@@ -180,9 +179,7 @@ def atomic_path(path: str | Path, flag: str) -> Iterator[Path]:
     old = _stat(target)
     suffix = "".join(target.suffixes[-2:]) if len(target.name) > 1 else ""
     try:
-        fd, tmp_name = tempfile.mkstemp(
-            prefix=f".{target.name[:40]}.", suffix=f".tmp{suffix}", dir=target.parent
-        )
+        fd, tmp_name = _mkstemp(prefix=f".{target.name[:40]}.", suffix=f".tmp{suffix}", dir=target.parent)
     except OSError as exc:
         raise write_error(p, flag, exc) from None
     tmp = Path(tmp_name)
@@ -251,3 +248,9 @@ def output_lock(path: str | Path, flag: str) -> Iterator[Path]:
         with contextlib.suppress(OSError):
             os.unlink(lock)
         os.close(fd)
+
+
+def _mkstemp(**kw: Any) -> tuple[int, str]:
+    import tempfile  # only when a file is written (start-up time of `run --json`)
+
+    return tempfile.mkstemp(**kw)

@@ -15,14 +15,14 @@ All micro-batches of a chunk are identical, so a layer is costed once and multip
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 from . import flops as fl
 from .comm import CommModel, bus_factor, default_comm_model
 from .costs import Device, attention_time_s, grouped_matmul_time_s, matmul_time_s, memory_op_time_s
 from .kernels import architecture, resolve_attention
-from .memory import scenario_layer_activations
+from .memory import grad_reduce_bytes_per_param, scenario_layer_activations
 from .schedules import PassTimes, Task, chunk_layers, next_chunk, prev_chunk, stage_tasks
 from .specs import ModelSpec, ParallelConfig, Scenario
 
@@ -30,6 +30,15 @@ ADAM_BYTES_PER_PARAM = (
     34  # fused Adam: fp32 grad r(4) + master r/w(8) + m r/w(8) + v r/w(8) + 16-bit param w(2) + grad zero(4)
 )
 GRAD_CLIP_BYTES_PER_PARAM = 4  # grad-norm clipping: one more fp32 read of every gradient (L2 norm)
+
+
+def adam_bytes_per_param(scn: Scenario) -> float:
+    """ADAM_BYTES_PER_PARAM with each moment read and written in its [memory] storage format
+    (Megatron's precision-aware optimizer: BF16 moments move 2 + 2 bytes each instead of 4 + 4)."""
+    mem = scn.memory
+    return ADAM_BYTES_PER_PARAM - 2 * (12 - mem.optimizer_bytes_per_param)
+
+
 FP8_CAST_BYTES_PER_ELEMENT = 3  # read a 16-bit element, write its 8-bit copy
 # Quantization traffic per GEMM-input element, by recipe (Transformer Engine):
 #  fp8   per-tensor scaling: read 16-bit, write one 8-bit copy on Blackwell; on Hopper TE's fused
@@ -234,16 +243,6 @@ def stage_orders(program: Program) -> tuple[tuple[Task, ...], ...]:
     )
 
 
-def grad_reduce_bytes_per_param(dtype: str, grad_reduce_dtype: str = "") -> int:
-    """Bytes per gradient element on the DP wire. Default: Megatron-LM reduces in fp32 for
-    bf16/fp8 training (main_grad buffers, accumulate_allreduce_grads_in_fp32); fp16 keeps 16-bit
-    gradients. `[kernels] grad_reduce_dtype = "bf16"` is Megatron-Core's --grad-reduce-in-bf16
-    (DistributedDataParallelConfig.grad_reduce_in_fp32 = False), which halves the traffic."""
-    if grad_reduce_dtype:
-        return 4 if grad_reduce_dtype == "fp32" else 2
-    return 2 if dtype == "fp16" else 4
-
-
 # ----------------------------------------------------------------------------- costing
 @dataclass(frozen=True, slots=True)
 class _Phase:
@@ -289,6 +288,37 @@ class _Coster:
             }
         return cost.time_s
 
+    def zero3_coll(self, kind: str, axis: str, message_bytes: float, stage: int = 0) -> float:
+        """A ZeRO-3 parameter all-gather or gradient reduce-scatter over the shard group: NCCL on
+        the topology, or with `[kernels] zero3_collectives = "flat"` (DeepSpeed 2021) a flat α–β
+        ring in which every GPU's traffic leaves through its own share of the node's NICs, without
+        NCCL's node-level aggregation over NVLink: (n−1)·α + (n−1)/n · M / (NIC share ·
+        nccl_bw_fraction) (docs/calibration.md). A group inside one node stays NCCL on NVLink."""
+        scn = self.scn
+        n = self.comm.group_size(axis)
+        topo = scn.topology
+        if scn.kernels.zero3_collectives != "flat" or scn.parallel.zero != 3 or n <= topo.gpus_per_node:
+            return self.coll(kind, axis, message_bytes, stage)
+        if message_bytes <= 0:
+            return 0.0
+        busbw = (
+            topo.nic_bandwidth_per_node_bytes_per_s / topo.gpus_per_node * scn.gpu.efficiency.nccl_bw_fraction
+        )
+        t = (n - 1) * topo.inter_node.latency_s + bus_factor(kind, n) * message_bytes / busbw
+        self.seen.setdefault(
+            ("flat", kind, axis, round(message_bytes)),
+            {
+                "group": axis,
+                "kind": kind,
+                "message_bytes": message_bytes,
+                "algorithm": "flat-ring",
+                "time_s": t,
+                "bottleneck": "nic",
+                "bus_bandwidth_bytes_per_s": busbw,
+            },
+        )
+        return t
+
     # -- one transformer layer
     def layer(self, moe: bool) -> tuple[_Phase, _Phase, _Phase, _Phase, float]:
         """(forward, backward-input, backward-weight, recompute, params_local) of one layer."""
@@ -331,18 +361,29 @@ class _Coster:
             fwd.append(Segment("compute", name, tt, 0.0, fwd_bytes))
             b_in.append(Segment("compute", name + " bwd", 2 * tt, 0.0, 2 * fwd_bytes))
 
+        # forward segments of the modules selective recomputation can re-run, by
+        # Megatron-Core --recompute-modules name: [start, end) ranges of `fwd`
+        spans: dict[str, list[tuple[int, int]]] = {}
+
+        def span(module: str, start: int) -> None:
+            spans.setdefault(module, []).append((start, len(fwd)))
+
         # --- attention block (Megatron column/row-parallel linear layers)
         tp_msg = T * h * a  # full-sequence activation of this micro-batch (AG output / AR buffer)
+        start = len(fwd)
         mem("input norm", 2 * norm_tokens * h * a)
+        span("layernorm", start)
         if m.mla is not None:
-            self._mla_projections(mm, mem, fwd, b_in, T, tp_msg, heads_local)
+            self._mla_projections(mm, mem, fwd, b_in, T, tp_msg, heads_local, span)
         else:
             self._tp_entry(fwd, b_in, tp_msg, matmul_time_s(d, T, q_local + 2 * kv_local, h))
             mm("qkv", T, q_local + 2 * kv_local, h)
             if not m.position_embeddings:
                 mem("rope", 2 * T * (q_local + kv_local) * a)
         attn_fwd, attn_bwd, attn_parts = self._attention(T, s_local, s, heads_local, q_local, v_local)
+        start = len(fwd)
         fwd.extend(attn_parts[0])
+        span("core_attn", start)
         b_in.extend(attn_parts[1])
         if cp > 1:
             kv_msg = 2 * b * s * kv_local * a  # K and V of the whole sequence (AG output)
@@ -355,9 +396,13 @@ class _Coster:
         mem("residual add", 3 * norm_tokens * h * a)
 
         # --- MLP or MoE block
+        start = len(fwd)
         mem("post-attn norm", 2 * norm_tokens * h * a)
+        span("layernorm", start)
+        start = len(fwd)
         if moe:
-            self._moe(fwd, b_in, b_w, mm, mem, T, tp_msg)
+            self._moe(fwd, b_in, b_w, mm, mem, T, tp_msg, span)
+            span("moe", start)
         else:
             f_local = m.ffn // t
             fc1_n = (2 if m.gated_mlp else 1) * f_local
@@ -372,6 +417,7 @@ class _Coster:
                 mem("swiglu" if m.gated_mlp else "gelu", (3 if m.gated_mlp else 2) * T * f_local * a)
             mm("fc2", T, h, f_local)
             self._tp_exit(fwd, b_in, tp_msg)
+            span("mlp", start)
         mem("residual add", 3 * norm_tokens * h * a)
 
         params_local = fl.layer_params_per_rank(m, par, moe).total
@@ -390,8 +436,8 @@ class _Coster:
         # chunk, build_program); HSDP gathers within the shard group (dp_shard consecutive ranks).
         if par.zero == 3 and par.shard_size > 1 and par.reshard_after_forward:
             axis = shard_axis(par)
-            ag = self.coll("allgather", axis, params_local * d.element_bytes)
-            rs = self.coll(
+            ag = self.zero3_coll("allgather", axis, params_local * d.element_bytes)
+            rs = self.zero3_coll(
                 "reducescatter",
                 axis,
                 params_local * grad_reduce_bytes_per_param(scn.dtype, scn.kernels.grad_reduce_dtype),
@@ -413,7 +459,7 @@ class _Coster:
             b_w.append(
                 Segment("compute", "zero3 overlap interference", min(ag + rs, bwd_s) * slowdown, 0.0, 0.0)
             )
-        recompute = self._recompute(fwd, attn_parts[0])
+        recompute = self._recompute(fwd, spans)
         return _Phase(tuple(fwd)), _Phase(tuple(b_in)), _Phase(tuple(b_w)), recompute, params_local
 
     def _offload_activations(self, fwd: list, b_in: list, b_w: list, moe: bool) -> None:
@@ -453,7 +499,7 @@ class _Coster:
         return out
 
     def _mla_projections(
-        self, mm, mem, fwd: list, b_in: list, T: int, tp_msg: float, heads_local: int
+        self, mm, mem, fwd: list, b_in: list, T: int, tp_msg: float, heads_local: int, span
     ) -> None:
         """MLA's projections (DeepSeek-V2 §2.1) as Megatron-Core runs them: the q and kv
         down-projections whole on every TP rank, their RMSNorms, the up-projections split by heads."""
@@ -467,11 +513,16 @@ class _Coster:
         if mla.q_lora_rank:
             mm("q down", T, mla.q_lora_rank, h)
             mem("q norm", 2 * T * mla.q_lora_rank * a)
+        start = len(fwd)
         mm("q up" if mla.q_lora_rank else "q", T, heads_local * mla.qk_head_dim, q_in)
+        if mla.q_lora_rank:  # mla_up_proj: the up-projections and RoPE (Megatron-Core)
+            span("mla_up_proj", start)
         mm("kv down", T, mla.kv_lora_rank + mla.qk_rope_head_dim, h)
         mem("kv norm", 2 * T * mla.kv_lora_rank * a)
+        start = len(fwd)
         mm("kv up", T, heads_local * (mla.qk_nope_head_dim + mla.v_head_dim), mla.kv_lora_rank)
         mem("rope", 2 * T * (heads_local + 1) * mla.qk_rope_head_dim * a)
+        span("mla_up_proj", start)
 
     def _attention(self, T: int, s_local: int, s: int, heads_local: int, q_local: int, v_local: int):
         """Causal self-attention by the [kernels] implementation (simulator/kernels.py):
@@ -551,7 +602,7 @@ class _Coster:
         else:
             fwd.append(Segment("tp_comm", "tp allreduce", self.coll("allreduce", "tp", msg), 0.0, msg))
 
-    def _moe(self, fwd: list, b_in: list, b_w: list, mm, mem, T: int, tp_msg: float) -> None:
+    def _moe(self, fwd: list, b_in: list, b_w: list, mm, mem, T: int, tp_msg: float, span) -> None:
         """Routed experts as Megatron-Core's all-to-all token dispatcher runs them.
 
         Each rank routes the tokens it holds (T/tp with sequence parallelism): router GEMM and
@@ -617,12 +668,16 @@ class _Coster:
                 b_in.append(Segment("compute", label, memory_op_time_s(d, cast_grad), 0.0, cast_grad))
 
         grouped("expert fc1", fc1_n, h)
+        start = len(fwd)
         mem("expert act", (3 if m.gated_mlp else 2) * per_expert * experts_local * f_local * a)
+        span("moe_act", start)
         grouped("expert fc2", h, f_local)
         if m.shared_expert_ffn_hidden:
             fs = m.shared_expert_ffn_hidden // par.tp
+            start = len(fwd)
             mm("shared fc1", T, (2 if m.gated_mlp else 1) * fs, h)
             mm("shared fc2", T, h, fs)
+            span("shared_experts", start)
         if etp > 1 and not gather:
             etp_msg = routed * h * a
             fwd.append(
@@ -703,11 +758,19 @@ class _Coster:
         )
         return fwd, b_in
 
-    def _recompute(self, fwd: list, attn_fwd_parts: list) -> _Phase:
-        mode = self.scn.parallel.recompute
-        if mode == "none":
+    def _recompute(self, fwd: list, spans: dict[str, list[tuple[int, int]]]) -> _Phase:
+        """The forward work the backward pass repeats: the whole layer (full), or the segments
+        of the recomputed modules (selective: `ParallelConfig.recomputed_modules`), each once."""
+        par = self.scn.parallel
+        if par.recompute == "none":
             return _Phase(())
-        source = attn_fwd_parts if mode == "selective" else fwd
+        if par.recompute == "full":
+            source = fwd
+        else:
+            picked = sorted(
+                {i for mod in par.recomputed_modules for a, b in spans.get(mod, ()) for i in range(a, b)}
+            )
+            source = [fwd[i] for i in picked]
         parts = []
         for seg in source:
             # recomputed compute is `recompute`; its repeated TP collectives stay tp_comm
@@ -1015,7 +1078,7 @@ def build_program(scn: Scenario, comm: CommModel | None = None) -> Program:
                 )
             )
         shard = par.shard_size if par.zero >= 1 else 1
-        opt_bytes = stage_params / shard * (ADAM_BYTES_PER_PARAM + GRAD_CLIP_BYTES_PER_PARAM)
+        opt_bytes = stage_params / shard * (adam_bytes_per_param(scn) + GRAD_CLIP_BYTES_PER_PARAM)
         optimizer_s = memory_op_time_s(device, opt_bytes, kernels=5)  # grad norm, clip, fused Adam
         if scn.memory.offload_optimizer:
             optimizer_s = _offloaded_optimizer_s(scn, stage_params / shard)
@@ -1098,14 +1161,16 @@ def _fsdp_step_collectives(
     for n_params in _buckets(params, bucket_params):
         t = 0.0
         if not per_layer:
-            t += coster.coll("reducescatter", axis, n_params * grad_bytes, stage)
+            t += coster.zero3_coll("reducescatter", axis, n_params * grad_bytes, stage)
         if replicas > 1:
             t += coster.coll("allreduce", "dp_replicate", n_params * grad_bytes / shard, stage)
         if t > 0:
             grads.append(t)
             grads_bytes.append(n_params * grad_bytes / (1 if not per_layer else shard))
         if not per_layer:
-            gathers.append(coster.coll("allgather", axis, n_params * coster.device.element_bytes, stage))
+            gathers.append(
+                coster.zero3_coll("allgather", axis, n_params * coster.device.element_bytes, stage)
+            )
             gathers_bytes.append(n_params * coster.device.element_bytes)
     return grads, gathers, grads_bytes, gathers_bytes
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-import statistics
 from typing import Any
 
 from .metrics import StepReport
@@ -31,19 +30,21 @@ def _percentile(values: list[float], q: float) -> float:
 
 
 def sample_stats(samples: list[StepReport]) -> dict[str, Any]:
+    from statistics import fmean  # only here: statistics pulls in fractions, decimal, random
+
     steps = [r.step_time_s for r in samples]
     mfus = [r.mfu for r in samples]
     return {
         "n": len(samples),
         "step_time_s": {
-            "mean": statistics.fmean(steps),
+            "mean": fmean(steps),
             "p50": _percentile(steps, 0.5),
             "p99": _percentile(steps, 0.99),
             "min": min(steps),
             "max": max(steps),
         },
         "mfu": {
-            "mean": statistics.fmean(mfus),
+            "mean": fmean(mfus),
             "p50": _percentile(mfus, 0.5),
             # the bad tail of MFU is the low one: its 1st percentile, the MFU 99% of steps beat
             "p1": (mfu_p1 := _percentile(mfus, 0.01)),

@@ -24,13 +24,14 @@ Each order function reads like picotron's 1F1B: warm-up, steady state, cool-down
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 
 SPLIT_BACKWARD_SCHEDULES = ("zb-h1", "zb-v", "dualpipe", "dualpipev")
 V_SCHEDULES = ("zb-v", "dualpipev")  # two chunks per stage in a V: s, then 2p−1−s
 TWO_CHUNK_SCHEDULES = ("zb-v", "dualpipe", "dualpipev")
+PAIRED_SCHEDULES = ("dualpipe", "dualpipev")  # the orders with overlapped F&B pairs (Task.paired)
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,11 +149,24 @@ def one_f_one_b(pp: int, vp: int, m: int, stage: int) -> list[Task]:
     """1F1B (PipeDream-Flush, Narayanan et al. 2021): same bubble as GPipe, at most p
     micro-batches in flight."""
     warmup = min(pp - stage - 1, m)
-    tasks = [Task("F", i) for i in range(warmup)]  # warm-up: fill the pipeline
-    for i in range(m - warmup):  # steady state: one forward, one backward
-        tasks += [Task("F", warmup + i), Task("B", i)]
-    tasks += [Task("B", i) for i in range(m - warmup, m)]  # cool-down: drain it
-    return tasks
+    fwd, bwd = _passes(m)
+    return _one_f_one_b_order(fwd, bwd, warmup)
+
+
+@lru_cache(maxsize=16)
+def _passes(m: int) -> tuple[tuple[Task, ...], tuple[Task, ...]]:
+    """Every micro-batch's F and B task, built once and shared by all stages (start-up time)."""
+    return tuple(Task("F", i) for i in range(m)), tuple(Task("B", i) for i in range(m))
+
+
+def _one_f_one_b_order(fwd: Sequence[Task], bwd: Sequence[Task], warmup: int) -> list[Task]:
+    """`warmup` forwards (fill the pipeline), then one forward and one backward at a time (steady
+    state), then the remaining backwards (cool-down: drain it)."""
+    steady = len(fwd) - warmup
+    pairs: list[Task] = [fwd[0]] * (2 * steady)
+    pairs[0::2] = fwd[warmup:]
+    pairs[1::2] = bwd[:steady]
+    return [*fwd[:warmup], *pairs, *bwd[steady:]]
 
 
 def _interleaved_chunk(k: int, pp: int, vp: int, forward: bool) -> int:
@@ -170,18 +184,20 @@ def interleaved(pp: int, vp: int, m: int, stage: int) -> list[Task]:
     bubble (p−1)/(v·m). Needs m to be a multiple of pp (as Megatron does)."""
     total = m * vp
     warmup = min((pp - stage - 1) * 2 + (vp - 1) * pp, total)
+    fwd, bwd = _interleaved_passes(pp, vp, m)
+    return _one_f_one_b_order(fwd, bwd, warmup)
 
-    def fwd(k: int) -> Task:
-        return Task("F", _interleaved_microbatch(k, pp, vp), _interleaved_chunk(k, pp, vp, True))
 
-    def bwd(k: int) -> Task:
-        return Task("B", _interleaved_microbatch(k, pp, vp), _interleaved_chunk(k, pp, vp, False))
-
-    tasks = [fwd(k) for k in range(warmup)]
-    for i in range(total - warmup):
-        tasks += [fwd(warmup + i), bwd(i)]
-    tasks += [bwd(k) for k in range(total - warmup, total)]
-    return tasks
+@lru_cache(maxsize=16)
+def _interleaved_passes(pp: int, vp: int, m: int) -> tuple[tuple[Task, ...], tuple[Task, ...]]:
+    """The k-th virtual micro-batch's F and B task, k < m·vp, shared by all stages."""
+    ks = range(m * vp)
+    return (
+        tuple(Task("F", _interleaved_microbatch(k, pp, vp), _interleaved_chunk(k, pp, vp, True)) for k in ks),
+        tuple(
+            Task("B", _interleaved_microbatch(k, pp, vp), _interleaved_chunk(k, pp, vp, False)) for k in ks
+        ),
+    )
 
 
 def zero_bubble_h1(pp: int, vp: int, m: int, stage: int) -> list[Task]:
@@ -560,6 +576,7 @@ class Replay:
     tasks: tuple[tuple[Task, ...], ...]
     start_s: tuple[tuple[float, ...], ...]
     end_s: tuple[tuple[float, ...], ...]
+    gate_wait_s: tuple[float, ...] = ()  # per stage: seconds its first forwards waited at `gates`
 
     @property
     def makespan_s(self) -> float:
@@ -587,11 +604,19 @@ def replay(
     times: Sequence[Sequence[ChunkTimes]],
     p2p_s: Sequence[float] | None = None,
     orders: Sequence[Sequence[Task]] | None = None,
+    data_s: Callable[[float], float] | None = None,
+    gates: Sequence[Mapping[int, tuple[float, float]]] | None = None,
 ) -> Replay:
     """Play the schedule's orders with these durations (the engine's dependencies, no simpy):
     an F waits for its input from `prev_chunk`, a B for the gradient from `next_chunk` (or its
     own loss), a W follows its B; a paired F waits for both its own input and its partner's
-    gradient. `times[stage][chunk]`; `p2p_s[stage]` = hop from stage to stage + 1."""
+    gradient. `times[stage][chunk]`; `p2p_s[stage]` = hop from stage to stage + 1. `data_s`:
+    when a batch the first chunk's forward asks for at t is in hand (a dataloader, shared by
+    every stage that reads data: called once per such forward, in the order of the times
+    asked, as the engine's stages take from one buffer); None: at once. `gates[stage][chunk]` = (t₁, t₂): the
+    chunk's first forward starts no earlier than t₁ and hands its output on no earlier than t₂
+    (ZeRO parameter gathers launched at the step start: first bucket in, all buckets in; as
+    engine/dpstream.py `ParamGathers`)."""
     hops = list(p2p_s) if p2p_s is not None else [0.0] * pp
     if orders is None:
         orders = [stage_tasks(schedule, pp, vp, m, s) for s in range(pp)]
@@ -602,12 +627,20 @@ def replay(
     ends: list[list[float]] = [[] for _ in range(pp)]
     pos = [0] * pp
     free = [0.0] * pp
+    gated = [dict(g) for g in gates] if gates is not None else [{} for _ in range(pp)]
+    gate_wait = [0.0] * pp
+    asked: dict[int, float] = {}  # stage -> when its next forward asked for data, not yet taken
+    fed: dict[int, float] = {}  # stage -> when the batch of its next forward is in hand
 
     def ready(s: int, t: Task) -> float | None:
         if t.phase == "F":
             src = prev_chunk(schedule, pp, vp, s, t.chunk)
-            if src is None:
+            if src is None and data_s is None:
                 return 0.0
+            if src is None:  # a batch is taken only once no stage could ask earlier (see below)
+                if s not in fed:
+                    asked[s] = free[s]
+                return fed.get(s)
             e = end.get(("F", t.microbatch, src[0], src[1]))
             return None if e is None else e + link_s(hops, src[0], s)
         if t.phase == "B":
@@ -646,19 +679,33 @@ def replay(
                 else:
                     d = ct.backward_s
                 start = max(free[s], r)
-                free[s] = start + d
+                gate = gated[s].pop(t.chunk, None) if t.phase == "F" else None
+                if gate is None:
+                    free[s] = start + d
+                else:  # the chunk's first forward: its parameters must have been gathered
+                    ungated = start
+                    start = max(start, gate[0])
+                    free[s] = max(start + d, gate[1])
+                    gate_wait[s] += (start - ungated) + (free[s] - (start + d))
                 end[(t.phase, t.microbatch, s, t.chunk)] = free[s]
                 starts[s].append(start)
                 ends[s].append(free[s])
+                fed.pop(s, None)
                 pos[s] += 1
                 done += 1
                 progressed = True
-        if not progressed:
+        if not progressed and asked and data_s is not None:
+            # every stage is done, blocked, or asking for data: the earliest ask is served first
+            # (a stage still to ask can only do so after a pending ask is served, and later)
+            s = min(asked, key=lambda k: (asked[k], k))
+            fed[s] = data_s(asked.pop(s))
+        elif not progressed:
             raise RuntimeError(f"schedule {schedule!r} deadlocks for pp={pp}, m={m}")
     return Replay(
         tuple(tuple(o) for o in orders),
         tuple(tuple(x) for x in starts),
         tuple(tuple(x) for x in ends),
+        tuple(gate_wait),
     )
 
 

@@ -30,6 +30,15 @@ DEFAULT_LOAD_IMBALANCE = {"balanced": 1.0, "dropless": 1.15}
 SCHEDULES = ("gpipe", "1f1b", "interleaved", "zb-h1", "zb-v", "dualpipe", "dualpipev")
 TWO_CHUNK_SCHEDULES = ("zb-v", "dualpipe", "dualpipev")  # two model chunks per stage by construction
 RECOMPUTE = ("none", "selective", "full")
+# Megatron-Core --recompute-modules (transformer_config.py, `recompute_modules`): the modules a
+# selective recomputation re-runs in the backward pass instead of keeping their activations.
+# Megatron's default for --recompute-granularity selective is ["core_attn"].
+RECOMPUTE_MODULES = ("core_attn", "layernorm", "mla_up_proj", "mlp", "moe", "moe_act", "shared_experts")
+DEFAULT_RECOMPUTE_MODULES = ("core_attn",)
+# Megatron-Core --exp-avg-dtype / --exp-avg-sq-dtype (with --use-precision-aware-optimizer): the
+# storage format of Adam's first and second moments; bytes per element.
+MOMENT_DTYPES = ("fp32", "bf16", "fp16", "fp8")
+MOMENT_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 1}
 INTRA_FABRICS = ("nvswitch", "pcie", "nvlink")
 INTER_FABRICS = ("rail-optimized", "fat-tree", "rail-only")
 RANK_AXES = ("tp", "cp", "dp", "pp")
@@ -89,6 +98,20 @@ def _check_choice(key: str, value: object, allowed: tuple[str, ...]) -> str:
         hint = did_you_mean(value, allowed)
         raise ConfigError(f"must be one of {', '.join(allowed)}; got {value!r}{hint}", key=key)
     return found
+
+
+def _check_modules(key: str, value: object) -> tuple[str, ...]:
+    """A list of RECOMPUTE_MODULES names, canonical, each once, in the given order."""
+    if isinstance(value, str) or not isinstance(value, (list, tuple)):
+        raise ConfigError(
+            f"must be a list of module names ({', '.join(RECOMPUTE_MODULES)}), got {value!r}", key=key
+        )
+    out: list[str] = []
+    for item in value:
+        name = _check_choice(key, item, RECOMPUTE_MODULES)
+        if name not in out:
+            out.append(name)
+    return tuple(out)
 
 
 def _set(obj: object, name: str, value: object) -> None:
@@ -157,6 +180,9 @@ class ModelSpec:
     dispatch_dtype: str = "bf16"  # bf16 | fp8 (FP8 dispatch, BF16 combine)
     mla: MLASpec | None = None
     mtp_layers: int = 0  # DeepSeek multi-token-prediction modules (one transformer layer each)
+    # hidden/attention dropout probability (Megatron-LM's default 0.1 for both); 0 = none, and
+    # then no dropout masks are stored (torch dropout with p = 0 returns its input)
+    dropout: float = 0.1
     notes: tuple[str, ...] = field(default=(), compare=False)  # import warnings, shown by the CLI
 
     def __post_init__(self) -> None:
@@ -174,6 +200,7 @@ class ModelSpec:
         _check_int(f"{p}.moe.max_nodes_per_token", self.max_nodes_per_token, minimum=0, maximum=MAX_GPUS)
         _check_choice(f"{p}.moe.dispatch_dtype", self.dispatch_dtype, DISPATCH_DTYPES)
         _check_int(f"{p}.mtp_layers", self.mtp_layers, minimum=0, maximum=MAX_LAYERS)
+        _check_num(f"{p}.dropout", self.dropout, maximum=0.999)
         _check_str(f"{p}.name", self.name)
         _check_int(f"{p}.layers", self.layers, maximum=MAX_LAYERS)
         for key in ("hidden", "heads", "vocab", "seq_len"):
@@ -456,6 +483,9 @@ class ParallelConfig:
     schedule: str = "1f1b"
     sequence_parallel: bool = False
     recompute: str = "none"
+    # selective recomputation: the Megatron modules re-run in backward (RECOMPUTE_MODULES);
+    # empty = Megatron's default ("core_attn"). Only with recompute = "selective".
+    recompute_modules: tuple[str, ...] = ()
     zero: int = 0
     overlap_grad_reduce: bool = True
     overlap_param_gather: bool = True
@@ -491,6 +521,13 @@ class ParallelConfig:
         _check_int(f"{p}.global_batch", self.global_batch, maximum=100 * MAX_DIM)
         _set(self, "schedule", _check_choice(f"{p}.schedule", self.schedule, SCHEDULES))
         _set(self, "recompute", _check_choice(f"{p}.recompute", self.recompute, RECOMPUTE))
+        _set(self, "recompute_modules", _check_modules(f"{p}.recompute_modules", self.recompute_modules))
+        if self.recompute_modules and self.recompute != "selective":
+            raise ConfigError(
+                f'needs recompute = "selective" (Megatron\'s --recompute-modules applies to selective '
+                f"recomputation only), got recompute = {self.recompute!r}",
+                key=f"{p}.recompute_modules",
+            )
         _check_int(f"{p}.zero", self.zero, minimum=0, maximum=3)
         for key in ("sequence_parallel", "overlap_grad_reduce", "overlap_param_gather", "tp_comm_overlap"):
             _check_bool(f"{p}.{key}", getattr(self, key))
@@ -556,6 +593,14 @@ class ParallelConfig:
     @property
     def num_microbatches(self) -> int:
         return self.global_batch // (self.micro_batch * self.dp)
+
+    @property
+    def recomputed_modules(self) -> tuple[str, ...]:
+        """What selective recomputation re-runs: `recompute_modules`, or Megatron's default
+        ("core_attn", Korthikanti et al. 2022 §5) when none are listed; () unless selective."""
+        if self.recompute != "selective":
+            return ()
+        return self.recompute_modules or DEFAULT_RECOMPUTE_MODULES
 
     @property
     def expert_tp(self) -> int:
@@ -642,6 +687,7 @@ class VariabilitySpec:
 
 ATTENTION_IMPLS = ("fa2", "fa3", "cudnn", "triton", "unfused")
 CROSS_ENTROPY_IMPLS = ("unfused", "fused", "torch")
+ZERO3_COLLECTIVES = ("nccl", "flat")
 
 
 @dataclass(frozen=True, slots=True)
@@ -661,12 +707,16 @@ class KernelOptions:
     # (cross_entropy_loss_fusion = False); "fused" = its fused kernel (Megatron-Bridge/NeMo 2 default);
     # "torch" = PyTorch F.cross_entropy under bf16 autocast (fp32 log_softmax + nll_loss)
     cross_entropy: str = ""
+    # ZeRO-3 parameter all-gathers / gradient reduce-scatters: "nccl" = NCCL on the topology (node
+    # NICs aggregated over NVLink), "flat" = flat ring on each GPU's NIC share (DeepSpeed 2021)
+    zero3_collectives: str = "nccl"
 
     def __post_init__(self) -> None:
         _check_bool("kernels.flash_attention", self.flash_attention)
         _check_bool("kernels.tp_comm_async", self.tp_comm_async)
         if self.cross_entropy:
             _check_choice("kernels.cross_entropy", self.cross_entropy, CROSS_ENTROPY_IMPLS)
+        _check_choice("kernels.zero3_collectives", self.zero3_collectives, ZERO3_COLLECTIVES)
         if self.grad_reduce_dtype:
             _check_choice("kernels.grad_reduce_dtype", self.grad_reduce_dtype, ("fp32", "bf16"))
         if self.attention:
@@ -684,13 +734,24 @@ class MemoryOptions:
 
     offload_activations: float = 0.0  # fraction of the stored activations copied to host memory
     offload_optimizer: bool = False  # fp32 master weights + Adam moments on the host, Adam on the CPU
+    # storage of Adam's moments (Megatron --exp-avg-dtype / --exp-avg-sq-dtype; DeepSeek-V3
+    # report §3.3.3 keeps both in BF16): MOMENT_DTYPES
+    exp_avg_dtype: str = "fp32"
+    exp_avg_sq_dtype: str = "fp32"
     # GPU memory kept free (file key headroom_gib, flag --memory-headroom; issue 17): a
     # configuration fits when its peak is within the GPU's memory minus this. Default 0.
     headroom_bytes: float = 0.0
 
+    @property
+    def optimizer_bytes_per_param(self) -> int:
+        """fp32 master weight + Adam's two moments in their storage formats (12 with fp32)."""
+        return 4 + MOMENT_BYTES[self.exp_avg_dtype] + MOMENT_BYTES[self.exp_avg_sq_dtype]
+
     def __post_init__(self) -> None:
         _check_num("memory.offload_activations", self.offload_activations, maximum=1.0)
         _check_bool("memory.offload_optimizer", self.offload_optimizer)
+        for key in ("exp_avg_dtype", "exp_avg_sq_dtype"):
+            _set(self, key, _check_choice(f"memory.{key}", getattr(self, key), MOMENT_DTYPES))
         _check_num("memory.headroom_gib", self.headroom_bytes, maximum=2.0**50)
 
 
@@ -788,6 +849,7 @@ class Scenario:
         _set(self, "dtype", _check_choice("precision.dtype", self.dtype, DTYPES))
         self.gpu.peak_flop_per_s(self.dtype)  # raises if the GPU lacks this dtype
         check_parallel_fits(self.model, self.parallel, self.num_gpus)
+        _check_recompute_modules(self.model, self.parallel.recompute_modules)
         if (self.memory.offload_activations or self.memory.offload_optimizer) and not (
             self.gpu.host_link_bytes_per_s > 0
         ):
@@ -836,6 +898,24 @@ class Scenario:
                 "equal stages: the first stages get one layer more"
             )
         return out
+
+
+def _check_recompute_modules(model: ModelSpec, modules: tuple[str, ...]) -> None:
+    """A listed module the model does not have would recompute nothing: refused, not ignored."""
+    need = {
+        "mla_up_proj": (model.mla is not None, "a model without [model.mla]"),
+        "moe": (model.is_moe, "a dense model"),
+        "moe_act": (model.is_moe, "a dense model"),
+        "shared_experts": (
+            bool(model.is_moe and model.shared_expert_ffn_hidden),
+            "a model without shared experts",
+        ),
+        "mlp": (model.num_moe_layers < model.layers, "a model without dense MLP layers"),
+    }
+    for name in modules:
+        has, what = need.get(name, (True, ""))
+        if not has:
+            raise ConfigError(f"{name!r} recomputes nothing in {what}", key="parallel.recompute_modules")
 
 
 def _schedule_problem(schedule: str, pp: int, m: int) -> str | None:

@@ -59,5 +59,7 @@ def with_stack(scn: Scenario, stack: str) -> Scenario:
     eff = stack_efficiency(stack, architecture(scn.gpu.name))
     if eff is None:
         return scn
+    # the precision recipe's GEMM efficiency is the GPU's (catalog recipes.toml), not a stack residual
+    eff = replace(eff, fp4_matmul_fraction=scn.gpu.efficiency.fp4_matmul_fraction)
     gpu = replace(scn.gpu, efficiency=eff)
     return replace(scn, topology=replace(scn.topology, gpu=gpu))

@@ -203,6 +203,11 @@ KEYS: dict[str, Key] = {
         default="[]",
         since=NEXT,
     ),
+    "model.dropout": Key(
+        "hidden/attention dropout probability; 0 = none, and no dropout masks are stored "
+        "(default: Megatron-LM's 0.1; the MoE presets 0 as their configs)",
+        since=NEXT,
+    ),
     "model.mtp_layers": Key(
         "DeepSeek multi-token-prediction modules (one layer each)", "integer", since=NEXT
     ),
@@ -259,6 +264,15 @@ KEYS: dict[str, Key] = {
     ),
     "parallel.sequence_parallel": Key("Megatron sequence parallelism (with tp > 1)"),
     "parallel.recompute": Key("activation recomputation", allowed=_spec("RECOMPUTE")),
+    "parallel.recompute_modules": Key(
+        "selective recomputation: the Megatron-Core modules re-run in backward (--recompute-modules); "
+        '[] = Megatron\'s default ["core_attn"]; needs recompute = "selective"; memory drops what '
+        "they keep, time and HFU add their forward work",
+        "list of strings",
+        default="[]",
+        allowed=_spec("RECOMPUTE_MODULES"),
+        since=NEXT,
+    ),
     "parallel.zero": Key("ZeRO stage: 0 none, 1 optimizer, 2 + gradients, 3 + parameters (FSDP)"),
     "parallel.overlap_grad_reduce": Key("DP gradient reduction overlapped with the backward pass"),
     "parallel.overlap_param_gather": Key("ZeRO-1/2 parameter all-gather overlapped with the forward pass"),
@@ -314,6 +328,14 @@ KEYS: dict[str, Key] = {
         allowed=lambda: ("unfused", "fused", "torch"),
         since=NEXT,
     ),
+    "kernels.zero3_collectives": Key(
+        "ZeRO-3 parameter all-gathers and gradient reduce-scatters: nccl = NCCL on the topology"
+        " (node NICs aggregated over NVLink), flat = a flat ring on each GPU's share of the node's"
+        " NICs (DeepSpeed 2021 ZeRO-3)",
+        default='"nccl"',
+        allowed=lambda: ("nccl", "flat"),
+        since=NEXT,
+    ),
     # [memory]
     "memory": Key("offloading to host memory", "table", since=NEXT),
     "memory.offload_activations": Key(
@@ -328,6 +350,16 @@ KEYS: dict[str, Key] = {
     ),
     "memory.offload_optimizer": Key(
         "fp32 master weights and Adam moments on the host, Adam on the CPU", since=NEXT
+    ),
+    "memory.exp_avg_dtype": Key(
+        "storage format of Adam's first moment (Megatron --exp-avg-dtype; DeepSeek-V3: bf16)",
+        allowed=_spec("MOMENT_DTYPES"),
+        since=NEXT,
+    ),
+    "memory.exp_avg_sq_dtype": Key(
+        "storage format of Adam's second moment (Megatron --exp-avg-sq-dtype; DeepSeek-V3: bf16)",
+        allowed=_spec("MOMENT_DTYPES"),
+        since=NEXT,
     ),
     # [run] (simulator/specs.py holds the sourced defaults, next to RunSpec)
     "run.tokens": Key(
@@ -887,6 +919,7 @@ JSON_FIELDS: dict[str, dict[str, str]] = {
         "kernels.grad_reduce_dtype": "dtype of the data-parallel gradient reduction",
         "kernels.tp_comm_async": "TP backward collectives overlapped with the GEMMs",
         "kernels.cross_entropy": "loss kernel: unfused (eager passes over the logits), fused or torch",
+        "kernels.zero3_collectives": "how ZeRO-3 collectives are costed: nccl or flat",
         "kernels.system": "system residuals of the GPU's default stack (efficiency.toml)",
         "kernels.system.sustained_clock_fraction": "compute speed under sustained load vs the microbenchmarks",
         "kernels.system.kernel_launch_s": "unhidden launch gap per kernel [s]",

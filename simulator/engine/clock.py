@@ -22,6 +22,8 @@ from typing import TYPE_CHECKING, Any
 
 from .routing import MessageKey
 
+MailKey = MessageKey | int  # local mailboxes also take quiet.py's integer keys
+
 if TYPE_CHECKING:
     import simpy  # imported by replay_simpy only when a step needs it (start-up time)
 
@@ -99,7 +101,7 @@ class SimpyClock:
 class Pending:
     """Token a stage yields to its LocalKernel: wake me when `key` has been posted."""
 
-    key: MessageKey
+    key: MailKey
 
 
 BARRIER = "barrier"  # token: wake me when every stage has arrived
@@ -109,8 +111,8 @@ class LocalMailbox:
     """Messages as (landing time, transfer time); stages parked on a message not yet sent."""
 
     def __init__(self) -> None:
-        self.landed: dict[MessageKey, tuple[float, float]] = {}
-        self.parked: dict[MessageKey, LocalClock] = {}
+        self.landed: dict[MailKey, tuple[float, float]] = {}
+        self.parked: dict[MailKey, LocalClock] = {}
         self.runnable: deque[int] = deque()
 
 

@@ -10,11 +10,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..program import Program, stage_orders
+from ..schedules import PAIRED_SCHEDULES
 from ..specs import VariabilitySpec
 from ..timeline import Timeline
 from .clock import BARRIER, LocalClock, LocalMailbox, Pending, SimpyBarrier, SimpyClock, SimpyMailbox
 from .dataloader import LoaderState, SimpyLoader, steady_loader_state
 from .noise import Noise
+from .quiet import QuietStage
 from .recorder import Recorder, SpanRecorder, SumRecorder
 from .routing import route_for
 from .stage import StageProcess
@@ -58,14 +60,18 @@ def replay_simpy(program: Program, noise: Noise, recorder: Recorder, loader: Loa
     return Replay(timeline, tuple(feed.requests_s), timeline.step_time_s - feed.wait_s)
 
 
-def replay_local(program: Program, noise: Noise, recorder: Recorder) -> Replay:
+def replay_local(program: Program, noise: Noise, recorder: Recorder, tight: bool = True) -> Replay:
     """The step with every stage in its own time (nothing random, no dataloader): a stage runs
-    until it needs a message not yet sent, and is woken when it is."""
+    until it needs a message not yet sent, and is woken when it is. Quiet stages that only sum
+    run the tight loop of quiet.py (`tight=False`: StageProcess, which it equals bit for bit)."""
     box = LocalMailbox()
     route = route_for(program.schedule, program.pp, program.vp)
     orders = stage_orders(program)
+    paired = program.schedule in PAIRED_SCHEDULES
+    quiet = tight and noise.rng is None and isinstance(recorder, SumRecorder) and not paired
+    kind = QuietStage if quiet else StageProcess
     stages = [
-        StageProcess(s, program, orders[s], route, LocalClock(s, box), recorder, noise, None)
+        kind(s, program, orders[s], route, LocalClock(s, box), recorder, noise, None)
         for s in range(program.pp)
     ]
     procs = [st.run() for st in stages]

@@ -127,7 +127,7 @@ class StageProcess:
         self.s, self.program = stage, program
         self.clock, self.rec, self.noise, self.loader = clock, recorder, noise, loader
         self.st = program.stages[stage]
-        self.plans = plan_tasks(stage, tasks, route, recorder, program)
+        self.tasks, self.route = tasks, route
         self.dp = DPStream(stage, recorder, noise)
         self.gathers = ParamGathers()
         self.overlap_gathers = program.gathers_per_step and program.overlap_param_gather
@@ -147,7 +147,7 @@ class StageProcess:
                 [ch.param_gather_s for ch in self.st.chunks],
                 [ch.param_gather_bytes for ch in self.st.chunks],
             )
-        plans = self.plans
+        plans = plan_tasks(s, self.tasks, self.route, rec, self.program)
         received: set[int] = set()  # tasks whose input is already in (DualPipe's paired F&B)
         for idx, plan in enumerate(plans):
             task = plan.task

@@ -120,6 +120,7 @@ def scenario_fingerprint(scn: Scenario) -> str:
     content = asdict(replace(scn, name="", source="", sweep=()))
     for key in ("parallel", "num_gpus", "name", "source", "sweep", "run"):
         content.pop(key, None)
+    content["recompute_modules"] = list(scn.parallel.recompute_modules)  # no row column of its own
     text = json.dumps([__version__, content], sort_keys=True, default=repr)
     return hashlib.sha256(text.encode("utf-8")).hexdigest()[:FINGERPRINT_CHARS]
 

@@ -21,6 +21,7 @@ from .columns import (
     TARGET_GPU_PREFIXES,
 )
 from .gpus import GPUMapping, gpu_mapping
+from .recipes import matching_recipe
 from .runs import PublishedRun, _is_number
 from .sources import SourceRules, source_rules
 
@@ -204,6 +205,8 @@ def build_case(run: PublishedRun) -> Case | Unusable:
     is_moe = (
         parallel["ep"] > 1 or "moe" in model or known_architecture(run.get("model_name") or "") is not None
     )
+    if is_moe and rules.key == "megatron-bridge":
+        _apply_recipe(run, dtype, parallel, notes)
     cluster = _cluster(run, mapping, num_gpus, notes)
     if is_moe and mapping.topology == "gb200-nvl72" and num_gpus >= 128 and num_gpus % 64 == 0:
         cluster["gpus_used_per_node"] = 64
@@ -236,6 +239,26 @@ def build_case(run: PublishedRun) -> Case | Unusable:
     )
 
 
+def _apply_recipe(run: PublishedRun, dtype: str, parallel: dict[str, Any], notes: list[str]) -> None:
+    """The Megatron-Bridge launch recipe of this exact layout (validate/recipes.py): its EP
+    all-to-all overlap and selective recompute modules, which the published table omits."""
+    layout = {k: parallel[k] for k in ("tp", "pp", "ep", "micro_batch", "global_batch")}
+    layout["vp"] = run.int_cell("vp") or 1  # as published (the simulated vp may be derived)
+    recipe = matching_recipe(run.run_id, run.get("model_name") or "", run.gpu, dtype, layout)
+    if recipe is None:
+        notes.append("recipe: no Megatron-Bridge recipe of this exact layout -> source defaults")
+        return
+    parallel["ep_comm_overlap"] = recipe.ep_comm_overlap
+    if recipe.recompute_modules:
+        parallel["recompute"] = "selective"
+        parallel["recompute_modules"] = list(recipe.recompute_modules)
+    notes.append(
+        f"recipe: Megatron-Bridge {recipe.name} (same layout): ep_comm_overlap = "
+        f"{str(recipe.ep_comm_overlap).lower()}, recompute_modules = {list(recipe.recompute_modules)} "
+        "(simulator/catalog/mbridge_recipes.toml)"
+    )
+
+
 def _kernels(rules: SourceRules, parallel: Mapping[str, Any], notes: list[str]) -> dict[str, Any]:
     """The source's software stack (docs/validate-assumptions.md): attention kernel, the dtype of
     the data-parallel gradient reduction, and whether TP communication overlaps the GEMMs."""
@@ -252,6 +275,12 @@ def _kernels(rules: SourceRules, parallel: Mapping[str, Any], notes: list[str]) 
     if not rules.tp_comm_async and parallel["tp"] > 1:
         kernels["tp_comm_async"] = False
         notes.append(f"kernels: tp_comm_async = false ({rules.key} stack: TP collectives not overlapped)")
+    if rules.zero3_collectives and parallel["zero"] == 3:
+        kernels["zero3_collectives"] = rules.zero3_collectives
+        notes.append(
+            f"kernels: zero3_collectives = {rules.zero3_collectives} ({rules.key}: DeepSpeed 2021 ZeRO-3, "
+            "each GPU's parameter traffic on its own NIC share)"
+        )
     return kernels
 
 
