@@ -423,9 +423,16 @@ class _Coster:
             fwd_s = sum(p.duration_s for p in fwd)
             bwd_s = sum(p.duration_s for p in b_in + b_w)
             fwd.append(Segment("dp_comm", "zero3 param allgather", max(0.0, ag - fwd_s), 0.0, 0.0))
+            # overlap_grad_reduce = false: the gradient reduce-scatter runs after the layer's
+            # backward instead of beside it (DeepSpeed's overlap_comm = false, its default)
+            hidden_rs = rs if par.overlap_grad_reduce else 0.0
             b_w.append(
-                Segment("dp_comm", "zero3 allgather+reducescatter", max(0.0, ag + rs - bwd_s), 0.0, 0.0)
+                Segment(
+                    "dp_comm", "zero3 allgather+reducescatter", max(0.0, ag + hidden_rs - bwd_s), 0.0, 0.0
+                )
             )
+            if rs > hidden_rs:
+                b_w.append(Segment("dp_comm", "zero3 reducescatter (not overlapped)", rs, 0.0, 0.0))
         recompute = self._recompute(fwd, spans)
         return _Phase(tuple(fwd)), _Phase(tuple(b_in)), _Phase(tuple(b_w)), recompute, params_local
 
