@@ -183,11 +183,13 @@ def layer_activation_bytes(
         if model.shared_expert_ffn_hidden:
             f_rank += model.shared_expert_ffn_hidden / t
         # routed token copies of width h: the dispatched tokens are the expert fc1's input (kept
-        # as its fp8 cast in fp8 training, like every linear input), the experts' fc2 output is
-        # kept 16-bit for the gradient of the routing probabilities in the unpermute/combine
-        # (Megatron-Core moe_utils.unpermute: permuted_tokens * permuted_probs)
+        # as its fp8 cast in fp8 training, like every linear input). The experts' fc2 output is
+        # not kept: Megatron-Core's grouped expert MLP applies the routing probabilities inside
+        # the fused activation (experts.py: weighted_bias_swiglu_impl(fc1_out, bias,
+        # permuted_probs)), whose backward needs only the fc1 output it keeps anyway, and the
+        # combine's unpermute then merges without probabilities (no saved tensor).
         copies = model.top_k * etp / t * model.imbalance
-        routing = (mm + ACT_BYTES) * copies * h
+        routing = mm * copies * h
     else:
         f_rank = model.ffn / t
         routing = 0.0
