@@ -19,7 +19,11 @@ reference: `mfusim sweep --engine auto` ranks with this estimate and re-simulate
 
 from __future__ import annotations
 
+import bisect
+from collections.abc import Callable
+
 from .comm import CommModel
+from .engine.dataloader import LoaderModel, LoaderState, steady_loader_state
 from .metrics import StepReport, step_report
 from .program import Block, Program, build_program, stage_orders
 from .schedules import (
@@ -54,10 +58,11 @@ def _pipeline_time_s(program: Program, per_stage_s: list[float]) -> float:
     return sum(per_stage_s) + (m - 1) * slowest + hops
 
 
-def _replayed(program: Program) -> Replay:
+def _replayed(program: Program, data_s: Callable[[float], float] | None = None) -> Replay:
     """Interleaved, zero-bubble and DualPipe orders have no closed form exact on unequal stages
     (Megatron's interleaved warm-up is off by up to 25% on small m): play the same orders the
-    engine plays (schedules.replay, no simpy) with the program's durations."""
+    engine plays (schedules.replay, no simpy) with the program's durations; `data_s` feeds the
+    first stage from a dataloader."""
     times = [
         [
             ChunkTimes(
@@ -74,31 +79,72 @@ def _replayed(program: Program) -> Replay:
     ]
     hops = [st.p2p_s for st in program.stages]
     orders = stage_orders(program)
-    return replay(program.schedule, program.pp, program.vp, program.num_microbatches, times, hops, orders)
+    m = program.num_microbatches
+    return replay(program.schedule, program.pp, program.vp, m, times, hops, orders, data_s, _gates(program))
 
 
-def _gather_waits_s(program: Program, stage: int, r: Replay) -> float:
+def _fed_replay(program: Program) -> Replay:
+    """The pipeline fed by the dataloader in its steady state, as the engine runs it
+    (engine/replay.py `run_step`): a first pass from a full buffer gives when the first stage
+    would have asked for each batch had it never waited, and the step without the waits; the
+    loader alone over previous steps gives the state a step starts from (`steady_loader_state`);
+    the pipeline is played again from that state. The loader is the engine's own pure model
+    (workers, bounded prefetch buffer, a worker holding its batch while the buffer is full)."""
+    lat, workers = program.dataloader_latency_s, program.dataloader_workers
+    capacity = max(1, workers * program.dataloader_prefetch)
+    full = LoaderState(workers * program.dataloader_prefetch, (0.0,) * workers)
+    first = _served(LoaderModel.from_state(lat, workers, capacity, full))
+    requests: list[float] = []
+    got_s: list[float] = []  # when each batch was handed out (non-decreasing: first come, first served)
+    waited_s = [0.0]  # running total of the waits, per hand-out
+
+    def first_pass(asked_s: float) -> float:
+        # had it never waited: the ask less the waits already over when it is made (SimpyLoader)
+        requests.append(asked_s - waited_s[bisect.bisect_right(got_s, asked_s)])
+        got = first(asked_s)
+        got_s.append(got)
+        waited_s.append(waited_s[-1] + got - asked_s)
+        return got
+
+    played = _replayed(program, first_pass)
+    step_s, _ = _after_pipeline(program, played, played.makespan_s)
+    state = steady_loader_state(lat, workers, capacity, requests, step_s - waited_s[-1])
+    return _replayed(program, _served(LoaderModel.from_state(lat, workers, capacity, state)))
+
+
+def _served(loader: LoaderModel) -> Callable[[float], float]:
+    """Takes from one buffer, first come first served (DualPipe's two entry stages share it):
+    a batch asked for before the previous one was handed out is handed out after it, as the
+    engine's simpy Store queues its gets."""
+    last_s = 0.0
+
+    def take(asked_s: float) -> float:
+        nonlocal last_s
+        last_s = loader.take(max(asked_s, last_s))
+        return last_s
+
+    return take
+
+
+def _gates(program: Program) -> list[dict[int, tuple[float, float]]] | None:
     """ZeRO-1/2 parameter gathers overlapped with the first forward of each chunk, as the engine
-    runs them: all launched at the start, one after another; a chunk's first forward waits for
-    its first bucket before it starts and for all of them before it hands its output on
-    (measured on the replayed times: Megatron's later chunks start late and hide theirs)."""
-    st = program.stages[stage]
-    done, first_done, all_done = 0.0, {}, {}
-    for c, ch in enumerate(st.chunks):
-        for j, d in enumerate(ch.param_gather_s):
-            done += d
-            if j == 0:
-                first_done[c] = done
-        if ch.param_gather_s:
-            all_done[c] = done
-    waits, seen = 0.0, set()
-    for t, start, end in zip(r.tasks[stage], r.start_s[stage], r.end_s[stage], strict=True):
-        if t.phase != "F" or t.chunk in seen or t.chunk not in first_done:
-            continue
-        seen.add(t.chunk)
-        before = max(0.0, first_done[t.chunk] - (start + waits))
-        waits += before + max(0.0, all_done[t.chunk] - (end + waits + before))
-    return waits
+    runs them (engine/dpstream.py `ParamGathers`): all launched at the start, one after another
+    on the DP stream; per stage and chunk, when its first bucket and when all of them are in
+    (its first forward waits for the first before it starts, for all before it hands on)."""
+    if not (program.gathers_per_step and program.overlap_param_gather):
+        return None
+    out = []
+    for st in program.stages:
+        done, first, gates = 0.0, 0.0, {}
+        for c, ch in enumerate(st.chunks):
+            for j, d in enumerate(ch.param_gather_s):
+                done += d
+                if j == 0:
+                    first = done
+            if ch.param_gather_s:
+                gates[c] = (first, done)
+        out.append(gates)
+    return out
 
 
 def _grad_exposed_s(program: Program, stage: int, r: Replay) -> float:
@@ -148,6 +194,38 @@ def _blocks_run(program: Program, stage: int) -> dict[Block, int]:
     return out
 
 
+def _after_pipeline(program: Program, replayed: Replay | None, pipe_s: float) -> tuple[float, list[float]]:
+    """(step time, each stage's exposed DP seconds): after its last task (or the closed form's
+    pipeline time `pipe_s`) a stage finishes its exposed gradient reduction and ZeRO gathers,
+    all stages sync, then the optimizer runs."""
+    ends, dp_exposed = [], []
+    for s, st in enumerate(program.stages):
+        grads = sum(sum(c.grad_bucket_s) for c in st.chunks)
+        last_bwd = st.chunks[0].backward.duration_s if st.chunks else 0.0
+        if replayed is not None and program.overlap_grad_reduce:
+            exposed = _grad_exposed_s(program, s, replayed)
+        elif program.overlap_grad_reduce:
+            last_bucket = max((c.grad_bucket_s[-1] for c in st.chunks if c.grad_bucket_s), default=0.0)
+            exposed = max(0.0, grads - last_bwd * len(st.chunks)) + last_bucket if grads else 0.0
+        else:
+            exposed = grads
+        gathers = [c.param_gather_s for c in st.chunks if c.param_gather_s]
+        total_ag = sum(sum(g) for g in gathers)
+        waits = 0.0  # gather waits inside the replayed pipeline (its end times include them)
+        if program.gathers_per_step and gathers:
+            if program.overlap_param_gather and replayed is not None:
+                waits = replayed.gate_wait_s[s]
+            elif program.overlap_param_gather:
+                first_fwd = st.chunks[0].forward.duration_s
+                exposed += gathers[0][0] + max(0.0, total_ag - gathers[0][0] - first_fwd)
+            else:
+                exposed += total_ag
+        dp_exposed.append(exposed + waits)
+        stage_end_s = replayed.end_s[s][-1] if replayed is not None and replayed.end_s[s] else pipe_s
+        ends.append(stage_end_s + exposed)
+    return max(ends) + max(st.optimizer_s for st in program.stages), dp_exposed
+
+
 def estimate_program(program: Program) -> tuple[float, tuple[dict[str, float], ...]]:
     """(step time, per-stage breakdown) of a costed program without the event engine."""
     m = program.num_microbatches
@@ -170,38 +248,11 @@ def estimate_program(program: Program) -> tuple[float, tuple[dict[str, float], .
                         cats[seg.category] += seg.duration_s * runs
         work.append(cats)
     replayed = _replayed(program) if program.schedule in REPLAYED_SCHEDULES else None
-    if replayed is not None:
-        pipe_s = replayed.makespan_s
-    else:
-        pipe_s = _pipeline_time_s(program, per_stage)
-
-    ends, dp_exposed = [], []
-    for s, st in enumerate(program.stages):
-        grads = sum(sum(c.grad_bucket_s) for c in st.chunks)
-        last_bwd = st.chunks[0].backward.duration_s if st.chunks else 0.0
-        if replayed is not None and program.overlap_grad_reduce:
-            exposed = _grad_exposed_s(program, s, replayed)
-        elif program.overlap_grad_reduce:
-            last_bucket = max((c.grad_bucket_s[-1] for c in st.chunks if c.grad_bucket_s), default=0.0)
-            exposed = max(0.0, grads - last_bwd * len(st.chunks)) + last_bucket if grads else 0.0
-        else:
-            exposed = grads
-        gathers = [c.param_gather_s for c in st.chunks if c.param_gather_s]
-        total_ag = sum(sum(g) for g in gathers)
-        if program.gathers_per_step and gathers:
-            if program.overlap_param_gather and replayed is not None:
-                exposed += _gather_waits_s(program, s, replayed)
-            elif program.overlap_param_gather:
-                first_fwd = st.chunks[0].forward.duration_s
-                exposed += gathers[0][0] + max(0.0, total_ag - gathers[0][0] - first_fwd)
-            else:
-                exposed += total_ag
-        dp_exposed.append(exposed)
-        stage_end_s = replayed.end_s[s][-1] if replayed is not None and replayed.end_s[s] else pipe_s
-        ends.append(stage_end_s + exposed)
-    sync_s = max(ends)
-    step_s = sync_s + max(st.optimizer_s for st in program.stages)
-    step_s = _with_dataloader_s(program, step_s, per_stage[0])
+    pipe_s = replayed.makespan_s if replayed is not None else _pipeline_time_s(program, per_stage)
+    step_s, dp_exposed = _after_pipeline(program, replayed, pipe_s)
+    if program.dataloader_latency_s > 0:
+        replayed = _fed_replay(program)
+        step_s, dp_exposed = _after_pipeline(program, replayed, replayed.makespan_s)
 
     by_stage = []
     for st, cats, exposed in zip(program.stages, work, dp_exposed, strict=True):
@@ -216,24 +267,3 @@ def estimate_program(program: Program) -> tuple[float, tuple[dict[str, float], .
     for cats in by_stage:  # keep every stage summing to the (possibly raised) step time
         cats["bubble"] += step_s - sum(cats.values())
     return step_s, tuple(by_stage)
-
-
-def _with_dataloader_s(program: Program, step_s: float, stage0_per_mb_s: float) -> float:
-    """The step with the dataloader in its steady state (as the engine's loader model runs it).
-
-    Its workers load without pause while the buffer (workers·prefetch batches, plus one held by
-    each worker) has room, also across step boundaries, so a step can be no shorter than
-    m·latency/workers (throughput bound). In the last part of the step (after stage 0 has taken
-    its last batch: the pipeline's drain, DP, optimizer) the loader runs ahead of the next step
-    only until the buffer and the workers' hands are full; loading time beyond that is lost.
-    The drain is estimated as the step minus stage 0's m micro-batches of work."""
-    lat = program.dataloader_latency_s
-    if lat <= 0:
-        return step_s
-    workers = program.dataloader_workers
-    period_s = program.num_microbatches * lat / workers
-    if period_s <= step_s:
-        return step_s  # the loader keeps up on average; the buffer absorbs the bursts
-    tail_s = max(0.0, step_s - program.num_microbatches * stage0_per_mb_s)
-    ahead_s = (workers * program.dataloader_prefetch + workers) * lat / workers
-    return period_s + max(0.0, tail_s - ahead_s)

@@ -24,7 +24,7 @@ Each order function reads like picotron's 1F1B: warm-up, steady state, cool-down
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -576,6 +576,7 @@ class Replay:
     tasks: tuple[tuple[Task, ...], ...]
     start_s: tuple[tuple[float, ...], ...]
     end_s: tuple[tuple[float, ...], ...]
+    gate_wait_s: tuple[float, ...] = ()  # per stage: seconds its first forwards waited at `gates`
 
     @property
     def makespan_s(self) -> float:
@@ -603,11 +604,19 @@ def replay(
     times: Sequence[Sequence[ChunkTimes]],
     p2p_s: Sequence[float] | None = None,
     orders: Sequence[Sequence[Task]] | None = None,
+    data_s: Callable[[float], float] | None = None,
+    gates: Sequence[Mapping[int, tuple[float, float]]] | None = None,
 ) -> Replay:
     """Play the schedule's orders with these durations (the engine's dependencies, no simpy):
     an F waits for its input from `prev_chunk`, a B for the gradient from `next_chunk` (or its
     own loss), a W follows its B; a paired F waits for both its own input and its partner's
-    gradient. `times[stage][chunk]`; `p2p_s[stage]` = hop from stage to stage + 1."""
+    gradient. `times[stage][chunk]`; `p2p_s[stage]` = hop from stage to stage + 1. `data_s`:
+    when a batch the first chunk's forward asks for at t is in hand (a dataloader, shared by
+    every stage that reads data: called once per such forward, in the order of the times
+    asked, as the engine's stages take from one buffer); None: at once. `gates[stage][chunk]` = (t₁, t₂): the
+    chunk's first forward starts no earlier than t₁ and hands its output on no earlier than t₂
+    (ZeRO parameter gathers launched at the step start: first bucket in, all buckets in; as
+    engine/dpstream.py `ParamGathers`)."""
     hops = list(p2p_s) if p2p_s is not None else [0.0] * pp
     if orders is None:
         orders = [stage_tasks(schedule, pp, vp, m, s) for s in range(pp)]
@@ -618,12 +627,20 @@ def replay(
     ends: list[list[float]] = [[] for _ in range(pp)]
     pos = [0] * pp
     free = [0.0] * pp
+    gated = [dict(g) for g in gates] if gates is not None else [{} for _ in range(pp)]
+    gate_wait = [0.0] * pp
+    asked: dict[int, float] = {}  # stage -> when its next forward asked for data, not yet taken
+    fed: dict[int, float] = {}  # stage -> when the batch of its next forward is in hand
 
     def ready(s: int, t: Task) -> float | None:
         if t.phase == "F":
             src = prev_chunk(schedule, pp, vp, s, t.chunk)
-            if src is None:
+            if src is None and data_s is None:
                 return 0.0
+            if src is None:  # a batch is taken only once no stage could ask earlier (see below)
+                if s not in fed:
+                    asked[s] = free[s]
+                return fed.get(s)
             e = end.get(("F", t.microbatch, src[0], src[1]))
             return None if e is None else e + link_s(hops, src[0], s)
         if t.phase == "B":
@@ -662,19 +679,33 @@ def replay(
                 else:
                     d = ct.backward_s
                 start = max(free[s], r)
-                free[s] = start + d
+                gate = gated[s].pop(t.chunk, None) if t.phase == "F" else None
+                if gate is None:
+                    free[s] = start + d
+                else:  # the chunk's first forward: its parameters must have been gathered
+                    ungated = start
+                    start = max(start, gate[0])
+                    free[s] = max(start + d, gate[1])
+                    gate_wait[s] += (start - ungated) + (free[s] - (start + d))
                 end[(t.phase, t.microbatch, s, t.chunk)] = free[s]
                 starts[s].append(start)
                 ends[s].append(free[s])
+                fed.pop(s, None)
                 pos[s] += 1
                 done += 1
                 progressed = True
-        if not progressed:
+        if not progressed and asked and data_s is not None:
+            # every stage is done, blocked, or asking for data: the earliest ask is served first
+            # (a stage still to ask can only do so after a pending ask is served, and later)
+            s = min(asked, key=lambda k: (asked[k], k))
+            fed[s] = data_s(asked.pop(s))
+        elif not progressed:
             raise RuntimeError(f"schedule {schedule!r} deadlocks for pp={pp}, m={m}")
     return Replay(
         tuple(tuple(o) for o in orders),
         tuple(tuple(x) for x in starts),
         tuple(tuple(x) for x in ends),
+        tuple(gate_wait),
     )
 
 

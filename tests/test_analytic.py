@@ -2,9 +2,9 @@
 
 Random configurations (seeded) of the shipped scenarios' sweeps, under every schedule, with at
 least two pipelines' worth of micro-batches and nothing random: the sweep prunes with the closed
-form, so a gap here would rank configurations wrongly (issue 16 item 5). The one known excess:
-DualPipe with overlapped ZeRO parameter gathers (the gathers' waits are estimated per stage, not
-propagated through the two directions): up to 3%.
+form, so a gap here would rank configurations wrongly (issue 16 item 5). Also with a dataloader
+(deterministic latency, no jitter) that stalls the first stage or keeps up: the closed form plays
+the engine's own loader model through the same orders (analytic.py `_fed_replay`).
 """
 
 from __future__ import annotations
@@ -48,17 +48,12 @@ def _programs(path: Path, n: int, seed: int):
             return
 
 
-def _tolerance(program) -> float:
-    gathers = program.gathers_per_step and program.overlap_param_gather
-    return 0.03 if program.schedule == "dualpipe" and gathers else 0.01
-
-
 @pytest.mark.parametrize("path", SCENARIOS, ids=lambda p: p.stem)
 def test_closed_form_within_one_percent_of_the_engine(path: Path) -> None:
     for program in _programs(path, n=12, seed=16):
         closed, _ = estimate_program(program)
         engine = run_step(program).step_time_s
-        assert closed == pytest.approx(engine, rel=_tolerance(program)), (
+        assert closed == pytest.approx(engine, rel=0.01), (
             program.schedule,
             program.pp,
             program.vp,
@@ -82,5 +77,40 @@ def test_closed_form_includes_the_dataloader(workers: int, prefetch: int, load_o
     )
     closed, _ = estimate_program(fed)
     engine = run_step(fed).step_time_s
-    assert closed >= max(base, m * latency / workers) * (1 - 1e-9)
-    assert closed == pytest.approx(engine, rel=0.05)
+    assert closed >= base * (1 - 1e-9)  # a loader never makes a step faster
+    if load_over_step > 1:  # the loader cannot keep up: it paces the step (192 mb, 1-8 workers)
+        assert closed >= m * latency / workers * (1 - 3e-3)
+    assert closed == pytest.approx(engine, rel=0.01)
+
+
+# (workers, prefetch, loading time of a step's batches over the step without a loader)
+LOADERS = [(1, 1, 0.9), (2, 2, 1.05), (4, 1, 1.5), (8, 2, 0.7), (1, 4, 2.5), (8, 8, 1.2)]
+
+
+@pytest.mark.parametrize("path", SCENARIOS, ids=lambda p: p.stem)
+def test_closed_form_within_one_percent_with_a_dataloader(path: Path) -> None:
+    """Every schedule (DualPipe's two entry stages share one buffer), loaders that keep up and
+    loaders that starve the pipeline: the closed form within 1% of the engine. (Not asserted
+    here: m·latency/workers as a lower bound. The engine replays one step from the loader's
+    state, and when its workers deliver in bursts that cover several steps (m = 3 batches, 8
+    workers) that step can be one of the unstalled ones; the long-run mean is the bound.)"""
+    for program in _programs(path, n=6, seed=3):
+        base = run_step(program).step_time_s
+        m = program.num_microbatches
+        for workers, prefetch, load_over_step in LOADERS:
+            latency = load_over_step * base / m * workers
+            fed = replace(
+                program,
+                dataloader_latency_s=latency,
+                dataloader_workers=workers,
+                dataloader_prefetch=prefetch,
+            )
+            closed, _ = estimate_program(fed)
+            engine = run_step(fed).step_time_s
+            assert closed >= base * (1 - 1e-9)  # a loader never makes a step faster
+            assert closed == pytest.approx(engine, rel=0.01), (
+                program.schedule,
+                program.pp,
+                workers,
+                prefetch,
+            )

@@ -44,6 +44,17 @@ class LoaderModel:
             self.holding = [True] * workers
             self.buffered = capacity
 
+    @classmethod
+    def from_state(cls, latency_s: float, workers: int, capacity: int, state: LoaderState) -> LoaderModel:
+        """The loader at the start of a step (time 0) from `state`, as SimpyLoader starts it: the
+        buffered batches in the buffer, each worker putting its batch in hand when it is ready
+        (at once when ready now; in worker order at equal times)."""
+        model = cls(latency_s, workers, capacity, 0.0, empty=True)
+        model.buffered = state.buffered
+        model.done_s = list(state.worker_ready_s)
+        model.advance(0.0)
+        return model
+
     def advance(self, t: float) -> None:
         """Let every load that finishes by `t` land in the buffer (in order of finishing)."""
         while True:
