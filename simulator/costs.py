@@ -20,6 +20,7 @@ import math
 from dataclasses import dataclass
 
 from . import kernels as kernel_model
+from .clocks import sustained_clock_fraction
 from .specs import GPUSpec
 from .units import DTYPE_BYTES
 
@@ -63,7 +64,8 @@ class Device:
 
     @property
     def clock(self) -> float:
-        return self.gpu.efficiency.sustained_clock_fraction
+        # the calibrated reference-SKU clock, scaled by the board-power law (simulator/clocks.py)
+        return sustained_clock_fraction(self.gpu)
 
     @property
     def launch_s(self) -> float:

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import math
 import tomllib
-from dataclasses import dataclass, fields
+from dataclasses import MISSING, dataclass, fields
 from functools import lru_cache
 from typing import Any
 
@@ -86,6 +86,8 @@ class KernelParams:
     triton_causal_scale: float
     attention_causal_block: float
     nccl_bw_fraction: float
+    # exp time at the MUFU rate / MMA time at the peak, head dim 128 forward (0: not modelled)
+    attention_exp_mma_ratio: float = 0.0
 
     def attention_fraction(self, impl: str, pass_: str) -> float:
         return float(getattr(self, f"{impl}_{pass_}_fraction"))
@@ -117,7 +119,9 @@ def architecture(gpu_name: str) -> str:
 @lru_cache(maxsize=16)
 def params_for_architecture(arch: str) -> KernelParams:
     table = kernel_data()["model"][arch]
-    return KernelParams(**{f.name: float(table[f.name]) for f in fields(KernelParams)})
+    return KernelParams(
+        **{f.name: float(table[f.name]) for f in fields(KernelParams) if f.name in table or f.default is MISSING}
+    )
 
 
 def kernel_params(gpu: GPUSpec) -> KernelParams:
@@ -241,6 +245,25 @@ def _check_attention(impl: str, pass_: str) -> None:
         raise ConfigError(f"attention pass {pass_!r}: expected one of {', '.join(ATTENTION_PASSES)}")
 
 
+def sfu_exp_speedup(gpu: GPUSpec) -> float:
+    """Exponential throughput per SM-clock relative to the architecture's reference part
+    (kernels.toml [sfu_exp_speedup]: 2 on Blackwell Ultra, NVIDIA's doubled SFU)."""
+    return float(kernel_data().get("sfu_exp_speedup", {}).get(gpu.name, 1.0))
+
+
+def exposed_exp_share(p: KernelParams, efficiency: float, head_dim: int, pass_: str) -> float:
+    """Share of a fused attention kernel's time on the reference part spent on the softmax
+    exponentials, taken as not overlapped with the MMAs (NVIDIA's Blackwell Ultra softmax blog:
+    on GB200 the second GEMM waits for the softmax while the tensor cores idle). The exponentials
+    cost `attention_exp_mma_ratio` × the MMA time at peak for head dim 128 in the forward (one exp
+    per score of 4·d FLOPs), ∝ 128/d, and a backward of 2.5× the FLOPs recomputes one exp per score;
+    the kernel runs at `efficiency` of the peak, so the share is efficiency × that ratio."""
+    ratio = p.attention_exp_mma_ratio * 128.0 / head_dim
+    if pass_ == "bwd":
+        ratio /= BWD_FLOP_RATIO
+    return min(1.0, efficiency * ratio)
+
+
 def fused_attention_efficiency(
     p: KernelParams, impl: str, pass_: str, seq_kv: int, head_dim: int, causal: bool
 ) -> float:
@@ -290,7 +313,12 @@ def attention_time_s(
     if pass_ == "bwd":
         flops *= BWD_FLOP_RATIO
     eff = fused_attention_efficiency(p, impl, pass_, skv, head_dim, causal)
-    return flops / (peak * eff) + p.gemm_latency_s
+    t = flops / (peak * eff)
+    speedup = sfu_exp_speedup(gpu)
+    if speedup != 1.0:  # faster exponentials shorten the exposed softmax share (Blackwell Ultra)
+        share = exposed_exp_share(p, eff, head_dim, pass_)
+        t *= 1.0 - share + share / speedup
+    return t + p.gemm_latency_s
 
 
 def _unfused_attention_s(
