@@ -54,6 +54,7 @@ MODEL_KEYS = (
     "tied_embeddings",
     "position_embeddings",
     "mtp_layers",
+    "dropout",
 )
 MOE_KEYS = (
     "num_experts",
@@ -451,6 +452,9 @@ def hf_config_fields(path: Path) -> dict[str, Any]:
         out.pop("head_dim", None)  # HF sets head_dim = qk_rope_head_dim for MLA; not a head width
     if get("num_nextn_predict_layers"):
         out["mtp_layers"] = get("num_nextn_predict_layers")
+    drops = [get(k) for k in ("hidden_dropout", "attention_dropout", "resid_pdrop", "attn_pdrop")]
+    if any(d is not None for d in drops):
+        out["dropout"] = max(float(d) for d in drops if d is not None)
     # --- experts
     experts = get("num_local_experts", "num_experts", "n_routed_experts")
     if experts:
@@ -625,6 +629,7 @@ HF_SOURCE_KEYS: dict[str, tuple[str, ...]] = {
     "first_dense_layers": ("first_k_dense_replace", "mlp_only_layers"),
     "max_nodes_per_token": ("topk_group",),
     "mtp_layers": ("num_nextn_predict_layers",),
+    "dropout": ("hidden_dropout", "attention_dropout", "resid_pdrop", "attn_pdrop"),
     "q_lora_rank": ("q_lora_rank",),
     "kv_lora_rank": ("kv_lora_rank",),
     "qk_nope_head_dim": ("qk_nope_head_dim",),

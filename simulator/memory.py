@@ -196,7 +196,9 @@ def layer_activation_bytes(
     # GeLU: its input 2f + its output (fc2's input) 2f; SwiGLU: gate 2f + up 2f + product 2f
     mlp_inner = ((2 if model.gated_mlp else 1) * ACT_BYTES + mm) * f_rank
     # §4.1: LayerNorm inputs 2·2h, QKV input 2h, MLP input 2h, two dropout masks 2·1h = 10h
-    replicated = (2 * ACT_BYTES * h + mm * h + mm * h + 2 * MASK_BYTES * h) * sb
+    # (no masks for a model trained without dropout: torch's dropout with p = 0 returns its input)
+    mask = MASK_BYTES if model.dropout > 0 else 0
+    replicated = (2 * ACT_BYTES * h + mm * h + mm * h + 2 * mask * h) * sb
     if sequence_parallel and t > 1:
         replicated /= t
     up_proj = 0.0  # MLA: Q, K, V out of the up-projections (what mla_up_proj recomputes)
@@ -220,7 +222,7 @@ def layer_activation_bytes(
         core = LSE_BYTES * heads_rank * sb
     else:
         # softmax output 2as², its dropout mask as², dropped-out scores 2as² (per sequence)
-        core = (2 * ACT_BYTES + MASK_BYTES) * heads_rank * sb * model.seq_len
+        core = (2 * ACT_BYTES + mask) * heads_rank * sb * model.seq_len
     full_layer = replicated + sharded + core
     if recompute == "none":
         return LayerActivationBytes(replicated, sharded, core, full_layer, 0.0)
@@ -487,7 +489,7 @@ def memory_footprint(scn: Scenario) -> MemoryReport:
     # Korthikanti §4.3: embedding dropout mask (first stage); final norm + output-layer inputs
     # and the fp32 logits of one micro-batch (last stage).
     sp_div = t if sp else 1
-    embed_mask = MASK_BYTES * sbh / sp_div
+    embed_mask = (MASK_BYTES if model.dropout > 0 else 0) * sbh / sp_div
     output_inputs = 2 * ACT_BYTES * sbh / sp_div
     logits = 4.0 * s_local * b * model.vocab / t
     # communication buffers: SP gather + reduce-scatter staging, pipeline send/recv

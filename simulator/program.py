@@ -31,11 +31,27 @@ ADAM_BYTES_PER_PARAM = (
 GRAD_CLIP_BYTES_PER_PARAM = 4  # grad-norm clipping: one more fp32 read of every gradient (L2 norm)
 
 
+# 16-bit gradient buffers (fp16 training, or grad_reduce_dtype = "bf16"): the optimizer first
+# copies them into fp32 main grads (Megatron's _copy_model_grads_to_main_grads, main_grad.float():
+# read 2 + write 4), and the buffer it zeroes is 2 bytes wide, not 4.
+GRAD_16BIT_COPY_BYTES_PER_PARAM = 6 - 2
+# fp16 dynamic loss scaling: every fp32 main grad is unscaled and checked for inf/NaN before the
+# step (torch._amp_foreach_non_finite_check_and_unscale_; Megatron Float16OptimizerWithFloat16Params
+# ._unscale_main_grads_and_check_for_nan): read 4 + write 4. BF16 needs no loss scale.
+FP16_UNSCALE_BYTES_PER_PARAM = 8
+
+
 def adam_bytes_per_param(scn: Scenario) -> float:
     """ADAM_BYTES_PER_PARAM with each moment read and written in its [memory] storage format
-    (Megatron's precision-aware optimizer: BF16 moments move 2 + 2 bytes each instead of 4 + 4)."""
+    (Megatron's precision-aware optimizer: BF16 moments move 2 + 2 bytes each instead of 4 + 4),
+    plus the fp32 copy of 16-bit gradients and fp16's loss-scale unscaling."""
     mem = scn.memory
-    return ADAM_BYTES_PER_PARAM - 2 * (12 - mem.optimizer_bytes_per_param)
+    out = ADAM_BYTES_PER_PARAM - 2 * (12 - mem.optimizer_bytes_per_param)
+    if grad_reduce_bytes_per_param(scn.dtype, scn.kernels.grad_reduce_dtype) == 2:
+        out += GRAD_16BIT_COPY_BYTES_PER_PARAM
+    if scn.dtype == "fp16":
+        out += FP16_UNSCALE_BYTES_PER_PARAM
+    return out
 
 
 FP8_CAST_BYTES_PER_ELEMENT = 3  # read a 16-bit element, write its 8-bit copy
@@ -407,9 +423,16 @@ class _Coster:
             fwd_s = sum(p.duration_s for p in fwd)
             bwd_s = sum(p.duration_s for p in b_in + b_w)
             fwd.append(Segment("dp_comm", "zero3 param allgather", max(0.0, ag - fwd_s), 0.0, 0.0))
+            # overlap_grad_reduce = false: the gradient reduce-scatter runs after the layer's
+            # backward instead of beside it (DeepSpeed's overlap_comm = false, its default)
+            hidden_rs = rs if par.overlap_grad_reduce else 0.0
             b_w.append(
-                Segment("dp_comm", "zero3 allgather+reducescatter", max(0.0, ag + rs - bwd_s), 0.0, 0.0)
+                Segment(
+                    "dp_comm", "zero3 allgather+reducescatter", max(0.0, ag + hidden_rs - bwd_s), 0.0, 0.0
+                )
             )
+            if rs > hidden_rs:
+                b_w.append(Segment("dp_comm", "zero3 reducescatter (not overlapped)", rs, 0.0, 0.0))
         recompute = self._recompute(fwd, spans)
         return _Phase(tuple(fwd)), _Phase(tuple(b_in)), _Phase(tuple(b_w)), recompute, params_local
 

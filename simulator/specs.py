@@ -176,6 +176,9 @@ class ModelSpec:
     dispatch_dtype: str = "bf16"  # bf16 | fp8 (FP8 dispatch, BF16 combine)
     mla: MLASpec | None = None
     mtp_layers: int = 0  # DeepSeek multi-token-prediction modules (one transformer layer each)
+    # hidden/attention dropout probability (Megatron-LM's default 0.1 for both); 0 = none, and
+    # then no dropout masks are stored (torch dropout with p = 0 returns its input)
+    dropout: float = 0.1
     notes: tuple[str, ...] = field(default=(), compare=False)  # import warnings, shown by the CLI
 
     def __post_init__(self) -> None:
@@ -193,6 +196,7 @@ class ModelSpec:
         _check_int(f"{p}.moe.max_nodes_per_token", self.max_nodes_per_token, minimum=0, maximum=MAX_GPUS)
         _check_choice(f"{p}.moe.dispatch_dtype", self.dispatch_dtype, DISPATCH_DTYPES)
         _check_int(f"{p}.mtp_layers", self.mtp_layers, minimum=0, maximum=MAX_LAYERS)
+        _check_num(f"{p}.dropout", self.dropout, maximum=0.999)
         _check_str(f"{p}.name", self.name)
         _check_int(f"{p}.layers", self.layers, maximum=MAX_LAYERS)
         for key in ("hidden", "heads", "vocab", "seq_len"):

@@ -258,3 +258,94 @@ def test_bf16_gradient_buffers_halve_grads() -> None:
     bf16 = memory_footprint(_scn(MOE, par, kernels={"grad_reduce_dtype": "bf16"})).parts_bytes
     assert bf16["grads"] == pytest.approx(fp32["grads"] / 2)
     assert bf16["optimizer"] == pytest.approx(fp32["optimizer"] * 16 / 12)
+
+
+# ----------------------------------------------------------------------------- dropout masks
+def test_no_dropout_stores_no_masks() -> None:
+    """Korthikanti's two 1-byte dropout masks per token and layer (2·h·s·b) exist only with
+    dropout > 0: torch's dropout with p = 0 returns its input. The MoE presets train without
+    dropout (their config.json attention_dropout 0.0); the default is Megatron-LM's 0.1."""
+    from dataclasses import replace
+
+    m = model_preset("llama3-8b")
+    assert m.dropout == 0.1
+    none = replace(m, dropout=0.0)
+    s, h = m.seq_len, m.hidden
+    with_masks = layer_activation_bytes(m, 1, recompute="none").stored
+    assert with_masks - layer_activation_bytes(none, 1, recompute="none").stored == pytest.approx(2 * h * s)
+    # unfused attention also drops its s×s mask (1 byte per head and score)
+    unfused = layer_activation_bytes(m, 1, flash_attention=False).stored
+    unfused_none = layer_activation_bytes(none, 1, flash_attention=False).stored
+    assert unfused - unfused_none == pytest.approx(2 * h * s + m.heads * s * s)
+    assert all(model_preset(p).dropout == 0.0 for p in ("deepseek-v3", "qwen3-30b-a3b", "gpt-oss-120b"))
+    with pytest.raises(ConfigError, match="model.dropout"):
+        _scn({"preset": "llama3-8b", "dropout": 1.5}, {})
+
+
+def test_hf_import_reads_dropout(tmp_path) -> None:
+    import json
+
+    from simulator.loading import model_from_table
+
+    cfg = {
+        "model_type": "llama",
+        "num_hidden_layers": 2,
+        "hidden_size": 256,
+        "num_attention_heads": 4,
+        "intermediate_size": 512,
+        "vocab_size": 1000,
+        "attention_dropout": 0.0,
+    }
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    m = model_from_table({"hf_config": "config.json", "seq_len": 128}, tmp_path)
+    assert m.dropout == 0.0
+    (tmp_path / "config.json").write_text(json.dumps({**cfg, "hidden_dropout": 0.1}))
+    assert model_from_table({"hf_config": "config.json", "seq_len": 128}, tmp_path).dropout == 0.1
+
+
+# ----------------------------------------------------------------------------- sweeps
+def test_sweep_keeps_recompute_modules_and_exports_reproduce(tmp_path) -> None:
+    """recompute_modules is no sweep column: it stays the scenario's (in the fingerprint), every
+    row runs with it, and an exported row reproduces its MFU with it."""
+    import tomllib
+
+    import mfusim
+    from simulator.export import export_rows, top_targets
+    from simulator.loading import read_toml
+
+    path = tmp_path / "moe.toml"
+    path.write_text(
+        """
+name = "moe sweep"
+[model]
+preset = "qwen3-30b-a3b"
+seq_len = 2048
+[cluster]
+topology = "dgx-h100"
+num_gpus = 8
+[parallel]
+ep = 8
+micro_batch = 1
+global_batch = 16
+recompute = "selective"
+recompute_modules = ["moe_act", "layernorm"]
+[sweep]
+micro_batch = [1, 2]
+"""
+    )
+    result = mfusim.sweep(path, engine="des")
+    rows = result.ranked
+    assert rows and all("recompute_modules" not in r for r in rows)
+    paths = export_rows(
+        read_toml(path),
+        tmp_path,
+        rows[:1],
+        top_targets(tmp_path / "top", rows[:1]),
+        rank_by="mfu",
+        source=str(path),
+    )
+    data = tomllib.loads(paths[0].read_text())
+    assert data["parallel"]["recompute_modules"] == ["moe_act", "layernorm"]
+    scn = mfusim.load_scenario(paths[0])
+    assert scn.parallel.recomputed_modules == ("moe_act", "layernorm")
+    assert mfusim.simulate(scn).mfu == pytest.approx(rows[0]["mfu"], rel=1e-9)

@@ -197,6 +197,11 @@ KEYS: dict[str, Key] = {
         default="[]",
         since=NEXT,
     ),
+    "model.dropout": Key(
+        "hidden/attention dropout probability; 0 = none, and no dropout masks are stored "
+        "(default: Megatron-LM's 0.1; the MoE presets 0 as their configs)",
+        since=NEXT,
+    ),
     "model.mtp_layers": Key(
         "DeepSeek multi-token-prediction modules (one layer each)", "integer", since=NEXT
     ),
