@@ -120,7 +120,11 @@ def architecture(gpu_name: str) -> str:
 def params_for_architecture(arch: str) -> KernelParams:
     table = kernel_data()["model"][arch]
     return KernelParams(
-        **{f.name: float(table[f.name]) for f in fields(KernelParams) if f.name in table or f.default is MISSING}
+        **{
+            f.name: float(table[f.name])
+            for f in fields(KernelParams)
+            if f.name in table or f.default is MISSING
+        }
     )
 
 
