@@ -1,0 +1,109 @@
+"""Blackwell SKU physics (issue 12): sustained clock from board power, Blackwell Ultra's SFU."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from simulator import clocks as C
+from simulator import kernels as K
+from simulator.loading import gpu_by_name
+
+
+# ----------------------------------------------------------------------------- clock law
+def test_clock_law_closed_form() -> None:
+    # same SMs and peak, twice the power: f ∝ P^(1/3)
+    assert C.power_clock_factor_of(2000.0, 148, 2.25e15, 1000.0, 148, 2.25e15) == pytest.approx(2 ** (1 / 3))
+    # twice the SMs at the same per-SM peak and power per SM: the same clock
+    assert C.power_clock_factor_of(2000.0, 296, 4.5e15, 1000.0, 148, 2.25e15) == pytest.approx(1.0)
+    # a 10% higher datasheet boost clock at the same power: 10% lower fraction of the peak
+    assert C.power_clock_factor_of(1000.0, 148, 2.475e15, 1000.0, 148, 2.25e15) == pytest.approx(1 / 1.1)
+
+
+@pytest.mark.parametrize("sms", [132, 148, 160])
+def test_clock_law_monotone_in_power(sms: int) -> None:
+    powers = [600.0 + 50.0 * i for i in range(20)]
+    factors = [C.power_clock_factor_of(p, sms, 2.25e15, 1000.0, 148, 2.25e15) for p in powers]
+    assert all(b > a for a, b in zip(factors, factors[1:], strict=False))
+
+
+def test_sustained_throughput_never_falls_with_more_power_or_sms() -> None:
+    """Power-limited throughput = peak × factor ∝ SMs^(2/3) · P^(1/3): more of either never loses."""
+
+    def throughput(p: float, n: int) -> float:
+        peak = 2.25e15 * n / 148
+        return peak * C.power_clock_factor_of(p, n, peak, 1000.0, 148, 2.25e15)
+
+    for p in (800.0, 1000.0, 1400.0):
+        for n in (120, 148, 160):
+            assert throughput(p * 1.1, n) > throughput(p, n)
+            assert throughput(p, n + 8) > throughput(p, n)
+
+
+def test_catalog_clock_factors() -> None:
+    # reference SKUs and SKUs sharing power per SM and per-SM peak: exactly 1
+    for name in ("b200", "h100-sxm", "h200", "h800", "a100-80gb", "a100-40gb"):
+        assert C.power_clock_factor(gpu_by_name(name)) == pytest.approx(1.0)
+    gb200, gb300 = gpu_by_name("gb200"), gpu_by_name("gb300")
+    # GB200: 1,200 W on B200's 148 SMs, datasheet 2.5 vs 2.25 PF
+    assert C.power_clock_factor(gb200) == pytest.approx(1.2 ** (1 / 3) * 2250 / 2500, rel=1e-9)
+    # GB300 against GB200 at the same datasheet peak: (1400/160 / (1200/148))^(1/3) · 160/148
+    ratio = C.power_clock_factor(gb300) / C.power_clock_factor(gb200)
+    assert ratio == pytest.approx((1400 / 160 / (1200 / 148)) ** (1 / 3) * 160 / 148, rel=1e-9)
+    assert 1.10 < ratio < 1.12
+    assert C.power_clock_factor(gpu_by_name("b300")) > 1.0  # 160 SMs at a lower boost, 1,100 W
+
+
+def test_sustained_clock_is_capped_at_the_boost_clock() -> None:
+    b300 = gpu_by_name("b300")
+    fast = replace(b300, efficiency=replace(b300.efficiency, sustained_clock_fraction=0.99))
+    assert C.sustained_clock_fraction(fast) == 1.0
+
+
+def test_gpu_outside_the_catalog_gets_no_law() -> None:
+    user = replace(gpu_by_name("gb300"), name="my-gpu", board_power_w=5000.0)
+    assert C.power_clock_factor(user) == 1.0
+
+
+# ----------------------------------------------------------------------------- Blackwell Ultra SFU
+def _attention(name: str, pass_: str, head_dim: int = 128, seq: int = 8192) -> float:
+    gpu = gpu_by_name(name)
+    heads = 8192 // head_dim
+    return K.attention_time_s(
+        gpu, batch=1, seq=seq, heads=heads, head_dim=head_dim, causal=True, impl="cudnn", pass_=pass_
+    )
+
+
+def test_blackwell_ultra_attention_forward_speedup_matches_nvidia() -> None:
+    """GB300 and GB200 share the datasheet BF16 peak and SM design; GB300's doubled MUFU.EX2 rate
+    speeds the exp-bound forward. NVIDIA's Blackwell Ultra softmax blog measures ~1.35x attention
+    forward throughput (FP8, DeepSeek-V3); the model's serial-softmax share gives 1/(1 - x/2)."""
+    gb200_peak = gpu_by_name("gb200").peak_flop_per_s("bf16")
+    gb300_peak = gpu_by_name("gb300").peak_flop_per_s("bf16")
+    assert gb200_peak == gb300_peak
+    speedup = _attention("gb200", "fwd") / _attention("gb300", "fwd")
+    assert 1.25 < speedup < 1.5
+    p = K.params_for_architecture("blackwell")
+    eff = K.fused_attention_efficiency(p, "cudnn", "fwd", 8192, 128, True)
+    t200 = _attention("gb200", "fwd") - p.gemm_latency_s
+    t300 = _attention("gb300", "fwd") - p.gemm_latency_s
+    assert t200 / t300 == pytest.approx(1 / (1 - eff / 2), rel=1e-9)
+
+
+def test_sfu_speedup_is_smaller_for_backward_and_large_heads() -> None:
+    fwd = _attention("gb200", "fwd") / _attention("gb300", "fwd")
+    bwd = _attention("gb200", "bwd") / _attention("gb300", "bwd")
+    fwd_256 = _attention("gb200", "fwd", head_dim=256) / _attention("gb300", "fwd", head_dim=256)
+    assert 1.0 < bwd < fwd  # one exp per score against 2.5x the FLOPs
+    assert 1.0 < fwd_256 < fwd  # half the exps per FLOP
+
+
+def test_sfu_only_on_blackwell_ultra() -> None:
+    assert K.sfu_exp_speedup(gpu_by_name("gb300")) == K.sfu_exp_speedup(gpu_by_name("b300")) == 2.0
+    for name in ("b200", "gb200", "h100-sxm", "a100-80gb"):
+        assert K.sfu_exp_speedup(gpu_by_name(name)) == 1.0
+    # B200 vs GB200: same SMs, so attention differs by the datasheet peak only
+    latency = K.params_for_architecture("blackwell").gemm_latency_s
+    ratio = (_attention("b200", "fwd") - latency) / (_attention("gb200", "fwd") - latency)
+    assert ratio == pytest.approx(2500 / 2250, rel=1e-3)
