@@ -111,9 +111,19 @@ def memory_op_time_s(device: Device, moved_bytes: float, kernels: int = 1) -> fl
 
 
 def attention_time_s(
-    device: Device, impl: str, pass_: str, *, batch: int, seq_q: int, seq_kv: int, heads: int, head_dim: int
+    device: Device,
+    impl: str,
+    pass_: str,
+    *,
+    batch: int,
+    seq_q: int,
+    seq_kv: int,
+    heads: int,
+    head_dim: int,
+    causal: bool = True,
 ) -> float:
-    """Causal self-attention of `batch`·`heads` heads, `seq_q` queries over `seq_kv` keys."""
+    """Self-attention of `batch`·`heads` heads, `seq_q` queries over `seq_kv` keys (causal by
+    default; a context-parallel ring step between different chunks is not)."""
     t = kernel_model.attention_time_s(
         device.gpu,
         batch=batch,
@@ -121,7 +131,7 @@ def attention_time_s(
         seq_kv=seq_kv,
         heads=heads,
         head_dim=head_dim,
-        causal=True,
+        causal=causal,
         impl=impl,
         pass_=pass_,
         params=device.params,

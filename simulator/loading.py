@@ -53,6 +53,7 @@ MODEL_KEYS = (
     "head_dim",
     "tied_embeddings",
     "position_embeddings",
+    "activation",
     "mtp_layers",
     "dropout",
 )
@@ -415,6 +416,8 @@ def hf_config_fields(path: Path) -> dict[str, Any]:
         if required not in out:
             raise ConfigError(f"config.json lacks {mapping[required][0]!r}", key="model.hf_config", file=name)
     act = str(get("hidden_act", "activation_function") or "").lower()
+    if act in ("relu2", "squared_relu"):  # Nemotron's relu(x)^2
+        out["activation"] = "squared_relu"
     model_type = str(get("model_type") or top.get("model_type") or "").lower()
     out["gated_mlp"] = act in ("silu", "swiglu", "gelu_pytorch_tanh") or model_type in (
         "llama",

@@ -163,6 +163,7 @@ def software_stack(scn: Scenario) -> dict[str, Any]:
         "attention": resolve_attention(scn.gpu, k.attention, k.flash_attention),
         "grad_reduce_dtype": grad_dtype,
         "tp_comm_async": k.tp_comm_async,
+        "cross_entropy": k.cross_entropy or "unfused",
         "zero3_collectives": k.zero3_collectives,
         "system": asdict(scn.gpu.efficiency),
     }

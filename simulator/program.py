@@ -16,11 +16,12 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 from . import flops as fl
 from .comm import CommModel, bus_factor, default_comm_model
 from .costs import Device, attention_time_s, grouped_matmul_time_s, matmul_time_s, memory_op_time_s
-from .kernels import resolve_attention
+from .kernels import architecture, resolve_attention
 from .memory import grad_reduce_bytes_per_param, scenario_layer_activations
 from .schedules import PassTimes, Task, chunk_layers, next_chunk, prev_chunk, stage_tasks
 from .specs import ModelSpec, ParallelConfig, Scenario
@@ -56,13 +57,44 @@ def adam_bytes_per_param(scn: Scenario) -> float:
 
 FP8_CAST_BYTES_PER_ELEMENT = 3  # read a 16-bit element, write its 8-bit copy
 # Quantization traffic per GEMM-input element, by recipe (Transformer Engine):
-#  fp8   per-tensor scaling: read 16-bit, write one 8-bit copy (the transpose comes free on Hopper);
+#  fp8   per-tensor scaling: read 16-bit, write one 8-bit copy on Blackwell; on Hopper TE's fused
+#        cast_transpose also writes the transposed 8-bit copy the wgrad/dgrad GEMMs need, because
+#        Hopper's FP8 tensor-core GEMMs take only K-major (TN) operands (TE
+#        `is_non_tn_fp8_gemm_supported()` is true from sm100 on): + 1 byte (HOPPER_FP8_TRANSPOSE_BYTES);
 #  mxfp8 1x32 blocks with E8M0 scales (OCP MX v1.0): blocks run along the reduction axis, so TE
 #        writes a row-wise and a column-wise copy: read 2 + 2 x (1 + 1/32);
 #  nvfp4 16-element blocks with E4M3 scales + a per-tensor FP32 scale (NVIDIA, arXiv 2509.25149
 #        §4): an amax pass (read 2) before quantizing (read 2) to two 4.5-bit copies (2 x 0.5625),
 #        with a 16x16 random Hadamard transform folded into the weight-gradient input's pass.
 QUANT_BYTES_PER_ELEMENT = {"fp8": 3.0, "mxfp8": 2 + 2 * (1 + 1 / 32), "nvfp4": 2 + 2 + 2 * (0.5 + 1 / 16)}
+HOPPER_FP8_TRANSPOSE_BYTES = 1.0
+# Megatron-Core's unfused vocab-parallel cross-entropy (megatron/core/tensor_parallel/
+# cross_entropy.py, cross_entropy_loss_fusion = False), bytes per logit: forward .float() (read 2,
+# write 4), max (read 4), subtract the max in place (4 + 4), exp in place (4 + 4), sum (4),
+# divide in place (4 + 4) = 38 in 6 kernels, the softmax kept for backward; backward multiplies
+# it by the loss gradient in place (4 + 4) and casts back to 16-bit (4 + 2) = 14 in 2 kernels.
+# PyTorch F.cross_entropy under bf16 autocast (runs in fp32): cast (2 + 4), log_softmax (two reads
+# and a write, 12), nll_loss (a gather) = 18 in 3 kernels; backward: nll_loss_backward writes a
+# zeroed fp32 gradient (4), log_softmax_backward (4 + 4 + 4), cast to 16-bit (4 + 2) = 22 in 4.
+# (forward bytes, forward kernels, backward bytes, backward kernels) per logit:
+CE_PASSES = {"unfused": (38.0, 6, 14.0, 2), "torch": (18.0, 3, 22.0, 4)}
+SQUARED_RELU_PASSES = 4  # forward passes over the MLP's inner activation (backward: twice that)
+# Context-parallel ring attention merges each step's partial result into the running one (TE
+# flash_attn_fwd_out_correction / the dq and dk,dv accumulations): per step and element, read the
+# step's 16-bit partial, read and write the 16-bit accumulator, and a 16-bit rescaled temporary
+# written and read back: 5 x 2 bytes.
+CP_CORRECTION_BYTES_PER_ELEMENT = 10.0
+TN_ONLY_FP8_ARCHITECTURES = ("hopper",)  # FP8 GEMM operands must be K-major before sm100
+
+
+def quant_bytes_per_element(device: Device) -> float:
+    """HBM bytes moved per GEMM-input element to quantize it for this recipe on this GPU."""
+    quant = QUANT_BYTES_PER_ELEMENT.get(device.dtype, 0.0)
+    if device.dtype == "fp8" and architecture(device.gpu.name) in TN_ONLY_FP8_ARCHITECTURES:
+        quant += HOPPER_FP8_TRANSPOSE_BYTES
+    return quant
+
+
 # EP all-to-all kernels occupy SMs while they overlap compute: DeepSeek-V3 (arXiv 2412.19437
 # §3.2.1) dedicates 20 of the H800's 132 SMs to dispatch/combine; the compute they overlap runs
 # on the rest. The fraction is taken per GPU as EP_COMM_SMS / num_sms.
@@ -332,7 +364,7 @@ class _Coster:
             fwd.append(Segment("compute", name, tt, f, 0.0))
             b_in.append(Segment("compute", name + " dgrad", tt, f, 0.0))
             b_w.append(Segment("compute", name + " wgrad", tt, f, 0.0))
-            quant = QUANT_BYTES_PER_ELEMENT.get(d.dtype, 0.0)
+            quant = quant_bytes_per_element(d)
             if quant:  # Transformer Engine quantizes the GEMM input (fwd) and output grad (bwd)
                 label = "fp8 cast" if d.dtype == "fp8" else f"{d.dtype} quantize"
                 cast_in = quant * mm_m * mm_k * count
@@ -392,7 +424,13 @@ class _Coster:
             fc1_n = (2 if m.gated_mlp else 1) * f_local
             self._tp_entry(fwd, b_in, tp_msg, matmul_time_s(d, T, fc1_n, h))
             mm("fc1", T, fc1_n, h)
-            mem("swiglu" if m.gated_mlp else "gelu", (3 if m.gated_mlp else 2) * T * f_local * a)
+            if m.activation == "squared_relu":
+                # megatron/core/activations.py squared_relu = torch.pow(F.relu(x), 2): two eager
+                # kernels forward (relu, pow: 4 passes over T x f) and four backward (pow's
+                # 2*x and its product with the gradient, relu's threshold_backward: 8 passes)
+                mem("squared-relu (unfused)", SQUARED_RELU_PASSES * T * f_local * a, kernels=2)
+            else:
+                mem("swiglu" if m.gated_mlp else "gelu", (3 if m.gated_mlp else 2) * T * f_local * a)
             mm("fc2", T, h, f_local)
             self._tp_exit(fwd, b_in, tp_msg)
             span("mlp", start)
@@ -420,6 +458,11 @@ class _Coster:
                 axis,
                 params_local * grad_reduce_bytes_per_param(scn.dtype, scn.kernels.grad_reduce_dtype),
             )
+            grad_bytes = grad_reduce_bytes_per_param(scn.dtype, scn.kernels.grad_reduce_dtype)
+            if grad_bytes > d.activation_bytes:  # FSDP casts the unsharded 16-bit grads to the
+                # reduce dtype before the reduce-scatter (PyTorch FSDP MixedPrecision.reduce_dtype)
+                cast = params_local * (d.activation_bytes + grad_bytes)
+                b_w.append(Segment("compute", "fsdp grad cast", memory_op_time_s(d, cast), 0.0, cast))
             fwd_s = sum(p.duration_s for p in fwd)
             bwd_s = sum(p.duration_s for p in b_in + b_w)
             fwd.append(Segment("dp_comm", "zero3 param allgather", max(0.0, ag - fwd_s), 0.0, 0.0))
@@ -433,6 +476,14 @@ class _Coster:
             )
             if rs > hidden_rs:
                 b_w.append(Segment("dp_comm", "zero3 reducescatter (not overlapped)", rs, 0.0, 0.0))
+            # the hidden part shares SMs and HBM with the layer's compute, as TP overlap does
+            slowdown = scn.gpu.efficiency.overlap_slowdown
+            fwd.append(Segment("compute", "zero3 overlap interference", min(ag, fwd_s) * slowdown, 0.0, 0.0))
+            b_w.append(
+                Segment(
+                    "compute", "zero3 overlap interference", min(ag + hidden_rs, bwd_s) * slowdown, 0.0, 0.0
+                )
+            )
         recompute = self._recompute(fwd, spans)
         return _Phase(tuple(fwd)), _Phase(tuple(b_in)), _Phase(tuple(b_w)), recompute, params_local
 
@@ -509,12 +560,32 @@ class _Coster:
         kern = self.scn.kernels
         impl = resolve_attention(self.scn.gpu, kern.attention, kern.flash_attention)
         head_dim = max(1, round((q_local + v_local) / (2 * heads_local)))
-        shape = dict(batch=b, seq_q=s_local, seq_kv=s, heads=heads_local, head_dim=head_dim)
-        t_f = attention_time_s(d, impl, "fwd", **shape)
-        t_b = attention_time_s(d, impl, "bwd", **shape)
+        cp = self.scn.parallel.cp
         name = "attention (unfused)" if impl == "unfused" else f"attention ({impl})"
-        fwd = [Segment("compute", name, t_f, model_flops_fwd, 0.0)]
-        bwd = [Segment("compute", name + " bwd", t_b, 2 * model_flops_fwd, 0.0)]
+        if cp == 1 or impl == "unfused":
+            shape: dict[str, Any] = dict(
+                batch=b, seq_q=s_local, seq_kv=s, heads=heads_local, head_dim=head_dim
+            )
+            t_f = attention_time_s(d, impl, "fwd", **shape)
+            t_b = attention_time_s(d, impl, "bwd", **shape)
+            fwd = [Segment("compute", name, t_f, model_flops_fwd, 0.0)]
+            bwd = [Segment("compute", name + " bwd", t_b, 2 * model_flops_fwd, 0.0)]
+            return t_f, t_b, (fwd, bwd)
+        t_f, t_b = cp_ring_attention_s(d, impl, b, s_local, heads_local, head_dim, cp)
+        out_elems = b * s_local * heads_local * head_dim  # this rank's attention output (and dq)
+        kv_elems = 2 * b * s_local * max(kv_local_heads(self.scn), 1) * head_dim  # K and V
+        corr_f = (cp - 1) * CP_CORRECTION_BYTES_PER_ELEMENT * out_elems
+        corr_b = (cp - 1) * CP_CORRECTION_BYTES_PER_ELEMENT * (out_elems + kv_elems)
+        t_cf = memory_op_time_s(d, corr_f, kernels=cp - 1)
+        t_cb = memory_op_time_s(d, corr_b, kernels=cp - 1)
+        fwd = [
+            Segment("compute", name + f" ({cp} ring steps)", t_f, model_flops_fwd, 0.0),
+            Segment("compute", "cp output correction", t_cf, 0.0, corr_f),
+        ]
+        bwd = [
+            Segment("compute", name + f" bwd ({cp} ring steps)", t_b, 2 * model_flops_fwd, 0.0),
+            Segment("compute", "cp gradient correction", t_cb, 0.0, corr_b),
+        ]
         return t_f, t_b, (fwd, bwd)
 
     def _tp_entry(self, fwd: list, b_in: list, msg: float, gemm_s: float) -> None:
@@ -611,7 +682,7 @@ class _Coster:
             fwd.append(Segment("compute", name, tt, f, 0.0))
             b_in.append(Segment("compute", name + " dgrad", tt, f, 0.0))
             b_w.append(Segment("compute", name + " wgrad", tt, f, 0.0))
-            quant = QUANT_BYTES_PER_ELEMENT.get(d.dtype, 0.0)
+            quant = quant_bytes_per_element(d)
             if quant:
                 label = "fp8 cast" if d.dtype == "fp8" else f"{d.dtype} quantize"
                 cast_in, cast_grad = (
@@ -794,10 +865,17 @@ class _Coster:
         T = par.micro_batch * m.seq_len // par.cp
         a = d.activation_bytes
         v_local = -(-m.vocab // par.tp)
-        t_mm = matmul_time_s(d, T, v_local, m.hidden)
+        t_mm = matmul_time_s(output_layer_device(d), T, v_local, m.hidden)
         f = 2.0 * T * v_local * m.hidden
-        ce_bytes = float(T * v_local * (a + 4 + 4))  # read 16-bit logits, fp32 softmax, write fp32 grad
-        t_ce = memory_op_time_s(d, ce_bytes, kernels=3)
+        if scn.kernels.cross_entropy == "fused":  # read 16-bit logits, fp32 softmax, write fp32 grad
+            ce_bytes = ce_bwd_bytes = float(T * v_local * (a + 4 + 4))
+            ce_kernels = ce_bwd_kernels = 3
+        else:
+            fwd_b, fwd_k, bwd_b, bwd_k = CE_PASSES[scn.kernels.cross_entropy or "unfused"]
+            ce_bytes, ce_bwd_bytes = float(T * v_local * fwd_b), float(T * v_local * bwd_b)
+            ce_kernels, ce_bwd_kernels = fwd_k, bwd_k
+        t_ce = memory_op_time_s(d, ce_bytes, kernels=ce_kernels)
+        t_ce_bwd = memory_op_time_s(d, ce_bwd_bytes, kernels=ce_bwd_kernels)
         fwd: list[Segment] = [
             Segment("compute", "final norm", memory_op_time_s(d, 2 * T * m.hidden * a), 0.0, 0.0)
         ]
@@ -814,11 +892,60 @@ class _Coster:
             Segment("compute", "cross-entropy", t_ce, 0.0, ce_bytes),
         ]
         bwd_in += [
-            Segment("compute", "cross-entropy bwd", t_ce, 0.0, ce_bytes),
+            Segment("compute", "cross-entropy bwd", t_ce_bwd, 0.0, ce_bwd_bytes),
             Segment("compute", "logits dgrad", t_mm, f, 0.0),
         ]
         bwd_w = [Segment("compute", "logits wgrad", t_mm, f, 0.0)]
         return _Phase(tuple(fwd)), _Phase(tuple(bwd_in)), _Phase(tuple(bwd_w))
+
+
+def kv_local_heads(scn: Scenario) -> int:
+    """K/V heads one TP rank holds (replicated when tp > kv_heads)."""
+    return max(scn.model.num_kv_heads // scn.parallel.tp, 1)
+
+
+def cp_ring_attention_s(
+    device: Device, impl: str, batch: int, s_local: int, heads: int, head_dim: int, cp: int
+) -> tuple[float, float]:
+    """(forward, backward) seconds of causal self-attention under context parallelism as
+    Transformer Engine's AttnFuncWithCP (p2p ring, load-balanced causal chunks) runs it.
+
+    Each rank holds chunks r and 2cp-1-r of the sequence (s_local = s/cp tokens) and runs cp
+    steps, one attention kernel each, while the next K/V block travels the ring: step 0 is
+    causal over its own s_local tokens; each later step is non-causal over half the work —
+    all local queries against the first half of the received K/V (blocks from earlier ranks),
+    or the second half of the queries against all received K/V (later ranks) — half the ranks'
+    steps of each kind on average. Each kernel runs at the efficiency of its own, shorter,
+    sequence (Liu et al. 2023 "Ring Attention"; TE transformer_engine/pytorch/attention.py
+    AttnFuncWithCPAndKVP2P)."""
+    half = max(s_local // 2, 1)
+    out = []
+    for pass_ in ("fwd", "bwd"):
+
+        def step(seq_q: int, seq_kv: int, causal: bool, pass_: str = pass_) -> float:
+            return attention_time_s(
+                device,
+                impl,
+                pass_,
+                batch=batch,
+                seq_q=seq_q,
+                seq_kv=seq_kv,
+                heads=heads,
+                head_dim=head_dim,
+                causal=causal,
+            )
+
+        t0 = step(s_local, s_local, True)
+        out.append(t0 + (cp - 1) * (step(s_local, half, False) + step(half, s_local, False)) / 2)
+    return out[0], out[1]
+
+
+def output_layer_device(device: Device) -> Device:
+    """The output layer (logits GEMM) runs in 16-bit even in FP8/MXFP8/NVFP4 training: Megatron-Core
+    builds it as a plain `tensor_parallel.ColumnParallelLinear` (megatron/core/models/gpt/
+    gpt_model.py), not a Transformer Engine module, and TE's fp8_autocast wraps only the
+    transformer layers; llm-foundry's MPT head is the tied embedding's F.linear, also outside TE."""
+    return device if device.dtype in ("bf16", "fp16", "fp32") else Device(device.gpu, "bf16")
 
 
 def _repeat(phase: _Phase, n: int) -> list:

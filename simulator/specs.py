@@ -18,6 +18,9 @@ from .units import DAY_S, GIGA, MIN_S, YEAR_S
 DTYPES = ("bf16", "fp16", "fp8", "mxfp8", "nvfp4")
 ROUTING = ("balanced", "dropless")
 DISPATCH_DTYPES = ("bf16", "fp8")
+# MLP activation when it is not the gated_mlp default (SwiGLU, else GELU): "squared_relu" is
+# Nemotron-4's relu(x)^2, which Megatron-Core runs as two eager PyTorch ops
+ACTIVATIONS = ("", "squared_relu")
 # Busiest EP rank's tokens / mean tokens per rank when `load_imbalance` is not given.
 # balanced: force-balanced / aux-loss-balanced routing (Megatron-Bridge benchmarks force-balance).
 # dropless: natural skew of dropless top-k routing; DeepSeek-V3 (arXiv 2412.19437 §3.4/Fig. 9)
@@ -164,6 +167,7 @@ class ModelSpec:
     head_dim: int = 0  # 0 -> hidden // heads
     tied_embeddings: bool = False
     position_embeddings: bool = False  # learned absolute positions (GPT-2/3); rotary otherwise
+    activation: str = ""  # "" = SwiGLU (gated_mlp) or GELU; "squared_relu" (ACTIVATIONS)
     num_experts: int = 0  # 0 = dense model
     top_k: int = 0
     expert_ffn_hidden: int = 0  # 0 -> ffn_hidden
@@ -208,6 +212,9 @@ class ModelSpec:
         _check_int(f"{p}.moe_layer_interval", self.moe_layer_interval, maximum=MAX_DIM)
         for key in ("gated_mlp", "tied_embeddings", "position_embeddings"):
             _check_bool(f"{p}.{key}", getattr(self, key))
+        _check_choice(f"{p}.activation", self.activation, ACTIVATIONS)
+        if self.activation and self.gated_mlp:
+            raise ConfigError("squared_relu is not a gated MLP: set gated_mlp = false", key=f"{p}.activation")
         if self.first_dense_layers and self.first_dense_layers >= self.layers and self.num_experts:
             raise ConfigError(
                 f"must be below layers ({self.layers}) or no layer is MoE", key=f"{p}.moe.first_dense_layers"
@@ -679,6 +686,7 @@ class VariabilitySpec:
 
 
 ATTENTION_IMPLS = ("fa2", "fa3", "cudnn", "triton", "unfused")
+CROSS_ENTROPY_IMPLS = ("unfused", "fused", "torch")
 ZERO3_COLLECTIVES = ("nccl", "flat")
 
 
@@ -695,6 +703,10 @@ class KernelOptions:
     # "" = fp32 for bf16/fp8 training (Megatron-LM's main_grad), "bf16" = --grad-reduce-in-bf16
     grad_reduce_dtype: str = ""
     tp_comm_async: bool = True  # TP backward collectives beside the dgrad/wgrad GEMMs (Megatron-Core)
+    # "" = "unfused": Megatron-Core's vocab-parallel cross-entropy in eager PyTorch ops
+    # (cross_entropy_loss_fusion = False); "fused" = its fused kernel (Megatron-Bridge/NeMo 2 default);
+    # "torch" = PyTorch F.cross_entropy under bf16 autocast (fp32 log_softmax + nll_loss)
+    cross_entropy: str = ""
     # ZeRO-3 parameter all-gathers / gradient reduce-scatters: "nccl" = NCCL on the topology (node
     # NICs aggregated over NVLink), "flat" = flat ring on each GPU's NIC share (DeepSpeed 2021)
     zero3_collectives: str = "nccl"
@@ -702,6 +714,8 @@ class KernelOptions:
     def __post_init__(self) -> None:
         _check_bool("kernels.flash_attention", self.flash_attention)
         _check_bool("kernels.tp_comm_async", self.tp_comm_async)
+        if self.cross_entropy:
+            _check_choice("kernels.cross_entropy", self.cross_entropy, CROSS_ENTROPY_IMPLS)
         _check_choice("kernels.zero3_collectives", self.zero3_collectives, ZERO3_COLLECTIVES)
         if self.grad_reduce_dtype:
             _check_choice("kernels.grad_reduce_dtype", self.grad_reduce_dtype, ("fp32", "bf16"))

@@ -23,6 +23,7 @@ DEFAULT_STACK = "megatron-core"
 STACK_OF_SOURCE = {
     "megatron-lm": "megatron-core",  # Megatron-Core r0.8 + Transformer Engine (README weak scaling)
     "nemo": "megatron-core",  # NeMo 24.x-25.x = Megatron-Core + TE
+    "nemo-2403": "megatron-core",  # NeMo 24.03.01 long-sequence table (FlashAttention-2 era TE)
     "megatron-bridge": "megatron-core",  # Megatron-Bridge = Megatron-Core + TE
     "mpt": "composer-fsdp",  # MosaicML Composer + PyTorch FSDP, Triton FlashAttention with ALiBi (2023)
     "narayanan21": "megatron-2021",  # Megatron-LM 2021: fp16, unfused attention, synchronous TP

@@ -52,6 +52,9 @@ class Timeline:
     step_time_s: float
     num_stages: int
     by_stage_s: tuple[dict[str, float], ...] = ()  # kept instead of spans when none were recorded
+    # per stage, forward then backward inputs: seconds each input had landed before its task asked
+    # for it (quiet replays only; engine/steady.py's periodicity check reads it)
+    slack_s: tuple[float, ...] = ()
 
     def breakdown_by_stage_s(self) -> list[dict[str, float]]:
         """Seconds per category on each stage's own timeline (sums to step_time_s)."""

@@ -301,3 +301,51 @@ def test_hf_import_reads_dropout(tmp_path) -> None:
     assert m.dropout == 0.0
     (tmp_path / "config.json").write_text(json.dumps({**cfg, "hidden_dropout": 0.1}))
     assert model_from_table({"hf_config": "config.json", "seq_len": 128}, tmp_path).dropout == 0.1
+
+
+# ----------------------------------------------------------------------------- sweeps
+def test_sweep_keeps_recompute_modules_and_exports_reproduce(tmp_path) -> None:
+    """recompute_modules is no sweep column: it stays the scenario's (in the fingerprint), every
+    row runs with it, and an exported row reproduces its MFU with it."""
+    import tomllib
+
+    import mfusim
+    from simulator.export import export_rows, top_targets
+    from simulator.loading import read_toml
+
+    path = tmp_path / "moe.toml"
+    path.write_text(
+        """
+name = "moe sweep"
+[model]
+preset = "qwen3-30b-a3b"
+seq_len = 2048
+[cluster]
+topology = "dgx-h100"
+num_gpus = 8
+[parallel]
+ep = 8
+micro_batch = 1
+global_batch = 16
+recompute = "selective"
+recompute_modules = ["moe_act", "layernorm"]
+[sweep]
+micro_batch = [1, 2]
+"""
+    )
+    result = mfusim.sweep(path, engine="des")
+    rows = result.ranked
+    assert rows and all("recompute_modules" not in r for r in rows)
+    paths = export_rows(
+        read_toml(path),
+        tmp_path,
+        rows[:1],
+        top_targets(tmp_path / "top", rows[:1]),
+        rank_by="mfu",
+        source=str(path),
+    )
+    data = tomllib.loads(paths[0].read_text())
+    assert data["parallel"]["recompute_modules"] == ["moe_act", "layernorm"]
+    scn = mfusim.load_scenario(paths[0])
+    assert scn.parallel.recomputed_modules == ("moe_act", "layernorm")
+    assert mfusim.simulate(scn).mfu == pytest.approx(rows[0]["mfu"], rel=1e-9)

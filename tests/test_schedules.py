@@ -371,7 +371,7 @@ def test_dualpipe_hides_the_ep_alltoall_in_its_overlapped_pairs() -> None:
                     "moe": {"num_experts": 64, "top_k": 8, "expert_ffn_hidden": 1536},
                 },
                 "cluster": {"topology": "dgx-h100", "num_gpus": 128},
-                "parallel": {"pp": 4, "ep": 32, "global_batch": 512, "schedule": schedule, "zero": 1},
+                "parallel": {"pp": 4, "ep": 32, "global_batch": 1024, "schedule": schedule, "zero": 1},
             }
         )
 

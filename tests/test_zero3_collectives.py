@@ -127,7 +127,8 @@ def test_validate_maps_only_the_deepspeed_zero3_rows_to_flat() -> None:
 def test_reduce_scatter_outside_backward_when_grad_reduce_is_not_overlapped() -> None:
     """overlap_grad_reduce = false (DeepSpeed's overlap_comm default): each layer's gradient
     reduce-scatter runs after its backward. When the backward outlasts gather + reduce-scatter
-    (384 GPUs, micro-batch 8), the step grows by layers x one reduce-scatter, and is never faster."""
+    (384 GPUs, micro-batch 8), the step grows by layers x one reduce-scatter, less the compute
+    slowdown the overlapped reduce-scatter caused (overlap_slowdown x its time), and is never faster."""
     kw = {"micro_batch": 8, "global_batch": 3072}
     on = zero3(384, **kw, overlap_grad_reduce=True)
     off = zero3(384, **kw, overlap_grad_reduce=False)
@@ -135,4 +136,5 @@ def test_reduce_scatter_outside_backward_when_grad_reduce_is_not_overlapped() ->
     t_off = simulate(off).report.step_time_s
     rs = next(c["time_s"] for c in build_program(off).collectives if c["kind"] == "reducescatter")
     assert t_off > t_on
-    assert t_off - t_on == pytest.approx(GPT3["layers"] * rs, rel=0.1)
+    slowdown = on.gpu.efficiency.overlap_slowdown
+    assert t_off - t_on == pytest.approx(GPT3["layers"] * rs * (1 - slowdown), rel=0.1)

@@ -151,6 +151,12 @@ KEYS: dict[str, Key] = {
     ),
     "model.tied_embeddings": Key("output layer shares the input embedding", "boolean"),
     "model.position_embeddings": Key("learned absolute positions (GPT-2/3); false = rotary", "boolean"),
+    "model.activation": Key(
+        'MLP activation when not the default (SwiGLU if gated_mlp, else GELU): "squared_relu" '
+        "(Nemotron-4; Megatron-Core runs it as two unfused PyTorch ops)",
+        "string",
+        default='""',
+    ),
     "model.moe": Key("mixture of experts (routing assumed balanced)", "table", default="dense model"),
     "model.moe.num_experts": Key("routed experts per MoE layer", "integer", default="0 (dense)"),
     "model.moe.top_k": Key("experts each token is routed to", "integer"),
@@ -311,6 +317,15 @@ KEYS: dict[str, Key] = {
     "kernels.tp_comm_async": Key(
         "tensor-parallel backward collectives beside the GEMMs (Megatron-Core); false = all exposed"
         " (Megatron-LM 2021)",
+        since=NEXT,
+    ),
+    "kernels.cross_entropy": Key(
+        "loss kernel over the logits; empty = unfused (Megatron-Core cross_entropy_loss_fusion ="
+        " false: fp32 cast, max, subtract, exp, sum, divide as separate passes), fused = its fused"
+        " kernel (Megatron-Bridge / NeMo 2 recipes), torch = PyTorch F.cross_entropy under bf16"
+        " autocast (fp32 log_softmax + nll_loss; llm-foundry)",
+        default='""',
+        allowed=lambda: ("unfused", "fused", "torch"),
         since=NEXT,
     ),
     "kernels.zero3_collectives": Key(
@@ -903,6 +918,7 @@ JSON_FIELDS: dict[str, dict[str, str]] = {
         "kernels.attention": "attention kernel used: fa2, fa3, cudnn, triton or unfused",
         "kernels.grad_reduce_dtype": "dtype of the data-parallel gradient reduction",
         "kernels.tp_comm_async": "TP backward collectives overlapped with the GEMMs",
+        "kernels.cross_entropy": "loss kernel: unfused (eager passes over the logits), fused or torch",
         "kernels.zero3_collectives": "how ZeRO-3 collectives are costed: nccl or flat",
         "kernels.system": "system residuals of the GPU's default stack (efficiency.toml)",
         "kernels.system.sustained_clock_fraction": "compute speed under sustained load vs the microbenchmarks",

@@ -52,7 +52,9 @@ class QuietStage(StageProcess):
         landed, parked, runnable = box.landed, box.parked, box.runnable
         sums = rec.sums[s]
         bubble, pp_comm = sums["bubble"], sums["pp_comm"]
+        slack = [0.0, 0.0]  # how long forward / backward inputs had waited for this stage
         keys_per_microbatch = 2 * self.program.pp * len(self.st.chunks)
+        backward_keys = self.program.pp * len(self.st.chunks)  # receive bases of B inputs start here
         next_extra = extras[0] if extras else -1
         now = clock.now
         for i, task in enumerate(tasks):
@@ -75,6 +77,8 @@ class QuietStage(StageProcess):
                     got = landed[msg]
                 elif got[0] > now:
                     now = got[0]
+                else:
+                    slack[receive >= backward_keys] += now - got[0]
                 if now > t0:
                     sent = now - min(got[1], now - t0)
                     if sent > t0:
@@ -113,6 +117,9 @@ class QuietStage(StageProcess):
                 next_extra = extras[0] if extras else -1
         clock.now = now
         sums["bubble"], sums["pp_comm"] = bubble, pp_comm
+        if not rec.slack_s:
+            rec.slack_s = [0.0] * (2 * self.program.pp)
+        rec.slack_s[2 * s], rec.slack_s[2 * s + 1] = slack
         for block_id, runs in zip(blocks, counts, strict=True):
             rec.runs[(s, block_id)] = rec.runs.get((s, block_id), 0) + runs
         yield from self._finish()

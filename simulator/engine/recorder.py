@@ -109,6 +109,7 @@ class SumRecorder(_Summaries):
         self.sums = [dict.fromkeys(CATEGORIES, 0.0) for _ in range(num_stages)]
         # unscaled blocks are only counted, and added up once at the end: (stage, block id) -> runs
         self.runs: dict[tuple[int, int], int] = {}
+        self.slack_s: list[float] = []  # filled by quiet.py: 2 per stage (F, B inputs), or none
 
     def add(
         self, stage: int, category: str, name: str, start: float, end: float, stream: str = MAIN_STREAM, **kw
@@ -146,7 +147,9 @@ class SumRecorder(_Summaries):
             for category, seconds in self._summaries[block_id].by_category:
                 self.sums[stage][category] += seconds * runs
         self.runs.clear()
-        return Timeline((), step_time_s, self.num_stages, by_stage_s=tuple(self.sums))
+        return Timeline(
+            (), step_time_s, self.num_stages, by_stage_s=tuple(self.sums), slack_s=tuple(self.slack_s)
+        )
 
 
 Recorder = SpanRecorder | SumRecorder

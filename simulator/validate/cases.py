@@ -156,6 +156,9 @@ def _model_table(run: PublishedRun, rules: SourceRules, notes: list[str]) -> dic
             table["tied_embeddings"] = True  # MPT ties input/output embeddings; ALiBi, no learned positions
         elif any(f in lname for f in GATED_FAMILIES):
             table["gated_mlp"] = True
+        elif "nemotron" in lname:
+            # Nemotron-4 (NeMo NemotronConfig): activation squared-relu, not gated
+            table["activation"] = "squared_relu"
         elif lname.startswith("gpt"):
             table["tied_embeddings"] = True  # Megatron GPT shares embedding and output weights
             table["position_embeddings"] = True  # learned absolute positions
@@ -266,6 +269,9 @@ def _kernels(rules: SourceRules, parallel: Mapping[str, Any], notes: list[str]) 
     if rules.grad_reduce_dtype:
         kernels["grad_reduce_dtype"] = rules.grad_reduce_dtype
         notes.append(f"kernels: grad_reduce_dtype = {rules.grad_reduce_dtype} ({rules.key} stack)")
+    if rules.cross_entropy:
+        kernels["cross_entropy"] = rules.cross_entropy
+        notes.append(f"kernels: cross_entropy = {rules.cross_entropy} ({rules.key} stack)")
     if not rules.tp_comm_async and parallel["tp"] > 1:
         kernels["tp_comm_async"] = False
         notes.append(f"kernels: tp_comm_async = false ({rules.key} stack: TP collectives not overlapped)")

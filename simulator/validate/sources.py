@@ -34,6 +34,7 @@ class SourceRules:
     attention: str = ""  # attention implementation ("" = the GPU's default)
     grad_reduce_dtype: str = ""  # data-parallel gradient reduction dtype ("" = fp32 for bf16/fp8)
     tp_comm_async: bool = True  # TP backward collectives beside the dgrad/wgrad GEMMs
+    cross_entropy: str = ""  # loss kernel ("" = Megatron-Core's unfused default)
     zero3_collectives: str = ""  # ZeRO-3 rows: how their collectives ran ("" = nccl)
 
 
@@ -52,7 +53,7 @@ class SourceTable:
 
 
 _RULE_KEYS = tuple(SourceRules.__dataclass_fields__)
-_OPTIONAL_KEYS = ("attention", "grad_reduce_dtype", "tp_comm_async", "zero3_collectives")
+_OPTIONAL_KEYS = ("attention", "grad_reduce_dtype", "tp_comm_async", "cross_entropy", "zero3_collectives")
 
 
 def _rules(table: dict[str, Any], where: str) -> SourceRules:

@@ -1,0 +1,217 @@
+"""Physics of the software stacks behind the Hopper/Blackwell training rows (issue 12): the 16-bit
+output layer under FP8, Hopper's FP8 transposes, context-parallel ring attention, squared-ReLU,
+the cross-entropy implementations and FSDP's gradient cast and overlap interference.
+
+Each test checks a closed form or a monotonic consequence, never just that the code runs."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from simulator import kernels as K
+from simulator import program as P
+from simulator.costs import Device
+from simulator.errors import ConfigError
+from simulator.loading import load_gpu_catalog, scenario_from_dict
+from simulator.specs import ModelSpec, Scenario
+
+LLAMA = {"layers": 4, "hidden": 4096, "heads": 32, "kv_heads": 8, "ffn_hidden": 14336, "vocab": 128256}
+
+
+def _scn(
+    model: dict | None = None,
+    parallel: dict | None = None,
+    dtype: str = "bf16",
+    gpu: str = "h100-sxm",
+    topology: str = "dgx-h100",
+    num_gpus: int = 8,
+    kernels: dict | None = None,
+) -> Scenario:
+    data: dict = {
+        "name": "t",
+        "model": {**LLAMA, "seq_len": 4096, "gated_mlp": True, **(model or {})},
+        "cluster": {"topology": topology, "num_gpus": num_gpus, "gpu": gpu},
+        "parallel": {"global_batch": 64, "tp": 1, "pp": 1, "dp": num_gpus, **(parallel or {})},
+        "precision": {"dtype": dtype},
+    }
+    if kernels:
+        data["kernels"] = kernels
+    return scenario_from_dict(data)
+
+
+def _segments(scn: Scenario) -> dict[str, float]:
+    """Seconds per segment name of stage 0's first chunk, forward and backward summed."""
+    chunk = P.build_program(scn).stages[0].chunks[0]
+    out: dict[str, float] = {}
+    for block in (chunk.forward, chunk.backward):
+        for seg in block.segments:
+            out[seg.name] = out.get(seg.name, 0.0) + seg.duration_s
+    return out
+
+
+def _bytes(scn: Scenario, name: str) -> float:
+    chunk = P.build_program(scn).stages[0].chunks[0]
+    return sum(s.message_bytes for b in (chunk.forward,) for s in b.segments if s.name == name)
+
+
+# ----------------------------------------------------------------------------- FP8
+def test_output_layer_stays_16_bit_under_fp8() -> None:
+    """Megatron-Core's output layer is not a Transformer Engine module: its GEMMs cost the same in
+    FP8 and BF16 training, while the transformer layers' GEMMs get faster."""
+    bf16, fp8 = _segments(_scn(dtype="bf16")), _segments(_scn(dtype="fp8"))
+    for name in ("logits", "logits dgrad", "logits wgrad"):
+        assert fp8[name] == pytest.approx(bf16[name], rel=1e-12)
+    assert fp8["fc1"] < 0.8 * bf16["fc1"]
+    gpu = load_gpu_catalog()["h100-sxm"]
+    for dtype in ("fp8", "mxfp8", "nvfp4"):
+        assert P.output_layer_device(Device(gpu, dtype)).dtype == "bf16"
+    assert P.output_layer_device(Device(gpu, "fp16")).dtype == "fp16"
+
+
+def test_hopper_fp8_cast_writes_the_transpose_blackwell_does_not() -> None:
+    """Hopper FP8 GEMMs take K-major operands only, so TE's cast also writes a transposed copy:
+    2 read + 1 + 1 written bytes per element; Blackwell: 2 + 1; MXFP8 the same on both."""
+    catalog = load_gpu_catalog()
+    h100, b200 = catalog["h100-sxm"], catalog["b200"]
+    assert P.quant_bytes_per_element(Device(h100, "fp8")) == 4.0
+    assert P.quant_bytes_per_element(Device(b200, "fp8")) == 3.0
+    assert P.quant_bytes_per_element(Device(h100, "mxfp8")) == P.quant_bytes_per_element(
+        Device(b200, "mxfp8")
+    )
+    assert P.quant_bytes_per_element(Device(h100, "bf16")) == 0.0
+    # the forward cast moves 4 bytes per GEMM-input element: qkv, attn out, fc1 and fc2 inputs
+    scn = _scn(dtype="fp8", parallel={"micro_batch": 1})
+    m = scn.model
+    tokens = m.seq_len
+    inputs = tokens * (m.hidden + m.heads * m.dim_per_head + m.hidden + m.ffn)  # k of each GEMM
+    assert _bytes(scn, "fp8 cast") == pytest.approx(4.0 * inputs * m.layers, rel=1e-12)
+
+
+# ----------------------------------------------------------------------------- context parallelism
+@pytest.mark.parametrize("cp", [2, 4, 8, 32])
+def test_ring_steps_do_the_causal_work_exactly(cp: int) -> None:
+    """Step 0 is causal over the rank's s/cp tokens, the cp-1 others non-causal over half of
+    (s/cp)^2 each: together exactly 1/cp of the causal attention over the whole sequence."""
+    s_local, b, h, d = 8192, 2, 8, 128
+    steps = (
+        K.attention_flops(b, s_local, h, d, True, "fwd")
+        + (cp - 1) * 4.0 * b * s_local * (s_local // 2) * h * d
+    )
+    assert steps == pytest.approx(K.attention_flops(b, cp * s_local, h, d, True, "fwd") / cp, rel=1e-12)
+
+
+def test_ring_attention_kernels() -> None:
+    """cp = 1 is the single causal kernel; a ring step between different chunks runs unmasked, so
+    it is faster per FLOP than the causal kernel of the same length; more ring steps of the same
+    per-rank length take longer (more work per rank)."""
+    dev = Device(load_gpu_catalog()["h100-sxm"], "bf16")
+    one = P.cp_ring_attention_s(dev, "cudnn", 1, 8192, 32, 128, 1)
+    from simulator.costs import attention_time_s
+
+    single = attention_time_s(dev, "cudnn", "fwd", batch=1, seq_q=8192, seq_kv=8192, heads=32, head_dim=128)
+    assert one[0] == pytest.approx(single, rel=1e-12)
+    causal_flops = K.attention_flops(1, 8192, 32, 128, True, "fwd")
+    full_flops = K.attention_flops(1, 8192, 32, 128, False, "fwd")
+    unmasked = attention_time_s(
+        dev, "cudnn", "fwd", batch=1, seq_q=8192, seq_kv=8192, heads=32, head_dim=128, causal=False
+    )
+    assert full_flops / unmasked > causal_flops / single
+    times = [P.cp_ring_attention_s(dev, "cudnn", 1, 8192, 32, 128, cp)[0] for cp in (1, 2, 4, 8)]
+    assert times == sorted(times)
+
+
+def test_cp_ring_segments_in_the_program() -> None:
+    scn = _scn(model={"seq_len": 32768}, parallel={"cp": 4, "dp": 2, "micro_batch": 1}, dtype="bf16")
+    seg = _segments(scn)
+    assert "attention (cudnn) (4 ring steps)" in seg and seg["cp output correction"] > 0
+    # the correction moves 10 bytes per output element and ring step
+    m = scn.model
+    out_elems = (m.seq_len // 4) * m.heads * m.dim_per_head
+    assert _bytes(scn, "cp output correction") == pytest.approx(
+        3 * P.CP_CORRECTION_BYTES_PER_ELEMENT * out_elems * m.layers, rel=1e-12
+    )
+
+
+# ----------------------------------------------------------------------------- activation, loss
+def test_squared_relu_runs_unfused() -> None:
+    """relu(x)^2 as two eager PyTorch ops moves twice the bytes of a fused GELU, forward and
+    backward; the config.json name is relu2; it is not a gated MLP."""
+    base = {"gated_mlp": False, "kv_heads": 32, "ffn_hidden": 16384}
+    gelu = _scn(model=base)
+    sq = _scn(model={**base, "activation": "squared_relu"})
+    assert _bytes(sq, "squared-relu (unfused)") == pytest.approx(2 * _bytes(gelu, "gelu"), rel=1e-12)
+    seg = _segments(sq)
+    assert seg["squared-relu (unfused) bwd"] == pytest.approx(
+        2 * seg["squared-relu (unfused)"] - 0, rel=0.05
+    )  # backward passes: twice the forward's
+    with pytest.raises(ConfigError) as info:
+        ModelSpec(
+            name="x",
+            layers=2,
+            hidden=64,
+            heads=4,
+            vocab=100,
+            seq_len=8,
+            gated_mlp=True,
+            activation="squared_relu",
+        )
+    assert info.value.key == "model.activation"
+
+
+def test_hf_config_relu2_is_squared_relu(tmp_path) -> None:
+    import json
+
+    from simulator.loading import hf_config_fields
+
+    cfg = {
+        "hidden_act": "relu2",
+        "num_hidden_layers": 2,
+        "hidden_size": 64,
+        "num_attention_heads": 4,
+        "vocab_size": 100,
+    }
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(cfg), encoding="utf-8")
+    fields = hf_config_fields(path)
+    assert fields["activation"] == "squared_relu" and not fields["gated_mlp"]
+
+
+def test_cross_entropy_implementations() -> None:
+    """Bytes per logit: unfused Megatron-Core 38 forward + 14 backward, PyTorch's 18 + 22, the
+    fused kernel 10 + 10; the time follows the bytes."""
+    runs = {impl: _scn(kernels={"cross_entropy": impl}) for impl in ("unfused", "torch", "fused")}
+    t = {
+        impl: _segments(scn)["cross-entropy"] + _segments(scn)["cross-entropy bwd"]
+        for impl, scn in runs.items()
+    }
+    assert t["unfused"] > t["torch"] > t["fused"]
+    scn = runs["unfused"]
+    logits = scn.model.seq_len * scn.model.vocab
+    assert _bytes(scn, "cross-entropy") == pytest.approx(38.0 * logits, rel=1e-12)
+    assert _scn().kernels.cross_entropy == ""  # default: Megatron-Core's unfused loss
+    with pytest.raises(ConfigError):
+        _scn(kernels={"cross_entropy": "liger"})
+
+
+# ----------------------------------------------------------------------------- FSDP
+def test_fsdp_fp32_reduce_casts_the_gradients_and_interferes() -> None:
+    """With reduce_dtype fp32 (composer DEFAULT), FSDP casts each layer's unsharded 16-bit grads
+    before the reduce-scatter: (2 + 4) bytes per parameter; hidden gathers slow the compute by
+    overlap_slowdown x the hidden time (none when overlap_slowdown = 0)."""
+    par = {"zero": 3, "micro_batch": 1}
+    fp32 = _scn(parallel=par, kernels={"grad_reduce_dtype": "fp32"})
+    bf16 = _scn(parallel=par, kernels={"grad_reduce_dtype": "bf16"})
+    chunk = P.build_program(fp32).stages[0].chunks[0]
+    cast = sum(s.message_bytes for s in chunk.backward.segments if s.name == "fsdp grad cast")
+    from simulator.flops import layer_params_per_rank
+
+    per_layer = layer_params_per_rank(fp32.model, fp32.parallel, False).total
+    assert cast == pytest.approx(6.0 * per_layer * fp32.model.layers, rel=1e-12)
+    assert "fsdp grad cast" not in _segments(bf16)
+    slowed = _segments(fp32)["zero3 overlap interference"]
+    assert slowed > 0
+    eff = replace(fp32.gpu.efficiency, overlap_slowdown=0.0)
+    quiet = replace(fp32, topology=replace(fp32.topology, gpu=replace(fp32.gpu, efficiency=eff)))
+    assert "zero3 overlap interference" not in _segments(quiet)
