@@ -469,11 +469,14 @@ class _Coster:
             # overlap_grad_reduce = false: the gradient reduce-scatter runs after the layer's
             # backward instead of beside it (DeepSpeed's overlap_comm = false, its default)
             hidden_rs = rs if par.overlap_grad_reduce else 0.0
-            b_w.append(
-                Segment(
-                    "dp_comm", "zero3 allgather+reducescatter", max(0.0, ag + hidden_rs - bwd_s), 0.0, 0.0
-                )
-            )
+            if scn.kernels.zero3_backward_prefetch == "post":
+                # PyTorch FSDP BackwardPrefetch.BACKWARD_POST (composer's default): the next
+                # layer's gather is issued only after this layer's gradients are computed, so it
+                # overlaps the reduce-scatter, not the compute: exposed in full
+                exposed_b, hidden_ag_b = ag + max(0.0, hidden_rs - bwd_s), 0.0
+            else:  # BACKWARD_PRE / FSDP2 / Megatron: gathered ahead, beside this layer's backward
+                exposed_b, hidden_ag_b = max(0.0, ag + hidden_rs - bwd_s), ag
+            b_w.append(Segment("dp_comm", "zero3 allgather+reducescatter", exposed_b, 0.0, 0.0))
             if rs > hidden_rs:
                 b_w.append(Segment("dp_comm", "zero3 reducescatter (not overlapped)", rs, 0.0, 0.0))
             # the hidden part shares SMs and HBM with the layer's compute, as TP overlap does
@@ -481,7 +484,11 @@ class _Coster:
             fwd.append(Segment("compute", "zero3 overlap interference", min(ag, fwd_s) * slowdown, 0.0, 0.0))
             b_w.append(
                 Segment(
-                    "compute", "zero3 overlap interference", min(ag + hidden_rs, bwd_s) * slowdown, 0.0, 0.0
+                    "compute",
+                    "zero3 overlap interference",
+                    min(hidden_ag_b + hidden_rs, bwd_s) * slowdown,
+                    0.0,
+                    0.0,
                 )
             )
         recompute = self._recompute(fwd, spans)

@@ -688,6 +688,7 @@ class VariabilitySpec:
 ATTENTION_IMPLS = ("fa2", "fa3", "cudnn", "triton", "unfused")
 CROSS_ENTROPY_IMPLS = ("unfused", "fused", "torch")
 ZERO3_COLLECTIVES = ("nccl", "flat")
+ZERO3_BACKWARD_PREFETCH = ("pre", "post")
 
 
 @dataclass(frozen=True, slots=True)
@@ -710,6 +711,10 @@ class KernelOptions:
     # ZeRO-3 parameter all-gathers / gradient reduce-scatters: "nccl" = NCCL on the topology (node
     # NICs aggregated over NVLink), "flat" = flat ring on each GPU's NIC share (DeepSpeed 2021)
     zero3_collectives: str = "nccl"
+    # ZeRO-3/FSDP gathers in backward: "pre" = the next layer's gather runs beside this layer's
+    # backward (FSDP BACKWARD_PRE, FSDP2, Megatron-FSDP); "post" = issued after this layer's
+    # gradients (PyTorch FSDP BACKWARD_POST, composer's default): not hidden by compute
+    zero3_backward_prefetch: str = "pre"
 
     def __post_init__(self) -> None:
         _check_bool("kernels.flash_attention", self.flash_attention)
@@ -717,6 +722,9 @@ class KernelOptions:
         if self.cross_entropy:
             _check_choice("kernels.cross_entropy", self.cross_entropy, CROSS_ENTROPY_IMPLS)
         _check_choice("kernels.zero3_collectives", self.zero3_collectives, ZERO3_COLLECTIVES)
+        _check_choice(
+            "kernels.zero3_backward_prefetch", self.zero3_backward_prefetch, ZERO3_BACKWARD_PREFETCH
+        )
         if self.grad_reduce_dtype:
             _check_choice("kernels.grad_reduce_dtype", self.grad_reduce_dtype, ("fp32", "bf16"))
         if self.attention:

@@ -215,3 +215,28 @@ def test_fsdp_fp32_reduce_casts_the_gradients_and_interferes() -> None:
     eff = replace(fp32.gpu.efficiency, overlap_slowdown=0.0)
     quiet = replace(fp32, topology=replace(fp32.topology, gpu=replace(fp32.gpu, efficiency=eff)))
     assert "zero3 overlap interference" not in _segments(quiet)
+
+
+def test_fsdp_backward_post_exposes_the_backward_gathers() -> None:
+    """PyTorch FSDP BACKWARD_POST (composer's default) issues the next layer's gather after this
+    layer's gradients: when the backward outlasts gather + reduce-scatter, each layer's backward
+    exposes one gather, less the compute slowdown that gather caused when it was hidden:
+    delta = layers x micro-batches x ag x (1 - overlap_slowdown)."""
+    from simulator.simulate import simulate
+
+    par = {"zero": 3, "micro_batch": 4}
+    pre = _scn(parallel=par, kernels={"zero3_backward_prefetch": "pre"})
+    post = _scn(parallel=par, kernels={"zero3_backward_prefetch": "post"})
+    assert (
+        pre.kernels.zero3_backward_prefetch == "pre"
+        and _scn(parallel=par).kernels.zero3_backward_prefetch == "pre"
+    )
+    program = P.build_program(post)
+    ag = next(c["time_s"] for c in program.collectives if c["kind"] == "allgather")
+    t_pre, t_post = simulate(pre).report.step_time_s, simulate(post).report.step_time_s
+    slowdown = pre.gpu.efficiency.overlap_slowdown
+    expected = pre.model.layers * program.num_microbatches * ag * (1 - slowdown)
+    assert t_post > t_pre
+    assert t_post - t_pre == pytest.approx(expected, rel=0.02)
+    with pytest.raises(ConfigError):
+        _scn(parallel=par, kernels={"zero3_backward_prefetch": "later"})

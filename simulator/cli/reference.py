@@ -328,6 +328,14 @@ KEYS: dict[str, Key] = {
         allowed=lambda: ("unfused", "fused", "torch"),
         since=NEXT,
     ),
+    "kernels.zero3_backward_prefetch": Key(
+        "when ZeRO-3/FSDP gathers the next layer's parameters in backward: pre = beside this layer's"
+        " backward (FSDP BACKWARD_PRE, FSDP2, Megatron-FSDP), post = after this layer's gradients"
+        " (PyTorch FSDP BACKWARD_POST, composer's default), so the gather is not hidden",
+        default='"pre"',
+        allowed=lambda: ("pre", "post"),
+        since=NEXT,
+    ),
     "kernels.zero3_collectives": Key(
         "ZeRO-3 parameter all-gathers and gradient reduce-scatters: nccl = NCCL on the topology"
         " (node NICs aggregated over NVLink), flat = a flat ring on each GPU's share of the node's"
@@ -920,6 +928,7 @@ JSON_FIELDS: dict[str, dict[str, str]] = {
         "kernels.tp_comm_async": "TP backward collectives overlapped with the GEMMs",
         "kernels.cross_entropy": "loss kernel: unfused (eager passes over the logits), fused or torch",
         "kernels.zero3_collectives": "how ZeRO-3 collectives are costed: nccl or flat",
+        "kernels.zero3_backward_prefetch": "ZeRO-3/FSDP backward gathers: pre (hidden) or post (exposed)",
         "kernels.system": "system residuals of the GPU's default stack (efficiency.toml)",
         "kernels.system.sustained_clock_fraction": "compute speed under sustained load vs the microbenchmarks",
         "kernels.system.kernel_launch_s": "unhidden launch gap per kernel [s]",

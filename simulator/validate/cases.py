@@ -275,6 +275,11 @@ def _kernels(rules: SourceRules, parallel: Mapping[str, Any], notes: list[str]) 
     if not rules.tp_comm_async and parallel["tp"] > 1:
         kernels["tp_comm_async"] = False
         notes.append(f"kernels: tp_comm_async = false ({rules.key} stack: TP collectives not overlapped)")
+    if rules.zero3_backward_prefetch and parallel["zero"] == 3:
+        kernels["zero3_backward_prefetch"] = rules.zero3_backward_prefetch
+        notes.append(
+            f"kernels: zero3_backward_prefetch = {rules.zero3_backward_prefetch} ({rules.key} stack)"
+        )
     if rules.zero3_collectives and parallel["zero"] == 3:
         kernels["zero3_collectives"] = rules.zero3_collectives
         notes.append(

@@ -36,6 +36,7 @@ class SourceRules:
     tp_comm_async: bool = True  # TP backward collectives beside the dgrad/wgrad GEMMs
     cross_entropy: str = ""  # loss kernel ("" = Megatron-Core's unfused default)
     zero3_collectives: str = ""  # ZeRO-3 rows: how their collectives ran ("" = nccl)
+    zero3_backward_prefetch: str = ""  # ZeRO-3/FSDP backward gathers ("" = pre)
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,7 +54,14 @@ class SourceTable:
 
 
 _RULE_KEYS = tuple(SourceRules.__dataclass_fields__)
-_OPTIONAL_KEYS = ("attention", "grad_reduce_dtype", "tp_comm_async", "cross_entropy", "zero3_collectives")
+_OPTIONAL_KEYS = (
+    "attention",
+    "grad_reduce_dtype",
+    "tp_comm_async",
+    "cross_entropy",
+    "zero3_collectives",
+    "zero3_backward_prefetch",
+)
 
 
 def _rules(table: dict[str, Any], where: str) -> SourceRules:
