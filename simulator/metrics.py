@@ -154,6 +154,7 @@ def software_stack(scn: Scenario) -> dict[str, Any]:
     """The kernel choices and system-level residuals this step was costed with (issue 12)."""
     from dataclasses import asdict
 
+    from .clocks import sustained_clock_fraction
     from .kernels import architecture, resolve_attention
 
     k = scn.kernels
@@ -167,5 +168,9 @@ def software_stack(scn: Scenario) -> dict[str, Any]:
         "zero3_collectives": k.zero3_collectives,
         "stack": k.stack,
         "zero3_backward_prefetch": k.zero3_backward_prefetch,
-        "system": asdict(scn.gpu.efficiency),
+        # the clock this GPU runs at: the calibrated reference-SKU clock × the board-power law
+        "system": {
+            **asdict(scn.gpu.efficiency),
+            "sustained_clock_fraction": sustained_clock_fraction(scn.gpu),
+        },
     }

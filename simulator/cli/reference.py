@@ -939,7 +939,7 @@ JSON_FIELDS: dict[str, dict[str, str]] = {
         "kernels.stack": "[kernels] stack whose system residuals were applied (empty: the default tables)",
         "kernels.zero3_backward_prefetch": "ZeRO-3/FSDP backward gathers: pre (hidden) or post (exposed)",
         "kernels.system": "system residuals of the GPU's default stack (efficiency.toml)",
-        "kernels.system.sustained_clock_fraction": "compute speed under sustained load vs the microbenchmarks",
+        "kernels.system.sustained_clock_fraction": "compute speed under sustained load vs the microbenchmarks (the calibrated clock x the board-power law, simulator/clocks.py)",
         "kernels.system.kernel_launch_s": "unhidden launch gap per kernel [s]",
         "kernels.system.microbatch_overhead_s": "host overhead per micro-batch and phase [s]",
         "kernels.system.nccl_bw_fraction": "achieved fraction of link bandwidth of collectives in the job",
