@@ -58,20 +58,23 @@ def _reference(arch: str) -> tuple[float, int, float] | None:
 
 
 @lru_cache(maxsize=64)
-def _factor(name: str, power_w: float, num_sms: int, peak: float) -> float:
+def _factor(name: str) -> float:
     from .kernels import kernel_data
+    from .loading import load_gpu_catalog
 
     arch = kernel_data()["architectures"].get(name)  # a GPU from a user's topology file: no law
     ref = _reference(arch) if arch else None
-    if ref is None:
+    sku = load_gpu_catalog().get(name)
+    if ref is None or sku is None:
         return 1.0
-    return power_clock_factor_of(power_w, num_sms, peak, *ref)
+    return power_clock_factor_of(sku.board_power_w, sku.num_sms, sku.peak_bf16_flop_per_s, *ref)
 
 
 def power_clock_factor(gpu: GPUSpec) -> float:
-    """This GPU's sustained clock relative to its architecture's reference SKU (1.0 for a GPU
-    outside the catalog's [architectures] table or without a rated board power)."""
-    return _factor(gpu.name, gpu.board_power_w, gpu.num_sms, gpu.peak_bf16_flop_per_s)
+    """The sustained clock of this GPU's catalog SKU relative to its architecture's reference SKU
+    (1.0 for a GPU outside the catalog). A property of the named SKU, from its catalog entry: a
+    scenario that changes a GPU's peaks or SMs changes its speed through them, not this factor."""
+    return _factor(gpu.name)
 
 
 def sustained_clock_fraction(gpu: GPUSpec) -> float:

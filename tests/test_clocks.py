@@ -66,6 +66,14 @@ def test_gpu_outside_the_catalog_gets_no_law() -> None:
     assert C.power_clock_factor(user) == 1.0
 
 
+def test_factor_belongs_to_the_catalog_sku() -> None:
+    """A scenario that doubles a GB200's peak runs faster (the factor is the SKU's, not recomputed
+    from the modified peak, so more hardware is never slower: tests/test_invariants.py)."""
+    gb200 = gpu_by_name("gb200")
+    doubled = replace(gb200, peak_bf16_flop_per_s=2 * gb200.peak_bf16_flop_per_s)
+    assert C.power_clock_factor(doubled) == C.power_clock_factor(gb200)
+
+
 # ----------------------------------------------------------------------------- Blackwell Ultra SFU
 def _attention(name: str, pass_: str, head_dim: int = 128, seq: int = 8192) -> float:
     gpu = gpu_by_name(name)
