@@ -153,9 +153,21 @@ KEYS: dict[str, Key] = {
     "model.position_embeddings": Key("learned absolute positions (GPT-2/3); false = rotary", "boolean"),
     "model.activation": Key(
         'MLP activation when not the default (SwiGLU if gated_mlp, else GELU): "squared_relu" '
-        "(Nemotron-4; Megatron-Core runs it as two unfused PyTorch ops)",
+        "(Nemotron-4; Megatron-Core runs it as two unfused PyTorch ops) or "
+        '"clamped_quick_geglu" (GPT-OSS, gated: its input clamps run unfused)',
         "string",
         default='""',
+    ),
+    "model.linear_bias": Key(
+        "biases on the linear layers and experts (Megatron add_bias_linear; GPT-OSS): the experts' "
+        "output bias is applied per token in FP32",
+        "boolean",
+        since=NEXT,
+    ),
+    "model.rope_mscale": Key(
+        "YaRN attention factor on RoPE's cos/sin (GPT-OSS 1.3466); not 1 = Megatron-Core's unfused RoPE",
+        "number",
+        since=NEXT,
     ),
     "model.moe": Key("mixture of experts (routing assumed balanced)", "table", default="dense model"),
     "model.moe.num_experts": Key("routed experts per MoE layer", "integer", default="0 (dense)"),
