@@ -1005,7 +1005,7 @@ def scenario_from_dict(data: Mapping[str, Any], base_dir: Path | None = None, so
     sweep = _sweep_table(_table(data, "sweep", ""))
     run = run_from_table(_table(data, "run", "")) if "run" in data else None
     name = data.get("name", Path(source).stem if source else "scenario")
-    return Scenario(
+    scn = Scenario(
         name=name,
         model=model,
         topology=topology,
@@ -1020,6 +1020,34 @@ def scenario_from_dict(data: Mapping[str, Any], base_dir: Path | None = None, so
         memory=memory,
         run=run,
     )
+    return with_kernels_stack(scn) if kernels.stack else scn
+
+
+def stack_residuals(stack: str, gpu_name: str) -> tuple[str, dict[str, Any] | None]:
+    """(architecture, `[stacks.<stack>.<architecture>]` of efficiency.toml or None) for a GPU; the
+    architecture from kernels.toml [architectures] (a user-defined GPU counts as Hopper-class,
+    as in simulator/kernels.py)."""
+    arch = str(_parsed(_file_version(catalog_file("kernels.toml")))["architectures"].get(gpu_name, "hopper"))
+    tables = _parsed(_file_version(catalog_file("efficiency.toml"))).get("stacks", {})
+    return arch, tables.get(stack, {}).get(arch)
+
+
+def with_kernels_stack(scn: Scenario) -> Scenario:
+    """`[kernels] stack`: the GPU's system residuals (sustained clock, launch gap, host overhead,
+    NCCL fraction, overlap slowdown) from that stack's fit on the GPU's architecture instead of
+    the default stack's per-GPU table; refused when the stack was not fitted there. The precision
+    recipe's GEMM fraction stays the GPU's (it is not a stack residual)."""
+    stack = scn.kernels.stack
+    arch, table = stack_residuals(stack, scn.gpu.name)
+    if not table:
+        raise ConfigError(
+            f"kernels.stack = {stack!r} has no fitted residuals on {arch} GPUs ({scn.gpu.name})",
+            key="kernels.stack",
+        )
+    names = {f.name for f in fields(GPUEfficiency)} - {"fp4_matmul_fraction"}
+    eff = replace(scn.gpu.efficiency, **{k: v for k, v in table.items() if k in names})
+    gpu = replace(scn.gpu, efficiency=eff)
+    return replace(scn, topology=replace(scn.topology, gpu=gpu))
 
 
 RUN_KEYS = (

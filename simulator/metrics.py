@@ -165,6 +165,7 @@ def software_stack(scn: Scenario) -> dict[str, Any]:
         "tp_comm_async": k.tp_comm_async,
         "cross_entropy": k.cross_entropy or "unfused",
         "zero3_collectives": k.zero3_collectives,
+        "stack": k.stack,
         "zero3_backward_prefetch": k.zero3_backward_prefetch,
         "system": asdict(scn.gpu.efficiency),
     }

@@ -504,7 +504,12 @@ class _Coster:
                 b_w.append(Segment("compute", "fsdp grad cast", memory_op_time_s(d, cast), 0.0, cast))
             fwd_s = sum(p.duration_s for p in fwd)
             bwd_s = sum(p.duration_s for p in b_in + b_w)
-            fwd.append(Segment("dp_comm", "zero3 param allgather", max(0.0, ag - fwd_s), 0.0, 0.0))
+            # the hidden part shares SMs and HBM with the layer's compute, as TP overlap does: the
+            # compute it overlaps is slowed by overlap_slowdown, and only the transfer time beyond
+            # the slowed compute is exposed (a layer takes max(transfer, slowed compute))
+            slowdown = scn.gpu.efficiency.overlap_slowdown
+            slow_f = min(ag, fwd_s) * slowdown
+            fwd.append(Segment("dp_comm", "zero3 param allgather", max(0.0, ag - fwd_s - slow_f), 0.0, 0.0))
             # overlap_grad_reduce = false: the gradient reduce-scatter runs after the layer's
             # backward instead of beside it (DeepSpeed's overlap_comm = false, its default)
             hidden_rs = rs if par.overlap_grad_reduce else 0.0
@@ -512,24 +517,16 @@ class _Coster:
                 # PyTorch FSDP BackwardPrefetch.BACKWARD_POST (composer's default): the next
                 # layer's gather is issued only after this layer's gradients are computed, so it
                 # overlaps the reduce-scatter, not the compute: exposed in full
-                exposed_b, hidden_ag_b = ag + max(0.0, hidden_rs - bwd_s), 0.0
+                slow_b = min(hidden_rs, bwd_s) * slowdown
+                exposed_b = ag + max(0.0, hidden_rs - bwd_s - slow_b)
             else:  # BACKWARD_PRE / FSDP2 / Megatron: gathered ahead, beside this layer's backward
-                exposed_b, hidden_ag_b = max(0.0, ag + hidden_rs - bwd_s), ag
+                slow_b = min(ag + hidden_rs, bwd_s) * slowdown
+                exposed_b = max(0.0, ag + hidden_rs - bwd_s - slow_b)
             b_w.append(Segment("dp_comm", "zero3 allgather+reducescatter", exposed_b, 0.0, 0.0))
             if rs > hidden_rs:
                 b_w.append(Segment("dp_comm", "zero3 reducescatter (not overlapped)", rs, 0.0, 0.0))
-            # the hidden part shares SMs and HBM with the layer's compute, as TP overlap does
-            slowdown = scn.gpu.efficiency.overlap_slowdown
-            fwd.append(Segment("compute", "zero3 overlap interference", min(ag, fwd_s) * slowdown, 0.0, 0.0))
-            b_w.append(
-                Segment(
-                    "compute",
-                    "zero3 overlap interference",
-                    min(hidden_ag_b + hidden_rs, bwd_s) * slowdown,
-                    0.0,
-                    0.0,
-                )
-            )
+            fwd.append(Segment("compute", "zero3 overlap interference", slow_f, 0.0, 0.0))
+            b_w.append(Segment("compute", "zero3 overlap interference", slow_b, 0.0, 0.0))
         recompute = self._recompute(fwd, spans)
         return _Phase(tuple(fwd)), _Phase(tuple(b_in)), _Phase(tuple(b_w)), recompute, params_local
 

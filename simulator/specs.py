@@ -699,6 +699,8 @@ class VariabilitySpec:
 ATTENTION_IMPLS = ("fa2", "fa3", "cudnn", "triton", "unfused")
 CROSS_ENTROPY_IMPLS = ("unfused", "fused", "torch")
 ZERO3_COLLECTIVES = ("nccl", "flat")
+# software stacks with fitted residuals (simulator/stacks.py, efficiency.toml [stacks.*])
+STACK_NAMES = ("megatron-core", "megatron-2021", "composer-fsdp")
 ZERO3_BACKWARD_PREFETCH = ("pre", "post")
 
 
@@ -722,6 +724,9 @@ class KernelOptions:
     # ZeRO-3 parameter all-gathers / gradient reduce-scatters: "nccl" = NCCL on the topology (node
     # NICs aggregated over NVLink), "flat" = flat ring on each GPU's NIC share (DeepSpeed 2021)
     zero3_collectives: str = "nccl"
+    # the software stack whose fitted system residuals replace the GPU's default-stack table
+    # ("" = the default, Megatron-Core + TE; docs/calibration.md): STACK_NAMES
+    stack: str = ""
     # ZeRO-3/FSDP gathers in backward: "pre" = the next layer's gather runs beside this layer's
     # backward (FSDP BACKWARD_PRE, FSDP2, Megatron-FSDP); "post" = issued after this layer's
     # gradients (PyTorch FSDP BACKWARD_POST, composer's default): not hidden by compute
@@ -733,6 +738,8 @@ class KernelOptions:
         if self.cross_entropy:
             _check_choice("kernels.cross_entropy", self.cross_entropy, CROSS_ENTROPY_IMPLS)
         _check_choice("kernels.zero3_collectives", self.zero3_collectives, ZERO3_COLLECTIVES)
+        if self.stack:
+            _check_choice("kernels.stack", self.stack, STACK_NAMES)
         _check_choice(
             "kernels.zero3_backward_prefetch", self.zero3_backward_prefetch, ZERO3_BACKWARD_PREFETCH
         )

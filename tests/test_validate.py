@@ -273,6 +273,16 @@ def test_validate_report_and_mape(shipped):
     assert "MAPE" in text and "DeepSeekV4Flash" in text
 
 
+def test_validate_jobs_gives_the_same_report_in_the_same_order(shipped):
+    """`validate --jobs 2` (issue 16): forked workers simulate the rows; the report, its row
+    order and its unusable rows (with their reasons) are those of one process."""
+    runs = list(shipped.values())[::12]  # a spread of sources, GPUs and unusable rows
+    one = V.validate_runs(runs, V.default_simulate(), progress=False)
+    two = V.validate_runs(runs, V.default_simulate(), progress=False, jobs=2)
+    assert one.results == two.results and one.unusable == two.unusable
+    assert len(one.results) >= 20 and one.unusable
+
+
 def test_cli_validate_small_csv(tmp_path, shipped, monkeypatch, capsys):
     monkeypatch.setattr(V, "default_simulate", lambda: fake_simulate)
     path = small_csv(tmp_path, shipped, IDS)

@@ -138,3 +138,14 @@ def test_reduce_scatter_outside_backward_when_grad_reduce_is_not_overlapped() ->
     assert t_off > t_on
     slowdown = on.gpu.efficiency.overlap_slowdown
     assert t_off - t_on == pytest.approx(GPT3["layers"] * rs * (1 - slowdown), rel=0.1)
+
+
+def test_comm_bound_layer_takes_the_transfer_time_not_transfer_plus_interference() -> None:
+    """A layer whose gather outlasts its (interference-slowed) compute takes exactly the gather's
+    time: the overlap slowdown hides under the transfer instead of adding to it."""
+    prog = build_program(zero3())  # 1536 GPUs, one micro-batch: every layer's forward is gather-bound
+    ag = next(c["time_s"] for c in prog.collectives if c["kind"] == "allgather")
+    chunk = prog.stages[0].chunks[0]
+    outside = {"host overhead (micro-batch)", "embedding lookup", "final norm", "logits", "cross-entropy"}
+    layers_s = sum(seg.duration_s for seg in chunk.forward.segments if seg.name not in outside)
+    assert layers_s == pytest.approx(chunk.num_layers * ag, rel=1e-9)

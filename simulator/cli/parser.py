@@ -186,6 +186,12 @@ def _add_validate(sub: Any) -> None:
     p.add_argument("--out", metavar="FILE.csv", help="write the per-row table")
     p.add_argument("--gpu", help="only rows of this GPU label (substring match)")
     p.add_argument("--source", help="only rows whose source contains this text")
+    p.add_argument(
+        "--jobs",
+        type=positive_int("--jobs"),
+        default=1,
+        help="worker processes simulating rows in parallel (same results, same order)",
+    )
 
 
 def _add_whatif(sub: Any) -> None:

@@ -356,6 +356,14 @@ KEYS: dict[str, Key] = {
         allowed=lambda: ("nccl", "flat"),
         since=NEXT,
     ),
+    "kernels.stack": Key(
+        "software stack whose fitted system residuals (sustained clock, launch gap, host overhead"
+        " per micro-batch, NCCL fraction, overlap slowdown) replace the GPU's default-stack table;"
+        " empty = Megatron-Core + TE; refused on an architecture the stack was not fitted on",
+        default='""',
+        allowed=lambda: ("megatron-core", "megatron-2021", "composer-fsdp"),
+        since=NEXT,
+    ),
     # [memory]
     "memory": Key("offloading to host memory", "table", since=NEXT),
     "memory.offload_activations": Key(
@@ -940,6 +948,7 @@ JSON_FIELDS: dict[str, dict[str, str]] = {
         "kernels.tp_comm_async": "TP backward collectives overlapped with the GEMMs",
         "kernels.cross_entropy": "loss kernel: unfused (eager passes over the logits), fused or torch",
         "kernels.zero3_collectives": "how ZeRO-3 collectives are costed: nccl or flat",
+        "kernels.stack": "[kernels] stack whose system residuals were applied (empty: the default tables)",
         "kernels.zero3_backward_prefetch": "ZeRO-3/FSDP backward gathers: pre (hidden) or post (exposed)",
         "kernels.system": "system residuals of the GPU's default stack (efficiency.toml)",
         "kernels.system.sustained_clock_fraction": "compute speed under sustained load vs the microbenchmarks",

@@ -31,7 +31,8 @@ def cmd_validate(args: argparse.Namespace, simulate_fn: SimulateFn | None = None
         flag = "--gpu" if getattr(args, "gpu", None) else "--source"
         raise ConfigError(f"no row of {path} matches the filter", key=flag)
     fn = simulate_fn if simulate_fn is not None else validate.default_simulate()
-    report = validate.validate_runs(selected, fn, csv_path=str(path), progress=True)
+    jobs = getattr(args, "jobs", 1) or 1
+    report = validate.validate_runs(selected, fn, csv_path=str(path), progress=True, jobs=jobs)
     if out is not None:
         validate.write_out(report, out)
     if getattr(args, "json", False):

@@ -87,7 +87,7 @@ class Runner:
             importlib.import_module("..engine", __package__)
             methods = multiprocessing.get_all_start_methods()
             ctx = multiprocessing.get_context("fork" if "fork" in methods else "spawn")
-            self._pool = ctx.Pool(processes=self.jobs, initializer=_worker_init, initargs=(os.getpid(),))
+            self._pool = ctx.Pool(processes=self.jobs, initializer=pool_worker_init, initargs=(os.getpid(),))
         return self._pool
 
     def _run_dask(
@@ -143,7 +143,7 @@ def _ignore_sigint() -> None:
 PR_SET_PDEATHSIG = 1  # linux/prctl.h
 
 
-def _worker_init(parent_pid: int) -> None:
+def pool_worker_init(parent_pid: int) -> None:
     """A pool worker dies quietly with its parent: Ctrl-C is left to the parent (which
     terminates the pool), SIGTERM keeps its default action (the forked worker must not inherit
     the CLI's handler, which raises to clean up), and on Linux the kernel sends SIGTERM when

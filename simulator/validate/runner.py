@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from ..errors import ConfigError
@@ -21,14 +21,16 @@ SimulateFn = Callable[[Scenario], Any]  # returns a StepReport (or an object wit
 
 
 def default_simulate() -> SimulateFn:
-    """The discrete-event engine's `simulate`, returning its StepReport."""
+    """The discrete-event engine's `simulate`, returning its StepReport (a module function, so
+    that `validate --jobs` can hand it to worker processes)."""
+    return simulate_report
+
+
+def simulate_report(scenario: Scenario) -> Any:
     from ..simulate import simulate
 
-    def run(scenario: Scenario) -> Any:
-        result = simulate(scenario)
-        return getattr(result, "report", result)
-
-    return run
+    result = simulate(scenario)
+    return getattr(result, "report", result)
 
 
 def scenario_for(case: Case, source: str = "") -> Scenario:
@@ -103,40 +105,70 @@ def validate_runs(
     *,
     csv_path: str = "",
     progress: bool = True,
+    jobs: int = 1,
 ) -> ValidationReport:
+    """Every row simulated (or reported unusable, with why), in the rows' order. `jobs` > 1:
+    rows are simulated by that many forked worker processes (the same results, in the same order)."""
     results: list[RowResult] = []
     unusable: list[Unusable] = []
     bar = Progress(len(runs), "validate", unit="rows") if progress else None
-    for run in runs:
-        case = build_case(run)
-        if isinstance(case, Unusable):
-            unusable.append(case)
+    for outcome in _outcomes(runs, simulate_fn, csv_path, jobs):
+        if isinstance(outcome, Unusable):
+            unusable.append(outcome)
         else:
-            try:
-                scenario = scenario_for(case, source=csv_path)
-                result = evaluate(case, scenario, simulate_fn)
-                implied = implied_mfu(result)
-                if implied is not None and implied > MAX_IMPLIED_MFU:
-                    unusable.append(
-                        _unusable(
-                            case,
-                            f"impossible measurement: {case.metric} = {case.measured:g} means an MFU of "
-                            f"{implied:.0%} on {scenario.num_gpus} x {scenario.gpu.name}, above 100% of peak",
-                        )
-                    )
-                else:
-                    results.append(result)
-            except ConfigError as err:
-                unusable.append(
-                    _unusable(
-                        case,
-                        f"invalid scenario: {err.message if err.key is None else f'{err.key}: {err.message}'}",
-                    )
-                )
-            except (ValueError, NotImplementedError, ArithmeticError, KeyError) as exc:
-                unusable.append(_unusable(case, f"simulator failed: {type(exc).__name__}: {exc}"))
+            results.append(outcome)
         if bar is not None:
             bar.update()
     if bar is not None:
         bar.close()
     return ValidationReport(results=tuple(results), unusable=tuple(unusable), csv_path=csv_path)
+
+
+def evaluate_run(run: PublishedRun, simulate_fn: SimulateFn, csv_path: str = "") -> RowResult | Unusable:
+    """One row: its result, or why it could not be simulated (never dropped silently)."""
+    case = build_case(run)
+    if isinstance(case, Unusable):
+        return case
+    try:
+        scenario = scenario_for(case, source=csv_path)
+        result = evaluate(case, scenario, simulate_fn)
+        implied = implied_mfu(result)
+    except ConfigError as err:
+        reason = err.message if err.key is None else f"{err.key}: {err.message}"
+        return _unusable(case, f"invalid scenario: {reason}")
+    except (ValueError, NotImplementedError, ArithmeticError, KeyError) as exc:
+        return _unusable(case, f"simulator failed: {type(exc).__name__}: {exc}")
+    if implied is not None and implied > MAX_IMPLIED_MFU:
+        return _unusable(
+            case,
+            f"impossible measurement: {case.metric} = {case.measured:g} means an MFU of "
+            f"{implied:.0%} on {scenario.num_gpus} x {scenario.gpu.name}, above 100% of peak",
+        )
+    return result
+
+
+def _outcomes(
+    runs: Sequence[PublishedRun], simulate_fn: SimulateFn, csv_path: str, jobs: int
+) -> Iterator[RowResult | Unusable]:
+    if jobs <= 1 or len(runs) <= 1:
+        for run in runs:
+            yield evaluate_run(run, simulate_fn, csv_path)
+        return
+    import multiprocessing
+    import os
+    from functools import partial
+
+    from ..sweep.runner import pool_worker_init  # workers die quietly, with their parent
+
+    methods = multiprocessing.get_all_start_methods()
+    ctx = multiprocessing.get_context("fork" if "fork" in methods else "spawn")
+    one = partial(evaluate_run, simulate_fn=simulate_fn, csv_path=csv_path)  # simulate_fn must pickle
+    pool = ctx.Pool(processes=jobs, initializer=pool_worker_init, initargs=(os.getpid(),))
+    try:
+        yield from pool.imap(one, runs, chunksize=max(1, len(runs) // (8 * jobs)))
+        pool.close()
+    except BaseException:
+        pool.terminate()
+        raise
+    finally:
+        pool.join()

@@ -1,0 +1,55 @@
+"""`[kernels] stack` (issue 12 item 3): a scenario names the software stack whose fitted system
+residuals it runs with, instead of the GPU's default-stack table — the same residuals
+`mfusim validate` applies per source (simulator/stacks.py)."""
+
+from __future__ import annotations
+
+import pytest
+
+from simulator.errors import ConfigError
+from simulator.loading import scenario_from_dict
+from simulator.simulate import simulate
+from simulator.specs import STACK_NAMES
+from simulator.stacks import STACKS, with_stack
+
+MODEL = {"name": "t", "layers": 8, "hidden": 4096, "heads": 32, "vocab": 51200, "seq_len": 2048}
+
+
+def scn(topology: str = "dgx-a100", **kernels: object):
+    return scenario_from_dict(
+        {
+            "model": MODEL,
+            "cluster": {"topology": topology, "num_gpus": 16},
+            "parallel": {"tp": 8, "pp": 2, "global_batch": 16},
+            "kernels": kernels,
+        }
+    )
+
+
+def test_the_key_lists_every_stack_with_residuals() -> None:
+    assert set(STACK_NAMES) == set(STACKS)
+
+
+@pytest.mark.parametrize("stack", ["megatron-2021", "composer-fsdp"])
+def test_stack_key_applies_the_same_residuals_as_validate(stack: str) -> None:
+    keyed = scn(stack=stack)
+    mapped = with_stack(scn(), stack)
+    assert keyed.gpu.efficiency == mapped.gpu.efficiency
+    assert keyed.gpu.efficiency != scn().gpu.efficiency
+    assert simulate(keyed).report.step_time_s == pytest.approx(simulate(mapped).report.step_time_s, rel=1e-12)
+
+
+def test_empty_and_default_stack_keep_the_gpu_table() -> None:
+    assert scn(stack="").gpu.efficiency == scn().gpu.efficiency
+
+
+def test_a_stack_not_fitted_on_the_architecture_is_refused() -> None:
+    with pytest.raises(
+        ConfigError, match="kernels.stack = 'megatron-2021' has no fitted residuals on hopper"
+    ):
+        scn("dgx-h100", stack="megatron-2021")
+
+
+def test_unknown_stack_is_refused_naming_the_key() -> None:
+    with pytest.raises(ConfigError, match="kernels.stack"):
+        scn(stack="deepspeed")
