@@ -760,12 +760,13 @@ class _Coster:
                 )
             )
         start = len(fwd)
-        if m.activation == "clamped_quick_geglu":
+        eager = not scn.kernels.fused_grouped_mlp  # TE's fused grouped MLP does these inside
+        if m.activation == "clamped_quick_geglu" and eager:
             self._eager(fwd, b_in, "expert act input clamps", CLAMPED_GLU_PASSES, rows * fc1_n * a)
         mem("expert act", (3 if m.gated_mlp else 2) * rows * f_local * a)
         span("moe_act", start)
         grouped("expert fc2", h, f_local)
-        if m.linear_bias:
+        if m.linear_bias and eager:
             self._eager(fwd, b_in, "expert fc2 bias (fp32)", EXPERT_BIAS_BYTES, rows * h)
         if m.shared_expert_ffn_hidden:
             fs = m.shared_expert_ffn_hidden // par.tp

@@ -731,9 +731,15 @@ class KernelOptions:
     # backward (FSDP BACKWARD_PRE, FSDP2, Megatron-FSDP); "post" = issued after this layer's
     # gradients (PyTorch FSDP BACKWARD_POST, composer's default): not hidden by compute
     zero3_backward_prefetch: str = "pre"
+    # Megatron-Core use_transformer_engine_op_fuser (Megatron-Bridge cutedsl_fused_grouped_mlp): the
+    # experts' activation, its input clamps and the probability-scaled fc2 bias run inside TE's
+    # fused grouped-MLP ops instead of eager PyTorch ops (simulator/program.py CLAMPED_GLU_PASSES,
+    # EXPERT_BIAS_BYTES)
+    fused_grouped_mlp: bool = False
 
     def __post_init__(self) -> None:
         _check_bool("kernels.flash_attention", self.flash_attention)
+        _check_bool("kernels.fused_grouped_mlp", self.fused_grouped_mlp)
         _check_bool("kernels.tp_comm_async", self.tp_comm_async)
         if self.cross_entropy:
             _check_choice("kernels.cross_entropy", self.cross_entropy, CROSS_ENTROPY_IMPLS)

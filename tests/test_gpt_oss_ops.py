@@ -139,3 +139,24 @@ def test_preset_says_what_it_does_not_model() -> None:
     notes = model_preset("gpt-oss-120b").notes
     assert any("sliding window" in n for n in notes) and any("sinks" in n for n in notes)
     assert model_preset("qwen3-30b-a3b").notes == ()
+
+
+def test_fused_grouped_mlp_drops_exactly_the_eager_expert_ops() -> None:
+    """[kernels] fused_grouped_mlp (TE op fuser): no eager clamps, no FP32 fc2 bias; the rest equal."""
+    eager = _segments(_scn())
+    data: dict[str, Any] = {
+        "model": {"preset": "gpt-oss-120b", "seq_len": SEQ, "layers": 4},
+        "cluster": {"topology": "dgx-h100", "num_gpus": 8},
+        "parallel": {"ep": EP, "micro_batch": 1, "global_batch": 8},
+        "kernels": {"fused_grouped_mlp": True},
+    }
+    fused = _segments(scenario_from_dict(data))
+    dropped = {"expert act input clamps", "expert fc2 bias (fp32)"}
+    assert set(eager["fwd"]) - set(fused["fwd"]) == dropped
+    gone_s = sum(
+        s.duration_s
+        for name, s in {**eager["fwd"], **eager["bwd"]}.items()
+        if name.removesuffix(" bwd") in dropped
+    )
+    assert eager["total_s"] - fused["total_s"] == pytest.approx(gone_s, rel=1e-9)
+    assert "rope (unfused: YaRN mscale)" in fused["fwd"]  # attention side: not the grouped MLP

@@ -340,6 +340,12 @@ KEYS: dict[str, Key] = {
         allowed=lambda: ("unfused", "fused", "torch"),
         since=NEXT,
     ),
+    "kernels.fused_grouped_mlp": Key(
+        "experts' activation (with GPT-OSS's clamps) and probability-scaled fc2 bias inside TE's fused"
+        " grouped-MLP ops (Megatron-Core use_transformer_engine_op_fuser) instead of eager PyTorch ops",
+        "boolean",
+        since=NEXT,
+    ),
     "kernels.zero3_backward_prefetch": Key(
         "when ZeRO-3/FSDP gathers the next layer's parameters in backward: pre = beside this layer's"
         " backward (FSDP BACKWARD_PRE, FSDP2, Megatron-FSDP), post = after this layer's gradients"
@@ -950,6 +956,7 @@ JSON_FIELDS: dict[str, dict[str, str]] = {
         "kernels.zero3_collectives": "how ZeRO-3 collectives are costed: nccl or flat",
         "kernels.stack": "[kernels] stack whose system residuals were applied (empty: the default tables)",
         "kernels.zero3_backward_prefetch": "ZeRO-3/FSDP backward gathers: pre (hidden) or post (exposed)",
+        "kernels.fused_grouped_mlp": "experts' activation and fc2 bias in TE's fused grouped-MLP ops",
         "kernels.system": "system residuals of the GPU's default stack (efficiency.toml)",
         "kernels.system.sustained_clock_fraction": "compute speed under sustained load vs the microbenchmarks",
         "kernels.system.kernel_launch_s": "unhidden launch gap per kernel [s]",
