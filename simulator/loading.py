@@ -567,7 +567,7 @@ def _resolve_unmodeled(
             key=key,
             file=cfg_file,
         )
-    return notes + [f"{cfg_file}: {feature} is not modeled" for feature in features]
+    return notes + [f"{cfg_file}: not modeled: {feature}" for feature in features]
 
 
 def model_from_table(table: Mapping[str, Any], base_dir: Path) -> ModelSpec:
@@ -593,7 +593,7 @@ def model_from_table(table: Mapping[str, Any], base_dir: Path) -> ModelSpec:
                 key="model.preset",
             )
         raw = dict(presets[found])
-        notes += [f"model preset {found!r}: {what} is not modeled" for what in raw.pop("unmodeled", [])]
+        notes += [f"model preset {found!r}: not modeled: {what}" for what in raw.pop("unmodeled", [])]
         moe = raw.pop("moe", {})
         mla = raw.pop("mla", None)
         values.update(raw)
