@@ -54,6 +54,8 @@ MODEL_KEYS = (
     "tied_embeddings",
     "position_embeddings",
     "activation",
+    "linear_bias",
+    "rope_mscale",
     "mtp_layers",
     "dropout",
 )
@@ -309,6 +311,11 @@ def model_preset(name: str) -> ModelSpec:
 
 
 # ----------------------------------------------------------------------------- model
+# Architecture that no config.json key names (the model type implies it) and the simulator does
+# not model: always one warning line.
+GPT_OSS_SINKS = (
+    "gpt_oss attention sinks (a learnable softmax offset per head; costed as plain causal attention)"
+)
 # config.json keys that change the architecture in ways the simulator does not model. Each is an
 # error naming the file and key unless `[model] allow_unmodeled` lists it (then one warning line).
 UNMODELED_HF_KEYS = {
@@ -380,6 +387,29 @@ def _unmodeled_keys(cfg: Mapping[str, Any], top: Mapping[str, Any]) -> dict[str,
     return found
 
 
+def yarn_attention_factor(rope: Mapping[str, Any]) -> float:
+    """The factor YaRN multiplies RoPE's cos/sin by (1.0 for any other scaling), as Megatron-Core
+    computes it (megatron/core/models/common/embeddings/yarn_rotary_pos_embedding.py
+    `_yarn_get_concentration_factor`; HF `_compute_yarn_parameters` gives the same): 0.1·ln(factor)
+    + 1 unless both mscale and mscale_all_dim are given, then the ratio of the two such terms."""
+    if str(rope.get("rope_type") or rope.get("type") or "").lower() != "yarn":
+        return 1.0
+    factor = rope.get("factor")
+    given = rope.get("attention_factor")
+    if isinstance(given, int | float) and not isinstance(given, bool):
+        return float(given)
+    if not isinstance(factor, int | float) or isinstance(factor, bool) or factor <= 1:
+        return 1.0
+
+    def term(m: float) -> float:
+        return 0.1 * m * math.log(factor) + 1.0
+
+    mscale, mscale_all_dim = rope.get("mscale"), rope.get("mscale_all_dim")
+    if isinstance(mscale, int | float) and isinstance(mscale_all_dim, int | float):
+        return term(float(mscale)) / term(float(mscale_all_dim))
+    return term(1.0)
+
+
 def hf_config_fields(path: Path) -> dict[str, Any]:
     """Model fields from a Hugging Face config.json, offline (SPEC §1, issue 13).
 
@@ -435,9 +465,20 @@ def hf_config_fields(path: Path) -> dict[str, Any]:
         "gpt_oss",
     )
     out["tied_embeddings"] = bool(get("tie_word_embeddings") or False)
+    if model_type == "gpt_oss":
+        # GPT-OSS: clamped gated quick-GELU (swiglu_limit) and biases on every linear layer and
+        # expert (Megatron-Bridge GPTOSSBridge: add_bias_linear, activation_func_clamp_value)
+        out["activation"] = "clamped_quick_geglu"
+        out["linear_bias"] = True
+        out["_features"] = [GPT_OSS_SINKS]
+    elif get("mlp_bias") is True:
+        out["linear_bias"] = True
     # --- sequence length: the scenario's; else the pre-training length the config records
     rope_value = cfg.get("rope_scaling")
     rope: dict[str, Any] = rope_value if isinstance(rope_value, dict) else {}
+    mscale = yarn_attention_factor(rope)
+    if mscale != 1.0:
+        out["rope_mscale"] = mscale
     seq = rope.get("original_max_position_embeddings") or get(
         "max_position_embeddings", "n_positions", "seq_length"
     )
@@ -512,6 +553,7 @@ def _resolve_unmodeled(
     """Errors for unmodeled keys (exit 2) unless allowed; warning lines for the allowed ones."""
     unmodeled: dict[str, str] = hf.pop("_unmodeled")
     windows: dict[str, int] = hf.pop("_windows")
+    features: list[str] = hf.pop("_features", [])
     for key, window in windows.items():
         if key in unmodeled and _is_int(seq_len) and window >= seq_len:  # type: ignore[operator]
             del unmodeled[key]  # a window no shorter than the sequence is plain causal attention
@@ -525,7 +567,7 @@ def _resolve_unmodeled(
             key=key,
             file=cfg_file,
         )
-    return notes
+    return notes + [f"{cfg_file}: not modeled: {feature}" for feature in features]
 
 
 def model_from_table(table: Mapping[str, Any], base_dir: Path) -> ModelSpec:
@@ -551,6 +593,7 @@ def model_from_table(table: Mapping[str, Any], base_dir: Path) -> ModelSpec:
                 key="model.preset",
             )
         raw = dict(presets[found])
+        notes += [f"model preset {found!r}: not modeled: {what}" for what in raw.pop("unmodeled", [])]
         moe = raw.pop("moe", {})
         mla = raw.pop("mla", None)
         values.update(raw)
@@ -633,6 +676,7 @@ HF_SOURCE_KEYS: dict[str, tuple[str, ...]] = {
     "max_nodes_per_token": ("topk_group",),
     "mtp_layers": ("num_nextn_predict_layers",),
     "dropout": ("hidden_dropout", "attention_dropout", "resid_pdrop", "attn_pdrop"),
+    "rope_mscale": ("rope_scaling",),
     "q_lora_rank": ("q_lora_rank",),
     "kv_lora_rank": ("kv_lora_rank",),
     "qk_nope_head_dim": ("qk_nope_head_dim",),

@@ -168,6 +168,7 @@ def software_stack(scn: Scenario) -> dict[str, Any]:
         "zero3_collectives": k.zero3_collectives,
         "stack": k.stack,
         "zero3_backward_prefetch": k.zero3_backward_prefetch,
+        "fused_grouped_mlp": k.fused_grouped_mlp,
         # the clock this GPU runs at: the calibrated reference-SKU clock × the board-power law
         "system": {
             **asdict(scn.gpu.efficiency),

@@ -79,6 +79,35 @@ HOPPER_FP8_TRANSPOSE_BYTES = 1.0
 # (forward bytes, forward kernels, backward bytes, backward kernels) per logit:
 CE_PASSES = {"unfused": (38.0, 6, 14.0, 2), "torch": (18.0, 3, 22.0, 4)}
 SQUARED_RELU_PASSES = 4  # forward passes over the MLP's inner activation (backward: twice that)
+# Elementwise work Megatron-Core runs as eager PyTorch ops, as (forward passes, forward kernels,
+# backward passes, backward kernels) over the tensor named; a pass moves one 16-bit copy of it.
+# GPT-OSS's clamped quick-GeGLU (activation = "clamped_quick_geglu"): weighted_bias_quick_geglu_impl
+# (megatron/core/fusions/fused_bias_geglu.py, used by MLP and TEGroupedMLP) clamps the two halves
+# of the fc1 output before its fused kernel: chunk (views), x_glu.clamp and x_linear.clamp (each
+# reads and writes half) and torch.cat (reads and writes all): 4 passes over the [tokens, 2f] fc1
+# output in 3 kernels. Backward: cat's gradient is views; each clamp's gradient reads the incoming
+# gradient and its saved input and writes one (3 half passes each: 3); chunk's gradient
+# concatenates the two halves (2): 5 passes in 3 kernels.
+CLAMPED_GLU_PASSES = (4.0, 3, 5.0, 3)
+# YaRN RoPE with an attention factor (rope_mscale != 1): TE's fused RoPE takes no mscale, so
+# Megatron-Core's apply_rotary_pos_emb falls back to _apply_rotary_pos_emb_bshd
+# (megatron/core/models/common/embeddings/rope_utils.py: "mscale=... is not supported by TE's fused
+# RoPE. Using unfused implementation."). Per element of q and k: t*cos (2 passes), rotate_half's
+# negation and cat (1 + 2), *sin (2), the add (3) and the final cat with the empty pass-through
+# part (2) = 12 passes in 6 kernels; backward: the gradients of the two products (2 + 2), of the
+# negation (1), chunk's cat (2) and the sum of the two paths (3) = 10 passes in 5 kernels. (Fused
+# RoPE: 2 passes each way, what "rope" costs otherwise.)
+UNFUSED_ROPE_PASSES = (12.0, 6, 10.0, 5)
+# Expert biases (linear_bias): TEGroupedMLP._apply_bias / _apply_packed_bias
+# (megatron/core/transformer/moe/experts.py) add each token copy's fc2 bias, scaled by its routing
+# probability, in FP32 after the grouped GEMM (fc1's bias is added inside TE's grouped GEMM). Per
+# element of the [tokens*top_k, hidden] output: .float() (2 + 4 bytes), repeat_interleave of the
+# bias (4), bias*probs (4 + 4), the add (4 + 4 + 4) and .to(bf16) (4 + 2) = 36 bytes in 5 kernels;
+# backward: the cast's gradient (2 + 4), the probability-scaled bias gradient (4 + 4), the
+# probability gradient (product and row sum, 4 + 4), repeat_interleave's segment sum (4) and the
+# cast to 16-bit (4 + 2) = 32 bytes in 5 kernels. (forward bytes, kernels, backward bytes, kernels)
+# per element:
+EXPERT_BIAS_BYTES = (36.0, 5, 32.0, 5)
 # Context-parallel ring attention merges each step's partial result into the running one (TE
 # flash_attn_fwd_out_correction / the dq and dk,dv accumulations): per step and element, read the
 # step's 16-bit partial, read and write the 16-bit accumulator, and a 16-bit rescaled temporary
@@ -394,7 +423,15 @@ class _Coster:
         else:
             self._tp_entry(fwd, b_in, tp_msg, matmul_time_s(d, T, q_local + 2 * kv_local, h))
             mm("qkv", T, q_local + 2 * kv_local, h)
-            if not m.position_embeddings:
+            if not m.position_embeddings and m.rope_mscale != 1.0:
+                self._eager(
+                    fwd,
+                    b_in,
+                    "rope (unfused: YaRN mscale)",
+                    UNFUSED_ROPE_PASSES,
+                    T * (q_local + kv_local) * a,
+                )
+            elif not m.position_embeddings:
                 mem("rope", 2 * T * (q_local + kv_local) * a)
         attn_fwd, attn_bwd, attn_parts = self._attention(T, s_local, s, heads_local, q_local, v_local)
         start = len(fwd)
@@ -430,6 +467,8 @@ class _Coster:
                 # 2*x and its product with the gradient, relu's threshold_backward: 8 passes)
                 mem("squared-relu (unfused)", SQUARED_RELU_PASSES * T * f_local * a, kernels=2)
             else:
+                if m.activation == "clamped_quick_geglu":
+                    self._eager(fwd, b_in, "glu input clamps", CLAMPED_GLU_PASSES, T * fc1_n * a)
                 mem("swiglu" if m.gated_mlp else "gelu", (3 if m.gated_mlp else 2) * T * f_local * a)
             mm("fc2", T, h, f_local)
             self._tp_exit(fwd, b_in, tp_msg)
@@ -631,6 +670,18 @@ class _Coster:
         else:
             fwd.append(Segment("tp_comm", "tp allreduce", self.coll("allreduce", "tp", msg), 0.0, msg))
 
+    def _eager(self, fwd: list, b_in: list, name: str, passes: tuple, unit_bytes: float) -> None:
+        """Eager elementwise ops: `passes` = (forward passes, kernels, backward passes, kernels)
+        over a tensor of `unit_bytes` (or, for EXPERT_BIAS_BYTES, bytes per element times the
+        element count given as `unit_bytes`)."""
+        d = self.device
+        f_p, f_k, b_p, b_k = passes
+        fwd_bytes, bwd_bytes = f_p * unit_bytes, b_p * unit_bytes
+        fwd.append(Segment("compute", name, memory_op_time_s(d, fwd_bytes, kernels=f_k), 0.0, fwd_bytes))
+        b_in.append(
+            Segment("compute", name + " bwd", memory_op_time_s(d, bwd_bytes, kernels=b_k), 0.0, bwd_bytes)
+        )
+
     def _moe(self, fwd: list, b_in: list, b_w: list, mm, mem, T: int, tp_msg: float, span) -> None:
         """Routed experts as Megatron-Core's all-to-all token dispatcher runs them.
 
@@ -697,10 +748,26 @@ class _Coster:
                 b_in.append(Segment("compute", label, memory_op_time_s(d, cast_grad), 0.0, cast_grad))
 
         grouped("expert fc1", fc1_n, h)
+        rows = per_expert * experts_local  # token copies through this rank's experts
+        if m.linear_bias:  # fc1 bias gradient: one read of the fc1 output gradient (TE GroupedLinear)
+            b_w.append(
+                Segment(
+                    "compute",
+                    "expert fc1 bias grad",
+                    memory_op_time_s(d, rows * fc1_n * a),
+                    0.0,
+                    rows * fc1_n * a,
+                )
+            )
         start = len(fwd)
-        mem("expert act", (3 if m.gated_mlp else 2) * per_expert * experts_local * f_local * a)
+        eager = not scn.kernels.fused_grouped_mlp  # TE's fused grouped MLP does these inside
+        if m.activation == "clamped_quick_geglu" and eager:
+            self._eager(fwd, b_in, "expert act input clamps", CLAMPED_GLU_PASSES, rows * fc1_n * a)
+        mem("expert act", (3 if m.gated_mlp else 2) * rows * f_local * a)
         span("moe_act", start)
         grouped("expert fc2", h, f_local)
+        if m.linear_bias and eager:
+            self._eager(fwd, b_in, "expert fc2 bias (fp32)", EXPERT_BIAS_BYTES, rows * h)
         if m.shared_expert_ffn_hidden:
             fs = m.shared_expert_ffn_hidden // par.tp
             start = len(fwd)

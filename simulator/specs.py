@@ -19,8 +19,11 @@ DTYPES = ("bf16", "fp16", "fp8", "mxfp8", "nvfp4")
 ROUTING = ("balanced", "dropless")
 DISPATCH_DTYPES = ("bf16", "fp8")
 # MLP activation when it is not the gated_mlp default (SwiGLU, else GELU): "squared_relu" is
-# Nemotron-4's relu(x)^2, which Megatron-Core runs as two eager PyTorch ops
-ACTIVATIONS = ("", "squared_relu")
+# Nemotron-4's relu(x)^2, which Megatron-Core runs as two eager PyTorch ops; "clamped_quick_geglu"
+# is GPT-OSS's gated quick-GELU with clamped inputs (x_glu <= 7, |x_linear| <= 7, +1 on the linear
+# half: Megatron-Bridge GPTOSSBridge activation_func_clamp_value = 7.0, glu_linear_offset = 1.0)
+ACTIVATIONS = ("", "squared_relu", "clamped_quick_geglu")
+GATED_ACTIVATIONS = ("clamped_quick_geglu",)
 # Busiest EP rank's tokens / mean tokens per rank when `load_imbalance` is not given.
 # balanced: force-balanced / aux-loss-balanced routing (Megatron-Bridge benchmarks force-balance).
 # dropless: natural skew of dropless top-k routing; DeepSeek-V3 (arXiv 2412.19437 §3.4/Fig. 9)
@@ -168,6 +171,8 @@ class ModelSpec:
     tied_embeddings: bool = False
     position_embeddings: bool = False  # learned absolute positions (GPT-2/3); rotary otherwise
     activation: str = ""  # "" = SwiGLU (gated_mlp) or GELU; "squared_relu" (ACTIVATIONS)
+    linear_bias: bool = False  # biases on the linear layers and experts (Megatron add_bias_linear)
+    rope_mscale: float = 1.0  # YaRN attention factor applied to RoPE's cos/sin (1 = none)
     num_experts: int = 0  # 0 = dense model
     top_k: int = 0
     expert_ffn_hidden: int = 0  # 0 -> ffn_hidden
@@ -210,11 +215,17 @@ class ModelSpec:
         for key in ("expert_ffn_hidden", "shared_expert_ffn_hidden"):
             _check_int(f"{p}.{key}", getattr(self, key), minimum=0, maximum=MAX_DIM)
         _check_int(f"{p}.moe_layer_interval", self.moe_layer_interval, maximum=MAX_DIM)
-        for key in ("gated_mlp", "tied_embeddings", "position_embeddings"):
+        for key in ("gated_mlp", "tied_embeddings", "position_embeddings", "linear_bias"):
             _check_bool(f"{p}.{key}", getattr(self, key))
+        _check_num(f"{p}.rope_mscale", self.rope_mscale, strict=True, maximum=100.0)
         _check_choice(f"{p}.activation", self.activation, ACTIVATIONS)
-        if self.activation and self.gated_mlp:
-            raise ConfigError("squared_relu is not a gated MLP: set gated_mlp = false", key=f"{p}.activation")
+        gated_activation = self.activation in GATED_ACTIVATIONS
+        if self.activation and self.gated_mlp != gated_activation:
+            fix = "set gated_mlp = true" if gated_activation else "set gated_mlp = false"
+            raise ConfigError(
+                f"{self.activation} {'is' if gated_activation else 'is not'} a gated MLP: {fix}",
+                key=f"{p}.activation",
+            )
         if self.first_dense_layers and self.first_dense_layers >= self.layers and self.num_experts:
             raise ConfigError(
                 f"must be below layers ({self.layers}) or no layer is MoE", key=f"{p}.moe.first_dense_layers"
@@ -720,9 +731,15 @@ class KernelOptions:
     # backward (FSDP BACKWARD_PRE, FSDP2, Megatron-FSDP); "post" = issued after this layer's
     # gradients (PyTorch FSDP BACKWARD_POST, composer's default): not hidden by compute
     zero3_backward_prefetch: str = "pre"
+    # Megatron-Core use_transformer_engine_op_fuser (Megatron-Bridge cutedsl_fused_grouped_mlp): the
+    # experts' activation, its input clamps and the probability-scaled fc2 bias run inside TE's
+    # fused grouped-MLP ops instead of eager PyTorch ops (simulator/program.py CLAMPED_GLU_PASSES,
+    # EXPERT_BIAS_BYTES)
+    fused_grouped_mlp: bool = False
 
     def __post_init__(self) -> None:
         _check_bool("kernels.flash_attention", self.flash_attention)
+        _check_bool("kernels.fused_grouped_mlp", self.fused_grouped_mlp)
         _check_bool("kernels.tp_comm_async", self.tp_comm_async)
         if self.cross_entropy:
             _check_choice("kernels.cross_entropy", self.cross_entropy, CROSS_ENTROPY_IMPLS)

@@ -80,3 +80,13 @@ def test_every_recipe_matches_a_shipped_row_and_simulates(shipped):
             a.startswith("recipe: Megatron-Bridge ") for a in case.assumptions
         ):
             V.scenario_for(case)  # raises on an invalid recipe (e.g. a module the model lacks)
+
+
+def test_fused_grouped_mlp_recipe_goes_to_kernels(shipped):
+    """GPT-OSS MXFP8 on 64 GB300 (26.06): GB300_FP8_MX_V2 sets cutedsl_fused_grouped_mlp ->
+    [kernels] fused_grouped_mlp; the BF16 recipe of 26.04.01 does not."""
+    fused = _case(shipped, "mbridge_26.06_GPTOSS120B_DGX-GB300_64gpu_mxfp8")
+    assert fused.scenario["kernels"]["fused_grouped_mlp"] is True
+    assert V.scenario_for(fused).kernels.fused_grouped_mlp
+    eager = _case(shipped, "mbridge_26.04.01_GPTOSS120B_DGX-GB300_64gpu_bf16")
+    assert "fused_grouped_mlp" not in eager.scenario.get("kernels", {})

@@ -153,9 +153,21 @@ KEYS: dict[str, Key] = {
     "model.position_embeddings": Key("learned absolute positions (GPT-2/3); false = rotary", "boolean"),
     "model.activation": Key(
         'MLP activation when not the default (SwiGLU if gated_mlp, else GELU): "squared_relu" '
-        "(Nemotron-4; Megatron-Core runs it as two unfused PyTorch ops)",
+        "(Nemotron-4; Megatron-Core runs it as two unfused PyTorch ops) or "
+        '"clamped_quick_geglu" (GPT-OSS, gated: its input clamps run unfused)',
         "string",
         default='""',
+    ),
+    "model.linear_bias": Key(
+        "biases on the linear layers and experts (Megatron add_bias_linear; GPT-OSS): the experts' "
+        "output bias is applied per token in FP32",
+        "boolean",
+        since=NEXT,
+    ),
+    "model.rope_mscale": Key(
+        "YaRN attention factor on RoPE's cos/sin (GPT-OSS 1.3466); not 1 = Megatron-Core's unfused RoPE",
+        "number",
+        since=NEXT,
     ),
     "model.moe": Key("mixture of experts (routing assumed balanced)", "table", default="dense model"),
     "model.moe.num_experts": Key("routed experts per MoE layer", "integer", default="0 (dense)"),
@@ -326,6 +338,12 @@ KEYS: dict[str, Key] = {
         " autocast (fp32 log_softmax + nll_loss; llm-foundry)",
         default='""',
         allowed=lambda: ("unfused", "fused", "torch"),
+        since=NEXT,
+    ),
+    "kernels.fused_grouped_mlp": Key(
+        "experts' activation (with GPT-OSS's clamps) and probability-scaled fc2 bias inside TE's fused"
+        " grouped-MLP ops (Megatron-Core use_transformer_engine_op_fuser) instead of eager PyTorch ops",
+        "boolean",
         since=NEXT,
     ),
     "kernels.zero3_backward_prefetch": Key(
@@ -938,6 +956,7 @@ JSON_FIELDS: dict[str, dict[str, str]] = {
         "kernels.zero3_collectives": "how ZeRO-3 collectives are costed: nccl or flat",
         "kernels.stack": "[kernels] stack whose system residuals were applied (empty: the default tables)",
         "kernels.zero3_backward_prefetch": "ZeRO-3/FSDP backward gathers: pre (hidden) or post (exposed)",
+        "kernels.fused_grouped_mlp": "experts' activation and fc2 bias in TE's fused grouped-MLP ops",
         "kernels.system": "system residuals of the GPU's default stack (efficiency.toml)",
         "kernels.system.sustained_clock_fraction": "compute speed under sustained load vs the microbenchmarks (the calibrated clock x the board-power law, simulator/clocks.py)",
         "kernels.system.kernel_launch_s": "unhidden launch gap per kernel [s]",

@@ -205,8 +205,9 @@ def build_case(run: PublishedRun) -> Case | Unusable:
     is_moe = (
         parallel["ep"] > 1 or "moe" in model or known_architecture(run.get("model_name") or "") is not None
     )
+    recipe_kernels: dict[str, Any] = {}
     if is_moe and rules.key == "megatron-bridge":
-        _apply_recipe(run, dtype, parallel, notes)
+        recipe_kernels = _apply_recipe(run, dtype, parallel, notes)
     cluster = _cluster(run, mapping, num_gpus, notes)
     if is_moe and mapping.topology == "gb200-nvl72" and num_gpus >= 128 and num_gpus % 64 == 0:
         cluster["gpus_used_per_node"] = 64
@@ -221,7 +222,7 @@ def build_case(run: PublishedRun) -> Case | Unusable:
         "parallel": parallel,
         "precision": {"dtype": dtype},
     }
-    kernels = _kernels(rules, parallel, notes)
+    kernels = {**_kernels(rules, parallel, notes), **recipe_kernels}
     if kernels:
         scenario["kernels"] = kernels
     return Case(
@@ -239,24 +240,29 @@ def build_case(run: PublishedRun) -> Case | Unusable:
     )
 
 
-def _apply_recipe(run: PublishedRun, dtype: str, parallel: dict[str, Any], notes: list[str]) -> None:
+def _apply_recipe(
+    run: PublishedRun, dtype: str, parallel: dict[str, Any], notes: list[str]
+) -> dict[str, Any]:
     """The Megatron-Bridge launch recipe of this exact layout (validate/recipes.py): its EP
-    all-to-all overlap and selective recompute modules, which the published table omits."""
+    all-to-all overlap and selective recompute modules, which the published table omits, into
+    `parallel`; its [kernels] settings (fused grouped MLP) returned."""
     layout = {k: parallel[k] for k in ("tp", "pp", "ep", "micro_batch", "global_batch")}
     layout["vp"] = run.int_cell("vp") or 1  # as published (the simulated vp may be derived)
     recipe = matching_recipe(run.run_id, run.get("model_name") or "", run.gpu, dtype, layout)
     if recipe is None:
         notes.append("recipe: no Megatron-Bridge recipe of this exact layout -> source defaults")
-        return
+        return {}
     parallel["ep_comm_overlap"] = recipe.ep_comm_overlap
     if recipe.recompute_modules:
         parallel["recompute"] = "selective"
         parallel["recompute_modules"] = list(recipe.recompute_modules)
+    fused = ", fused_grouped_mlp = true" if recipe.fused_grouped_mlp else ""
     notes.append(
         f"recipe: Megatron-Bridge {recipe.name} (same layout): ep_comm_overlap = "
-        f"{str(recipe.ep_comm_overlap).lower()}, recompute_modules = {list(recipe.recompute_modules)} "
-        "(simulator/catalog/mbridge_recipes.toml)"
+        f"{str(recipe.ep_comm_overlap).lower()}, recompute_modules = {list(recipe.recompute_modules)}"
+        f"{fused} (simulator/catalog/mbridge_recipes.toml)"
     )
+    return {"fused_grouped_mlp": True} if recipe.fused_grouped_mlp else {}
 
 
 def _kernels(rules: SourceRules, parallel: Mapping[str, Any], notes: list[str]) -> dict[str, Any]:

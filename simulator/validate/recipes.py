@@ -28,6 +28,7 @@ class Recipe:
     layout: tuple[tuple[str, int], ...]
     ep_comm_overlap: bool
     recompute_modules: tuple[str, ...]
+    fused_grouped_mlp: bool = False  # cutedsl_fused_grouped_mlp -> [kernels] fused_grouped_mlp
 
 
 def _recipe(table: Mapping[str, Any]) -> Recipe:
@@ -48,6 +49,7 @@ def _recipe(table: Mapping[str, Any]) -> Recipe:
         layout=tuple((k, int(layout[k])) for k in LAYOUT_KEYS),
         ep_comm_overlap=bool(table["ep_comm_overlap"]),
         recompute_modules=modules,
+        fused_grouped_mlp=bool(table.get("fused_grouped_mlp", False)),
     )
 
 

@@ -1,0 +1,162 @@
+"""GPT-OSS's eager elementwise work (issue 13): the clamped quick-GeGLU's input clamps, the experts'
+FP32 fc2 bias and YaRN's unfused RoPE, as Megatron-Core runs them (simulator/program.py constants).
+
+Each mechanism adds exactly its closed-form bytes to the layer, nothing else changes, and the
+importer derives the YaRN factor as Megatron-Core does.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import pytest
+
+from simulator.comm import default_comm_model
+from simulator.errors import ConfigError
+from simulator.loading import model_preset, scenario_from_dict, yarn_attention_factor
+from simulator.program import (
+    CLAMPED_GLU_PASSES,
+    EXPERT_BIAS_BYTES,
+    UNFUSED_ROPE_PASSES,
+    _Coster,
+)
+from simulator.simulate import simulate
+from simulator.specs import Scenario
+
+SEQ, EP = 2048, 8
+
+
+def _scn(**model: Any) -> Scenario:
+    data: dict[str, Any] = {
+        "model": {"preset": "gpt-oss-120b", "seq_len": SEQ, "layers": 4, **model},
+        "cluster": {"topology": "dgx-h100", "num_gpus": 8},
+        "parallel": {"ep": EP, "micro_batch": 1, "global_batch": 8},
+    }
+    return scenario_from_dict(data)
+
+
+def _segments(scn: Scenario) -> dict[str, Any]:
+    coster = _Coster(scn, default_comm_model(scn))
+    coster.stage = 0
+    fwd, b_in, b_w, rec, _ = coster.layer(True)
+    return {
+        "fwd": {s.name: s for s in fwd.parts},
+        "bwd": {s.name: s for s in b_in.parts + b_w.parts},
+        "rec": [s.name for s in rec.parts],
+        "total_s": sum(s.duration_s for s in fwd.parts + b_in.parts + b_w.parts + rec.parts),
+    }
+
+
+def test_expert_bias_bytes_closed_form() -> None:
+    scn = _scn()
+    m = scn.model
+    seg = _segments(scn)
+    rows, a = SEQ * m.top_k, 2  # balanced: each EP rank's experts receive T·top_k token copies
+    fwd, bwd = seg["fwd"]["expert fc2 bias (fp32)"], seg["bwd"]["expert fc2 bias (fp32) bwd"]
+    assert fwd.message_bytes == EXPERT_BIAS_BYTES[0] * rows * m.hidden == 36 * rows * 2880
+    assert bwd.message_bytes == EXPERT_BIAS_BYTES[2] * rows * m.hidden == 32 * rows * 2880
+    grad = seg["bwd"]["expert fc1 bias grad"]
+    assert grad.message_bytes == rows * 2 * m.expert_ffn * a  # one read of the fc1 output gradient
+
+
+def test_clamp_bytes_and_recompute() -> None:
+    scn = _scn()
+    m = scn.model
+    seg = _segments(scn)
+    elems = SEQ * m.top_k * 2 * m.expert_ffn  # the [rows, 2f] fc1 output
+    assert seg["fwd"]["expert act input clamps"].message_bytes == CLAMPED_GLU_PASSES[0] * elems * 2
+    assert seg["bwd"]["expert act input clamps bwd"].message_bytes == CLAMPED_GLU_PASSES[2] * elems * 2
+    assert CLAMPED_GLU_PASSES[:3:2] == (4.0, 5.0)
+    # Megatron-Core checkpoints bias_act_func whole: recompute_modules = ["moe_act"] re-runs the clamps
+    rec = scenario_from_dict(
+        {
+            "model": {"preset": "gpt-oss-120b", "seq_len": SEQ, "layers": 4},
+            "cluster": {"topology": "dgx-h100", "num_gpus": 8},
+            "parallel": {
+                "ep": EP,
+                "micro_batch": 1,
+                "global_batch": 8,
+                "recompute": "selective",
+                "recompute_modules": ["moe_act"],
+            },
+        }
+    )
+    assert _segments(rec)["rec"] == ["expert act input clamps", "expert act"]
+
+
+def test_unfused_rope_only_with_a_yarn_factor() -> None:
+    yarn, plain = _segments(_scn()), _segments(_scn(rope_mscale=1.0))
+    m = model_preset("gpt-oss-120b")
+    elems = SEQ * (m.heads + m.num_kv_heads) * m.dim_per_head  # q and k of one micro-batch
+    assert yarn["fwd"]["rope (unfused: YaRN mscale)"].message_bytes == UNFUSED_ROPE_PASSES[0] * elems * 2
+    assert yarn["bwd"]["rope (unfused: YaRN mscale) bwd"].message_bytes == UNFUSED_ROPE_PASSES[2] * elems * 2
+    assert plain["fwd"]["rope"].message_bytes == 2 * elems * 2  # TE's fused RoPE: one read, one write
+    assert "rope (unfused: YaRN mscale)" not in plain["fwd"]
+
+
+def test_each_mechanism_adds_only_its_segments() -> None:
+    """Switching a mechanism off removes exactly its segments' time, nothing else."""
+    full = _segments(_scn())
+    no_bias = _segments(_scn(linear_bias=False))
+    bias_s = sum(
+        s.duration_s
+        for name, s in {**full["fwd"], **full["bwd"]}.items()
+        if "bias (fp32)" in name or name == "expert fc1 bias grad"
+    )
+    assert full["total_s"] - no_bias["total_s"] == pytest.approx(bias_s, rel=1e-9)
+    swiglu = _segments(_scn(activation=""))
+    clamp_s = sum(s.duration_s for name, s in {**full["fwd"], **full["bwd"]}.items() if "clamps" in name)
+    assert full["total_s"] - swiglu["total_s"] == pytest.approx(clamp_s, rel=1e-9)
+    assert simulate(_scn()).report.step_time_s > simulate(_scn(linear_bias=False)).report.step_time_s
+
+
+def test_yarn_factor_as_megatron_computes_it() -> None:
+    # GPT-OSS: yarn, factor 32, no mscale -> 0.1·ln(32) + 1 (Megatron-Core _yarn_get_mscale)
+    gpt_oss = {"rope_type": "yarn", "factor": 32.0, "original_max_position_embeddings": 4096}
+    assert yarn_attention_factor(gpt_oss) == pytest.approx(0.1 * math.log(32) + 1, rel=1e-12)
+    assert yarn_attention_factor(gpt_oss) == pytest.approx(model_preset("gpt-oss-120b").rope_mscale, rel=1e-4)
+    # DeepSeek-V3 / Kimi-K2: mscale = mscale_all_dim = 1 -> the two terms cancel: TE's fused RoPE
+    dsv3 = {"type": "yarn", "factor": 40, "mscale": 1.0, "mscale_all_dim": 1.0}
+    assert yarn_attention_factor(dsv3) == 1.0
+    assert yarn_attention_factor({"rope_type": "linear", "factor": 8.0}) == 1.0
+    assert yarn_attention_factor({}) == 1.0
+
+
+def test_refusals_name_the_key() -> None:
+    with pytest.raises(ConfigError) as err:
+        _scn(gated_mlp=False)
+    assert err.value.key == "model.activation"
+    with pytest.raises(ConfigError) as err:
+        _scn(rope_mscale=0)
+    assert err.value.key == "model.rope_mscale"
+    with pytest.raises(ConfigError) as err:
+        _scn(linear_bias="yes")
+    assert err.value.key == "model.linear_bias"
+
+
+def test_preset_says_what_it_does_not_model() -> None:
+    notes = model_preset("gpt-oss-120b").notes
+    assert any("sliding window" in n for n in notes) and any("sinks" in n for n in notes)
+    assert model_preset("qwen3-30b-a3b").notes == ()
+
+
+def test_fused_grouped_mlp_drops_exactly_the_eager_expert_ops() -> None:
+    """[kernels] fused_grouped_mlp (TE op fuser): no eager clamps, no FP32 fc2 bias; the rest equal."""
+    eager = _segments(_scn())
+    data: dict[str, Any] = {
+        "model": {"preset": "gpt-oss-120b", "seq_len": SEQ, "layers": 4},
+        "cluster": {"topology": "dgx-h100", "num_gpus": 8},
+        "parallel": {"ep": EP, "micro_batch": 1, "global_batch": 8},
+        "kernels": {"fused_grouped_mlp": True},
+    }
+    fused = _segments(scenario_from_dict(data))
+    dropped = {"expert act input clamps", "expert fc2 bias (fp32)"}
+    assert set(eager["fwd"]) - set(fused["fwd"]) == dropped
+    gone_s = sum(
+        s.duration_s
+        for name, s in {**eager["fwd"], **eager["bwd"]}.items()
+        if name.removesuffix(" bwd") in dropped
+    )
+    assert eager["total_s"] - fused["total_s"] == pytest.approx(gone_s, rel=1e-9)
+    assert "rope (unfused: YaRN mscale)" in fused["fwd"]  # attention side: not the grouped MLP
