@@ -50,6 +50,12 @@ from simulator.resources import catalog_file, published_runs_csv
 from simulator.specs import GPUEfficiency, Scenario
 
 FIT_DTYPES = ("bf16", "fp16", "fp8")
+# Groups whose published dense rows also use a recipe outside FIT_DTYPES: Blackwell's dense
+# Megatron-Bridge rows are largely MXFP8 (the kernel model carries its speed), so leaving them
+# out would halve that group's rows. `--dtypes` overrides this for every group.
+FIT_DTYPES_OF_GROUP: dict[str, tuple[str, ...]] = {
+    "megatron-core/blackwell": ("bf16", "fp8", "mxfp8"),
+}
 # (software stack, GPU architecture, GPU types) fitted together, on all dense rows of every
 # source of that stack (simulator/stacks.py STACK_OF_SOURCE). System residuals do not depend on
 # the dtype (the kernel model carries FP8 vs BF16), and the SKUs of one architecture share them,
@@ -494,7 +500,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=3, help="engine-correction rounds")
     parser.add_argument("--max-evals", type=int, default=300, help="Nelder-Mead evaluations per round")
     parser.add_argument(
-        "--dtypes", default=None, help="dtypes of the rows to fit for every GPU (default: FIT_PLAN per GPU)"
+        "--dtypes",
+        default=None,
+        help="dtypes of the rows to fit for every group (default: FIT_DTYPES, or FIT_DTYPES_OF_GROUP)",
     )
     parser.add_argument("--weighting", choices=("rows", "sources"), default="rows", help="objective weights")
     parser.add_argument("--prior-weight", type=float, default=PRIOR_WEIGHT, help="pull toward [default]")
@@ -533,13 +541,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         groups = tuple(dict.fromkeys(args.only))
     else:
         groups = tuple(g.strip() for g in args.groups.split(",") if g.strip())
-    dtypes = tuple(d.strip() for d in args.dtypes.split(",") if d.strip()) if args.dtypes else FIT_DTYPES
+    forced = tuple(d.strip() for d in args.dtypes.split(",") if d.strip()) if args.dtypes else None
     plan = {f"{st}/{arch}": (st, gpus) for st, arch, gpus in FIT_PLAN if f"{st}/{arch}" in groups}
+    dtypes_of = {g: forced or FIT_DTYPES_OF_GROUP.get(g, FIT_DTYPES) for g in plan}
     all_gpus = tuple(sorted({gpu for _, gpus in plan.values() for gpu in gpus}))
-    rows = load_rows(args.csv, all_gpus, dtypes)
+    rows = load_rows(args.csv, all_gpus, tuple(sorted({d for ds in dtypes_of.values() for d in ds})))
     jobs = []
     for group, (stack, gpus) in plan.items():
-        mine = [r for r in rows if r.gpu in gpus and stack_of_source(r.case.source_key) == stack]
+        dtypes = dtypes_of[group]
+        mine = [
+            r
+            for r in rows
+            if r.gpu in gpus and stack_of_source(r.case.source_key) == stack and r.case.dtype in dtypes
+        ]
         if not any(r.fit for r in mine):
             log(f"[{group}] no fit rows; skipped")
             continue
