@@ -140,14 +140,18 @@ class LocalClock:
         return self.mailbox.landed[key][1]
 
     def post(self, key: MessageKey, transfer_s: float) -> None:
-        box = self.mailbox
-        at = self.now + transfer_s
-        box.landed[key] = (at, transfer_s)
-        waiter = box.parked.pop(key, None)
-        if waiter is not None:
-            if at > waiter.now:
-                waiter.now = at
-            box.runnable.append(waiter.stage)
+        deliver(self.mailbox, key, self.now + transfer_s, transfer_s)
 
     def barrier(self) -> str:
         return BARRIER
+
+
+def deliver(box: LocalMailbox, key: Any, at_s: float, transfer_s: float) -> None:
+    """A message lands at `at_s` after `transfer_s` on the wire; a stage parked on it becomes
+    runnable, no earlier than the landing (LocalClock.post; the quiet loop calls it directly)."""
+    box.landed[key] = (at_s, transfer_s)
+    waiter = box.parked.pop(key, None)
+    if waiter is not None:
+        if at_s > waiter.now:
+            waiter.now = at_s
+        box.runnable.append(waiter.stage)

@@ -19,7 +19,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from ..schedules import Task, is_split_backward
-from .clock import LocalClock, LocalMailbox, Pending
+from .clock import LocalClock, LocalMailbox, Pending, deliver
 from .recorder import SumRecorder
 from .stage import StageProcess, _kind
 
@@ -27,16 +27,6 @@ _PHASE_INDEX = {"F": 0, "B": 1}  # the phases that send (a W sends nothing)
 
 # per (phase, chunk): seconds, receive base, send base (−1: none), transfer s, kind number
 _Quiet = tuple[float, int, int, float, int]
-
-
-def _post(box: LocalMailbox, msg: int, at_s: float, transfer_s: float) -> None:
-    """LocalClock.post with an integer key (the main loop has this inline)."""
-    box.landed[msg] = (at_s, transfer_s)
-    waiter = box.parked.pop(msg, None)
-    if waiter is not None:
-        if at_s > waiter.now:
-            waiter.now = at_s
-        box.runnable.append(waiter.stage)
 
 
 class QuietStage(StageProcess):
@@ -137,7 +127,7 @@ class QuietStage(StageProcess):
             yield from self._gather_wait(self.gathers.wait_after_s(task.chunk, clock.now), task.chunk)
             self.gathers.seen.add(task.chunk)
         if msg >= 0:
-            _post(clock.mailbox, msg, clock.now + transfer_s, transfer_s)
+            deliver(clock.mailbox, msg, clock.now + transfer_s, transfer_s)
         if not forward:
             self._reduce_grads(task.chunk, start, end)
 
