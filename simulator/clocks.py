@@ -35,13 +35,18 @@ CLOCK_POWER_EXPONENT = 1.0 / 3.0  # f ∝ P^(1/3): P ∝ C·V²·f with V ∝ f 
 
 
 def power_clock_factor_of(
-    power_w: float, num_sms: int, peak_flop_per_s: float, ref_power_w: float, ref_sms: int, ref_peak: float
+    power_w: float,
+    num_sms: int,
+    peak_flop_per_s: float,
+    ref_power_w: float,
+    ref_sms: int,
+    ref_peak_flop_per_s: float,
 ) -> float:
     """Sustained fraction of the datasheet peak relative to the reference SKU's (the law above)."""
-    if min(power_w, num_sms, peak_flop_per_s, ref_power_w, ref_sms, ref_peak) <= 0:
+    if min(power_w, num_sms, peak_flop_per_s, ref_power_w, ref_sms, ref_peak_flop_per_s) <= 0:
         return 1.0
     power_per_sm = (power_w / num_sms) / (ref_power_w / ref_sms)
-    boost = (peak_flop_per_s / num_sms) / (ref_peak / ref_sms)
+    boost = (peak_flop_per_s / num_sms) / (ref_peak_flop_per_s / ref_sms)
     return float(power_per_sm**CLOCK_POWER_EXPONENT / boost)
 
 
