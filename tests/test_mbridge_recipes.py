@@ -58,11 +58,17 @@ def test_recipe_of_the_same_layout_is_applied(shipped):
     assert par["recompute_modules"] == ["mla_up_proj", "mlp"]
     lines = _recipe_lines(case)
     assert "DEEPSEEK_V3_PRETRAIN_CONFIG_B200_FP8_MX_V2 (v0.4.2 c81012934, container 26.04.01" in lines[0]
-    assert "moe_dispatcher = deepep" in lines[1] and "cuda_graph_impl = transformer_engine" in lines[1]
+    assert "moe_dispatcher = deepep" in lines[0] and "cuda_graph_impl = transformer_engine" in lines[0]
+    assert (
+        lines[1].startswith("recipe: recorded, not simulated:")
+        and "moe_shared_expert_overlap = false" in lines[1]
+    )
     # the published split is kept for the data-spread grouping
     assert case.published_parallel is not None and case.published_parallel["recompute"] == "none"
     scn = V.scenario_for(case)
     assert scn.parallel.recomputed_modules == ("mla_up_proj", "mlp")
+    assert scn.kernels.moe_dispatcher == "deepep" and scn.kernels.cuda_graph_impl == "transformer_engine"
+    assert scn.kernels.cuda_graph_modules == ("attn", "moe_router", "moe_preprocess")
 
 
 def test_same_layout_in_two_containers_gets_each_containers_recipe(shipped):
@@ -75,11 +81,16 @@ def test_same_layout_in_two_containers_gets_each_containers_recipe(shipped):
     assert old.published_parallel == new.published_parallel  # one published configuration
     assert old.scenario["parallel"]["ep_comm_overlap"] is False
     assert new.scenario["parallel"]["ep_comm_overlap"] is True
-    assert "fused_grouped_mlp" not in old.scenario.get("kernels", {})
+    assert old.scenario["kernels"]["fused_grouped_mlp"] is False
     assert new.scenario["kernels"]["fused_grouped_mlp"] is True
-    assert "cuda_graph_modules = ['moe_router', 'moe_preprocess']" in _recipe_lines(old)[1]
-    assert "cuda_graph_impl = full_iteration" in _recipe_lines(new)[1]
+    assert old.scenario["kernels"]["cuda_graph_impl"] == "transformer_engine"
+    assert old.scenario["kernels"]["cuda_graph_modules"] == ["moe_router", "moe_preprocess"]
+    assert new.scenario["kernels"]["cuda_graph_impl"] == "full_iteration"
+    assert (
+        old.scenario["kernels"]["moe_dispatcher"] == new.scenario["kernels"]["moe_dispatcher"] == "hybridep"
+    )
     assert "moe_expert_rank_capacity_factor = 1.5, padded to capacity" in _recipe_lines(new)[1]
+    assert V.scenario_for(new).kernels.cuda_graph_impl == "full_iteration"
 
 
 def test_unknown_recipes_are_stated_and_keep_the_source_defaults(shipped):
@@ -88,6 +99,7 @@ def test_unknown_recipes_are_stated_and_keep_the_source_defaults(shipped):
     case = _case(shipped, "mbridge_26.02.01_GPTOSS120B_DGX-B300_64gpu_bf16")
     par = case.scenario["parallel"]
     assert par["recompute"] == "none" and "ep_comm_overlap" not in par
+    assert "moe_dispatcher" not in case.scenario.get("kernels", {})
     assert _recipe_lines(case) == [
         "recipe: Megatron-Bridge v0.3.1 (9c9dd8489, container 26.02.01) has no gpt-oss B300 bf16 config "
         "of this exact layout (tp, pp, vp, ep, micro-batch, global batch) -> source defaults"
@@ -210,7 +222,7 @@ def test_fused_grouped_mlp_recipe_goes_to_kernels(shipped):
     assert fused.scenario["kernels"]["fused_grouped_mlp"] is True
     assert V.scenario_for(fused).kernels.fused_grouped_mlp
     eager = _case(shipped, "mbridge_26.04.01_GPTOSS120B_DGX-GB300_64gpu_bf16")
-    assert "fused_grouped_mlp" not in eager.scenario.get("kernels", {})
+    assert eager.scenario["kernels"]["fused_grouped_mlp"] is False
 
 
 def test_data_spread_groups_the_published_configuration_across_recipes(shipped):

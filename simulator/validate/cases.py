@@ -21,7 +21,7 @@ from .columns import (
     TARGET_GPU_PREFIXES,
 )
 from .gpus import GPUMapping, gpu_mapping
-from .recipes import recipe_for, recorded_not_simulated
+from .recipes import recipe_for, recorded_not_simulated, scenario_kernels
 from .runs import PublishedRun, _is_number
 from .sources import SourceRules, source_rules
 
@@ -253,8 +253,8 @@ def _apply_recipe(
 ) -> tuple[str, dict[str, Any]]:
     """The Megatron-Bridge launch recipe of this row's container and exact layout
     (validate/recipes.py): its EP all-to-all overlap and selective recompute modules, which the
-    published table omits, into `parallel`; all its settings (one line) and its [kernels]
-    settings (fused grouped MLP) returned. What the recipe sets that mfusim does not simulate yet is listed in the assumptions."""
+    published table omits, into `parallel`; all its settings (one line) and its [kernels] keys
+    (fused grouped MLP, token dispatcher, CUDA graphs) returned. What the recipe sets that mfusim does not simulate yet is listed in the assumptions."""
     layout = {k: parallel[k] for k in ("tp", "pp", "ep", "micro_batch", "global_batch")}
     layout["vp"] = run.int_cell("vp") or 1  # as published (the simulated vp may be derived)
     recipe = recipe_for(run.run_id, run.get("model_name") or "", run.gpu, dtype, layout)
@@ -265,10 +265,11 @@ def _apply_recipe(
     if recipe.recompute_modules:
         parallel["recompute"] = "selective"
         parallel["recompute_modules"] = list(recipe.recompute_modules)
+    kernels = scenario_kernels(recipe)
     simulated = (
         f"ep_comm_overlap = {str(recipe.ep_comm_overlap).lower()}, "
         f"recompute_modules = {list(recipe.recompute_modules)}, "
-        f"fused_grouped_mlp = {str(recipe.fused_grouped_mlp).lower()}"
+        + ", ".join(f"{k} = {str(v).lower() if isinstance(v, bool) else v}" for k, v in kernels.items())
     )
     recorded = ", ".join(recorded_not_simulated(recipe))
     notes.append(
@@ -276,7 +277,6 @@ def _apply_recipe(
         f"{recipe.container}, same layout): {simulated} (simulator/catalog/mbridge_recipes.toml)"
     )
     notes.append(f"recipe: recorded, not simulated: {recorded}")
-    kernels = {"fused_grouped_mlp": True} if recipe.fused_grouped_mlp else {}
     return f"{simulated}; {recorded}", kernels
 
 

@@ -13,13 +13,10 @@ from functools import cache
 from typing import Any
 
 from ..resources import catalog_file
-from ..specs import RECOMPUTE_MODULES
+from ..specs import CUDA_GRAPH_IMPLS, CUDA_GRAPH_MODULES, MOE_DISPATCHERS, RECOMPUTE_MODULES
 
 RECIPES_FILE = "mbridge_recipes.toml"
 LAYOUT_KEYS = ("tp", "pp", "vp", "ep", "micro_batch", "global_batch")
-MOE_DISPATCHERS = ("alltoall", "allgather", "deepep", "hybridep")
-CUDA_GRAPH_IMPLS = ("none", "local", "transformer_engine", "full_iteration")
-CUDA_GRAPH_MODULES = ("attn", "mlp", "moe", "moe_router", "moe_preprocess")  # Megatron CudaGraphScope
 
 
 @dataclass(frozen=True, slots=True)
@@ -174,11 +171,19 @@ def recipe_for(
     )
 
 
+def scenario_kernels(r: Recipe) -> dict[str, Any]:
+    """The recipe's [kernels] keys (SPEC §7): fused grouped MLP, token dispatcher, CUDA graphs."""
+    return {
+        "fused_grouped_mlp": r.fused_grouped_mlp,
+        "moe_dispatcher": r.moe_dispatcher,
+        "cuda_graph_impl": r.cuda_graph_impl,
+        "cuda_graph_modules": list(r.cuda_graph_modules),
+    }
+
+
 def recorded_not_simulated(r: Recipe) -> tuple[str, ...]:
-    """The recipe's settings mfusim does not simulate yet, as `key = value` (validate lists them)."""
-    out = [f"moe_dispatcher = {r.moe_dispatcher}", f"cuda_graph_impl = {r.cuda_graph_impl}"]
-    if r.cuda_graph_modules:
-        out.append(f"cuda_graph_modules = {list(r.cuda_graph_modules)}")
+    """The recipe's settings no scenario key expresses yet, as `key = value` (validate lists them)."""
+    out = []
     if r.moe_expert_rank_capacity_factor:
         padded = ", padded to capacity" if r.moe_pad_expert_input_to_capacity else ""
         out.append(f"moe_expert_rank_capacity_factor = {r.moe_expert_rank_capacity_factor:g}{padded}")
