@@ -110,7 +110,7 @@ def derive(tag: str, family: str, gpu: str, dtype: str, c: dict[str, Any]) -> di
         "fused_grouped_mlp": bool(c.get("cutedsl_fused_grouped_mlp")) and tag in FUSER_RELEASES,
         "fp8_dot_product_attention": bool(c.get("fp8_dot_product_attention")),
         "moe_expert_rank_capacity_factor": 1.5 if full else 0.0,
-        "moe_pad_expert_input_to_capacity": full,
+        "moe_pad_experts_for_cuda_graph_inference": full,
         "moe_hybridep_num_sms": 32 if disp == "hybridep" else 0,
         "moe_shared_expert_overlap": False
         if overlap or disp in ("deepep", "hybridep")

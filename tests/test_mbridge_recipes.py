@@ -89,7 +89,7 @@ def test_same_layout_in_two_containers_gets_each_containers_recipe(shipped):
     assert (
         old.scenario["kernels"]["moe_dispatcher"] == new.scenario["kernels"]["moe_dispatcher"] == "hybridep"
     )
-    assert "moe_expert_rank_capacity_factor = 1.5, padded to capacity" in _recipe_lines(new)[1]
+    assert "moe_expert_rank_capacity_factor = 1.5 (HybridEP token budget)" in _recipe_lines(new)[1]
     assert V.scenario_for(new).kernels.cuda_graph_impl == "full_iteration"
 
 
@@ -137,7 +137,7 @@ recompute_modules = []
 fused_grouped_mlp = false
 fp8_dot_product_attention = false
 moe_expert_rank_capacity_factor = 0.0
-moe_pad_expert_input_to_capacity = false
+moe_pad_experts_for_cuda_graph_inference = false
 moe_hybridep_num_sms = 0
 moe_shared_expert_overlap = false
 delay_wgrad_compute = true
@@ -201,16 +201,18 @@ def test_recipes_obey_the_rules_of_the_code_they_were_read_from():
     """What scripts/performance/utils/overrides.py (and perf_recipes/ in v0.6.0) set together:
     EP overlap sets delay_wgrad_compute and turns off the shared-expert overlap; a flex
     dispatcher turns the shared-expert overlap off; HybridEP gets 32 SMs; full-iteration graphs
-    of dropless MoE pad experts to a 1.5x rank capacity; the TE op fuser is forced off before
-    v0.5.0."""
+    of dropless MoE come with a 1.5x HybridEP rank budget and need HybridEP with the fused grouped
+    MLP; the TE op fuser is forced off before v0.5.0."""
     for r in recipes():
         assert r.delay_wgrad_compute == r.ep_comm_overlap, r.name
         if r.ep_comm_overlap or r.moe_dispatcher in ("deepep", "hybridep"):
             assert not r.moe_shared_expert_overlap, r.name
         assert r.moe_hybridep_num_sms == (32 if r.moe_dispatcher == "hybridep" else 0), r.name
         full = r.cuda_graph_impl == "full_iteration"
-        assert r.moe_pad_expert_input_to_capacity == full, r.name
+        assert r.moe_pad_experts_for_cuda_graph_inference == full, r.name
         assert r.moe_expert_rank_capacity_factor == (1.5 if full else 0.0), r.name
+        if full:
+            assert r.moe_dispatcher == "hybridep" and r.fused_grouped_mlp, r.name
         if r.release in ("v0.2.0", "v0.3.0", "v0.3.1", "v0.4.0", "v0.4.2"):
             assert not r.fused_grouped_mlp and not r.fp8_dot_product_attention, r.name
 

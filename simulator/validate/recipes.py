@@ -38,8 +38,8 @@ class Recipe:
     cuda_graph_impl: str
     cuda_graph_modules: tuple[str, ...]
     fp8_dot_product_attention: bool
-    moe_expert_rank_capacity_factor: float  # 0 = dropless, unpadded
-    moe_pad_expert_input_to_capacity: bool
+    moe_expert_rank_capacity_factor: float  # HybridEP per-rank token budget; 0 = none
+    moe_pad_experts_for_cuda_graph_inference: bool
     moe_hybridep_num_sms: int
     moe_shared_expert_overlap: bool
     delay_wgrad_compute: bool
@@ -106,7 +106,7 @@ def _recipe(table: Mapping[str, Any], releases: Mapping[str, Release], families:
         cuda_graph_modules=graph_modules,
         fp8_dot_product_attention=bool(table["fp8_dot_product_attention"]),
         moe_expert_rank_capacity_factor=capacity,
-        moe_pad_expert_input_to_capacity=bool(table["moe_pad_expert_input_to_capacity"]),
+        moe_pad_experts_for_cuda_graph_inference=bool(table["moe_pad_experts_for_cuda_graph_inference"]),
         moe_hybridep_num_sms=int(table["moe_hybridep_num_sms"]),
         moe_shared_expert_overlap=bool(table["moe_shared_expert_overlap"]),
         delay_wgrad_compute=bool(table["delay_wgrad_compute"]),
@@ -185,8 +185,9 @@ def recorded_not_simulated(r: Recipe) -> tuple[str, ...]:
     """The recipe's settings no scenario key expresses yet, as `key = value` (validate lists them)."""
     out = []
     if r.moe_expert_rank_capacity_factor:
-        padded = ", padded to capacity" if r.moe_pad_expert_input_to_capacity else ""
-        out.append(f"moe_expert_rank_capacity_factor = {r.moe_expert_rank_capacity_factor:g}{padded}")
+        out.append(
+            f"moe_expert_rank_capacity_factor = {r.moe_expert_rank_capacity_factor:g} (HybridEP token budget)"
+        )
     if r.fp8_dot_product_attention:
         out.append("fp8_dot_product_attention = true")
     if r.moe_hybridep_num_sms:
