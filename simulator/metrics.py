@@ -169,6 +169,9 @@ def software_stack(scn: Scenario) -> dict[str, Any]:
         "stack": k.stack,
         "zero3_backward_prefetch": k.zero3_backward_prefetch,
         "fused_grouped_mlp": k.fused_grouped_mlp,
+        "cuda_graph_impl": k.cuda_graph_impl,
+        "cuda_graph_modules": list(k.cuda_graph_modules),
+        "moe_dispatcher": k.moe_dispatcher,
         # the clock this GPU runs at: the calibrated reference-SKU clock × the board-power law
         "system": {
             **asdict(scn.gpu.efficiency),

@@ -117,6 +117,52 @@ def _check_modules(key: str, value: object) -> tuple[str, ...]:
     return tuple(out)
 
 
+def _check_graph_modules(impl: str, value: object) -> tuple[str, ...]:
+    """`kernels.cuda_graph_modules` for `impl`: canonical CUDA_GRAPH_MODULES names, each once, with
+    Megatron-Core's own checks (transformer_config.py __post_init__, "Cuda Graphs")."""
+    key = "kernels.cuda_graph_modules"
+    if isinstance(value, str) or not isinstance(value, (list, tuple)):
+        raise ConfigError(
+            f"must be a list of module names ({', '.join(CUDA_GRAPH_MODULES)}), got {value!r}", key=key
+        )
+    out: list[str] = []
+    for item in value:
+        if isinstance(item, str) and item.strip().lower() == "mamba":
+            raise ConfigError("'mamba' graphs a Mamba layer; mfusim models no Mamba layers", key=key)
+        name = _check_choice(key, item, CUDA_GRAPH_MODULES)
+        if name not in out:
+            out.append(name)
+    if not out:
+        return ()
+    if impl == "none":
+        raise ConfigError(
+            f"{out} captures nothing without CUDA graphs: set kernels.cuda_graph_impl = "
+            '"local" or "transformer_engine", or leave the list empty',
+            key=key,
+        )
+    if impl == "full_iteration":
+        raise ConfigError(
+            'must be empty with cuda_graph_impl = "full_iteration" (one graph per step)', key=key
+        )
+    if "moe" in out:
+        # Megatron asserts 'moe cuda graph is only supported with drop-padding MoE'
+        # (moe_expert_capacity_factor with moe_pad_expert_input_to_capacity): dropless MoE has
+        # data-dependent shapes. mfusim models dropless routing only.
+        raise ConfigError(
+            "'moe' needs drop-and-pad MoE, which mfusim does not model; use 'moe_router', 'moe_preprocess'",
+            key=key,
+        )
+    if impl == "local" and ("moe_router" in out or "moe_preprocess" in out):
+        # Megatron's local implementation graphs the router and the preprocess together: it adds
+        # the missing one of the pair (transformer_config.py)
+        out += [m for m in ("moe_router", "moe_preprocess") if m not in out]
+    if "moe_preprocess" in out and "moe_router" not in out:
+        raise ConfigError(
+            "'moe_preprocess' is only graphed together with 'moe_router' (Megatron-Core)", key=key
+        )
+    return tuple(out)
+
+
 def _set(obj: object, name: str, value: object) -> None:
     """Store the canonical spelling of a name in a frozen dataclass during __post_init__."""
     if getattr(obj, name) != value:
@@ -702,6 +748,19 @@ ZERO3_COLLECTIVES = ("nccl", "flat")
 # software stacks with fitted residuals (simulator/stacks.py, efficiency.toml [stacks.*])
 STACK_NAMES = ("megatron-core", "megatron-2021", "composer-fsdp")
 ZERO3_BACKWARD_PREFETCH = ("pre", "post")
+# Megatron-Core --cuda-graph-impl (transformer_config.py `cuda_graph_impl`): none; local = MCore's
+# per-layer graphs; transformer_engine = TE make_graphed_callables per layer; full_iteration = one
+# graph for the whole forward-backward pass (the optimizer step excluded)
+CUDA_GRAPH_IMPLS = ("none", "local", "transformer_engine", "full_iteration")
+# Megatron-Core --cuda-graph-modules (CudaGraphModule): what the per-layer graphs capture; an empty
+# list = the whole transformer layer. attn = TransformerLayer._forward_attention(); mlp = a dense
+# layer's _forward_mlp(); moe = a MoE layer's _forward_mlp() (drop-and-pad MoE only); moe_router =
+# _forward_mlp() up to MoELayer.router() (with the shared experts); moe_preprocess =
+# MoELayer.preprocess() (with moe_router). Megatron's "mamba" is refused: no Mamba layers here.
+CUDA_GRAPH_MODULES = ("attn", "mlp", "moe", "moe_router", "moe_preprocess")
+# Megatron-Core --moe-token-dispatcher-type alltoall | allgather, or flex with
+# --moe-flex-dispatcher-backend deepep | hybridep (token_dispatcher.py)
+MOE_DISPATCHERS = ("alltoall", "allgather", "deepep", "hybridep")
 
 
 @dataclass(frozen=True, slots=True)
@@ -736,10 +795,28 @@ class KernelOptions:
     # fused grouped-MLP ops instead of eager PyTorch ops (simulator/program.py CLAMPED_GLU_PASSES,
     # EXPERT_BIAS_BYTES)
     fused_grouped_mlp: bool = False
+    # Megatron-Core CUDA graphs (--cuda-graph-impl, --cuda-graph-modules; CUDA_GRAPH_IMPLS,
+    # CUDA_GRAPH_MODULES): a graphed module costs the host one graph launch instead of issuing each
+    # of its kernels (simulator/hostbound.py)
+    cuda_graph_impl: str = "none"
+    cuda_graph_modules: tuple[str, ...] = ()
+    # MoE token dispatcher (--moe-token-dispatcher-type, --moe-flex-dispatcher-backend): MOE_DISPATCHERS
+    moe_dispatcher: str = "alltoall"
 
     def __post_init__(self) -> None:
         _check_bool("kernels.flash_attention", self.flash_attention)
         _check_bool("kernels.fused_grouped_mlp", self.fused_grouped_mlp)
+        _set(
+            self,
+            "moe_dispatcher",
+            _check_choice("kernels.moe_dispatcher", self.moe_dispatcher, MOE_DISPATCHERS),
+        )
+        _set(
+            self,
+            "cuda_graph_impl",
+            _check_choice("kernels.cuda_graph_impl", self.cuda_graph_impl, CUDA_GRAPH_IMPLS),
+        )
+        _set(self, "cuda_graph_modules", _check_graph_modules(self.cuda_graph_impl, self.cuda_graph_modules))
         _check_bool("kernels.tp_comm_async", self.tp_comm_async)
         if self.cross_entropy:
             _check_choice("kernels.cross_entropy", self.cross_entropy, CROSS_ENTROPY_IMPLS)
@@ -882,6 +959,7 @@ class Scenario:
         self.gpu.peak_flop_per_s(self.dtype)  # raises if the GPU lacks this dtype
         check_parallel_fits(self.model, self.parallel, self.num_gpus)
         _check_recompute_modules(self.model, self.parallel.recompute_modules)
+        _check_cuda_graphs(self.model, self.parallel, self.kernels, self.memory)
         if (self.memory.offload_activations or self.memory.offload_optimizer) and not (
             self.gpu.host_link_bytes_per_s > 0
         ):
@@ -948,6 +1026,65 @@ def _check_recompute_modules(model: ModelSpec, modules: tuple[str, ...]) -> None
         has, what = need.get(name, (True, ""))
         if not has:
             raise ConfigError(f"{name!r} recomputes nothing in {what}", key="parallel.recompute_modules")
+
+
+def _check_cuda_graphs(
+    model: ModelSpec, par: ParallelConfig, kern: KernelOptions, mem: MemoryOptions
+) -> None:
+    """CUDA-graph and dispatcher choices the model can run, as Megatron-Core checks them
+    (transformer_config.py __post_init__ "Cuda Graphs"; moe/README.md "CUDA Graph")."""
+    impl, mods = kern.cuda_graph_impl, kern.cuda_graph_modules
+    key = "kernels.cuda_graph_modules"
+    if not model.is_moe:
+        if kern.moe_dispatcher != "alltoall":
+            raise ConfigError(
+                f"{kern.moe_dispatcher!r} dispatches tokens to experts; a dense model has none",
+                key="kernels.moe_dispatcher",
+            )
+        for name in ("moe_router", "moe_preprocess"):
+            if name in mods:
+                raise ConfigError(f"{name!r} graphs part of a MoE layer; a dense model has none", key=key)
+    if "mlp" in mods and model.num_moe_layers >= model.layers:
+        raise ConfigError("'mlp' graphs a dense MLP; every layer of this model is MoE", key=key)
+    if impl in ("local", "transformer_engine"):
+        if not mods and model.is_moe:
+            # moe/README.md: without drop-and-pad "the resulting dynamic shapes make MoE layers
+            # uncapturable"; a whole-layer graph would capture the MoE layer
+            raise ConfigError(
+                "[] graphs whole layers, but dropless MoE layers cannot be captured (dynamic shapes, "
+                'the dispatcher\'s device-to-host sync): list the modules, e.g. ["attn", "moe_router", '
+                '"moe_preprocess"]',
+                key=key,
+            )
+        if par.recompute == "full":
+            raise ConfigError(
+                f'recompute = "full" needs cuda_graph_impl = "full_iteration" (Megatron-Core), not {impl!r}',
+                key="kernels.cuda_graph_impl",
+            )
+        if impl == "transformer_engine" and "moe" in par.recompute_modules and "moe_router" in mods:
+            raise ConfigError(
+                "'moe' recomputation cannot run with a 'moe_router' graph under transformer_engine (Megatron-Core)",
+                key=key,
+            )
+        if mem.offload_activations:
+            raise ConfigError(
+                f"CUDA graphs ({impl}) do not run with activation offloading (Megatron-Core)",
+                key="kernels.cuda_graph_impl",
+            )
+    if (
+        impl == "full_iteration"
+        and model.is_moe
+        and not (kern.moe_dispatcher == "hybridep" and kern.fused_grouped_mlp)
+    ):
+        # One graph for the step holds no device-to-host sync: only HybridEP with a per-rank token
+        # budget (moe_expert_rank_capacity_factor, which needs TE's fused grouped MLP) dispatches
+        # without one (token_dispatcher.py _HybridEPManager; transformer_config.py)
+        raise ConfigError(
+            f"a MoE step with the {kern.moe_dispatcher!r} dispatcher syncs with the host in every MoE "
+            'layer and cannot be one graph: full_iteration needs moe_dispatcher = "hybridep" with '
+            "fused_grouped_mlp = true (a per-rank token budget)",
+            key="kernels.cuda_graph_impl",
+        )
 
 
 def _schedule_problem(schedule: str, pp: int, m: int) -> str | None:

@@ -346,6 +346,31 @@ KEYS: dict[str, Key] = {
         "boolean",
         since=NEXT,
     ),
+    "kernels.cuda_graph_impl": Key(
+        "CUDA graphs (Megatron-Core --cuda-graph-impl): none; local (MCore) or transformer_engine (TE"
+        " make_graphed_callables) = per-layer graphs of cuda_graph_modules; full_iteration = one graph"
+        " for the forward-backward pass. A graphed module costs the host one graph launch instead of"
+        " issuing each kernel",
+        default='"none"',
+        allowed=_spec("CUDA_GRAPH_IMPLS"),
+        since=NEXT,
+    ),
+    "kernels.cuda_graph_modules": Key(
+        "what per-layer CUDA graphs capture (Megatron-Core --cuda-graph-modules): attn, mlp (dense"
+        " layers), moe (refused: needs drop-and-pad MoE), moe_router, moe_preprocess (with moe_router);"
+        " [] = the whole layer (refused for dropless MoE layers); must be [] with none or full_iteration",
+        "list of strings",
+        default="[]",
+        allowed=_spec("CUDA_GRAPH_MODULES"),
+        since=NEXT,
+    ),
+    "kernels.moe_dispatcher": Key(
+        "MoE token dispatcher (Megatron-Core --moe-token-dispatcher-type alltoall|allgather, or flex"
+        " with --moe-flex-dispatcher-backend deepep|hybridep)",
+        default='"alltoall"',
+        allowed=_spec("MOE_DISPATCHERS"),
+        since=NEXT,
+    ),
     "kernels.zero3_backward_prefetch": Key(
         "when ZeRO-3/FSDP gathers the next layer's parameters in backward: pre = beside this layer's"
         " backward (FSDP BACKWARD_PRE, FSDP2, Megatron-FSDP), post = after this layer's gradients"
@@ -957,6 +982,9 @@ JSON_FIELDS: dict[str, dict[str, str]] = {
         "kernels.stack": "[kernels] stack whose system residuals were applied (empty: the default tables)",
         "kernels.zero3_backward_prefetch": "ZeRO-3/FSDP backward gathers: pre (hidden) or post (exposed)",
         "kernels.fused_grouped_mlp": "experts' activation and fc2 bias in TE's fused grouped-MLP ops",
+        "kernels.cuda_graph_impl": "CUDA graph implementation: none, local, transformer_engine or full_iteration",
+        "kernels.cuda_graph_modules": "modules the per-layer CUDA graphs capture ([] = whole layer)",
+        "kernels.moe_dispatcher": "MoE token dispatcher: alltoall, allgather, deepep or hybridep",
         "kernels.system": "system residuals of the GPU's default stack (efficiency.toml)",
         "kernels.system.sustained_clock_fraction": "compute speed under sustained load vs the microbenchmarks (the calibrated clock x the board-power law, simulator/clocks.py)",
         "kernels.system.kernel_launch_s": "unhidden launch gap per kernel [s]",
