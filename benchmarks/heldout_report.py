@@ -1,0 +1,164 @@
+#!/usr/bin/env python
+"""Held-out published runs: predicted vs measured (issue 12). TEST ONLY, never fitted.
+
+    python benchmarks/heldout_report.py                 # print the table and the mean/max errors
+    python benchmarks/heldout_report.py --write-docs    # also rewrite docs/accuracy.md's heldout block
+    python benchmarks/heldout_report.py --dir DIR       # another directory of scenarios + measured.toml
+
+Reads every `<id>.toml` of scenarios/heldout/ (default) and the source's measurement from that
+directory's measured.toml, runs each scenario as `mfusim run` would (defaults of the GPU's tables,
+nothing set beyond what the scenario says) and reports throughput error = (predicted −
+measured) / measured of tokens/s, i.e. measured step time / predicted step time − 1 (positive =
+the model is optimistic). These runs are not in scenarios/published/calibration_runs.csv and no
+calibration code reads this directory (tests/test_heldout_isolation.py).
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import statistics
+import sys
+import tomllib
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import mfusim
+
+ROOT = Path(__file__).resolve().parents[1]
+HELDOUT = ROOT / "scenarios" / "heldout"
+ACCURACY_MD = ROOT / "docs" / "accuracy.md"
+KINDS = ("step_time_s", "mfu", "hfu_tflops_megatron")
+# Categories shown in the table (share of the predicted step).
+SHOWN = ("compute", "recompute", "tp_comm", "pp_comm", "dp_comm", "bubble", "optimizer")
+
+
+@dataclass(frozen=True)
+class HeldoutRow:
+    run_id: str
+    clean: bool
+    source: str
+    predicted_step_s: float
+    measured_step_s: float
+    predicted_mfu: float
+    shares: dict[str, float]
+    assumptions: tuple[str, ...]
+
+    @property
+    def error(self) -> float:
+        """Throughput error, (predicted − measured) / measured."""
+        return self.measured_step_s / self.predicted_step_s - 1.0
+
+
+def megatron_hfu_flops(scenario: dict, global_batch: int) -> float:
+    """Megatron-LM/-DeepSpeed/NeoX throughput counter with full recompute (Narayanan et al. 2021
+    eq. 3; Megatron-DeepSpeed training.py throughput_calculator, checkpoint factor 4):
+    96·B·s·L·h²·(1 + s/(6h) + V/(16·L·h))."""
+    m = scenario["model"]
+    s, layers, h, v = m["seq_len"], m["layers"], m["hidden"], m["vocab"]
+    return 96.0 * global_batch * s * layers * h * h * (1 + s / (6 * h) + v / (16 * layers * h))
+
+
+def measured_step_s(kind: str, value: float, path: Path, report: mfusim.StepReport) -> float:
+    if kind == "step_time_s":
+        return value
+    if kind == "mfu":
+        return report.step_time_s * report.mfu / value
+    if kind == "hfu_tflops_megatron":
+        raw = tomllib.loads(path.read_text(encoding="utf-8"))
+        flops = megatron_hfu_flops(raw, int(raw["parallel"]["global_batch"]))
+        return flops / (report.num_gpus * value * 1e12)
+    raise SystemExit(f"{path}: measured_kind {kind!r} is not one of {', '.join(KINDS)}")
+
+
+def evaluate(directory: Path) -> list[HeldoutRow]:
+    meta = tomllib.loads((directory / "measured.toml").read_text(encoding="utf-8"))["runs"]
+    rows = []
+    for run_id, info in meta.items():
+        path = directory / f"{run_id}.toml"
+        report = mfusim.simulate(mfusim.load_scenario(path))
+        step = report.step_time_s
+        rows.append(
+            HeldoutRow(
+                run_id=run_id,
+                clean=bool(info["clean"]),
+                source=str(info["source"]),
+                predicted_step_s=step,
+                measured_step_s=measured_step_s(info["measured_kind"], float(info["measured"]), path, report),
+                predicted_mfu=report.mfu,
+                shares={k: report.breakdown_s[k] / step for k in SHOWN},
+                assumptions=tuple(info.get("assumptions", ())),
+            )
+        )
+    return rows
+
+
+def summary(rows: Sequence[HeldoutRow]) -> list[tuple[str, int, float, float, float]]:
+    groups = (
+        ("Korthikanti et al. 2022 Table 5", [r for r in rows if r.run_id.startswith("korthikanti22_")]),
+        ("clean (fully published configuration)", [r for r in rows if r.clean]),
+        ("all, incl. assumption-heavy", list(rows)),
+    )
+    out = []
+    for name, sel in groups:
+        if sel:
+            errs = [r.error for r in sel]
+            out.append(
+                (
+                    name,
+                    len(sel),
+                    statistics.fmean(abs(e) for e in errs),
+                    max(abs(e) for e in errs),
+                    statistics.fmean(errs),
+                )
+            )
+    return out
+
+
+def markdown(rows: Sequence[HeldoutRow]) -> str:
+    lines = [
+        "| run | clean | predicted step (s) | measured step (s) | error | predicted MFU | "
+        + " | ".join(SHOWN)
+        + " |",
+        "| --- | :---: | ---: | ---: | ---: | ---: | " + " | ".join("---:" for _ in SHOWN) + " |",
+    ]
+    for r in rows:
+        lines.append(
+            f"| `{r.run_id}` | {'yes' if r.clean else 'no'} | {r.predicted_step_s:.3f} | {r.measured_step_s:.3f} | "
+            f"{100 * r.error:+.1f}% | {r.predicted_mfu:.3f} | "
+            + " | ".join(f"{100 * r.shares[k]:.0f}%" for k in SHOWN)
+            + " |"
+        )
+    lines += [
+        "",
+        "| set | runs | mean abs error | max abs error | mean signed |",
+        "| --- | ---: | ---: | ---: | ---: |",
+    ]
+    for name, n, mean_abs, max_abs, bias in summary(rows):
+        lines.append(f"| {name} | {n} | {100 * mean_abs:.1f}% | {100 * max_abs:.1f}% | {100 * bias:+.1f}% |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument(
+        "--dir", type=Path, default=HELDOUT, help="scenarios + measured.toml (default scenarios/heldout)"
+    )
+    ap.add_argument("--write-docs", action="store_true", help="rewrite the heldout block of docs/accuracy.md")
+    args = ap.parse_args(argv)
+    rows = evaluate(args.dir)
+    table = markdown(rows)
+    print(table, end="")
+    if args.write_docs:
+        text = ACCURACY_MD.read_text(encoding="utf-8")
+        pattern = re.compile(r"(<!-- generated: heldout -->\n)(.*?)(<!-- end: heldout -->)", re.DOTALL)
+        if not pattern.search(text):
+            print(f"{ACCURACY_MD}: no <!-- generated: heldout --> block", file=sys.stderr)
+            return 2
+        ACCURACY_MD.write_text(pattern.sub(lambda m: m.group(1) + table + m.group(3), text), encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,87 @@
+"""The held-out published runs (scenarios/heldout/, issue 12) are a test set only.
+
+They must never reach calibration: not in the calibration CSV, not read by benchmarks/calibrate.py,
+benchmarks/fit_kernels.py or the simulator package. Also checks the report's FLOP counter against
+the simulator's own closed form.
+"""
+
+from __future__ import annotations
+
+import csv
+import importlib.util
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+
+import mfusim
+
+ROOT = Path(__file__).resolve().parent.parent
+HELDOUT = ROOT / "scenarios" / "heldout"
+
+
+def _report_module():
+    spec = importlib.util.spec_from_file_location(
+        "mfusim_heldout_report", ROOT / "benchmarks" / "heldout_report.py"
+    )
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def _runs() -> dict[str, dict]:
+    return tomllib.loads((HELDOUT / "measured.toml").read_text(encoding="utf-8"))["runs"]
+
+
+def test_every_heldout_scenario_has_a_measurement_and_back() -> None:
+    files = {p.stem for p in HELDOUT.glob("*.toml") if p.stem != "measured"}
+    assert files == set(_runs())
+    for info in _runs().values():
+        assert info["measured"] > 0 and info["source"]
+
+
+def test_heldout_runs_are_not_calibration_rows() -> None:
+    with open(ROOT / "scenarios" / "published" / "calibration_runs.csv", newline="", encoding="utf-8") as fh:
+        rows = list(csv.DictReader(fh))
+    ids = {row["id"] for row in rows}
+    sources = " ".join(row["source"] + " " + row["notes"] for row in rows)
+    assert not ids & set(_runs())
+    # none of the held-out papers is a calibration source
+    for key in ("2205.05198", "2406.11704", "2407.21783", "2201.11990", "2211.05100", "2204.06745"):
+        assert key not in sources
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        *sorted((ROOT / "simulator").rglob("*.py")),
+        ROOT / "benchmarks" / "calibrate.py",
+        ROOT / "benchmarks" / "fit_kernels.py",
+        ROOT / "benchmarks" / "accuracy_report.py",
+    ],
+    ids=lambda p: str(p.relative_to(ROOT)),
+)
+def test_no_calibration_code_reads_the_heldout_directory(path: Path) -> None:
+    assert "heldout" not in path.read_text(encoding="utf-8")
+
+
+def test_megatron_throughput_formula_is_the_simulators_hardware_flops() -> None:
+    """96·B·s·L·h²(1 + s/6h + V/16Lh) (Megatron's counter with full recompute) equals the
+    simulator's model FLOPs 72·B·L·s·h²(1 + s/6h + V/12hL) plus the recomputed layer forwards
+    (one third of the layer FLOPs; the logit layer is not recomputed) for a GPT-3-style model."""
+    module = _report_module()
+    path = HELDOUT / "korthikanti22_22b_full.toml"
+    raw = tomllib.loads(path.read_text(encoding="utf-8"))
+    report = mfusim.simulate(mfusim.load_scenario(path))
+    flops = module.megatron_hfu_flops(raw, raw["parallel"]["global_batch"])
+    assert flops == pytest.approx(report.hardware_flops_per_step, rel=1e-9)
+
+
+def test_error_sign_convention() -> None:
+    """error = measured step / predicted step − 1 = (predicted − measured) / measured throughput."""
+    module = _report_module()
+    row = module.HeldoutRow("x", True, "s", 2.0, 2.5, 0.5, {}, ())
+    assert row.error == pytest.approx(0.25)
