@@ -1,14 +1,35 @@
-"""Megatron-Bridge MoE launch recipes in `mfusim validate` (simulator/catalog/mbridge_recipes.toml,
-issue 13): applied only to a row whose whole layout equals the recipe's, and every recipe is a
-scenario the simulator accepts."""
+"""Megatron-Bridge MoE launch recipes per container release in `mfusim validate`
+(simulator/catalog/mbridge_recipes.toml, issue 13): an entry applies only to a row of the same
+container whose whole layout equals it; a row of another container gets that container's entry
+or a stated reason, never a neighbour's recipe; every entry is a scenario the simulator accepts."""
 
 from __future__ import annotations
 
+import re
+from dataclasses import dataclass
+
 import pytest
 
+from simulator import flops
 from simulator import validate as V
 from simulator.resources import published_runs_csv
-from simulator.validate.recipes import LAYOUT_KEYS, matching_recipe, recipes
+from simulator.specs import Scenario
+from simulator.validate.recipes import LAYOUT_KEYS, container_of, parse_catalog, recipe_for, recipes
+
+
+@dataclass(frozen=True)
+class _FakeReport:
+    step_time_s: float
+    mfu: float
+    memory: None = None
+
+
+def _fake_simulate(scenario: Scenario) -> _FakeReport:
+    """Roofline stand-in (as tests/test_validate.py): hardware FLOPs at 50% of the dense peak,
+    so a recipe's recompute modules change the prediction."""
+    sf = flops.step_flops(scenario.model, scenario.parallel.global_batch, scenario.parallel.recompute)
+    t = sf.hardware / (scenario.num_gpus * scenario.peak_flop_per_s * 0.5)
+    return _FakeReport(step_time_s=t, mfu=sf.model / (t * scenario.num_gpus * scenario.peak_flop_per_s))
 
 
 @pytest.fixture(scope="module")
@@ -22,64 +43,178 @@ def _case(shipped: dict[str, V.PublishedRun], run_id: str) -> V.Case:
     return case
 
 
+def _recipe_lines(case: V.Case) -> list[str]:
+    return [a for a in case.assumptions if a.startswith("recipe:")]
+
+
 def test_recipe_of_the_same_layout_is_applied(shipped):
-    """DeepSeek-V3 on 256 B200, container 26.04.01: pp 8, vp 2, ep 32 is the recipe
-    B200_FP8_MX_V2 (moe_a2a_overlap, recompute mla_up_proj + mlp)."""
+    """DeepSeek-V3 on 256 B200, container 26.04.01 (Megatron-Bridge v0.4.2): pp 8, vp 2, ep 32 is
+    B200_FP8_MX_V2 (moe_a2a_overlap, recompute mla_up_proj + mlp, DeepEP, TE-graphed attention
+    and router)."""
     case = _case(shipped, "mbridge_26.04.01_DeepSeekV3_DGX-B200_256gpu_mxfp8")
     par = case.scenario["parallel"]
     assert par["ep_comm_overlap"] is True
     assert par["recompute"] == "selective"
     assert par["recompute_modules"] == ["mla_up_proj", "mlp"]
-    assert any("DEEPSEEK_V3_PRETRAIN_CONFIG_B200_FP8_MX_V2" in a for a in case.assumptions)
+    lines = _recipe_lines(case)
+    assert "DEEPSEEK_V3_PRETRAIN_CONFIG_B200_FP8_MX_V2 (v0.4.2 c81012934, container 26.04.01" in lines[0]
+    assert "moe_dispatcher = deepep" in lines[0] and "cuda_graph_impl = transformer_engine" in lines[0]
+    assert (
+        lines[1].startswith("recipe: recorded, not simulated:")
+        and "moe_shared_expert_overlap = false" in lines[1]
+    )
+    # the published split is kept for the data-spread grouping
+    assert case.published_parallel is not None and case.published_parallel["recompute"] == "none"
     scn = V.scenario_for(case)
     assert scn.parallel.recomputed_modules == ("mla_up_proj", "mlp")
+    assert scn.kernels.moe_dispatcher == "deepep" and scn.kernels.cuda_graph_impl == "transformer_engine"
+    assert scn.kernels.cuda_graph_modules == ("attn", "moe_router", "moe_preprocess")
 
 
-def test_other_layouts_keep_the_source_defaults(shipped):
-    """Same model and GPU, container 26.04, pp 16 / ep 8: no recipe of that layout at the cited
-    commit -> no recompute, no EP overlap, and the row says so."""
-    case = _case(shipped, "mbridge_26.04_DeepSeekV3_DGX-B200_256gpu_mxfp8")
+def test_same_layout_in_two_containers_gets_each_containers_recipe(shipped):
+    """Qwen3-30B-A3B on 8 GB300, MXFP8, ep 8, micro-batch 8, global batch 512 in both 26.04.01
+    (v0.4.2: HybridEP, TE graphs of router/preprocess, no EP overlap, op fuser forced off) and
+    26.06 (v0.5.0: full-iteration graph, EP overlap, cuteDSL fused grouped MLP, capacity 1.5):
+    the 1.45x faster 26.06 measurement ran a different launch recipe."""
+    old = _case(shipped, "mbridge_26.04.01_Qwen3_30B_a3B_DGX-GB300_8gpu_mxfp8")
+    new = _case(shipped, "mbridge_26.06_Qwen3_30B_a3B_DGX-GB300_8gpu_mxfp8")
+    assert old.published_parallel == new.published_parallel  # one published configuration
+    assert old.scenario["parallel"]["ep_comm_overlap"] is False
+    assert new.scenario["parallel"]["ep_comm_overlap"] is True
+    assert old.scenario["kernels"]["fused_grouped_mlp"] is False
+    assert new.scenario["kernels"]["fused_grouped_mlp"] is True
+    assert old.scenario["kernels"]["cuda_graph_impl"] == "transformer_engine"
+    assert old.scenario["kernels"]["cuda_graph_modules"] == ["moe_router", "moe_preprocess"]
+    assert new.scenario["kernels"]["cuda_graph_impl"] == "full_iteration"
+    assert (
+        old.scenario["kernels"]["moe_dispatcher"] == new.scenario["kernels"]["moe_dispatcher"] == "hybridep"
+    )
+    assert "moe_expert_rank_capacity_factor = 1.5 (HybridEP token budget)" in _recipe_lines(new)[1]
+    assert V.scenario_for(new).kernels.cuda_graph_impl == "full_iteration"
+
+
+def test_unknown_recipes_are_stated_and_keep_the_source_defaults(shipped):
+    # the release has no config of the published layout (26.02.01 = v0.3.1 lists GPT-OSS B300
+    # BF16 only at ep 64)
+    case = _case(shipped, "mbridge_26.02.01_GPTOSS120B_DGX-B300_64gpu_bf16")
     par = case.scenario["parallel"]
     assert par["recompute"] == "none" and "ep_comm_overlap" not in par
-    assert any(a.startswith("recipe: no Megatron-Bridge recipe") for a in case.assumptions)
-    # 2025 containers ran earlier recipes: never matched
-    old = _case(shipped, "mbridge_25.11_DeepSeekV3_DGX-GB200_256gpu_bf16")
+    assert "moe_dispatcher" not in case.scenario.get("kernels", {})
+    assert _recipe_lines(case) == [
+        "recipe: Megatron-Bridge v0.3.1 (9c9dd8489, container 26.02.01) has no gpt-oss B300 bf16 config "
+        "of this exact layout (tp, pp, vp, ep, micro-batch, global batch) -> source defaults"
+    ]
+    # 25.09 rows publish no precision: not determined, and said so
+    old = _case(shipped, "mbridge_25.09_DeepSeekV3_DGX-GB200_256gpu_na")
     assert old.scenario["parallel"]["recompute"] == "none"
+    assert _recipe_lines(old)[0].startswith("recipe: not determined for container 25.09")
     # dense rows and other sources are untouched
     dense = _case(shipped, "mbridge_26.04_LLAMA3_70B_DGX-GB300_64gpu_fp8")
-    assert not any(a.startswith("recipe:") for a in dense.assumptions)
+    assert not _recipe_lines(dense)
 
 
-def test_matching_needs_every_layout_key():
-    r = next(x for x in recipes() if x.name == "QWEN3_235B_A22B_PRETRAIN_CONFIG_H100_FP8_CS_V2")
+TOY = """
+[container."26.04"]
+release = "v0.4.0"
+commit = "0fbfe7d3e970fbd75c1281d71cee586ce1f3df5e"
+[container."26.04.01"]
+release = "v0.4.2"
+commit = "c810129341a84e58f4cbed3093f70668a088c028"
+[family]
+qwen3-235b = "qwen3[-_ ]?235b"
+[[recipe]]
+name = "TOY"
+model = "qwen3-235b"
+container = "26.04"
+gpu = "H100-SXM-80GB"
+dtype = "fp8"
+layout = { tp = 2, pp = 8, vp = 4, ep = 32, micro_batch = 1, global_batch = 8192 }
+moe_dispatcher = "alltoall"
+cuda_graph_impl = "none"
+cuda_graph_modules = []
+ep_comm_overlap = true
+recompute_modules = []
+fused_grouped_mlp = false
+fp8_dot_product_attention = false
+moe_expert_rank_capacity_factor = 0.0
+moe_pad_experts_for_cuda_graph_inference = false
+moe_hybridep_num_sms = 0
+moe_shared_expert_overlap = false
+delay_wgrad_compute = true
+"""
+
+
+def test_matching_needs_the_exact_container_and_every_layout_key():
+    cat = parse_catalog(TOY)
+    (r,) = cat.recipes
     layout = dict(r.layout)
     rid = "mbridge_26.04_Qwen3_235B_a22B_DGX-H100_256gpu_fp8"
-    assert matching_recipe(rid, "Qwen3_235B_a22B", r.gpu, r.dtype, layout) is r
+    assert recipe_for(rid, "Qwen3_235B_a22B", r.gpu, r.dtype, layout, cat) is r
     for key in LAYOUT_KEYS:
-        assert (
-            matching_recipe(rid, "Qwen3_235B_a22B", r.gpu, r.dtype, {**layout, key: layout[key] * 2}) is None
-        )
-    assert matching_recipe(rid, "Qwen3_235B_a22B", r.gpu, "bf16", layout) is None
-    assert matching_recipe(rid, "Qwen3_30B_a3B", r.gpu, r.dtype, layout) is None
+        miss = recipe_for(rid, "Qwen3_235B_a22B", r.gpu, r.dtype, {**layout, key: layout[key] * 2}, cat)
+        assert isinstance(miss, str) and "no qwen3-235b" in miss
+    assert isinstance(recipe_for(rid, "Qwen3_235B_a22B", r.gpu, "bf16", layout, cat), str)
+    # a container whose name starts like the recipe's is another release: never matched
+    later = recipe_for(rid.replace("26.04_", "26.04.01_"), "Qwen3_235B_a22B", r.gpu, r.dtype, layout, cat)
+    assert isinstance(later, str) and "v0.4.2" in later
+    unknown = recipe_for(rid.replace("26.04_", "26.10_"), "Qwen3_235B_a22B", r.gpu, r.dtype, layout, cat)
+    assert unknown == "recipe: container 26.10 is not in mbridge_recipes.toml -> source defaults"
+    other = recipe_for(rid, "Qwen3_30B_a3B", r.gpu, r.dtype, layout, cat)
+    assert isinstance(other, str) and "not recorded" in other
+    assert container_of("mbridge_26.06.01_DeepSeekV3_DGX-GB300_256gpu_mxfp8") == "26.06.01"
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "message"),
+    [
+        ('moe_dispatcher = "alltoall"', 'moe_dispatcher = "flex"', "moe_dispatcher = 'flex'"),
+        ("cuda_graph_modules = []", 'cuda_graph_modules = ["attn"]', "only scope"),
+        ('container = "26.04"', 'container = "26.05"', "no recorded release"),
+        ("recompute_modules = []", 'recompute_modules = ["everything"]', "unknown recompute"),
+        ("moe_expert_rank_capacity_factor = 0.0", "moe_expert_rank_capacity_factor = 0.5", "capacity"),
+    ],
+)
+def test_bad_entries_are_refused_naming_the_file_and_key(old, new, message):
+    with pytest.raises(ValueError, match="mbridge_recipes.toml recipe 'TOY'") as err:
+        parse_catalog(TOY.replace(old, new))
+    assert message in str(err.value)
 
 
 def test_every_recipe_matches_a_shipped_row_and_simulates(shipped):
-    """No dead entries: each recipe is the layout of at least one shipped row, whose scenario
-    (with the recipe's keys) the simulator accepts."""
-    used = {
-        a.split()[2]
-        for run in shipped.values()
-        if isinstance(case := V.build_case(run), V.Case)
-        for a in case.assumptions
-        if a.startswith("recipe: Megatron-Bridge ")
-    }
-    assert used == {r.name for r in recipes()}
+    """No dead entries: each recipe is the layout of at least one shipped row of its container,
+    whose scenario (with the recipe's keys) the simulator accepts."""
+    used = set()
     for run in shipped.values():
         case = V.build_case(run)
-        if isinstance(case, V.Case) and any(
-            a.startswith("recipe: Megatron-Bridge ") for a in case.assumptions
-        ):
-            V.scenario_for(case)  # raises on an invalid recipe (e.g. a module the model lacks)
+        if not isinstance(case, V.Case):
+            continue
+        for a in _recipe_lines(case):
+            if a.startswith("recipe: Megatron-Bridge ") and "same layout" in a:
+                m = re.search(r"container (\S+), same layout", a)
+                assert m is not None and m.group(1) == container_of(run.run_id)
+                used.add((a.split()[2], m.group(1)))
+                V.scenario_for(case)  # raises on an invalid recipe (e.g. a module the model lacks)
+    assert used == {(r.name, r.container) for r in recipes()}
+
+
+def test_recipes_obey_the_rules_of_the_code_they_were_read_from():
+    """What scripts/performance/utils/overrides.py (and perf_recipes/ in v0.6.0) set together:
+    EP overlap sets delay_wgrad_compute and turns off the shared-expert overlap; a flex
+    dispatcher turns the shared-expert overlap off; HybridEP gets 32 SMs; full-iteration graphs
+    of dropless MoE come with a 1.5x HybridEP rank budget and need HybridEP with the fused grouped
+    MLP; the TE op fuser is forced off before v0.5.0."""
+    for r in recipes():
+        assert r.delay_wgrad_compute == r.ep_comm_overlap, r.name
+        if r.ep_comm_overlap or r.moe_dispatcher in ("deepep", "hybridep"):
+            assert not r.moe_shared_expert_overlap, r.name
+        assert r.moe_hybridep_num_sms == (32 if r.moe_dispatcher == "hybridep" else 0), r.name
+        full = r.cuda_graph_impl == "full_iteration"
+        assert r.moe_pad_experts_for_cuda_graph_inference == full, r.name
+        assert r.moe_expert_rank_capacity_factor == (1.5 if full else 0.0), r.name
+        if full:
+            assert r.moe_dispatcher == "hybridep" and r.fused_grouped_mlp, r.name
+        if r.release in ("v0.2.0", "v0.3.0", "v0.3.1", "v0.4.0", "v0.4.2"):
+            assert not r.fused_grouped_mlp and not r.fp8_dot_product_attention, r.name
 
 
 def test_fused_grouped_mlp_recipe_goes_to_kernels(shipped):
@@ -89,4 +224,19 @@ def test_fused_grouped_mlp_recipe_goes_to_kernels(shipped):
     assert fused.scenario["kernels"]["fused_grouped_mlp"] is True
     assert V.scenario_for(fused).kernels.fused_grouped_mlp
     eager = _case(shipped, "mbridge_26.04.01_GPTOSS120B_DGX-GB300_64gpu_bf16")
-    assert "fused_grouped_mlp" not in eager.scenario.get("kernels", {})
+    assert eager.scenario["kernels"]["fused_grouped_mlp"] is False
+
+
+def test_data_spread_groups_the_published_configuration_across_recipes(shipped):
+    """Rows of one published configuration stay one spread group when their releases' recipes
+    differ; the group reports how many different recipes it holds."""
+    from simulator.validate.spread import spread_groups
+
+    ids = [
+        "mbridge_26.04.01_Qwen3_30B_a3B_DGX-GB300_8gpu_mxfp8",
+        "mbridge_26.06_Qwen3_30B_a3B_DGX-GB300_8gpu_mxfp8",
+    ]
+    report = V.validate_runs([shipped[i] for i in ids], _fake_simulate, progress=False)
+    (group,) = spread_groups(report.results)
+    assert set(group["rows"]) == set(ids) and len(group["recipes"]) == 2
+    assert "2 different launch recipes" in V.format_report(report)

@@ -21,7 +21,7 @@ from .columns import (
     TARGET_GPU_PREFIXES,
 )
 from .gpus import GPUMapping, gpu_mapping
-from .recipes import matching_recipe
+from .recipes import recipe_for, recorded_not_simulated, scenario_kernels
 from .runs import PublishedRun, _is_number
 from .sources import SourceRules, source_rules
 
@@ -42,6 +42,10 @@ class Case:
     dtype: str
     is_moe: bool
     assumptions: tuple[str, ...]
+    # the launch recipe applied (validate/recipes.py): everything it sets, as one line ("" = none),
+    # and the [parallel] table as published before it (what data-spread groups compare)
+    recipe_settings: str = ""
+    published_parallel: Mapping[str, Any] | None = None
 
     @property
     def is_target(self) -> bool:
@@ -206,8 +210,10 @@ def build_case(run: PublishedRun) -> Case | Unusable:
         parallel["ep"] > 1 or "moe" in model or known_architecture(run.get("model_name") or "") is not None
     )
     recipe_kernels: dict[str, Any] = {}
+    published_parallel = dict(parallel)
+    recipe_settings = ""
     if is_moe and rules.key == "megatron-bridge":
-        recipe_kernels = _apply_recipe(run, dtype, parallel, notes)
+        recipe_settings, recipe_kernels = _apply_recipe(run, dtype, parallel, notes)
     cluster = _cluster(run, mapping, num_gpus, notes)
     if is_moe and mapping.topology == "gb200-nvl72" and num_gpus >= 128 and num_gpus % 64 == 0:
         cluster["gpus_used_per_node"] = 64
@@ -237,32 +243,41 @@ def build_case(run: PublishedRun) -> Case | Unusable:
         dtype=dtype,
         is_moe=is_moe,
         assumptions=tuple(notes),
+        recipe_settings=recipe_settings,
+        published_parallel=published_parallel if recipe_settings else None,
     )
 
 
 def _apply_recipe(
     run: PublishedRun, dtype: str, parallel: dict[str, Any], notes: list[str]
-) -> dict[str, Any]:
-    """The Megatron-Bridge launch recipe of this exact layout (validate/recipes.py): its EP
-    all-to-all overlap and selective recompute modules, which the published table omits, into
-    `parallel`; its [kernels] settings (fused grouped MLP) returned."""
+) -> tuple[str, dict[str, Any]]:
+    """The Megatron-Bridge launch recipe of this row's container and exact layout
+    (validate/recipes.py): its EP all-to-all overlap and selective recompute modules, which the
+    published table omits, into `parallel`; all its settings (one line) and its [kernels] keys
+    (fused grouped MLP, token dispatcher, CUDA graphs) returned. What the recipe sets that mfusim does not simulate yet is listed in the assumptions."""
     layout = {k: parallel[k] for k in ("tp", "pp", "ep", "micro_batch", "global_batch")}
     layout["vp"] = run.int_cell("vp") or 1  # as published (the simulated vp may be derived)
-    recipe = matching_recipe(run.run_id, run.get("model_name") or "", run.gpu, dtype, layout)
-    if recipe is None:
-        notes.append("recipe: no Megatron-Bridge recipe of this exact layout -> source defaults")
-        return {}
+    recipe = recipe_for(run.run_id, run.get("model_name") or "", run.gpu, dtype, layout)
+    if isinstance(recipe, str):
+        notes.append(recipe)
+        return "", {}
     parallel["ep_comm_overlap"] = recipe.ep_comm_overlap
     if recipe.recompute_modules:
         parallel["recompute"] = "selective"
         parallel["recompute_modules"] = list(recipe.recompute_modules)
-    fused = ", fused_grouped_mlp = true" if recipe.fused_grouped_mlp else ""
-    notes.append(
-        f"recipe: Megatron-Bridge {recipe.name} (same layout): ep_comm_overlap = "
-        f"{str(recipe.ep_comm_overlap).lower()}, recompute_modules = {list(recipe.recompute_modules)}"
-        f"{fused} (simulator/catalog/mbridge_recipes.toml)"
+    kernels = scenario_kernels(recipe)
+    simulated = (
+        f"ep_comm_overlap = {str(recipe.ep_comm_overlap).lower()}, "
+        f"recompute_modules = {list(recipe.recompute_modules)}, "
+        + ", ".join(f"{k} = {str(v).lower() if isinstance(v, bool) else v}" for k, v in kernels.items())
     )
-    return {"fused_grouped_mlp": True} if recipe.fused_grouped_mlp else {}
+    recorded = ", ".join(recorded_not_simulated(recipe))
+    notes.append(
+        f"recipe: Megatron-Bridge {recipe.name} ({recipe.release} {recipe.commit[:9]}, container "
+        f"{recipe.container}, same layout): {simulated} (simulator/catalog/mbridge_recipes.toml)"
+    )
+    notes.append(f"recipe: recorded, not simulated: {recorded}")
+    return f"{simulated}; {recorded}", kernels
 
 
 def _kernels(rules: SourceRules, parallel: Mapping[str, Any], notes: list[str]) -> dict[str, Any]:

@@ -1,6 +1,7 @@
-"""Megatron-Bridge MoE launch recipes: the settings a published row ran with that its table does
-not show (simulator/catalog/mbridge_recipes.toml, issue 13). An entry applies only to a row whose
-own layout equals the recipe's exactly; everything else keeps the source defaults."""
+"""Megatron-Bridge MoE launch recipes per NeMo container release: the settings a published row ran
+with that its table does not show (simulator/catalog/mbridge_recipes.toml, issue 13). An entry
+applies only to a row of the same container whose own layout equals the recipe's exactly;
+every other row keeps the source defaults, and `recipe_for` says why in one line."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from functools import cache
 from typing import Any
 
 from ..resources import catalog_file
-from ..specs import RECOMPUTE_MODULES
+from ..specs import CUDA_GRAPH_IMPLS, CUDA_GRAPH_MODULES, MOE_DISPATCHERS, RECOMPUTE_MODULES
 
 RECIPES_FILE = "mbridge_recipes.toml"
 LAYOUT_KEYS = ("tp", "pp", "vp", "ep", "micro_batch", "global_batch")
@@ -20,55 +21,178 @@ LAYOUT_KEYS = ("tp", "pp", "vp", "ep", "micro_batch", "global_batch")
 
 @dataclass(frozen=True, slots=True)
 class Recipe:
+    """One launch configuration of one release (fields: the TOML file's header)."""
+
     name: str
-    model: str  # regular expression on the row's model name (lower case)
-    containers: str  # prefix of the row id after "mbridge_"
+    family: str  # a key of the file's [family] table
+    container: str  # NeMo container, e.g. "26.04.01"
+    release: str  # Megatron-Bridge release tag of that container
+    commit: str
     gpu: str  # the CSV's GPU label
     dtype: str  # the simulated dtype
     layout: tuple[tuple[str, int], ...]
     ep_comm_overlap: bool
     recompute_modules: tuple[str, ...]
-    fused_grouped_mlp: bool = False  # cutedsl_fused_grouped_mlp -> [kernels] fused_grouped_mlp
+    fused_grouped_mlp: bool
+    moe_dispatcher: str
+    cuda_graph_impl: str
+    cuda_graph_modules: tuple[str, ...]
+    fp8_dot_product_attention: bool
+    moe_expert_rank_capacity_factor: float  # HybridEP per-rank token budget; 0 = none
+    moe_pad_experts_for_cuda_graph_inference: bool
+    moe_hybridep_num_sms: int
+    moe_shared_expert_overlap: bool
+    delay_wgrad_compute: bool
 
 
-def _recipe(table: Mapping[str, Any]) -> Recipe:
+@dataclass(frozen=True, slots=True)
+class Release:
+    container: str
+    release: str
+    commit: str
+    undetermined: str  # why no recipe is determined for this container ("" = recipes recorded)
+
+
+@dataclass(frozen=True, slots=True)
+class Catalog:
+    releases: Mapping[str, Release]
+    families: Mapping[str, str]  # family -> regular expression on the lower-cased model name
+    recipes: tuple[Recipe, ...]
+
+
+def _choice(where: str, key: str, value: Any, allowed: tuple[str, ...]) -> str:
+    if value not in allowed:
+        raise ValueError(f"{where}: {key} = {value!r} is not one of {', '.join(allowed)}")
+    return str(value)
+
+
+def _recipe(table: Mapping[str, Any], releases: Mapping[str, Release], families: Mapping[str, str]) -> Recipe:
     where = f"{RECIPES_FILE} recipe {table.get('name')!r}"
     layout = table.get("layout", {})
     if sorted(layout) != sorted(LAYOUT_KEYS):
         raise ValueError(f"{where}: layout needs exactly {', '.join(LAYOUT_KEYS)}")
-    modules = tuple(table.get("recompute_modules", ()))
+    modules = tuple(table["recompute_modules"])
     unknown = [m for m in modules if m not in RECOMPUTE_MODULES]
     if unknown:
         raise ValueError(f"{where}: unknown recompute module(s) {unknown}")
+    release = releases.get(table["container"])
+    if release is None or release.undetermined:
+        raise ValueError(f"{where}: container {table['container']!r} has no recorded release")
+    if table["model"] not in families:
+        raise ValueError(f"{where}: model {table['model']!r} is not a [family] key")
+    impl = _choice(where, "cuda_graph_impl", table["cuda_graph_impl"], CUDA_GRAPH_IMPLS)
+    graph_modules = tuple(
+        _choice(where, "cuda_graph_modules", m, CUDA_GRAPH_MODULES) for m in table["cuda_graph_modules"]
+    )
+    if graph_modules and impl != "transformer_engine":
+        raise ValueError(f"{where}: cuda_graph_modules only scope cuda_graph_impl = transformer_engine")
+    capacity = float(table["moe_expert_rank_capacity_factor"])
+    if capacity != 0.0 and capacity < 1.0:
+        raise ValueError(f"{where}: moe_expert_rank_capacity_factor must be 0 (dropless) or >= 1")
     return Recipe(
         name=table["name"],
-        model=table["model"],
-        containers=table["containers"],
+        family=table["model"],
+        container=table["container"],
+        release=release.release,
+        commit=release.commit,
         gpu=table["gpu"],
         dtype=table["dtype"],
         layout=tuple((k, int(layout[k])) for k in LAYOUT_KEYS),
         ep_comm_overlap=bool(table["ep_comm_overlap"]),
         recompute_modules=modules,
-        fused_grouped_mlp=bool(table.get("fused_grouped_mlp", False)),
+        fused_grouped_mlp=bool(table["fused_grouped_mlp"]),
+        moe_dispatcher=_choice(where, "moe_dispatcher", table["moe_dispatcher"], MOE_DISPATCHERS),
+        cuda_graph_impl=impl,
+        cuda_graph_modules=graph_modules,
+        fp8_dot_product_attention=bool(table["fp8_dot_product_attention"]),
+        moe_expert_rank_capacity_factor=capacity,
+        moe_pad_experts_for_cuda_graph_inference=bool(table["moe_pad_experts_for_cuda_graph_inference"]),
+        moe_hybridep_num_sms=int(table["moe_hybridep_num_sms"]),
+        moe_shared_expert_overlap=bool(table["moe_shared_expert_overlap"]),
+        delay_wgrad_compute=bool(table["delay_wgrad_compute"]),
     )
 
 
+def parse_catalog(text: str) -> Catalog:
+    data = tomllib.loads(text)
+    releases = {
+        name: Release(name, t["release"], t["commit"], t.get("undetermined", ""))
+        for name, t in data.get("container", {}).items()
+    }
+    families = dict(data.get("family", {}))
+    return Catalog(releases, families, tuple(_recipe(t, releases, families) for t in data.get("recipe", ())))
+
+
 @cache
+def catalog() -> Catalog:
+    return parse_catalog(catalog_file(RECIPES_FILE).read_text(encoding="utf-8"))
+
+
 def recipes() -> tuple[Recipe, ...]:
-    data = tomllib.loads(catalog_file(RECIPES_FILE).read_text(encoding="utf-8"))
-    return tuple(_recipe(t) for t in data.get("recipe", ()))
+    return catalog().recipes
 
 
-def matching_recipe(
-    run_id: str, model_name: str, gpu: str, dtype: str, layout: Mapping[str, int]
-) -> Recipe | None:
-    """The recipe whose GPU, dtype and whole layout equal this row's, if any."""
-    rid = run_id.lower()
-    for r in recipes():
-        if not rid.startswith(f"mbridge_{r.containers}"):
-            continue
-        if r.gpu != gpu or r.dtype != dtype or not re.search(r.model, model_name.lower()):
+def container_of(run_id: str) -> str:
+    """The NeMo container of a Megatron-Bridge row id (`mbridge_<container>_<model>_...`)."""
+    parts = run_id.split("_")
+    return parts[1] if len(parts) > 2 and parts[0].lower() == "mbridge" else ""
+
+
+def recipe_for(
+    run_id: str,
+    model_name: str,
+    gpu: str,
+    dtype: str,
+    layout: Mapping[str, int],
+    cat: Catalog | None = None,
+) -> Recipe | str:
+    """The recipe of this row's container whose GPU, dtype and whole layout equal the row's, or
+    the reason there is none (an assumption line for validate)."""
+    cat = cat or catalog()
+    container = container_of(run_id)
+    release = cat.releases.get(container)
+    if release is None:
+        return f"recipe: container {container or '?'} is not in {RECIPES_FILE} -> source defaults"
+    if release.undetermined:
+        return f"recipe: not determined for container {container} ({release.undetermined}) -> source defaults"
+    name = model_name.lower()
+    family = next((f for f, pattern in cat.families.items() if re.search(pattern, name)), None)
+    if family is None:
+        return f"recipe: {model_name} recipes are not recorded in {RECIPES_FILE} -> source defaults"
+    for r in cat.recipes:
+        if r.container != container or r.family != family or r.gpu != gpu or r.dtype != dtype:
             continue
         if all(layout.get(k) == v for k, v in r.layout):
             return r
-    return None
+    return (
+        f"recipe: Megatron-Bridge {release.release} ({release.commit[:9]}, container {container}) has no "
+        f"{family} {gpu} {dtype} config of this exact layout (tp, pp, vp, ep, micro-batch, global batch) "
+        "-> source defaults"
+    )
+
+
+def scenario_kernels(r: Recipe) -> dict[str, Any]:
+    """The recipe's [kernels] keys (SPEC §7): fused grouped MLP, token dispatcher, CUDA graphs."""
+    return {
+        "fused_grouped_mlp": r.fused_grouped_mlp,
+        "moe_dispatcher": r.moe_dispatcher,
+        "cuda_graph_impl": r.cuda_graph_impl,
+        "cuda_graph_modules": list(r.cuda_graph_modules),
+    }
+
+
+def recorded_not_simulated(r: Recipe) -> tuple[str, ...]:
+    """The recipe's settings no scenario key expresses yet, as `key = value` (validate lists them)."""
+    out = []
+    if r.moe_expert_rank_capacity_factor:
+        out.append(
+            f"moe_expert_rank_capacity_factor = {r.moe_expert_rank_capacity_factor:g} (HybridEP token budget)"
+        )
+    if r.fp8_dot_product_attention:
+        out.append("fp8_dot_product_attention = true")
+    if r.moe_hybridep_num_sms:
+        out.append(f"moe_hybridep_num_sms = {r.moe_hybridep_num_sms}")
+    out.append(f"moe_shared_expert_overlap = {str(r.moe_shared_expert_overlap).lower()}")
+    if r.delay_wgrad_compute:
+        out.append("delay_wgrad_compute = true")
+    return tuple(out)

@@ -78,10 +78,13 @@ def format_report(report: ValidationReport) -> str:
                 "disagree with themselves (max/min > 1.2; reported, not fitted):"
             )
             for g in moe["data_spread"]:
+                lo, hi = g["predicted_min"], g["predicted_max"]
+                predicted = f"{lo:,.0f}" if hi <= lo * 1.0005 else f"{lo:,.0f} .. {hi:,.0f}"
+                recipes = len(g["recipes"])  # distinct launch recipes ("-" = none recorded)
                 lines.append(
                     f"  {g['model']} on {g['num_gpus']} {g['gpu']}: {g['measured_min']:,.0f} .. "
                     f"{g['measured_max']:,.0f} (x{g['ratio']:.2f}, {len(g['rows'])} rows); predicted "
-                    f"{g['predicted']:,.0f}"
+                    f"{predicted}" + (f"; {recipes} different launch recipes" if recipes > 1 else "")
                 )
     if report.unusable:
         lines.append("")

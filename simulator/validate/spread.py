@@ -46,13 +46,16 @@ def config_key(result: RowResult) -> tuple[Any, ...]:
     """What makes two rows the same experiment for the simulator: the scenario it simulates
     (model without its display name, cluster, split, batch, precision) and the compared metric --
     everything but the software release and labels the scenario cannot express (e.g. a
-    '(tokendrop)' qualifier on a force-balanced benchmark)."""
+    '(tokendrop)' qualifier on a force-balanced benchmark). The split is the published one: a
+    release's launch recipe (EP overlap, recompute modules) is part of the release, not of the
+    configuration, so rows of different releases stay one group and their recipes are reported."""
     sc = result.case.scenario
     model = {k: v for k, v in sc.get("model", {}).items() if k != "name"}
+    parallel = result.case.published_parallel or sc.get("parallel", {})
     return (
         json.dumps(model, sort_keys=True),
         json.dumps(sc.get("cluster", {}), sort_keys=True),
-        json.dumps(sc.get("parallel", {}), sort_keys=True),
+        json.dumps(parallel, sort_keys=True),
         result.case.dtype,
         result.case.metric,
     )
@@ -79,6 +82,9 @@ def spread_groups(results: Iterable[RowResult], ratio: float = SPREAD_RATIO) -> 
                     "measured_max": hi,
                     "ratio": hi / lo,
                     "predicted": rows[0].predicted,
+                    "predicted_min": min(r.predicted for r in rows),
+                    "predicted_max": max(r.predicted for r in rows),
+                    "recipes": sorted({r.case.recipe_settings or "-" for r in rows}),
                 }
             )
     return sorted(out, key=lambda g: -g["ratio"])
