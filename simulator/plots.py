@@ -44,6 +44,7 @@ PHASES = (
     "dp_comm",
     "dataloader",
     "optimizer",
+    "host_bound",
     "other",
     "bubble",
 )
@@ -59,6 +60,7 @@ COLORS = {
     "dp_comm": "#937860",
     "dataloader": "#E5B800",
     "optimizer": "#404040",
+    "host_bound": "#8C564B",
     "other": "#A0A0A0",
     "bubble": "#FFFFFF",
 }
@@ -74,6 +76,7 @@ LABELS = {
     "dp_comm": "DP comm (exposed)",
     "dataloader": "waiting for data",
     "optimizer": "optimizer",
+    "host_bound": "waiting for the host (CPU issue)",
     "other": "other",
     "bubble": "bubble (idle)",
 }

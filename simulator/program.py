@@ -21,6 +21,7 @@ from typing import Any
 from . import flops as fl
 from .comm import CommModel, bus_factor, default_comm_model
 from .costs import Device, attention_time_s, grouped_matmul_time_s, matmul_time_s, memory_op_time_s
+from .hostbound import HOST_OP_S, HOST_SYNC_S, issue_pipeline_s, moe_layer_host_ops
 from .kernels import architecture, resolve_attention
 from .memory import grad_reduce_bytes_per_param, scenario_layer_activations
 from .schedules import PassTimes, Task, chunk_layers, next_chunk, prev_chunk, stage_tasks
@@ -453,8 +454,9 @@ class _Coster:
         mem("post-attn norm", 2 * norm_tokens * h * a)
         span("layernorm", start)
         start = len(fwd)
+        marks: tuple[int, ...] = ()
         if moe:
-            self._moe(fwd, b_in, b_w, mm, mem, T, tp_msg, span)
+            marks = (start, *self._moe(fwd, b_in, b_w, mm, mem, T, tp_msg, span))
             span("moe", start)
         else:
             f_local = m.ffn // t
@@ -527,8 +529,40 @@ class _Coster:
                 b_w.append(Segment("dp_comm", "zero3 reducescatter (not overlapped)", rs, 0.0, 0.0))
             fwd.append(Segment("compute", "zero3 overlap interference", slow_f, 0.0, 0.0))
             b_w.append(Segment("compute", "zero3 overlap interference", slow_b, 0.0, 0.0))
+        if marks:
+            self._host_bound(fwd, b_in, b_w, marks)
         recompute = self._recompute(fwd, spans)
         return _Phase(tuple(fwd)), _Phase(tuple(b_in)), _Phase(tuple(b_w)), recompute, params_local
+
+    def _host_bound(self, fwd: list, b_in: list, b_w: list, marks: tuple[int, ...]) -> None:
+        """The CPU issue time of a MoE layer the GPU waits for (simulator/hostbound.py): after the
+        dispatcher's device-to-host sync the forward runs as a CPU-issue -> GPU pipeline from an
+        empty queue until the next layer's sync; the backward, without a sync, waits only for
+        issue time beyond its GPU time. Only the excess over the GPU time is added."""
+        ops = moe_layer_host_ops(self.scn)
+        if ops is None:
+            return
+        moe, sync, experts, combine = marks
+
+        def gpu_s(parts: list) -> float:
+            return sum(p.duration_s for p in parts)
+
+        phases = [
+            (ops.dispatch, gpu_s(fwd[sync:experts])),
+            (ops.experts, gpu_s(fwd[experts:combine])),
+            (ops.combine, gpu_s(fwd[combine:])),
+            (ops.attention, gpu_s(fwd[:moe])),
+            (ops.router, gpu_s(fwd[moe:sync])),
+        ]
+        fwd_gpu_s = gpu_s(fwd)
+        seg_s = issue_pipeline_s(phases, HOST_OP_S) + ops.syncs * HOST_SYNC_S
+        fwd.append(
+            Segment("host_bound", "host issue after the dispatcher's sync", max(0.0, seg_s - fwd_gpu_s))
+        )
+        b_in_excess = ops.backward_input * HOST_OP_S - gpu_s(b_in)
+        b_w_excess = ops.backward_weight * HOST_OP_S - gpu_s(b_w)
+        b_in.append(Segment("host_bound", "host issue (backward)", max(0.0, b_in_excess)))
+        b_w.append(Segment("host_bound", "host issue (weight gradients)", max(0.0, b_w_excess)))
 
     def _offload_activations(self, fwd: list, b_in: list, b_w: list, moe: bool) -> None:
         """[memory] offload_activations: that fraction of the layer's stored activations is copied
@@ -697,7 +731,9 @@ class _Coster:
             Segment("compute", name + " bwd", memory_op_time_s(d, bwd_bytes, kernels=b_k), 0.0, bwd_bytes)
         )
 
-    def _moe(self, fwd: list, b_in: list, b_w: list, mm, mem, T: int, tp_msg: float, span) -> None:
+    def _moe(
+        self, fwd: list, b_in: list, b_w: list, mm, mem, T: int, tp_msg: float, span
+    ) -> tuple[int, int, int]:
         """Routed experts as Megatron-Core's all-to-all token dispatcher runs them.
 
         Each rank routes the tokens it holds (T/tp with sequence parallelism): router GEMM and
@@ -706,6 +742,8 @@ class _Coster:
         E/ep experts (each matrix 1/etp), then the way back (reduce-scatter, combine, unpermute).
         Balanced routing gives every expert T·top_k/E tokens; `load_imbalance` multiplies the
         busiest rank's expert GEMMs and all-to-all (every rank waits for it at the combine).
+        Returns the indices in `fwd` of the dispatcher's host sync (after the first permute,
+        Megatron's "before_ep_alltoall"), of the experts' first op and of the combine's first op.
         """
         scn, d = self.scn, self.device
         m, par = scn.model, scn.parallel
@@ -726,6 +764,7 @@ class _Coster:
             fc1_s = grouped_matmul_time_s(d, per_expert, fc1_n, h, experts_local, m.routing == "dropless")
             self._tp_entry(fwd, b_in, tp_msg, fc1_s)
         mem("moe permute", (1 + k) * T_in * h * a)
+        sync = len(fwd)
         t_dispatch = t_combine = 0.0
         if par.ep > 1:
             dispatch_msg, combine_msg, t_dispatch, t_combine = self._ep_alltoall(T_in * k)
@@ -762,6 +801,7 @@ class _Coster:
                 fwd.append(Segment("compute", label, memory_op_time_s(d, cast_in), 0.0, cast_in))
                 b_in.append(Segment("compute", label, memory_op_time_s(d, cast_grad), 0.0, cast_grad))
 
+        experts = len(fwd)
         grouped("expert fc1", fc1_n, h)
         rows = per_expert * experts_local  # token copies through this rank's experts
         if m.linear_bias:  # fc1 bias gradient: one read of the fc1 output gradient (TE GroupedLinear)
@@ -789,6 +829,7 @@ class _Coster:
             mm("shared fc1", T, (2 if m.gated_mlp else 1) * fs, h)
             mm("shared fc2", T, h, fs)
             span("shared_experts", start)
+        combine = len(fwd)
         if etp > 1 and not gather:
             etp_msg = routed * h * a
             fwd.append(
@@ -811,6 +852,7 @@ class _Coster:
         mem("moe unpermute", (1 + k) * T_in * h * a)
         if gather:
             self._tp_exit(fwd, b_in, tp_msg)
+        return sync, experts, combine
 
     def _ep_alltoall(self, copies: int) -> tuple[float, float, float, float]:
         """(dispatch bytes, combine bytes, dispatch s, combine s) of one MoE layer's all-to-all.

@@ -22,6 +22,7 @@ CATEGORIES = (
     "bubble",
     "dataloader",
     "optimizer",
+    "host_bound",
     "other",
 )
 MAIN_STREAM = "compute"

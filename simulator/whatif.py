@@ -38,6 +38,7 @@ CATEGORY_PHRASES = {
     "ep_comm": "exposed expert-parallel (all-to-all) communication",
     "recompute": "activation recomputation",
     "optimizer": "the optimizer step",
+    "host_bound": "waiting for the CPU to issue kernels (host-bound MoE layers)",
     "other": "other overhead",
     "compute": "compute",
 }

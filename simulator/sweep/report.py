@@ -28,6 +28,7 @@ SHORT = {
     "bubble": "bubble",
     "dataloader": "data",
     "optimizer": "optim",
+    "host_bound": "host",
     "other": "other",
 }
 

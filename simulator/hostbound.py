@@ -1,0 +1,196 @@
+"""Host-bound MoE layers: the CPU time to issue a layer's kernels, and the device-to-host sync of
+the token dispatcher (issue 13).
+
+PyTorch runs eagerly: the CPU issues every op (Python, autograd, the ATen dispatcher, the library
+and cudaLaunchKernel), about 5-25 us of CPU per op ("From PyTorch op to kernel launch",
+jiahuanglin.xyz all_lessons/gpu_kernel_serving/18: Python ~1 us, pybind ~1, autograd 1-3, ATen
+dispatch 1-2, backend 1-5, driver launch 1-3), and the GPU runs the queued kernels behind it. As
+long as the CPU stays ahead the queue hides that time. Megatron-Core's dropless MoE layer breaks
+this once per layer: the token dispatcher needs the number of tokens per expert on the host (the
+all-to-all split sizes, TE GroupedLinear's m_splits), so it copies them device-to-host and waits
+(megatron/core/transformer/moe/token_dispatcher.py MoEAlltoAllTokenDispatcher
+`_maybe_dtoh_and_synchronize`, `cuda_sync_point`; allgather: `.cpu()`; DeepEP: the CPU waits for
+the received counts; HybridEP without a per-rank token budget: "CPU sync in dispatch"). After the
+sync the GPU queue is empty and every kernel until the next sync must be issued by the CPU while
+the GPU waits for it: the Megatron-Core MoE README's "CPU Overhead Bottleneck" ("gaps between GPU
+kernels where CPU cannot launch kernels fast enough"; cures: CUDA graphs for attn, moe_router,
+moe_preprocess, or a larger micro-batch).
+
+The model, per MoE layer and micro-batch:
+
+* ops: what each module issues per micro-batch, forward and backward (MODULE_OPS below, counted
+  from Megatron-Core's and Transformer Engine's source); TE GroupedLinear without its fused
+  grouped-tensor path issues per local expert a GEMM and a weight-quantizer call (+ an input
+  quantize kernel under FP8/MXFP8/NVFP4) forward, and the dgrad and wgrad GEMMs (+ the gradient
+  quantize) backward (transformer_engine/pytorch/module/grouped_linear.py: `_split_quantize`,
+  `quantize_weight` per gemm, `general_grouped_gemm` loops the GEMMs in C++).
+* CUDA graphs: a captured module costs one graph launch (forward and backward) instead of its
+  ops (`[kernels] cuda_graph_modules`); `full_iteration` replays the whole step as one graph, so
+  no host issue is left to expose (and no sync: it needs the sync-free HybridEP dispatch).
+* the forward from one layer's sync to the next is a two-stage pipeline, CPU issue then GPU
+  execution: op i is issued at t_i = t_(i-1) + host_op_s and runs from max(t_i, end of op i-1)
+  for its GPU time (`issue_pipeline_s`); the segment ends when its last op does, plus the sync's
+  round trip (`HOST_SYNC_S`). Only the excess over the GPU time is exposed, as `host_bound`.
+* backward has no sync (the split sizes are already on the host), so the CPU may run ahead:
+  the exposed part is max(0, host issue time - GPU time) of the layer's backward, for the
+  input-gradient (B) and the weight-gradient (W) ops apart (zero-bubble schedules run W alone).
+
+This is not `GPUEfficiency.kernel_launch_s`: that is the GPU-side gap between consecutive kernels
+even with a full queue (charged to every kernel's duration, calibrated); this is CPU time, hidden
+while the queue is ahead and exposed only where the CPU falls behind the GPU.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .specs import Scenario
+
+# CPU time to issue one op in Megatron-Core + Transformer Engine eager mode (Python module and
+# autograd overhead, the ATen dispatcher, cuBLAS/cuDNN/TE host code, cudaLaunchKernel). The
+# range is 5-25 us per op (jiahuanglin.xyz "From PyTorch op to kernel launch": the "before
+# kernel" total is ~5-25 us of CPU-side work per op); Megatron's ops run through Python nn.Module
+# calls with hooks and TE's Python quantizer objects, the upper half of the range.
+HOST_OP_S = 20e-6
+HOST_OP_RANGE_S = (5e-6, 25e-6)
+# The dispatcher's sync: small device-to-host copies on a side stream and an event wait; the
+# CPU wakes only after the GPU has drained its queue up to the copy (one PCIe round trip plus
+# the event's wake-up, ~10-20 us).
+HOST_SYNC_S = 15e-6
+# a CUDA-graph replay: one host op (TE make_graphed_callables' autograd function, cudaGraphLaunch)
+GRAPH_LAUNCH_OPS = 1.0
+
+# Ops per micro-batch of one layer's modules in eager mode, (forward, backward-input,
+# backward-weight), from Megatron-Core (megatron/core/transformer/transformer_layer.py,
+# attention.py, moe/router.py, moe/token_dispatcher.py, moe/experts.py) with Transformer Engine
+# modules. The weight-gradient ops are counted apart because zero-bubble schedules run them
+# as their own task (W).
+MODULE_OPS: dict[str, tuple[float, float, float]] = {
+    # input LayerNormLinear (norm, quantize, GEMM), q/k/v split and views, fused RoPE of q and k,
+    # DotProductAttention (cuDNN fused attention and its layout ops), linear_proj (quantize,
+    # GEMM), fused bias-dropout-add; backward: the same modules' dgrad/quantize kernels, and the
+    # qkv and proj weight gradients (wgrad GEMM and the main_grad hook of each)
+    "attn": (15.0, 11.0, 4.0),
+    "attn_tp": (2.0, 2.0, 0.0),  # TP > 1: the sequence-parallel all-gather / reduce-scatter calls
+    "mla": (6.0, 4.0, 4.0),  # MLA: q/kv down- and up-projections and their norms on top of "attn"
+    "mlp": (8.0, 7.0, 4.0),  # dense LayerNormMLP: norm, quantize, fc1, activation, quantize, fc2
+    # pre-MLP norm and TopKRouter: gating GEMM in fp32, score function, top-k, routing-map
+    # scatter, aux-loss statistics (sums, all-reduce of tokens per expert)
+    "moe_router": (14.0, 9.0, 1.0),
+    "residual": (4.0, 4.0, 0.0),  # the layer's two residual adds and Python/hook overhead
+    "shared_experts": (8.0, 7.0, 4.0),  # a TE MLP beside the routed experts
+    # TEGroupedMLP: tokens_per_expert.tolist(), quantization padding, activation with the routing
+    # probabilities, output allocations; the per-expert ops are EXPERT_OPS
+    "experts": (8.0, 8.0, 0.0),
+    # TE's fused grouped MLP (use_transformer_engine_op_fuser): grouped-tensor GEMMs and the fused
+    # activation, no per-expert host work
+    "experts_fused": (6.0, 6.0, 2.0),
+}
+# The D2H copies of the split sizes (4) and the event record stay eager when moe_preprocess is
+# graphed (the dispatcher moves them to before_ep_alltoall).
+PREPROCESS_DTOH_OPS = 5.0
+# Per local expert and GroupedLinear (fc1 and fc2): forward a GEMM and a weight-quantizer call;
+# backward-input the dgrad GEMM; backward-weight the wgrad GEMM; plus, in a quantized recipe, one
+# quantize kernel forward (the input) and one backward-input (the output gradient).
+EXPERT_OPS = (2.0, 1.0, 1.0)
+EXPERT_QUANT_OPS = (1.0, 1.0, 0.0)
+QUANTIZED_DTYPES = ("fp8", "mxfp8", "nvfp4")
+# Dispatch (permute + all-to-all of tokens and probabilities + sort by local expert) and combine
+# (unsort + all-to-all + unpermute) ops, forward (backward-input mirrors them), by dispatcher;
+# the dispatcher's preprocess (tokens-per-expert sums, the tp x ep all-gather of the counts,
+# input/output splits; nothing in backward), by dispatcher.
+DISPATCH_OPS = {"alltoall": 10.0, "allgather": 7.0, "deepep": 5.0, "hybridep": 4.0}
+COMBINE_OPS = {"alltoall": 7.0, "allgather": 5.0, "deepep": 4.0, "hybridep": 3.0}
+PREPROCESS_OPS = {"alltoall": 15.0, "allgather": 8.0, "deepep": 3.0, "hybridep": 4.0}
+SINGLE_RANK_A2A_OPS = 6.0  # ep = 1: no all-to-all calls (two of 3 ops each)
+
+
+@dataclass(frozen=True, slots=True)
+class LayerHostOps:
+    """Host ops of one MoE layer per micro-batch, by forward phase, and its backward."""
+
+    attention: float  # layer start to the pre-MLP norm
+    router: float  # pre-MLP norm, router and the dispatcher's preprocess (up to the sync)
+    dispatch: float  # from the sync: permute, all-to-all, sort by expert
+    experts: float
+    combine: float  # unsort, all-to-all back, unpermute, residual
+    backward_input: float
+    backward_weight: float
+    syncs: int  # device-to-host syncs per forward (0 or 1)
+
+    @property
+    def forward(self) -> float:
+        return self.attention + self.router + self.dispatch + self.experts + self.combine
+
+
+def _graphed(scn: Scenario, module: str) -> bool:
+    k = scn.kernels
+    return k.cuda_graph_impl in ("local", "transformer_engine") and module in k.cuda_graph_modules
+
+
+def moe_layer_host_ops(scn: Scenario) -> LayerHostOps | None:
+    """The ops a MoE layer issues per micro-batch, or None when nothing is issued per layer
+    (`full_iteration`: one graph for the step)."""
+    k, m, par = scn.kernels, scn.model, scn.parallel
+    if k.cuda_graph_impl == "full_iteration":
+        return None
+    disp = k.moe_dispatcher
+    launch = (GRAPH_LAUNCH_OPS, GRAPH_LAUNCH_OPS, 0.0)
+
+    def add(*parts: tuple[float, float, float]) -> tuple[float, float, float]:
+        return (sum(p[0] for p in parts), sum(p[1] for p in parts), sum(p[2] for p in parts))
+
+    none = (0.0, 0.0, 0.0)
+    attn = add(
+        MODULE_OPS["attn"],
+        MODULE_OPS["attn_tp"] if par.tp > 1 else none,
+        MODULE_OPS["mla"] if m.mla is not None else none,
+    )
+    if _graphed(scn, "attn"):
+        attn = launch
+    router = MODULE_OPS["moe_router"]
+    shared = MODULE_OPS["shared_experts"] if m.shared_expert_ffn_hidden else none
+    pre = PREPROCESS_OPS[disp]
+    if _graphed(scn, "moe_router"):  # the router graph holds the shared experts too (Megatron)
+        router, shared = launch, none
+        if _graphed(scn, "moe_preprocess"):
+            pre = PREPROCESS_DTOH_OPS if disp == "alltoall" else 0.0
+    dispatch, combine = DISPATCH_OPS[disp], COMBINE_OPS[disp]
+    if par.ep == 1 and disp == "alltoall":
+        dispatch -= SINGLE_RANK_A2A_OPS
+    if k.fused_grouped_mlp:
+        experts = MODULE_OPS["experts_fused"]
+    else:
+        n = 2 * (m.num_experts // par.ep)  # fc1 and fc2 of each local expert
+        q = EXPERT_QUANT_OPS if scn.dtype in QUANTIZED_DTYPES else none
+        base = MODULE_OPS["experts"]
+        experts = tuple(base[i] + n * (EXPERT_OPS[i] + q[i]) for i in range(3))  # type: ignore[assignment]
+    res = MODULE_OPS["residual"]
+    return LayerHostOps(
+        attention=attn[0],
+        router=router[0] + pre + shared[0],
+        dispatch=dispatch,
+        experts=experts[0],
+        combine=combine + res[0],
+        backward_input=attn[1] + router[1] + shared[1] + dispatch + experts[1] + combine + res[1],
+        backward_weight=attn[2] + router[2] + shared[2] + experts[2],
+        syncs=1,
+    )
+
+
+def issue_pipeline_s(phases: list[tuple[float, float]], host_op_s: float) -> float:
+    """Time from an empty GPU queue until the last of `phases` finishes, each phase being
+    (ops, GPU seconds) with its GPU time spread evenly over its ops: op i is issued host_op_s
+    after op i-1 and runs once issued and once the GPU is free (a two-stage pipeline; the
+    result is at least the host issue time of all ops and at least their GPU time)."""
+    issue = gpu = 0.0
+    for n_ops, gpu_s in phases:
+        n = max(int(round(n_ops)), 0)
+        if n == 0:
+            gpu += gpu_s  # GPU work with nothing to issue (cannot happen for a real module)
+            continue
+        g = gpu_s / n
+        for _ in range(n):
+            issue += host_op_s
+            gpu = max(gpu, issue) + g
+    return gpu
