@@ -165,3 +165,17 @@ def test_trace_shows_the_host_wait() -> None:
     spans = [s for s in timeline.spans if s.category == "host_bound"]
     assert spans and all(s.stream == "compute" for s in spans)
     assert any("dispatcher's sync" in s.name for s in spans)
+
+
+def test_whatif_offers_cuda_graphs_for_host_bound_moe_only() -> None:
+    from simulator.whatif import candidate_variants
+
+    lever = {v.key: v for v in candidate_variants(_scn(1))}["cuda_graphs"]
+    assert lever.build is not None and lever.addresses == ("host_bound",)
+    built = lever.build()
+    assert built.kernels.cuda_graph_modules == ("attn", "moe_router", "moe_preprocess")
+    assert simulate(built).report.step_time_s < simulate(_scn(1)).report.step_time_s
+    dense = {v.key: v for v in candidate_variants(_scn(1, preset="llama3-8b", ep=1))}["cuda_graphs"]
+    assert dense.build is None and "dense" in dense.skipped
+    graphed = {v.key: v for v in candidate_variants(_scn(1, **GRAPHS))}["cuda_graphs"]
+    assert graphed.build is None and "already" in graphed.skipped
