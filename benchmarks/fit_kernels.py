@@ -52,10 +52,16 @@ RANGES: dict[str, tuple[float, float]] = {
     "nccl_bw_fraction": (0.6, 0.98),
     "nccl_ring_window_bytes": (0.0, 64e6),
     "nccl_nvls_window_bytes": (0.0, 64e6),
+    "nccl_nvls_fraction": (0.5, 1.0),
 }
 # Collective parameters fitted per architecture on that architecture's [[collective]] figures
 # (nccl-tests sweeps, OpenXLA's table); an architecture without figures of a kind keeps its value.
-COLLECTIVE_FIT = ("nccl_bw_fraction", "nccl_ring_window_bytes", "nccl_nvls_window_bytes")
+COLLECTIVE_FIT = (
+    "nccl_bw_fraction",
+    "nccl_ring_window_bytes",
+    "nccl_nvls_window_bytes",
+    "nccl_nvls_fraction",
+)
 # architecture -> (collective parameters it takes from another architecture, from which, why)
 COLLECTIVE_BORROW = {
     "hopper": (
@@ -64,7 +70,7 @@ COLLECTIVE_BORROW = {
         "no published H100 ring size sweep; A100's (same NCCL)",
     ),
     "blackwell": (("nccl_nvls_window_bytes",), "hopper", "no published Blackwell NVLS size sweep; Hopper's"),
-    "ampere": (("nccl_nvls_window_bytes",), "hopper", "no NVLS on A100 (unused)"),
+    "ampere": (("nccl_nvls_window_bytes", "nccl_nvls_fraction"), "hopper", "no NVLS on A100 (unused)"),
 }
 FIT: dict[str, tuple[str, ...]] = {
     "hopper": tuple(

@@ -95,6 +95,9 @@ class KernelParams:
     # per ring / NVLS step, fitted to nccl-tests size sweeps
     nccl_ring_window_bytes: float
     nccl_nvls_window_bytes: float
+    # NVLS all-reduce's algbw as a fraction of the achieved NVLink rate (the switch reduces;
+    # network/collectives.py NVLS_BW_FRACTION is the training job's prior)
+    nccl_nvls_fraction: float
     # exp time at the MUFU rate / MMA time at the peak, head dim 128 forward (0: not modelled)
     attention_exp_mma_ratio: float = 0.0
 
@@ -416,6 +419,7 @@ def collective(
         nic_bw_fraction=p.nic_bw_fraction,
         ring_window_bytes=p.nccl_ring_window_bytes,
         nvls_window_bytes=p.nccl_nvls_window_bytes,
+        nvls_fraction=p.nccl_nvls_fraction,
     )
     if algorithm is None:
         cost = model.collective(kind, axis, message_bytes)

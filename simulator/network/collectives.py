@@ -143,8 +143,10 @@ class Links:
         nic_bw_fraction: float | None = None,
         ring_window_bytes: float = 0.0,
         nvls_window_bytes: float = 0.0,
+        nvls_fraction: float | None = None,
     ) -> Links:
-        """`nic_bw_fraction` (default `nccl_bw_fraction`) applies to NICs and uplinks."""
+        """`nic_bw_fraction` (default `nccl_bw_fraction`) applies to NICs and uplinks;
+        `nvls_fraction` (default NVLS_BW_FRACTION, Blackwell scaled) to NVLS all-reduce."""
         topo = fabric.topology
         eta = nccl_bw_fraction
         eta_net = eta if nic_bw_fraction is None else nic_bw_fraction
@@ -161,7 +163,9 @@ class Links:
             intra_name="pcie" if fabric_name == "pcie" else "nvlink",
             nvlink=fabric_name != "pcie",
             nvls=topo.intra_node.nvls and fabric_name == "nvswitch",
-            nvls_fraction=NVLS_BW_FRACTION_BLACKWELL if generation == "blackwell" else NVLS_BW_FRACTION,
+            nvls_fraction=nvls_fraction
+            if nvls_fraction is not None
+            else (NVLS_BW_FRACTION_BLACKWELL if generation == "blackwell" else NVLS_BW_FRACTION),
             ll_max_bytes_per_s=tuple(x * 1e9 for x in LL_MAX_GBPS[generation]),  # type: ignore[arg-type]
             ring_window_bytes=ring_window_bytes,
             nvls_window_bytes=nvls_window_bytes,
@@ -544,13 +548,17 @@ def collective_candidates(kind: str, shape: GroupShape, links: Links, size_bytes
         parts = [(x_intra / B_i, intra)]
         if k > 1:
             parts.append(_inter_time(shape, links, node_bytes, lambda u: u.members * (n - u.members) / n * S))
+        # the n-1 rounds of S/n each pipeline through NCCL's channels as the all-gather ring's
+        # n-1 steps do: the same bandwidth ramp (ramp_s), at the bottleneck's seconds per byte
+        t_a2a = max(x[0] for x in parts)
+        fill = ramp_s(n - 1, S / n, links.ring_window_bytes, t_a2a / ((n - 1) / n * S))
         for p in protocols:
             if p.name == "LL128":  # NCCL's p2p uses Simple, and LL below NCCL_P2P_LL_THRESHOLD
                 continue
             # a grouped all-to-all is n-1 send/recv pairs scheduled in rounds (peer = rank ± i);
             # each round pays one hop: m-1 inside the node, n-m across the network
             hops = (m - 1) * a_i * p.intra_latency_ratio + (n - m) * a_e * p.inter_latency_ratio
-            add("p2p", p, p.launch_s + hops, parts, bus_bytes=(n - 1) / n * S)
+            add("p2p", p, p.launch_s + hops + fill / p.bandwidth_fraction, parts, bus_bytes=(n - 1) / n * S)
     return out
 
 

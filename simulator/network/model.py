@@ -53,6 +53,7 @@ class TopologyCommModel:
     nic_bw_fraction: float | None = None
     ring_window_bytes: float = 0.0  # NCCL's bandwidth ramp (collectives.ramp_s); 0 = off
     nvls_window_bytes: float = 0.0
+    nvls_fraction: float | None = None  # None: collectives.NVLS_BW_FRACTION(_BLACKWELL)
     fabric: Fabric = field(init=False, repr=False, compare=False)
     placement: Placement = field(init=False, repr=False, compare=False)
     links: Links = field(init=False, repr=False, compare=False)
@@ -72,7 +73,14 @@ class TopologyCommModel:
         object.__setattr__(self, "fabric", fabric)
         object.__setattr__(self, "placement", Placement.of(self.scenario))
         eta = self.scenario.gpu.efficiency.nccl_bw_fraction
-        links = Links.of(fabric, eta, self.nic_bw_fraction, self.ring_window_bytes, self.nvls_window_bytes)
+        links = Links.of(
+            fabric,
+            eta,
+            self.nic_bw_fraction,
+            self.ring_window_bytes,
+            self.nvls_window_bytes,
+            self.nvls_fraction,
+        )
         object.__setattr__(self, "links", links)
 
     # ------------------------------------------------------------------ CommModel protocol
