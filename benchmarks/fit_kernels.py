@@ -18,7 +18,7 @@ import argparse
 import math
 import re
 import sys
-from dataclasses import fields, replace
+from dataclasses import MISSING, fields, replace
 from pathlib import Path
 
 import numpy as np
@@ -50,12 +50,43 @@ RANGES: dict[str, tuple[float, float]] = {
     "gemm_fp8_scale": (0.7, 1.0),
     "attention_causal_block": (0.0, 1024.0),
     "nccl_bw_fraction": (0.6, 0.98),
+    "nccl_ring_window_bytes": (0.0, 64e6),
+    "nccl_nvls_window_bytes": (0.0, 64e6),
+    "nccl_nvls_fraction": (0.5, 1.0),
+}
+# Collective parameters fitted per architecture on that architecture's [[collective]] figures
+# (nccl-tests sweeps, OpenXLA's table); an architecture without figures of a kind keeps its value.
+COLLECTIVE_FIT = (
+    "nccl_bw_fraction",
+    "nccl_ring_window_bytes",
+    "nccl_nvls_window_bytes",
+    "nccl_nvls_fraction",
+)
+# architecture -> (collective parameters it takes from another architecture, from which, why)
+COLLECTIVE_BORROW = {
+    "hopper": (
+        ("nccl_ring_window_bytes",),
+        "ampere",
+        "no published H100 ring size sweep; A100's (same NCCL)",
+    ),
+    "blackwell": (("nccl_nvls_window_bytes",), "hopper", "no published Blackwell NVLS size sweep; Hopper's"),
+    "ampere": (("nccl_nvls_window_bytes", "nccl_nvls_fraction"), "hopper", "no NVLS on A100 (unused)"),
 }
 FIT: dict[str, tuple[str, ...]] = {
     "hopper": tuple(
         f.name
         for f in fields(KernelParams)
-        if f.name not in ("memory_bw_fraction", "memory_latency_s", "gemm_max_fraction", "nccl_bw_fraction")
+        # cudnn_head_dim_half: every cuDNN figure is at head dim 128, so no figure constrains it
+        # (kept at its shipped value; a free fit wanders and moves head-dim-64 training steps)
+        if f.name
+        not in (
+            "memory_latency_s",
+            "gemm_max_fraction",
+            "nic_bw_fraction",
+            "attention_exp_mma_ratio",
+            "cudnn_head_dim_half",
+        )
+        and f.name not in COLLECTIVE_FIT
         and not f.name.startswith("triton")
     ),
     "ampere": (
@@ -72,7 +103,7 @@ FIT: dict[str, tuple[str, ...]] = {
 }
 # architecture -> (architecture it borrows unfitted parameters from, why)
 COPY_FROM = {
-    "ampere": ("hopper", "GEMM tile/latency and attention shape terms as Hopper (same CUTLASS tiling)"),
+    "ampere": ("hopper", "GEMM latencies and attention shape terms as Hopper (same CUTLASS tiling)"),
     "blackwell": (
         "hopper",
         "no published Blackwell kernel sweeps beyond the best GEMM; Hopper's shape terms",
@@ -117,6 +148,42 @@ def fit_architecture(arch: str, base: dict[str, KernelParams]) -> KernelParams:
     return make(res.x)
 
 
+def fit_collectives(arch: str, base: dict[str, KernelParams]) -> KernelParams:
+    """NVLink efficiency and NCCL's bandwidth-ramp windows from the architecture's collective
+    figures (nic_bw_fraction stays the maintainers' 0.94, nccl-ib)."""
+    from simulator.kernels import architecture, kernel_data
+
+    borrowed, parent, _why = COLLECTIVE_BORROW.get(arch, ((), arch, ""))
+    start = replace(base[arch], **{n: getattr(base[parent], n) for n in borrowed})
+    base = {**base, arch: start}
+    rows = [r for r in kernel_data().get("collective", []) if not r.get("reference_only")]
+    figs = [f for f in shipped_figures(base, kinds=("collective",)) if not f.reference_only]
+    # a collective figure belongs to the architecture of its topology's GPU
+    from simulator.loading import load_topology
+
+    arch_of = {r["topology"]: architecture(load_topology(r["topology"]).gpu.name) for r in rows}
+    mine = [i for i, f in enumerate(figs) if arch_of.get(f.gpu) == arch]
+    if not mine:
+        return start
+    names = [n for n in COLLECTIVE_FIT if n not in borrowed]
+
+    def make(x: np.ndarray) -> KernelParams:
+        return replace(start, **{n: float(v) for n, v in zip(names, x, strict=True)})
+
+    def residuals(x: np.ndarray) -> np.ndarray:
+        got = shipped_figures({**base, arch: make(x)}, kinds=("collective",))
+        got = [f for f in got if not f.reference_only]
+        return np.array([math.log(got[i].predicted / got[i].measured) for i in mine])
+
+    x0 = np.array([getattr(start, n) for n in names])
+    lo = np.array([RANGES[n][0] for n in names])
+    hi = np.array([RANGES[n][1] for n in names])
+    x0 = np.clip(x0, lo + 1e-9 * (hi - lo), hi - 1e-9 * (hi - lo))
+    scale = np.array([1e6 if "window" in n else 1.0 for n in names])
+    res = least_squares(residuals, x0, bounds=(lo, hi), x_scale=scale, max_nfev=200)
+    return make(res.x)
+
+
 def write_params(params: dict[str, KernelParams], path: Path) -> None:
     text = path.read_text(encoding="utf-8")
     for arch, p in params.items():
@@ -125,7 +192,7 @@ def write_params(params: dict[str, KernelParams], path: Path) -> None:
             formatted = f"{value:.4g}" if 1e-3 <= abs(value) < 1e4 or value == 0 else f"{value:.4e}"
             pattern = re.compile(rf"(\[model\.{arch}\][^\[]*?^{f.name} = )[^\s#]+", re.MULTILINE | re.DOTALL)
             text, n = pattern.subn(lambda m, v=formatted: m.group(1) + v, text, count=1)
-            if n != 1:
+            if n != 1 and f.default is MISSING:
                 raise SystemExit(f"{path}: [model.{arch}] {f.name} not found")
     path.write_text(text, encoding="utf-8")
 
@@ -172,6 +239,8 @@ def main(argv: list[str] | None = None) -> int:
             triton_head_dim_half=a.triton_head_dim_half,
             triton_causal_scale=a.triton_causal_scale,
         )
+    for arch in ("ampere", "hopper", "blackwell", "ampere"):  # ampere again: Hopper's NVLS window
+        base[arch] = fit_collectives(arch, base)
     figs = shipped_figures(base)
     worst = 0.0
     for f in figs:

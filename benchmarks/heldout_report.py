@@ -29,7 +29,7 @@ import mfusim
 ROOT = Path(__file__).resolve().parents[1]
 HELDOUT = ROOT / "scenarios" / "heldout"
 ACCURACY_MD = ROOT / "docs" / "accuracy.md"
-KINDS = ("step_time_s", "mfu", "hfu_tflops_megatron")
+KINDS = ("step_time_s", "mfu", "hfu_tflops_megatron", "tokens_per_s_per_gpu")
 # Categories shown in the table (share of the predicted step).
 SHOWN = ("compute", "recompute", "tp_comm", "pp_comm", "dp_comm", "bubble", "optimizer")
 
@@ -65,6 +65,8 @@ def measured_step_s(kind: str, value: float, path: Path, report: mfusim.StepRepo
         return value
     if kind == "mfu":
         return report.step_time_s * report.mfu / value
+    if kind == "tokens_per_s_per_gpu":
+        return report.step_time_s * report.tokens_per_s_per_gpu / value
     if kind == "hfu_tflops_megatron":
         raw = tomllib.loads(path.read_text(encoding="utf-8"))
         flops = megatron_hfu_flops(raw, int(raw["parallel"]["global_batch"]))

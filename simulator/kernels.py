@@ -21,7 +21,9 @@ causal factor) + latency. The causal factor s/(s + block) is the diagonal blocks
 "unfused" composes two batched GEMMs and the softmax passes through memory (Megatron 2021).
 
 Memory-bound kernels: bytes / (HBM bandwidth · `memory_bw_fraction`) + `memory_latency_s`.
-Collectives: simulator/network on the named topology.
+Collectives: simulator/network on the named topology, with nccl-tests' achieved fractions of the
+line rate: `nccl_bw_fraction` on NVLink/PCIe (NCCL's protocol overhead) and `nic_bw_fraction` on the
+network NICs; NCCL's own algorithm choice unless a figure names the one it was forced to (NCCL_ALGO).
 """
 
 from __future__ import annotations
@@ -85,7 +87,17 @@ class KernelParams:
     cudnn_causal_scale: float
     triton_causal_scale: float
     attention_causal_block: float
+    # nccl-tests' achieved fraction of the line rate: NVLink/PCIe inside a node (NCCL's protocol
+    # overhead, ~20% on NVLink: nccl-212) and the network NICs (46-48 of 50 GB/s on NDR: nccl-ib)
     nccl_bw_fraction: float
+    nic_bw_fraction: float
+    # NCCL's bandwidth ramp below ~1 GB (simulator/network/collectives.py ramp_s): bytes in flight
+    # per ring / NVLS step, fitted to nccl-tests size sweeps
+    nccl_ring_window_bytes: float
+    nccl_nvls_window_bytes: float
+    # NVLS all-reduce's algbw as a fraction of the achieved NVLink rate (the switch reduces;
+    # network/collectives.py NVLS_BW_FRACTION is the training job's prior)
+    nccl_nvls_fraction: float
     # exp time at the MUFU rate / MMA time at the peak, head dim 128 forward (0: not modelled)
     attention_exp_mma_ratio: float = 0.0
 
@@ -349,9 +361,21 @@ class CollectiveResult:
     bottleneck: str
 
 
-def collective(topology: str, kind: str, gpus: int, message_bytes: float) -> CollectiveResult:
+COLLECTIVE_ALGORITHMS = ("ring", "tree", "nvls", "pat", "hierarchical", "p2p")
+
+
+def collective(
+    topology: str,
+    kind: str,
+    gpus: int,
+    message_bytes: float,
+    algorithm: str | None = None,
+    params: KernelParams | None = None,
+) -> CollectiveResult:
     """One NCCL collective of `message_bytes` (nccl-tests size convention) on `gpus` GPUs of the
-    named topology, placed on consecutive GPUs (one node first), costed by simulator/network."""
+    named topology, placed on consecutive GPUs (one node first), costed by simulator/network.
+    `algorithm` (as NCCL_ALGO forces it: ring, tree, nvls, ...) restricts the choice to that
+    algorithm's protocols; None = NCCL's fastest."""
     from dataclasses import replace
 
     from .comm import bus_factor
@@ -387,9 +411,29 @@ def collective(topology: str, kind: str, gpus: int, message_bytes: float) -> Col
     )
     # nccl-tests' achieved fraction of the link rate (kernel level), not a training job's
     gpu = scn.gpu
-    eff = replace(gpu.efficiency, nccl_bw_fraction=kernel_params(gpu).nccl_bw_fraction)
+    p = params or kernel_params(gpu)
+    eff = replace(gpu.efficiency, nccl_bw_fraction=p.nccl_bw_fraction)
     scn = replace(scn, topology=replace(scn.topology, gpu=replace(gpu, efficiency=eff)))
-    cost = TopologyCommModel(scn).collective(kind, axis, message_bytes)
+    model = TopologyCommModel(
+        scn,
+        nic_bw_fraction=p.nic_bw_fraction,
+        ring_window_bytes=p.nccl_ring_window_bytes,
+        nvls_window_bytes=p.nccl_nvls_window_bytes,
+        nvls_fraction=p.nccl_nvls_fraction,
+    )
+    if algorithm is None:
+        cost = model.collective(kind, axis, message_bytes)
+    else:
+        if algorithm not in COLLECTIVE_ALGORITHMS:
+            raise ConfigError(
+                f"algorithm {algorithm!r}: expected one of {', '.join(COLLECTIVE_ALGORITHMS)}", key="--algo"
+            )
+        allowed = [
+            c for c in model.candidates(kind, axis, message_bytes) if c.algorithm.startswith(algorithm)
+        ]
+        if not allowed:
+            raise ConfigError(f"NCCL has no {algorithm} {kind} on {gpus} GPUs of {topology}", key="--algo")
+        cost = allowed[0]
     algbw = message_bytes / cost.time_s if cost.time_s > 0 else 0.0
     return CollectiveResult(
         time_s=cost.time_s,
@@ -425,7 +469,7 @@ def shipped_figures(
 ) -> list[Figure]:
     """Every figure of kernels.toml next to the model's prediction (`overrides`: architecture ->
     parameters to use instead of the shipped ones, for the fitting script)."""
-    from .loading import load_gpu_catalog
+    from .loading import load_gpu_catalog, load_topology
 
     catalog = load_gpu_catalog()
 
@@ -453,6 +497,7 @@ def shipped_figures(
                 2.0 * b * m * n * k / t / 1e12,
                 "TFLOP/s",
                 row["source"],
+                bool(row.get("reference_only", False)),
             )
         )
     for row in data.get("attention", []) if "attention" in kinds else []:
@@ -493,11 +538,18 @@ def shipped_figures(
                 row["bytes"] / t / 1e9,
                 "GB/s",
                 row["source"],
+                bool(row.get("reference_only", False)),
             )
         )
     for row in data.get("collective", []) if "collective" in kinds else []:
-        res = collective(row["topology"], row["kind"], int(row["gpus"]), float(row["bytes"]))
-        label = f"{row['kind']} {row['topology']} x{row['gpus']} {row['bytes']:.3g} B"
+        algo = row.get("algorithm")
+        topo_gpu = load_topology(row["topology"]).gpu
+        res = collective(
+            row["topology"], row["kind"], int(row["gpus"]), float(row["bytes"]), algo, params(topo_gpu)
+        )
+        label = (
+            f"{row['kind']} {row['topology']} x{row['gpus']} {row['bytes']:.3g} B{' ' + algo if algo else ''}"
+        )
         out.append(
             Figure(
                 "collective",
@@ -507,6 +559,7 @@ def shipped_figures(
                 res.busbw_bytes_per_s / 1e9,
                 "GB/s busbw",
                 row["source"],
+                bool(row.get("reference_only", False)),
             )
         )
     return out

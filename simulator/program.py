@@ -734,9 +734,24 @@ class _Coster:
             b_in.append(
                 Segment("tp_comm", "tp reducescatter (beside wgrad)", max(0.0, t_rs - gemm_s), 0.0, msg)
             )
+            hidden = min(t_ag, gemm_s) + min(t_rs, gemm_s)
         else:
             t_ar = self.coll("allreduce", "tp", msg)
             b_in.append(Segment("tp_comm", "tp allreduce (beside wgrad)", max(0.0, t_ar - gemm_s), 0.0, msg))
+            hidden = min(t_ar, gemm_s)
+        if hidden > 0:
+            # the NCCL kernels run beside the dgrad/wgrad GEMM on the same GPU (async_op=True in
+            # LinearWithGradAccumulationAndAsyncCommunication), sharing its SMs and HBM: the same
+            # interference as userbuffer overlap (_overlap_tp), at the stack's overlap_slowdown
+            b_in.append(
+                Segment(
+                    "compute",
+                    "tp async interference",
+                    hidden * self.scn.gpu.efficiency.overlap_slowdown,
+                    0.0,
+                    0.0,
+                )
+            )
 
     def _tp_exit(self, fwd: list, b_in: list, msg: float) -> None:
         """Row-parallel exit: SP ReduceScatter forward / AllGather backward (or the forward

@@ -186,6 +186,7 @@ _PHRASES = {
     "flash_attention": "FlashAttention",
     "pad_shapes": "padding to tensor-core friendly shapes",
     "micro_batch_x2": "doubling the micro-batch size",
+    "cuda_graphs": "CUDA graphs of the attention, router and preprocess",
 }
 
 
@@ -538,6 +539,38 @@ def _kernel_levers(scn: Scenario) -> Iterator[_Variant]:
             lambda: replace(scn, kernels=replace(scn.kernels, flash_attention=True)),
         )
     yield _shapes_lever(scn)
+    yield _cuda_graph_lever(scn)
+
+
+# Megatron-Core MoE README "CPU Overhead Bottleneck": --cuda-graph-impl transformer_engine
+# --cuda-graph-modules attn moe_router moe_preprocess (what a dropless MoE layer can capture)
+MOE_GRAPH_MODULES = ("attn", "moe_router", "moe_preprocess")
+
+
+def _cuda_graph_lever(scn: Scenario) -> _Variant:
+    """Per-layer CUDA graphs of the attention block, router and preprocess (host_bound)."""
+    key, name, addr = "cuda_graphs", "CUDA graphs (attn, moe_router, moe_preprocess)", ("host_bound",)
+    k = scn.kernels
+    if not scn.model.is_moe:
+        return _skip(key, name, addr, "a dense model has no host-bound MoE layers")
+    if k.cuda_graph_impl == "full_iteration" or set(MOE_GRAPH_MODULES) <= set(k.cuda_graph_modules):
+        return _skip(key, name, addr, f"already graphed (cuda_graph_impl = {k.cuda_graph_impl!r})")
+    try:  # Megatron-Core's own refusals (full recompute, offloading, ...): the lever does not apply
+        graphed = replace(
+            scn,
+            kernels=replace(k, cuda_graph_impl="transformer_engine", cuda_graph_modules=MOE_GRAPH_MODULES),
+        )
+    except ConfigError as err:
+        return _skip(key, name, addr, err.message)
+    return _Variant(
+        key,
+        name,
+        f"kernels.cuda_graph_impl {k.cuda_graph_impl!r} -> 'transformer_engine', "
+        f"cuda_graph_modules -> {list(MOE_GRAPH_MODULES)}",
+        addr,
+        lambda: graphed,
+        note="graph memory; static shapes (fixed sequence length and micro-batch)",
+    )
 
 
 def padded_shapes(scn: Scenario) -> dict[str, int]:
@@ -602,7 +635,7 @@ def _batch_shape_lever(scn: Scenario) -> _Variant:
         "micro_batch_x2",
         name,
         f"parallel.micro_batch {par.micro_batch} -> {2 * par.micro_batch}" + _latency_change(scn, 2.0),
-        ("compute",),
+        ("compute", "host_bound"),
         lambda: _with_micro_batch(scn, 2 * par.micro_batch),
         note="halves the number of micro-batches (more bubble when pp > 1); more activation memory",
     )

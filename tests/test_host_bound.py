@@ -143,12 +143,14 @@ def test_dense_models_are_untouched() -> None:
     assert a.step_time_s == b.step_time_s
 
 
-@pytest.mark.parametrize("schedule", ["1f1b", "zb-h1"])
-def test_breakdown_sums_and_closed_form_follows_the_engine(schedule: str) -> None:
+@pytest.mark.parametrize(
+    ("schedule", "vp"), [("1f1b", 1), ("zb-h1", 1), ("interleaved", 2), ("dualpipev", 1), ("gpipe", 1)]
+)
+def test_breakdown_sums_and_closed_form_follows_the_engine(schedule: str, vp: int) -> None:
     data: dict[str, Any] = {
         "model": {"preset": "qwen3-30b-a3b", "layers": 8, "seq_len": 4096},
         "cluster": {"topology": "dgx-b200", "num_gpus": 8},
-        "parallel": {"ep": 4, "pp": 2, "micro_batch": 1, "global_batch": 32, "schedule": schedule},
+        "parallel": {"ep": 4, "pp": 2, "vp": vp, "micro_batch": 1, "global_batch": 32, "schedule": schedule},
         "precision": {"dtype": "mxfp8"},
     }
     scn = scenario_from_dict(data)
@@ -165,3 +167,17 @@ def test_trace_shows_the_host_wait() -> None:
     spans = [s for s in timeline.spans if s.category == "host_bound"]
     assert spans and all(s.stream == "compute" for s in spans)
     assert any("dispatcher's sync" in s.name for s in spans)
+
+
+def test_whatif_offers_cuda_graphs_for_host_bound_moe_only() -> None:
+    from simulator.whatif import candidate_variants
+
+    lever = {v.key: v for v in candidate_variants(_scn(1))}["cuda_graphs"]
+    assert lever.build is not None and lever.addresses == ("host_bound",)
+    built = lever.build()
+    assert built.kernels.cuda_graph_modules == ("attn", "moe_router", "moe_preprocess")
+    assert simulate(built).report.step_time_s < simulate(_scn(1)).report.step_time_s
+    dense = {v.key: v for v in candidate_variants(_scn(1, preset="llama3-8b", ep=1))}["cuda_graphs"]
+    assert dense.build is None and "dense" in dense.skipped
+    graphed = {v.key: v for v in candidate_variants(_scn(1, **GRAPHS))}["cuda_graphs"]
+    assert graphed.build is None and "already" in graphed.skipped

@@ -5,7 +5,7 @@ kernel as the kernel model (simulator/kernels.py) costs it.
     mfusim kernel attention --gpu a100-80gb --seq 8192 --heads 32 --head-dim 128 [--batch 1]
                             [--causal] [--impl fa2|fa3|cudnn|unfused] [--pass fwd|bwd|fwd+bwd] [--json]
     mfusim kernel memory --gpu h100-sxm --bytes 1e9 [--json]
-    mfusim kernel allreduce --topology dgx-h100 --gpus 8 --bytes 1e9 [--json]
+    mfusim kernel allreduce --topology dgx-h100 --gpus 8 --bytes 1e9 [--algo ring|nvls|...] [--json]
 
 JSON keys: `time_s`, and `tflops` (compute), `GBps` (memory), `algbw_GBps` and `busbw_GBps`
 (collectives, nccl-tests conventions), plus the inputs and the model's choices. The kernel alone,
@@ -22,6 +22,7 @@ from ..errors import ConfigError
 from .common import int_flag, positive_float, positive_int, print_json
 
 COLLECTIVES = ("allreduce", "allgather", "reducescatter", "alltoall")
+COLLECTIVE_ALGOS = ("ring", "tree", "nvls", "pat", "hierarchical", "p2p")  # = kernels.COLLECTIVE_ALGORITHMS
 KINDS = ("gemm", "attention", "memory", *COLLECTIVES)
 MAX_DIM = 2**24  # one GEMM dimension / sequence length: beyond any real kernel
 
@@ -64,6 +65,12 @@ def add_parser(sub: Any) -> None:
         c.add_argument("--topology", required=True, help="a shipped topology name or a topology TOML")
         c.add_argument("--gpus", type=int_flag("--gpus", 2, 1_000_000), required=True)
         c.add_argument("--bytes", type=positive_float("--bytes"), required=True)
+        c.add_argument(
+            "--algo",
+            choices=COLLECTIVE_ALGOS,
+            default=None,
+            help="the algorithm NCCL_ALGO would force (default: NCCL's fastest choice)",
+        )
         c.add_argument("--json", action="store_true")
 
 
@@ -131,7 +138,7 @@ def kernel_result(args: argparse.Namespace) -> dict[str, Any]:
             "GBps": args.bytes / t / 1e9,
         }
     try:
-        res = K.collective(args.topology, kind, args.gpus, args.bytes)
+        res = K.collective(args.topology, kind, args.gpus, args.bytes, getattr(args, "algo", None))
     except ConfigError as err:
         if err.key in ("topology", "cluster.topology"):  # name the flag the user typed
             raise ConfigError(err.message, key="--topology") from None

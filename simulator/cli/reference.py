@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ConfigError
+from ..timeline import CATEGORIES
 
 PROBE = "__reference_probe__"
 SINCE_DEFAULT = "0.1.0"
@@ -1373,8 +1374,9 @@ def reference_markdown(json_fields_by_command: Mapping[str, Mapping[str, str]] |
         "",
         "Every `--json` prints one strict JSON object (no NaN or Infinity) on stdout. Paths are",
         "dotted; `[]` is each element of an array; `<category>` stands for each breakdown category",
-        "(compute, recompute, tp_comm, cp_comm, ep_comm, pp_comm, dp_comm, bubble, dataloader,",
-        "optimizer, other), `<preset>` / `<gpu>` for each catalog name, `<name>` for each key of a map.",
+        "(" + ", ".join(CATEGORIES) + "; host_bound: the GPU waits for the CPU to issue",
+        "kernels, simulator/hostbound.py), `<preset>` / `<gpu>` for each catalog name, `<name>` for",
+        "each key of a map.",
         "",
     ]
     fields_by_command = json_fields_by_command if json_fields_by_command is not None else all_json_fields()

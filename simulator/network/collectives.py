@@ -130,26 +130,45 @@ class Links:
     nvls: bool
     nvls_fraction: float
     ll_max_bytes_per_s: tuple[float, float, float]  # LL ceiling on 1, 2, >2 nodes
+    # NCCL's bandwidth ramp (see `ramp_s`): bytes per step up to which the ring's / NVLS's extra
+    # pipeline-fill time grows; 0 = not modelled (training jobs; `mfusim kernel` sets them)
+    ring_window_bytes: float = 0.0
+    nvls_window_bytes: float = 0.0
 
     @classmethod
-    def of(cls, fabric: Fabric, nccl_bw_fraction: float) -> Links:
+    def of(
+        cls,
+        fabric: Fabric,
+        nccl_bw_fraction: float,
+        nic_bw_fraction: float | None = None,
+        ring_window_bytes: float = 0.0,
+        nvls_window_bytes: float = 0.0,
+        nvls_fraction: float | None = None,
+    ) -> Links:
+        """`nic_bw_fraction` (default `nccl_bw_fraction`) applies to NICs and uplinks;
+        `nvls_fraction` (default NVLS_BW_FRACTION, Blackwell scaled) to NVLS all-reduce."""
         topo = fabric.topology
         eta = nccl_bw_fraction
+        eta_net = eta if nic_bw_fraction is None else nic_bw_fraction
         generation = gpu_generation(topo.gpu.name)
         fabric_name = topo.intra_node.fabric
         return cls(
             intra_bytes_per_s=fabric.intra_bandwidth_bytes_per_s * eta,
-            nic_bytes_per_s=fabric.nic_bandwidth_bytes_per_s * eta,
-            uplink_bytes_per_s=fabric.leaf_uplink_bytes_per_s * eta,
-            pod_uplink_bytes_per_s=fabric.pod_uplink_bytes_per_s * eta,
+            nic_bytes_per_s=fabric.nic_bandwidth_bytes_per_s * eta_net,
+            uplink_bytes_per_s=fabric.leaf_uplink_bytes_per_s * eta_net,
+            pod_uplink_bytes_per_s=fabric.pod_uplink_bytes_per_s * eta_net,
             rail_only=fabric.rail_only,
             intra_latency_s=topo.intra_node.latency_s,
             inter_latency_s=topo.inter_node.latency_s,
             intra_name="pcie" if fabric_name == "pcie" else "nvlink",
             nvlink=fabric_name != "pcie",
             nvls=topo.intra_node.nvls and fabric_name == "nvswitch",
-            nvls_fraction=NVLS_BW_FRACTION_BLACKWELL if generation == "blackwell" else NVLS_BW_FRACTION,
+            nvls_fraction=nvls_fraction
+            if nvls_fraction is not None
+            else (NVLS_BW_FRACTION_BLACKWELL if generation == "blackwell" else NVLS_BW_FRACTION),
             ll_max_bytes_per_s=tuple(x * 1e9 for x in LL_MAX_GBPS[generation]),  # type: ignore[arg-type]
+            ring_window_bytes=ring_window_bytes,
+            nvls_window_bytes=nvls_window_bytes,
         )
 
     def ll_cap_bytes_per_s(self, num_nodes: int) -> float:
@@ -427,6 +446,19 @@ def _inter_time(
     return max((t_nic, "nic"), (t_up, "leaf-uplink"), (t_pod, "pod-uplink"), key=lambda x: x[0])
 
 
+def ramp_s(steps: int, piece_bytes: float, window_bytes: float, seconds_per_byte: float) -> float:
+    """NCCL's bandwidth ramp, as nccl-tests sweeps show it (azure-bench in kernels.toml): below
+    about a gigabyte the achieved bus bandwidth stays well under its plateau by more than the
+    latency explains; the time in excess of latency + bytes / bandwidth grows with the message
+    and saturates (A100 ring: ~40 us at 1 MB, ~170 us from 32 MB on). Modelled as a pipeline
+    fill: the first piece of each rank's share (S/n, at most `window_bytes` = NCCL's bytes in
+    flight per step over all channels) crosses steps - 1 hops before the pipeline streams, each
+    at the bottleneck's `seconds_per_byte`. 0 when the window is 0 (not modelled)."""
+    if window_bytes <= 0 or steps <= 1:
+        return 0.0
+    return (steps - 1) * min(piece_bytes, window_bytes) * seconds_per_byte
+
+
 def _log2_ceil(x: int) -> int:
     return max(0, math.ceil(math.log2(x))) if x > 1 else 0
 
@@ -470,10 +502,12 @@ def collective_candidates(kind: str, shape: GroupShape, links: Links, size_bytes
         parts = [(X / B_i if m > 1 else 0.0, intra)]
         if k > 1:
             parts.append(_inter_time(shape, links, X, lambda u: X))
+        t_ring = max(x[0] for x in parts)
+        fill = ramp_s(steps, S / n, links.ring_window_bytes, t_ring / X if X > 0 else 0.0)
         for p in protocols:
             lat = p.launch_s + (steps - inter_steps) * a_i * p.intra_latency_ratio
             lat += inter_steps * a_e * p.inter_latency_ratio
-            add("ring", p, lat, parts, bus_bytes=X)
+            add("ring", p, lat + fill / p.bandwidth_fraction, parts, bus_bytes=X)
     if kind == "allreduce" and k > 1:
         # double binary tree: 2S per node, S/2 per tree edge and direction
         parts = [
@@ -486,14 +520,11 @@ def collective_candidates(kind: str, shape: GroupShape, links: Links, size_bytes
             )
             add("tree", p, lat, parts, TREE_BW_FRACTION, bus_bytes=2 * S)
     if kind == "allreduce" and k == 1 and links.nvls and n > 1:
-        out.append(
-            Candidate(
-                NVLS_LATENCY_S + S / (B_i * links.nvls_fraction),
-                "nvls/Simple",
-                intra,
-                S / (B_i * links.nvls_fraction),
-            )
-        )
+        B_nvls = B_i * links.nvls_fraction
+        # NVLS: a reduce-scatter (multimem load-reduce) then an all-gather (multimem store),
+        # n - 1 pieces each, pipelined like the ring
+        fill = ramp_s(2 * (n - 1), S / n, links.nvls_window_bytes, 1.0 / B_nvls)
+        out.append(Candidate(NVLS_LATENCY_S + fill + S / B_nvls, "nvls/Simple", intra, S / B_nvls))
     if kind in ("allreduce", "allgather", "reducescatter") and k > 1 and m > 1:
         out.extend(_hierarchical(kind, shape, links, S, protocols))
     if kind in ("allgather", "reducescatter") and k > 1 and m == 1:
@@ -517,13 +548,17 @@ def collective_candidates(kind: str, shape: GroupShape, links: Links, size_bytes
         parts = [(x_intra / B_i, intra)]
         if k > 1:
             parts.append(_inter_time(shape, links, node_bytes, lambda u: u.members * (n - u.members) / n * S))
+        # the n-1 rounds of S/n each pipeline through NCCL's channels as the all-gather ring's
+        # n-1 steps do: the same bandwidth ramp (ramp_s), at the bottleneck's seconds per byte
+        t_a2a = max(x[0] for x in parts)
+        fill = ramp_s(n - 1, S / n, links.ring_window_bytes, t_a2a / ((n - 1) / n * S))
         for p in protocols:
             if p.name == "LL128":  # NCCL's p2p uses Simple, and LL below NCCL_P2P_LL_THRESHOLD
                 continue
             # a grouped all-to-all is n-1 send/recv pairs scheduled in rounds (peer = rank ± i);
             # each round pays one hop: m-1 inside the node, n-m across the network
             hops = (m - 1) * a_i * p.intra_latency_ratio + (n - m) * a_e * p.inter_latency_ratio
-            add("p2p", p, p.launch_s + hops, parts, bus_bytes=(n - 1) / n * S)
+            add("p2p", p, p.launch_s + hops + fill / p.bandwidth_fraction, parts, bus_bytes=(n - 1) / n * S)
     return out
 
 

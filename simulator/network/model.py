@@ -48,6 +48,12 @@ class TopologyCommModel:
     """Collective times on the topology graph, with NCCL-like algorithm choice and contention."""
 
     scenario: Scenario
+    # achieved fraction of the NICs' line rate; None = the GPU's nccl_bw_fraction, as on NVLink
+    # (`mfusim kernel` sets nccl-tests' own, simulator/kernels.py)
+    nic_bw_fraction: float | None = None
+    ring_window_bytes: float = 0.0  # NCCL's bandwidth ramp (collectives.ramp_s); 0 = off
+    nvls_window_bytes: float = 0.0
+    nvls_fraction: float | None = None  # None: collectives.NVLS_BW_FRACTION(_BLACKWELL)
     fabric: Fabric = field(init=False, repr=False, compare=False)
     placement: Placement = field(init=False, repr=False, compare=False)
     links: Links = field(init=False, repr=False, compare=False)
@@ -66,7 +72,16 @@ class TopologyCommModel:
         fabric.check_buildable()
         object.__setattr__(self, "fabric", fabric)
         object.__setattr__(self, "placement", Placement.of(self.scenario))
-        object.__setattr__(self, "links", Links.of(fabric, self.scenario.gpu.efficiency.nccl_bw_fraction))
+        eta = self.scenario.gpu.efficiency.nccl_bw_fraction
+        links = Links.of(
+            fabric,
+            eta,
+            self.nic_bw_fraction,
+            self.ring_window_bytes,
+            self.nvls_window_bytes,
+            self.nvls_fraction,
+        )
+        object.__setattr__(self, "links", links)
 
     # ------------------------------------------------------------------ CommModel protocol
     def group_size(self, axis: str) -> int:
