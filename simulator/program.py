@@ -741,8 +741,10 @@ class _Coster:
             hidden = min(t_ar, gemm_s)
         if hidden > 0:
             # the NCCL kernels run beside the dgrad/wgrad GEMM on the same GPU (async_op=True in
-            # LinearWithGradAccumulationAndAsyncCommunication), sharing its SMs and HBM: the same
-            # interference as userbuffer overlap (_overlap_tp), at the stack's overlap_slowdown
+            # megatron/core/tensor_parallel/layers.py LinearWithGradAccumulationAndAsyncCommunication
+            # .backward, which delays the dgrad GEMM "to have gather scheduled first and have GPU
+            # resources allocated"), sharing its SMs and HBM: the same interference as userbuffer
+            # overlap (_overlap_tp), at the stack's overlap_slowdown
             b_in.append(
                 Segment(
                     "compute",
