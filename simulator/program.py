@@ -260,7 +260,10 @@ def combined_layer_s(
     dispatch_fwd, dispatch_bwd for mlp_bwd, combine_fwd for mlp_fwd and pre_dispatch_bwd for
     dispatch_bwd; the next layer starts when both streams are done. `comm` = (combine_bwd,
     dispatch_fwd, dispatch_bwd, combine_fwd) seconds; the others are the compute of the forward's
-    attention (to the dispatch), its experts, the backward's attention and its expert dgrad/wgrad."""
+    attention (to the dispatch), its experts, the backward's attention and its expert dgrad/wgrad.
+    The expert wgrad runs as `mlp.backward_dw()` after the dgrad, so dispatch_bwd waits for the
+    dgrad only: Megatron's --delay-wgrad-compute, which its README pairs with the overlap (and
+    every Megatron-Bridge recipe with the overlap sets)."""
     c_b, d_f, d_b, c_f = comm
     phase1 = max(c_b, attn_f)
     dispatch_bwd_end = max(d_f, mlp_dgrad) + d_b
