@@ -4,6 +4,8 @@
     python benchmarks/heldout_report.py                 # print the table and the mean/max errors
     python benchmarks/heldout_report.py --write-docs    # also rewrite docs/accuracy.md's heldout block
     python benchmarks/heldout_report.py --dir DIR       # another directory of scenarios + measured.toml
+    python benchmarks/heldout_report.py --set kernels.stack=megatron-2021 --only a100
+                                                        # a what-if on the runs of one GPU
 
 Reads every `<id>.toml` of scenarios/heldout/ (default) and the source's measurement from that
 directory's measured.toml, runs each scenario as `mfusim run` would (defaults of the GPU's tables,
@@ -25,11 +27,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import mfusim
+from simulator.errors import ConfigError
+from simulator.overrides import parse_override
 
 ROOT = Path(__file__).resolve().parents[1]
 HELDOUT = ROOT / "scenarios" / "heldout"
 ACCURACY_MD = ROOT / "docs" / "accuracy.md"
-KINDS = ("step_time_s", "mfu", "hfu_tflops_megatron")
+KINDS = ("step_time_s", "mfu", "hfu_tflops_megatron", "tokens_per_s_per_gpu")
 # Categories shown in the table (share of the predicted step).
 SHOWN = ("compute", "recompute", "tp_comm", "pp_comm", "dp_comm", "bubble", "optimizer")
 
@@ -65,6 +69,8 @@ def measured_step_s(kind: str, value: float, path: Path, report: mfusim.StepRepo
         return value
     if kind == "mfu":
         return report.step_time_s * report.mfu / value
+    if kind == "tokens_per_s_per_gpu":
+        return report.step_time_s * report.tokens_per_s_per_gpu / value
     if kind == "hfu_tflops_megatron":
         raw = tomllib.loads(path.read_text(encoding="utf-8"))
         flops = megatron_hfu_flops(raw, int(raw["parallel"]["global_batch"]))
@@ -72,12 +78,23 @@ def measured_step_s(kind: str, value: float, path: Path, report: mfusim.StepRepo
     raise SystemExit(f"{path}: measured_kind {kind!r} is not one of {', '.join(KINDS)}")
 
 
-def evaluate(directory: Path) -> list[HeldoutRow]:
+def evaluate(directory: Path, overrides: Sequence[str] = (), only_gpu: str = "") -> list[HeldoutRow]:
+    """Every run of `directory` (`overrides`: KEY=VALUE texts applied as `--set` would;
+    `only_gpu`: runs whose GPU name contains it)."""
     meta = tomllib.loads((directory / "measured.toml").read_text(encoding="utf-8"))["runs"]
     rows = []
     for run_id, info in meta.items():
         path = directory / f"{run_id}.toml"
-        report = mfusim.simulate(mfusim.load_scenario(path))
+        scenario = mfusim.load_scenario(path)
+        if only_gpu and only_gpu not in scenario.gpu.name:
+            continue
+        if overrides:
+            try:
+                scenario = mfusim.load_scenario(path, list(overrides))
+            except ConfigError as exc:
+                print(f"{run_id}: skipped ({exc})", file=sys.stderr)
+                continue
+        report = mfusim.simulate(scenario)
         step = report.step_time_s
         rows.append(
             HeldoutRow(
@@ -146,8 +163,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--dir", type=Path, default=HELDOUT, help="scenarios + measured.toml (default scenarios/heldout)"
     )
     ap.add_argument("--write-docs", action="store_true", help="rewrite the heldout block of docs/accuracy.md")
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="what-if on every run")
+    ap.add_argument("--only", default="", metavar="GPU", help="runs whose GPU name contains this")
     args = ap.parse_args(argv)
-    rows = evaluate(args.dir)
+    if args.write_docs and (args.set or args.only or args.dir != HELDOUT):
+        print("--write-docs writes the default table only (no --set, --only or --dir)", file=sys.stderr)
+        return 2
+    for text in args.set:
+        parse_override(text)  # a malformed KEY=VALUE fails here, before any run
+    rows = evaluate(args.dir, args.set, args.only)
     table = markdown(rows)
     print(table, end="")
     if args.write_docs:

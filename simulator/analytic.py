@@ -247,7 +247,8 @@ def estimate_program(program: Program) -> tuple[float, tuple[dict[str, float], .
                     for seg in block.segments:
                         cats[seg.category] += seg.duration_s * runs
         work.append(cats)
-    replayed = _replayed(program) if program.schedule in REPLAYED_SCHEDULES else None
+    # the combined 1F1B (EP overlap) pairs tasks: replayed as the engine runs it
+    replayed = _replayed(program) if program.schedule in REPLAYED_SCHEDULES or program.ep_overlap else None
     pipe_s = replayed.makespan_s if replayed is not None else _pipeline_time_s(program, per_stage)
     step_s, dp_exposed = _after_pipeline(program, replayed, pipe_s)
     if program.dataloader_latency_s > 0:

@@ -90,9 +90,13 @@ MODULE_OPS: dict[str, tuple[float, float, float]] = {
 # graphed (the dispatcher moves them to before_ep_alltoall).
 PREPROCESS_DTOH_OPS = 5.0
 # Per local expert and GroupedLinear (fc1 and fc2): forward a GEMM and a weight-quantizer call;
-# backward-input the dgrad GEMM; backward-weight the wgrad GEMM; plus, in a quantized recipe, one
-# quantize kernel forward (the input) and one backward-input (the output gradient).
-EXPERT_OPS = (2.0, 1.0, 1.0)
+# backward-input the dgrad GEMM; backward-weight the wgrad GEMM and the data-parallel gradient
+# hook of the expert's own weight (TE GroupedLinear keeps one weight parameter per expert;
+# megatron/core/distributed/distributed_data_parallel.py registers `_make_backward_post_hook`
+# on every parameter's AccumulateGrad node: a Python call per parameter and micro-batch); plus,
+# in a quantized recipe, one quantize kernel forward (the input) and one backward-input (the
+# output gradient).
+EXPERT_OPS = (2.0, 1.0, 2.0)
 EXPERT_QUANT_OPS = (1.0, 1.0, 0.0)
 QUANTIZED_DTYPES = ("fp8", "mxfp8", "nvfp4")
 # Dispatch (permute + all-to-all of tokens and probabilities + sort by local expert) and combine

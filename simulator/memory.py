@@ -361,9 +361,12 @@ def inflight_microbatches(par: ParallelConfig, stage: int) -> float:
         return peak_inflight(stage_tasks(par.schedule, p, v, m, stage)) / v
     if par.schedule == "gpipe":
         return float(m)
+    # EP all-to-all overlap (Megatron-Core's combined 1F1B, schedules.combined_1f1b): one more
+    # warm-up forward, so one more chunk-micro-batch held (pp = 1: F(i+1) runs before B(i))
+    extra = 1 if par.ep_comm_overlap and par.ep > 1 else 0
     if v > 1 and par.schedule == "interleaved":
-        return min(2 * (p - stage - 1) + (v - 1) * p + 1, m * v) / v
-    return float(min(p - stage, m))
+        return min(2 * (p - stage - 1) + (v - 1) * p + 1 + extra, m * v) / v
+    return float(min(p - stage + extra, m))
 
 
 # ----------------------------------------------------------------------------- parameters

@@ -24,7 +24,7 @@ from .costs import Device, attention_time_s, grouped_matmul_time_s, matmul_time_
 from .hostbound import HOST_OP_S, HOST_SYNC_S, issue_pipeline_s, moe_layer_host_ops
 from .kernels import architecture, resolve_attention
 from .memory import grad_reduce_bytes_per_param, scenario_layer_activations
-from .schedules import PassTimes, Task, chunk_layers, next_chunk, prev_chunk, stage_tasks
+from .schedules import PassTimes, Task, chunk_layers, combined_1f1b, next_chunk, prev_chunk, stage_tasks
 from .specs import ModelSpec, ParallelConfig, Scenario
 
 ADAM_BYTES_PER_PARAM = (
@@ -125,10 +125,9 @@ def quant_bytes_per_element(device: Device) -> float:
     return quant
 
 
-# EP all-to-all kernels occupy SMs while they overlap compute: DeepSeek-V3 (arXiv 2412.19437
-# §3.2.1) dedicates 20 of the H800's 132 SMs to dispatch/combine; the compute they overlap runs
-# on the rest. The fraction is taken per GPU as EP_COMM_SMS / num_sms.
-EP_COMM_SMS = 20
+# EP all-to-all kernels occupy SMs while they overlap compute (DeepSeek-V3, arXiv 2412.19437
+# §3.2.1: 20 of the H800's 132 SMs for dispatch/combine); the compute they overlap runs on the
+# rest. How many: `[kernels] ep_comm_sms`, by default the dispatcher's (specs.DEFAULT_EP_COMM_SMS).
 # Router: fp32 logits written, read by softmax/top-k, probabilities written (Megatron's router
 # in moe_router_dtype fp32); per token and expert.
 ROUTER_BYTES_PER_LOGIT = 3 * 4
@@ -226,8 +225,50 @@ def overlap_pair(forward: Block, backward: Block, sm_fraction: float) -> tuple[B
             for seg in block.segments
         )
 
-    slowdown = Segment("compute", "F&B overlap interference", hidden * sm_fraction / (1 - sm_fraction))
+    slowdown = Segment("compute", "F&B overlap interference", sm_interference_s(hidden, sm_fraction))
     return Block(scaled(forward)), Block((*scaled(backward), slowdown))
+
+
+def sm_interference_s(hidden_s: float, sm_fraction: float) -> float:
+    """Compute time lost to communication kernels that hold `sm_fraction` of the SMs for
+    `hidden_s` seconds beside it: compute of C s at full speed advances only (1 - f)·h of its
+    work while they run, so it ends after C + f·h (SM-seconds taken / SMs)."""
+    return hidden_s * sm_fraction
+
+
+@dataclass(frozen=True, slots=True)
+class EpPair:
+    """One MoE layer in Megatron-Core's combined 1F1B (--overlap-moe-expert-parallel-comm): the
+    forward of one micro-batch and the backward of another run together. `exposed_fraction` of the
+    layer's EP communication stays on the critical path; `interference_s` is the compute slowed by
+    the communication kernels' SMs while the rest runs hidden."""
+
+    exposed_fraction: float
+    interference_s: float
+
+
+def combined_layer_s(
+    attn_f: float, mlp_f: float, attn_b: float, mlp_dgrad: float, mlp_wgrad: float, comm: tuple
+) -> float:
+    """Seconds of one layer pair under Megatron-Core's combined 1F1B
+    (models/common/model_chunk_schedule_plan.py TransformerLayerSchedulePlan.run):
+
+        comm stream: combine_bwd      | dispatch_fwd -> dispatch_bwd        | combine_fwd
+        comp stream: pre_dispatch_fwd | mlp_bwd -> mlp_bwd_dw -> mlp_fwd     | pre_dispatch_bwd
+
+    with the data dependencies of the two micro-batches: mlp_bwd waits for combine_bwd, mlp_fwd for
+    dispatch_fwd, dispatch_bwd for mlp_bwd, combine_fwd for mlp_fwd and pre_dispatch_bwd for
+    dispatch_bwd; the next layer starts when both streams are done. `comm` = (combine_bwd,
+    dispatch_fwd, dispatch_bwd, combine_fwd) seconds; the others are the compute of the forward's
+    attention (to the dispatch), its experts, the backward's attention and its expert dgrad/wgrad.
+    The expert wgrad runs as `mlp.backward_dw()` after the dgrad, so dispatch_bwd waits for the
+    dgrad only: Megatron's --delay-wgrad-compute, which its README pairs with the overlap (and
+    every Megatron-Bridge recipe with the overlap sets)."""
+    c_b, d_f, d_b, c_f = comm
+    phase1 = max(c_b, attn_f)
+    dispatch_bwd_end = max(d_f, mlp_dgrad) + d_b
+    mlp_fwd_end = max(mlp_dgrad + mlp_wgrad, d_f) + mlp_f
+    return phase1 + max(mlp_fwd_end, dispatch_bwd_end) + max(c_f, attn_b)
 
 
 @dataclass(frozen=True, slots=True)
@@ -259,6 +300,9 @@ class Program:
     collectives: tuple[dict, ...] = field(default=())
     warnings: tuple[str, ...] = ()  # placement advice from the comm model (groups across racks)
     reshard_after_forward: bool = True  # ZeRO-3: False = parameters gathered once per step
+    # Megatron-Core's combined 1F1B (EP all-to-all overlap): the steady-state forwards run paired
+    # with a backward of another micro-batch (schedules.combined_1f1b)
+    ep_overlap: bool = False
 
     @property
     def gathers_per_step(self) -> bool:
@@ -283,6 +327,11 @@ def stage_orders(program: Program) -> tuple[tuple[Task, ...], ...]:
     """Every stage's ordered tasks under the program's schedule (the engine and the closed-form
     estimate replay the same orders)."""
     times = pass_times(program) if program.schedule == "zb-v" else None
+    if program.ep_overlap:
+        return tuple(
+            tuple(combined_1f1b(program.schedule, program.pp, program.vp, program.num_microbatches, s))
+            for s in range(program.pp)
+        )
     return tuple(
         tuple(stage_tasks(program.schedule, program.pp, program.vp, program.num_microbatches, s, times))
         for s in range(program.pp)
@@ -306,6 +355,7 @@ class _Coster:
     seen: dict = field(default_factory=dict)
     memo: dict = field(default_factory=dict)
     stage: int = 0  # the pipeline stage whose TP/CP/EP groups are being costed
+    ep_pair: EpPair = EpPair(1.0, 0.0)  # the last MoE layer costed, in the combined 1F1B
 
     def __post_init__(self) -> None:
         self.device = Device(self.scn.gpu, self.scn.dtype)
@@ -455,6 +505,7 @@ class _Coster:
         span("layernorm", start)
         start = len(fwd)
         marks: tuple[int, ...] = ()
+        b_moe, w_moe = len(b_in), len(b_w)
         if moe:
             marks = (start, *self._moe(fwd, b_in, b_w, mm, mem, T, tp_msg, span))
             span("moe", start)
@@ -481,8 +532,8 @@ class _Coster:
         if par.tp_comm_overlap and par.tp > 1:
             fwd = self._overlap_tp(fwd, fwd)
             b_in = self._overlap_tp(b_in, b_in + b_w)
-        if moe and par.ep_comm_overlap and par.ep > 1:
-            fwd, b_in = self._overlap_ep(fwd, b_in, b_w)
+        if moe and ep_overlap_pairs(scn):
+            self.ep_pair = self._ep_pair(fwd, b_in, b_w, marks, b_moe, w_moe)
         if scn.memory.offload_activations > 0:
             self._offload_activations(fwd, b_in, b_w, moe)
         # --- ZeRO-3 / FSDP: gather weights before use, reduce-scatter grads after. They run on
@@ -693,8 +744,10 @@ class _Coster:
             hidden = min(t_ar, gemm_s)
         if hidden > 0:
             # the NCCL kernels run beside the dgrad/wgrad GEMM on the same GPU (async_op=True in
-            # LinearWithGradAccumulationAndAsyncCommunication), sharing its SMs and HBM: the same
-            # interference as userbuffer overlap (_overlap_tp), at the stack's overlap_slowdown
+            # megatron/core/tensor_parallel/layers.py LinearWithGradAccumulationAndAsyncCommunication
+            # .backward, which delays the dgrad GEMM "to have gather scheduled first and have GPU
+            # resources allocated"), sharing its SMs and HBM: the same interference as userbuffer
+            # overlap (_overlap_tp), at the stack's overlap_slowdown
             b_in.append(
                 Segment(
                     "compute",
@@ -884,32 +937,34 @@ class _Coster:
         t_c = self.coll("alltoall", "ep", combine_msg * scale)
         return dispatch_msg, combine_msg, t_d, t_c
 
-    def _overlap_ep(self, fwd: list, b_in: list, b_w: list) -> tuple[list, list]:
-        """Megatron's --overlap-moe-expert-parallel-comm (1F1B A2A overlap): the all-to-all of one
-        micro-batch's forward runs beside another micro-batch's backward compute and vice versa,
-        so a layer's EP communication hides under up to its forward + backward compute. Only the
-        excess stays exposed; the hidden part slows that compute by the SMs the communication
-        kernels take (EP_COMM_SMS of the GPU's SMs)."""
-        ep_s = sum(p.duration_s for p in fwd + b_in if p.category == "ep_comm")
-        if ep_s <= 0:
-            return fwd, b_in
-        compute_s = sum(p.duration_s for p in fwd + b_in + b_w if p.category == "compute")
-        exposed = max(0.0, ep_s - compute_s)
-        hidden = ep_s - exposed
-        keep = exposed / ep_s
+    def _ep_pair(
+        self, fwd: list, b_in: list, b_w: list, marks: tuple[int, ...], b_moe: int, w_moe: int
+    ) -> EpPair:
+        """This MoE layer in Megatron-Core's combined 1F1B (`combined_layer_s`): the part of its
+        EP all-to-all the other micro-batch's compute cannot hide, and the compute slowed by the
+        SMs the communication kernels hold while the rest is hidden. The forward is split at the
+        dispatcher's marks; the backward at the MoE block (its two all-to-alls cost the same:
+        `_moe` costs both with the combine's size)."""
+        _, sync, experts, combine = marks
 
-        def scale(parts: list) -> list:
-            return [
-                replace(p, duration_s=p.duration_s * keep) if p.category == "ep_comm" else p for p in parts
-            ]
+        def comp(parts: list) -> float:
+            return sum(p.duration_s for p in parts if p.category != "ep_comm")
 
-        fwd, b_in = scale(fwd), scale(b_in)
-        sm_fraction = min(EP_COMM_SMS / self.scn.gpu.num_sms, 1.0)
-        # compute slowed to (1 - f) of its speed for the hidden time: hidden·f/(1-f) extra
-        b_in.append(
-            Segment("compute", "ep overlap interference", hidden * sm_fraction / (1 - sm_fraction), 0.0, 0.0)
-        )
-        return fwd, b_in
+        def ep(parts: list) -> float:
+            return sum(p.duration_s for p in parts if p.category == "ep_comm")
+
+        ep_b = ep(b_in)
+        comm = (ep_b / 2, ep(fwd[sync:experts]), ep_b / 2, ep(fwd[combine:]))
+        total_ep = sum(comm)
+        if total_ep <= 0:
+            return EpPair(1.0, 0.0)
+        attn_f, mlp_f = comp(fwd[:sync]), comp(fwd[sync:])
+        attn_b = comp(b_in[:b_moe]) + comp(b_w[:w_moe])
+        mlp_dgrad, mlp_wgrad = comp(b_in[b_moe:]), comp(b_w[w_moe:])
+        paired = combined_layer_s(attn_f, mlp_f, attn_b, mlp_dgrad, mlp_wgrad, comm)
+        exposed = min(max(0.0, paired - (attn_f + mlp_f + attn_b + mlp_dgrad + mlp_wgrad)), total_ep)
+        sm_fraction = ep_sm_fraction(self.scn)
+        return EpPair(exposed / total_ep, sm_interference_s(total_ep - exposed, sm_fraction))
 
     def _recompute(self, fwd: list, spans: dict[str, list[tuple[int, int]]]) -> _Phase:
         """The forward work the backward pass repeats: the whole layer (full), or the segments
@@ -1112,18 +1167,19 @@ def build_program(scn: Scenario, comm: CommModel | None = None) -> Program:
             if m.is_moe:
                 layer[True] = coster.layer(True)
             mtp_cost = coster.mtp(layer[m.is_moe_layer(m.layers - 1)]) if m.mtp_layers else None
-            costed[key] = (layer, coster.embedding(), coster.logits(), mtp_cost)
+            costed[key] = (layer, coster.embedding(), coster.logits(), mtp_cost, coster.ep_pair)
         return costed[key]
 
     gbytes = grad_reduce_bytes_per_param(scn.dtype, scn.kernels.grad_reduce_dtype)
     host_s = scn.gpu.efficiency.microbatch_overhead_s
+    ep_overlap = ep_overlap_pairs(scn)
     bucket_params = max(par.grad_bucket_params, 1_000_000 * par.dp)  # Megatron DDP bucket rule
     device = coster.device
     embed_params = m.vocab * m.hidden / par.tp
 
     stages = []
     for s in range(pp):
-        layer_cost, (emb_f, emb_b), (log_f, log_bi, log_bw), mtp = stage_costs(s)
+        layer_cost, (emb_f, emb_b), (log_f, log_bi, log_bw), mtp, ep_pair = stage_costs(s)
         chunks = []
         stage_params = 0.0
         stage_expert_params = 0.0
@@ -1213,7 +1269,13 @@ def build_program(scn: Scenario, comm: CommModel | None = None) -> Program:
             forward, backward = _block(fwd), _block(rec + b_in + b_w)
             paired: tuple[Block | None, Block | None] = (None, None)
             if par.schedule in ("dualpipe", "dualpipev"):
-                paired = overlap_pair(forward, backward, min(EP_COMM_SMS / scn.gpu.num_sms, 0.5))
+                paired = overlap_pair(forward, backward, ep_sm_fraction(scn))
+            elif ep_overlap:
+                # MoE layers of this chunk in the combined 1F1B (the MTP layers copy the last one)
+                n_pair = n_moe + (
+                    m.mtp_layers if last and mtp is not None and m.is_moe_layer(m.layers - 1) else 0
+                )
+                paired = _combined_pair(forward, backward, ep_pair, n_pair)
             chunks.append(
                 ChunkProgram(
                     stage=s,
@@ -1273,7 +1335,37 @@ def build_program(scn: Scenario, comm: CommModel | None = None) -> Program:
         dataloader_seed=dl.seed,
         collectives=tuple(coster.seen.values()),
         warnings=tuple(getattr(comm, "placement_warnings", lambda: [])()),
+        ep_overlap=ep_overlap,
     )
+
+
+def ep_overlap_pairs(scn: Scenario) -> bool:
+    """Whether the step runs Megatron-Core's combined 1F1B (EP all-to-all overlap): its
+    steady-state forwards are paired with a backward of another micro-batch."""
+    par = scn.parallel
+    return bool(par.ep_comm_overlap and par.ep > 1 and scn.model.is_moe)
+
+
+def ep_sm_fraction(scn: Scenario) -> float:
+    """Fraction of the GPU's SMs the EP communication kernels hold while they overlap compute."""
+    return min(scn.kernels.ep_comm_sms_used / scn.gpu.num_sms, 1.0)
+
+
+def _combined_pair(forward: Block, backward: Block, pair: EpPair, n_layers: int) -> tuple[Block, Block]:
+    """A chunk's forward and backward when they run as one combined-1F1B pair: each MoE layer's
+    EP communication kept at its exposed fraction (every EP segment of the chunk comes from its
+    MoE layers, all costed alike), the SM interference of the hidden part added to the backward."""
+
+    def scaled(block: Block) -> tuple[Segment, ...]:
+        return tuple(
+            replace(seg, duration_s=seg.duration_s * pair.exposed_fraction)
+            if seg.category == "ep_comm"
+            else seg
+            for seg in block.segments
+        )
+
+    slowdown = Segment("compute", "ep overlap interference", pair.interference_s * n_layers)
+    return Block(scaled(forward)), _block((*scaled(backward), slowdown))
 
 
 # [memory] offload_optimizer (Megatron-Core --optimizer-cpu-offload, ZeRO-Offload, Ren et al.

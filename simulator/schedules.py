@@ -188,6 +188,28 @@ def interleaved(pp: int, vp: int, m: int, stage: int) -> list[Task]:
     return _one_f_one_b_order(fwd, bwd, warmup)
 
 
+def combined_1f1b(schedule: str, pp: int, vp: int, m: int, stage: int) -> list[Task]:
+    """Megatron-Core's combined 1F1B (--overlap-moe-expert-parallel-comm): each steady-state
+    forward runs merged with the backward of an earlier micro-batch (`Task.paired`), layer by
+    layer, so the EP all-to-all of one hides behind the other's compute. Without pipelining
+    (pipeline_parallel/combined_1f1b.py combined_1f1b_schedule_for_no_pipelining) the first
+    forward and the last backward run alone; interleaved, one more warm-up forward than usual
+    (schedules.py get_pp_rank_microbatches: "we schedule one extra micro-batch forward step
+    before the 1f1b stages") makes every steady-state pair independent."""
+    if schedule == "interleaved":
+        total = m * vp
+        warmup = min((pp - stage - 1) * 2 + (vp - 1) * pp + 1, total)
+        fwd, bwd = _interleaved_passes(pp, vp, m)
+    else:  # pp = 1: no pipelining
+        warmup = min(1, m)
+        fwd, bwd = _passes(m)
+    steady = len(fwd) - warmup
+    pairs: list[Task] = []
+    for f, b in zip(fwd[warmup:], bwd[:steady], strict=True):
+        pairs += [Task(f.phase, f.microbatch, f.chunk, True), b]
+    return [*fwd[:warmup], *pairs, *bwd[steady:]]
+
+
 @lru_cache(maxsize=16)
 def _interleaved_passes(pp: int, vp: int, m: int) -> tuple[tuple[Task, ...], tuple[Task, ...]]:
     """The k-th virtual micro-batch's F and B task, k < m·vp, shared by all stages."""

@@ -761,6 +761,15 @@ CUDA_GRAPH_MODULES = ("attn", "mlp", "moe", "moe_router", "moe_preprocess")
 # Megatron-Core --moe-token-dispatcher-type alltoall | allgather, or flex with
 # --moe-flex-dispatcher-backend deepep | hybridep (token_dispatcher.py)
 MOE_DISPATCHERS = ("alltoall", "allgather", "deepep", "hybridep")
+# SMs the EP dispatch/combine kernels occupy while they run beside compute (`[kernels]
+# ep_comm_sms = 0` takes the dispatcher's default). deepep: DeepEP's Buffer.num_sms default 20
+# (Megatron-Core transformer_config.py moe_deepep_num_sms: "historical default 20"); hybridep: 32
+# blocks of one SM each for dispatch and combine (DeepEP hybrid-ep branch
+# csrc/kernels/hybrid_ep_backend_configs.hpp NUM_OF_BLOCKS_DISPATCH_API = NUM_OF_BLOCKS_COMBINE_API
+# = 32; the Megatron-Bridge recipes' moe_hybridep_num_sms = 32); alltoall/allgather (NCCL): the 20
+# SMs DeepSeek-V3 found enough to saturate IB and NVLink with an all-to-all (arXiv 2412.19437
+# §3.2.1), no NCCL figure being published.
+DEFAULT_EP_COMM_SMS = {"alltoall": 20, "allgather": 20, "deepep": 20, "hybridep": 32}
 
 
 @dataclass(frozen=True, slots=True)
@@ -802,6 +811,14 @@ class KernelOptions:
     cuda_graph_modules: tuple[str, ...] = ()
     # MoE token dispatcher (--moe-token-dispatcher-type, --moe-flex-dispatcher-backend): MOE_DISPATCHERS
     moe_dispatcher: str = "alltoall"
+    # SMs the EP dispatch/combine kernels take from compute while overlapped (Megatron-Core
+    # --moe-flex-dispatcher-num-sms); 0 = DEFAULT_EP_COMM_SMS[moe_dispatcher]
+    ep_comm_sms: int = 0
+
+    @property
+    def ep_comm_sms_used(self) -> int:
+        """SMs the EP communication kernels occupy (the key or the dispatcher's default)."""
+        return self.ep_comm_sms or DEFAULT_EP_COMM_SMS[self.moe_dispatcher]
 
     def __post_init__(self) -> None:
         _check_bool("kernels.flash_attention", self.flash_attention)
@@ -817,6 +834,7 @@ class KernelOptions:
             _check_choice("kernels.cuda_graph_impl", self.cuda_graph_impl, CUDA_GRAPH_IMPLS),
         )
         _set(self, "cuda_graph_modules", _check_graph_modules(self.cuda_graph_impl, self.cuda_graph_modules))
+        _check_int("kernels.ep_comm_sms", self.ep_comm_sms, minimum=0, maximum=1024)
         _check_bool("kernels.tp_comm_async", self.tp_comm_async)
         if self.cross_entropy:
             _check_choice("kernels.cross_entropy", self.cross_entropy, CROSS_ENTROPY_IMPLS)
@@ -960,6 +978,7 @@ class Scenario:
         check_parallel_fits(self.model, self.parallel, self.num_gpus)
         _check_recompute_modules(self.model, self.parallel.recompute_modules)
         _check_cuda_graphs(self.model, self.parallel, self.kernels, self.memory)
+        _check_ep_overlap(self.parallel, self.kernels, self.gpu)
         if (self.memory.offload_activations or self.memory.offload_optimizer) and not (
             self.gpu.host_link_bytes_per_s > 0
         ):
@@ -1026,6 +1045,36 @@ def _check_recompute_modules(model: ModelSpec, modules: tuple[str, ...]) -> None
         has, what = need.get(name, (True, ""))
         if not has:
             raise ConfigError(f"{name!r} recomputes nothing in {what}", key="parallel.recompute_modules")
+
+
+def _check_ep_overlap(par: ParallelConfig, kern: KernelOptions, gpu: GPUSpec) -> None:
+    """`ep_comm_overlap` as Megatron-Core accepts --overlap-moe-expert-parallel-comm
+    (transformer_config.py __post_init__): with pp > 1 only under the interleaved schedule (its
+    combined 1F1B needs virtual_pipeline_model_parallel_size), not with full recomputation nor
+    with "moe" recomputed. The other orders (GPipe, zero-bubble, DualPipe, which overlaps by
+    itself) have no such mode. And the EP kernels must leave SMs to the compute they overlap."""
+    key = "parallel.ep_comm_overlap"
+    if kern.ep_comm_sms_used >= gpu.num_sms:
+        raise ConfigError(
+            f"{kern.ep_comm_sms_used} SMs for EP communication leave none of the {gpu.num_sms} SMs of "
+            f"{gpu.name} to compute",
+            key="kernels.ep_comm_sms",
+        )
+    if not par.ep_comm_overlap:
+        return
+    if par.schedule not in ("1f1b", "interleaved") or (par.pp > 1 and par.schedule != "interleaved"):
+        hint = " (DualPipe overlaps the all-to-all by itself)" if par.schedule.startswith("dualpipe") else ""
+        raise ConfigError(
+            f'Megatron-Core\'s EP all-to-all overlap runs a combined 1F1B: schedule = "1f1b" with '
+            f'pp = 1, or "interleaved" (virtual pipeline), not {par.schedule!r} with pp = {par.pp}{hint}',
+            key=key,
+        )
+    if par.recompute == "full" or "moe" in par.recomputed_modules:
+        raise ConfigError(
+            "Megatron-Core refuses the EP all-to-all overlap with full recomputation or 'moe' in "
+            "recompute_modules",
+            key=key,
+        )
 
 
 def _check_cuda_graphs(

@@ -50,7 +50,15 @@ def test_heldout_runs_are_not_calibration_rows() -> None:
     sources = " ".join(row["source"] + " " + row["notes"] for row in rows)
     assert not ids & set(_runs())
     # none of the held-out papers is a calibration source
-    for key in ("2205.05198", "2406.11704", "2407.21783", "2201.11990", "2211.05100", "2204.06745"):
+    for key in (
+        "2205.05198",
+        "2406.11704",
+        "2407.21783",
+        "2201.11990",
+        "2211.05100",
+        "2204.06745",
+        "2401.02385",
+    ):
         assert key not in sources
 
 
@@ -85,3 +93,19 @@ def test_error_sign_convention() -> None:
     module = _report_module()
     row = module.HeldoutRow("x", True, "s", 2.0, 2.5, 0.5, {}, ())
     assert row.error == pytest.approx(0.25)
+
+
+def test_measured_conventions_agree_with_the_report() -> None:
+    """Each measured_kind turns into a step time that reproduces the source's own number with
+    the simulator's counts: tokens/s per GPU and MFU scale inversely with the step time."""
+    module = _report_module()
+    rows = {r.run_id: r for r in module.evaluate(HELDOUT, only_gpu="a100-40gb")}
+    assert set(rows) == {"gptneox_20b_96gpu", "tinyllama_1b_16gpu"}
+    tiny = rows["tinyllama_1b_16gpu"]
+    report = mfusim.simulate(mfusim.load_scenario(HELDOUT / "tinyllama_1b_16gpu.toml"))
+    assert report.tokens_per_s_per_gpu * tiny.predicted_step_s / tiny.measured_step_s == pytest.approx(
+        24000.0
+    )
+    # a what-if that a run refuses (a stack without a fit on Hopper) skips that run only
+    h100 = module.evaluate(HELDOUT, overrides=["kernels.stack=megatron-2021"], only_gpu="h100")
+    assert h100 == []

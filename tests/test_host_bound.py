@@ -143,12 +143,14 @@ def test_dense_models_are_untouched() -> None:
     assert a.step_time_s == b.step_time_s
 
 
-@pytest.mark.parametrize("schedule", ["1f1b", "zb-h1"])
-def test_breakdown_sums_and_closed_form_follows_the_engine(schedule: str) -> None:
+@pytest.mark.parametrize(
+    ("schedule", "vp"), [("1f1b", 1), ("zb-h1", 1), ("interleaved", 2), ("dualpipev", 1), ("gpipe", 1)]
+)
+def test_breakdown_sums_and_closed_form_follows_the_engine(schedule: str, vp: int) -> None:
     data: dict[str, Any] = {
         "model": {"preset": "qwen3-30b-a3b", "layers": 8, "seq_len": 4096},
         "cluster": {"topology": "dgx-b200", "num_gpus": 8},
-        "parallel": {"ep": 4, "pp": 2, "micro_batch": 1, "global_batch": 32, "schedule": schedule},
+        "parallel": {"ep": 4, "pp": 2, "vp": vp, "micro_batch": 1, "global_batch": 32, "schedule": schedule},
         "precision": {"dtype": "mxfp8"},
     }
     scn = scenario_from_dict(data)

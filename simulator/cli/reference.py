@@ -372,6 +372,13 @@ KEYS: dict[str, Key] = {
         allowed=_spec("MOE_DISPATCHERS"),
         since=NEXT,
     ),
+    "kernels.ep_comm_sms": Key(
+        "SMs the EP dispatch/combine kernels hold while they overlap compute (Megatron-Core"
+        " --moe-flex-dispatcher-num-sms); the overlapped compute runs on the rest. 0 = the"
+        " dispatcher's default: deepep 20 (DeepEP Buffer.num_sms), hybridep 32 (HybridEP"
+        " NUM_OF_BLOCKS_DISPATCH_API), alltoall/allgather 20 (DeepSeek-V3 §3.2.1)",
+        since=NEXT,
+    ),
     "kernels.zero3_backward_prefetch": Key(
         "when ZeRO-3/FSDP gathers the next layer's parameters in backward: pre = beside this layer's"
         " backward (FSDP BACKWARD_PRE, FSDP2, Megatron-FSDP), post = after this layer's gradients"

@@ -67,7 +67,7 @@ def replay_local(program: Program, noise: Noise, recorder: Recorder, tight: bool
     box = LocalMailbox()
     route = route_for(program.schedule, program.pp, program.vp)
     orders = stage_orders(program)
-    paired = program.schedule in PAIRED_SCHEDULES
+    paired = program.schedule in PAIRED_SCHEDULES or program.ep_overlap
     quiet = tight and noise.rng is None and isinstance(recorder, SumRecorder) and not paired
     kind = QuietStage if quiet else StageProcess
     stages = [

@@ -172,12 +172,15 @@ def recipe_for(
 
 
 def scenario_kernels(r: Recipe) -> dict[str, Any]:
-    """The recipe's [kernels] keys (SPEC §7): fused grouped MLP, token dispatcher, CUDA graphs."""
+    """The recipe's [kernels] keys (SPEC §7): fused grouped MLP, token dispatcher, CUDA graphs, the
+    EP kernels' SMs."""
     return {
         "fused_grouped_mlp": r.fused_grouped_mlp,
         "moe_dispatcher": r.moe_dispatcher,
         "cuda_graph_impl": r.cuda_graph_impl,
         "cuda_graph_modules": list(r.cuda_graph_modules),
+        # Megatron-Core routes moe_hybridep_num_sms to moe_flex_dispatcher_num_sms: the EP kernels' SMs
+        **({"ep_comm_sms": r.moe_hybridep_num_sms} if r.moe_hybridep_num_sms else {}),
     }
 
 
@@ -190,9 +193,7 @@ def recorded_not_simulated(r: Recipe) -> tuple[str, ...]:
         )
     if r.fp8_dot_product_attention:
         out.append("fp8_dot_product_attention = true")
-    if r.moe_hybridep_num_sms:
-        out.append(f"moe_hybridep_num_sms = {r.moe_hybridep_num_sms}")
     out.append(f"moe_shared_expert_overlap = {str(r.moe_shared_expert_overlap).lower()}")
-    if r.delay_wgrad_compute:
-        out.append("delay_wgrad_compute = true")
+    # delay_wgrad_compute: Megatron-Core allows it only with the EP overlap, whose combined-1F1B model
+    # (program.combined_layer_s) is the delayed-wgrad one: simulated with ep_comm_overlap
     return tuple(out)
