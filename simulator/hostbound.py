@@ -106,7 +106,9 @@ QUANTIZED_DTYPES = ("fp8", "mxfp8", "nvfp4")
 DISPATCH_OPS = {"alltoall": 10.0, "allgather": 7.0, "deepep": 5.0, "hybridep": 4.0}
 COMBINE_OPS = {"alltoall": 7.0, "allgather": 5.0, "deepep": 4.0, "hybridep": 3.0}
 PREPROCESS_OPS = {"alltoall": 15.0, "allgather": 8.0, "deepep": 3.0, "hybridep": 4.0}
-SINGLE_RANK_A2A_OPS = 6.0  # ep = 1: no all-to-all calls (two of 3 ops each)
+# ep = 1 with the alltoall dispatcher: no all-to-all calls (3 ops each: output allocation, the
+# NCCL call, its wait): two in dispatch (tokens, probabilities), one in combine
+A2A_CALL_OPS = 3.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -161,7 +163,7 @@ def moe_layer_host_ops(scn: Scenario) -> LayerHostOps | None:
             pre = PREPROCESS_DTOH_OPS if disp == "alltoall" else 0.0
     dispatch, combine = DISPATCH_OPS[disp], COMBINE_OPS[disp]
     if par.ep == 1 and disp == "alltoall":
-        dispatch -= SINGLE_RANK_A2A_OPS
+        dispatch, combine = dispatch - 2 * A2A_CALL_OPS, combine - A2A_CALL_OPS
     if k.fused_grouped_mlp:
         experts = MODULE_OPS["experts_fused"]
     else:

@@ -273,11 +273,17 @@ def exposed_exp_share(p: KernelParams, efficiency: float, head_dim: int, pass_: 
     on GB200 the second GEMM waits for the softmax while the tensor cores idle). The exponentials
     cost `attention_exp_mma_ratio` × the MMA time at peak for head dim 128 in the forward (one exp
     per score of 4·d FLOPs), ∝ 128/d, and a backward of 2.5× the FLOPs recomputes one exp per score;
-    the kernel runs at `efficiency` of the peak, so the share is efficiency × that ratio."""
+    the kernel runs at `efficiency` of the peak, so the share is efficiency × that ratio.
+
+    It is at most 1 − efficiency: the kernel's time beyond its MMAs at the tensor-core peak. A
+    larger share would leave the MMAs less time than the peak allows (head dim 64, where the
+    exponentials cost twice the MMAs: measured cuDNN forward on GB200 reaches only 43% of the peak
+    at s = 32k, so most of that exp time overlaps the MMAs), and a faster SFU would then carry the
+    kernel past the peak (GB300 d64 forward was costed at 102% of the BF16 dense peak)."""
     ratio = p.attention_exp_mma_ratio * 128.0 / head_dim
     if pass_ == "bwd":
         ratio /= BWD_FLOP_RATIO
-    return min(1.0, efficiency * ratio)
+    return max(0.0, min(efficiency * ratio, 1.0 - efficiency))
 
 
 def fused_attention_efficiency(

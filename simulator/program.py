@@ -1196,6 +1196,7 @@ def build_program(scn: Scenario, comm: CommModel | None = None) -> Program:
         layer_cost, (emb_f, emb_b), (log_f, log_bi, log_bw), mtp, ep_pair = stage_costs(s)
         chunks = []
         stage_params = 0.0
+        stage_expert_params = 0.0
         holds_embedding = any(prev_chunk(par.schedule, pp, vp, s, c) is None for c in range(vp))
         for c in range(vp):
             layers = layout[s][c]
@@ -1246,6 +1247,7 @@ def build_program(scn: Scenario, comm: CommModel | None = None) -> Program:
             if first:
                 b_in += emb_b.parts
             stage_params += params
+            stage_expert_params += expert_params
             dp_grad_s: list[float] = []
             dp_param_s: list[float] = []
             dp_grad_b: list[float] = []
@@ -1306,11 +1308,17 @@ def build_program(scn: Scenario, comm: CommModel | None = None) -> Program:
                     backward_paired=paired[1],
                 )
             )
+        # the distributed optimizer shards dense parameters over the dp shard group and routed-expert
+        # parameters over the expert-data-parallel group (Megatron-Core DistributedOptimizer: one
+        # instance per expert-DP group), as memory.py counts their states: each rank steps its own
+        # 1/expert_shard of its experts (all of them when expert_dp = 1)
         shard = par.shard_size if par.zero >= 1 else 1
-        opt_bytes = stage_params / shard * (adam_bytes_per_param(scn) + GRAD_CLIP_BYTES_PER_PARAM)
+        expert_shard = max(par.expert_dp * par.shard_size // par.dp, 1) if par.zero >= 1 else 1
+        opt_params = (stage_params - stage_expert_params) / shard + stage_expert_params / expert_shard
+        opt_bytes = opt_params * (adam_bytes_per_param(scn) + GRAD_CLIP_BYTES_PER_PARAM)
         optimizer_s = memory_op_time_s(device, opt_bytes, kernels=5)  # grad norm, clip, fused Adam
         if scn.memory.offload_optimizer:
-            optimizer_s = _offloaded_optimizer_s(scn, stage_params / shard)
+            optimizer_s = _offloaded_optimizer_s(scn, opt_params)
         act_msg = par.micro_batch * m.seq_len // par.cp * m.hidden * device.activation_bytes / par.tp
         p2p_s = coster.coll("sendrecv", "pp", act_msg, s) if pp > 1 else 0.0
         stages.append(

@@ -58,3 +58,31 @@ def test_optimizer_time_is_the_bytes_at_the_streaming_bandwidth() -> None:
         assert stage.optimizer_s == pytest.approx(params * per_param / bw, rel=0.02)
         times[dtype] = stage.optimizer_s
     assert times["fp16"] > times["bf16"]
+
+
+def test_expert_optimizer_shards_over_expert_dp_not_dp() -> None:
+    """Megatron-Core's distributed optimizer steps the dense parameters in 1/dp shards but each
+    rank's routed experts in 1/expert_dp shards (one optimizer instance per expert-DP group), as
+    memory.py counts their states. Qwen3-30B on 8 GPUs with ep = 8: expert_dp = 1, so every rank
+    steps all of its 16 experts; ep = 2 (expert_dp = 4) steps a quarter of its 64."""
+    from simulator.flops import layer_params_per_rank
+
+    for ep in (8, 2):
+        s = scenario_from_dict(
+            {
+                "model": {"preset": "qwen3-30b-a3b", "seq_len": 4096},
+                "cluster": {"topology": "dgx-h100", "num_gpus": 8},
+                "parallel": {"ep": ep, "global_batch": 64, "zero": 1},
+            }
+        )
+        m, par = s.model, s.parallel
+        assert par.expert_dp == 8 // ep
+        stage = build_program(s).stages[0]
+        params = sum(c.params_local for c in stage.chunks)
+        expert = sum(layer_params_per_rank(m, par, m.is_moe_layer(i)).expert for i in range(m.layers))
+        opt_params = (params - expert) / par.dp + expert / par.expert_dp
+        bw = s.gpu.hbm_bandwidth_bytes_per_s * kernel_params(s.gpu).memory_bw_fraction
+        per_param = adam_bytes_per_param(s) + GRAD_CLIP_BYTES_PER_PARAM
+        assert stage.optimizer_s == pytest.approx(opt_params * per_param / bw, rel=0.02)
+        # the experts dominate: far more than sharding everything over dp would give
+        assert stage.optimizer_s > (3 if ep == 8 else 1.5) * params / par.dp * per_param / bw
