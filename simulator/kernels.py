@@ -29,13 +29,12 @@ network NICs; NCCL's own algorithm choice unless a figure names the one it was f
 from __future__ import annotations
 
 import math
-import tomllib
 from dataclasses import MISSING, dataclass, fields
 from functools import lru_cache
 from typing import Any
 
 from .errors import ConfigError
-from .resources import catalog_file
+from .kernel_catalog import architecture, kernel_data
 from .specs import GPUSpec
 from .units import DTYPE_BYTES
 
@@ -112,20 +111,6 @@ class KernelParams:
 
     def attention_head_dim_half(self, impl: str) -> float:
         return float(getattr(self, f"{impl}_head_dim_half"))
-
-
-@lru_cache(maxsize=1)
-def kernel_data() -> dict[str, Any]:
-    """simulator/catalog/kernels.toml, parsed once (read-only)."""
-    with open(catalog_file("kernels.toml"), "rb") as fh:
-        return tomllib.load(fh)
-
-
-def architecture(gpu_name: str) -> str:
-    arch = kernel_data()["architectures"].get(gpu_name)
-    if arch is None:
-        return "hopper"  # a GPU defined by a user's topology file: Hopper-class kernels
-    return str(arch)
 
 
 @lru_cache(maxsize=16)

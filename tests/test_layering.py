@@ -182,7 +182,10 @@ LAYERS: dict[str, int] = {
     ),
     **dict.fromkeys(("specs", "schedules", "flops", "plan"), 1),
     **dict.fromkeys(("loading", "overrides"), 2),
-    **dict.fromkeys(("memory", "costs", "kernels", "clocks", "stacks", "network", "comm", "hostbound"), 3),
+    **dict.fromkeys(
+        ("memory", "costs", "kernels", "kernel_catalog", "clocks", "stacks", "network", "comm", "hostbound"),
+        3,
+    ),
     "program": 4,
     **dict.fromkeys(("engine", "analytic", "metrics", "simulate"), 5),
     **dict.fromkeys(

@@ -37,8 +37,13 @@ latency. Per-hop latency = the topology's `latency_us` (our Simple hop) times NC
 of that protocol to Simple (NVLink ring LL 0.6/3.4, LL128 1.9/3.4; network ring LL 2.7/14,
 LL128 4.0/14); launch latency = NCCL's baseLat (ring: LL 6.6 µs, LL128 14 µs, Simple 8.4 µs);
 LL's bus bandwidth is capped per GPU generation and node count (tuning.cc llMaxBws).
-Not modelled: NCCL's per-size tree correction table, the ring "plateau" factor, per-channel
-LL128/tree caps (channel counts are not modelled), CollNet/SHARP in-network reduction.
+NCCL's bandwidth ramp below ~1 GB (nccl-tests size sweeps, simulator/catalog/kernels.toml) is a
+pipeline fill (`ramp_s`) on ring (flat and the phases of hierarchical), NVLS and all-to-all
+(one piece: direct peer transfers), with the window of bytes per step from the
+kernel model (`nccl_ring_window_bytes`, `nccl_nvls_window_bytes`; default_comm_model passes them).
+Not modelled: NCCL's per-size tree correction table, the ramp of tree and hierarchical
+algorithms, per-channel LL128/tree caps (channel counts are not modelled), CollNet/SHARP
+in-network reduction.
 """
 
 from __future__ import annotations
@@ -548,10 +553,10 @@ def collective_candidates(kind: str, shape: GroupShape, links: Links, size_bytes
         parts = [(x_intra / B_i, intra)]
         if k > 1:
             parts.append(_inter_time(shape, links, node_bytes, lambda u: u.members * (n - u.members) / n * S))
-        # the n-1 rounds of S/n each pipeline through NCCL's channels as the all-gather ring's
-        # n-1 steps do: the same bandwidth ramp (ramp_s), at the bottleneck's seconds per byte
+        # each peer's S/n goes straight to it (no forwarding hops as in a ring): a pipeline of
+        # depth one, so the bandwidth ramp (ramp_s) adds one piece, at the bottleneck's rate
         t_a2a = max(x[0] for x in parts)
-        fill = ramp_s(n - 1, S / n, links.ring_window_bytes, t_a2a / ((n - 1) / n * S))
+        fill = ramp_s(2, S / n, links.ring_window_bytes, t_a2a / ((n - 1) / n * S))
         for p in protocols:
             if p.name == "LL128":  # NCCL's p2p uses Simple, and LL below NCCL_P2P_LL_THRESHOLD
                 continue
@@ -576,13 +581,21 @@ def _hierarchical(
     node_bytes = (2 if kind == "allreduce" else 1) * (k - 1) / k * S
     t_ring, neck_ring = _inter_time(shape, links, node_bytes, lambda u: node_bytes)
     t_tree, neck_tree = _inter_time(shape, links, 2 * S, lambda u: u.tree_crossings * S / 2)
+    # each ring phase pipelines as the flat ring does (ramp_s): m-1 steps of S/m inside the node,
+    # (k-1) or 2(k-1) steps of S/(m k) across it
+    W = links.ring_window_bytes
+    fill_intra = ramp_s(m - 1, S / m, W, 1.0 / B_i)
+    inter_steps = (2 if kind == "allreduce" else 1) * (k - 1)
+    fill_inter = ramp_s(inter_steps, S / (m * k), W, t_ring / (node_bytes / m) if node_bytes > 0 else 0.0)
     for p in protocols:
         f = p.bandwidth_fraction
         # LL's bus-bandwidth ceiling applies phase by phase (one node inside, k nodes across)
         cap_1 = links.ll_cap_bytes_per_s(1) if p.name == "LL" else math.inf
         cap_k = links.ll_cap_bytes_per_s(k) if p.name == "LL" else math.inf
         intra_bw_t = max((m - 1) / m * S / (B_i * f), (m - 1) / m * S / cap_1)
-        intra_t = intra_phases * (intra_bw_t + p.launch_s + (m - 1) * a_i * p.intra_latency_ratio)
+        intra_t = intra_phases * (
+            intra_bw_t + fill_intra / f + p.launch_s + (m - 1) * a_i * p.intra_latency_ratio
+        )
         intra_label = "ring"
         if kind == "allreduce" and links.nvls:
             nvls_t = S / (B_i * links.nvls_fraction) + NVLS_LATENCY_S
@@ -590,7 +603,10 @@ def _hierarchical(
                 intra_t, intra_label = nvls_t, "nvls"
         if kind == "allreduce":
             ring_t = (
-                max(t_ring / f, node_bytes / cap_k) + p.launch_s + 2 * (k - 1) * a_e * p.inter_latency_ratio
+                max(t_ring / f, node_bytes / cap_k)
+                + fill_inter / f
+                + p.launch_s
+                + 2 * (k - 1) * a_e * p.inter_latency_ratio
             )
             tree_t = (
                 max(t_tree / (f * TREE_BW_FRACTION), 2 * S / cap_k)
@@ -603,7 +619,10 @@ def _hierarchical(
                 inter_t, inter_label, neck = tree_t, "tree", neck_tree
         else:
             inter_t, inter_label, neck = (
-                max(t_ring / f, node_bytes / cap_k) + p.launch_s + (k - 1) * a_e * p.inter_latency_ratio,
+                max(t_ring / f, node_bytes / cap_k)
+                + fill_inter / f
+                + p.launch_s
+                + (k - 1) * a_e * p.inter_latency_ratio,
                 "ring",
                 neck_ring,
             )

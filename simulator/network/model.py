@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from ..kernel_catalog import ring_window_bytes
 from ..specs import Scenario
 from .collectives import (
     Candidate,
@@ -246,6 +247,10 @@ class TopologyCommModel:
 
 
 def default_comm_model(scn: Scenario) -> TopologyCommModel:
-    """The comm model `mfusim run` uses: collectives on the topology graph;
-    `--comm-model flat` keeps FlatCommModel (network/flat.py)."""
-    return TopologyCommModel(scn)
+    """The comm model `mfusim run` uses: collectives on the topology graph, with NCCL's ring
+    (and all-to-all) bandwidth ramp of the kernel model (window fitted to nccl-tests sweeps,
+    kernels.toml) at the job's calibrated `nccl_bw_fraction`; `--comm-model flat` keeps
+    FlatCommModel."""
+    # NVLS's ramp is measured on 8 ranks only (its 2(n-1)-piece fill is not established for the
+    # 36-72-GPU NVLink domains): off in training, on in `mfusim kernel`
+    return TopologyCommModel(scn, ring_window_bytes=ring_window_bytes(scn.gpu.name))
