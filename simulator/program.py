@@ -241,10 +241,12 @@ class EpPair:
     """One MoE layer in Megatron-Core's combined 1F1B (--overlap-moe-expert-parallel-comm): the
     forward of one micro-batch and the backward of another run together. `exposed_fraction` of the
     layer's EP communication stays on the critical path; `interference_s` is the compute slowed by
-    the communication kernels' SMs while the rest runs hidden."""
+    the communication kernels' SMs while the rest runs hidden; `host_s` is the pair's CPU issue
+    time the GPU waits for (replacing the layer's own `host_bound` segments when paired)."""
 
     exposed_fraction: float
     interference_s: float
+    host_s: float = 0.0
 
 
 def combined_layer_s(
@@ -962,9 +964,21 @@ class _Coster:
         attn_b = comp(b_in[:b_moe]) + comp(b_w[:w_moe])
         mlp_dgrad, mlp_wgrad = comp(b_in[b_moe:]), comp(b_w[w_moe:])
         paired = combined_layer_s(attn_f, mlp_f, attn_b, mlp_dgrad, mlp_wgrad, comm)
-        exposed = min(max(0.0, paired - (attn_f + mlp_f + attn_b + mlp_dgrad + mlp_wgrad)), total_ep)
-        sm_fraction = ep_sm_fraction(self.scn)
-        return EpPair(exposed / total_ep, sm_interference_s(total_ep - exposed, sm_fraction))
+        compute = attn_f + mlp_f + attn_b + mlp_dgrad + mlp_wgrad
+        exposed = min(max(0.0, paired - compute), total_ep)
+        interference = sm_interference_s(total_ep - exposed, ep_sm_fraction(self.scn))
+        # The CPU issues the pair's nodes in TransformerLayerSchedulePlan.run's order, and the
+        # forward's dispatcher syncs with the host once per layer (hostbound.py): from one sync
+        # to the next it must issue the forward's and the backward's ops of the layer, which the
+        # backward alone could issue ahead of the GPU. The pair takes at least that issue time
+        # (the Megatron-LM DeepSeek-V3 GB200 guide §3.2: the split schedule's "synchronization
+        # between different stages ... aggravates the CPU overhead").
+        ops = moe_layer_host_ops(self.scn)
+        host = 0.0
+        if ops is not None and ops.syncs:
+            issue = (ops.forward + ops.backward_input + ops.backward_weight) * HOST_OP_S
+            host = max(0.0, issue + ops.syncs * HOST_SYNC_S - (paired + interference))
+        return EpPair(exposed / total_ep, interference, host)
 
     def _recompute(self, fwd: list, spans: dict[str, list[tuple[int, int]]]) -> _Phase:
         """The forward work the backward pass repeats: the whole layer (full), or the segments
@@ -1354,18 +1368,22 @@ def ep_sm_fraction(scn: Scenario) -> float:
 def _combined_pair(forward: Block, backward: Block, pair: EpPair, n_layers: int) -> tuple[Block, Block]:
     """A chunk's forward and backward when they run as one combined-1F1B pair: each MoE layer's
     EP communication kept at its exposed fraction (every EP segment of the chunk comes from its
-    MoE layers, all costed alike), the SM interference of the hidden part added to the backward."""
+    MoE layers, all costed alike), the SM interference of the hidden part and the pair's exposed
+    host issue time (instead of each pass's own) added to the backward."""
 
     def scaled(block: Block) -> tuple[Segment, ...]:
-        return tuple(
-            replace(seg, duration_s=seg.duration_s * pair.exposed_fraction)
-            if seg.category == "ep_comm"
-            else seg
-            for seg in block.segments
-        )
+        out = []
+        for seg in block.segments:
+            if seg.category == "ep_comm":
+                seg = replace(seg, duration_s=seg.duration_s * pair.exposed_fraction)
+            elif seg.category == "host_bound":  # the MoE layers' own (only they have any): replaced
+                continue
+            out.append(seg)
+        return tuple(out)
 
     slowdown = Segment("compute", "ep overlap interference", pair.interference_s * n_layers)
-    return Block(scaled(forward)), _block((*scaled(backward), slowdown))
+    host = Segment("host_bound", "host issue (combined 1F1B, sync to sync)", pair.host_s * n_layers)
+    return Block(scaled(forward)), _block((*scaled(backward), slowdown, host))
 
 
 # [memory] offload_optimizer (Megatron-Core --optimizer-cpu-offload, ZeRO-Offload, Ren et al.

@@ -106,12 +106,41 @@ def test_step_saving_is_the_pairs_saving() -> None:
 
 
 def test_more_communication_sms_slow_the_overlapped_compute() -> None:
+    """GPU-bound (one CUDA graph for the step, no host issue): more SMs for the EP kernels, less
+    for the compute they overlap. Host-bound (eager, the dispatcher's sync): the pair waits for
+    the CPU, and the SMs change nothing or make it slower, never faster."""
     par = {"ep_comm_overlap": True}
-    steps = [simulate(_scn(par, {"ep_comm_sms": n})).report.step_time_s for n in (8, 20, 64)]
+    graph = {"moe_dispatcher": "hybridep", "fused_grouped_mlp": True, "cuda_graph_impl": "full_iteration"}
+    steps = [simulate(_scn(par, {**graph, "ep_comm_sms": n})).report.step_time_s for n in (8, 32, 64)]
     assert steps[0] < steps[1] < steps[2]
-    default = simulate(_scn(par)).report.step_time_s
-    assert default == pytest.approx(steps[1], rel=1e-12)  # alltoall's default: 20
+    default = simulate(_scn(par, graph)).report.step_time_s
+    assert default == pytest.approx(steps[1], rel=1e-12)  # HybridEP's default: 32
     assert DEFAULT_EP_COMM_SMS["hybridep"] == 32 and DEFAULT_EP_COMM_SMS["deepep"] == 20
+    eager = [simulate(_scn(par, {"ep_comm_sms": n})).report.step_time_s for n in (8, 20, 64)]
+    assert eager[0] <= eager[1] <= eager[2]
+
+
+def test_combined_pair_waits_for_the_host_between_syncs() -> None:
+    """Eager MoE layers with the dispatcher's device-to-host sync: from one layer's sync to the
+    next the CPU issues the forward's and the backward's ops of the pair, so the paired passes
+    take at least that issue time (hostbound.HOST_OP_S per op, HOST_SYNC_S per sync); with one
+    graph for the step (no sync, nothing issued per layer) no host time is charged."""
+    from simulator.hostbound import HOST_OP_S, HOST_SYNC_S, moe_layer_host_ops
+
+    scn = _scn({"ep_comm_overlap": True})
+    ops = moe_layer_host_ops(scn)
+    assert ops is not None and ops.syncs == 1
+    ch = build_program(scn).stages[0].chunks[0]
+    assert ch.forward_paired is not None and ch.backward_paired is not None
+    n = scn.model.layers  # every layer is MoE
+    issue = n * ((ops.forward + ops.backward_input + ops.backward_weight) * HOST_OP_S + HOST_SYNC_S)
+    paired = ch.forward_paired.duration_s + ch.backward_paired.duration_s
+    assert ch.backward_paired.seconds("host_bound") > 0  # micro-batch 1 of Qwen3-30B: host-bound
+    assert ch.forward_paired.seconds("host_bound") == 0.0  # the pair's, charged once (backward)
+    assert paired >= issue * (1 - 1e-12)
+    graph = {"moe_dispatcher": "hybridep", "fused_grouped_mlp": True, "cuda_graph_impl": "full_iteration"}
+    gch = build_program(_scn({"ep_comm_overlap": True}, graph)).stages[0].chunks[0]
+    assert gch.backward_paired is not None and gch.backward_paired.seconds("host_bound") == 0.0
 
 
 @pytest.mark.parametrize(
