@@ -32,3 +32,10 @@ def ring_window_bytes(gpu_name: str) -> float:
     nccl_ring_window_bytes, fitted by benchmarks/fit_kernels.py); 0 if absent."""
     table = kernel_data()["model"].get(architecture(gpu_name), {})
     return float(table.get("nccl_ring_window_bytes", 0.0))
+
+
+def reduce_tail_chunks(gpu_name: str) -> float:
+    """Chunk-times a reduction ring's last step adds ([model.<arch>] nccl_reduce_tail_chunks,
+    fitted on reduce-scatters by rank count); 0 if absent."""
+    table = kernel_data()["model"].get(architecture(gpu_name), {})
+    return float(table.get("nccl_reduce_tail_chunks", 0.0))

@@ -97,6 +97,8 @@ class KernelParams:
     # NVLS all-reduce's algbw as a fraction of the achieved NVLink rate (the switch reduces;
     # network/collectives.py NVLS_BW_FRACTION is the training job's prior)
     nccl_nvls_fraction: float
+    # chunk-times S/n a reduction ring's last step adds (network/collectives.py Links)
+    nccl_reduce_tail_chunks: float
     # exp time at the MUFU rate / MMA time at the peak, head dim 128 forward (0: not modelled)
     attention_exp_mma_ratio: float = 0.0
 
@@ -411,6 +413,7 @@ def collective(
         ring_window_bytes=p.nccl_ring_window_bytes,
         nvls_window_bytes=p.nccl_nvls_window_bytes,
         nvls_fraction=p.nccl_nvls_fraction,
+        reduce_tail_chunks=p.nccl_reduce_tail_chunks,
     )
     if algorithm is None:
         cost = model.collective(kind, axis, message_bytes)

@@ -39,7 +39,8 @@ LL128 4.0/14); launch latency = NCCL's baseLat (ring: LL 6.6 µs, LL128 14 µs, 
 LL's bus bandwidth is capped per GPU generation and node count (tuning.cc llMaxBws).
 NCCL's bandwidth ramp below ~1 GB (nccl-tests size sweeps, simulator/catalog/kernels.toml) is a
 pipeline fill (`ramp_s`) on ring (flat and the phases of hierarchical), NVLS and all-to-all
-(one piece: direct peer transfers), with the window of bytes per step from the
+(one piece: direct peer transfers), plus a reduction ring's tail (`Links.reduce_tail_chunks`),
+with the window of bytes per step from the
 kernel model (`nccl_ring_window_bytes`, `nccl_nvls_window_bytes`; default_comm_model passes them).
 Not modelled: NCCL's per-size tree correction table, the ramp of tree and hierarchical
 algorithms, per-channel LL128/tree caps (channel counts are not modelled), CollNet/SHARP
@@ -139,6 +140,9 @@ class Links:
     # pipeline-fill time grows; 0 = not modelled (training jobs; `mfusim kernel` sets them)
     ring_window_bytes: float = 0.0
     nvls_window_bytes: float = 0.0
+    # a reduction ring's last step (NCCL recvReduceCopy of the rank's own chunk into the output)
+    # is not hidden behind a send: that many chunk-times S/n at the ring's rate (0 = off)
+    reduce_tail_chunks: float = 0.0
 
     @classmethod
     def of(
@@ -149,6 +153,7 @@ class Links:
         ring_window_bytes: float = 0.0,
         nvls_window_bytes: float = 0.0,
         nvls_fraction: float | None = None,
+        reduce_tail_chunks: float = 0.0,
     ) -> Links:
         """`nic_bw_fraction` (default `nccl_bw_fraction`) applies to NICs and uplinks;
         `nvls_fraction` (default NVLS_BW_FRACTION, Blackwell scaled) to NVLS all-reduce."""
@@ -174,6 +179,7 @@ class Links:
             ll_max_bytes_per_s=tuple(x * 1e9 for x in LL_MAX_GBPS[generation]),  # type: ignore[arg-type]
             ring_window_bytes=ring_window_bytes,
             nvls_window_bytes=nvls_window_bytes,
+            reduce_tail_chunks=reduce_tail_chunks,
         )
 
     def ll_cap_bytes_per_s(self, num_nodes: int) -> float:
@@ -509,6 +515,8 @@ def collective_candidates(kind: str, shape: GroupShape, links: Links, size_bytes
             parts.append(_inter_time(shape, links, X, lambda u: X))
         t_ring = max(x[0] for x in parts)
         fill = ramp_s(steps, S / n, links.ring_window_bytes, t_ring / X if X > 0 else 0.0)
+        if kind in ("allreduce", "reducescatter") and X > 0:
+            fill += links.reduce_tail_chunks * (S / n) * t_ring / X
         for p in protocols:
             lat = p.launch_s + (steps - inter_steps) * a_i * p.intra_latency_ratio
             lat += inter_steps * a_e * p.inter_latency_ratio

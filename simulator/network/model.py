@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from ..kernel_catalog import ring_window_bytes
+from ..kernel_catalog import reduce_tail_chunks, ring_window_bytes
 from ..specs import Scenario
 from .collectives import (
     Candidate,
@@ -55,6 +55,7 @@ class TopologyCommModel:
     ring_window_bytes: float = 0.0  # NCCL's bandwidth ramp (collectives.ramp_s); 0 = off
     nvls_window_bytes: float = 0.0
     nvls_fraction: float | None = None  # None: collectives.NVLS_BW_FRACTION(_BLACKWELL)
+    reduce_tail_chunks: float = 0.0  # collectives.Links.reduce_tail_chunks; 0 = off
     fabric: Fabric = field(init=False, repr=False, compare=False)
     placement: Placement = field(init=False, repr=False, compare=False)
     links: Links = field(init=False, repr=False, compare=False)
@@ -81,6 +82,7 @@ class TopologyCommModel:
             self.ring_window_bytes,
             self.nvls_window_bytes,
             self.nvls_fraction,
+            self.reduce_tail_chunks,
         )
         object.__setattr__(self, "links", links)
 
@@ -253,4 +255,7 @@ def default_comm_model(scn: Scenario) -> TopologyCommModel:
     FlatCommModel."""
     # NVLS's ramp is measured on 8 ranks only (its 2(n-1)-piece fill is not established for the
     # 36-72-GPU NVLink domains): off in training, on in `mfusim kernel`
-    return TopologyCommModel(scn, ring_window_bytes=ring_window_bytes(scn.gpu.name))
+    name = scn.gpu.name
+    return TopologyCommModel(
+        scn, ring_window_bytes=ring_window_bytes(name), reduce_tail_chunks=reduce_tail_chunks(name)
+    )
