@@ -172,6 +172,7 @@ def software_stack(scn: Scenario) -> dict[str, Any]:
         "cuda_graph_impl": k.cuda_graph_impl,
         "cuda_graph_modules": list(k.cuda_graph_modules),
         "moe_dispatcher": k.moe_dispatcher,
+        "ep_comm_sms": k.ep_comm_sms_used,  # the key or the dispatcher's default
         # the clock this GPU runs at: the calibrated reference-SKU clock × the board-power law
         "system": {
             **asdict(scn.gpu.efficiency),

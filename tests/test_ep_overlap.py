@@ -233,3 +233,11 @@ def test_deepseek_v3_dualpipe_ratio_and_hidden_all_to_all() -> None:
         assert 1 / 1.5 <= ratio <= 1.5
     exposed = ch.forward_paired.seconds("ep_comm") + ch.backward_paired.seconds("ep_comm")
     assert exposed <= 0.01 * (ch.forward.seconds("ep_comm") + ch.backward.seconds("ep_comm"))
+
+
+def test_run_json_reports_the_sms_used() -> None:
+    from simulator.metrics import software_stack as kernels_report
+
+    assert kernels_report(_scn({}))["ep_comm_sms"] == 20
+    assert kernels_report(_scn({}, {"moe_dispatcher": "hybridep"}))["ep_comm_sms"] == 32
+    assert kernels_report(_scn({}, {"moe_dispatcher": "hybridep", "ep_comm_sms": 24}))["ep_comm_sms"] == 24

@@ -993,6 +993,7 @@ JSON_FIELDS: dict[str, dict[str, str]] = {
         "kernels.cuda_graph_impl": "CUDA graph implementation: none, local, transformer_engine or full_iteration",
         "kernels.cuda_graph_modules": "modules the per-layer CUDA graphs capture ([] = whole layer)",
         "kernels.moe_dispatcher": "MoE token dispatcher: alltoall, allgather, deepep or hybridep",
+        "kernels.ep_comm_sms": "SMs the EP dispatch/combine kernels take from overlapped compute (key or dispatcher default)",
         "kernels.system": "system residuals of the GPU's default stack (efficiency.toml)",
         "kernels.system.sustained_clock_fraction": "compute speed under sustained load vs the microbenchmarks (the calibrated clock x the board-power law, simulator/clocks.py)",
         "kernels.system.kernel_launch_s": "unhidden launch gap per kernel [s]",

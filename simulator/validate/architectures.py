@@ -81,7 +81,10 @@ KNOWN_ARCHITECTURES: tuple[tuple[str, dict[str, Any], str], ...] = (
         r"gpt[-_ ]?oss[-_ ]?120b",
         {"preset": "gpt-oss-120b"},
         "preset gpt-oss-120b (openai/gpt-oss-120b config.json); its 128-token sliding window on every "
-        "other layer, attention sinks and biases are not modeled (attention costed as full causal)",
+        "other layer and its attention sinks are not modeled: attention costed as full causal cuDNN "
+        "fused attention, the backend every GPT-OSS container ran (Transformer Engine disables "
+        "FlashAttention for sinks, cuDNN >= 9.13.1 takes them; the containers ship cuDNN 9.13.1-9.21.1, "
+        "docs/accuracy.md)",
     ),
 )
 
