@@ -87,6 +87,19 @@ def _signed(value: float) -> str:
     return "–" if math.isnan(value) else f"{value:+.1f}%"
 
 
+def _summary_row(label: str, errors: list[float], target: str, bold: bool) -> list[str]:
+    """One headline row: count, MAPE (bold for an issue-12 target line), bias, max |error|."""
+    mape = _pct(_mape(errors))
+    return [
+        label,
+        str(len(errors)),
+        f"**{mape}**" if bold else mape,
+        _signed(_bias(errors)),
+        _pct(max(map(abs, errors))),
+        target,
+    ]
+
+
 def _quantile(values: Sequence[float], q: float) -> float:
     ordered = sorted(values)
     if not ordered:
@@ -122,22 +135,8 @@ def accuracy_blocks(report: V.ValidationReport, roles: dict[str, str]) -> dict[s
     headline = _table(
         ["rows", "n", "MAPE", "bias", "max abs", "issue-12 target"],
         [
-            [
-                "**A100/H100 dense BF16/FP16**",
-                str(len(target)),
-                f"**{_pct(_mape(target))}**",
-                _signed(_bias(target)),
-                _pct(max(map(abs, target))),
-                "≤ 6%",
-            ],
-            [
-                "same, without the 6 DeepSpeed ZeRO-3 rows",
-                str(len(target_no_z3)),
-                _pct(_mape(target_no_z3)),
-                _signed(_bias(target_no_z3)),
-                _pct(max(map(abs, target_no_z3))),
-                "",
-            ],
+            _summary_row("**A100/H100 dense BF16/FP16**", target, "≤ 6%", bold=True),
+            _summary_row("same, without the 6 DeepSpeed ZeRO-3 rows", target_no_z3, "", bold=False),
             [
                 "target set: fit / held-out rows",
                 f"{len(fit_t)} / {len(held_t)}",
@@ -146,30 +145,9 @@ def accuracy_blocks(report: V.ValidationReport, roles: dict[str, str]) -> dict[s
                 "",
                 "",
             ],
-            [
-                "**all dense rows**",
-                str(len(dense)),
-                f"**{_pct(_mape([r.error_pct for r in dense]))}**",
-                _signed(_bias([r.error_pct for r in dense])),
-                _pct(max(abs(r.error_pct) for r in dense)),
-                "≤ 7%",
-            ],
-            [
-                "**H100 FP8 dense**",
-                str(len(fp8)),
-                f"**{_pct(_mape(fp8))}**",
-                _signed(_bias(fp8)),
-                _pct(max(map(abs, fp8))),
-                "≤ 8%",
-            ],
-            [
-                "**NeMo long-sequence rows** (H100 + B200)",
-                str(len(longseq)),
-                f"**{_pct(_mape(longseq))}**",
-                _signed(_bias(longseq)),
-                _pct(max(map(abs, longseq))),
-                "≤ 10% each",
-            ],
+            _summary_row("**all dense rows**", [r.error_pct for r in dense], "≤ 7%", bold=True),
+            _summary_row("**H100 FP8 dense**", fp8, "≤ 8%", bold=True),
+            _summary_row("**NeMo long-sequence rows** (H100 + B200)", longseq, "≤ 10% each", bold=True),
             [
                 "MoE rows (issue 13, not fitted here)",
                 str(len(results) - len(dense)),
