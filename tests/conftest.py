@@ -10,7 +10,9 @@ from pathlib import Path
 import pytest
 from hypothesis import settings
 
+from simulator import flops
 from simulator.cli import main
+from simulator.specs import Scenario
 
 # Property tests draw the same examples on every run, so CI cannot fail by chance on a case
 # no earlier run saw (a found counterexample becomes an explicit @example instead).
@@ -177,3 +179,20 @@ def dump_toml(data: dict[str, object], _prefix: str = "") -> str:
         full = f"{_prefix}.{name}" if _prefix else name
         out += f"\n[{full}]\n" + dump_toml(table, full)
     return out
+
+
+@dataclass(frozen=True)
+class FakeReport:
+    """What validate reads from a simulation: step time, MFU, no memory report."""
+
+    step_time_s: float
+    mfu: float
+    memory: None = None
+
+
+def fake_simulate(scenario: Scenario) -> FakeReport:
+    """Roofline stand-in for validate tests: hardware FLOPs at 50% of the dense peak, so a
+    recipe's recompute modules change the prediction."""
+    sf = flops.step_flops(scenario.model, scenario.parallel.global_batch, scenario.parallel.recompute)
+    t = sf.hardware / (scenario.num_gpus * scenario.peak_flop_per_s * 0.5)
+    return FakeReport(step_time_s=t, mfu=sf.model / (t * scenario.num_gpus * scenario.peak_flop_per_s))

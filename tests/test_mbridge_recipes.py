@@ -6,30 +6,13 @@ or a stated reason, never a neighbour's recipe; every entry is a scenario the si
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 
 import pytest
 
-from simulator import flops
 from simulator import validate as V
 from simulator.resources import published_runs_csv
-from simulator.specs import Scenario
 from simulator.validate.recipes import LAYOUT_KEYS, container_of, parse_catalog, recipe_for, recipes
-
-
-@dataclass(frozen=True)
-class _FakeReport:
-    step_time_s: float
-    mfu: float
-    memory: None = None
-
-
-def _fake_simulate(scenario: Scenario) -> _FakeReport:
-    """Roofline stand-in (as tests/test_validate.py): hardware FLOPs at 50% of the dense peak,
-    so a recipe's recompute modules change the prediction."""
-    sf = flops.step_flops(scenario.model, scenario.parallel.global_batch, scenario.parallel.recompute)
-    t = sf.hardware / (scenario.num_gpus * scenario.peak_flop_per_s * 0.5)
-    return _FakeReport(step_time_s=t, mfu=sf.model / (t * scenario.num_gpus * scenario.peak_flop_per_s))
+from tests.conftest import fake_simulate
 
 
 @pytest.fixture(scope="module")
@@ -236,7 +219,7 @@ def test_data_spread_groups_the_published_configuration_across_recipes(shipped):
         "mbridge_26.04.01_Qwen3_30B_a3B_DGX-GB300_8gpu_mxfp8",
         "mbridge_26.06_Qwen3_30B_a3B_DGX-GB300_8gpu_mxfp8",
     ]
-    report = V.validate_runs([shipped[i] for i in ids], _fake_simulate, progress=False)
+    report = V.validate_runs([shipped[i] for i in ids], fake_simulate, progress=False)
     (group,) = spread_groups(report.results)
     assert set(group["rows"]) == set(ids) and len(group["recipes"]) == 2
     assert "2 different launch recipes" in V.format_report(report)

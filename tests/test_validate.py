@@ -9,7 +9,6 @@ from __future__ import annotations
 import csv
 import importlib.util
 import io
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -18,21 +17,7 @@ from simulator import cli, flops
 from simulator import validate as V
 from simulator.errors import ConfigError
 from simulator.resources import published_runs_csv
-from simulator.specs import Scenario
-
-
-@dataclass(frozen=True)
-class FakeReport:
-    step_time_s: float
-    mfu: float
-    memory: None = None
-
-
-def fake_simulate(scenario: Scenario) -> FakeReport:
-    """Roofline stand-in: hardware FLOPs at 50% of the dense peak."""
-    sf = flops.step_flops(scenario.model, scenario.parallel.global_batch, scenario.parallel.recompute)
-    t = sf.hardware / (scenario.num_gpus * scenario.peak_flop_per_s * 0.5)
-    return FakeReport(step_time_s=t, mfu=sf.model / (t * scenario.num_gpus * scenario.peak_flop_per_s))
+from tests.conftest import fake_simulate
 
 
 @pytest.fixture(scope="module")
