@@ -22,6 +22,7 @@ from . import specs, units
 from .errors import ConfigError
 from .names import canonical, did_you_mean
 from .resources import catalog_file, data_dir, scenario_names, topology_names
+from .schedules import num_virtual_stages
 from .specs import (
     MAX_GPUS,
     DataloaderSpec,
@@ -751,7 +752,7 @@ HF_SOURCE_KEYS: dict[str, tuple[str, ...]] = {
     "top_k": ("num_experts_per_tok", "experts_per_token", "moe_top_k"),
     "expert_ffn_hidden": ("moe_intermediate_size", "intermediate_size"),
     "shared_expert_ffn_hidden": ("shared_expert_intermediate_size", "n_shared_experts", "intermediate_size"),
-    "moe_layer_interval": ("decoder_sparse_step", "moe_layer_freq", "interleave_moe_layer_step"),
+    "layer_interval": ("decoder_sparse_step", "interleave_moe_layer_step"),
     "first_dense_layers": ("first_k_dense_replace", "mlp_only_layers"),
     "max_nodes_per_token": ("topk_group",),
     "mtp_layers": ("num_nextn_predict_layers",),
@@ -775,7 +776,7 @@ def _blame_config_json(err: ConfigError, table: Mapping[str, Any], hf_file: str)
     parts = key.split(".")[1:]
     field = parts[-1]
     written = set(table) | set(_table_or_empty(table, "moe")) | set(_table_or_empty(table, "mla"))
-    if field in written or (field == "moe_layer_interval" and "layer_interval" in written):
+    if field in written or (field == "layer_interval" and "moe_layer_interval" in written):
         return err
     try:
         top = _read_json_object(Path(hf_file))
@@ -1045,6 +1046,33 @@ def parallel_from_table(table: Mapping[str, Any], num_gpus: int) -> ParallelConf
     return ParallelConfig(**values)
 
 
+def _embedding_loss_slots(
+    model: ModelSpec, par: ParallelConfig, table: Mapping[str, Any]
+) -> tuple[ParallelConfig, str]:
+    """Megatron-LM refuses a pipeline split whose pp·vp pieces do not divide the layers unless
+    the embedding and the loss each take a layer's slot (--account-for-embedding/loss-in-
+    pipeline-split, `get_num_layers_to_build`). A scenario that names neither key but whose
+    pieces divide layers + 2 (not layers) -- pp·vp = layers + 2, or an interleaved split like
+    Qwen3-235B's 94 layers on pp 8 × vp 4 -- is read that way, with a warning; `validate` reads
+    published interleaved rows the same (validate/cases.py `_vp`)."""
+    keys = ("account_for_embedding_in_pipeline_split", "account_for_loss_in_pipeline_split")
+    pieces = num_virtual_stages(par.schedule, par.pp, par.vp)
+    if any(k in table for k in keys) or pieces < 2 or not model.layers % pieces:
+        return par, ""
+    if par.schedule != "interleaved" and pieces <= model.layers:
+        return par, ""  # plain pipelines keep their uneven split (first stages one layer more)
+    if (model.layers + 2) % pieces:
+        return par, ""
+    note = (
+        f"parallel: {model.layers} layers do not divide into {pieces} pipeline pieces but "
+        f"{model.layers} + embedding + loss = {model.layers + 2} do: the embedding and the loss each "
+        "take a layer's slot (Megatron --account-for-embedding/loss-in-pipeline-split; set both "
+        "keys to say so)"
+    )
+    both = replace(par, account_for_embedding_in_pipeline_split=True, account_for_loss_in_pipeline_split=True)
+    return both, note
+
+
 def scenario_from_dict(data: Mapping[str, Any], base_dir: Path | None = None, source: str = "") -> Scenario:
     base = base_dir or Path.cwd()
     if not isinstance(data, Mapping):
@@ -1054,7 +1082,11 @@ def scenario_from_dict(data: Mapping[str, Any], base_dir: Path | None = None, so
         raise ConfigError("missing required table [model]", key="model")
     model = model_from_table(_table(data, "model", ""), base)
     topology, num_gpus = _cluster(data, base)
-    parallel = parallel_from_table(_table(data, "parallel", ""), num_gpus)
+    par_table = _table(data, "parallel", "")
+    parallel = parallel_from_table(par_table, num_gpus)
+    parallel, layout_note = _embedding_loss_slots(model, parallel, par_table)
+    if layout_note:
+        model = replace(model, notes=model.notes + (layout_note,))
 
     precision = _table(data, "precision", "")
     _check_keys(precision, ("dtype",), "precision")

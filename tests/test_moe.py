@@ -185,6 +185,22 @@ def test_allow_unmodeled_needs_hf_config() -> None:
     assert info.value.key == "model.allow_unmodeled"
 
 
+@pytest.mark.parametrize(
+    ("moe", "key"),
+    [
+        ({"shared_expert_ffn_hidden": -1}, "model.moe.shared_expert_ffn_hidden"),
+        ({"expert_ffn_hidden": 1.5}, "model.moe.expert_ffn_hidden"),
+        ({"num_experts": -4}, "model.moe.num_experts"),
+        ({"layer_interval": 0}, "model.moe.layer_interval"),
+        ({"layer_interval": 48}, "model.moe.layer_interval"),  # 46 layers past 2 dense: none MoE
+    ],
+)
+def test_moe_table_errors_name_the_key_as_written(moe: dict, key: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        model_from_table({"preset": "qwen3-30b-a3b", "moe": {"first_dense_layers": 2, **moe}}, FIXTURES)
+    assert info.value.key == key
+
+
 def _edited_config(tmp_path: Path, fixture: str, sort_keys: bool = False, **changes: object) -> str:
     """A copy of a fixture config.json with keys changed (None deletes), keys sorted as the
     Hugging Face hub's files are."""
@@ -486,6 +502,44 @@ def test_layout_pp_vp_equal_layers_plus_two_simulates() -> None:
     assert not scn.warnings() or all("divide" not in w for w in scn.warnings())
     rep = _step(scn)
     assert rep.step_time_s > 0
+
+
+def test_layout_without_keys_counts_embedding_and_loss_when_only_that_divides() -> None:
+    """pp·vp = layers + 2, or pieces dividing layers + 2 but not layers (Qwen3-235B's 94 layers on
+    pp 8 × vp 4, NeMo's recipe), without the two keys: Megatron would refuse any other reading,
+    so the embedding and loss take a slot each, with one warning line."""
+    model = {"preset": "llama3-8b", "seq_len": 4096, "layers": 30}
+    for vp in (4, 2):  # 32 pieces (= 30 + 2), 16 pieces (divide 32, not 30)
+        scn = _scn(dict(model), {"pp": 8, "vp": vp, "num_gpus": 8, "global_batch": 16})
+        assert scn.parallel.pipeline_extra_layers == 2
+        assert sum("embedding + loss" in w for w in scn.warnings()) == 1
+        assert not any("do not divide into pp" in w for w in scn.warnings())
+        explicit = _scn(
+            dict(model),
+            {
+                "pp": 8,
+                "vp": vp,
+                "num_gpus": 8,
+                "global_batch": 16,
+                "account_for_embedding_in_pipeline_split": True,
+                "account_for_loss_in_pipeline_split": True,
+            },
+        )
+        assert _step(scn).step_time_s == _step(explicit).step_time_s
+    # plain 1F1B: pp = layers + 2 is read the same; an uneven pp keeps its first-stages-heavier split
+    plain = _scn({**model, "layers": 6}, {"pp": 8, "num_gpus": 8, "global_batch": 16})
+    assert plain.parallel.pipeline_extra_layers == 2
+    uneven = _scn(dict(model), {"pp": 8, "num_gpus": 8, "global_batch": 16})
+    assert uneven.parallel.pipeline_extra_layers == 0
+    assert any("do not divide into pp" in w for w in uneven.warnings())
+    # a key given (even false) is the user's word; an even split needs nothing
+    said = _scn(
+        dict(model),
+        {"pp": 8, "vp": 2, "num_gpus": 8, "global_batch": 16, "account_for_loss_in_pipeline_split": False},
+    )
+    assert said.parallel.pipeline_extra_layers == 0
+    even = _scn({**model, "layers": 32}, {"pp": 8, "vp": 2, "num_gpus": 8, "global_batch": 16})
+    assert even.parallel.pipeline_extra_layers == 0 and not even.warnings()
 
 
 def test_run_json_model_object(run_cli, tmp_path: Path) -> None:
