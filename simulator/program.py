@@ -31,7 +31,16 @@ from .ep_dispatch import (
 from .hostbound import HOST_OP_S, HOST_SYNC_S, issue_pipeline_s, moe_layer_host_ops
 from .kernels import architecture, resolve_attention
 from .memory import grad_reduce_bytes_per_param, scenario_layer_activations
-from .schedules import PassTimes, Task, chunk_layers, combined_1f1b, next_chunk, prev_chunk, stage_tasks
+from .schedules import (
+    PAIRED_SCHEDULES,
+    PassTimes,
+    Task,
+    chunk_layers,
+    combined_1f1b,
+    next_chunk,
+    prev_chunk,
+    stage_tasks,
+)
 from .specs import ModelSpec, ParallelConfig, Scenario
 
 ADAM_BYTES_PER_PARAM = (
@@ -1404,7 +1413,10 @@ def ep_overlap_pairs(scn: Scenario) -> bool:
     """Whether the step runs Megatron-Core's combined 1F1B (EP all-to-all overlap): its
     steady-state forwards are paired with a backward of another micro-batch."""
     par = scn.parallel
-    return bool(par.ep_comm_overlap and par.ep > 1 and scn.model.is_moe)
+    # DualPipe pairs F and B itself (ep_comm_overlap = true is accepted there and adds nothing)
+    return bool(
+        par.ep_comm_overlap and par.ep > 1 and scn.model.is_moe and par.schedule not in PAIRED_SCHEDULES
+    )
 
 
 def ep_sm_fraction(scn: Scenario) -> float:
