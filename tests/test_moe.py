@@ -185,6 +185,120 @@ def test_allow_unmodeled_needs_hf_config() -> None:
     assert info.value.key == "model.allow_unmodeled"
 
 
+@pytest.mark.parametrize(
+    ("moe", "key"),
+    [
+        ({"shared_expert_ffn_hidden": -1}, "model.moe.shared_expert_ffn_hidden"),
+        ({"expert_ffn_hidden": 1.5}, "model.moe.expert_ffn_hidden"),
+        ({"num_experts": -4}, "model.moe.num_experts"),
+        ({"layer_interval": 0}, "model.moe.layer_interval"),
+        ({"layer_interval": 48}, "model.moe.layer_interval"),  # 46 layers past 2 dense: none MoE
+    ],
+)
+def test_moe_table_errors_name_the_key_as_written(moe: dict, key: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        model_from_table({"preset": "qwen3-30b-a3b", "moe": {"first_dense_layers": 2, **moe}}, FIXTURES)
+    assert info.value.key == key
+
+
+def _edited_config(tmp_path: Path, fixture: str, sort_keys: bool = False, **changes: object) -> str:
+    """A copy of a fixture config.json with keys changed (None deletes), keys sorted as the
+    Hugging Face hub's files are."""
+    cfg = json.loads((FIXTURES / fixture).read_text())
+    target = cfg["text_config"] if "text_config" in cfg else cfg
+    for key, value in changes.items():
+        if value is None:
+            target.pop(key, None)
+        else:
+            target[key] = value
+    (tmp_path / "c.json").write_text(json.dumps(cfg, sort_keys=sort_keys))
+    return "c.json"
+
+
+def test_hf_import_nemotron_h_refusal_names_the_layer_pattern(tmp_path: Path) -> None:
+    """The hub's Nemotron-H config.json lists its keys alphabetically: the refusal still names
+    the hybrid layer pattern, not the first Mamba field, and lists the other keys to allow."""
+    name = _edited_config(tmp_path, "nemotron_h.json", sort_keys=True)
+    with pytest.raises(ConfigError) as info:
+        model_from_table({"hf_config": name, "seq_len": 4096}, tmp_path)
+    assert info.value.key == "hybrid_override_pattern"
+    assert "conv_kernel" in info.value.message and "mamba_head_dim" in info.value.message
+    with pytest.raises(ConfigError) as info:
+        model_from_table(
+            {"hf_config": name, "seq_len": 4096, "allow_unmodeled": ["hybrid_override_pattern"]}, tmp_path
+        )
+    assert info.value.key == "conv_kernel"
+
+
+def test_hf_import_layer_types_exact_when_windows_cover_the_sequence(tmp_path: Path) -> None:
+    """GPT-OSS's sliding/full alternation is plain causal attention when the window covers
+    seq_len; a shorter window is refused naming layer_types; linear attention always is."""
+    name = _edited_config(tmp_path, "gpt_oss.json", sliding_window=8192)
+    m = model_from_table({"hf_config": name, "seq_len": 4096}, tmp_path)
+    assert F.total_params(m) == F.total_params(model_preset("gpt-oss-120b"))
+    with pytest.raises(ConfigError) as info:
+        model_from_table({"hf_config": name, "seq_len": 16384}, tmp_path)
+    assert info.value.key == "layer_types"
+    llama = _edited_config(
+        tmp_path, "llama4.json", layer_types=["chunked_attention"] * 3 + ["full_attention"]
+    )
+    ok = model_from_table(
+        {"hf_config": llama, "seq_len": 8192, "allow_unmodeled": ["vision_config"]}, tmp_path
+    )
+    assert ok.num_moe_layers == 24
+    linear = _edited_config(tmp_path, "gpt_oss.json", layer_types=["linear_attention", "full_attention"] * 18)
+    with pytest.raises(ConfigError) as info:
+        model_from_table({"hf_config": linear, "seq_len": 64}, tmp_path)
+    assert info.value.key == "layer_types"
+
+
+def test_hf_import_deepseek_moe_layer_freq_refused(tmp_path: Path) -> None:
+    """DeepSeek's moe_layer_freq counts from layer 0 (i % freq == 0), the other phase of the
+    simulator's every-k-th layer: refused, not silently shifted."""
+    name = _edited_config(tmp_path, "deepseek_v3.json", moe_layer_freq=2)
+    with pytest.raises(ConfigError) as info:
+        model_from_table({"hf_config": name, "seq_len": 4096}, tmp_path)
+    assert info.value.key == "moe_layer_freq"
+
+
+def test_hf_import_llama4_moe_layers_must_match_the_interleave(tmp_path: Path) -> None:
+    allow = {"seq_len": 4096, "allow_unmodeled": ["vision_config"]}
+    good = _edited_config(tmp_path, "llama4.json", moe_layers=list(range(1, 48, 2)))
+    assert model_from_table({"hf_config": good, **allow}, tmp_path).num_moe_layers == 24
+    bad = _edited_config(tmp_path, "llama4.json", moe_layers=list(range(0, 48, 2)))
+    with pytest.raises(ConfigError) as info:
+        model_from_table({"hf_config": bad, **allow}, tmp_path)
+    assert info.value.key == "moe_layers"
+
+
+def test_hf_import_tied_embeddings_defaults(tmp_path: Path) -> None:
+    """tie_word_embeddings from the top level when text_config lacks it; absent everywhere, the
+    transformers class default (GPT-2 ties, Mixtral does not)."""
+    cfg = json.loads((FIXTURES / "llama4.json").read_text())
+    cfg["text_config"].pop("tie_word_embeddings")
+    cfg["tie_word_embeddings"] = True
+    del cfg["vision_config"]
+    (tmp_path / "l.json").write_text(json.dumps(cfg))
+    assert model_from_table({"hf_config": "l.json", "seq_len": 4096}, tmp_path).tied_embeddings
+    gpt2 = {"model_type": "gpt2", "n_embd": 768, "n_head": 12, "n_layer": 12, "vocab_size": 50257}
+    (tmp_path / "g.json").write_text(json.dumps(gpt2))
+    m = model_from_table({"hf_config": "g.json", "seq_len": 1024}, tmp_path)
+    assert m.tied_embeddings and _close(F.total_params(m), 124.4e6, rel=0.01)  # GPT-2 small: 124M
+    mixtral = _edited_config(tmp_path, "mixtral.json", tie_word_embeddings=None)
+    assert not model_from_table({"hf_config": mixtral, "seq_len": 4096}, tmp_path).tied_embeddings
+
+
+def test_hf_import_rope_parameters_as_rope_scaling(tmp_path: Path) -> None:
+    """transformers v5 writes rope_parameters where v4 wrote rope_scaling: YaRN's factor and the
+    pre-training length are read from either."""
+    cfg = json.loads((FIXTURES / "deepseek_v3.json").read_text())
+    cfg["rope_parameters"] = {**cfg.pop("rope_scaling"), "rope_theta": 10000}
+    (tmp_path / "c.json").write_text(json.dumps(cfg))
+    m = model_from_table({"hf_config": "c.json"}, tmp_path)
+    assert m.seq_len == 4096
+    assert m.rope_mscale == model_from_table({"hf_config": "deepseek_v3.json"}, FIXTURES).rope_mscale
+
+
 # ----------------------------------------------------------------------------- scenarios
 def _scn(model: dict, parallel: dict, gpu: str = "h100-sxm", topology: str = "dgx-h100", **extra) -> Scenario:
     num_gpus = parallel.pop("num_gpus")
@@ -388,6 +502,44 @@ def test_layout_pp_vp_equal_layers_plus_two_simulates() -> None:
     assert not scn.warnings() or all("divide" not in w for w in scn.warnings())
     rep = _step(scn)
     assert rep.step_time_s > 0
+
+
+def test_layout_without_keys_counts_embedding_and_loss_when_only_that_divides() -> None:
+    """pp·vp = layers + 2, or pieces dividing layers + 2 but not layers (Qwen3-235B's 94 layers on
+    pp 8 × vp 4, NeMo's recipe), without the two keys: Megatron would refuse any other reading,
+    so the embedding and loss take a slot each, with one warning line."""
+    model = {"preset": "llama3-8b", "seq_len": 4096, "layers": 30}
+    for vp in (4, 2):  # 32 pieces (= 30 + 2), 16 pieces (divide 32, not 30)
+        scn = _scn(dict(model), {"pp": 8, "vp": vp, "num_gpus": 8, "global_batch": 16})
+        assert scn.parallel.pipeline_extra_layers == 2
+        assert sum("embedding + loss" in w for w in scn.warnings()) == 1
+        assert not any("do not divide into pp" in w for w in scn.warnings())
+        explicit = _scn(
+            dict(model),
+            {
+                "pp": 8,
+                "vp": vp,
+                "num_gpus": 8,
+                "global_batch": 16,
+                "account_for_embedding_in_pipeline_split": True,
+                "account_for_loss_in_pipeline_split": True,
+            },
+        )
+        assert _step(scn).step_time_s == _step(explicit).step_time_s
+    # plain 1F1B: pp = layers + 2 is read the same; an uneven pp keeps its first-stages-heavier split
+    plain = _scn({**model, "layers": 6}, {"pp": 8, "num_gpus": 8, "global_batch": 16})
+    assert plain.parallel.pipeline_extra_layers == 2
+    uneven = _scn(dict(model), {"pp": 8, "num_gpus": 8, "global_batch": 16})
+    assert uneven.parallel.pipeline_extra_layers == 0
+    assert any("do not divide into pp" in w for w in uneven.warnings())
+    # a key given (even false) is the user's word; an even split needs nothing
+    said = _scn(
+        dict(model),
+        {"pp": 8, "vp": 2, "num_gpus": 8, "global_batch": 16, "account_for_loss_in_pipeline_split": False},
+    )
+    assert said.parallel.pipeline_extra_layers == 0
+    even = _scn({**model, "layers": 32}, {"pp": 8, "vp": 2, "num_gpus": 8, "global_batch": 16})
+    assert even.parallel.pipeline_extra_layers == 0 and not even.warnings()
 
 
 def test_run_json_model_object(run_cli, tmp_path: Path) -> None:
