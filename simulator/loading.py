@@ -641,6 +641,12 @@ def _resolve_unmodeled(
         f"{cfg_file}: key '{key}' ({why}) is not modeled and is ignored (allow_unmodeled)"
         for key, why in sorted(unmodeled.items(), key=lambda kv: _unmodeled_rank(kv[0]))
     ]
+    notes += [
+        f"model.allow_unmodeled: {key!r} is not an unmodeled key of {cfg_file} (absent, or modeled "
+        "exactly at this seq_len): nothing to ignore"
+        for key in allow
+        if key not in unmodeled
+    ]
     return notes + [f"{cfg_file}: not modeled: {feature}" for feature in features]
 
 

@@ -133,6 +133,59 @@ def test_hf_import_equals_preset(config: str, preset: str, allow: list[str]) -> 
     assert all(config in n for n in m.notes)
 
 
+# Hub-style config.json files (keys sorted, every field the released file has that bears on the
+# architecture: Llama 4's moe_layers / no_rope_layers / llama3 rope_scaling / vision_config,
+# GPT-OSS's layer_types and quantization_config, Qwen's sliding_window with use_sliding_window
+# false), against the published totals: (file, allow_unmodeled, total, its rounding, active,
+# its rounding, counts the input embedding in "active", source)
+HUB_IMPORTS = [
+    # Mistral AI (2023-12-11, "Mixtral of experts"): 46.7B total, 12.9B active
+    ("mixtral_8x7b.json", [], 46.7e9, 0.1e9, 12.9e9, 0.1e9, True),
+    # Qwen2 technical report (arXiv 2407.10671) Table 1: 57B total, 14B activated
+    ("qwen2_57b_a14b.json", [], 57e9, 1e9, 14e9, 1e9, True),
+    # Qwen3 report Table 2 / model card: 30.5B total, 3.3B activated
+    ("qwen3_30b_a3b.json", [], 30.5e9, 0.1e9, 3.3e9, 0.1e9, True),
+    # OpenAI gpt-oss model card Table 1: gpt-oss-20b 20.91B total, 3.61B active (unembedding
+    # counted, embedding not); its 128-token window on every other layer allowed (not modeled)
+    ("gpt_oss_20b.json", ["layer_types", "sliding_window"], 20.91e9, 0.01e9, 3.61e9, 0.01e9, False),
+    # Meta Llama 4 model card: Scout 17B active; its "109B total" counts the vision encoder
+    # (34 ViT layers of 1408, ~0.87B) that only the text model here leaves out: 107.8B simulated
+    ("llama4_scout.json", ["vision_config"], 109e9 - 0.87e9, 1e9, 17e9, 1e9, True),
+]
+
+
+@pytest.mark.parametrize(
+    ("config", "allow", "total", "t_round", "active", "a_round", "with_input_emb"), HUB_IMPORTS
+)
+def test_hf_import_hub_configs_match_published(
+    config: str,
+    allow: list[str],
+    total: float,
+    t_round: float,
+    active: float,
+    a_round: float,
+    with_input_emb: bool,
+) -> None:
+    m = model_from_table({"hf_config": config, "seq_len": 4096, "allow_unmodeled": allow}, FIXTURES)
+    assert _close(F.total_params(m), total, t_round), F.total_params(m) / 1e9
+    act = F.active_params(m) - (0 if with_input_emb else m.vocab * m.hidden)
+    assert _close(act, active, a_round), act / 1e9
+    assert len(m.notes) == len(allow) + (1 if m.activation == "clamped_quick_geglu" else 0)
+    if allow:  # each allowed key is needed: without it the import is refused naming one
+        with pytest.raises(ConfigError) as info:
+            model_from_table({"hf_config": config, "seq_len": 4096}, FIXTURES)
+        assert info.value.key in allow
+
+
+def test_hf_import_hub_nemotron_h_refused_by_its_layer_pattern() -> None:
+    """The hub's Nemotron-H-8B config.json (alphabetical keys, Mamba fields, time_step_limit with
+    Infinity): refused naming hybrid_override_pattern, never imported as a 52-layer transformer."""
+    with pytest.raises(ConfigError) as info:
+        model_from_table({"hf_config": "nemotron_h_8b_hub.json", "seq_len": 8192}, FIXTURES)
+    assert info.value.key == "hybrid_override_pattern"
+    assert "nemotron_h_8b_hub.json" in str(info.value.file)
+
+
 def test_hf_import_qwen2_moe_published() -> None:
     """Qwen1.5-MoE-A2.7B (Qwen blog 2024-03-28): 14.3B total, 2.7B activated (shared expert 5632)."""
     m = model_from_table({"hf_config": "qwen2_moe.json", "seq_len": 4096}, FIXTURES)
@@ -171,6 +224,15 @@ def test_hf_import_window_at_least_seq_len_is_exact(tmp_path: Path) -> None:
     with pytest.raises(ConfigError) as info:
         model_from_table({"hf_config": "c.json", "seq_len": 16384}, tmp_path)
     assert info.value.key == "attention_chunk_size"
+
+
+def test_allow_unmodeled_names_a_key_not_needed() -> None:
+    """A listed key the config does not have (a typo) or that is modeled exactly is one warning
+    line, so the user learns the list does nothing."""
+    m = model_from_table(
+        {"hf_config": "mixtral.json", "seq_len": 4096, "allow_unmodeled": ["vison_config"]}, FIXTURES
+    )
+    assert len(m.notes) == 1 and "vison_config" in m.notes[0] and "nothing to ignore" in m.notes[0]
 
 
 def test_hf_import_seq_len_warning() -> None:
