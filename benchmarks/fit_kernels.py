@@ -52,7 +52,7 @@ RANGES: dict[str, tuple[float, float]] = {
     "attention_causal_block": (0.0, 1024.0),
     "nccl_bw_fraction": (0.6, 0.98),
     "nccl_ring_window_bytes": (0.0, 64e6),
-    "nccl_nvls_window_bytes": (0.0, 64e6),
+    "nccl_nvls_chunk_overhead_bytes": (0.0, 65536.0),
     "nccl_nvls_fraction": (0.5, 1.0),
     "nccl_reduce_tail_chunks": (0.0, 2.0),
 }
@@ -61,7 +61,7 @@ RANGES: dict[str, tuple[float, float]] = {
 COLLECTIVE_FIT = (
     "nccl_bw_fraction",
     "nccl_ring_window_bytes",
-    "nccl_nvls_window_bytes",
+    "nccl_nvls_chunk_overhead_bytes",
     "nccl_nvls_fraction",
     "nccl_reduce_tail_chunks",
 )
@@ -73,12 +73,12 @@ COLLECTIVE_BORROW = {
         "no published H100 ring size sweep; A100's (same NCCL)",
     ),
     "blackwell": (
-        ("nccl_nvls_window_bytes", "nccl_reduce_tail_chunks"),
+        ("nccl_nvls_chunk_overhead_bytes", "nccl_reduce_tail_chunks"),
         "hopper",
         "no published Blackwell NVLS size sweep or reduce-scatter by rank count; Hopper's",
     ),
     "ampere": (
-        ("nccl_nvls_window_bytes", "nccl_nvls_fraction", "nccl_reduce_tail_chunks"),
+        ("nccl_nvls_chunk_overhead_bytes", "nccl_nvls_fraction", "nccl_reduce_tail_chunks"),
         "hopper",
         "no NVLS on A100 (unused); reduce-scatter by rank count is measured on H100 only",
     ),
@@ -197,7 +197,7 @@ def fit_collectives(arch: str, base: dict[str, KernelParams]) -> KernelParams:
     lo = np.array([RANGES[n][0] for n in names])
     hi = np.array([RANGES[n][1] for n in names])
     x0 = np.clip(x0, lo + 1e-9 * (hi - lo), hi - 1e-9 * (hi - lo))
-    scale = np.array([1e6 if "window" in n else 1.0 for n in names])
+    scale = np.array([1e6 if "window" in n else 1e4 if "overhead_bytes" in n else 1.0 for n in names])
     res = least_squares(residuals, x0, bounds=(lo, hi), x_scale=scale, max_nfev=200)
     return make(res.x)
 

@@ -91,9 +91,10 @@ class KernelParams:
     nccl_bw_fraction: float
     nic_bw_fraction: float
     # NCCL's bandwidth ramp below ~1 GB (simulator/network/collectives.py ramp_s): bytes in flight
-    # per ring / NVLS step, fitted to nccl-tests size sweeps
+    # per ring step, fitted to nccl-tests size sweeps
     nccl_ring_window_bytes: float
-    nccl_nvls_window_bytes: float
+    # fixed cost of one NVLS chunk in bytes at the NVLS rate (collectives.nvls_time_s)
+    nccl_nvls_chunk_overhead_bytes: float
     # NVLS all-reduce's algbw as a fraction of the achieved NVLink rate (the switch reduces;
     # network/collectives.py NVLS_BW_FRACTION is the training job's prior)
     nccl_nvls_fraction: float
@@ -438,7 +439,7 @@ def collective(
         scn,
         nic_bw_fraction=p.nic_bw_fraction,
         ring_window_bytes=p.nccl_ring_window_bytes,
-        nvls_window_bytes=p.nccl_nvls_window_bytes,
+        nvls_chunk_overhead_bytes=p.nccl_nvls_chunk_overhead_bytes,
         nvls_fraction=p.nccl_nvls_fraction,
         reduce_tail_chunks=p.nccl_reduce_tail_chunks,
     )
