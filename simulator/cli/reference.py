@@ -161,7 +161,7 @@ KEYS: dict[str, Key] = {
     ),
     "model.linear_bias": Key(
         "biases on the linear layers and experts (Megatron add_bias_linear; GPT-OSS): the experts' "
-        "output bias is applied per token in FP32",
+        "output bias is added per local expert by eager 16-bit ops",
         "boolean",
         since=NEXT,
     ),
