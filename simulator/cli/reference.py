@@ -1022,9 +1022,11 @@ JSON_FIELDS: dict[str, dict[str, str]] = {
         "collectives[].group": "tp, cp, ep, dp or pp",
         "collectives[].kind": "allreduce, allgather, reducescatter, alltoall or p2p",
         "collectives[].message_bytes": "bytes per GPU of one call",
-        "collectives[].algorithm": "algorithm the cost model chose (ring, tree, nvls, ...)",
+        "collectives[].algorithm": "algorithm the cost model chose (ring, tree, nvls, ...; deepep or hybridep for"
+        " those dispatchers' EP dispatch/combine)",
         "collectives[].time_s": "time of one call [s]",
-        "collectives[].bottleneck": "the link that limits it",
+        "collectives[].bottleneck": "the link that limits it (DeepEP/HybridEP: also their published kernel"
+        " rate or the NVLink forwarding leg)",
         "collectives[].bus_bandwidth_bytes_per_s": "bus bandwidth achieved (nccl-tests convention)",
         "plan": "the whole training run, when the scenario has a [run] table (docs/plan.md)",
         "plan.tokens": "training tokens of the run",
