@@ -429,6 +429,13 @@ def hf_config_fields(path: Path) -> dict[str, Any]:
                 return cfg[k]
         return None
 
+    # widths and counts that the code below would otherwise read as "absent" when 0 or not an
+    # integer (a shared expert of "x", an interleave step of 0 = every layer): refused by key
+    for key, minimum in HF_INT_KEYS.items():
+        value = get(key)
+        if value is not None and (not _is_int(value) or value < minimum):
+            raise ConfigError(f"must be an integer >= {minimum}, got {value!r}", key=key, file=name)
+
     out: dict[str, Any] = {}
     mapping = {
         "layers": ("num_hidden_layers", "n_layer", "num_layers"),
@@ -556,6 +563,14 @@ def hf_config_fields(path: Path) -> dict[str, Any]:
         if _is_int(n_group) and n_group > 1 and _is_int(topk_group):
             # DeepSeek-V3 §3.4: group-limited routing keeps each token within topk_group node groups
             out["max_nodes_per_token"] = topk_group
+    if "ffn_hidden" not in out and (out["gated_mlp"] or "num_experts" in out):
+        # GPT-2's n_inner = null means 4·hidden; a gated or MoE model's width is its class default,
+        # which only transformers knows (Llama 11008, Mixtral 14336): refused, not guessed
+        raise ConfigError(
+            "no MLP width given (null or absent); the model class's default is not known here",
+            key="intermediate_size",
+            file=name,
+        )
     hd, heads, hidden = out.get("head_dim"), out["heads"], out["hidden"]
     if all(_is_int(v) for v in (hd, heads, hidden)) and hd * heads == hidden:
         out.pop("head_dim")
@@ -588,6 +603,27 @@ def _check_moe_layers(moe_layers: object, out: Mapping[str, Any], file: str) -> 
             file=file,
         )
 
+
+# config.json keys whose value, when given, must be an integer of at least this (hf_config_fields)
+HF_INT_KEYS = {
+    "head_dim": 1,
+    "moe_intermediate_size": 1,
+    "intermediate_size_mlp": 1,
+    "shared_expert_intermediate_size": 0,
+    "n_shared_experts": 0,
+    "interleave_moe_layer_step": 1,
+    "decoder_sparse_step": 1,
+    "moe_layer_freq": 1,
+    "n_group": 1,
+    "topk_group": 1,
+    "first_k_dense_replace": 0,
+    "num_nextn_predict_layers": 0,
+    "q_lora_rank": 0,
+    "kv_lora_rank": 0,
+    "qk_nope_head_dim": 1,
+    "qk_rope_head_dim": 1,
+    "v_head_dim": 1,
+}
 
 # transformers model types whose config class leaves tie_word_embeddings at PretrainedConfig's
 # default (True) when config.json omits it
