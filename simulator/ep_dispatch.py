@@ -1,10 +1,12 @@
 """What Megatron-Core's MoE token dispatchers send over expert parallelism, and how fast the
 DeepEP / HybridEP kernels move it (issue 13).
 
-* `alltoall` (and `allgather`): NCCL. The dispatcher permutes one copy of a token per chosen
-  expert before the all-to-all (Megatron-Core moe/token_dispatcher.py,
-  MoEAlltoAllTokenDispatcher: `permute(hidden_states, routing_map)`), so a token routed to two
-  experts of one rank crosses the fabric twice.
+* `alltoall`: NCCL. The dispatcher permutes one copy of a token per chosen expert before the
+  all-to-all (Megatron-Core moe/token_dispatcher.py, MoEAlltoAllTokenDispatcher:
+  `permute(hidden_states, routing_map)`), so a token routed to two experts of one rank crosses
+  the fabric twice.
+* `allgather`: NCCL. MoEAllGatherTokenDispatcher all-gathers every token of the TP x EP group to
+  every rank and reduce-scatters the outputs back, whatever the routing.
 * `deepep` / `hybridep` (`--moe-token-dispatcher-type flex`): the communication kernel does the
   global permute itself and sends a token once per destination *rank* (Megatron-LM
   docs/discussions/deepseek-v3-gb200-optimization at eb0783b6d3, §2.1.1: the flex dispatcher

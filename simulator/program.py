@@ -996,7 +996,8 @@ class _Coster:
         bf16 dispatch-shaped one for the combine's. What is sent depends on the dispatcher
         (simulator/ep_dispatch.py):
 
-        * alltoall / allgather (NCCL): one copy per chosen expert (top_k per token). Node-limited
+        * allgather (NCCL): all-gather of the TP x EP group's hidden states, reduce-scatter back.
+        * alltoall (NCCL): one copy per chosen expert (top_k per token). Node-limited
           routing (`max_nodes_per_token`, DeepSeek-V3 §3.2.1) comes with hierarchical forwarding
           (one IB transfer per destination node, then NVLink there): a token crosses IB once per
           distinct remote node its top-k experts live on -- expected n·(1 − (1 − 1/n)^k) nodes
@@ -1016,6 +1017,22 @@ class _Coster:
         nodes = max(1, -(-span // topo.gpus_per_node))
         limit = m.max_nodes_per_token
         dispatcher = self.scn.kernels.moe_dispatcher
+        if dispatcher == "allgather":
+            # MoEAllGatherTokenDispatcher: every rank gathers all hidden states of the TP x EP
+            # group (gather_from_sequence_parallel_region over tp_ep_group), keeps its experts'
+            # tokens, and the combine reduce-scatters them back; costed on the EP group with the
+            # group's whole output (the TP-local share rides NVLink beside it)
+            group_rows = tokens * max(par.tp, 1) * par.ep
+            gathered = float(group_rows * h * elem)
+            t_ag = self.coll("allgather", "ep", gathered)
+            t_rs = self.coll("reducescatter", "ep", float(group_rows * h * a))
+            return (
+                gathered,
+                float(group_rows * h * a),
+                t_ag,
+                t_rs,
+                self.coll("allgather", "ep", float(group_rows * h * a)),
+            )
         if dispatcher not in FLEX_DISPATCHERS:
             dispatch_msg, combine_msg = float(tokens * k * h * elem), float(tokens * k * h * a)
             scale = 1.0
@@ -1062,8 +1079,9 @@ class _Coster:
         """This MoE layer in Megatron-Core's combined 1F1B (`combined_layer_s`): the part of its
         EP all-to-all the other micro-batch's compute cannot hide, and the compute slowed by the
         SMs the communication kernels hold while the rest is hidden. The forward is split at the
-        dispatcher's marks; the backward at the MoE block (its two all-to-alls cost the same:
-        `_moe` costs both with the combine's size)."""
+        dispatcher's marks; the backward at the MoE block (its two all-to-alls are taken as equal
+        halves of its EP time: equal for NCCL's all-to-all, within the dispatch/combine speed ratio
+        of the flex dispatchers, ep_dispatch.py)."""
         _, sync, experts, combine = marks
 
         def comp(parts: list) -> float:

@@ -139,3 +139,30 @@ def test_internode_flex_dispatch_crosses_ib_once_per_node() -> None:
     ib_share = expected_groups_hit(128, 2, 8) / 2 / (8 / 2)  # remote-node copies / remote copies
     assert t_h < t_a
     assert t_h >= 0.9 * ib_share * t_a
+
+
+def test_allgather_dispatcher_gathers_every_token() -> None:
+    """MoEAllGatherTokenDispatcher: every rank receives the whole EP group's tokens (ep x its own),
+    whatever top-k; NCCL's alltoall sends top-k copies. Qwen3-30B (top-8) on EP16: the gather
+    moves 16/8 = 2x the all-to-all's bytes, yet over two nodes it is faster: every rank of the
+    other node needs the same tokens, so each crosses InfiniBand once per node (T·h per NIC),
+    where the all-to-all's copies are distinct (4·T·h per NIC)."""
+
+    def dispatch(dispatcher: str) -> tuple[float, float]:
+        scn = scenario_from_dict(
+            {
+                "name": "q30",
+                "model": {"preset": "qwen3-30b-a3b", "seq_len": 4096},
+                "cluster": {"topology": "dgx-h100", "num_gpus": 16, "gpu": "h100-sxm"},
+                "parallel": {"ep": 16, "global_batch": 64},
+                "kernels": {"moe_dispatcher": dispatcher},
+            }
+        )
+        for seg in build_program(scn).stages[0].chunks[0].forward.segments:
+            if seg.name == "ep dispatch":
+                return seg.message_bytes, seg.duration_s
+        raise AssertionError("no dispatch")
+
+    (b_ag, t_ag), (b_a2a, t_a2a) = dispatch("allgather"), dispatch("alltoall")
+    assert b_ag == pytest.approx(2 * b_a2a)
+    assert t_ag < t_a2a
