@@ -34,13 +34,14 @@ def test_expected_groups_match_sampled_routing() -> None:
 
 
 def test_table_interpolates_in_sms_and_agrees_with_the_guide() -> None:
-    """Linear between measured SM counts, held beyond; the 24-rank DeepEP row (used for EP32) is
+    """Linear between measured SM counts, held above, SM-bound below; the 24-rank DeepEP row (used for EP32) is
     within 20% of Megatron-LM's GB200 guide §2.2.1 figure for EP32 at 24 SMs (~400 GB/s dispatch,
     ~190 GB/s combine)."""
     row = DISPATCHER_ALGBW_GBPS["deepep"][8]
     mid = kernel_algbw_bytes_per_s("deepep", 8, 20, "combine")
     assert mid == pytest.approx((row[16][2] + row[24][2]) / 2 * 1e9)
     assert kernel_algbw_bytes_per_s("deepep", 8, 64, "combine") == pytest.approx(row[32][2] * 1e9)
+    assert kernel_algbw_bytes_per_s("deepep", 8, 8, "combine") == pytest.approx(row[16][2] / 2 * 1e9)
     assert kernel_algbw_bytes_per_s("deepep", 32, 24, "dispatch_bf16") == pytest.approx(400e9, rel=0.2)
     assert kernel_algbw_bytes_per_s("deepep", 32, 24, "combine") == pytest.approx(190e9, rel=0.2)
 
