@@ -1056,22 +1056,51 @@ class _Coster:
         sms = self.scn.kernels.ep_comm_sms_used
 
         def leg(row_bytes: float, op: str) -> float:
+            msg = rows * row_bytes  # what a rank receives
             if nodes == 1:
-                t = self.coll("alltoall", "ep", rows * row_bytes)
+                t = self.coll("alltoall", "ep", msg)
+                neck = self.seen.get(("alltoall", "ep", round(msg), 0), {}).get("bottleneck", "")
                 if arch in TABLE_ARCHITECTURES:
-                    t = max(t, rows * row_bytes / kernel_algbw_bytes_per_s(dispatcher, per_node, sms, op))
-                return t
-            t_ib = self.coll("alltoall", "ep", tokens * node_hits * row_bytes)
+                    t_kernel = msg / kernel_algbw_bytes_per_s(dispatcher, per_node, sms, op)
+                    if t_kernel > t:
+                        t, neck = t_kernel, f"{dispatcher} kernel"
+                return self._flex_record(dispatcher, msg, t, neck)
+            ib_msg = tokens * node_hits * row_bytes
+            t = self.coll("alltoall", "ep", ib_msg)
+            neck = self.seen.get(("alltoall", "ep", round(ib_msg), 0), {}).get("bottleneck", "")
             if arch in RDMA_TABLE_ARCHITECTURES:
-                rate = kernel_algbw_bytes_per_s(dispatcher, par.ep, sms, op, rdma=True)
-                t_ib = max(t_ib, tokens * node_hits * row_bytes / rate)
+                t_kernel = ib_msg / kernel_algbw_bytes_per_s(dispatcher, par.ep, sms, op, rdma=True)
+                if t_kernel > t:
+                    t, neck = t_kernel, f"{dispatcher} kernel"
             nvlink = topo.intra_node.link_bandwidth_bytes_per_s * self.scn.gpu.efficiency.nccl_bw_fraction
-            return max(t_ib, rows * (per_node - 1) / per_node * row_bytes / nvlink)
+            t_forward = msg * (per_node - 1) / per_node / nvlink
+            if t_forward > t:
+                t, neck = t_forward, "nvlink forward"
+            return self._flex_record(dispatcher, msg, t, neck)
 
         t_d = leg(h * elem, "dispatch_fp8" if m.dispatch_dtype == "fp8" else "dispatch_bf16")
         t_c = leg(h * a, "combine")
         t_d_bf16 = leg(h * a, "dispatch_bf16")
         return dispatch_msg, combine_msg, t_d, t_c, t_d_bf16
+
+    def _flex_record(self, dispatcher: str, message_bytes: float, t: float, bottleneck: str) -> float:
+        """Report a DeepEP / HybridEP dispatch or combine in `collectives` (algorithm = the
+        dispatcher, bottleneck = what bound it) in place of the fabric all-to-all it was
+        checked against; returns `t`."""
+        n = self.comm.group_size("ep")
+        key = ("alltoall", "ep", round(message_bytes), 0)
+        known = self.seen.get(key)
+        if t > 0 and (known is None or known["algorithm"] != dispatcher or t > known["time_s"]):
+            self.seen[key] = {
+                "group": "ep",
+                "kind": "alltoall",
+                "message_bytes": message_bytes,
+                "algorithm": dispatcher,
+                "time_s": t,
+                "bottleneck": bottleneck,
+                "bus_bandwidth_bytes_per_s": message_bytes * (n - 1) / n / t,
+            }
+        return t
 
     def _ep_pair(
         self, fwd: list, b_in: list, b_w: list, marks: tuple[int, ...], b_moe: int, w_moe: int

@@ -167,3 +167,13 @@ def test_allgather_dispatcher_gathers_every_token() -> None:
     (b_ag, t_ag), (b_a2a, t_a2a) = dispatch("allgather"), dispatch("alltoall")
     assert b_ag == pytest.approx(2 * b_a2a)
     assert t_ag < t_a2a
+
+
+def test_run_json_names_what_bound_the_flex_dispatch() -> None:
+    """`collectives` reports DeepEP's EP32 all-to-all on GB200 as DeepEP's, bound by its published
+    kernel rate (the combine: 24-rank row), not as the NCCL all-to-all it was checked against."""
+    report = simulate(_gb200("deepep", 24)).report
+    ep = [c for c in report.collectives if c["group"] == "ep"]
+    assert [c["algorithm"] for c in ep] == ["deepep"]
+    assert ep[0]["bottleneck"] == "deepep kernel"
+    assert ep[0]["message_bytes"] / ep[0]["time_s"] == pytest.approx(163.62e9)
