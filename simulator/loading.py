@@ -567,14 +567,10 @@ def hf_config_fields(path: Path) -> dict[str, Any]:
         if _is_int(n_group) and n_group > 1 and _is_int(topk_group):
             # DeepSeek-V3 §3.4: group-limited routing keeps each token within topk_group node groups
             out["max_nodes_per_token"] = topk_group
-    if "ffn_hidden" not in out and (out["gated_mlp"] or "num_experts" in out):
-        # GPT-2's n_inner = null means 4·hidden; a gated or MoE model's width is its class default,
-        # which only transformers knows (Llama 11008, Mixtral 14336): refused, not guessed
-        raise ConfigError(
-            "no MLP width given (null or absent); the model class's default is not known here",
-            key="intermediate_size",
-            file=name,
-        )
+    # GPT-2's n_inner = null means 4·hidden; a gated or MoE model's width is its class default,
+    # which only transformers knows (Llama 11008, Mixtral 14336): refused unless the scenario
+    # gives it (model_from_table)
+    out["_no_mlp_width"] = "ffn_hidden" not in out and (out["gated_mlp"] or "num_experts" in out)
     hd, heads, hidden = out.get("head_dim"), out["heads"], out["hidden"]
     if all(_is_int(v) for v in (hd, heads, hidden)) and hd * heads == hidden:
         out.pop("head_dim")
@@ -713,6 +709,7 @@ def model_from_table(table: Mapping[str, Any], base_dir: Path) -> ModelSpec:
         raise ConfigError("give either preset or hf_config, not both", key="model.preset")
     hf: dict[str, Any] | None = None
     hf_file = ""
+    no_mlp_width = False
     if "preset" in table:
         preset = table["preset"]
         presets = load_model_presets()
@@ -740,6 +737,7 @@ def model_from_table(table: Mapping[str, Any], base_dir: Path) -> ModelSpec:
         hf_file = str(path)
         name = hf.pop("name")
         from_config_seq = hf.pop("_seq_len_from_config", None)
+        no_mlp_width = hf.pop("_no_mlp_width")
         values.update({k: v for k, v in hf.items() if not k.startswith("_")})
         if "seq_len" not in table:
             if from_config_seq is None:
@@ -780,11 +778,19 @@ def model_from_table(table: Mapping[str, Any], base_dir: Path) -> ModelSpec:
         except TypeError:
             raise ConfigError(f"keys: {', '.join(MLA_KEYS)}", key="model.mla") from None
     try:
-        return ModelSpec(name=name, notes=tuple(notes), **values)
+        model = ModelSpec(name=name, notes=tuple(notes), **values)
     except ConfigError as err:
         if hf is None:
             raise
         raise _blame_config_json(err, table, hf_file) from None
+    if no_mlp_width and "ffn_hidden" not in table:
+        raise ConfigError(
+            "no MLP width given (null or absent) and the model class's default is not known here; "
+            "give it, or [model] ffn_hidden",
+            key="intermediate_size",
+            file=hf_file,
+        )
+    return model
 
 
 # ModelSpec field -> the config.json keys it is read from (hf_config_fields), for errors

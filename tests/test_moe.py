@@ -357,6 +357,9 @@ def test_hf_import_bad_widths_refused_by_config_key(
     with pytest.raises(ConfigError) as info:
         model_from_table({"hf_config": "c.json", "seq_len": 4096}, tmp_path)
     assert info.value.key == key and str(info.value.file).endswith("c.json")
+    if key == "intermediate_size":  # the scenario may give the width the config leaves out
+        m = model_from_table({"hf_config": "c.json", "seq_len": 4096, "ffn_hidden": 16384}, tmp_path)
+        assert F.total_params(m) == F.total_params(model_preset("mixtral-8x22b"))
 
 
 def test_hf_import_tied_embeddings_defaults(tmp_path: Path) -> None:
