@@ -110,9 +110,10 @@ def one_line(text: str, limit: int = MAX_MESSAGE_CHARS) -> str:
     return shorten(joined, limit)
 
 
-# a quoted value or an unbroken run of characters longer than MAX_VALUE_CHARS
+# a quoted value or an unbroken run of characters longer than MAX_VALUE_CHARS; a quote opens a
+# value only after a non-word character (the apostrophe of "Megatron-Core's" does not)
 _N = MAX_VALUE_CHARS
-_LONG_VALUE = re.compile(rf"'[^']{{{_N},}}'|\"[^\"]{{{_N},}}\"|\S{{{_N},}}")
+_LONG_VALUE = re.compile(rf"(?<!\w)'[^']{{{_N},}}'|\"[^\"]{{{_N},}}\"|\S{{{_N},}}")
 
 
 def to_ascii(text: str) -> str:

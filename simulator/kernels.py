@@ -91,9 +91,10 @@ class KernelParams:
     nccl_bw_fraction: float
     nic_bw_fraction: float
     # NCCL's bandwidth ramp below ~1 GB (simulator/network/collectives.py ramp_s): bytes in flight
-    # per ring / NVLS step, fitted to nccl-tests size sweeps
+    # per ring step, fitted to nccl-tests size sweeps
     nccl_ring_window_bytes: float
-    nccl_nvls_window_bytes: float
+    # fixed cost of one NVLS chunk in bytes at the NVLS rate (collectives.nvls_time_s)
+    nccl_nvls_chunk_overhead_bytes: float
     # NVLS all-reduce's algbw as a fraction of the achieved NVLink rate (the switch reduces;
     # network/collectives.py NVLS_BW_FRACTION is the training job's prior)
     nccl_nvls_fraction: float
@@ -101,6 +102,13 @@ class KernelParams:
     nccl_reduce_tail_chunks: float
     # exp time at the MUFU rate / MMA time at the peak, head dim 128 forward (0: not modelled)
     attention_exp_mma_ratio: float = 0.0
+    # share of a fused kernel's time per FLOP added by each doubling of the head dim beyond 128:
+    # wider heads force smaller q/kv tiles (registers and shared memory hold d-wide rows), so
+    # fewer MMAs per staged byte (fa3-paper Fig. 5e/5f: FA2 and cuDNN no faster at d256 than d128)
+    fa2_head_dim_wide: float = 0.0
+    fa3_head_dim_wide: float = 0.0
+    cudnn_head_dim_wide: float = 0.0
+    triton_head_dim_wide: float = 0.0
     # a saturating GEMM's sustained (power-limited) over its burst throughput, 16- and 8-bit
     # (simulator/clocks.py power_limited_clock; 1: no power-limited clock modelled)
     sustained_gemm_ratio_16bit: float = 1.0
@@ -121,6 +129,9 @@ class KernelParams:
 
     def attention_head_dim_half(self, impl: str) -> float:
         return float(getattr(self, f"{impl}_head_dim_half"))
+
+    def attention_head_dim_wide(self, impl: str) -> float:
+        return float(getattr(self, f"{impl}_head_dim_wide"))
 
 
 @lru_cache(maxsize=16)
@@ -301,9 +312,26 @@ def fused_attention_efficiency(
         seq_factor = p.attention_causal_scale(impl) * seq_kv / (seq_kv + p.attention_causal_block + 2 * sh)
     else:
         seq_factor = seq_kv / (seq_kv + sh)
+    return p.attention_fraction(impl, pass_) * seq_factor * head_dim_factor(p, impl, pass_, head_dim)
+
+
+def head_dim_factor(p: KernelParams, impl: str, pass_: str, head_dim: int) -> float:
+    """Efficiency at `head_dim` relative to head dim 128 (1 at 128).
+
+    Per-score work (scaling, the softmax exponentials, masking) is the same for every head dim
+    while the MMA FLOPs per score are 4·d: a fixed cost of `head_dim_half` FLOP-equivalents per
+    score row gives d/(d + h). The backward does 2.5x the MMA FLOPs per score for one recomputed
+    exponential per score (Dao 2023, §3.1.2), so its per-score share is h/2.5. Beyond d = 128 each
+    doubling adds `head_dim_wide` of the time (smaller tiles; fa3-paper Fig. 5e/5f). Fitted to the
+    FlashAttention-2/-3 papers' head-dim 64/128/256 bars (cuDNN forward d64 runs at 0.69x its
+    d128 rate on H100, FlashAttention-3 at 0.77x, FlashAttention-2 at 0.88x)."""
     h = p.attention_head_dim_half(impl)
-    head_factor = (head_dim / (head_dim + h)) / (128 / (128 + h))
-    return p.attention_fraction(impl, pass_) * seq_factor * head_factor
+    if pass_ == "bwd":
+        h /= BWD_FLOP_RATIO
+    factor = (head_dim / (head_dim + h)) / (128 / (128 + h))
+    if head_dim > 128:
+        factor /= 1.0 + p.attention_head_dim_wide(impl) * math.log2(head_dim / 128)
+    return factor
 
 
 def attention_time_s(
@@ -427,7 +455,7 @@ def collective(
         scn,
         nic_bw_fraction=p.nic_bw_fraction,
         ring_window_bytes=p.nccl_ring_window_bytes,
-        nvls_window_bytes=p.nccl_nvls_window_bytes,
+        nvls_chunk_overhead_bytes=p.nccl_nvls_chunk_overhead_bytes,
         nvls_fraction=p.nccl_nvls_fraction,
         reduce_tail_chunks=p.nccl_reduce_tail_chunks,
     )

@@ -22,6 +22,7 @@ from . import specs, units
 from .errors import ConfigError
 from .names import canonical, did_you_mean
 from .resources import catalog_file, data_dir, scenario_names, topology_names
+from .schedules import num_virtual_stages
 from .specs import (
     MAX_GPUS,
     DataloaderSpec,
@@ -377,7 +378,7 @@ def _unmodeled_keys(cfg: Mapping[str, Any], top: Mapping[str, Any]) -> dict[str,
         elif key == "layer_types":
             if isinstance(value, list) and all(v == "full_attention" for v in value):
                 continue
-            found[key] = UNMODELED_HF_KEYS[key]
+            found[key] = UNMODELED_HF_KEYS[key]  # unless every window covers seq_len (_layer_windows)
         elif key == "sliding_window" and cfg.get("use_sliding_window") is False:
             continue
         elif key in UNMODELED_HF_KEYS:
@@ -464,7 +465,14 @@ def hf_config_fields(path: Path) -> dict[str, Any]:
         "llama4_text",
         "gpt_oss",
     )
-    out["tied_embeddings"] = bool(get("tie_word_embeddings") or False)
+    # tie_word_embeddings: the text config's, else the top level's (Llama 4 keeps it there), else
+    # the model class's default (transformers: PretrainedConfig ties unless the class says not)
+    tied = get("tie_word_embeddings")
+    if tied is None:
+        tied = top.get("tie_word_embeddings")
+    if tied is None:
+        tied = model_type in TIED_BY_DEFAULT
+    out["tied_embeddings"] = bool(tied)
     if model_type == "gpt_oss":
         # GPT-OSS: clamped gated quick-GELU (swiglu_limit) and biases on every linear layer and
         # expert (Megatron-Bridge GPTOSSBridge: add_bias_linear, activation_func_clamp_value)
@@ -474,7 +482,7 @@ def hf_config_fields(path: Path) -> dict[str, Any]:
     elif get("mlp_bias") is True:
         out["linear_bias"] = True
     # --- sequence length: the scenario's; else the pre-training length the config records
-    rope_value = cfg.get("rope_scaling")
+    rope_value = cfg.get("rope_scaling") or cfg.get("rope_parameters")  # transformers v5 renamed it
     rope: dict[str, Any] = rope_value if isinstance(rope_value, dict) else {}
     mscale = yarn_attention_factor(rope)
     if mscale != 1.0:
@@ -521,15 +529,26 @@ def hf_config_fields(path: Path) -> dict[str, Any]:
             out["shared_expert_ffn_hidden"] = shared
         elif n_shared and _is_int(n_shared) and _is_int(moe_ffn):
             out["shared_expert_ffn_hidden"] = n_shared * moe_ffn  # n experts of f = one of n·f
-        step = get("decoder_sparse_step", "moe_layer_freq")
+        step = get("decoder_sparse_step")  # Qwen: layer i is MoE when (i + 1) % step == 0
         if _is_int(step) and step > 1:
             out["moe_layer_interval"] = step
+        freq = get("moe_layer_freq")
+        if not (freq is None or freq == 1):
+            # DeepSeek: layer i is MoE when i >= first_k_dense_replace and i % moe_layer_freq == 0
+            # -- the other phase of every-k-th (HF modeling_deepseek.py DeepseekV3DecoderLayer)
+            raise ConfigError(
+                f"MoE on every {freq!r}-th layer counted from layer 0 (DeepSeek's phase) is not "
+                "modeled: only 1 (every layer past first_k_dense_replace)",
+                key="moe_layer_freq",
+                file=name,
+            )
         if get("first_k_dense_replace"):
             out["first_dense_layers"] = get("first_k_dense_replace")
         dense_only = get("mlp_only_layers")
         if isinstance(dense_only, list) and dense_only and dense_only == list(range(len(dense_only))):
             out["first_dense_layers"] = len(dense_only)
             cfg = {k: v for k, v in cfg.items() if k != "mlp_only_layers"}
+        _check_moe_layers(get("moe_layers"), out, name)
         n_group, topk_group = get("n_group"), get("topk_group")
         if _is_int(n_group) and n_group > 1 and _is_int(topk_group):
             # DeepSeek-V3 §3.4: group-limited routing keeps each token within topk_group node groups
@@ -544,7 +563,51 @@ def hf_config_fields(path: Path) -> dict[str, Any]:
     )
     out["_unmodeled"] = _unmodeled_keys(cfg, top)
     out["_windows"] = {k: get(k) for k in ("sliding_window", "attention_chunk_size") if _is_int(get(k))}
+    out["_layer_windows"] = _layer_windows(get("layer_types"))
     return out
+
+
+def _check_moe_layers(moe_layers: object, out: Mapping[str, Any], file: str) -> None:
+    """An explicit list of MoE layers (HF Llama 4 `moe_layers`) must be the layers the simulator
+    makes MoE from first_dense_layers and moe_layer_interval (ModelSpec.is_moe_layer)."""
+    if moe_layers is None:
+        return
+    layers, first = out["layers"], out.get("first_dense_layers", 0)
+    k = out.get("moe_layer_interval", 1)
+    if not (_is_int(layers) and _is_int(first) and _is_int(k) and k > 0):
+        return  # ModelSpec reports the bad value itself
+    simulated = [i for i in range(layers) if i >= first and i % k == k - 1]
+    if moe_layers != simulated:
+        raise ConfigError(
+            f"the listed MoE layers are not every {k}-th layer past the first {first} "
+            f"({simulated[:4]}...: the only layouts the simulator models)",
+            key="moe_layers",
+            file=file,
+        )
+
+
+# transformers model types whose config class leaves tie_word_embeddings at PretrainedConfig's
+# default (True) when config.json omits it
+TIED_BY_DEFAULT = ("gpt2", "gpt_neo", "opt", "bloom", "gemma", "gemma2", "gemma3_text")
+
+# layer_types entries that are plain causal attention once their window covers the sequence
+# (HF: "sliding_attention" uses sliding_window, "chunked_attention" attention_chunk_size)
+LOCAL_ATTENTION_WINDOWS = {"sliding_attention": "sliding_window", "chunked_attention": "attention_chunk_size"}
+
+
+def _layer_windows(layer_types: object) -> tuple[str, ...] | None:
+    """The window keys `layer_types` relies on, or None when it names other layer kinds (linear
+    attention, Mamba, ...) that are never plain attention."""
+    if not isinstance(layer_types, list):
+        return None
+    needed = set()
+    for kind in layer_types:
+        if kind == "full_attention":
+            continue
+        if kind not in LOCAL_ATTENTION_WINDOWS:
+            return None
+        needed.add(LOCAL_ATTENTION_WINDOWS[kind])
+    return tuple(sorted(needed))
 
 
 def _resolve_unmodeled(
@@ -553,21 +616,45 @@ def _resolve_unmodeled(
     """Errors for unmodeled keys (exit 2) unless allowed; warning lines for the allowed ones."""
     unmodeled: dict[str, str] = hf.pop("_unmodeled")
     windows: dict[str, int] = hf.pop("_windows")
+    layer_windows: tuple[str, ...] | None = hf.pop("_layer_windows")
     features: list[str] = hf.pop("_features", [])
-    for key, window in windows.items():
-        if key in unmodeled and _is_int(seq_len) and window >= seq_len:  # type: ignore[operator]
+    covers = {k: _is_int(seq_len) and w >= seq_len for k, w in windows.items()}  # type: ignore[operator]
+    for key, covered in covers.items():
+        if key in unmodeled and covered:
             del unmodeled[key]  # a window no shorter than the sequence is plain causal attention
-    notes = []
-    for key, why in unmodeled.items():
-        if key in allow:
-            notes.append(f"{cfg_file}: key '{key}' ({why}) is not modeled and is ignored (allow_unmodeled)")
-            continue
+    if "layer_types" in unmodeled and layer_windows is not None and all(covers.get(k) for k in layer_windows):
+        del unmodeled["layer_types"]  # sliding/chunked layers whose window covers the sequence
+    refused = sorted((k for k in unmodeled if k not in allow), key=_unmodeled_rank)
+    if refused:
+        # the most architecture-bearing key is the one named (Nemotron-H: hybrid_override_pattern,
+        # not the alphabetically first Mamba field); the message lists every other key to allow
+        key, others = refused[0], refused[1:]
+        listed = ", ".join(others[:4]) + (f" and {len(others) - 4} more" if len(others) > 4 else "")
+        also = f" (also not modeled: {listed})" if others else ""
         raise ConfigError(
-            f"{why} is not modeled by the simulator; list it in [model] allow_unmodeled to ignore it",
+            f"{unmodeled[key]} is not modeled by the simulator{also}; list the key(s) in [model] "
+            "allow_unmodeled to ignore them",
             key=key,
             file=cfg_file,
         )
+    notes = [
+        f"{cfg_file}: key '{key}' ({why}) is not modeled and is ignored (allow_unmodeled)"
+        for key, why in sorted(unmodeled.items(), key=lambda kv: _unmodeled_rank(kv[0]))
+    ]
+    notes += [
+        f"model.allow_unmodeled: {key!r} is not an unmodeled key of {cfg_file} (absent, or modeled "
+        "exactly at this seq_len): nothing to ignore"
+        for key in allow
+        if key not in unmodeled
+    ]
     return notes + [f"{cfg_file}: not modeled: {feature}" for feature in features]
+
+
+def _unmodeled_rank(key: str) -> tuple[int, str]:
+    """Order of unmodeled keys in messages: UNMODELED_HF_KEYS's order (layer patterns first),
+    then the prefixed Mamba / linear-attention fields by name."""
+    order = list(UNMODELED_HF_KEYS)
+    return (order.index(key), key) if key in order else (len(order), key)
 
 
 def model_from_table(table: Mapping[str, Any], base_dir: Path) -> ModelSpec:
@@ -671,7 +758,7 @@ HF_SOURCE_KEYS: dict[str, tuple[str, ...]] = {
     "top_k": ("num_experts_per_tok", "experts_per_token", "moe_top_k"),
     "expert_ffn_hidden": ("moe_intermediate_size", "intermediate_size"),
     "shared_expert_ffn_hidden": ("shared_expert_intermediate_size", "n_shared_experts", "intermediate_size"),
-    "moe_layer_interval": ("decoder_sparse_step", "moe_layer_freq", "interleave_moe_layer_step"),
+    "layer_interval": ("decoder_sparse_step", "interleave_moe_layer_step"),
     "first_dense_layers": ("first_k_dense_replace", "mlp_only_layers"),
     "max_nodes_per_token": ("topk_group",),
     "mtp_layers": ("num_nextn_predict_layers",),
@@ -695,7 +782,7 @@ def _blame_config_json(err: ConfigError, table: Mapping[str, Any], hf_file: str)
     parts = key.split(".")[1:]
     field = parts[-1]
     written = set(table) | set(_table_or_empty(table, "moe")) | set(_table_or_empty(table, "mla"))
-    if field in written or (field == "moe_layer_interval" and "layer_interval" in written):
+    if field in written or (field == "layer_interval" and "moe_layer_interval" in written):
         return err
     try:
         top = _read_json_object(Path(hf_file))
@@ -965,6 +1052,33 @@ def parallel_from_table(table: Mapping[str, Any], num_gpus: int) -> ParallelConf
     return ParallelConfig(**values)
 
 
+def _embedding_loss_slots(
+    model: ModelSpec, par: ParallelConfig, table: Mapping[str, Any]
+) -> tuple[ParallelConfig, str]:
+    """Megatron-LM refuses a pipeline split whose pp·vp pieces do not divide the layers unless
+    the embedding and the loss each take a layer's slot (--account-for-embedding/loss-in-
+    pipeline-split, `get_num_layers_to_build`). A scenario that names neither key but whose
+    pieces divide layers + 2 (not layers) -- pp·vp = layers + 2, or an interleaved split like
+    Qwen3-235B's 94 layers on pp 8 × vp 4 -- is read that way, with a warning; `validate` reads
+    published interleaved rows the same (validate/cases.py `_vp`)."""
+    keys = ("account_for_embedding_in_pipeline_split", "account_for_loss_in_pipeline_split")
+    pieces = num_virtual_stages(par.schedule, par.pp, par.vp)
+    if any(k in table for k in keys) or pieces < 2 or not model.layers % pieces:
+        return par, ""
+    if par.schedule != "interleaved" and pieces <= model.layers:
+        return par, ""  # plain pipelines keep their uneven split (first stages one layer more)
+    if (model.layers + 2) % pieces:
+        return par, ""
+    note = (
+        f"parallel: {model.layers} layers do not divide into {pieces} pipeline pieces but "
+        f"{model.layers} + embedding + loss = {model.layers + 2} do: the embedding and the loss each "
+        "take a layer's slot (Megatron --account-for-embedding/loss-in-pipeline-split; set both "
+        "keys to say so)"
+    )
+    both = replace(par, account_for_embedding_in_pipeline_split=True, account_for_loss_in_pipeline_split=True)
+    return both, note
+
+
 def scenario_from_dict(data: Mapping[str, Any], base_dir: Path | None = None, source: str = "") -> Scenario:
     base = base_dir or Path.cwd()
     if not isinstance(data, Mapping):
@@ -974,7 +1088,11 @@ def scenario_from_dict(data: Mapping[str, Any], base_dir: Path | None = None, so
         raise ConfigError("missing required table [model]", key="model")
     model = model_from_table(_table(data, "model", ""), base)
     topology, num_gpus = _cluster(data, base)
-    parallel = parallel_from_table(_table(data, "parallel", ""), num_gpus)
+    par_table = _table(data, "parallel", "")
+    parallel = parallel_from_table(par_table, num_gpus)
+    parallel, layout_note = _embedding_loss_slots(model, parallel, par_table)
+    if layout_note:
+        model = replace(model, notes=model.notes + (layout_note,))
 
     precision = _table(data, "precision", "")
     _check_keys(precision, ("dtype",), "precision")

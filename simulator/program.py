@@ -21,10 +21,26 @@ from typing import Any
 from . import flops as fl
 from .comm import CommModel, bus_factor, default_comm_model
 from .costs import Device, attention_time_s, grouped_matmul_time_s, matmul_time_s, memory_op_time_s
+from .ep_dispatch import (
+    FLEX_DISPATCHERS,
+    RDMA_TABLE_ARCHITECTURES,
+    TABLE_ARCHITECTURES,
+    expected_groups_hit,
+    kernel_algbw_bytes_per_s,
+)
 from .hostbound import HOST_OP_S, HOST_SYNC_S, issue_pipeline_s, moe_layer_host_ops
 from .kernels import architecture, resolve_attention
 from .memory import grad_reduce_bytes_per_param, scenario_layer_activations
-from .schedules import PassTimes, Task, chunk_layers, combined_1f1b, next_chunk, prev_chunk, stage_tasks
+from .schedules import (
+    PAIRED_SCHEDULES,
+    PassTimes,
+    Task,
+    chunk_layers,
+    combined_1f1b,
+    next_chunk,
+    prev_chunk,
+    stage_tasks,
+)
 from .specs import ModelSpec, ParallelConfig, Scenario
 
 ADAM_BYTES_PER_PARAM = (
@@ -825,9 +841,9 @@ class _Coster:
         sync = len(fwd)
         t_dispatch = t_combine = 0.0
         if par.ep > 1:
-            dispatch_msg, combine_msg, t_dispatch, t_combine = self._ep_alltoall(T_in * k)
+            dispatch_msg, combine_msg, t_dispatch, t_combine, t_combine_bwd = self._ep_alltoall(T_in)
             fwd.append(Segment("ep_comm", "ep dispatch", t_dispatch * skew, 0.0, dispatch_msg))
-            b_in.append(Segment("ep_comm", "ep combine bwd", t_combine * skew, 0.0, combine_msg))
+            b_in.append(Segment("ep_comm", "ep combine bwd", t_combine_bwd * skew, 0.0, combine_msg))
         if etp > 1 and not gather:
             etp_msg = routed * h * a
             t_ag = self.coll("allgather", "tp", etp_msg)
@@ -912,35 +928,75 @@ class _Coster:
             self._tp_exit(fwd, b_in, tp_msg)
         return sync, experts, combine
 
-    def _ep_alltoall(self, copies: int) -> tuple[float, float, float, float]:
-        """(dispatch bytes, combine bytes, dispatch s, combine s) of one MoE layer's all-to-all.
+    def _ep_alltoall(self, tokens: int) -> tuple[float, float, float, float, float]:
+        """(dispatch bytes, combine bytes, dispatch s, combine s, backward-of-combine s) of one MoE
+        layer's all-to-all for the `tokens` this rank routes.
 
-        Dispatch sends each of the rank's `copies` token copies (hidden-wide) to the rank of its
-        expert, in bf16 or fp8 (1 byte + one fp32 scale per 128 elements, DeepSeek-V3 §3.3);
-        combine returns them in bf16. When the EP group spans nodes, only the copies bound for
-        other nodes cross InfiniBand. Node-limited routing (`max_nodes_per_token`, DeepSeek-V3
-        §3.2.1) comes with hierarchical forwarding (DeepEP: one IB transfer per destination
-        node, then NVLink to the GPUs there, beside the IB transfer): a token crosses IB once per
-        distinct remote node its top-k experts live on -- expected n·(1 − (1 − 1/n)^k) nodes of
-        n, at most `max_nodes_per_token` -- instead of once per remote expert as NCCL's plain
-        all-to-all sends it. The comm model costs the group's all-to-all; its message is scaled
-        by that ratio (distinct nodes / k).
+        Dispatch sends the rank's token copies (hidden-wide) to the ranks of their experts, in bf16
+        or fp8 (1 byte + one fp32 scale per 128 elements, DeepSeek-V3 §3.3); combine returns them
+        in bf16; the backward runs a combine-shaped all-to-all for the dispatch's gradient and a
+        bf16 dispatch-shaped one for the combine's. What is sent depends on the dispatcher
+        (simulator/ep_dispatch.py):
+
+        * alltoall / allgather (NCCL): one copy per chosen expert (top_k per token). Node-limited
+          routing (`max_nodes_per_token`, DeepSeek-V3 §3.2.1) comes with hierarchical forwarding
+          (one IB transfer per destination node, then NVLink there): a token crosses IB once per
+          distinct remote node its top-k experts live on -- expected n·(1 − (1 − 1/n)^k) nodes
+          of n, at most `max_nodes_per_token`; the message is scaled by (distinct nodes / k).
+        * deepep / hybridep: one copy per destination rank inside the NVLink domain; across nodes
+          one RDMA copy per destination node (the comm model's all-to-all of those bytes: IB and
+          NVLink legs side by side), forwarded over NVLink to the ranks there (a leg bounded by the
+          NVLink rate: every (token, rank) pair not on the receiving rail crosses it once). Inside
+          one Blackwell NVLink domain the kernels take at least their published time
+          (ep_dispatch.DISPATCHER_ALGBW_GBPS, with `[kernels] ep_comm_sms` SMs).
         """
         m, par, topo = self.scn.model, self.scn.parallel, self.scn.topology
-        h = m.hidden
-        elem = 1 + 4 / 128 if m.dispatch_dtype == "fp8" else self.device.activation_bytes
-        dispatch_msg = copies * h * elem
-        combine_msg = copies * h * self.device.activation_bytes
+        h, k = m.hidden, m.top_k
+        a = self.device.activation_bytes
+        elem = 1 + 4 / 128 if m.dispatch_dtype == "fp8" else a
         span = par.ep * (par.tp * par.cp if par.dp % par.ep == 0 else 1)  # GPUs the EP group covers
         nodes = max(1, -(-span // topo.gpus_per_node))
-        scale = 1.0
-        if nodes > 1 and m.max_nodes_per_token:
-            k = m.top_k
-            reach = nodes * (1.0 - (1.0 - 1.0 / nodes) ** k)  # expected distinct nodes of k experts
-            scale = min(reach, float(m.max_nodes_per_token)) / k
-        t_d = self.coll("alltoall", "ep", dispatch_msg * scale)
-        t_c = self.coll("alltoall", "ep", combine_msg * scale)
-        return dispatch_msg, combine_msg, t_d, t_c
+        limit = m.max_nodes_per_token
+        dispatcher = self.scn.kernels.moe_dispatcher
+        if dispatcher not in FLEX_DISPATCHERS:
+            dispatch_msg, combine_msg = float(tokens * k * h * elem), float(tokens * k * h * a)
+            scale = 1.0
+            if nodes > 1 and limit:
+                reach = nodes * (1.0 - (1.0 - 1.0 / nodes) ** k)  # expected distinct nodes of k experts
+                scale = min(reach, float(limit)) / k
+            t_d = self.coll("alltoall", "ep", dispatch_msg * scale)
+            t_c = self.coll("alltoall", "ep", combine_msg * scale)
+            return dispatch_msg, combine_msg, t_d, t_c, t_c
+        per_node = par.ep // nodes if nodes > 1 else par.ep  # EP ranks in one NVLink domain
+        E = m.num_experts
+        if nodes > 1 and limit and limit < nodes:  # the token's experts lie in `limit` nodes
+            node_hits = min(expected_groups_hit(E, nodes, k), float(limit))
+            rank_hits = expected_groups_hit(E * limit // nodes, limit * per_node, k)
+        else:
+            node_hits = expected_groups_hit(E, nodes, k)
+            rank_hits = expected_groups_hit(E, par.ep, k)
+        rows = tokens * rank_hits  # (token, destination rank) pairs: rows each rank receives
+        dispatch_msg, combine_msg = rows * h * elem, rows * h * a
+        arch = architecture(self.scn.gpu.name)
+        sms = self.scn.kernels.ep_comm_sms_used
+
+        def leg(row_bytes: float, op: str) -> float:
+            if nodes == 1:
+                t = self.coll("alltoall", "ep", rows * row_bytes)
+                if arch in TABLE_ARCHITECTURES:
+                    t = max(t, rows * row_bytes / kernel_algbw_bytes_per_s(dispatcher, per_node, sms, op))
+                return t
+            t_ib = self.coll("alltoall", "ep", tokens * node_hits * row_bytes)
+            if arch in RDMA_TABLE_ARCHITECTURES:
+                rate = kernel_algbw_bytes_per_s(dispatcher, par.ep, sms, op, rdma=True)
+                t_ib = max(t_ib, tokens * node_hits * row_bytes / rate)
+            nvlink = topo.intra_node.link_bandwidth_bytes_per_s * self.scn.gpu.efficiency.nccl_bw_fraction
+            return max(t_ib, rows * (per_node - 1) / per_node * row_bytes / nvlink)
+
+        t_d = leg(h * elem, "dispatch_fp8" if m.dispatch_dtype == "fp8" else "dispatch_bf16")
+        t_c = leg(h * a, "combine")
+        t_d_bf16 = leg(h * a, "dispatch_bf16")
+        return dispatch_msg, combine_msg, t_d, t_c, t_d_bf16
 
     def _ep_pair(
         self, fwd: list, b_in: list, b_w: list, marks: tuple[int, ...], b_moe: int, w_moe: int
@@ -1407,7 +1463,10 @@ def ep_overlap_pairs(scn: Scenario) -> bool:
     """Whether the step runs Megatron-Core's combined 1F1B (EP all-to-all overlap): its
     steady-state forwards are paired with a backward of another micro-batch."""
     par = scn.parallel
-    return bool(par.ep_comm_overlap and par.ep > 1 and scn.model.is_moe)
+    # DualPipe pairs F and B itself (ep_comm_overlap = true is accepted there and adds nothing)
+    return bool(
+        par.ep_comm_overlap and par.ep > 1 and scn.model.is_moe and par.schedule not in PAIRED_SCHEDULES
+    )
 
 
 def ep_sm_fraction(scn: Scenario) -> float:

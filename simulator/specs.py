@@ -256,11 +256,12 @@ class ModelSpec:
         _check_int(f"{p}.layers", self.layers, maximum=MAX_LAYERS)
         for key in ("hidden", "heads", "vocab", "seq_len"):
             _check_int(f"{p}.{key}", getattr(self, key), maximum=MAX_DIM)
-        for key in ("kv_heads", "ffn_hidden", "head_dim", "num_experts", "top_k"):
+        for key in ("kv_heads", "ffn_hidden", "head_dim"):
             _check_int(f"{p}.{key}", getattr(self, key), minimum=0, maximum=MAX_DIM)
-        for key in ("expert_ffn_hidden", "shared_expert_ffn_hidden"):
-            _check_int(f"{p}.{key}", getattr(self, key), minimum=0, maximum=MAX_DIM)
-        _check_int(f"{p}.moe_layer_interval", self.moe_layer_interval, maximum=MAX_DIM)
+        # the [model.moe] fields, named as the scenario writes them
+        for key in ("num_experts", "top_k", "expert_ffn_hidden", "shared_expert_ffn_hidden"):
+            _check_int(f"{p}.moe.{key}", getattr(self, key), minimum=0, maximum=MAX_DIM)
+        _check_int(f"{p}.moe.layer_interval", self.moe_layer_interval, maximum=MAX_DIM)
         for key in ("gated_mlp", "tied_embeddings", "position_embeddings", "linear_bias"):
             _check_bool(f"{p}.{key}", getattr(self, key))
         _check_num(f"{p}.rope_mscale", self.rope_mscale, strict=True, maximum=100.0)
@@ -275,6 +276,12 @@ class ModelSpec:
         if self.first_dense_layers and self.first_dense_layers >= self.layers and self.num_experts:
             raise ConfigError(
                 f"must be below layers ({self.layers}) or no layer is MoE", key=f"{p}.moe.first_dense_layers"
+            )
+        if self.num_experts and self.moe_layer_interval > self.layers - self.first_dense_layers:
+            raise ConfigError(
+                f"every {self.moe_layer_interval}-th layer past the first {self.first_dense_layers} "
+                f"of {self.layers}: no layer is MoE",
+                key=f"{p}.moe.layer_interval",
             )
         if self.head_dim == 0 and self.hidden % self.heads and self.mla is None:
             raise ConfigError(
@@ -1019,6 +1026,11 @@ class Scenario:
                 f"only {par.num_microbatches} micro-batches for pp = {par.pp}: "
                 "the pipeline never fills (bubble > 50%)"
             )
+        if par.ep_comm_overlap and par.schedule in ("dualpipe", "dualpipev"):
+            out.append(
+                f"ep_comm_overlap = true changes nothing under {par.schedule}: its paired forward and "
+                "backward chunks already hide the EP all-to-all (not Megatron-Core's combined 1F1B)"
+            )
         pieces = num_virtual_stages(par.schedule, par.pp, par.vp)
         if (self.model.layers + par.pipeline_extra_layers) % pieces:
             out.append(
@@ -1060,8 +1072,8 @@ def _check_ep_overlap(par: ParallelConfig, kern: KernelOptions, gpu: GPUSpec) ->
             f"{gpu.name} to compute",
             key="kernels.ep_comm_sms",
         )
-    if not par.ep_comm_overlap:
-        return
+    if not par.ep_comm_overlap or par.schedule in ("dualpipe", "dualpipev"):
+        return  # DualPipe's F&B pairs hide the all-to-all by themselves: true only agrees with it
     if par.schedule not in ("1f1b", "interleaved") or (par.pp > 1 and par.schedule != "interleaved"):
         hint = " (DualPipe overlaps the all-to-all by itself)" if par.schedule.startswith("dualpipe") else ""
         raise ConfigError(

@@ -72,3 +72,13 @@ def test_one_line_cuts_each_long_value() -> None:
     msg = one_line(f"f.toml: key 'model.name': must be short, got '{'v' * 5000}'; allowed: a, b")
     assert msg.startswith("f.toml: key 'model.name': must be short, got 'vvv")
     assert msg.endswith("; allowed: a, b") and len(msg) < 160
+
+
+def test_one_line_keeps_prose_with_apostrophes() -> None:
+    """An apostrophe in prose ("Megatron-Core's") is not the start of a quoted value: the
+    sentence between it and the next quoted value stays whole."""
+    text = (
+        "f.toml: key 'parallel.ep_comm_overlap': Megatron-Core's EP all-to-all overlap runs a combined "
+        '1F1B: schedule = "1f1b" with pp = 1, or "interleaved" (virtual pipeline), not \'1f1b\' with pp = 2'
+    )
+    assert one_line(text) == text

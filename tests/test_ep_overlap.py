@@ -8,6 +8,7 @@ import pytest
 
 from simulator.errors import ConfigError
 from simulator.loading import scenario_from_dict
+from simulator.memory import memory_footprint
 from simulator.program import build_program, combined_layer_s, sm_interference_s
 from simulator.schedules import combined_1f1b, interleaved, one_f_one_b
 from simulator.simulate import simulate
@@ -161,6 +162,19 @@ def test_refused_as_megatron_refuses(parallel: dict, kernels: dict | None, key: 
     with pytest.raises(ConfigError) as err:
         _scn(parallel, kernels)
     assert err.value.key == key
+
+
+@pytest.mark.parametrize("schedule", ["dualpipe", "dualpipev"])
+def test_dualpipe_accepts_overlap_true_as_what_it_already_does(schedule: str) -> None:
+    """DualPipe hides the all-to-all in its own F&B pairs (DeepSeek-V3 §3.2.1): a DeepSeek-style
+    scenario that also says ep_comm_overlap = true runs, and is the same step as without it
+    (no second overlap on top), with one warning line that the key changes nothing."""
+    par = {"pp": 2, "schedule": schedule, "global_batch": 128}
+    off, on = _scn(par, num_gpus=32), _scn({**par, "ep_comm_overlap": True}, num_gpus=32)
+    assert simulate(on).report.to_dict()["step_time_s"] == simulate(off).report.step_time_s
+    assert memory_footprint(on).peak_bytes == memory_footprint(off).peak_bytes
+    assert sum("changes nothing" in w for w in on.warnings()) == 1
+    assert not any("changes nothing" in w for w in off.warnings())
 
 
 def test_interleaved_overlap_engine_equals_estimate() -> None:

@@ -133,6 +133,59 @@ def test_hf_import_equals_preset(config: str, preset: str, allow: list[str]) -> 
     assert all(config in n for n in m.notes)
 
 
+# Hub-style config.json files (keys sorted, every field the released file has that bears on the
+# architecture: Llama 4's moe_layers / no_rope_layers / llama3 rope_scaling / vision_config,
+# GPT-OSS's layer_types and quantization_config, Qwen's sliding_window with use_sliding_window
+# false), against the published totals: (file, allow_unmodeled, total, its rounding, active,
+# its rounding, counts the input embedding in "active", source)
+HUB_IMPORTS = [
+    # Mistral AI (2023-12-11, "Mixtral of experts"): 46.7B total, 12.9B active
+    ("mixtral_8x7b.json", [], 46.7e9, 0.1e9, 12.9e9, 0.1e9, True),
+    # Qwen2 technical report (arXiv 2407.10671) Table 1: 57B total, 14B activated
+    ("qwen2_57b_a14b.json", [], 57e9, 1e9, 14e9, 1e9, True),
+    # Qwen3 report Table 2 / model card: 30.5B total, 3.3B activated
+    ("qwen3_30b_a3b.json", [], 30.5e9, 0.1e9, 3.3e9, 0.1e9, True),
+    # OpenAI gpt-oss model card Table 1: gpt-oss-20b 20.91B total, 3.61B active (unembedding
+    # counted, embedding not); its 128-token window on every other layer allowed (not modeled)
+    ("gpt_oss_20b.json", ["layer_types", "sliding_window"], 20.91e9, 0.01e9, 3.61e9, 0.01e9, False),
+    # Meta Llama 4 model card: Scout 17B active; its "109B total" counts the vision encoder
+    # (34 ViT layers of 1408, ~0.87B) that only the text model here leaves out: 107.8B simulated
+    ("llama4_scout.json", ["vision_config"], 109e9 - 0.87e9, 1e9, 17e9, 1e9, True),
+]
+
+
+@pytest.mark.parametrize(
+    ("config", "allow", "total", "t_round", "active", "a_round", "with_input_emb"), HUB_IMPORTS
+)
+def test_hf_import_hub_configs_match_published(
+    config: str,
+    allow: list[str],
+    total: float,
+    t_round: float,
+    active: float,
+    a_round: float,
+    with_input_emb: bool,
+) -> None:
+    m = model_from_table({"hf_config": config, "seq_len": 4096, "allow_unmodeled": allow}, FIXTURES)
+    assert _close(F.total_params(m), total, t_round), F.total_params(m) / 1e9
+    act = F.active_params(m) - (0 if with_input_emb else m.vocab * m.hidden)
+    assert _close(act, active, a_round), act / 1e9
+    assert len(m.notes) == len(allow) + (1 if m.activation == "clamped_quick_geglu" else 0)
+    if allow:  # each allowed key is needed: without it the import is refused naming one
+        with pytest.raises(ConfigError) as info:
+            model_from_table({"hf_config": config, "seq_len": 4096}, FIXTURES)
+        assert info.value.key in allow
+
+
+def test_hf_import_hub_nemotron_h_refused_by_its_layer_pattern() -> None:
+    """The hub's Nemotron-H-8B config.json (alphabetical keys, Mamba fields, time_step_limit with
+    Infinity): refused naming hybrid_override_pattern, never imported as a 52-layer transformer."""
+    with pytest.raises(ConfigError) as info:
+        model_from_table({"hf_config": "nemotron_h_8b_hub.json", "seq_len": 8192}, FIXTURES)
+    assert info.value.key == "hybrid_override_pattern"
+    assert "nemotron_h_8b_hub.json" in str(info.value.file)
+
+
 def test_hf_import_qwen2_moe_published() -> None:
     """Qwen1.5-MoE-A2.7B (Qwen blog 2024-03-28): 14.3B total, 2.7B activated (shared expert 5632)."""
     m = model_from_table({"hf_config": "qwen2_moe.json", "seq_len": 4096}, FIXTURES)
@@ -173,6 +226,15 @@ def test_hf_import_window_at_least_seq_len_is_exact(tmp_path: Path) -> None:
     assert info.value.key == "attention_chunk_size"
 
 
+def test_allow_unmodeled_names_a_key_not_needed() -> None:
+    """A listed key the config does not have (a typo) or that is modeled exactly is one warning
+    line, so the user learns the list does nothing."""
+    m = model_from_table(
+        {"hf_config": "mixtral.json", "seq_len": 4096, "allow_unmodeled": ["vison_config"]}, FIXTURES
+    )
+    assert len(m.notes) == 1 and "vison_config" in m.notes[0] and "nothing to ignore" in m.notes[0]
+
+
 def test_hf_import_seq_len_warning() -> None:
     m = model_from_table({"hf_config": "deepseek_v3.json"}, FIXTURES)
     assert m.seq_len == 4096  # rope_scaling.original_max_position_embeddings, not 163,840
@@ -183,6 +245,120 @@ def test_allow_unmodeled_needs_hf_config() -> None:
     with pytest.raises(ConfigError) as info:
         model_from_table({"preset": "deepseek-v3", "allow_unmodeled": ["x"]}, FIXTURES)
     assert info.value.key == "model.allow_unmodeled"
+
+
+@pytest.mark.parametrize(
+    ("moe", "key"),
+    [
+        ({"shared_expert_ffn_hidden": -1}, "model.moe.shared_expert_ffn_hidden"),
+        ({"expert_ffn_hidden": 1.5}, "model.moe.expert_ffn_hidden"),
+        ({"num_experts": -4}, "model.moe.num_experts"),
+        ({"layer_interval": 0}, "model.moe.layer_interval"),
+        ({"layer_interval": 48}, "model.moe.layer_interval"),  # 46 layers past 2 dense: none MoE
+    ],
+)
+def test_moe_table_errors_name_the_key_as_written(moe: dict, key: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        model_from_table({"preset": "qwen3-30b-a3b", "moe": {"first_dense_layers": 2, **moe}}, FIXTURES)
+    assert info.value.key == key
+
+
+def _edited_config(tmp_path: Path, fixture: str, sort_keys: bool = False, **changes: object) -> str:
+    """A copy of a fixture config.json with keys changed (None deletes), keys sorted as the
+    Hugging Face hub's files are."""
+    cfg = json.loads((FIXTURES / fixture).read_text())
+    target = cfg["text_config"] if "text_config" in cfg else cfg
+    for key, value in changes.items():
+        if value is None:
+            target.pop(key, None)
+        else:
+            target[key] = value
+    (tmp_path / "c.json").write_text(json.dumps(cfg, sort_keys=sort_keys))
+    return "c.json"
+
+
+def test_hf_import_nemotron_h_refusal_names_the_layer_pattern(tmp_path: Path) -> None:
+    """The hub's Nemotron-H config.json lists its keys alphabetically: the refusal still names
+    the hybrid layer pattern, not the first Mamba field, and lists the other keys to allow."""
+    name = _edited_config(tmp_path, "nemotron_h.json", sort_keys=True)
+    with pytest.raises(ConfigError) as info:
+        model_from_table({"hf_config": name, "seq_len": 4096}, tmp_path)
+    assert info.value.key == "hybrid_override_pattern"
+    assert "conv_kernel" in info.value.message and "mamba_head_dim" in info.value.message
+    with pytest.raises(ConfigError) as info:
+        model_from_table(
+            {"hf_config": name, "seq_len": 4096, "allow_unmodeled": ["hybrid_override_pattern"]}, tmp_path
+        )
+    assert info.value.key == "conv_kernel"
+
+
+def test_hf_import_layer_types_exact_when_windows_cover_the_sequence(tmp_path: Path) -> None:
+    """GPT-OSS's sliding/full alternation is plain causal attention when the window covers
+    seq_len; a shorter window is refused naming layer_types; linear attention always is."""
+    name = _edited_config(tmp_path, "gpt_oss.json", sliding_window=8192)
+    m = model_from_table({"hf_config": name, "seq_len": 4096}, tmp_path)
+    assert F.total_params(m) == F.total_params(model_preset("gpt-oss-120b"))
+    with pytest.raises(ConfigError) as info:
+        model_from_table({"hf_config": name, "seq_len": 16384}, tmp_path)
+    assert info.value.key == "layer_types"
+    llama = _edited_config(
+        tmp_path, "llama4.json", layer_types=["chunked_attention"] * 3 + ["full_attention"]
+    )
+    ok = model_from_table(
+        {"hf_config": llama, "seq_len": 8192, "allow_unmodeled": ["vision_config"]}, tmp_path
+    )
+    assert ok.num_moe_layers == 24
+    linear = _edited_config(tmp_path, "gpt_oss.json", layer_types=["linear_attention", "full_attention"] * 18)
+    with pytest.raises(ConfigError) as info:
+        model_from_table({"hf_config": linear, "seq_len": 64}, tmp_path)
+    assert info.value.key == "layer_types"
+
+
+def test_hf_import_deepseek_moe_layer_freq_refused(tmp_path: Path) -> None:
+    """DeepSeek's moe_layer_freq counts from layer 0 (i % freq == 0), the other phase of the
+    simulator's every-k-th layer: refused, not silently shifted."""
+    name = _edited_config(tmp_path, "deepseek_v3.json", moe_layer_freq=2)
+    with pytest.raises(ConfigError) as info:
+        model_from_table({"hf_config": name, "seq_len": 4096}, tmp_path)
+    assert info.value.key == "moe_layer_freq"
+
+
+def test_hf_import_llama4_moe_layers_must_match_the_interleave(tmp_path: Path) -> None:
+    allow = {"seq_len": 4096, "allow_unmodeled": ["vision_config"]}
+    good = _edited_config(tmp_path, "llama4.json", moe_layers=list(range(1, 48, 2)))
+    assert model_from_table({"hf_config": good, **allow}, tmp_path).num_moe_layers == 24
+    bad = _edited_config(tmp_path, "llama4.json", moe_layers=list(range(0, 48, 2)))
+    with pytest.raises(ConfigError) as info:
+        model_from_table({"hf_config": bad, **allow}, tmp_path)
+    assert info.value.key == "moe_layers"
+
+
+def test_hf_import_tied_embeddings_defaults(tmp_path: Path) -> None:
+    """tie_word_embeddings from the top level when text_config lacks it; absent everywhere, the
+    transformers class default (GPT-2 ties, Mixtral does not)."""
+    cfg = json.loads((FIXTURES / "llama4.json").read_text())
+    cfg["text_config"].pop("tie_word_embeddings")
+    cfg["tie_word_embeddings"] = True
+    del cfg["vision_config"]
+    (tmp_path / "l.json").write_text(json.dumps(cfg))
+    assert model_from_table({"hf_config": "l.json", "seq_len": 4096}, tmp_path).tied_embeddings
+    gpt2 = {"model_type": "gpt2", "n_embd": 768, "n_head": 12, "n_layer": 12, "vocab_size": 50257}
+    (tmp_path / "g.json").write_text(json.dumps(gpt2))
+    m = model_from_table({"hf_config": "g.json", "seq_len": 1024}, tmp_path)
+    assert m.tied_embeddings and _close(F.total_params(m), 124.4e6, rel=0.01)  # GPT-2 small: 124M
+    mixtral = _edited_config(tmp_path, "mixtral.json", tie_word_embeddings=None)
+    assert not model_from_table({"hf_config": mixtral, "seq_len": 4096}, tmp_path).tied_embeddings
+
+
+def test_hf_import_rope_parameters_as_rope_scaling(tmp_path: Path) -> None:
+    """transformers v5 writes rope_parameters where v4 wrote rope_scaling: YaRN's factor and the
+    pre-training length are read from either."""
+    cfg = json.loads((FIXTURES / "deepseek_v3.json").read_text())
+    cfg["rope_parameters"] = {**cfg.pop("rope_scaling"), "rope_theta": 10000}
+    (tmp_path / "c.json").write_text(json.dumps(cfg))
+    m = model_from_table({"hf_config": "c.json"}, tmp_path)
+    assert m.seq_len == 4096
+    assert m.rope_mscale == model_from_table({"hf_config": "deepseek_v3.json"}, FIXTURES).rope_mscale
 
 
 # ----------------------------------------------------------------------------- scenarios
@@ -388,6 +564,44 @@ def test_layout_pp_vp_equal_layers_plus_two_simulates() -> None:
     assert not scn.warnings() or all("divide" not in w for w in scn.warnings())
     rep = _step(scn)
     assert rep.step_time_s > 0
+
+
+def test_layout_without_keys_counts_embedding_and_loss_when_only_that_divides() -> None:
+    """pp·vp = layers + 2, or pieces dividing layers + 2 but not layers (Qwen3-235B's 94 layers on
+    pp 8 × vp 4, NeMo's recipe), without the two keys: Megatron would refuse any other reading,
+    so the embedding and loss take a slot each, with one warning line."""
+    model = {"preset": "llama3-8b", "seq_len": 4096, "layers": 30}
+    for vp in (4, 2):  # 32 pieces (= 30 + 2), 16 pieces (divide 32, not 30)
+        scn = _scn(dict(model), {"pp": 8, "vp": vp, "num_gpus": 8, "global_batch": 16})
+        assert scn.parallel.pipeline_extra_layers == 2
+        assert sum("embedding + loss" in w for w in scn.warnings()) == 1
+        assert not any("do not divide into pp" in w for w in scn.warnings())
+        explicit = _scn(
+            dict(model),
+            {
+                "pp": 8,
+                "vp": vp,
+                "num_gpus": 8,
+                "global_batch": 16,
+                "account_for_embedding_in_pipeline_split": True,
+                "account_for_loss_in_pipeline_split": True,
+            },
+        )
+        assert _step(scn).step_time_s == _step(explicit).step_time_s
+    # plain 1F1B: pp = layers + 2 is read the same; an uneven pp keeps its first-stages-heavier split
+    plain = _scn({**model, "layers": 6}, {"pp": 8, "num_gpus": 8, "global_batch": 16})
+    assert plain.parallel.pipeline_extra_layers == 2
+    uneven = _scn(dict(model), {"pp": 8, "num_gpus": 8, "global_batch": 16})
+    assert uneven.parallel.pipeline_extra_layers == 0
+    assert any("do not divide into pp" in w for w in uneven.warnings())
+    # a key given (even false) is the user's word; an even split needs nothing
+    said = _scn(
+        dict(model),
+        {"pp": 8, "vp": 2, "num_gpus": 8, "global_batch": 16, "account_for_loss_in_pipeline_split": False},
+    )
+    assert said.parallel.pipeline_extra_layers == 0
+    even = _scn({**model, "layers": 32}, {"pp": 8, "vp": 2, "num_gpus": 8, "global_batch": 16})
+    assert even.parallel.pipeline_extra_layers == 0 and not even.warnings()
 
 
 def test_run_json_model_object(run_cli, tmp_path: Path) -> None:

@@ -367,7 +367,8 @@ KEYS: dict[str, Key] = {
     ),
     "kernels.moe_dispatcher": Key(
         "MoE token dispatcher (Megatron-Core --moe-token-dispatcher-type alltoall|allgather, or flex"
-        " with --moe-flex-dispatcher-backend deepep|hybridep)",
+        " with --moe-flex-dispatcher-backend deepep|hybridep); deepep/hybridep send a token once per"
+        " destination rank (per node over RDMA) at their published kernel bandwidth",
         default='"alltoall"',
         allowed=_spec("MOE_DISPATCHERS"),
         since=NEXT,

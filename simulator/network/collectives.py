@@ -38,10 +38,12 @@ of that protocol to Simple (NVLink ring LL 0.6/3.4, LL128 1.9/3.4; network ring 
 LL128 4.0/14); launch latency = NCCL's baseLat (ring: LL 6.6 µs, LL128 14 µs, Simple 8.4 µs);
 LL's bus bandwidth is capped per GPU generation and node count (tuning.cc llMaxBws).
 NCCL's bandwidth ramp below ~1 GB (nccl-tests size sweeps, simulator/catalog/kernels.toml) is a
-pipeline fill (`ramp_s`) on ring (flat and the phases of hierarchical), NVLS and all-to-all
+pipeline fill (`ramp_s`) on ring (flat and the phases of hierarchical) and all-to-all
 (one piece: direct peer transfers), plus a reduction ring's tail (`Links.reduce_tail_chunks`),
-with the window of bytes per step from the
-kernel model (`nccl_ring_window_bytes`, `nccl_nvls_window_bytes`; default_comm_model passes them).
+with the window of bytes per step from the kernel model (`nccl_ring_window_bytes`;
+default_comm_model passes it). NVLS follows NCCL's own chunk schedule (`nvls_time_s`): smaller
+chunks for smaller messages, each with a fixed overhead, plus the pipeline fill of one round of
+chunks (kernel model only: `nccl_nvls_chunk_overhead_bytes`).
 Not modelled: NCCL's per-size tree correction table, the ramp of tree and hierarchical
 algorithms, per-channel LL128/tree caps (channel counts are not modelled), CollNet/SHARP
 in-network reduction.
@@ -90,6 +92,10 @@ NVLS_BW_FRACTION = 0.72
 NVLS_BW_FRACTION_BLACKWELL = NVLS_BW_FRACTION * 0.74 / 0.85
 # tuning.cc hwLat[NVLINK][NVLS][Simple] = 25 µs (v2.17): NVLS pays off only for large messages.
 NVLS_LATENCY_S = 25.0 * US
+# NCCL src/transport/nvls.cc: NVLS channels on one node (NVLS_NCHANNELS_SM90 16,
+# NVLS_NCHANNELS_SM100_NVL 24) and the default chunk (NCCL_NVLS_CHUNKSIZE 128 KiB).
+NVLS_CHANNELS = {"hopper": 16, "blackwell": 24}
+NVLS_CHUNK_BYTES = 128 * 1024
 # tuning.cc (v2.19+) llMaxBws: the LL protocol's bus bandwidth ceiling in GB/s on one node, two
 # nodes, more nodes, per GPU generation (Blackwell = 2x Hopper); ring LL busBw = min(cap, 0.5 busBw),
 # tree LL busBw = min(cap, busBw / 3.8).
@@ -139,7 +145,10 @@ class Links:
     # NCCL's bandwidth ramp (see `ramp_s`): bytes per step up to which the ring's / NVLS's extra
     # pipeline-fill time grows; 0 = not modelled (training jobs; `mfusim kernel` sets them)
     ring_window_bytes: float = 0.0
-    nvls_window_bytes: float = 0.0
+    # NVLS chunk schedule (`nvls_time_s`): fixed cost of one chunk, in bytes at the NVLS rate;
+    # None = not modelled (training jobs; `mfusim kernel` sets it)
+    nvls_chunk_overhead_bytes: float | None = None
+    nvls_channels: int = 16
     # a reduction ring's last step (NCCL recvReduceCopy of the rank's own chunk into the output)
     # is not hidden behind a send: that many chunk-times S/n at the ring's rate (0 = off)
     reduce_tail_chunks: float = 0.0
@@ -151,7 +160,7 @@ class Links:
         nccl_bw_fraction: float,
         nic_bw_fraction: float | None = None,
         ring_window_bytes: float = 0.0,
-        nvls_window_bytes: float = 0.0,
+        nvls_chunk_overhead_bytes: float | None = None,
         nvls_fraction: float | None = None,
         reduce_tail_chunks: float = 0.0,
     ) -> Links:
@@ -178,7 +187,8 @@ class Links:
             else (NVLS_BW_FRACTION_BLACKWELL if generation == "blackwell" else NVLS_BW_FRACTION),
             ll_max_bytes_per_s=tuple(x * 1e9 for x in LL_MAX_GBPS[generation]),  # type: ignore[arg-type]
             ring_window_bytes=ring_window_bytes,
-            nvls_window_bytes=nvls_window_bytes,
+            nvls_chunk_overhead_bytes=nvls_chunk_overhead_bytes,
+            nvls_channels=NVLS_CHANNELS.get(generation, 16),
             reduce_tail_chunks=reduce_tail_chunks,
         )
 
@@ -470,6 +480,40 @@ def ramp_s(steps: int, piece_bytes: float, window_bytes: float, seconds_per_byte
     return (steps - 1) * min(piece_bytes, window_bytes) * seconds_per_byte
 
 
+def nvls_chunk_bytes(size_bytes: float, concurrent_ops: int) -> int:
+    """NCCL's NVLS chunk for a message (src/enqueue.cc, calcCollChunking, the same in 2.18):
+    128 KiB, halved to 64 KiB below 64 x ops x chunk, 32 KiB below 8 x, 16 KiB below 2 x, with
+    ops = NVLS channels x heads (ranks on the switch) working at once."""
+    c = NVLS_CHUNK_BYTES
+    if size_bytes < 64 * concurrent_ops * c:
+        c = 65536
+    if size_bytes < 8 * concurrent_ops * c:
+        c = 32768
+    if size_bytes < 2 * concurrent_ops * c:
+        c = 16384
+    return c
+
+
+def nvls_time_s(links: Links, n: int, size_bytes: float) -> float:
+    """NVLS all-reduce inside one NVSwitch domain: the switch reduces (multimem.ld_reduce) and
+    multicasts (multimem.st), each GPU moving S once at B = NVLink rate x `nvls_fraction`.
+
+    With `nvls_chunk_overhead_bytes` (kernel model): NCCL cuts the message into chunks of
+    `nvls_chunk_bytes`, each costing a fixed overhead worth c0 bytes (its flag/barrier round trip
+    through the switch), so the streaming rate is B / (1 + c0/c); and the reduce and broadcast
+    stages fill a pipeline of one round of chunks, 2 x ops x c / B, of which a message smaller than
+    the round pays its share S / (S + ops x c). Reproduces nccl-tests' NVLS sweeps on 8 H100/H200
+    (azure-bench, kernels.toml) from 1 MiB up: the bandwidth climbs in steps at NCCL's chunk sizes."""
+    B = links.intra_bytes_per_s * links.nvls_fraction
+    c0 = links.nvls_chunk_overhead_bytes
+    if c0 is None:
+        return NVLS_LATENCY_S + size_bytes / B
+    ops = links.nvls_channels * n
+    c = nvls_chunk_bytes(size_bytes, ops)
+    fill = 2 * ops * c / B * size_bytes / (size_bytes + ops * c)
+    return NVLS_LATENCY_S + size_bytes / B * (1 + c0 / c) + fill
+
+
 def _log2_ceil(x: int) -> int:
     return max(0, math.ceil(math.log2(x))) if x > 1 else 0
 
@@ -534,10 +578,7 @@ def collective_candidates(kind: str, shape: GroupShape, links: Links, size_bytes
             add("tree", p, lat, parts, TREE_BW_FRACTION, bus_bytes=2 * S)
     if kind == "allreduce" and k == 1 and links.nvls and n > 1:
         B_nvls = B_i * links.nvls_fraction
-        # NVLS: a reduce-scatter (multimem load-reduce) then an all-gather (multimem store),
-        # n - 1 pieces each, pipelined like the ring
-        fill = ramp_s(2 * (n - 1), S / n, links.nvls_window_bytes, 1.0 / B_nvls)
-        out.append(Candidate(NVLS_LATENCY_S + fill + S / B_nvls, "nvls/Simple", intra, S / B_nvls))
+        out.append(Candidate(nvls_time_s(links, n, S), "nvls/Simple", intra, S / B_nvls))
     if kind in ("allreduce", "allgather", "reducescatter") and k > 1 and m > 1:
         out.extend(_hierarchical(kind, shape, links, S, protocols))
     if kind in ("allgather", "reducescatter") and k > 1 and m == 1:

@@ -53,7 +53,7 @@ class TopologyCommModel:
     # (`mfusim kernel` sets nccl-tests' own, simulator/kernels.py)
     nic_bw_fraction: float | None = None
     ring_window_bytes: float = 0.0  # NCCL's bandwidth ramp (collectives.ramp_s); 0 = off
-    nvls_window_bytes: float = 0.0
+    nvls_chunk_overhead_bytes: float | None = None  # collectives.nvls_time_s; None = off
     nvls_fraction: float | None = None  # None: collectives.NVLS_BW_FRACTION(_BLACKWELL)
     reduce_tail_chunks: float = 0.0  # collectives.Links.reduce_tail_chunks; 0 = off
     fabric: Fabric = field(init=False, repr=False, compare=False)
@@ -80,7 +80,7 @@ class TopologyCommModel:
             eta,
             self.nic_bw_fraction,
             self.ring_window_bytes,
-            self.nvls_window_bytes,
+            self.nvls_chunk_overhead_bytes,
             self.nvls_fraction,
             self.reduce_tail_chunks,
         )
@@ -253,8 +253,8 @@ def default_comm_model(scn: Scenario) -> TopologyCommModel:
     (and all-to-all) bandwidth ramp of the kernel model (window fitted to nccl-tests sweeps,
     kernels.toml) at the job's calibrated `nccl_bw_fraction`; `--comm-model flat` keeps
     FlatCommModel."""
-    # NVLS's ramp is measured on 8 ranks only (its 2(n-1)-piece fill is not established for the
-    # 36-72-GPU NVLink domains): off in training, on in `mfusim kernel`
+    # NVLS's chunk schedule is measured on 8 ranks only (not established for the 36-72-GPU
+    # NVLink domains): off in training, on in `mfusim kernel`
     name = scn.gpu.name
     return TopologyCommModel(
         scn, ring_window_bytes=ring_window_bytes(name), reduce_tail_chunks=reduce_tail_chunks(name)
