@@ -504,9 +504,12 @@ def hf_config_fields(path: Path) -> dict[str, Any]:
         out.pop("head_dim", None)  # HF sets head_dim = qk_rope_head_dim for MLA; not a head width
     if get("num_nextn_predict_layers"):
         out["mtp_layers"] = get("num_nextn_predict_layers")
-    drops = [get(k) for k in ("hidden_dropout", "attention_dropout", "resid_pdrop", "attn_pdrop")]
-    if any(d is not None for d in drops):
-        out["dropout"] = max(float(d) for d in drops if d is not None)
+    drops = {k: get(k) for k in ("hidden_dropout", "attention_dropout", "resid_pdrop", "attn_pdrop")}
+    for key, value in drops.items():
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int | float)):
+            raise ConfigError(f"must be a number, got {value!r}", key=key, file=name)
+    if any(d is not None for d in drops.values()):
+        out["dropout"] = max(float(d) for d in drops.values() if d is not None)
     # --- experts
     experts = get("num_local_experts", "num_experts", "n_routed_experts")
     if experts:

@@ -115,16 +115,35 @@ CLAMPED_GLU_PASSES = (4.0, 3, 5.0, 3)
 # negation (1), chunk's cat (2) and the sum of the two paths (3) = 10 passes in 5 kernels. (Fused
 # RoPE: 2 passes each way, what "rope" costs otherwise.)
 UNFUSED_ROPE_PASSES = (12.0, 6, 10.0, 5)
-# Expert biases (linear_bias): TEGroupedMLP._apply_bias / _apply_packed_bias
-# (megatron/core/transformer/moe/experts.py) add each token copy's fc2 bias, scaled by its routing
-# probability, in FP32 after the grouped GEMM (fc1's bias is added inside TE's grouped GEMM). Per
-# element of the [tokens*top_k, hidden] output: .float() (2 + 4 bytes), repeat_interleave of the
-# bias (4), bias*probs (4 + 4), the add (4 + 4 + 4) and .to(bf16) (4 + 2) = 36 bytes in 5 kernels;
-# backward: the cast's gradient (2 + 4), the probability-scaled bias gradient (4 + 4), the
-# probability gradient (product and row sum, 4 + 4), repeat_interleave's segment sum (4) and the
-# cast to 16-bit (4 + 2) = 32 bytes in 5 kernels. (forward bytes, kernels, backward bytes, kernels)
-# per element:
-EXPERT_BIAS_BYTES = (36.0, 5, 32.0, 5)
+# Expert biases (linear_bias): TEGroupedMLP._apply_bias (megatron/core/transformer/moe/experts.py
+# :251-268@2edffadb5, the same loop in every container's Megatron-LM, 0d8e0714 .. cd4afffa) adds each
+# token copy's fc2 bias, scaled by its routing probability, after the grouped GEMM (fc1's bias is
+# added inside TE's grouped GEMM), one local expert at a time: `t + b * p` per expert, torch.cat,
+# .to(dtype). The probabilities are in the router's dtype: 16-bit unless moe_router_dtype = "fp32"
+# (router.py:101-106@2edffadb5; TE fused_topk_with_score_function returns probs "in the same dtype
+# as the logits", transformer_engine/pytorch/router.py:127@366798ef; GPT-OSS sets no router dtype),
+# so every product is 16-bit and the final .to() is a no-op. Per element of the [tokens*top_k,
+# hidden] output: b*p (write 2), the add (2 + 2 + 2), cat (2 + 2) = 12 bytes in 2 kernels per local
+# expert + 1; backward: split's gradient concatenates t's gradients (2 + 2), b*p's gradient is a
+# product and a row sum for the bias (2 + 2, 2) and for the probability (2 + 2, 2) = 16 bytes in 4
+# kernels per local expert + 2 (the two concatenations). (forward bytes, per-expert kernels, fixed
+# kernels, backward bytes, per-expert kernels, fixed kernels) per element:
+EXPERT_BIAS_BYTES = (12.0, 2, 1, 16.0, 4, 2)
+# Megatron-Core's all-to-all dispatcher sorts the received tokens by local expert when a rank holds
+# more than one (dispatch_postprocess "Permutation 2", token_dispatcher.py:712-743@2edffadb5) and
+# restores the order before the combine (combine_preprocess "Unpermutation 2", :758-776):
+# sort_chunks_by_idxs (moe_utils.py:533-570), with moe_permute_fusion TE's fused
+# moe_sort_chunks_by_index: one kernel reading and writing the [tokens*top_k, hidden] tensor; its
+# backward is the inverse sort. HybridEP and DeepEP hand the tokens over already grouped by expert
+# (no second sort). (forward passes, kernels, backward passes, kernels) per sort:
+SORT_CHUNKS_PASSES = (2.0, 1, 2.0, 1)
+# Biased MoE models run the bias-dropout-add unfused: TEGroupedMLP asserts "bias_dropout_fusion is
+# not supported in TEGroupedMLP when add_bias_linear=True" (experts.py:173-175@2edffadb5; GPT-OSS:
+# GPTOSSBridge sets bias_dropout_fusion = False, gpt_oss_bridge.py:74@Megatron-Bridge c8101293).
+# _bias_dropout_add_func (megatron/core/fusions/fused_bias_dropout.py:11-59@2edffadb5) then runs
+# `x + bias` as its own kernel before the residual add (dropout at p = 0 launches nothing): on the
+# attention output (linear_proj's bias) one more read and write of the [tokens, hidden] tensor.
+UNFUSED_BIAS_ADD_PASSES = (2.0, 1, 0.0, 0)
 # Context-parallel ring attention merges each step's partial result into the running one (TE
 # flash_attn_fwd_out_correction / the dq and dk,dv accumulations): per step and element, read the
 # step's 16-bit partial, read and write the 16-bit accumulator, and a 16-bit rescaled temporary
@@ -377,6 +396,7 @@ class _Coster:
     memo: dict = field(default_factory=dict)
     stage: int = 0  # the pipeline stage whose TP/CP/EP groups are being costed
     ep_pair: EpPair = EpPair(1.0, 0.0)  # the last MoE layer costed, in the combined 1F1B
+    act_sync_index: int = 0  # where in the last MoE layer's forward the activation's host sync sits
 
     def __post_init__(self) -> None:
         self.device = Device(self.scn.gpu, self.scn.dtype)
@@ -518,6 +538,8 @@ class _Coster:
             b_in.append(Segment("cp_comm", "cp dkv ring", max(0.0, t_bwd - attn_bwd), 0.0, kv_msg))
         mm("attn out", T, h, v_local)
         self._tp_exit(fwd, b_in, tp_msg)
+        if m.linear_bias and m.is_moe:  # bias_dropout_fusion off (UNFUSED_BIAS_ADD_PASSES)
+            self._eager(fwd, b_in, "attn bias add (unfused)", UNFUSED_BIAS_ADD_PASSES, norm_tokens * h * a)
         mem("residual add", 3 * norm_tokens * h * a)
 
         # --- MLP or MoE block
@@ -619,19 +641,40 @@ class _Coster:
         def gpu_s(parts: list) -> float:
             return sum(p.duration_s for p in parts)
 
-        phases = [
-            (ops.dispatch, gpu_s(fwd[sync:experts])),
-            (ops.experts, gpu_s(fwd[experts:combine])),
+        rest = [
             (ops.combine, gpu_s(fwd[combine:])),
             (ops.attention, gpu_s(fwd[:moe])),
             (ops.router, gpu_s(fwd[moe:sync])),
         ]
+        if ops.experts_before_act_sync:
+            # a second sync inside the experts (the eager clamped GeGLU): two sync-to-sync segments,
+            # each issued into an empty queue
+            act = self.act_sync_index
+            before = [
+                (ops.dispatch, gpu_s(fwd[sync:experts])),
+                (ops.experts_before_act_sync, gpu_s(fwd[experts:act])),
+            ]
+            after = [(ops.experts - ops.experts_before_act_sync, gpu_s(fwd[act:combine])), *rest]
+            seg_s = issue_pipeline_s(before, HOST_OP_S) + issue_pipeline_s(after, HOST_OP_S)
+        else:
+            phases = [
+                (ops.dispatch, gpu_s(fwd[sync:experts])),
+                (ops.experts, gpu_s(fwd[experts:combine])),
+                *rest,
+            ]
+            seg_s = issue_pipeline_s(phases, HOST_OP_S)
+        seg_s += ops.syncs * HOST_SYNC_S
         fwd_gpu_s = gpu_s(fwd)
-        seg_s = issue_pipeline_s(phases, HOST_OP_S) + ops.syncs * HOST_SYNC_S
         fwd.append(
             Segment("host_bound", "host issue after the dispatcher's sync", max(0.0, seg_s - fwd_gpu_s))
         )
         b_in_excess = ops.backward_input * HOST_OP_S - gpu_s(b_in)
+        if ops.backward_syncs:  # recomputed activation syncs: the backward restarts from an empty queue
+            b_in_excess = (
+                issue_pipeline_s([(ops.backward_input, gpu_s(b_in))], HOST_OP_S)
+                + ops.backward_syncs * HOST_SYNC_S
+                - gpu_s(b_in)
+            )
         b_w_excess = ops.backward_weight * HOST_OP_S - gpu_s(b_w)
         b_in.append(Segment("host_bound", "host issue (backward)", max(0.0, b_in_excess)))
         b_w.append(Segment("host_bound", "host issue (weight gradients)", max(0.0, b_w_excess)))
@@ -801,9 +844,10 @@ class _Coster:
         f_p, f_k, b_p, b_k = passes
         fwd_bytes, bwd_bytes = f_p * unit_bytes, b_p * unit_bytes
         fwd.append(Segment("compute", name, memory_op_time_s(d, fwd_bytes, kernels=f_k), 0.0, fwd_bytes))
-        b_in.append(
-            Segment("compute", name + " bwd", memory_op_time_s(d, bwd_bytes, kernels=b_k), 0.0, bwd_bytes)
-        )
+        if bwd_bytes > 0:
+            b_in.append(
+                Segment("compute", name + " bwd", memory_op_time_s(d, bwd_bytes, kernels=b_k), 0.0, bwd_bytes)
+            )
 
     def _moe(
         self, fwd: list, b_in: list, b_w: list, mm, mem, T: int, tp_msg: float, span
@@ -858,6 +902,11 @@ class _Coster:
                 )
             )
         dropless = m.routing == "dropless"
+        # the all-to-all dispatcher's second permutation: received tokens sorted by local expert
+        sort_chunks = scn.kernels.moe_dispatcher == "alltoall" and experts_local > 1
+        if sort_chunks:
+            sorted_bytes = max(round(routed * skew), 1) * h * a
+            self._eager(fwd, b_in, "moe sort by expert", SORT_CHUNKS_PASSES, sorted_bytes)
 
         def grouped(name: str, n: int, kk: int) -> None:
             tt = grouped_matmul_time_s(d, per_expert, n, kk, experts_local, dropless)
@@ -892,11 +941,14 @@ class _Coster:
         eager = not scn.kernels.fused_grouped_mlp  # TE's fused grouped MLP does these inside
         if m.activation == "clamped_quick_geglu" and eager:
             self._eager(fwd, b_in, "expert act input clamps", CLAMPED_GLU_PASSES, rows * fc1_n * a)
+        self.act_sync_index = len(fwd)  # the eager clamped GeGLU's host sync (hostbound.CLAMPED_GLU_OPS)
         mem("expert act", (3 if m.gated_mlp else 2) * rows * f_local * a)
         span("moe_act", start)
         grouped("expert fc2", h, f_local)
         if m.linear_bias and eager:
-            self._eager(fwd, b_in, "expert fc2 bias (fp32)", EXPERT_BIAS_BYTES, rows * h)
+            f_b, f_ke, f_k0, b_b, b_ke, b_k0 = EXPERT_BIAS_BYTES
+            passes = (f_b, f_ke * experts_local + f_k0, b_b, b_ke * experts_local + b_k0)
+            self._eager(fwd, b_in, "expert fc2 bias (eager, per expert)", passes, rows * h)
         if m.shared_expert_ffn_hidden:
             fs = m.shared_expert_ffn_hidden // par.tp
             start = len(fwd)
@@ -904,6 +956,8 @@ class _Coster:
             mm("shared fc2", T, h, fs)
             span("shared_experts", start)
         combine = len(fwd)
+        if sort_chunks:
+            self._eager(fwd, b_in, "moe unsort by expert", SORT_CHUNKS_PASSES, rows * h * a)
         if etp > 1 and not gather:
             etp_msg = routed * h * a
             fwd.append(
@@ -938,7 +992,8 @@ class _Coster:
         bf16 dispatch-shaped one for the combine's. What is sent depends on the dispatcher
         (simulator/ep_dispatch.py):
 
-        * alltoall / allgather (NCCL): one copy per chosen expert (top_k per token). Node-limited
+        * allgather (NCCL): all-gather of the TP x EP group's hidden states, reduce-scatter back.
+        * alltoall (NCCL): one copy per chosen expert (top_k per token). Node-limited
           routing (`max_nodes_per_token`, DeepSeek-V3 §3.2.1) comes with hierarchical forwarding
           (one IB transfer per destination node, then NVLink there): a token crosses IB once per
           distinct remote node its top-k experts live on -- expected n·(1 − (1 − 1/n)^k) nodes
@@ -958,6 +1013,22 @@ class _Coster:
         nodes = max(1, -(-span // topo.gpus_per_node))
         limit = m.max_nodes_per_token
         dispatcher = self.scn.kernels.moe_dispatcher
+        if dispatcher == "allgather":
+            # MoEAllGatherTokenDispatcher: every rank gathers all hidden states of the TP x EP
+            # group (gather_from_sequence_parallel_region over tp_ep_group), keeps its experts'
+            # tokens, and the combine reduce-scatters them back; costed on the EP group with the
+            # group's whole output (the TP-local share rides NVLink beside it)
+            group_rows = tokens * max(par.tp, 1) * par.ep
+            gathered = float(group_rows * h * elem)
+            t_ag = self.coll("allgather", "ep", gathered)
+            t_rs = self.coll("reducescatter", "ep", float(group_rows * h * a))
+            return (
+                gathered,
+                float(group_rows * h * a),
+                t_ag,
+                t_rs,
+                self.coll("allgather", "ep", float(group_rows * h * a)),
+            )
         if dispatcher not in FLEX_DISPATCHERS:
             dispatch_msg, combine_msg = float(tokens * k * h * elem), float(tokens * k * h * a)
             scale = 1.0
@@ -981,22 +1052,51 @@ class _Coster:
         sms = self.scn.kernels.ep_comm_sms_used
 
         def leg(row_bytes: float, op: str) -> float:
+            msg = rows * row_bytes  # what a rank receives
             if nodes == 1:
-                t = self.coll("alltoall", "ep", rows * row_bytes)
+                t = self.coll("alltoall", "ep", msg)
+                neck = self.seen.get(("alltoall", "ep", round(msg), 0), {}).get("bottleneck", "")
                 if arch in TABLE_ARCHITECTURES:
-                    t = max(t, rows * row_bytes / kernel_algbw_bytes_per_s(dispatcher, per_node, sms, op))
-                return t
-            t_ib = self.coll("alltoall", "ep", tokens * node_hits * row_bytes)
+                    t_kernel = msg / kernel_algbw_bytes_per_s(dispatcher, per_node, sms, op)
+                    if t_kernel > t:
+                        t, neck = t_kernel, f"{dispatcher} kernel"
+                return self._flex_record(dispatcher, msg, t, neck)
+            ib_msg = tokens * node_hits * row_bytes
+            t = self.coll("alltoall", "ep", ib_msg)
+            neck = self.seen.get(("alltoall", "ep", round(ib_msg), 0), {}).get("bottleneck", "")
             if arch in RDMA_TABLE_ARCHITECTURES:
-                rate = kernel_algbw_bytes_per_s(dispatcher, par.ep, sms, op, rdma=True)
-                t_ib = max(t_ib, tokens * node_hits * row_bytes / rate)
+                t_kernel = ib_msg / kernel_algbw_bytes_per_s(dispatcher, par.ep, sms, op, rdma=True)
+                if t_kernel > t:
+                    t, neck = t_kernel, f"{dispatcher} kernel"
             nvlink = topo.intra_node.link_bandwidth_bytes_per_s * self.scn.gpu.efficiency.nccl_bw_fraction
-            return max(t_ib, rows * (per_node - 1) / per_node * row_bytes / nvlink)
+            t_forward = msg * (per_node - 1) / per_node / nvlink
+            if t_forward > t:
+                t, neck = t_forward, "nvlink forward"
+            return self._flex_record(dispatcher, msg, t, neck)
 
         t_d = leg(h * elem, "dispatch_fp8" if m.dispatch_dtype == "fp8" else "dispatch_bf16")
         t_c = leg(h * a, "combine")
         t_d_bf16 = leg(h * a, "dispatch_bf16")
         return dispatch_msg, combine_msg, t_d, t_c, t_d_bf16
+
+    def _flex_record(self, dispatcher: str, message_bytes: float, t: float, bottleneck: str) -> float:
+        """Report a DeepEP / HybridEP dispatch or combine in `collectives` (algorithm = the
+        dispatcher, bottleneck = what bound it) in place of the fabric all-to-all it was
+        checked against; returns `t`."""
+        n = self.comm.group_size("ep")
+        key = ("alltoall", "ep", round(message_bytes), 0)
+        known = self.seen.get(key)
+        if t > 0 and (known is None or known["algorithm"] != dispatcher or t > known["time_s"]):
+            self.seen[key] = {
+                "group": "ep",
+                "kind": "alltoall",
+                "message_bytes": message_bytes,
+                "algorithm": dispatcher,
+                "time_s": t,
+                "bottleneck": bottleneck,
+                "bus_bandwidth_bytes_per_s": message_bytes * (n - 1) / n / t,
+            }
+        return t
 
     def _ep_pair(
         self, fwd: list, b_in: list, b_w: list, marks: tuple[int, ...], b_moe: int, w_moe: int
@@ -1004,8 +1104,9 @@ class _Coster:
         """This MoE layer in Megatron-Core's combined 1F1B (`combined_layer_s`): the part of its
         EP all-to-all the other micro-batch's compute cannot hide, and the compute slowed by the
         SMs the communication kernels hold while the rest is hidden. The forward is split at the
-        dispatcher's marks; the backward at the MoE block (its two all-to-alls cost the same:
-        `_moe` costs both with the combine's size)."""
+        dispatcher's marks; the backward at the MoE block (its two all-to-alls are taken as equal
+        halves of its EP time: equal for NCCL's all-to-all, within the dispatch/combine speed ratio
+        of the flex dispatchers, ep_dispatch.py)."""
         _, sync, experts, combine = marks
 
         def comp(parts: list) -> float:

@@ -1,5 +1,6 @@
 """GPT-OSS's eager elementwise work (issue 13): the clamped quick-GeGLU's input clamps, the experts'
-FP32 fc2 bias and YaRN's unfused RoPE, as Megatron-Core runs them (simulator/program.py constants).
+per-expert fc2 bias, the unfused attention bias add and YaRN's unfused RoPE, and the all-to-all
+dispatcher's sort by local expert, as Megatron-Core runs them (simulator/program.py constants).
 
 Each mechanism adds exactly its closed-form bytes to the layer, nothing else changes, and the
 importer derives the YaRN factor as Megatron-Core does.
@@ -13,11 +14,14 @@ from typing import Any
 import pytest
 
 from simulator.comm import default_comm_model
+from simulator.costs import Device, memory_op_time_s
 from simulator.errors import ConfigError
 from simulator.loading import model_preset, scenario_from_dict, yarn_attention_factor
 from simulator.program import (
     CLAMPED_GLU_PASSES,
     EXPERT_BIAS_BYTES,
+    SORT_CHUNKS_PASSES,
+    UNFUSED_BIAS_ADD_PASSES,
     UNFUSED_ROPE_PASSES,
     _Coster,
 )
@@ -34,6 +38,10 @@ def _scn(**model: Any) -> Scenario:
         "parallel": {"ep": EP, "micro_batch": 1, "global_batch": 8},
     }
     return scenario_from_dict(data)
+
+
+def _device(scn: Scenario) -> Device:
+    return Device(scn.gpu, scn.dtype)
 
 
 def _segments(scn: Scenario) -> dict[str, Any]:
@@ -56,9 +64,16 @@ def test_expert_bias_bytes_closed_form() -> None:
     m = scn.model
     seg = _segments(scn)
     rows, a = SEQ * m.top_k, 2  # balanced: each EP rank's experts receive T·top_k token copies
-    fwd, bwd = seg["fwd"]["expert fc2 bias (fp32)"], seg["bwd"]["expert fc2 bias (fp32) bwd"]
-    assert fwd.message_bytes == EXPERT_BIAS_BYTES[0] * rows * m.hidden == 36 * rows * 2880
-    assert bwd.message_bytes == EXPERT_BIAS_BYTES[2] * rows * m.hidden == 32 * rows * 2880
+    name = "expert fc2 bias (eager, per expert)"
+    fwd, bwd = seg["fwd"][name], seg["bwd"][name + " bwd"]
+    # 16-bit probabilities (GPT-OSS has no fp32 router): b*p, the add and torch.cat forward; cat,
+    # and a product and a row sum each for the bias and the probability gradients backward
+    assert fwd.message_bytes == EXPERT_BIAS_BYTES[0] * rows * m.hidden == 12 * rows * 2880
+    assert bwd.message_bytes == EXPERT_BIAS_BYTES[3] * rows * m.hidden == 16 * rows * 2880
+    # one launch per local expert: the bias work of 16 local experts costs more than of 2
+    experts_local = m.num_experts // EP
+    kernels = EXPERT_BIAS_BYTES[1] * experts_local + EXPERT_BIAS_BYTES[2]
+    assert fwd.duration_s == pytest.approx(memory_op_time_s(_device(scn), fwd.message_bytes, kernels=kernels))
     grad = seg["bwd"]["expert fc1 bias grad"]
     assert grad.message_bytes == rows * 2 * m.expert_ffn * a  # one read of the fc1 output gradient
 
@@ -105,7 +120,7 @@ def test_each_mechanism_adds_only_its_segments() -> None:
     bias_s = sum(
         s.duration_s
         for name, s in {**full["fwd"], **full["bwd"]}.items()
-        if "bias (fp32)" in name or name == "expert fc1 bias grad"
+        if "fc2 bias (eager" in name or name in ("expert fc1 bias grad", "attn bias add (unfused)")
     )
     assert full["total_s"] - no_bias["total_s"] == pytest.approx(bias_s, rel=1e-9)
     swiglu = _segments(_scn(activation=""))
@@ -145,7 +160,7 @@ def test_preset_says_what_it_does_not_model() -> None:
 
 
 def test_fused_grouped_mlp_drops_exactly_the_eager_expert_ops() -> None:
-    """[kernels] fused_grouped_mlp (TE op fuser): no eager clamps, no FP32 fc2 bias; the rest equal."""
+    """[kernels] fused_grouped_mlp (TE op fuser): no eager clamps, no eager fc2 bias; the rest equal."""
     eager = _segments(_scn())
     data: dict[str, Any] = {
         "model": {"preset": "gpt-oss-120b", "seq_len": SEQ, "layers": 4},
@@ -154,7 +169,7 @@ def test_fused_grouped_mlp_drops_exactly_the_eager_expert_ops() -> None:
         "kernels": {"fused_grouped_mlp": True},
     }
     fused = _segments(scenario_from_dict(data))
-    dropped = {"expert act input clamps", "expert fc2 bias (fp32)"}
+    dropped = {"expert act input clamps", "expert fc2 bias (eager, per expert)"}
     assert set(eager["fwd"]) - set(fused["fwd"]) == dropped
     gone_s = sum(
         s.duration_s
@@ -163,3 +178,37 @@ def test_fused_grouped_mlp_drops_exactly_the_eager_expert_ops() -> None:
     )
     assert eager["total_s"] - fused["total_s"] == pytest.approx(gone_s, rel=1e-9)
     assert "rope (unfused: YaRN mscale)" in fused["fwd"]  # attention side: not the grouped MLP
+
+
+def _with(kernels: dict[str, Any], ep: int = EP, **model: Any) -> Scenario:
+    data: dict[str, Any] = {
+        "model": {"preset": "gpt-oss-120b", "seq_len": SEQ, "layers": 4, **model},
+        "cluster": {"topology": "dgx-h100", "num_gpus": 8},
+        "parallel": {"ep": ep, "micro_batch": 1, "global_batch": 8},
+        "kernels": kernels,
+    }
+    return scenario_from_dict(data)
+
+
+def test_alltoall_sorts_by_local_expert() -> None:
+    """The all-to-all dispatcher's second permutation (sort_chunks_by_idxs) and its inverse: one read
+    and one write of the received token copies each, forward and backward; not with HybridEP/DeepEP
+    (tokens arrive grouped by expert)."""
+    m = model_preset("gpt-oss-120b")
+    seg = _segments(_with({"moe_dispatcher": "alltoall"}))
+    copies = SEQ * m.top_k * m.hidden * 2  # bytes of this rank's received token copies
+    for name in ("moe sort by expert", "moe unsort by expert"):
+        assert seg["fwd"][name].message_bytes == SORT_CHUNKS_PASSES[0] * copies == 2 * copies
+        assert seg["bwd"][name + " bwd"].message_bytes == SORT_CHUNKS_PASSES[2] * copies
+    for disp in ("hybridep", "deepep"):
+        assert "moe sort by expert" not in _segments(_with({"moe_dispatcher": disp}))["fwd"]
+
+
+def test_bias_add_unfused_only_for_biased_moe() -> None:
+    m = model_preset("gpt-oss-120b")
+    seg = _segments(_scn())
+    assert (
+        seg["fwd"]["attn bias add (unfused)"].message_bytes == UNFUSED_BIAS_ADD_PASSES[0] * SEQ * m.hidden * 2
+    )
+    assert "attn bias add (unfused) bwd" not in seg["bwd"]  # the bias gradient is the fused one's too
+    assert "attn bias add (unfused)" not in _segments(_scn(linear_bias=False))["fwd"]

@@ -161,7 +161,7 @@ KEYS: dict[str, Key] = {
     ),
     "model.linear_bias": Key(
         "biases on the linear layers and experts (Megatron add_bias_linear; GPT-OSS): the experts' "
-        "output bias is applied per token in FP32",
+        "output bias is added per local expert by eager 16-bit ops",
         "boolean",
         since=NEXT,
     ),
@@ -1024,9 +1024,11 @@ JSON_FIELDS: dict[str, dict[str, str]] = {
         "collectives[].group": "tp, cp, ep, dp or pp",
         "collectives[].kind": "allreduce, allgather, reducescatter, alltoall or p2p",
         "collectives[].message_bytes": "bytes per GPU of one call",
-        "collectives[].algorithm": "algorithm the cost model chose (ring, tree, nvls, ...)",
+        "collectives[].algorithm": "algorithm the cost model chose (ring, tree, nvls, ...; deepep or hybridep for"
+        " those dispatchers' EP dispatch/combine)",
         "collectives[].time_s": "time of one call [s]",
-        "collectives[].bottleneck": "the link that limits it",
+        "collectives[].bottleneck": "the link that limits it (DeepEP/HybridEP: also their published kernel"
+        " rate or the NVLink forwarding leg)",
         "collectives[].bus_bandwidth_bytes_per_s": "bus bandwidth achieved (nccl-tests convention)",
         "plan": "the whole training run, when the scenario has a [run] table (docs/plan.md)",
         "plan.tokens": "training tokens of the run",
@@ -1239,6 +1241,7 @@ JSON_FIELDS: dict[str, dict[str, str]] = {
         "models": "model presets",
         "models.<preset>": "one preset",
         "models.<preset>.params": "parameters",
+        "models.<preset>.active_params": "parameters active per token (MoE: shared + top-k experts)",
         "models.<preset>.layers": "layers",
         "models.<preset>.hidden": "hidden size",
         "models.<preset>.seq_len": "sequence length",
@@ -1246,6 +1249,8 @@ JSON_FIELDS: dict[str, dict[str, str]] = {
         "gpus.<gpu>": "one GPU",
         "gpus.<gpu>.peak_bf16_tflops": "dense BF16 peak [TFLOP/s]",
         "gpus.<gpu>.peak_fp8_tflops": "dense FP8 peak [TFLOP/s]",
+        "gpus.<gpu>.peak_mxfp8_tflops": "dense MXFP8 peak [TFLOP/s] (0: none)",
+        "gpus.<gpu>.peak_nvfp4_tflops": "dense NVFP4 peak [TFLOP/s] (0: none)",
         "gpus.<gpu>.hbm_gib": "memory [GiB]",
         "gpus.<gpu>.hbm_TBps": "memory bandwidth [TB/s]",
         "topologies": "shipped topology names",
