@@ -73,6 +73,8 @@ MODULE_OPS: dict[str, tuple[float, float, float]] = {
     "attn": (15.0, 11.0, 4.0),
     "attn_tp": (2.0, 2.0, 0.0),  # TP > 1: the sequence-parallel all-gather / reduce-scatter calls
     "mla": (6.0, 4.0, 4.0),  # MLA: q/kv down- and up-projections and their norms on top of "attn"
+    # QK norm (Qwen3): q_layernorm and k_layernorm forward and backward, the DDP hooks of their weights
+    "qk_norm": (2.0, 2.0, 2.0),
     "mlp": (8.0, 7.0, 4.0),  # dense LayerNormMLP: norm, quantize, fc1, activation, quantize, fc2
     # pre-MLP norm and TopKRouter: gating GEMM in fp32, score function, top-k, routing-map
     # scatter, aux-loss statistics (sums, all-reduce of tokens per expert)
@@ -174,6 +176,7 @@ def moe_layer_host_ops(scn: Scenario) -> LayerHostOps | None:
         MODULE_OPS["attn"],
         MODULE_OPS["attn_tp"] if par.tp > 1 else none,
         MODULE_OPS["mla"] if m.mla is not None else none,
+        MODULE_OPS["qk_norm"] if m.qk_norm else none,
     )
     if _graphed(scn, "attn"):
         attn = launch

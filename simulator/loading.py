@@ -56,6 +56,7 @@ MODEL_KEYS = (
     "position_embeddings",
     "activation",
     "linear_bias",
+    "qk_norm",
     "rope_mscale",
     "mtp_layers",
     "dropout",
@@ -481,6 +482,9 @@ def hf_config_fields(path: Path) -> dict[str, Any]:
         out["_features"] = [GPT_OSS_SINKS]
     elif get("mlp_bias") is True:
         out["linear_bias"] = True
+    if model_type in ("qwen3", "qwen3_moe"):
+        # per-head q_norm/k_norm (Megatron-Bridge Qwen3Bridge / Qwen3MoEBridge: qk_layernorm = True)
+        out["qk_norm"] = True
     # --- sequence length: the scenario's; else the pre-training length the config records
     rope_value = cfg.get("rope_scaling") or cfg.get("rope_parameters")  # transformers v5 renamed it
     rope: dict[str, Any] = rope_value if isinstance(rope_value, dict) else {}

@@ -144,6 +144,11 @@ SORT_CHUNKS_PASSES = (2.0, 1, 2.0, 1)
 # `x + bias` as its own kernel before the residual add (dropout at p = 0 launches nothing): on the
 # attention output (linear_proj's bias) one more read and write of the [tokens, hidden] tensor.
 UNFUSED_BIAS_ADD_PASSES = (2.0, 1, 0.0, 0)
+# QK_NORM_NOTE: Qwen3's per-head q_norm/k_norm (Megatron-Bridge qwen3_bridge.py:52 and
+# qwen3_moe_bridge.py:52@c8101293 set qk_layernorm = True): SelfAttention applies q_layernorm and
+# k_layernorm to the query and key heads after the qkv projection, before RoPE
+# (megatron/core/transformer/attention.py:1488-1492@2edffadb5), two TE RMSNorm kernels that read
+# and write q and k (backward: twice that, as the layer norms are costed).
 # Context-parallel ring attention merges each step's partial result into the running one (TE
 # flash_attn_fwd_out_correction / the dq and dk,dv accumulations): per step and element, read the
 # step's 16-bit partial, read and write the 16-bit accumulator, and a 16-bit rescaled temporary
@@ -515,6 +520,8 @@ class _Coster:
         else:
             self._tp_entry(fwd, b_in, tp_msg, matmul_time_s(d, T, q_local + 2 * kv_local, h))
             mm("qkv", T, q_local + 2 * kv_local, h)
+            if m.qk_norm:  # per-head RMSNorm of q and k (QK_NORM_NOTE)
+                mem("qk norm", 2 * T * (q_local + kv_local) * a, kernels=2)
             if not m.position_embeddings and m.rope_mscale != 1.0:
                 self._eager(
                     fwd,

@@ -9,6 +9,7 @@ importer derives the YaRN factor as Megatron-Core does.
 from __future__ import annotations
 
 import math
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -29,6 +30,7 @@ from simulator.simulate import simulate
 from simulator.specs import Scenario
 
 SEQ, EP = 2048, 8
+FIXTURES = Path(__file__).parent / "fixtures" / "hf"
 
 
 def _scn(**model: Any) -> Scenario:
@@ -212,3 +214,48 @@ def test_bias_add_unfused_only_for_biased_moe() -> None:
     )
     assert "attn bias add (unfused) bwd" not in seg["bwd"]  # the bias gradient is the fused one's too
     assert "attn bias add (unfused)" not in _segments(_scn(linear_bias=False))["fwd"]
+
+
+def test_qk_norm_costs_two_norms_of_q_and_k() -> None:
+    """Qwen3's per-head q_norm/k_norm (qk_norm): one read and one write of q and k forward, twice
+    that backward, as the layer norms; the preset and the config.json import both set it."""
+    from simulator.loading import model_from_table
+
+    def qwen(**model: Any) -> Scenario:
+        data: dict[str, Any] = {
+            "model": {"preset": "qwen3-30b-a3b", "seq_len": SEQ, "layers": 4, **model},
+            "cluster": {"topology": "dgx-h100", "num_gpus": 8},
+            "parallel": {"ep": EP, "micro_batch": 1, "global_batch": 8},
+        }
+        return scenario_from_dict(data)
+
+    m = model_preset("qwen3-30b-a3b")
+    assert m.qk_norm and model_preset("qwen3-235b-a22b").qk_norm and not model_preset("gpt-oss-120b").qk_norm
+    imported = model_from_table({"hf_config": "qwen3_30b_a3b.json", "seq_len": 4096}, FIXTURES)
+    assert imported.qk_norm
+    with_norm, without = _segments(qwen()), _segments(qwen(qk_norm=False))
+    qk_bytes = SEQ * (m.heads + m.num_kv_heads) * m.dim_per_head * 2
+    assert with_norm["fwd"]["qk norm"].message_bytes == 2 * qk_bytes
+    assert with_norm["bwd"]["qk norm bwd"].message_bytes == 4 * qk_bytes
+    assert "qk norm" not in without["fwd"]
+    added = with_norm["fwd"]["qk norm"].duration_s + with_norm["bwd"]["qk norm bwd"].duration_s
+    assert with_norm["total_s"] - without["total_s"] == pytest.approx(added, rel=1e-9)
+
+
+def test_qk_norm_keeps_its_inputs() -> None:
+    from simulator.memory import scenario_layer_activations
+
+    def qwen(**model: Any) -> Scenario:
+        data: dict[str, Any] = {
+            "model": {"preset": "qwen3-30b-a3b", "seq_len": SEQ, "layers": 4, **model},
+            "cluster": {"topology": "dgx-h100", "num_gpus": 8},
+            "parallel": {"ep": EP, "micro_batch": 1, "global_batch": 8},
+        }
+        return scenario_from_dict(data)
+
+    m = model_preset("qwen3-30b-a3b")
+    extra = (
+        scenario_layer_activations(qwen(), True).stored
+        - scenario_layer_activations(qwen(qk_norm=False), True).stored
+    )
+    assert extra == pytest.approx(2 * SEQ * (m.heads + m.num_kv_heads) * m.dim_per_head)  # 16-bit q and k

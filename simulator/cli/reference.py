@@ -165,6 +165,11 @@ KEYS: dict[str, Key] = {
         "boolean",
         since=NEXT,
     ),
+    "model.qk_norm": Key(
+        "RMSNorm of each query and key head before RoPE (Qwen3's q_norm/k_norm; Megatron qk_layernorm)",
+        "boolean",
+        since=NEXT,
+    ),
     "model.rope_mscale": Key(
         "YaRN attention factor on RoPE's cos/sin (GPT-OSS 1.3466); not 1 = Megatron-Core's unfused RoPE",
         "number",
