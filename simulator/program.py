@@ -1125,9 +1125,9 @@ class _Coster:
         """This MoE layer in Megatron-Core's combined 1F1B (`combined_layer_s`): the part of its
         EP all-to-all the other micro-batch's compute cannot hide, and the compute slowed by the
         SMs the communication kernels hold while the rest is hidden. The forward is split at the
-        dispatcher's marks; the backward at the MoE block (its two all-to-alls are taken as equal
-        halves of its EP time: equal for NCCL's all-to-all, within the dispatch/combine speed ratio
-        of the flex dispatchers, ep_dispatch.py)."""
+        dispatcher's marks; the backward at the MoE block, its EP time by side (the combine's
+        gradient first, the dispatch's after the experts: unequal for the flex dispatchers, whose
+        combine and dispatch kernels run at different rates, ep_dispatch.py)."""
         _, sync, experts, combine = marks
 
         def comp(parts: list) -> float:
@@ -1136,8 +1136,10 @@ class _Coster:
         def ep(parts: list) -> float:
             return sum(p.duration_s for p in parts if p.category == "ep_comm")
 
-        ep_b = ep(b_in)
-        comm = (ep_b / 2, ep(fwd[sync:experts]), ep_b / 2, ep(fwd[combine:]))
+        # the backward's combine side (the combine's gradient, a dispatch-shaped all-to-all, and
+        # the etp reduce-scatter's) runs first, its dispatch side after the experts
+        combine_b = ep([p for p in b_in if p.name in ("ep combine bwd", "etp allgather bwd")])
+        comm = (combine_b, ep(fwd[sync:experts]), ep(b_in) - combine_b, ep(fwd[combine:]))
         total_ep = sum(comm)
         if total_ep <= 0:
             return EpPair(1.0, 0.0)
