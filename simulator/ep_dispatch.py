@@ -15,7 +15,12 @@ DeepEP / HybridEP kernels move it (issue 13).
   over NVLink to the ranks there (DeepSeek-V3, arXiv 2412.19437 §3.2.1: "each token ... will be
   transmitted via IB to the GPUs with the same in-node index on its target nodes ... instantly
   forwarded via NVLink to specific GPUs that host their target experts"; HybridEP: "no redundant
-  communication during data distribution", same Megatron-LM guide §2.5).
+  communication during data distribution", same Megatron-LM guide §2.5; its buffers show it,
+  DeepEP hybrid-ep branch docs/Hybrid-EP_Implementation.md §4: the RDMA buffer holds
+  max_tokens_per_rank x (nodes - 1) rows, one per (token, remote node), and a rank's NVLink
+  buffer one slot per token of the group). The expected ranks and nodes a token reaches are
+  taken under uniform routing (`expected_groups_hit`): Megatron-Core's forced balancing draws
+  random router logits (--moe-router-force-load-balancing, every Megatron-Bridge perf recipe).
 
 The kernels' own speed inside one NVLink domain is a published measurement, not the fabric's:
 `DISPATCHER_ALGBW_GBPS`. DeepEP's intranode kernels copy with SM loads/stores and scale with the
