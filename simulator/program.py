@@ -359,6 +359,9 @@ class Program:
     # Megatron-Core's combined 1F1B (EP all-to-all overlap): the steady-state forwards run paired
     # with a backward of another micro-batch (schedules.combined_1f1b)
     ep_overlap: bool = False
+    # the kernel mix's tensor activity and the power-limited clock it sets (simulator/clocks.py)
+    tensor_activity: float = 0.0
+    power_clock: float = 1.0
 
     @property
     def gathers_per_step(self) -> bool:
@@ -1325,7 +1328,51 @@ def output_layer_device(device: Device) -> Device:
     builds it as a plain `tensor_parallel.ColumnParallelLinear` (megatron/core/models/gpt/
     gpt_model.py), not a Transformer Engine module, and TE's fp8_autocast wraps only the
     transformer layers; llm-foundry's MPT head is the tied embedding's F.linear, also outside TE."""
-    return device if device.dtype in ("bf16", "fp16", "fp32") else Device(device.gpu, "bf16")
+    return device if device.dtype in ("bf16", "fp16", "fp32") else replace(device, dtype="bf16")
+
+
+ATTENTION_SEGMENT = "attention ("  # how _Coster names its attention kernels (16-bit in FP8 training)
+
+
+def tensor_activity(device: Device, phases: Iterable[_Phase]) -> float:
+    """The kernel mix's tensor activity D (simulator/clocks.py): the time-weighted mean over the
+    compute kernels of their tensor FLOP rate relative to a saturating GEMM of their precision
+    (the MAMF ceiling) — Σ FLOPs / saturated rate over Σ time, both at the same clock. Attention
+    runs in 16-bit even in FP8 training and a fused causal kernel executes half the s×s FLOPs its
+    segment counts; memory-bound kernels and the slowdown beside overlapped communication count
+    as time without tensor work."""
+    from .kernels import saturated_gemm_flop_per_s
+
+    p = device.params
+    busy_s = saturated_s = 0.0
+    for phase in phases:
+        for seg in phase.parts:
+            if seg.category not in ("compute", "recompute") or seg.duration_s <= 0:
+                continue
+            busy_s += seg.duration_s
+            if seg.flops <= 0:
+                continue
+            flops, dtype = seg.flops, device.dtype
+            if seg.name.startswith(ATTENTION_SEGMENT):
+                dtype = output_layer_device(device).dtype
+                if not seg.name.startswith(ATTENTION_SEGMENT + "unfused"):
+                    flops /= 2  # the segment counts the full s×s; a fused causal kernel skips half
+            saturated_s += flops / (saturated_gemm_flop_per_s(device.gpu, dtype, p) * device.clock)
+    return saturated_s / busy_s if busy_s > 0 else 0.0
+
+
+def power_limited_device(coster: _Coster) -> tuple[Device, float]:
+    """The device at the power-limited clock of this step's kernel mix, and the mix's activity:
+    one transformer layer (forward, backward, recompute) costed at the boost clock."""
+    from .clocks import power_limited_clock
+
+    device = coster.device
+    ratio = device.params.sustained_gemm_ratio(device.dtype)
+    if ratio >= 1.0:
+        return device, 0.0
+    forward, b_in, b_w, rec, _ = coster.layer(coster.scn.model.is_moe)
+    activity = tensor_activity(device, (forward, b_in, b_w, rec))
+    return replace(device, power_clock=power_limited_clock(activity, ratio)), activity
 
 
 def _repeat(phase: _Phase, n: int) -> list:
@@ -1337,6 +1384,7 @@ def build_program(scn: Scenario, comm: CommModel | None = None) -> Program:
     """Cost every stage's chunks for this scenario."""
     comm = comm or default_comm_model(scn)
     coster = _Coster(scn, comm)
+    coster.device, activity = power_limited_device(coster)
     par, m = scn.parallel, scn.model
     pp, vp = par.pp, par.vp
     layout = chunk_layers(
@@ -1533,6 +1581,8 @@ def build_program(scn: Scenario, comm: CommModel | None = None) -> Program:
         collectives=tuple(coster.seen.values()),
         warnings=tuple(getattr(comm, "placement_warnings", lambda: [])()),
         ep_overlap=ep_overlap,
+        tensor_activity=activity,
+        power_clock=coster.device.power_clock,
     )
 
 

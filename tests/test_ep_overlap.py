@@ -118,7 +118,8 @@ def test_more_communication_sms_slow_the_overlapped_compute() -> None:
     assert default == pytest.approx(steps[1], rel=1e-12)  # HybridEP's default: 32
     assert DEFAULT_EP_COMM_SMS["hybridep"] == 32 and DEFAULT_EP_COMM_SMS["deepep"] == 20
     eager = [simulate(_scn(par, {"ep_comm_sms": n})).report.step_time_s for n in (8, 20, 64)]
-    assert eager[0] <= eager[1] <= eager[2]
+    # (to rounding: the SMs move the kernel mix's power-limited clock by ~1e-16, clocks.py)
+    assert eager[0] <= eager[1] * (1 + 1e-12) and eager[1] <= eager[2] * (1 + 1e-12)
 
 
 def test_combined_pair_waits_for_the_host_between_syncs() -> None:

@@ -1007,6 +1007,8 @@ JSON_FIELDS: dict[str, dict[str, str]] = {
         "kernels.system.nccl_bw_fraction": "achieved fraction of link bandwidth of collectives in the job",
         "kernels.system.overlap_slowdown": "compute slowdown while communication overlaps it",
         "kernels.system.fp4_matmul_fraction": "NVFP4 GEMM efficiency relative to the kernel model (recipes.toml)",
+        "kernels.system.tensor_activity": "tensor FLOP rate of one layer's kernels relative to a saturating GEMM, 0 where no power law applies (simulator/clocks.py)",
+        "kernels.system.power_limited_clock": "clock the board power limit allows for that kernel mix, relative to the benchmarks' boost clock (simulator/clocks.py)",
         "breakdown_s": "seconds of the step per category, mean over pipeline stages (sums to step_time_s)",
         "breakdown_s.<category>": "seconds in this category",
         "breakdown_by_stage_s": "the same per pipeline stage (each sums to step_time_s)",
