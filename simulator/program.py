@@ -137,6 +137,20 @@ EXPERT_BIAS_BYTES = (12.0, 2, 1, 16.0, 4, 2)
 # backward is the inverse sort. HybridEP and DeepEP hand the tokens over already grouped by expert
 # (no second sort). (forward passes, kernels, backward passes, kernels) per sort:
 SORT_CHUNKS_PASSES = (2.0, 1, 2.0, 1)
+# Quantized experts pad each expert's token rows to the GEMM alignment (MXFP8 32, FP8 16: fp8_utils.py
+# get_fp8_align_size:168-173@2edffadb5; 256 for the fused grouped MLP): TEGroupedMLP.forward calls
+# Fp8Padding on the permuted tokens and Fp8Unpadding on the fc2 output (experts.py:345-352@2edffadb5)
+# unless the router or HybridEP already padded (moe_router_padding_for_quantization, default False
+# and False in every Megatron-Bridge recipe; HybridEP pads inside its dispatch when fp8/fp4:
+# token_dispatcher.py:1040-1041; moe_utils.skip_routed_expert_padding@d0b3b775). TE copies with
+# one fused kernel each (tex.fused_multi_row_padding / _unpadding, fp8_padding.py:42 and
+# fp8_unpadding.py:41@366798ef) unless every expert's count is already a multiple of the alignment
+# -- which routed counts are not (forced balancing draws random logits per token: RandomSTE,
+# moe_utils.py:1194-1215), so the copy always runs. Backward: the unpadding's gradient pads, the
+# padding's unpads. Per [tokens*top_k, hidden] tensor: 2 + 2 passes forward in 2 kernels, the
+# same backward.
+QUANT_PADDING_PASSES = (4.0, 2, 4.0, 2)
+QUANTIZED_EXPERT_DTYPES = ("fp8", "mxfp8", "nvfp4")
 # Biased MoE models run the bias-dropout-add unfused: TEGroupedMLP asserts "bias_dropout_fusion is
 # not supported in TEGroupedMLP when add_bias_linear=True" (experts.py:173-175@2edffadb5; GPT-OSS:
 # GPTOSSBridge sets bias_dropout_fusion = False, gpt_oss_bridge.py:74@Megatron-Bridge c8101293).
@@ -932,6 +946,9 @@ class _Coster:
                 b_in.append(Segment("compute", label, memory_op_time_s(d, cast_grad), 0.0, cast_grad))
 
         experts = len(fwd)
+        if d.dtype in QUANTIZED_EXPERT_DTYPES and scn.kernels.moe_dispatcher != "hybridep":
+            rows_bytes = per_expert * experts_local * h * a
+            self._eager(fwd, b_in, "expert quantization pad/unpad", QUANT_PADDING_PASSES, rows_bytes)
         grouped("expert fc1", fc1_n, h)
         rows = per_expert * experts_local  # token copies through this rank's experts
         if m.linear_bias:  # fc1 bias gradient: one read of the fc1 output gradient (TE GroupedLinear)

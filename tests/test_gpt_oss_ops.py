@@ -21,6 +21,7 @@ from simulator.loading import model_preset, scenario_from_dict, yarn_attention_f
 from simulator.program import (
     CLAMPED_GLU_PASSES,
     EXPERT_BIAS_BYTES,
+    QUANT_PADDING_PASSES,
     SORT_CHUNKS_PASSES,
     UNFUSED_BIAS_ADD_PASSES,
     UNFUSED_ROPE_PASSES,
@@ -259,3 +260,28 @@ def test_qk_norm_keeps_its_inputs() -> None:
         - scenario_layer_activations(qwen(qk_norm=False), True).stored
     )
     assert extra == pytest.approx(2 * SEQ * (m.heads + m.num_kv_heads) * m.dim_per_head)  # 16-bit q and k
+
+
+def test_quantized_experts_pad_and_unpad_unless_hybridep_padded() -> None:
+    """FP8/MXFP8 experts: TE's Fp8Padding/Fp8Unpadding copy the routed tokens and the fc2 output
+    (2 + 2 passes each way); HybridEP pads inside its dispatch; BF16 needs no padding."""
+
+    def qwen(dtype: str, dispatcher: str) -> Scenario:
+        data: dict[str, Any] = {
+            "model": {"preset": "qwen3-30b-a3b", "seq_len": SEQ, "layers": 4},
+            "cluster": {"topology": "dgx-h100", "num_gpus": 8},
+            "parallel": {"ep": EP, "micro_batch": 1, "global_batch": 8},
+            "precision": {"dtype": dtype},
+            "kernels": {"moe_dispatcher": dispatcher},
+        }
+        return scenario_from_dict(data)
+
+    m = model_preset("qwen3-30b-a3b")
+    name = "expert quantization pad/unpad"
+    seg = _segments(qwen("fp8", "alltoall"))
+    copies = SEQ * m.top_k * m.hidden * 2
+    assert seg["fwd"][name].message_bytes == QUANT_PADDING_PASSES[0] * copies == 4 * copies
+    assert seg["bwd"][name + " bwd"].message_bytes == QUANT_PADDING_PASSES[2] * copies
+    assert name in _segments(qwen("fp8", "deepep"))["fwd"]
+    assert name not in _segments(qwen("fp8", "hybridep"))["fwd"]
+    assert name not in _segments(qwen("bf16", "alltoall"))["fwd"]
