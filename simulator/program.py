@@ -259,28 +259,70 @@ class ChunkProgram:
     param_gather_bytes: tuple[float, ...] = ()
 
 
-def overlap_pair(forward: Block, backward: Block, sm_fraction: float) -> tuple[Block, Block]:
+@dataclass(frozen=True, slots=True)
+class PairHost:
+    """One eager MoE layer as DualPipe's F&B pair runs it (`overlap_pair`): the CPU time to issue
+    the ops of its passes with their device-to-host syncs (hostbound.py), their GPU seconds other
+    than the EP all-to-all, and the all-to-all's before the pair hides any; each for the whole
+    layer (forward, recomputation, backward) and, `*_f_s`, for its forward alone."""
+
+    issue_s: float
+    gpu_s: float
+    ep_s: float
+    issue_f_s: float
+    gpu_f_s: float
+    ep_f_s: float
+
+
+def overlap_pair(
+    forward: Block, backward: Block, sm_fraction: float, host: PairHost | None = None, n_layers: int = 0
+) -> tuple[Block, Block]:
     """DualPipe's F&B chunk (DeepSeek-V3 report §3.2.1, Fig. 4): a forward and a backward of two
     micro-batches run together, so the EP dispatch/combine of each hides behind the other's
     compute. The pair's EP communication stays exposed only beyond the pair's compute; the
     hidden part slows that compute by the SMs the communication kernels take (as
-    `_Coster._overlap_ep`; DeepSeek gives 20 of the H800's 132 SMs to communication)."""
+    `_Coster._overlap_ep`; DeepSeek gives 20 of the H800's 132 SMs to communication).
+
+    Host-bound MoE layers (`host`, one for each of the chunk's `n_layers` MoE layers, all costed
+    alike): the pair's CPU thread issues both micro-batches' ops of a layer between one
+    dispatcher sync and the next, so the layer takes max(that issue time, its GPU time in the
+    pair: its own work, its all-to-all at the pair's exposed fraction and the SM interference of
+    the hidden rest), as the combined 1F1B's `EpPair.host_s`. This replaces the passes' own
+    `host_bound` segments (computed against the unhidden all-to-all, so more traffic lowered
+    them). Of the layer's time, the forward takes max(its own ops' issue time, its GPU time),
+    capped so the backward keeps at least its GPU time; the backward the rest. Monotone: both
+    grow with the layer's GPU and all-to-all time, so more traffic never shortens the pair."""
     ep_s = forward.seconds("ep_comm") + backward.seconds("ep_comm")
-    if ep_s <= 0:
+    paired_host = host is not None and n_layers > 0
+    if ep_s <= 0 and not paired_host:
         return forward, backward
     compute_s = forward.seconds("compute") + backward.seconds("compute")
     exposed = max(0.0, ep_s - compute_s)
-    keep = exposed / ep_s
+    keep = exposed / ep_s if ep_s > 0 else 1.0
     hidden = ep_s - exposed
 
     def scaled(block: Block) -> tuple[Segment, ...]:
         return tuple(
             replace(seg, duration_s=seg.duration_s * keep) if seg.category == "ep_comm" else seg
             for seg in block.segments
+            if not (paired_host and seg.category == "host_bound")  # the MoE layers' own: replaced
         )
 
-    slowdown = Segment("compute", "F&B overlap interference", sm_interference_s(hidden, sm_fraction))
-    return Block(scaled(forward)), Block((*scaled(backward), slowdown))
+    extra_f: list[Segment] = []
+    extra_b: list[Segment] = []
+    if ep_s > 0:
+        extra_b.append(Segment("compute", "F&B overlap interference", sm_interference_s(hidden, sm_fraction)))
+    if host is not None and paired_host:
+        gpu_s = host.gpu_s + host.ep_s * keep + sm_interference_s(host.ep_s * (1 - keep), sm_fraction)
+        gpu_f_s = host.gpu_f_s + host.ep_f_s * keep
+        wait_s = max(0.0, host.issue_s - gpu_s)
+        wait_f_s = min(max(0.0, host.issue_f_s - gpu_f_s), wait_s)
+        label = "host issue (DualPipe F&B pair, sync to sync)"
+        if wait_f_s > 0:
+            extra_f.append(Segment("host_bound", label, n_layers * wait_f_s))
+        if wait_s > wait_f_s:
+            extra_b.append(Segment("host_bound", label, n_layers * (wait_s - wait_f_s)))
+    return Block((*scaled(forward), *extra_f)), Block((*scaled(backward), *extra_b))
 
 
 def sm_interference_s(hidden_s: float, sm_fraction: float) -> float:
@@ -415,6 +457,7 @@ class _Coster:
     memo: dict = field(default_factory=dict)
     stage: int = 0  # the pipeline stage whose TP/CP/EP groups are being costed
     ep_pair: EpPair = EpPair(1.0, 0.0)  # the last MoE layer costed, in the combined 1F1B
+    pair_host: PairHost | None = None  # the last MoE layer costed, in DualPipe's F&B pairs
     act_sync_index: int = 0  # where in the last MoE layer's forward the activation's host sync sits
 
     def __post_init__(self) -> None:
@@ -647,7 +690,28 @@ class _Coster:
         if marks:
             self._host_bound(fwd, b_in, b_w, marks)
         recompute = self._recompute(fwd, spans)
+        if marks and par.schedule in PAIRED_SCHEDULES:
+            self.pair_host = self._pair_host(fwd, list(recompute.parts), b_in, b_w)
         return _Phase(tuple(fwd)), _Phase(tuple(b_in)), _Phase(tuple(b_w)), recompute, params_local
+
+    def _pair_host(self, fwd: list, rec: list, b_in: list, b_w: list) -> PairHost | None:
+        """This MoE layer's `PairHost` for DualPipe's F&B pairs: the CPU issue time of its passes'
+        ops and syncs (full recomputation issues the forward again), and their GPU time."""
+        ops = moe_layer_host_ops(self.scn)
+        if ops is None:
+            return None
+        issue_f_s = ops.forward * HOST_OP_S + ops.syncs * HOST_SYNC_S
+        issue_s = issue_f_s * (2 if self.scn.parallel.recompute == "full" else 1)
+        issue_s += (ops.backward_input + ops.backward_weight) * HOST_OP_S + ops.backward_syncs * HOST_SYNC_S
+
+        def gpu(parts: list) -> float:
+            return sum(p.duration_s for p in parts if p.category not in ("ep_comm", "host_bound"))
+
+        def ep(parts: list) -> float:
+            return sum(p.duration_s for p in parts if p.category == "ep_comm")
+
+        parts = fwd + rec + b_in + b_w
+        return PairHost(issue_s, gpu(parts), ep(parts), issue_f_s, gpu(fwd), ep(fwd))
 
     def _host_bound(self, fwd: list, b_in: list, b_w: list, marks: tuple[int, ...]) -> None:
         """The CPU issue time of a MoE layer the GPU waits for (simulator/hostbound.py): after the
@@ -1412,7 +1476,8 @@ def build_program(scn: Scenario, comm: CommModel | None = None) -> Program:
             if m.is_moe:
                 layer[True] = coster.layer(True)
             mtp_cost = coster.mtp(layer[m.is_moe_layer(m.layers - 1)]) if m.mtp_layers else None
-            costed[key] = (layer, coster.embedding(), coster.logits(), mtp_cost, coster.ep_pair)
+            extras = (coster.embedding(), coster.logits(), mtp_cost, coster.ep_pair, coster.pair_host)
+            costed[key] = (layer, *extras)
         return costed[key]
 
     gbytes = grad_reduce_bytes_per_param(scn.dtype, scn.kernels.grad_reduce_dtype)
@@ -1424,7 +1489,7 @@ def build_program(scn: Scenario, comm: CommModel | None = None) -> Program:
 
     stages = []
     for s in range(pp):
-        layer_cost, (emb_f, emb_b), (log_f, log_bi, log_bw), mtp, ep_pair = stage_costs(s)
+        layer_cost, (emb_f, emb_b), (log_f, log_bi, log_bw), mtp, ep_pair, pair_host = stage_costs(s)
         chunks = []
         stage_params = 0.0
         stage_expert_params = 0.0
@@ -1513,13 +1578,13 @@ def build_program(scn: Scenario, comm: CommModel | None = None) -> Program:
                             dp_param_b.append(n_params * device.element_bytes)
             forward, backward = _block(fwd), _block(rec + b_in + b_w)
             paired: tuple[Block | None, Block | None] = (None, None)
+            # MoE layers of this chunk in an F&B pair (the MTP layers copy the last one)
+            n_pair = n_moe + (
+                m.mtp_layers if last and mtp is not None and m.is_moe_layer(m.layers - 1) else 0
+            )
             if par.schedule in ("dualpipe", "dualpipev"):
-                paired = overlap_pair(forward, backward, ep_sm_fraction(scn))
+                paired = overlap_pair(forward, backward, ep_sm_fraction(scn), pair_host, n_pair)
             elif ep_overlap:
-                # MoE layers of this chunk in the combined 1F1B (the MTP layers copy the last one)
-                n_pair = n_moe + (
-                    m.mtp_layers if last and mtp is not None and m.is_moe_layer(m.layers - 1) else 0
-                )
                 paired = _combined_pair(forward, backward, ep_pair, n_pair)
             chunks.append(
                 ChunkProgram(
