@@ -23,6 +23,29 @@ law with no per-chip parameter: B200 (1,000 W, 148 SMs) is the reference of Blac
 sustains 11% more than GB200 at the same datasheet peak. Hopper and Ampere SKUs share power per
 SM and per-SM peak, so their factor is exactly 1. The reference SKUs are in
 simulator/catalog/kernels.toml `[clock_reference]`.
+
+Power-limited clock by workload (issue 12, hopper-scale). The same cube law sets how far the
+clock falls for a given mix of kernels. Dynamic power is a·C·V²·f with V ∝ f, and the switching
+activity `a` of the tensor cores is proportional to the tensor FLOP rate they sustain (Horace He,
+"Strangely, Matrix Multiplications on GPUs Run Faster When Given 'Predictable' Data!",
+thonking.ai 2024: random inputs draw more power than zeros and the clock drops to stay under the
+board limit; Gregersen, Patel, Choukse, "Input-Dependent Power Usage in GPUs", SC24 workshop,
+arXiv 2409.18324: GEMM power moves by up to ~40% with the input bits). So a workload whose
+tensor activity D — its tensor FLOP rate at the boost clock relative to a saturating GEMM's — is
+below 1 holds a higher clock than a saturating GEMM does:
+
+    f / f_boost = min(1, r · D^(−1/3)),
+
+where r is a saturating GEMM's sustained throughput relative to its short-burst (boost-clock)
+throughput, measured on the same GPU in one session: the Maximum Sustainable over the Maximum
+Achievable Matmul FLOPS (stas00/ml-engineering compute/accelerator/README.md, branch fast-mamf at
+082816f, 2026-08: H200 SXM BF16 708.5 / 841.9 = 0.842 at 693 W, FP8 1,288.7 / 1,491.9 = 0.864;
+the burst ran at 1,980 MHz and ~176 W, the sustained shape at ~1,465 / 1,374 MHz). The shipped
+GEMM figures the kernel model reproduces are bursts at the boost clock (OpenXLA's table: one
+warm-up and five timed runs per shape; MAMF: 50 warm-up and 100 timed iterations), so a training
+step's kernels run at this fraction of them. The static and memory power are taken as
+independent of the kernel mix (they cancel out of the ratio), and D is a property of the step's
+kernel mix, not of one kernel: GPU Boost's power loop averages over many kernels.
 """
 
 from __future__ import annotations
@@ -80,6 +103,14 @@ def power_clock_factor(gpu: GPUSpec) -> float:
     (1.0 for a GPU outside the catalog). A property of the named SKU, from its catalog entry: a
     scenario that changes a GPU's peaks or SMs changes its speed through them, not this factor."""
     return _factor(gpu.name)
+
+
+def power_limited_clock(tensor_activity: float, saturated_ratio: float) -> float:
+    """Clock (relative to the benchmark's boost clock) a power-limited GPU holds for a kernel mix
+    of `tensor_activity` D: min(1, r · D^(−1/3)) (the law above; r = 1 turns it off)."""
+    if saturated_ratio >= 1.0 or tensor_activity <= 0.0:
+        return 1.0
+    return float(min(1.0, saturated_ratio * tensor_activity ** (-CLOCK_POWER_EXPONENT)))
 
 
 def sustained_clock_fraction(gpu: GPUSpec) -> float:

@@ -38,6 +38,9 @@ class Device:
 
     gpu: GPUSpec
     dtype: str
+    # the power-limited clock of this step's kernel mix relative to the benchmarks' boost clock
+    # (simulator/clocks.py power_limited_clock; program.py sets it from one layer's activity)
+    power_clock: float = 1.0
 
     @property
     def peak_flop_per_s(self) -> float:
@@ -64,8 +67,9 @@ class Device:
 
     @property
     def clock(self) -> float:
-        # the calibrated reference-SKU clock, scaled by the board-power law (simulator/clocks.py)
-        return sustained_clock_fraction(self.gpu)
+        # the calibrated reference-SKU clock, scaled by the board-power law, times the
+        # power-limited clock of the step's kernel mix (simulator/clocks.py)
+        return sustained_clock_fraction(self.gpu) * self.power_clock
 
     @property
     def launch_s(self) -> float:

@@ -1,10 +1,12 @@
 """What Megatron-Core's MoE token dispatchers send over expert parallelism, and how fast the
 DeepEP / HybridEP kernels move it (issue 13).
 
-* `alltoall` (and `allgather`): NCCL. The dispatcher permutes one copy of a token per chosen
-  expert before the all-to-all (Megatron-Core moe/token_dispatcher.py,
-  MoEAlltoAllTokenDispatcher: `permute(hidden_states, routing_map)`), so a token routed to two
-  experts of one rank crosses the fabric twice.
+* `alltoall`: NCCL. The dispatcher permutes one copy of a token per chosen expert before the
+  all-to-all (Megatron-Core moe/token_dispatcher.py, MoEAlltoAllTokenDispatcher:
+  `permute(hidden_states, routing_map)`), so a token routed to two experts of one rank crosses
+  the fabric twice.
+* `allgather`: NCCL. MoEAllGatherTokenDispatcher all-gathers every token of the TP x EP group to
+  every rank and reduce-scatters the outputs back, whatever the routing.
 * `deepep` / `hybridep` (`--moe-token-dispatcher-type flex`): the communication kernel does the
   global permute itself and sends a token once per destination *rank* (Megatron-LM
   docs/discussions/deepseek-v3-gb200-optimization at eb0783b6d3, §2.1.1: the flex dispatcher
@@ -13,7 +15,12 @@ DeepEP / HybridEP kernels move it (issue 13).
   over NVLink to the ranks there (DeepSeek-V3, arXiv 2412.19437 §3.2.1: "each token ... will be
   transmitted via IB to the GPUs with the same in-node index on its target nodes ... instantly
   forwarded via NVLink to specific GPUs that host their target experts"; HybridEP: "no redundant
-  communication during data distribution", same Megatron-LM guide §2.5).
+  communication during data distribution", same Megatron-LM guide §2.5; its buffers show it,
+  DeepEP hybrid-ep branch docs/Hybrid-EP_Implementation.md §4: the RDMA buffer holds
+  max_tokens_per_rank x (nodes - 1) rows, one per (token, remote node), and a rank's NVLink
+  buffer one slot per token of the group). The expected ranks and nodes a token reaches are
+  taken under uniform routing (`expected_groups_hit`): Megatron-Core's forced balancing draws
+  random router logits (--moe-router-force-load-balancing, every Megatron-Bridge perf recipe).
 
 The kernels' own speed inside one NVLink domain is a published measurement, not the fabric's:
 `DISPATCHER_ALGBW_GBPS`. DeepEP's intranode kernels copy with SM loads/stores and scale with the
@@ -92,7 +99,9 @@ def expected_groups_hit(num_experts: int, groups: int, top_k: int) -> float:
 def _interp(points: dict[int, tuple[float, float, float]], sms: int, col: int) -> float:
     xs = sorted(points)
     if sms <= xs[0]:
-        return points[xs[0]][col]
+        # below the fewest SMs measured the kernels are SM-bound: bandwidth in proportion (DeepEP
+        # GB200 EP8 16 -> 24 SMs: x1.42 for x1.5; HybridEP H100 EP16 4 -> 8 SMs: x1.73 for x2)
+        return points[xs[0]][col] * max(sms, 1) / xs[0]
     if sms >= xs[-1]:
         return points[xs[-1]][col]
     j = bisect.bisect_left(xs, sms)
@@ -105,7 +114,8 @@ def kernel_algbw_bytes_per_s(dispatcher: str, ranks: int, sms: int, op: str, rdm
     """Published algorithm bandwidth of `dispatcher`'s `op` ("dispatch_bf16", "dispatch_fp8",
     "combine") with `ranks` EP ranks in one NVLink domain (`rdma`: in the whole EP group, the
     RDMA-leg table) and `sms` SMs: the row of the smallest measured rank count >= ranks (the
-    largest beyond the table), linear in SMs between measured counts and held at the ends."""
+    largest beyond the table), linear in SMs between measured counts, in proportion to the SMs below
+    the fewest measured and held above the most."""
     table = (DISPATCHER_RDMA_ALGBW_GBPS if rdma else DISPATCHER_ALGBW_GBPS)[dispatcher]
     sizes = sorted(table)
     row = next((r for r in sizes if r >= ranks), sizes[-1])

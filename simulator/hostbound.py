@@ -73,6 +73,8 @@ MODULE_OPS: dict[str, tuple[float, float, float]] = {
     "attn": (15.0, 11.0, 4.0),
     "attn_tp": (2.0, 2.0, 0.0),  # TP > 1: the sequence-parallel all-gather / reduce-scatter calls
     "mla": (6.0, 4.0, 4.0),  # MLA: q/kv down- and up-projections and their norms on top of "attn"
+    # QK norm (Qwen3): q_layernorm and k_layernorm forward and backward, the DDP hooks of their weights
+    "qk_norm": (2.0, 2.0, 2.0),
     "mlp": (8.0, 7.0, 4.0),  # dense LayerNormMLP: norm, quantize, fc1, activation, quantize, fc2
     # pre-MLP norm and TopKRouter: gating GEMM in fp32, score function, top-k, routing-map
     # scatter, aux-loss statistics (sums, all-reduce of tokens per expert)
@@ -106,6 +108,26 @@ QUANTIZED_DTYPES = ("fp8", "mxfp8", "nvfp4")
 DISPATCH_OPS = {"alltoall": 10.0, "allgather": 7.0, "deepep": 5.0, "hybridep": 4.0}
 COMBINE_OPS = {"alltoall": 7.0, "allgather": 5.0, "deepep": 4.0, "hybridep": 3.0}
 PREPROCESS_OPS = {"alltoall": 15.0, "allgather": 8.0, "deepep": 3.0, "hybridep": 4.0}
+# Biased experts (linear_bias) on the eager path: TEGroupedMLP._apply_bias loops over the local
+# experts (megatron/core/transformer/moe/experts.py:251-268@2edffadb5; the same loop in every
+# container's Megatron-LM): forward `b * p` and the add per expert, backward the product and the row
+# sum of the bias gradient and of the probability gradient per expert; each expert's fc1 and fc2
+# bias is its own parameter (TE GroupedLinear bias{i}), so backward-weight runs the data-parallel
+# gradient hook of two more parameters per expert (distributed_data_parallel.py
+# `_make_backward_post_hook`, one per parameter). Fixed: torch.cat forward, the two
+# concatenations (split gradients) backward.
+BIASED_EXPERT_OPS = (2.0, 4.0, 2.0)
+BIASED_EXPERTS_FIXED_OPS = (1.0, 2.0, 0.0)
+# GPT-OSS's clamped quick-GeGLU on the eager path, weighted_bias_quick_geglu_impl
+# (megatron/core/fusions/fused_bias_geglu.py:410-442@2edffadb5, unchanged through cd4afffa):
+# x_glu.clamp, x_linear.clamp and torch.cat forward (their gradients backward), and
+# `torch.tensor(linear_offset, device=input.device)` (line 434) -- a copy from pageable host memory
+# that PyTorch runs as cudaMemcpyAsync + cudaStreamSynchronize (at::cuda::memcpy_and_sync; flagged
+# by torch.cuda.set_sync_debug_mode, pytorch/pytorch#120996, #190217). So the forward waits for the
+# GPU a second time per layer, right after the clamps: the queue is empty again when the CPU issues
+# the activation, fc2 and the rest (one more sync-to-sync segment). Re-run in the backward when
+# `moe_act` is recomputed (its CheckpointWithoutOutput re-calls bias_act_func).
+CLAMPED_GLU_OPS = (4.0, 3.0, 0.0)
 # ep = 1 with the alltoall dispatcher: no all-to-all calls (3 ops each: output allocation, the
 # NCCL call, its wait): two in dispatch (tokens, probabilities), one in combine
 A2A_CALL_OPS = 3.0
@@ -122,7 +144,10 @@ class LayerHostOps:
     combine: float  # unsort, all-to-all back, unpermute, residual
     backward_input: float
     backward_weight: float
-    syncs: int  # device-to-host syncs per forward (0 or 1)
+    syncs: int  # device-to-host syncs per forward (1, or 2 with the eager clamped GeGLU)
+    # ops of `experts` issued before the activation's sync (CLAMPED_GLU_OPS); 0 = no such sync
+    experts_before_act_sync: float = 0.0
+    backward_syncs: int = 0  # the activation's sync re-run by moe_act recomputation
 
     @property
     def forward(self) -> float:
@@ -151,6 +176,7 @@ def moe_layer_host_ops(scn: Scenario) -> LayerHostOps | None:
         MODULE_OPS["attn"],
         MODULE_OPS["attn_tp"] if par.tp > 1 else none,
         MODULE_OPS["mla"] if m.mla is not None else none,
+        MODULE_OPS["qk_norm"] if m.qk_norm else none,
     )
     if _graphed(scn, "attn"):
         attn = launch
@@ -164,13 +190,24 @@ def moe_layer_host_ops(scn: Scenario) -> LayerHostOps | None:
     dispatch, combine = DISPATCH_OPS[disp], COMBINE_OPS[disp]
     if par.ep == 1 and disp == "alltoall":
         dispatch, combine = dispatch - 2 * A2A_CALL_OPS, combine - A2A_CALL_OPS
+    before_sync, act_syncs, bwd_syncs = 0.0, 0, 0
     if k.fused_grouped_mlp:
         experts = MODULE_OPS["experts_fused"]
     else:
-        n = 2 * (m.num_experts // par.ep)  # fc1 and fc2 of each local expert
+        local = m.num_experts // par.ep
+        n = 2 * local  # fc1 and fc2 of each local expert
         q = EXPERT_QUANT_OPS if scn.dtype in QUANTIZED_DTYPES else none
         base = MODULE_OPS["experts"]
         experts = tuple(base[i] + n * (EXPERT_OPS[i] + q[i]) for i in range(3))  # type: ignore[assignment]
+        if m.linear_bias:
+            bias = tuple(BIASED_EXPERTS_FIXED_OPS[i] + local * BIASED_EXPERT_OPS[i] for i in range(3))
+            experts = add(experts, bias)  # type: ignore[arg-type]
+        if m.activation == "clamped_quick_geglu":
+            experts = add(experts, CLAMPED_GLU_OPS)  # type: ignore[arg-type]
+            # issued before the sync: the fc1 half of the per-expert ops and the base, the clamps
+            before_sync = base[0] / 2 + local * (EXPERT_OPS[0] + q[0]) + CLAMPED_GLU_OPS[0]
+            act_syncs = 1
+            bwd_syncs = int(par.recompute == "full" or "moe_act" in par.recomputed_modules)
     res = MODULE_OPS["residual"]
     return LayerHostOps(
         attention=attn[0],
@@ -180,7 +217,9 @@ def moe_layer_host_ops(scn: Scenario) -> LayerHostOps | None:
         combine=combine + res[0],
         backward_input=attn[1] + router[1] + shared[1] + dispatch + experts[1] + combine + res[1],
         backward_weight=attn[2] + router[2] + shared[2] + experts[2],
-        syncs=1,
+        syncs=1 + act_syncs,
+        experts_before_act_sync=before_sync,
+        backward_syncs=bwd_syncs,
     )
 
 

@@ -109,6 +109,14 @@ class KernelParams:
     fa3_head_dim_wide: float = 0.0
     cudnn_head_dim_wide: float = 0.0
     triton_head_dim_wide: float = 0.0
+    # a saturating GEMM's sustained (power-limited) over its burst throughput, 16- and 8-bit
+    # (simulator/clocks.py power_limited_clock; 1: no power-limited clock modelled)
+    sustained_gemm_ratio_16bit: float = 1.0
+    sustained_gemm_ratio_8bit: float = 1.0
+
+    def sustained_gemm_ratio(self, dtype: str) -> float:
+        low = dtype in ("fp8", "mxfp8", "nvfp4")
+        return self.sustained_gemm_ratio_8bit if low else self.sustained_gemm_ratio_16bit
 
     def attention_fraction(self, impl: str, pass_: str) -> float:
         return float(getattr(self, f"{impl}_{pass_}_fraction"))
@@ -237,6 +245,14 @@ def gemm_plan(
                 best = GemmPlan(t, tm, tn, 0, math.ceil(tiles / sms))
     assert best is not None
     return best
+
+
+def saturated_gemm_flop_per_s(gpu: GPUSpec, dtype: str, params: KernelParams | None = None) -> float:
+    """The best GEMM rate of this dtype at the benchmarks' boost clock: the MAMF ceiling (the
+    reference a kernel's tensor activity is measured against, simulator/clocks.py)."""
+    p = params or kernel_params(gpu)
+    scale = p.gemm_fp8_scale if dtype in ("fp8", "mxfp8", "nvfp4") else 1.0
+    return gpu.peak_flop_per_s(dtype) * scale * p.gemm_max_fraction
 
 
 def gemm_time_s(

@@ -56,6 +56,7 @@ MODEL_KEYS = (
     "position_embeddings",
     "activation",
     "linear_bias",
+    "qk_norm",
     "rope_mscale",
     "mtp_layers",
     "dropout",
@@ -429,6 +430,13 @@ def hf_config_fields(path: Path) -> dict[str, Any]:
                 return cfg[k]
         return None
 
+    # widths and counts that the code below would otherwise read as "absent" when 0 or not an
+    # integer (a shared expert of "x", an interleave step of 0 = every layer): refused by key
+    for key, minimum in HF_INT_KEYS.items():
+        value = get(key)
+        if value is not None and (not _is_int(value) or value < minimum):
+            raise ConfigError(f"must be an integer >= {minimum}, got {value!r}", key=key, file=name)
+
     out: dict[str, Any] = {}
     mapping = {
         "layers": ("num_hidden_layers", "n_layer", "num_layers"),
@@ -481,6 +489,9 @@ def hf_config_fields(path: Path) -> dict[str, Any]:
         out["_features"] = [GPT_OSS_SINKS]
     elif get("mlp_bias") is True:
         out["linear_bias"] = True
+    if model_type in ("qwen3", "qwen3_moe"):
+        # per-head q_norm/k_norm (Megatron-Bridge Qwen3Bridge / Qwen3MoEBridge: qk_layernorm = True)
+        out["qk_norm"] = True
     # --- sequence length: the scenario's; else the pre-training length the config records
     rope_value = cfg.get("rope_scaling") or cfg.get("rope_parameters")  # transformers v5 renamed it
     rope: dict[str, Any] = rope_value if isinstance(rope_value, dict) else {}
@@ -504,9 +515,12 @@ def hf_config_fields(path: Path) -> dict[str, Any]:
         out.pop("head_dim", None)  # HF sets head_dim = qk_rope_head_dim for MLA; not a head width
     if get("num_nextn_predict_layers"):
         out["mtp_layers"] = get("num_nextn_predict_layers")
-    drops = [get(k) for k in ("hidden_dropout", "attention_dropout", "resid_pdrop", "attn_pdrop")]
-    if any(d is not None for d in drops):
-        out["dropout"] = max(float(d) for d in drops if d is not None)
+    drops = {k: get(k) for k in ("hidden_dropout", "attention_dropout", "resid_pdrop", "attn_pdrop")}
+    for key, value in drops.items():
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int | float)):
+            raise ConfigError(f"must be a number, got {value!r}", key=key, file=name)
+    if any(d is not None for d in drops.values()):
+        out["dropout"] = max(float(d) for d in drops.values() if d is not None)
     # --- experts
     experts = get("num_local_experts", "num_experts", "n_routed_experts")
     if experts:
@@ -553,6 +567,10 @@ def hf_config_fields(path: Path) -> dict[str, Any]:
         if _is_int(n_group) and n_group > 1 and _is_int(topk_group):
             # DeepSeek-V3 §3.4: group-limited routing keeps each token within topk_group node groups
             out["max_nodes_per_token"] = topk_group
+    # GPT-2's n_inner = null means 4·hidden; a gated or MoE model's width is its class default,
+    # which only transformers knows (Llama 11008, Mixtral 14336): refused unless the scenario
+    # gives it (model_from_table)
+    out["_no_mlp_width"] = "ffn_hidden" not in out and (out["gated_mlp"] or "num_experts" in out)
     hd, heads, hidden = out.get("head_dim"), out["heads"], out["hidden"]
     if all(_is_int(v) for v in (hd, heads, hidden)) and hd * heads == hidden:
         out.pop("head_dim")
@@ -585,6 +603,27 @@ def _check_moe_layers(moe_layers: object, out: Mapping[str, Any], file: str) -> 
             file=file,
         )
 
+
+# config.json keys whose value, when given, must be an integer of at least this (hf_config_fields)
+HF_INT_KEYS = {
+    "head_dim": 1,
+    "moe_intermediate_size": 1,
+    "intermediate_size_mlp": 1,
+    "shared_expert_intermediate_size": 0,
+    "n_shared_experts": 0,
+    "interleave_moe_layer_step": 1,
+    "decoder_sparse_step": 1,
+    "moe_layer_freq": 1,
+    "n_group": 1,
+    "topk_group": 1,
+    "first_k_dense_replace": 0,
+    "num_nextn_predict_layers": 0,
+    "q_lora_rank": 0,
+    "kv_lora_rank": 0,
+    "qk_nope_head_dim": 1,
+    "qk_rope_head_dim": 1,
+    "v_head_dim": 1,
+}
 
 # transformers model types whose config class leaves tie_word_embeddings at PretrainedConfig's
 # default (True) when config.json omits it
@@ -670,6 +709,7 @@ def model_from_table(table: Mapping[str, Any], base_dir: Path) -> ModelSpec:
         raise ConfigError("give either preset or hf_config, not both", key="model.preset")
     hf: dict[str, Any] | None = None
     hf_file = ""
+    no_mlp_width = False
     if "preset" in table:
         preset = table["preset"]
         presets = load_model_presets()
@@ -697,6 +737,7 @@ def model_from_table(table: Mapping[str, Any], base_dir: Path) -> ModelSpec:
         hf_file = str(path)
         name = hf.pop("name")
         from_config_seq = hf.pop("_seq_len_from_config", None)
+        no_mlp_width = hf.pop("_no_mlp_width")
         values.update({k: v for k, v in hf.items() if not k.startswith("_")})
         if "seq_len" not in table:
             if from_config_seq is None:
@@ -737,11 +778,19 @@ def model_from_table(table: Mapping[str, Any], base_dir: Path) -> ModelSpec:
         except TypeError:
             raise ConfigError(f"keys: {', '.join(MLA_KEYS)}", key="model.mla") from None
     try:
-        return ModelSpec(name=name, notes=tuple(notes), **values)
+        model = ModelSpec(name=name, notes=tuple(notes), **values)
     except ConfigError as err:
         if hf is None:
             raise
         raise _blame_config_json(err, table, hf_file) from None
+    if no_mlp_width and "ffn_hidden" not in table:
+        raise ConfigError(
+            "no MLP width given (null or absent) and the model class's default is not known here; "
+            "give it, or [model] ffn_hidden",
+            key="intermediate_size",
+            file=hf_file,
+        )
+    return model
 
 
 # ModelSpec field -> the config.json keys it is read from (hf_config_fields), for errors

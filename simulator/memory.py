@@ -205,6 +205,8 @@ def layer_activation_bytes(
     if model.mla is None:
         # Q 2q, K 2kv, V 2kv, attention output (input of the output projection) 2q
         attention = ACT_BYTES * (q_rank + 2 * kv_rank) + mm * q_rank
+        if model.qk_norm:  # Qwen3's q_norm/k_norm keep their inputs (the pre-norm Q and K)
+            attention += ACT_BYTES * (q_rank + kv_rank)
     else:
         # MLA (DeepSeek-V2 arXiv 2405.04434 §2.1.2-2.1.3; Megatron-Core multi_latent_attention.py):
         # Q and K of heads·(nope + rope), V and the attention output (the output projection's

@@ -146,11 +146,11 @@ def step_report(
         memory=memory,
         warnings=tuple(warnings),
         collectives=program.collectives,
-        extra={"kernels": software_stack(scn)},
+        extra={"kernels": software_stack(scn, program)},
     )
 
 
-def software_stack(scn: Scenario) -> dict[str, Any]:
+def software_stack(scn: Scenario, program: Program | None = None) -> dict[str, Any]:
     """The kernel choices and system-level residuals this step was costed with (issue 12)."""
     from dataclasses import asdict
 
@@ -177,5 +177,8 @@ def software_stack(scn: Scenario) -> dict[str, Any]:
         "system": {
             **asdict(scn.gpu.efficiency),
             "sustained_clock_fraction": sustained_clock_fraction(scn.gpu),
+            # the power-limited clock of the step's kernel mix (simulator/clocks.py)
+            "tensor_activity": program.tensor_activity if program is not None else 0.0,
+            "power_limited_clock": program.power_clock if program is not None else 1.0,
         },
     }

@@ -115,16 +115,54 @@ CLAMPED_GLU_PASSES = (4.0, 3, 5.0, 3)
 # negation (1), chunk's cat (2) and the sum of the two paths (3) = 10 passes in 5 kernels. (Fused
 # RoPE: 2 passes each way, what "rope" costs otherwise.)
 UNFUSED_ROPE_PASSES = (12.0, 6, 10.0, 5)
-# Expert biases (linear_bias): TEGroupedMLP._apply_bias / _apply_packed_bias
-# (megatron/core/transformer/moe/experts.py) add each token copy's fc2 bias, scaled by its routing
-# probability, in FP32 after the grouped GEMM (fc1's bias is added inside TE's grouped GEMM). Per
-# element of the [tokens*top_k, hidden] output: .float() (2 + 4 bytes), repeat_interleave of the
-# bias (4), bias*probs (4 + 4), the add (4 + 4 + 4) and .to(bf16) (4 + 2) = 36 bytes in 5 kernels;
-# backward: the cast's gradient (2 + 4), the probability-scaled bias gradient (4 + 4), the
-# probability gradient (product and row sum, 4 + 4), repeat_interleave's segment sum (4) and the
-# cast to 16-bit (4 + 2) = 32 bytes in 5 kernels. (forward bytes, kernels, backward bytes, kernels)
-# per element:
-EXPERT_BIAS_BYTES = (36.0, 5, 32.0, 5)
+# Expert biases (linear_bias): TEGroupedMLP._apply_bias (megatron/core/transformer/moe/experts.py
+# :251-268@2edffadb5, the same loop in every container's Megatron-LM, 0d8e0714 .. cd4afffa) adds each
+# token copy's fc2 bias, scaled by its routing probability, after the grouped GEMM (fc1's bias is
+# added inside TE's grouped GEMM), one local expert at a time: `t + b * p` per expert, torch.cat,
+# .to(dtype). The probabilities are in the router's dtype: 16-bit unless moe_router_dtype = "fp32"
+# (router.py:101-106@2edffadb5; TE fused_topk_with_score_function returns probs "in the same dtype
+# as the logits", transformer_engine/pytorch/router.py:127@366798ef; GPT-OSS sets no router dtype),
+# so every product is 16-bit and the final .to() is a no-op. Per element of the [tokens*top_k,
+# hidden] output: b*p (write 2), the add (2 + 2 + 2), cat (2 + 2) = 12 bytes in 2 kernels per local
+# expert + 1; backward: split's gradient concatenates t's gradients (2 + 2), b*p's gradient is a
+# product and a row sum for the bias (2 + 2, 2) and for the probability (2 + 2, 2) = 16 bytes in 4
+# kernels per local expert + 2 (the two concatenations). (forward bytes, per-expert kernels, fixed
+# kernels, backward bytes, per-expert kernels, fixed kernels) per element:
+EXPERT_BIAS_BYTES = (12.0, 2, 1, 16.0, 4, 2)
+# Megatron-Core's all-to-all dispatcher sorts the received tokens by local expert when a rank holds
+# more than one (dispatch_postprocess "Permutation 2", token_dispatcher.py:712-743@2edffadb5) and
+# restores the order before the combine (combine_preprocess "Unpermutation 2", :758-776):
+# sort_chunks_by_idxs (moe_utils.py:533-570), with moe_permute_fusion TE's fused
+# moe_sort_chunks_by_index: one kernel reading and writing the [tokens*top_k, hidden] tensor; its
+# backward is the inverse sort. HybridEP and DeepEP hand the tokens over already grouped by expert
+# (no second sort). (forward passes, kernels, backward passes, kernels) per sort:
+SORT_CHUNKS_PASSES = (2.0, 1, 2.0, 1)
+# Quantized experts pad each expert's token rows to the GEMM alignment (MXFP8 32, FP8 16: fp8_utils.py
+# get_fp8_align_size:168-173@2edffadb5; 256 for the fused grouped MLP): TEGroupedMLP.forward calls
+# Fp8Padding on the permuted tokens and Fp8Unpadding on the fc2 output (experts.py:345-352@2edffadb5)
+# unless the router or HybridEP already padded (moe_router_padding_for_quantization, default False
+# and False in every Megatron-Bridge recipe; HybridEP pads inside its dispatch when fp8/fp4:
+# token_dispatcher.py:1040-1041; moe_utils.skip_routed_expert_padding@d0b3b775). TE copies with
+# one fused kernel each (tex.fused_multi_row_padding / _unpadding, fp8_padding.py:42 and
+# fp8_unpadding.py:41@366798ef) unless every expert's count is already a multiple of the alignment
+# -- which routed counts are not (forced balancing draws random logits per token: RandomSTE,
+# moe_utils.py:1194-1215), so the copy always runs. Backward: the unpadding's gradient pads, the
+# padding's unpads. Per [tokens*top_k, hidden] tensor: 2 + 2 passes forward in 2 kernels, the
+# same backward.
+QUANT_PADDING_PASSES = (4.0, 2, 4.0, 2)
+QUANTIZED_EXPERT_DTYPES = ("fp8", "mxfp8", "nvfp4")
+# Biased MoE models run the bias-dropout-add unfused: TEGroupedMLP asserts "bias_dropout_fusion is
+# not supported in TEGroupedMLP when add_bias_linear=True" (experts.py:173-175@2edffadb5; GPT-OSS:
+# GPTOSSBridge sets bias_dropout_fusion = False, gpt_oss_bridge.py:74@Megatron-Bridge c8101293).
+# _bias_dropout_add_func (megatron/core/fusions/fused_bias_dropout.py:11-59@2edffadb5) then runs
+# `x + bias` as its own kernel before the residual add (dropout at p = 0 launches nothing): on the
+# attention output (linear_proj's bias) one more read and write of the [tokens, hidden] tensor.
+UNFUSED_BIAS_ADD_PASSES = (2.0, 1, 0.0, 0)
+# QK_NORM_NOTE: Qwen3's per-head q_norm/k_norm (Megatron-Bridge qwen3_bridge.py:52 and
+# qwen3_moe_bridge.py:52@c8101293 set qk_layernorm = True): SelfAttention applies q_layernorm and
+# k_layernorm to the query and key heads after the qkv projection, before RoPE
+# (megatron/core/transformer/attention.py:1488-1492@2edffadb5), two TE RMSNorm kernels that read
+# and write q and k (backward: twice that, as the layer norms are costed).
 # Context-parallel ring attention merges each step's partial result into the running one (TE
 # flash_attn_fwd_out_correction / the dq and dk,dv accumulations): per step and element, read the
 # step's 16-bit partial, read and write the 16-bit accumulator, and a 16-bit rescaled temporary
@@ -221,28 +259,70 @@ class ChunkProgram:
     param_gather_bytes: tuple[float, ...] = ()
 
 
-def overlap_pair(forward: Block, backward: Block, sm_fraction: float) -> tuple[Block, Block]:
+@dataclass(frozen=True, slots=True)
+class PairHost:
+    """One eager MoE layer as DualPipe's F&B pair runs it (`overlap_pair`): the CPU time to issue
+    the ops of its passes with their device-to-host syncs (hostbound.py), their GPU seconds other
+    than the EP all-to-all, and the all-to-all's before the pair hides any; each for the whole
+    layer (forward, recomputation, backward) and, `*_f_s`, for its forward alone."""
+
+    issue_s: float
+    gpu_s: float
+    ep_s: float
+    issue_f_s: float
+    gpu_f_s: float
+    ep_f_s: float
+
+
+def overlap_pair(
+    forward: Block, backward: Block, sm_fraction: float, host: PairHost | None = None, n_layers: int = 0
+) -> tuple[Block, Block]:
     """DualPipe's F&B chunk (DeepSeek-V3 report §3.2.1, Fig. 4): a forward and a backward of two
     micro-batches run together, so the EP dispatch/combine of each hides behind the other's
     compute. The pair's EP communication stays exposed only beyond the pair's compute; the
     hidden part slows that compute by the SMs the communication kernels take (as
-    `_Coster._overlap_ep`; DeepSeek gives 20 of the H800's 132 SMs to communication)."""
+    `_Coster._overlap_ep`; DeepSeek gives 20 of the H800's 132 SMs to communication).
+
+    Host-bound MoE layers (`host`, one for each of the chunk's `n_layers` MoE layers, all costed
+    alike): the pair's CPU thread issues both micro-batches' ops of a layer between one
+    dispatcher sync and the next, so the layer takes max(that issue time, its GPU time in the
+    pair: its own work, its all-to-all at the pair's exposed fraction and the SM interference of
+    the hidden rest), as the combined 1F1B's `EpPair.host_s`. This replaces the passes' own
+    `host_bound` segments (computed against the unhidden all-to-all, so more traffic lowered
+    them). Of the layer's time, the forward takes max(its own ops' issue time, its GPU time),
+    capped so the backward keeps at least its GPU time; the backward the rest. Monotone: both
+    grow with the layer's GPU and all-to-all time, so more traffic never shortens the pair."""
     ep_s = forward.seconds("ep_comm") + backward.seconds("ep_comm")
-    if ep_s <= 0:
+    paired_host = host is not None and n_layers > 0
+    if ep_s <= 0 and not paired_host:
         return forward, backward
     compute_s = forward.seconds("compute") + backward.seconds("compute")
     exposed = max(0.0, ep_s - compute_s)
-    keep = exposed / ep_s
+    keep = exposed / ep_s if ep_s > 0 else 1.0
     hidden = ep_s - exposed
 
     def scaled(block: Block) -> tuple[Segment, ...]:
         return tuple(
             replace(seg, duration_s=seg.duration_s * keep) if seg.category == "ep_comm" else seg
             for seg in block.segments
+            if not (paired_host and seg.category == "host_bound")  # the MoE layers' own: replaced
         )
 
-    slowdown = Segment("compute", "F&B overlap interference", sm_interference_s(hidden, sm_fraction))
-    return Block(scaled(forward)), Block((*scaled(backward), slowdown))
+    extra_f: list[Segment] = []
+    extra_b: list[Segment] = []
+    if ep_s > 0:
+        extra_b.append(Segment("compute", "F&B overlap interference", sm_interference_s(hidden, sm_fraction)))
+    if host is not None and paired_host:
+        gpu_s = host.gpu_s + host.ep_s * keep + sm_interference_s(host.ep_s * (1 - keep), sm_fraction)
+        gpu_f_s = host.gpu_f_s + host.ep_f_s * keep
+        wait_s = max(0.0, host.issue_s - gpu_s)
+        wait_f_s = min(max(0.0, host.issue_f_s - gpu_f_s), wait_s)
+        label = "host issue (DualPipe F&B pair, sync to sync)"
+        if wait_f_s > 0:
+            extra_f.append(Segment("host_bound", label, n_layers * wait_f_s))
+        if wait_s > wait_f_s:
+            extra_b.append(Segment("host_bound", label, n_layers * (wait_s - wait_f_s)))
+    return Block((*scaled(forward), *extra_f)), Block((*scaled(backward), *extra_b))
 
 
 def sm_interference_s(hidden_s: float, sm_fraction: float) -> float:
@@ -321,6 +401,9 @@ class Program:
     # Megatron-Core's combined 1F1B (EP all-to-all overlap): the steady-state forwards run paired
     # with a backward of another micro-batch (schedules.combined_1f1b)
     ep_overlap: bool = False
+    # the kernel mix's tensor activity and the power-limited clock it sets (simulator/clocks.py)
+    tensor_activity: float = 0.0
+    power_clock: float = 1.0
 
     @property
     def gathers_per_step(self) -> bool:
@@ -374,6 +457,8 @@ class _Coster:
     memo: dict = field(default_factory=dict)
     stage: int = 0  # the pipeline stage whose TP/CP/EP groups are being costed
     ep_pair: EpPair = EpPair(1.0, 0.0)  # the last MoE layer costed, in the combined 1F1B
+    pair_host: PairHost | None = None  # the last MoE layer costed, in DualPipe's F&B pairs
+    act_sync_index: int = 0  # where in the last MoE layer's forward the activation's host sync sits
 
     def __post_init__(self) -> None:
         self.device = Device(self.scn.gpu, self.scn.dtype)
@@ -492,6 +577,8 @@ class _Coster:
         else:
             self._tp_entry(fwd, b_in, tp_msg, matmul_time_s(d, T, q_local + 2 * kv_local, h))
             mm("qkv", T, q_local + 2 * kv_local, h)
+            if m.qk_norm:  # per-head RMSNorm of q and k (QK_NORM_NOTE)
+                mem("qk norm", 2 * T * (q_local + kv_local) * a, kernels=2)
             if not m.position_embeddings and m.rope_mscale != 1.0:
                 self._eager(
                     fwd,
@@ -515,6 +602,8 @@ class _Coster:
             b_in.append(Segment("cp_comm", "cp dkv ring", max(0.0, t_bwd - attn_bwd), 0.0, kv_msg))
         mm("attn out", T, h, v_local)
         self._tp_exit(fwd, b_in, tp_msg)
+        if m.linear_bias and m.is_moe:  # bias_dropout_fusion off (UNFUSED_BIAS_ADD_PASSES)
+            self._eager(fwd, b_in, "attn bias add (unfused)", UNFUSED_BIAS_ADD_PASSES, norm_tokens * h * a)
         mem("residual add", 3 * norm_tokens * h * a)
 
         # --- MLP or MoE block
@@ -601,7 +690,28 @@ class _Coster:
         if marks:
             self._host_bound(fwd, b_in, b_w, marks)
         recompute = self._recompute(fwd, spans)
+        if marks and par.schedule in PAIRED_SCHEDULES:
+            self.pair_host = self._pair_host(fwd, list(recompute.parts), b_in, b_w)
         return _Phase(tuple(fwd)), _Phase(tuple(b_in)), _Phase(tuple(b_w)), recompute, params_local
+
+    def _pair_host(self, fwd: list, rec: list, b_in: list, b_w: list) -> PairHost | None:
+        """This MoE layer's `PairHost` for DualPipe's F&B pairs: the CPU issue time of its passes'
+        ops and syncs (full recomputation issues the forward again), and their GPU time."""
+        ops = moe_layer_host_ops(self.scn)
+        if ops is None:
+            return None
+        issue_f_s = ops.forward * HOST_OP_S + ops.syncs * HOST_SYNC_S
+        issue_s = issue_f_s * (2 if self.scn.parallel.recompute == "full" else 1)
+        issue_s += (ops.backward_input + ops.backward_weight) * HOST_OP_S + ops.backward_syncs * HOST_SYNC_S
+
+        def gpu(parts: list) -> float:
+            return sum(p.duration_s for p in parts if p.category not in ("ep_comm", "host_bound"))
+
+        def ep(parts: list) -> float:
+            return sum(p.duration_s for p in parts if p.category == "ep_comm")
+
+        parts = fwd + rec + b_in + b_w
+        return PairHost(issue_s, gpu(parts), ep(parts), issue_f_s, gpu(fwd), ep(fwd))
 
     def _host_bound(self, fwd: list, b_in: list, b_w: list, marks: tuple[int, ...]) -> None:
         """The CPU issue time of a MoE layer the GPU waits for (simulator/hostbound.py): after the
@@ -616,19 +726,40 @@ class _Coster:
         def gpu_s(parts: list) -> float:
             return sum(p.duration_s for p in parts)
 
-        phases = [
-            (ops.dispatch, gpu_s(fwd[sync:experts])),
-            (ops.experts, gpu_s(fwd[experts:combine])),
+        rest = [
             (ops.combine, gpu_s(fwd[combine:])),
             (ops.attention, gpu_s(fwd[:moe])),
             (ops.router, gpu_s(fwd[moe:sync])),
         ]
+        if ops.experts_before_act_sync:
+            # a second sync inside the experts (the eager clamped GeGLU): two sync-to-sync segments,
+            # each issued into an empty queue
+            act = self.act_sync_index
+            before = [
+                (ops.dispatch, gpu_s(fwd[sync:experts])),
+                (ops.experts_before_act_sync, gpu_s(fwd[experts:act])),
+            ]
+            after = [(ops.experts - ops.experts_before_act_sync, gpu_s(fwd[act:combine])), *rest]
+            seg_s = issue_pipeline_s(before, HOST_OP_S) + issue_pipeline_s(after, HOST_OP_S)
+        else:
+            phases = [
+                (ops.dispatch, gpu_s(fwd[sync:experts])),
+                (ops.experts, gpu_s(fwd[experts:combine])),
+                *rest,
+            ]
+            seg_s = issue_pipeline_s(phases, HOST_OP_S)
+        seg_s += ops.syncs * HOST_SYNC_S
         fwd_gpu_s = gpu_s(fwd)
-        seg_s = issue_pipeline_s(phases, HOST_OP_S) + ops.syncs * HOST_SYNC_S
         fwd.append(
             Segment("host_bound", "host issue after the dispatcher's sync", max(0.0, seg_s - fwd_gpu_s))
         )
         b_in_excess = ops.backward_input * HOST_OP_S - gpu_s(b_in)
+        if ops.backward_syncs:  # recomputed activation syncs: the backward restarts from an empty queue
+            b_in_excess = (
+                issue_pipeline_s([(ops.backward_input, gpu_s(b_in))], HOST_OP_S)
+                + ops.backward_syncs * HOST_SYNC_S
+                - gpu_s(b_in)
+            )
         b_w_excess = ops.backward_weight * HOST_OP_S - gpu_s(b_w)
         b_in.append(Segment("host_bound", "host issue (backward)", max(0.0, b_in_excess)))
         b_w.append(Segment("host_bound", "host issue (weight gradients)", max(0.0, b_w_excess)))
@@ -798,9 +929,10 @@ class _Coster:
         f_p, f_k, b_p, b_k = passes
         fwd_bytes, bwd_bytes = f_p * unit_bytes, b_p * unit_bytes
         fwd.append(Segment("compute", name, memory_op_time_s(d, fwd_bytes, kernels=f_k), 0.0, fwd_bytes))
-        b_in.append(
-            Segment("compute", name + " bwd", memory_op_time_s(d, bwd_bytes, kernels=b_k), 0.0, bwd_bytes)
-        )
+        if bwd_bytes > 0:
+            b_in.append(
+                Segment("compute", name + " bwd", memory_op_time_s(d, bwd_bytes, kernels=b_k), 0.0, bwd_bytes)
+            )
 
     def _moe(
         self, fwd: list, b_in: list, b_w: list, mm, mem, T: int, tp_msg: float, span
@@ -855,6 +987,11 @@ class _Coster:
                 )
             )
         dropless = m.routing == "dropless"
+        # the all-to-all dispatcher's second permutation: received tokens sorted by local expert
+        sort_chunks = scn.kernels.moe_dispatcher == "alltoall" and experts_local > 1
+        if sort_chunks:
+            sorted_bytes = max(round(routed * skew), 1) * h * a
+            self._eager(fwd, b_in, "moe sort by expert", SORT_CHUNKS_PASSES, sorted_bytes)
 
         def grouped(name: str, n: int, kk: int) -> None:
             tt = grouped_matmul_time_s(d, per_expert, n, kk, experts_local, dropless)
@@ -873,6 +1010,9 @@ class _Coster:
                 b_in.append(Segment("compute", label, memory_op_time_s(d, cast_grad), 0.0, cast_grad))
 
         experts = len(fwd)
+        if d.dtype in QUANTIZED_EXPERT_DTYPES and scn.kernels.moe_dispatcher != "hybridep":
+            rows_bytes = per_expert * experts_local * h * a
+            self._eager(fwd, b_in, "expert quantization pad/unpad", QUANT_PADDING_PASSES, rows_bytes)
         grouped("expert fc1", fc1_n, h)
         rows = per_expert * experts_local  # token copies through this rank's experts
         if m.linear_bias:  # fc1 bias gradient: one read of the fc1 output gradient (TE GroupedLinear)
@@ -889,11 +1029,14 @@ class _Coster:
         eager = not scn.kernels.fused_grouped_mlp  # TE's fused grouped MLP does these inside
         if m.activation == "clamped_quick_geglu" and eager:
             self._eager(fwd, b_in, "expert act input clamps", CLAMPED_GLU_PASSES, rows * fc1_n * a)
+        self.act_sync_index = len(fwd)  # the eager clamped GeGLU's host sync (hostbound.CLAMPED_GLU_OPS)
         mem("expert act", (3 if m.gated_mlp else 2) * rows * f_local * a)
         span("moe_act", start)
         grouped("expert fc2", h, f_local)
         if m.linear_bias and eager:
-            self._eager(fwd, b_in, "expert fc2 bias (fp32)", EXPERT_BIAS_BYTES, rows * h)
+            f_b, f_ke, f_k0, b_b, b_ke, b_k0 = EXPERT_BIAS_BYTES
+            passes = (f_b, f_ke * experts_local + f_k0, b_b, b_ke * experts_local + b_k0)
+            self._eager(fwd, b_in, "expert fc2 bias (eager, per expert)", passes, rows * h)
         if m.shared_expert_ffn_hidden:
             fs = m.shared_expert_ffn_hidden // par.tp
             start = len(fwd)
@@ -901,6 +1044,8 @@ class _Coster:
             mm("shared fc2", T, h, fs)
             span("shared_experts", start)
         combine = len(fwd)
+        if sort_chunks:
+            self._eager(fwd, b_in, "moe unsort by expert", SORT_CHUNKS_PASSES, rows * h * a)
         if etp > 1 and not gather:
             etp_msg = routed * h * a
             fwd.append(
@@ -935,7 +1080,8 @@ class _Coster:
         bf16 dispatch-shaped one for the combine's. What is sent depends on the dispatcher
         (simulator/ep_dispatch.py):
 
-        * alltoall / allgather (NCCL): one copy per chosen expert (top_k per token). Node-limited
+        * allgather (NCCL): all-gather of the TP x EP group's hidden states, reduce-scatter back.
+        * alltoall (NCCL): one copy per chosen expert (top_k per token). Node-limited
           routing (`max_nodes_per_token`, DeepSeek-V3 §3.2.1) comes with hierarchical forwarding
           (one IB transfer per destination node, then NVLink there): a token crosses IB once per
           distinct remote node its top-k experts live on -- expected n·(1 − (1 − 1/n)^k) nodes
@@ -955,6 +1101,22 @@ class _Coster:
         nodes = max(1, -(-span // topo.gpus_per_node))
         limit = m.max_nodes_per_token
         dispatcher = self.scn.kernels.moe_dispatcher
+        if dispatcher == "allgather":
+            # MoEAllGatherTokenDispatcher: every rank gathers all hidden states of the TP x EP
+            # group (gather_from_sequence_parallel_region over tp_ep_group), keeps its experts'
+            # tokens, and the combine reduce-scatters them back; costed on the EP group with the
+            # group's whole output (the TP-local share rides NVLink beside it)
+            group_rows = tokens * max(par.tp, 1) * par.ep
+            gathered = float(group_rows * h * elem)
+            t_ag = self.coll("allgather", "ep", gathered)
+            t_rs = self.coll("reducescatter", "ep", float(group_rows * h * a))
+            return (
+                gathered,
+                float(group_rows * h * a),
+                t_ag,
+                t_rs,
+                self.coll("allgather", "ep", float(group_rows * h * a)),
+            )
         if dispatcher not in FLEX_DISPATCHERS:
             dispatch_msg, combine_msg = float(tokens * k * h * elem), float(tokens * k * h * a)
             scale = 1.0
@@ -978,22 +1140,51 @@ class _Coster:
         sms = self.scn.kernels.ep_comm_sms_used
 
         def leg(row_bytes: float, op: str) -> float:
+            msg = rows * row_bytes  # what a rank receives
             if nodes == 1:
-                t = self.coll("alltoall", "ep", rows * row_bytes)
+                t = self.coll("alltoall", "ep", msg)
+                neck = self.seen.get(("alltoall", "ep", round(msg), 0), {}).get("bottleneck", "")
                 if arch in TABLE_ARCHITECTURES:
-                    t = max(t, rows * row_bytes / kernel_algbw_bytes_per_s(dispatcher, per_node, sms, op))
-                return t
-            t_ib = self.coll("alltoall", "ep", tokens * node_hits * row_bytes)
+                    t_kernel = msg / kernel_algbw_bytes_per_s(dispatcher, per_node, sms, op)
+                    if t_kernel > t:
+                        t, neck = t_kernel, f"{dispatcher} kernel"
+                return self._flex_record(dispatcher, msg, t, neck)
+            ib_msg = tokens * node_hits * row_bytes
+            t = self.coll("alltoall", "ep", ib_msg)
+            neck = self.seen.get(("alltoall", "ep", round(ib_msg), 0), {}).get("bottleneck", "")
             if arch in RDMA_TABLE_ARCHITECTURES:
-                rate = kernel_algbw_bytes_per_s(dispatcher, par.ep, sms, op, rdma=True)
-                t_ib = max(t_ib, tokens * node_hits * row_bytes / rate)
+                t_kernel = ib_msg / kernel_algbw_bytes_per_s(dispatcher, par.ep, sms, op, rdma=True)
+                if t_kernel > t:
+                    t, neck = t_kernel, f"{dispatcher} kernel"
             nvlink = topo.intra_node.link_bandwidth_bytes_per_s * self.scn.gpu.efficiency.nccl_bw_fraction
-            return max(t_ib, rows * (per_node - 1) / per_node * row_bytes / nvlink)
+            t_forward = msg * (per_node - 1) / per_node / nvlink
+            if t_forward > t:
+                t, neck = t_forward, "nvlink forward"
+            return self._flex_record(dispatcher, msg, t, neck)
 
         t_d = leg(h * elem, "dispatch_fp8" if m.dispatch_dtype == "fp8" else "dispatch_bf16")
         t_c = leg(h * a, "combine")
         t_d_bf16 = leg(h * a, "dispatch_bf16")
         return dispatch_msg, combine_msg, t_d, t_c, t_d_bf16
+
+    def _flex_record(self, dispatcher: str, message_bytes: float, t: float, bottleneck: str) -> float:
+        """Report a DeepEP / HybridEP dispatch or combine in `collectives` (algorithm = the
+        dispatcher, bottleneck = what bound it) in place of the fabric all-to-all it was
+        checked against; returns `t`."""
+        n = self.comm.group_size("ep")
+        key = ("alltoall", "ep", round(message_bytes), 0)
+        known = self.seen.get(key)
+        if t > 0 and (known is None or known["algorithm"] != dispatcher or t > known["time_s"]):
+            self.seen[key] = {
+                "group": "ep",
+                "kind": "alltoall",
+                "message_bytes": message_bytes,
+                "algorithm": dispatcher,
+                "time_s": t,
+                "bottleneck": bottleneck,
+                "bus_bandwidth_bytes_per_s": message_bytes * (n - 1) / n / t,
+            }
+        return t
 
     def _ep_pair(
         self, fwd: list, b_in: list, b_w: list, marks: tuple[int, ...], b_moe: int, w_moe: int
@@ -1001,8 +1192,9 @@ class _Coster:
         """This MoE layer in Megatron-Core's combined 1F1B (`combined_layer_s`): the part of its
         EP all-to-all the other micro-batch's compute cannot hide, and the compute slowed by the
         SMs the communication kernels hold while the rest is hidden. The forward is split at the
-        dispatcher's marks; the backward at the MoE block (its two all-to-alls cost the same:
-        `_moe` costs both with the combine's size)."""
+        dispatcher's marks; the backward at the MoE block, its EP time by side (the combine's
+        gradient first, the dispatch's after the experts: unequal for the flex dispatchers, whose
+        combine and dispatch kernels run at different rates, ep_dispatch.py)."""
         _, sync, experts, combine = marks
 
         def comp(parts: list) -> float:
@@ -1011,8 +1203,10 @@ class _Coster:
         def ep(parts: list) -> float:
             return sum(p.duration_s for p in parts if p.category == "ep_comm")
 
-        ep_b = ep(b_in)
-        comm = (ep_b / 2, ep(fwd[sync:experts]), ep_b / 2, ep(fwd[combine:]))
+        # the backward's combine side (the combine's gradient, a dispatch-shaped all-to-all, and
+        # the etp reduce-scatter's) runs first, its dispatch side after the experts
+        combine_b = ep([p for p in b_in if p.name in ("ep combine bwd", "etp allgather bwd")])
+        comm = (combine_b, ep(fwd[sync:experts]), ep(b_in) - combine_b, ep(fwd[combine:]))
         total_ep = sum(comm)
         if total_ep <= 0:
             return EpPair(1.0, 0.0)
@@ -1198,7 +1392,51 @@ def output_layer_device(device: Device) -> Device:
     builds it as a plain `tensor_parallel.ColumnParallelLinear` (megatron/core/models/gpt/
     gpt_model.py), not a Transformer Engine module, and TE's fp8_autocast wraps only the
     transformer layers; llm-foundry's MPT head is the tied embedding's F.linear, also outside TE."""
-    return device if device.dtype in ("bf16", "fp16", "fp32") else Device(device.gpu, "bf16")
+    return device if device.dtype in ("bf16", "fp16", "fp32") else replace(device, dtype="bf16")
+
+
+ATTENTION_SEGMENT = "attention ("  # how _Coster names its attention kernels (16-bit in FP8 training)
+
+
+def tensor_activity(device: Device, phases: Iterable[_Phase]) -> float:
+    """The kernel mix's tensor activity D (simulator/clocks.py): the time-weighted mean over the
+    compute kernels of their tensor FLOP rate relative to a saturating GEMM of their precision
+    (the MAMF ceiling) — Σ FLOPs / saturated rate over Σ time, both at the same clock. Attention
+    runs in 16-bit even in FP8 training and a fused causal kernel executes half the s×s FLOPs its
+    segment counts; memory-bound kernels and the slowdown beside overlapped communication count
+    as time without tensor work."""
+    from .kernels import saturated_gemm_flop_per_s
+
+    p = device.params
+    busy_s = saturated_s = 0.0
+    for phase in phases:
+        for seg in phase.parts:
+            if seg.category not in ("compute", "recompute") or seg.duration_s <= 0:
+                continue
+            busy_s += seg.duration_s
+            if seg.flops <= 0:
+                continue
+            flops, dtype = seg.flops, device.dtype
+            if seg.name.startswith(ATTENTION_SEGMENT):
+                dtype = output_layer_device(device).dtype
+                if not seg.name.startswith(ATTENTION_SEGMENT + "unfused"):
+                    flops /= 2  # the segment counts the full s×s; a fused causal kernel skips half
+            saturated_s += flops / (saturated_gemm_flop_per_s(device.gpu, dtype, p) * device.clock)
+    return saturated_s / busy_s if busy_s > 0 else 0.0
+
+
+def power_limited_device(coster: _Coster) -> tuple[Device, float]:
+    """The device at the power-limited clock of this step's kernel mix, and the mix's activity:
+    one transformer layer (forward, backward, recompute) costed at the boost clock."""
+    from .clocks import power_limited_clock
+
+    device = coster.device
+    ratio = device.params.sustained_gemm_ratio(device.dtype)
+    if ratio >= 1.0:
+        return device, 0.0
+    forward, b_in, b_w, rec, _ = coster.layer(coster.scn.model.is_moe)
+    activity = tensor_activity(device, (forward, b_in, b_w, rec))
+    return replace(device, power_clock=power_limited_clock(activity, ratio)), activity
 
 
 def _repeat(phase: _Phase, n: int) -> list:
@@ -1210,6 +1448,7 @@ def build_program(scn: Scenario, comm: CommModel | None = None) -> Program:
     """Cost every stage's chunks for this scenario."""
     comm = comm or default_comm_model(scn)
     coster = _Coster(scn, comm)
+    coster.device, activity = power_limited_device(coster)
     par, m = scn.parallel, scn.model
     pp, vp = par.pp, par.vp
     layout = chunk_layers(
@@ -1237,7 +1476,8 @@ def build_program(scn: Scenario, comm: CommModel | None = None) -> Program:
             if m.is_moe:
                 layer[True] = coster.layer(True)
             mtp_cost = coster.mtp(layer[m.is_moe_layer(m.layers - 1)]) if m.mtp_layers else None
-            costed[key] = (layer, coster.embedding(), coster.logits(), mtp_cost, coster.ep_pair)
+            extras = (coster.embedding(), coster.logits(), mtp_cost, coster.ep_pair, coster.pair_host)
+            costed[key] = (layer, *extras)
         return costed[key]
 
     gbytes = grad_reduce_bytes_per_param(scn.dtype, scn.kernels.grad_reduce_dtype)
@@ -1249,7 +1489,7 @@ def build_program(scn: Scenario, comm: CommModel | None = None) -> Program:
 
     stages = []
     for s in range(pp):
-        layer_cost, (emb_f, emb_b), (log_f, log_bi, log_bw), mtp, ep_pair = stage_costs(s)
+        layer_cost, (emb_f, emb_b), (log_f, log_bi, log_bw), mtp, ep_pair, pair_host = stage_costs(s)
         chunks = []
         stage_params = 0.0
         stage_expert_params = 0.0
@@ -1338,13 +1578,13 @@ def build_program(scn: Scenario, comm: CommModel | None = None) -> Program:
                             dp_param_b.append(n_params * device.element_bytes)
             forward, backward = _block(fwd), _block(rec + b_in + b_w)
             paired: tuple[Block | None, Block | None] = (None, None)
+            # MoE layers of this chunk in an F&B pair (the MTP layers copy the last one)
+            n_pair = n_moe + (
+                m.mtp_layers if last and mtp is not None and m.is_moe_layer(m.layers - 1) else 0
+            )
             if par.schedule in ("dualpipe", "dualpipev"):
-                paired = overlap_pair(forward, backward, ep_sm_fraction(scn))
+                paired = overlap_pair(forward, backward, ep_sm_fraction(scn), pair_host, n_pair)
             elif ep_overlap:
-                # MoE layers of this chunk in the combined 1F1B (the MTP layers copy the last one)
-                n_pair = n_moe + (
-                    m.mtp_layers if last and mtp is not None and m.is_moe_layer(m.layers - 1) else 0
-                )
                 paired = _combined_pair(forward, backward, ep_pair, n_pair)
             chunks.append(
                 ChunkProgram(
@@ -1406,6 +1646,8 @@ def build_program(scn: Scenario, comm: CommModel | None = None) -> Program:
         collectives=tuple(coster.seen.values()),
         warnings=tuple(getattr(comm, "placement_warnings", lambda: [])()),
         ep_overlap=ep_overlap,
+        tensor_activity=activity,
+        power_clock=coster.device.power_clock,
     )
 
 

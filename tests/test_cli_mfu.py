@@ -225,6 +225,17 @@ def test_presets_json(run_cli) -> None:
     assert data["gpus"]["a100-80gb"]["peak_bf16_tflops"] == 312
     assert data["gpus"]["h100-sxm"]["peak_bf16_tflops"] == pytest.approx(989, rel=0.01)
     assert data["models"]["llama3-8b"]["params"] == pytest.approx(8.03e9, rel=0.01)
+    # issue 13: MoE active parameters and the low-precision peaks (datasheet dense figures)
+    assert data["models"]["deepseek-v3"]["active_params"] == pytest.approx(37.55e9, rel=0.005)
+    assert data["models"]["llama3-8b"]["active_params"] == data["models"]["llama3-8b"]["params"]
+    assert (
+        data["gpus"]["b200"]["peak_nvfp4_tflops"] == 9000
+        and data["gpus"]["gb300"]["peak_nvfp4_tflops"] == 15000
+    )
+    assert (
+        data["gpus"]["b200"]["peak_mxfp8_tflops"] == 4500
+        and data["gpus"]["h100-sxm"]["peak_mxfp8_tflops"] == 0
+    )
 
 
 def test_presets_subprocess() -> None:

@@ -34,13 +34,14 @@ def test_expected_groups_match_sampled_routing() -> None:
 
 
 def test_table_interpolates_in_sms_and_agrees_with_the_guide() -> None:
-    """Linear between measured SM counts, held beyond; the 24-rank DeepEP row (used for EP32) is
+    """Linear between measured SM counts, held above, SM-bound below; the 24-rank DeepEP row (used for EP32) is
     within 20% of Megatron-LM's GB200 guide §2.2.1 figure for EP32 at 24 SMs (~400 GB/s dispatch,
     ~190 GB/s combine)."""
     row = DISPATCHER_ALGBW_GBPS["deepep"][8]
     mid = kernel_algbw_bytes_per_s("deepep", 8, 20, "combine")
     assert mid == pytest.approx((row[16][2] + row[24][2]) / 2 * 1e9)
     assert kernel_algbw_bytes_per_s("deepep", 8, 64, "combine") == pytest.approx(row[32][2] * 1e9)
+    assert kernel_algbw_bytes_per_s("deepep", 8, 8, "combine") == pytest.approx(row[16][2] / 2 * 1e9)
     assert kernel_algbw_bytes_per_s("deepep", 32, 24, "dispatch_bf16") == pytest.approx(400e9, rel=0.2)
     assert kernel_algbw_bytes_per_s("deepep", 32, 24, "combine") == pytest.approx(190e9, rel=0.2)
 
@@ -139,3 +140,40 @@ def test_internode_flex_dispatch_crosses_ib_once_per_node() -> None:
     ib_share = expected_groups_hit(128, 2, 8) / 2 / (8 / 2)  # remote-node copies / remote copies
     assert t_h < t_a
     assert t_h >= 0.9 * ib_share * t_a
+
+
+def test_allgather_dispatcher_gathers_every_token() -> None:
+    """MoEAllGatherTokenDispatcher: every rank receives the whole EP group's tokens (ep x its own),
+    whatever top-k; NCCL's alltoall sends top-k copies. Qwen3-30B (top-8) on EP16: the gather
+    moves 16/8 = 2x the all-to-all's bytes, yet over two nodes it is faster: every rank of the
+    other node needs the same tokens, so each crosses InfiniBand once per node (T·h per NIC),
+    where the all-to-all's copies are distinct (4·T·h per NIC)."""
+
+    def dispatch(dispatcher: str) -> tuple[float, float]:
+        scn = scenario_from_dict(
+            {
+                "name": "q30",
+                "model": {"preset": "qwen3-30b-a3b", "seq_len": 4096},
+                "cluster": {"topology": "dgx-h100", "num_gpus": 16, "gpu": "h100-sxm"},
+                "parallel": {"ep": 16, "global_batch": 64},
+                "kernels": {"moe_dispatcher": dispatcher},
+            }
+        )
+        for seg in build_program(scn).stages[0].chunks[0].forward.segments:
+            if seg.name == "ep dispatch":
+                return seg.message_bytes, seg.duration_s
+        raise AssertionError("no dispatch")
+
+    (b_ag, t_ag), (b_a2a, t_a2a) = dispatch("allgather"), dispatch("alltoall")
+    assert b_ag == pytest.approx(2 * b_a2a)
+    assert t_ag < t_a2a
+
+
+def test_run_json_names_what_bound_the_flex_dispatch() -> None:
+    """`collectives` reports DeepEP's EP32 all-to-all on GB200 as DeepEP's, bound by its published
+    kernel rate (the combine: 24-rank row), not as the NCCL all-to-all it was checked against."""
+    report = simulate(_gb200("deepep", 24)).report
+    ep = [c for c in report.collectives if c["group"] == "ep"]
+    assert [c["algorithm"] for c in ep] == ["deepep"]
+    assert ep[0]["bottleneck"] == "deepep kernel"
+    assert ep[0]["message_bytes"] / ep[0]["time_s"] == pytest.approx(163.62e9)

@@ -520,3 +520,95 @@ def test_hostile_sweep_tables_exit_0_or_2(table: dict[str, Any]) -> None:
         assert "error" in err.strip().splitlines()[-1]
     else:
         json.loads(out)
+
+
+# ----------------------------------------------------------------------------- config.json imports
+# Hostile edits of the shipped Hugging Face config.json fixtures (issue 13: imports are exact or
+# refused): a key deleted, or set to a hostile number, a wrong type or a value from another
+# architecture, at the top level or inside text_config; with or without seq_len and
+# allow_unmodeled. The CLI exits 0 (and reports the model it simulated) or 2 with one line.
+HF_FIXTURES = Path(__file__).parent / "fixtures" / "hf"
+HF_KEYS = (
+    "num_hidden_layers", "hidden_size", "num_attention_heads", "num_key_value_heads", "intermediate_size",
+    "vocab_size", "head_dim", "num_local_experts", "num_experts", "n_routed_experts", "num_experts_per_tok",
+    "moe_intermediate_size", "shared_expert_intermediate_size", "n_shared_experts", "first_k_dense_replace",
+    "moe_layer_freq", "decoder_sparse_step", "mlp_only_layers", "n_group", "topk_group", "kv_lora_rank",
+    "q_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim", "num_nextn_predict_layers",
+    "rope_scaling", "rope_parameters", "max_position_embeddings", "sliding_window", "use_sliding_window",
+    "attention_chunk_size", "layer_types", "interleave_moe_layer_step", "intermediate_size_mlp", "moe_layers",
+    "tie_word_embeddings", "hidden_act", "model_type", "text_config", "vision_config",
+    "hybrid_override_pattern", "attention_dropout", "_name_or_path", "architectures", "mlp_bias",
+)  # fmt: skip
+HF_VALUES: tuple[Any, ...] = (
+    *HOSTILE_NUMBERS,
+    *OTHER_TYPES,
+    None,
+    ["full_attention"],
+    ["sliding_attention", "full_attention"],
+    4096,
+    {"type": "yarn", "factor": 40},
+    {"rope_type": "llama3", "factor": 8.0, "original_max_position_embeddings": 8192},
+)
+
+
+@st.composite
+def hostile_hf_configs(draw: st.DrawFn) -> tuple[dict[str, Any], int | None, list[str]]:
+    name = draw(st.sampled_from(sorted(p.name for p in HF_FIXTURES.glob("*.json"))))
+    cfg = json.loads((HF_FIXTURES / name).read_text())
+    nested = isinstance(cfg.get("text_config"), dict) and draw(st.booleans())
+    target = cfg["text_config"] if nested else cfg
+    for _ in range(draw(st.integers(1, 3))):
+        key = draw(st.sampled_from(HF_KEYS))
+        if draw(st.integers(0, 4)) == 0:
+            target.pop(key, None)
+        else:
+            target[key] = draw(st.sampled_from(HF_VALUES))
+    seq_len = draw(st.sampled_from((None, 256, 4096, 16384)))
+    allow = draw(st.sampled_from(([], ["vision_config"], ["layer_types", "sliding_window"])))
+    return cfg, seq_len, allow
+
+
+@settings(
+    max_examples=120,
+    deadline=None,
+    derandomize=True,
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+@given(case=hostile_hf_configs())
+def test_hostile_hf_configs_exit_0_or_2(case: tuple[dict[str, Any], int | None, list[str]]) -> None:
+    cfg, seq_len, allow = case
+    with tempfile.TemporaryDirectory() as folder:
+        (Path(folder) / "config.json").write_text(json.dumps(cfg))
+        model = {"hf_config": "config.json", "allow_unmodeled": allow} | (
+            {"seq_len": seq_len} if seq_len else {}
+        )
+        data = {
+            "model": model,
+            "cluster": {"topology": "dgx-h100", "num_gpus": 8},
+            "parallel": {"global_batch": 8},
+        }
+        path = Path(folder) / "s.toml"
+        path.write_text(dump_toml(data))
+        code, out, err = run_in_process(["run", str(path), "--json"])
+    check_contract(code, out, err)
+    if code == 0:
+        report = json.loads(out)
+        assert report["model"]["params"] > 0 and report["step_time_s"] > 0
+
+
+def test_hf_config_non_numeric_dropout_is_refused_by_key(tmp_path: Path) -> None:
+    cfg = json.loads((HF_FIXTURES / "mixtral.json").read_text()) | {"attention_dropout": []}
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    path = tmp_path / "s.toml"
+    path.write_text(
+        dump_toml(
+            {
+                "model": {"hf_config": "config.json", "seq_len": 4096},
+                "cluster": {"topology": "dgx-h100", "num_gpus": 8},
+                "parallel": {"global_batch": 8},
+            }
+        )
+    )
+    code, _, err = run_in_process(["run", str(path), "--json"])
+    assert code == 2 and "attention_dropout" in err and "config.json" in err

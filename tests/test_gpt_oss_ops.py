@@ -1,5 +1,6 @@
 """GPT-OSS's eager elementwise work (issue 13): the clamped quick-GeGLU's input clamps, the experts'
-FP32 fc2 bias and YaRN's unfused RoPE, as Megatron-Core runs them (simulator/program.py constants).
+per-expert fc2 bias, the unfused attention bias add and YaRN's unfused RoPE, and the all-to-all
+dispatcher's sort by local expert, as Megatron-Core runs them (simulator/program.py constants).
 
 Each mechanism adds exactly its closed-form bytes to the layer, nothing else changes, and the
 importer derives the YaRN factor as Megatron-Core does.
@@ -8,16 +9,21 @@ importer derives the YaRN factor as Megatron-Core does.
 from __future__ import annotations
 
 import math
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from simulator.comm import default_comm_model
+from simulator.costs import Device, memory_op_time_s
 from simulator.errors import ConfigError
 from simulator.loading import model_preset, scenario_from_dict, yarn_attention_factor
 from simulator.program import (
     CLAMPED_GLU_PASSES,
     EXPERT_BIAS_BYTES,
+    QUANT_PADDING_PASSES,
+    SORT_CHUNKS_PASSES,
+    UNFUSED_BIAS_ADD_PASSES,
     UNFUSED_ROPE_PASSES,
     _Coster,
 )
@@ -25,6 +31,7 @@ from simulator.simulate import simulate
 from simulator.specs import Scenario
 
 SEQ, EP = 2048, 8
+FIXTURES = Path(__file__).parent / "fixtures" / "hf"
 
 
 def _scn(**model: Any) -> Scenario:
@@ -34,6 +41,10 @@ def _scn(**model: Any) -> Scenario:
         "parallel": {"ep": EP, "micro_batch": 1, "global_batch": 8},
     }
     return scenario_from_dict(data)
+
+
+def _device(scn: Scenario) -> Device:
+    return Device(scn.gpu, scn.dtype)
 
 
 def _segments(scn: Scenario) -> dict[str, Any]:
@@ -56,9 +67,16 @@ def test_expert_bias_bytes_closed_form() -> None:
     m = scn.model
     seg = _segments(scn)
     rows, a = SEQ * m.top_k, 2  # balanced: each EP rank's experts receive T·top_k token copies
-    fwd, bwd = seg["fwd"]["expert fc2 bias (fp32)"], seg["bwd"]["expert fc2 bias (fp32) bwd"]
-    assert fwd.message_bytes == EXPERT_BIAS_BYTES[0] * rows * m.hidden == 36 * rows * 2880
-    assert bwd.message_bytes == EXPERT_BIAS_BYTES[2] * rows * m.hidden == 32 * rows * 2880
+    name = "expert fc2 bias (eager, per expert)"
+    fwd, bwd = seg["fwd"][name], seg["bwd"][name + " bwd"]
+    # 16-bit probabilities (GPT-OSS has no fp32 router): b*p, the add and torch.cat forward; cat,
+    # and a product and a row sum each for the bias and the probability gradients backward
+    assert fwd.message_bytes == EXPERT_BIAS_BYTES[0] * rows * m.hidden == 12 * rows * 2880
+    assert bwd.message_bytes == EXPERT_BIAS_BYTES[3] * rows * m.hidden == 16 * rows * 2880
+    # one launch per local expert: the bias work of 16 local experts costs more than of 2
+    experts_local = m.num_experts // EP
+    kernels = EXPERT_BIAS_BYTES[1] * experts_local + EXPERT_BIAS_BYTES[2]
+    assert fwd.duration_s == pytest.approx(memory_op_time_s(_device(scn), fwd.message_bytes, kernels=kernels))
     grad = seg["bwd"]["expert fc1 bias grad"]
     assert grad.message_bytes == rows * 2 * m.expert_ffn * a  # one read of the fc1 output gradient
 
@@ -105,7 +123,7 @@ def test_each_mechanism_adds_only_its_segments() -> None:
     bias_s = sum(
         s.duration_s
         for name, s in {**full["fwd"], **full["bwd"]}.items()
-        if "bias (fp32)" in name or name == "expert fc1 bias grad"
+        if "fc2 bias (eager" in name or name in ("expert fc1 bias grad", "attn bias add (unfused)")
     )
     assert full["total_s"] - no_bias["total_s"] == pytest.approx(bias_s, rel=1e-9)
     swiglu = _segments(_scn(activation=""))
@@ -145,7 +163,7 @@ def test_preset_says_what_it_does_not_model() -> None:
 
 
 def test_fused_grouped_mlp_drops_exactly_the_eager_expert_ops() -> None:
-    """[kernels] fused_grouped_mlp (TE op fuser): no eager clamps, no FP32 fc2 bias; the rest equal."""
+    """[kernels] fused_grouped_mlp (TE op fuser): no eager clamps, no eager fc2 bias; the rest equal."""
     eager = _segments(_scn())
     data: dict[str, Any] = {
         "model": {"preset": "gpt-oss-120b", "seq_len": SEQ, "layers": 4},
@@ -154,7 +172,7 @@ def test_fused_grouped_mlp_drops_exactly_the_eager_expert_ops() -> None:
         "kernels": {"fused_grouped_mlp": True},
     }
     fused = _segments(scenario_from_dict(data))
-    dropped = {"expert act input clamps", "expert fc2 bias (fp32)"}
+    dropped = {"expert act input clamps", "expert fc2 bias (eager, per expert)"}
     assert set(eager["fwd"]) - set(fused["fwd"]) == dropped
     gone_s = sum(
         s.duration_s
@@ -163,3 +181,107 @@ def test_fused_grouped_mlp_drops_exactly_the_eager_expert_ops() -> None:
     )
     assert eager["total_s"] - fused["total_s"] == pytest.approx(gone_s, rel=1e-9)
     assert "rope (unfused: YaRN mscale)" in fused["fwd"]  # attention side: not the grouped MLP
+
+
+def _with(kernels: dict[str, Any], ep: int = EP, **model: Any) -> Scenario:
+    data: dict[str, Any] = {
+        "model": {"preset": "gpt-oss-120b", "seq_len": SEQ, "layers": 4, **model},
+        "cluster": {"topology": "dgx-h100", "num_gpus": 8},
+        "parallel": {"ep": ep, "micro_batch": 1, "global_batch": 8},
+        "kernels": kernels,
+    }
+    return scenario_from_dict(data)
+
+
+def test_alltoall_sorts_by_local_expert() -> None:
+    """The all-to-all dispatcher's second permutation (sort_chunks_by_idxs) and its inverse: one read
+    and one write of the received token copies each, forward and backward; not with HybridEP/DeepEP
+    (tokens arrive grouped by expert)."""
+    m = model_preset("gpt-oss-120b")
+    seg = _segments(_with({"moe_dispatcher": "alltoall"}))
+    copies = SEQ * m.top_k * m.hidden * 2  # bytes of this rank's received token copies
+    for name in ("moe sort by expert", "moe unsort by expert"):
+        assert seg["fwd"][name].message_bytes == SORT_CHUNKS_PASSES[0] * copies == 2 * copies
+        assert seg["bwd"][name + " bwd"].message_bytes == SORT_CHUNKS_PASSES[2] * copies
+    for disp in ("hybridep", "deepep"):
+        assert "moe sort by expert" not in _segments(_with({"moe_dispatcher": disp}))["fwd"]
+
+
+def test_bias_add_unfused_only_for_biased_moe() -> None:
+    m = model_preset("gpt-oss-120b")
+    seg = _segments(_scn())
+    assert (
+        seg["fwd"]["attn bias add (unfused)"].message_bytes == UNFUSED_BIAS_ADD_PASSES[0] * SEQ * m.hidden * 2
+    )
+    assert "attn bias add (unfused) bwd" not in seg["bwd"]  # the bias gradient is the fused one's too
+    assert "attn bias add (unfused)" not in _segments(_scn(linear_bias=False))["fwd"]
+
+
+def test_qk_norm_costs_two_norms_of_q_and_k() -> None:
+    """Qwen3's per-head q_norm/k_norm (qk_norm): one read and one write of q and k forward, twice
+    that backward, as the layer norms; the preset and the config.json import both set it."""
+    from simulator.loading import model_from_table
+
+    def qwen(**model: Any) -> Scenario:
+        data: dict[str, Any] = {
+            "model": {"preset": "qwen3-30b-a3b", "seq_len": SEQ, "layers": 4, **model},
+            "cluster": {"topology": "dgx-h100", "num_gpus": 8},
+            "parallel": {"ep": EP, "micro_batch": 1, "global_batch": 8},
+        }
+        return scenario_from_dict(data)
+
+    m = model_preset("qwen3-30b-a3b")
+    assert m.qk_norm and model_preset("qwen3-235b-a22b").qk_norm and not model_preset("gpt-oss-120b").qk_norm
+    imported = model_from_table({"hf_config": "qwen3_30b_a3b.json", "seq_len": 4096}, FIXTURES)
+    assert imported.qk_norm
+    with_norm, without = _segments(qwen()), _segments(qwen(qk_norm=False))
+    qk_bytes = SEQ * (m.heads + m.num_kv_heads) * m.dim_per_head * 2
+    assert with_norm["fwd"]["qk norm"].message_bytes == 2 * qk_bytes
+    assert with_norm["bwd"]["qk norm bwd"].message_bytes == 4 * qk_bytes
+    assert "qk norm" not in without["fwd"]
+    added = with_norm["fwd"]["qk norm"].duration_s + with_norm["bwd"]["qk norm bwd"].duration_s
+    assert with_norm["total_s"] - without["total_s"] == pytest.approx(added, rel=1e-9)
+
+
+def test_qk_norm_keeps_its_inputs() -> None:
+    from simulator.memory import scenario_layer_activations
+
+    def qwen(**model: Any) -> Scenario:
+        data: dict[str, Any] = {
+            "model": {"preset": "qwen3-30b-a3b", "seq_len": SEQ, "layers": 4, **model},
+            "cluster": {"topology": "dgx-h100", "num_gpus": 8},
+            "parallel": {"ep": EP, "micro_batch": 1, "global_batch": 8},
+        }
+        return scenario_from_dict(data)
+
+    m = model_preset("qwen3-30b-a3b")
+    extra = (
+        scenario_layer_activations(qwen(), True).stored
+        - scenario_layer_activations(qwen(qk_norm=False), True).stored
+    )
+    assert extra == pytest.approx(2 * SEQ * (m.heads + m.num_kv_heads) * m.dim_per_head)  # 16-bit q and k
+
+
+def test_quantized_experts_pad_and_unpad_unless_hybridep_padded() -> None:
+    """FP8/MXFP8 experts: TE's Fp8Padding/Fp8Unpadding copy the routed tokens and the fc2 output
+    (2 + 2 passes each way); HybridEP pads inside its dispatch; BF16 needs no padding."""
+
+    def qwen(dtype: str, dispatcher: str) -> Scenario:
+        data: dict[str, Any] = {
+            "model": {"preset": "qwen3-30b-a3b", "seq_len": SEQ, "layers": 4},
+            "cluster": {"topology": "dgx-h100", "num_gpus": 8},
+            "parallel": {"ep": EP, "micro_batch": 1, "global_batch": 8},
+            "precision": {"dtype": dtype},
+            "kernels": {"moe_dispatcher": dispatcher},
+        }
+        return scenario_from_dict(data)
+
+    m = model_preset("qwen3-30b-a3b")
+    name = "expert quantization pad/unpad"
+    seg = _segments(qwen("fp8", "alltoall"))
+    copies = SEQ * m.top_k * m.hidden * 2
+    assert seg["fwd"][name].message_bytes == QUANT_PADDING_PASSES[0] * copies == 4 * copies
+    assert seg["bwd"][name + " bwd"].message_bytes == QUANT_PADDING_PASSES[2] * copies
+    assert name in _segments(qwen("fp8", "deepep"))["fwd"]
+    assert name not in _segments(qwen("fp8", "hybridep"))["fwd"]
+    assert name not in _segments(qwen("bf16", "alltoall"))["fwd"]

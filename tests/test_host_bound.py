@@ -19,9 +19,13 @@ from hypothesis import strategies as st
 from simulator.analytic import estimate_program
 from simulator.engine import run_step
 from simulator.hostbound import (
+    BIASED_EXPERT_OPS,
+    BIASED_EXPERTS_FIXED_OPS,
+    CLAMPED_GLU_OPS,
     HOST_OP_RANGE_S,
     HOST_OP_S,
     HOST_SYNC_S,
+    MODULE_OPS,
     issue_pipeline_s,
     moe_layer_host_ops,
 )
@@ -131,6 +135,48 @@ def test_more_local_experts_issue_more_ops() -> None:
     f8 = moe_layer_host_ops(_scn(1, ep=8, fused_grouped_mlp=True))
     f4 = moe_layer_host_ops(_scn(1, ep=4, fused_grouped_mlp=True))
     assert f8 is not None and f4 is not None and f8.experts == f4.experts
+
+
+def test_gpt_oss_eager_experts_issue_bias_and_clamp_ops_and_sync_twice() -> None:
+    """GPT-OSS on the eager path: per local expert the biased experts' ops (BIASED_EXPERT_OPS), the
+    clamped GeGLU's ops, and its torch.tensor(..., device) copy, a second host sync per forward;
+    TE's fused grouped MLP runs none of them. A second sync never makes the layer faster."""
+    gpt, qwen = _scn(1, preset="gpt-oss-120b"), _scn(1, preset="qwen3-30b-a3b")
+    g, q = moe_layer_host_ops(gpt), moe_layer_host_ops(qwen)
+    assert g is not None and q is not None
+    local = 128 // 8  # both presets: 128 experts over ep 8
+    extra = [
+        BIASED_EXPERTS_FIXED_OPS[i] + local * BIASED_EXPERT_OPS[i] + CLAMPED_GLU_OPS[i] for i in range(3)
+    ]
+    qk_w = MODULE_OPS["qk_norm"][2]  # Qwen3's QK norm weights' hooks (GPT-OSS has none)
+    assert (g.experts - q.experts, g.backward_weight - q.backward_weight) == (extra[0], extra[2] - qk_w)
+    assert (g.syncs, q.syncs) == (2, 1) and 0 < g.experts_before_act_sync < g.experts
+    fused = moe_layer_host_ops(_scn(1, preset="gpt-oss-120b", fused_grouped_mlp=True))
+    assert fused is not None and fused.syncs == 1 and fused.experts_before_act_sync == 0
+    # splitting a sync-to-sync segment in two (the second sync) never shortens it
+    before, after = (
+        [(g.dispatch, 1e-4), (g.experts_before_act_sync, 2e-4)],
+        [(g.experts, 3e-4), (g.combine, 1e-4)],
+    )
+    split = issue_pipeline_s(before, HOST_OP_S) + issue_pipeline_s(after, HOST_OP_S)
+    assert split >= issue_pipeline_s(before + after, HOST_OP_S)
+    rec_ops = moe_layer_host_ops(
+        scenario_from_dict(
+            {
+                "model": {"preset": "gpt-oss-120b", "layers": LAYERS, "seq_len": 4096},
+                "cluster": {"topology": "dgx-b200", "num_gpus": 8},
+                "parallel": {
+                    "ep": 8,
+                    "micro_batch": 1,
+                    "global_batch": 128,
+                    "recompute": "selective",
+                    "recompute_modules": ["moe_act"],
+                },
+                "precision": {"dtype": "mxfp8"},
+            }
+        )
+    )
+    assert rec_ops is not None and rec_ops.backward_syncs == 1 and g.backward_syncs == 0
 
 
 def test_dense_models_are_untouched() -> None:

@@ -333,6 +333,35 @@ def test_hf_import_llama4_moe_layers_must_match_the_interleave(tmp_path: Path) -
     assert info.value.key == "moe_layers"
 
 
+@pytest.mark.parametrize(
+    ("fixture", "key", "value"),
+    [
+        ("qwen3_moe.json", "head_dim", 0),  # was read as "derive hidden / heads"
+        ("deepseek_v3.json", "n_shared_experts", "x"),  # was: no shared expert
+        ("deepseek_v3.json", "topk_group", "a"),  # was: no node limit
+        ("deepseek_v3.json", "moe_intermediate_size", 0),  # was: experts as wide as the dense MLP
+        ("llama4.json", "interleave_moe_layer_step", 0),  # was: every layer MoE
+        ("deepseek_v3.json", "kv_lora_rank", -3),  # was blamed on the scenario's model.mla
+        ("mixtral.json", "intermediate_size", None),  # was: 4 x hidden, not Mixtral's width
+    ],
+)
+def test_hf_import_bad_widths_refused_by_config_key(
+    tmp_path: Path, fixture: str, key: str, value: object
+) -> None:
+    """A width or count the import would read as "absent" when 0, null or not an integer is
+    refused naming the config.json key, never replaced by a default."""
+    cfg = json.loads((FIXTURES / fixture).read_text())
+    (cfg.get("text_config") or cfg)[key] = value
+    cfg.pop("vision_config", None)
+    (tmp_path / "c.json").write_text(json.dumps(cfg))
+    with pytest.raises(ConfigError) as info:
+        model_from_table({"hf_config": "c.json", "seq_len": 4096}, tmp_path)
+    assert info.value.key == key and str(info.value.file).endswith("c.json")
+    if key == "intermediate_size":  # the scenario may give the width the config leaves out
+        m = model_from_table({"hf_config": "c.json", "seq_len": 4096, "ffn_hidden": 16384}, tmp_path)
+        assert F.total_params(m) == F.total_params(model_preset("mixtral-8x22b"))
+
+
 def test_hf_import_tied_embeddings_defaults(tmp_path: Path) -> None:
     """tie_word_embeddings from the top level when text_config lacks it; absent everywhere, the
     transformers class default (GPT-2 ties, Mixtral does not)."""

@@ -57,9 +57,11 @@ def _bytes(scn: Scenario, name: str) -> float:
 
 
 # ----------------------------------------------------------------------------- FP8
-def test_output_layer_stays_16_bit_under_fp8() -> None:
+def test_output_layer_stays_16_bit_under_fp8(monkeypatch: pytest.MonkeyPatch) -> None:
     """Megatron-Core's output layer is not a Transformer Engine module: its GEMMs cost the same in
-    FP8 and BF16 training, while the transformer layers' GEMMs get faster."""
+    FP8 and BF16 training, while the transformer layers' GEMMs get faster (compared at one clock:
+    the power-limited clock of the two kernel mixes differs, tests/test_power_clock.py)."""
+    monkeypatch.setattr(P, "power_limited_device", lambda coster: (coster.device, 0.0))
     bf16, fp8 = _segments(_scn(dtype="bf16")), _segments(_scn(dtype="fp8"))
     for name in ("logits", "logits dgrad", "logits wgrad"):
         assert fp8[name] == pytest.approx(bf16[name], rel=1e-12)
@@ -68,6 +70,8 @@ def test_output_layer_stays_16_bit_under_fp8() -> None:
     for dtype in ("fp8", "mxfp8", "nvfp4"):
         assert P.output_layer_device(Device(gpu, dtype)).dtype == "bf16"
     assert P.output_layer_device(Device(gpu, "fp16")).dtype == "fp16"
+    # the same step's output layer runs at the same clock
+    assert P.output_layer_device(Device(gpu, "fp8", power_clock=0.9)).power_clock == 0.9
 
 
 def test_hopper_fp8_cast_writes_the_transpose_blackwell_does_not() -> None:
@@ -217,12 +221,15 @@ def test_fsdp_fp32_reduce_casts_the_gradients_and_interferes() -> None:
     assert "zero3 overlap interference" not in _segments(quiet)
 
 
-def test_fsdp_backward_post_exposes_the_backward_gathers() -> None:
+def test_fsdp_backward_post_exposes_the_backward_gathers(monkeypatch: pytest.MonkeyPatch) -> None:
     """PyTorch FSDP BACKWARD_POST (composer's default) issues the next layer's gather after this
     layer's gradients: when the backward outlasts gather + reduce-scatter, each layer's backward
     exposes one gather, less the compute slowdown that gather caused when it was hidden:
-    delta = layers x micro-batches x ag x (1 - overlap_slowdown)."""
+    delta = layers x micro-batches x ag x (1 - overlap_slowdown). At one clock: the two kernel
+    mixes (less interference time in "post") hold slightly different power-limited clocks."""
     from simulator.simulate import simulate
+
+    monkeypatch.setattr(P, "power_limited_device", lambda coster: (coster.device, 0.0))
 
     par = {"zero": 3, "micro_batch": 4}
     pre = _scn(parallel=par, kernels={"zero3_backward_prefetch": "pre"})

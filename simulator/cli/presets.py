@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 
+from ..errors import ConfigError
+from ..specs import GPUSpec
 from ..units import TERA, bytes_to_gib
 from .common import print_json
 
@@ -33,6 +35,7 @@ def cmd_presets(args: argparse.Namespace) -> int:
                 "models": {
                     n: {
                         "params": flops.total_params(m),
+                        "active_params": flops.active_params(m),
                         "layers": m.layers,
                         "hidden": m.hidden,
                         "seq_len": m.seq_len,
@@ -43,6 +46,8 @@ def cmd_presets(args: argparse.Namespace) -> int:
                     n: {
                         "peak_bf16_tflops": g.peak_bf16_flop_per_s / TERA,
                         "peak_fp8_tflops": g.peak_fp8_flop_per_s / TERA,
+                        "peak_mxfp8_tflops": _peak(g, "mxfp8") / TERA,
+                        "peak_nvfp4_tflops": _peak(g, "nvfp4") / TERA,
                         "hbm_gib": bytes_to_gib(g.hbm_bytes),
                         "hbm_TBps": g.hbm_bandwidth_bytes_per_s / TERA,
                         "board_power_w": g.board_power_w,
@@ -59,19 +64,33 @@ def cmd_presets(args: argparse.Namespace) -> int:
     print("\nModel presets:")
     print(f"  {'name':<14} {'params':>9} {'layers':>6} {'hidden':>6} {'heads':>5} {'kv':>4} {'seq':>6}")
     for n, m in models.items():
+        active = f"  MoE, {flops.active_params(m) / 1e9:.1f}B active" if m.is_moe else ""
         print(
             f"  {n:<14} {flops.total_params(m) / 1e9:>8.1f}B {m.layers:>6} {m.hidden:>6} "
-            f"{m.heads:>5} {m.num_kv_heads:>4} {m.seq_len:>6}" + ("  MoE" if m.is_moe else "")
+            f"{m.heads:>5} {m.num_kv_heads:>4} {m.seq_len:>6}" + active
         )
     print("\nGPUs (dense peak TFLOP/s):")
-    print(f"  {'name':<11} {'bf16':>7} {'fp16':>7} {'fp8':>7} {'HBM GiB':>8} {'HBM TB/s':>9} {'board W':>8}")
+    dtypes = ("bf16", "fp16", "fp8", "mxfp8", "nvfp4")
+    print(
+        f"  {'name':<11} "
+        + " ".join(f"{d:>7}" for d in dtypes)
+        + f" {'HBM GiB':>8} {'HBM TB/s':>9} {'board W':>8}"
+    )
     for n, g in gpus.items():
-        fp8 = f"{g.peak_fp8_flop_per_s / TERA:>7.0f}" if g.peak_fp8_flop_per_s else f"{'-':>7}"
+        peaks = " ".join(f"{_peak(g, d) / TERA:>7.0f}" if _peak(g, d) else f"{'-':>7}" for d in dtypes)
         print(
-            f"  {n:<11} {g.peak_bf16_flop_per_s / TERA:>7.0f} {g.peak_fp16_flop_per_s / TERA:>7.0f} {fp8} "
+            f"  {n:<11} {peaks} "
             f"{bytes_to_gib(g.hbm_bytes):>8.0f} {g.hbm_bandwidth_bytes_per_s / TERA:>9.2f} {g.board_power_w:>8.0f}"
         )
     print("\nTopologies:")
     for t in topologies:
         print(f"  {t}")
     return 0
+
+
+def _peak(gpu: GPUSpec, dtype: str) -> float:
+    """The GPU's dense peak FLOP/s in `dtype`; 0 where it has none (listed as "-")."""
+    try:
+        return gpu.peak_flop_per_s(dtype)
+    except ConfigError:
+        return 0.0

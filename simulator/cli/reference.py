@@ -161,7 +161,12 @@ KEYS: dict[str, Key] = {
     ),
     "model.linear_bias": Key(
         "biases on the linear layers and experts (Megatron add_bias_linear; GPT-OSS): the experts' "
-        "output bias is applied per token in FP32",
+        "output bias is added per local expert by eager 16-bit ops",
+        "boolean",
+        since=NEXT,
+    ),
+    "model.qk_norm": Key(
+        "RMSNorm of each query and key head before RoPE (Qwen3's q_norm/k_norm; Megatron qk_layernorm)",
         "boolean",
         since=NEXT,
     ),
@@ -1002,6 +1007,8 @@ JSON_FIELDS: dict[str, dict[str, str]] = {
         "kernels.system.nccl_bw_fraction": "achieved fraction of link bandwidth of collectives in the job",
         "kernels.system.overlap_slowdown": "compute slowdown while communication overlaps it",
         "kernels.system.fp4_matmul_fraction": "NVFP4 GEMM efficiency relative to the kernel model (recipes.toml)",
+        "kernels.system.tensor_activity": "tensor FLOP rate of one layer's kernels relative to a saturating GEMM, 0 where no power law applies (simulator/clocks.py)",
+        "kernels.system.power_limited_clock": "clock the board power limit allows for that kernel mix, relative to the benchmarks' boost clock (simulator/clocks.py)",
         "breakdown_s": "seconds of the step per category, mean over pipeline stages (sums to step_time_s)",
         "breakdown_s.<category>": "seconds in this category",
         "breakdown_by_stage_s": "the same per pipeline stage (each sums to step_time_s)",
@@ -1022,9 +1029,11 @@ JSON_FIELDS: dict[str, dict[str, str]] = {
         "collectives[].group": "tp, cp, ep, dp or pp",
         "collectives[].kind": "allreduce, allgather, reducescatter, alltoall or p2p",
         "collectives[].message_bytes": "bytes per GPU of one call",
-        "collectives[].algorithm": "algorithm the cost model chose (ring, tree, nvls, ...)",
+        "collectives[].algorithm": "algorithm the cost model chose (ring, tree, nvls, ...; deepep or hybridep for"
+        " those dispatchers' EP dispatch/combine)",
         "collectives[].time_s": "time of one call [s]",
-        "collectives[].bottleneck": "the link that limits it",
+        "collectives[].bottleneck": "the link that limits it (DeepEP/HybridEP: also their published kernel"
+        " rate or the NVLink forwarding leg)",
         "collectives[].bus_bandwidth_bytes_per_s": "bus bandwidth achieved (nccl-tests convention)",
         "plan": "the whole training run, when the scenario has a [run] table (docs/plan.md)",
         "plan.tokens": "training tokens of the run",
@@ -1237,6 +1246,7 @@ JSON_FIELDS: dict[str, dict[str, str]] = {
         "models": "model presets",
         "models.<preset>": "one preset",
         "models.<preset>.params": "parameters",
+        "models.<preset>.active_params": "parameters active per token (MoE: shared + top-k experts)",
         "models.<preset>.layers": "layers",
         "models.<preset>.hidden": "hidden size",
         "models.<preset>.seq_len": "sequence length",
@@ -1244,6 +1254,8 @@ JSON_FIELDS: dict[str, dict[str, str]] = {
         "gpus.<gpu>": "one GPU",
         "gpus.<gpu>.peak_bf16_tflops": "dense BF16 peak [TFLOP/s]",
         "gpus.<gpu>.peak_fp8_tflops": "dense FP8 peak [TFLOP/s]",
+        "gpus.<gpu>.peak_mxfp8_tflops": "dense MXFP8 peak [TFLOP/s] (0: none)",
+        "gpus.<gpu>.peak_nvfp4_tflops": "dense NVFP4 peak [TFLOP/s] (0: none)",
         "gpus.<gpu>.hbm_gib": "memory [GiB]",
         "gpus.<gpu>.hbm_TBps": "memory bandwidth [TB/s]",
         "topologies": "shipped topology names",

@@ -1,0 +1,190 @@
+"""Invariants under random MoE scenarios with every key of issue 13 (moe-audit).
+
+Hypothesis draws small MoE models (MLA or GQA, shared experts, dense first layers, interleaved
+MoE layers, MTP, routing, skew, node limit, FP8 dispatch) on Hopper and Blackwell systems, split
+with tp/pp/ep/etp, every schedule (DualPipe and zero-bubble included), the EP overlap where
+Megatron-Core allows it, the low-precision recipes and offloading, and checks what must hold:
+
+* the report's invariants of test_invariants.check_report (breakdown sums to the step, per stage;
+  0 < MFU <= HFU <= 1 from flops.py's counts; tokens/s), strict JSON;
+* a key that only adds work or traffic never makes the step faster, and one that moves state off
+  the GPU never makes it need more memory: load_imbalance up, offload_activations up,
+  offload_optimizer on; FP8 dispatch never slower than BF16.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from typing import Any
+
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
+from test_invariants import check_report
+
+from simulator.errors import ConfigError
+from simulator.loading import scenario_from_dict
+from simulator.memory import memory_footprint
+from simulator.simulate import simulate
+
+SYSTEMS = (("h100-sxm", "dgx-h100"), ("h200", "dgx-h200"), ("b200", "dgx-b200"), ("gb200", "gb200-nvl72"))
+SCHEDULES = ("1f1b", "1f1b", "interleaved", "gpipe", "zb-h1", "zb-v", "dualpipe", "dualpipev")
+
+
+@st.composite
+def moe_scenarios(draw: st.DrawFn) -> dict[str, Any]:
+    heads = draw(st.sampled_from((4, 8)))
+    head_dim = draw(st.sampled_from((32, 64)))
+    hidden = heads * head_dim
+    layers = draw(st.sampled_from((2, 4, 6, 8)))
+    experts = draw(st.sampled_from((4, 8, 16)))
+    model: dict[str, Any] = {
+        "layers": layers,
+        "hidden": hidden,
+        "heads": heads,
+        "kv_heads": draw(st.sampled_from([k for k in (1, 2, 4) if heads % k == 0])),
+        "ffn_hidden": 4 * hidden,
+        "vocab": 32000,
+        "seq_len": draw(st.sampled_from((256, 512, 1024))),
+        "gated_mlp": draw(st.booleans()),
+    }
+    moe: dict[str, Any] = {
+        "num_experts": experts,
+        "top_k": draw(st.sampled_from((1, 2, 4))),
+        "expert_ffn_hidden": draw(st.sampled_from((hidden // 2, hidden, 2 * hidden))),
+        "routing": draw(st.sampled_from(("balanced", "dropless"))),
+        "dispatch_dtype": draw(st.sampled_from(("bf16", "fp8"))),
+    }
+    if draw(st.booleans()):
+        moe["shared_expert_ffn_hidden"] = hidden
+    if layers > 2 and draw(st.booleans()):
+        moe["first_dense_layers"] = 1
+    if draw(st.booleans()):
+        moe["layer_interval"] = draw(st.sampled_from((1, 2)))
+    if draw(st.booleans()):
+        moe["load_imbalance"] = draw(st.sampled_from((1.0, 1.2, 2.0)))
+    if draw(st.booleans()):
+        moe["max_nodes_per_token"] = draw(st.sampled_from((1, 2)))
+    model["moe"] = moe
+    if draw(st.booleans()):
+        model["mla"] = {
+            "q_lora_rank": draw(st.sampled_from((0, 64))),
+            "kv_lora_rank": 64,
+            "qk_nope_head_dim": head_dim,
+            "qk_rope_head_dim": 32,
+            "v_head_dim": head_dim,
+        }
+        model["kv_heads"] = heads
+    if draw(st.booleans()):
+        model["mtp_layers"] = 1
+    tp = draw(st.sampled_from((1, 2)))
+    pp = draw(st.sampled_from([p for p in (1, 2, 4) if p <= layers]))
+    dp = draw(st.sampled_from((1, 2, 4, 8)))
+    schedule = draw(st.sampled_from(SCHEDULES))
+    vp, m = 1, draw(st.sampled_from((2, 4, 8, 16)))
+    if schedule == "interleaved":
+        if pp == 1 or layers < 2 * pp:
+            schedule = "1f1b"
+        else:
+            vp, m = 2, max(pp, m // pp * pp)
+    ep = draw(st.sampled_from([e for e in (1, 2, 4, 8) if experts % e == 0 and (dp * tp) % e == 0]))
+    etp = draw(st.sampled_from([x for x in (1, 2) if (dp * tp) % (ep * x) == 0]))
+    overlap_ok = schedule == "interleaved" or (schedule == "1f1b" and pp == 1)
+    gpu, topology = draw(st.sampled_from(SYSTEMS))
+    blackwell = gpu.startswith(("b", "gb"))
+    data: dict[str, Any] = {
+        "name": "moe",
+        "model": model,
+        "cluster": {"topology": topology, "gpu": gpu, "num_gpus": tp * pp * dp},
+        "parallel": {
+            "tp": tp,
+            "pp": pp,
+            "dp": dp,
+            "ep": ep,
+            "etp": etp,
+            "vp": vp,
+            "micro_batch": 1,
+            "global_batch": m * dp,
+            "schedule": schedule,
+            "sequence_parallel": tp > 1 and draw(st.booleans()),
+            "recompute": draw(st.sampled_from(("none", "selective", "full"))),
+            "zero": draw(st.integers(0, 3)),
+            "ep_comm_overlap": overlap_ok and draw(st.booleans()),
+            "tp_comm_overlap": draw(st.booleans()),
+        },
+        "precision": {
+            "dtype": draw(
+                st.sampled_from(("bf16", "fp8", "mxfp8", "nvfp4") if blackwell else ("bf16", "fp8"))
+            )
+        },
+    }
+    if draw(st.booleans()):
+        data["memory"] = {
+            "offload_activations": draw(st.sampled_from((0.0, 0.25, 1.0))),
+            "offload_optimizer": draw(st.booleans()),
+        }
+    return data
+
+
+SETTINGS = settings(
+    max_examples=60,
+    deadline=None,
+    derandomize=True,
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
+)
+
+
+def _run(data: dict[str, Any]) -> tuple[Any, Any, float] | None:
+    try:
+        scn = scenario_from_dict(data)
+    except ConfigError:
+        return None  # a combination the strategy does not rule out (ep_comm_overlap with recompute...)
+    report = simulate(scn).report
+    check_report(scn, report)
+    json.dumps(report.to_dict(), allow_nan=False)
+    return scn, report, memory_footprint(scn).peak_bytes
+
+
+def _with(data: dict[str, Any], section: str, key: str, value: object) -> dict[str, Any]:
+    out = copy.deepcopy(data)
+    node = out
+    for part in section.split("."):
+        node = node.setdefault(part, {})
+    node[key] = value
+    return out
+
+
+@SETTINGS
+@given(data=moe_scenarios())
+def test_moe_report_invariants(data: dict[str, Any]) -> None:
+    assume(_run(data) is not None)
+
+
+# (section, key, less, more, step time with `more` is >=, <= or unordered, memory >=, <= or unordered)
+MONOTONE = (
+    ("model.moe", "load_imbalance", 1.0, 2.0, ">=", ">="),
+    ("model.moe", "dispatch_dtype", "bf16", "fp8", "<=", None),
+    ("memory", "offload_activations", 0.0, 0.5, ">=", "<="),
+    ("memory", "offload_activations", 0.5, 1.0, ">=", "<="),
+    ("memory", "offload_optimizer", False, True, ">=", "<="),
+)
+
+
+@SETTINGS
+@given(data=moe_scenarios(), which=st.sampled_from(range(len(MONOTONE))))
+def test_moe_keys_move_time_and_memory_the_right_way(data: dict[str, Any], which: int) -> None:
+    section, key, less, more, time_rel, mem_rel = MONOTONE[which]
+    lo, hi = _run(_with(data, section, key, less)), _run(_with(data, section, key, more))
+    assume(lo is not None and hi is not None)
+    assert lo is not None and hi is not None
+    (_, r_lo, m_lo), (_, r_hi, m_hi) = lo, hi
+    t_lo, t_hi = r_lo.step_time_s, r_hi.step_time_s
+    if time_rel == ">=":
+        assert t_hi >= t_lo * (1 - 1e-9), (key, less, more, t_lo, t_hi)
+    else:
+        assert t_hi <= t_lo * (1 + 1e-9), (key, less, more, t_lo, t_hi)
+    if mem_rel == ">=":
+        assert m_hi >= m_lo * (1 - 1e-9), (key, less, more, m_lo, m_hi)
+    elif mem_rel == "<=":
+        assert m_hi <= m_lo * (1 + 1e-9), (key, less, more, m_lo, m_hi)

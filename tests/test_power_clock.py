@@ -1,0 +1,134 @@
+"""Power-limited clock by kernel mix (issue 12, hopper-scale; simulator/clocks.py).
+
+A GPU at its board power limit holds a clock f/f_boost = min(1, r · D^(−1/3)), where D is the
+step's tensor activity (tensor FLOP rate relative to a saturating GEMM) and r a saturating GEMM's
+sustained / burst throughput (H200: MSMF / MAMF). Tests check the closed form, its limits, the
+activity of known kernel mixes and that larger models run at a lower clock."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from simulator import clocks as C
+from simulator import kernels as K
+from simulator import program as P
+from simulator.costs import Device
+from simulator.loading import gpu_by_name, scenario_from_dict
+from simulator.specs import Scenario
+
+
+# ----------------------------------------------------------------------------- the law
+def test_power_law_closed_form() -> None:
+    r = 0.8416  # H200 BF16 MSMF / MAMF
+    assert C.power_limited_clock(1.0, r) == pytest.approx(r)  # a saturating GEMM: the MSMF
+    assert C.power_limited_clock(0.8, r) == pytest.approx(r * 0.8 ** (-1 / 3))
+    # at or below D = r³ the power limit does not bind: the boost clock
+    assert C.power_limited_clock(r**3, r) == pytest.approx(1.0)
+    assert C.power_limited_clock(0.3, r) == 1.0
+    assert C.power_limited_clock(0.9, 1.0) == 1.0  # r = 1: not modelled
+    assert C.power_limited_clock(0.0, r) == 1.0
+
+
+def test_power_law_monotone_and_power_consistent() -> None:
+    """Lower clock for more activity; the dynamic power D · f³ it implies is the same budget."""
+    r = 0.8638
+    acts = [0.65 + 0.05 * i for i in range(8)]
+    clocks = [C.power_limited_clock(a, r) for a in acts]
+    assert all(b < a for a, b in zip(clocks, clocks[1:], strict=False))
+    for a, f in zip(acts, clocks, strict=True):
+        assert a * f**3 == pytest.approx(r**3)
+
+
+def test_hopper_ratios_are_the_published_msmf_over_mamf() -> None:
+    p = K.params_for_architecture("hopper")
+    assert p.sustained_gemm_ratio("bf16") == pytest.approx(708.5 / 841.9, abs=1e-4)
+    assert p.sustained_gemm_ratio("fp8") == pytest.approx(1288.7 / 1491.9, abs=1e-4)
+    # not measured for these architectures: no power-limited clock
+    for arch in ("ampere", "blackwell", "volta"):
+        assert K.params_for_architecture(arch).sustained_gemm_ratio("bf16") == 1.0
+
+
+# ----------------------------------------------------------------------------- activity
+def test_activity_of_a_saturating_gemm_is_one_and_memory_zero() -> None:
+    h100 = gpu_by_name("h100-sxm")
+    d = Device(h100, "bf16")
+    sat = K.saturated_gemm_flop_per_s(h100, "bf16")
+    flops = 2.0 * 8192**3
+    gemm = P.Segment("compute", "fc1", flops / (sat * d.clock), flops, 0.0)
+    mem = P.Segment("compute", "swiglu", gemm.duration_s, 0.0, 1e9)
+    assert P.tensor_activity(d, [P._Phase((gemm,))]) == pytest.approx(1.0)
+    assert P.tensor_activity(d, [P._Phase((gemm, mem))]) == pytest.approx(0.5)
+    # exposed communication is not kernel time
+    comm = P.Segment("tp_comm", "tp allgather", 1.0, 0.0, 1e9)
+    assert P.tensor_activity(d, [P._Phase((gemm, comm))]) == pytest.approx(1.0)
+
+
+def test_fp8_attention_counts_16_bit_and_causal_half() -> None:
+    h100 = gpu_by_name("h100-sxm")
+    d = Device(h100, "fp8")
+    sat16 = K.saturated_gemm_flop_per_s(h100, "bf16")
+    full = 1e12  # the segment's full s×s FLOPs; a fused causal kernel executes half
+    att = P.Segment("compute", "attention (cudnn)", 0.5 * full / (sat16 * d.clock), full, 0.0)
+    assert P.tensor_activity(d, [P._Phase((att,))]) == pytest.approx(1.0)
+    unfused = P.Segment("compute", "attention (unfused)", full / (sat16 * d.clock), full, 0.0)
+    assert P.tensor_activity(d, [P._Phase((unfused,))]) == pytest.approx(1.0)
+
+
+# ----------------------------------------------------------------------------- in a step
+def _scn(
+    hidden: int, layers: int, heads: int, ffn: int, tp: int, gpu: str = "h100-sxm", dtype: str = "fp8"
+) -> Scenario:
+    topo = "dgx-a100" if gpu.startswith("a100") else "dgx-h100"
+    return scenario_from_dict(
+        {
+            "name": "t",
+            "model": {
+                "layers": layers,
+                "hidden": hidden,
+                "heads": heads,
+                "kv_heads": 8,
+                "ffn_hidden": ffn,
+                "vocab": 128256,
+                "seq_len": 8192,
+                "gated_mlp": True,
+            },
+            "cluster": {"topology": topo, "num_gpus": 8, "gpu": gpu},
+            "parallel": {"global_batch": 16, "tp": tp, "pp": 1, "dp": 8 // tp, "sequence_parallel": tp > 1},
+            "precision": {"dtype": dtype},
+        }
+    )
+
+
+def test_larger_models_run_at_a_lower_clock() -> None:
+    """Llama-3 8B → 70B → 405B widths on H100 in FP8: GEMMs take a larger share of the layer
+    (attention's share ∝ s/h falls), so the activity rises and the clock falls."""
+    small = P.build_program(_scn(4096, 2, 32, 14336, 1))
+    mid = P.build_program(_scn(8192, 2, 64, 28672, 4))
+    large = P.build_program(_scn(16384, 2, 128, 53248, 8))
+    assert small.tensor_activity < mid.tensor_activity < large.tensor_activity < 1.0
+    assert small.power_clock >= mid.power_clock > large.power_clock
+    r8 = K.params_for_architecture("hopper").sustained_gemm_ratio("fp8")
+    for prog in (small, mid, large):
+        assert prog.power_clock == pytest.approx(C.power_limited_clock(prog.tensor_activity, r8))
+        assert r8 <= prog.power_clock <= 1.0
+
+
+def test_power_clock_slows_the_tensor_kernels_only() -> None:
+    scn = _scn(16384, 2, 128, 53248, 8)
+    prog = P.build_program(scn)
+    d = Device(scn.gpu, scn.dtype)
+    fast = replace(d, power_clock=1.0)
+    slow = replace(d, power_clock=prog.power_clock)
+    from simulator.costs import matmul_time_s, memory_op_time_s
+
+    t_fast = matmul_time_s(fast, 8192, 6656, 16384) - fast.launch_s
+    t_slow = matmul_time_s(slow, 8192, 6656, 16384) - slow.launch_s
+    assert t_slow == pytest.approx(t_fast / prog.power_clock)
+    assert memory_op_time_s(slow, 1e9) == memory_op_time_s(fast, 1e9)
+
+
+def test_ampere_has_no_power_limited_clock() -> None:
+    prog = P.build_program(_scn(8192, 2, 64, 28672, 8, gpu="a100-80gb", dtype="bf16"))
+    assert prog.power_clock == 1.0
