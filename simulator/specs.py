@@ -1088,6 +1088,18 @@ def _check_ep_overlap(par: ParallelConfig, kern: KernelOptions, gpu: GPUSpec) ->
             "recompute_modules",
             key=key,
         )
+    # transformer_config.py: "overlap_moe_expert_parallel_comm is only supported with expert model
+    # parallelism" and "... with alltoall/flex token dispatcher"
+    if par.ep < 2:
+        raise ConfigError(
+            "Megatron-Core runs the EP all-to-all overlap only with expert parallelism (ep > 1)", key=key
+        )
+    if kern.moe_dispatcher == "allgather":
+        raise ConfigError(
+            'Megatron-Core runs the EP all-to-all overlap only with the "alltoall" or a flex '
+            '("deepep", "hybridep") dispatcher, not "allgather"',
+            key=key,
+        )
 
 
 def _check_cuda_graphs(

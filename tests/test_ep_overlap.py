@@ -157,6 +157,8 @@ def test_combined_pair_waits_for_the_host_between_syncs() -> None:
             "parallel.ep_comm_overlap",
         ),
         ({}, {"ep_comm_sms": 132}, "kernels.ep_comm_sms"),
+        ({"ep": 1, "ep_comm_overlap": True}, None, "parallel.ep_comm_overlap"),  # nothing to overlap
+        ({"ep_comm_overlap": True}, {"moe_dispatcher": "allgather"}, "parallel.ep_comm_overlap"),
     ],
 )
 def test_refused_as_megatron_refuses(parallel: dict, kernels: dict | None, key: str) -> None:
