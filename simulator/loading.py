@@ -565,8 +565,11 @@ def hf_config_fields(path: Path) -> dict[str, Any]:
         _check_moe_layers(get("moe_layers"), out, name)
         n_group, topk_group = get("n_group"), get("topk_group")
         if _is_int(n_group) and n_group > 1 and _is_int(topk_group):
-            # DeepSeek-V3 §3.4: group-limited routing keeps each token within topk_group node groups
+            # DeepSeek-V3 §3.2.1: group-limited routing keeps each token within topk_group of the
+            # n_group expert groups -- nodes when the EP group spans n_group nodes or fewer
+            # (scenario_from_dict widens it when the groups span several nodes each)
             out["max_nodes_per_token"] = topk_group
+            out["_route_groups"] = (n_group, topk_group)
     # GPT-2's n_inner = null means 4·hidden; a gated or MoE model's width is its class default,
     # which only transformers knows (Llama 11008, Mixtral 14336): refused unless the scenario
     # gives it (model_from_table)
@@ -738,6 +741,7 @@ def model_from_table(table: Mapping[str, Any], base_dir: Path) -> ModelSpec:
         name = hf.pop("name")
         from_config_seq = hf.pop("_seq_len_from_config", None)
         no_mlp_width = hf.pop("_no_mlp_width")
+        hf.pop("_route_groups", None)  # read again by scenario_from_dict (_group_limited_nodes)
         values.update({k: v for k, v in hf.items() if not k.startswith("_")})
         if "seq_len" not in table:
             if from_config_seq is None:
@@ -1101,6 +1105,34 @@ def parallel_from_table(table: Mapping[str, Any], num_gpus: int) -> ParallelConf
     return ParallelConfig(**values)
 
 
+def _group_limited_nodes(
+    model: ModelSpec, par: ParallelConfig, gpus_per_node: int, table: Mapping[str, Any], base: Path
+) -> ModelSpec:
+    """config.json's group-limited routing (n_group expert groups, topk_group per token) is
+    node-limited routing to topk_group nodes only while each group lies within one node. When
+    the EP group spans more nodes than there are groups, a group covers nodes/n_group nodes and
+    a token may reach topk_group times that many: `max_nodes_per_token` is widened to it, with a
+    warning line. A scenario that gives max_nodes_per_token itself keeps its own."""
+    if "hf_config" not in table or "max_nodes_per_token" in _table_or_empty(table, "moe"):
+        return model
+    ref = Path(str(table["hf_config"]))
+    groups = hf_config_fields(ref if ref.is_absolute() else base / ref).get("_route_groups")
+    if not groups or not model.max_nodes_per_token or par.ep < 2:
+        return model
+    n_group, topk_group = groups
+    span = par.ep * (par.tp * par.cp if par.dp % par.ep == 0 else 1)  # as program._ep_alltoall
+    nodes = -(-span // max(gpus_per_node, 1))
+    if nodes <= n_group:
+        return model
+    limit = min(nodes, topk_group * -(-nodes // n_group))
+    note = (
+        f"model.moe.max_nodes_per_token: config.json routes each token to topk_group = {topk_group} of "
+        f"n_group = {n_group} expert groups; over the EP group's {nodes} nodes a group spans "
+        f"{nodes / n_group:g} nodes, so a token reaches up to {limit} nodes (not {topk_group})"
+    )
+    return replace(model, max_nodes_per_token=limit, notes=model.notes + (note,))
+
+
 def _embedding_loss_slots(
     model: ModelSpec, par: ParallelConfig, table: Mapping[str, Any]
 ) -> tuple[ParallelConfig, str]:
@@ -1142,6 +1174,7 @@ def scenario_from_dict(data: Mapping[str, Any], base_dir: Path | None = None, so
     parallel, layout_note = _embedding_loss_slots(model, parallel, par_table)
     if layout_note:
         model = replace(model, notes=model.notes + (layout_note,))
+    model = _group_limited_nodes(model, parallel, topology.gpus_per_node, _table(data, "model", ""), base)
 
     precision = _table(data, "precision", "")
     _check_keys(precision, ("dtype",), "precision")

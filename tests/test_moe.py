@@ -362,6 +362,28 @@ def test_hf_import_bad_widths_refused_by_config_key(
         assert F.total_params(m) == F.total_params(model_preset("mixtral-8x22b"))
 
 
+def test_hf_import_group_limited_routing_counts_the_nodes_a_group_spans() -> None:
+    """DeepSeek-V3's config: 8 expert groups, 4 per token (DeepSeek-V3 §3.2.1). Over EP 64 on 8
+    nodes a group is a node: at most 4 nodes per token. Over EP 128 on 16 nodes a group spans 2
+    nodes: up to 8, with a warning line. A max_nodes_per_token the scenario gives is kept."""
+
+    def scn(ep: int, moe: dict | None = None) -> Scenario:
+        model = {"hf_config": "deepseek_v3.json", "seq_len": 4096} | ({"moe": moe} if moe else {})
+        data = {
+            "name": "t",
+            "model": model,
+            "cluster": {"topology": "dgx-h100", "num_gpus": 8 * ep},
+            "parallel": {"ep": ep, "global_batch": 8 * ep},
+        }
+        return scenario_from_dict(data, base_dir=FIXTURES)
+
+    assert scn(64).model.max_nodes_per_token == 4 and not any("topk_group" in w for w in scn(64).warnings())
+    wide = scn(128)
+    assert wide.model.max_nodes_per_token == 8
+    assert sum("topk_group = 4" in w for w in wide.warnings()) == 1
+    assert scn(128, {"max_nodes_per_token": 4}).model.max_nodes_per_token == 4
+
+
 def test_hf_import_tied_embeddings_defaults(tmp_path: Path) -> None:
     """tie_word_embeddings from the top level when text_config lacks it; absent everywhere, the
     transformers class default (GPT-2 ties, Mixtral does not)."""
