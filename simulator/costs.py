@@ -78,9 +78,13 @@ class Device:
 
 def alignment_factor(dim: int, dtype: str) -> float:
     """Tensor-core friendliness of one GEMM dimension (NVIDIA matmul performance guide)."""
-    # 8-bit: 16 elements; MX/NVFP4 block scaling: 32 (TE requires dims divisible by 32)
-    need = {"fp8": FP8_NEEDS_MULTIPLE, "mxfp8": 32, "nvfp4": 32}.get(dtype, HALF_NEEDS_MULTIPLE)
-    return 1.0 if dim % need == 0 else UNALIGNED
+    return 1.0 if dim % alignment_multiple(dtype) == 0 else UNALIGNED
+
+
+def alignment_multiple(dtype: str) -> int:
+    """Elements a GEMM dimension must be a multiple of for the tensor-core path: 8-bit 16;
+    MX/NVFP4 block scaling 32 (TE requires dims divisible by 32); 16-bit 8."""
+    return {"fp8": FP8_NEEDS_MULTIPLE, "mxfp8": 32, "nvfp4": 32}.get(dtype, HALF_NEEDS_MULTIPLE)
 
 
 def _recipe(device: Device) -> float:
@@ -150,14 +154,21 @@ def grouped_matmul_time_s(device: Device, m: int, n: int, k: int, groups: int, u
     local experts of an MoE layer), `groups` GEMMs of (m_i×k)·(k×n) with mean m_i = m tokens.
 
     Few tokens per expert cost through the tile/wave quantization of the kernel model
-    (`matmul_time_s`). Balanced routing gives every group the same m. Uneven routing (dropless)
-    leaves each group's last row tile on average half full: the row-tile efficiency becomes
-    m/(m + TILE_M/2) in place of m/(ceil(m/TILE_M)·TILE_M).
+    (`matmul_time_s`). A group's token rows are the GEMM's outer dimension, never its leading
+    one (activations are [tokens, hidden] row-major), and quantized experts are padded to the
+    recipe's alignment by TE's Fp8Padding (costed with the dispatch), so balanced routing costs
+    m rounded up to that alignment rather than an unaligned-shape penalty. Uneven routing
+    (dropless) leaves each group's last row tile on average half full: the kernel runs
+    m/TILE_M + 1/2 row tiles per group, costed between the neighbouring whole-tile shapes.
+    Both are non-decreasing in m, so more tokens on an expert never make its GEMMs faster.
     """
-    t = matmul_time_s(device, m, n, k, groups)
-    if not uneven or t <= 0:
-        return t
-    exact = m / (math.ceil(m / TILE_M) * TILE_M)
-    ragged = m / (m + TILE_M / 2)
-    launch = device.launch_s
-    return (t - launch) * exact / ragged + launch
+    if m <= 0 or n <= 0 or k <= 0 or groups <= 0:
+        return 0.0
+    if not uneven:
+        need = alignment_multiple(device.dtype)
+        return matmul_time_s(device, math.ceil(m / need) * need, n, k, groups)
+    tiles = max(1.0, m / TILE_M + 0.5)
+    lo = math.floor(tiles)
+    t_lo = matmul_time_s(device, lo * TILE_M, n, k, groups)
+    t_hi = matmul_time_s(device, (lo + 1) * TILE_M, n, k, groups)
+    return t_lo + (tiles - lo) * (t_hi - t_lo)
