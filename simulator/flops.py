@@ -150,6 +150,14 @@ def model_summary(m: ModelSpec) -> dict[str, object]:
             "max_nodes_per_token": m.max_nodes_per_token,
             "dispatch_dtype": m.dispatch_dtype,
         }
+    if m.mla is not None:
+        out["mla"] = {
+            "q_lora_rank": m.mla.q_lora_rank,
+            "kv_lora_rank": m.mla.kv_lora_rank,
+            "qk_nope_head_dim": m.mla.qk_nope_head_dim,
+            "qk_rope_head_dim": m.mla.qk_rope_head_dim,
+            "v_head_dim": m.mla.v_head_dim,
+        }
     if m.mtp_layers:
         out["mtp_layers"] = m.mtp_layers
         out["mtp_params"] = mtp_params(m)

@@ -687,6 +687,16 @@ def test_run_json_model_object(run_cli, tmp_path: Path) -> None:
     assert out["model"]["active_params"] == F.active_params(m)
     assert out["model"]["name"] == "deepseek-v3" and out["model"]["attention"] == "mla"
     assert out["parallel"]["etp"] == 1
+    # an import is checked at a glance: the MLA ranks, the MoE layout and the MTP module
+    assert out["model"]["mla"] == {
+        "q_lora_rank": 1536,
+        "kv_lora_rank": 512,
+        "qk_nope_head_dim": 128,
+        "qk_rope_head_dim": 64,
+        "v_head_dim": 128,
+    }
+    assert out["model"]["moe"]["first_dense_layers"] == 3 and out["model"]["moe"]["moe_layers"] == 58
+    assert out["model"]["mtp_layers"] == 1
 
 
 def test_nvfp4_gemm_fraction_from_recipes_catalog() -> None:

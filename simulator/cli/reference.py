@@ -954,6 +954,7 @@ COMMON_JSON_FIELDS: dict[str, str] = {
     "model.vocab": "vocabulary size",
     "model.seq_len": "sequence length [tokens]",
     "model.attention": "attention kind as simulated (mha, gqa, mqa or mla)",
+    "model.mla": "MLA ranks and head widths as simulated (MLA models only)",
     "gpu": "GPU catalog name",
     "topology": "topology name",
     "dtype": "training dtype",
