@@ -652,6 +652,20 @@ def _layer_windows(layer_types: object) -> tuple[str, ...] | None:
     return tuple(sorted(needed))
 
 
+def _hf_config_path(path: Path) -> Path:
+    """`hf_config` may name a downloaded model folder (a Hugging Face snapshot): its config.json.
+    The import is offline: a hub id that is not a local path is refused with that hint."""
+    if path.is_dir() and (path / "config.json").is_file():
+        return path / "config.json"
+    if not path.exists():
+        raise ConfigError(
+            f"no such file: {path} (the import is offline: give the path of a downloaded config.json "
+            "or of the folder holding it)",
+            key="model.hf_config",
+        )
+    return path
+
+
 def _resolve_unmodeled(
     hf: dict[str, Any], seq_len: object, allow: tuple[str, ...], cfg_file: str
 ) -> list[str]:
@@ -735,7 +749,7 @@ def model_from_table(table: Mapping[str, Any], base_dir: Path) -> ModelSpec:
         ref = table["hf_config"]
         if not isinstance(ref, str) or not ref:
             raise ConfigError("must be a path to a config.json", key="model.hf_config")
-        path = Path(ref) if Path(ref).is_absolute() else base_dir / ref
+        path = _hf_config_path(Path(ref) if Path(ref).is_absolute() else base_dir / ref)
         hf = hf_config_fields(path)
         hf_file = str(path)
         name = hf.pop("name")
@@ -1116,7 +1130,7 @@ def _group_limited_nodes(
     if "hf_config" not in table or "max_nodes_per_token" in _table_or_empty(table, "moe"):
         return model
     ref = Path(str(table["hf_config"]))
-    groups = hf_config_fields(ref if ref.is_absolute() else base / ref).get("_route_groups")
+    groups = hf_config_fields(_hf_config_path(ref if ref.is_absolute() else base / ref)).get("_route_groups")
     if not groups or not model.max_nodes_per_token or par.ep < 2:
         return model
     n_group, topk_group = groups
@@ -1345,5 +1359,6 @@ def scenario_input_files(path: str | Path) -> list[Path]:
     model = data.get("model")
     ref = model.get("hf_config") if isinstance(model, dict) else None
     if isinstance(ref, str) and ref:
-        found.append(Path(ref) if Path(ref).is_absolute() else base / ref)
+        given = Path(ref) if Path(ref).is_absolute() else base / ref
+        found.append(given / "config.json" if given.is_dir() else given)
     return found

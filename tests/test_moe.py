@@ -235,6 +235,19 @@ def test_allow_unmodeled_names_a_key_not_needed() -> None:
     assert len(m.notes) == 1 and "vison_config" in m.notes[0] and "nothing to ignore" in m.notes[0]
 
 
+def test_hf_config_may_name_the_downloaded_model_folder(tmp_path: Path) -> None:
+    """A Hugging Face snapshot folder stands for its config.json; a hub id that is no local path
+    is refused with the hint that the import is offline."""
+    folder = tmp_path / "DeepSeek-V3"
+    folder.mkdir()
+    (folder / "config.json").write_text((FIXTURES / "deepseek_v3.json").read_text())
+    m = model_from_table({"hf_config": "DeepSeek-V3", "seq_len": 4096}, tmp_path)
+    assert F.total_params(m) == F.total_params(model_preset("deepseek-v3"))
+    with pytest.raises(ConfigError) as info:
+        model_from_table({"hf_config": "deepseek-ai/DeepSeek-V3", "seq_len": 4096}, tmp_path)
+    assert info.value.key == "model.hf_config" and "offline" in info.value.message
+
+
 def test_hf_import_seq_len_warning() -> None:
     m = model_from_table({"hf_config": "deepseek_v3.json"}, FIXTURES)
     assert m.seq_len == 4096  # rope_scaling.original_max_position_embeddings, not 163,840
