@@ -175,7 +175,11 @@ KEYS: dict[str, Key] = {
         "number",
         since=NEXT,
     ),
-    "model.moe": Key("mixture of experts (balanced routing unless [model.moe] routing says dropless)", "table", default="dense model"),
+    "model.moe": Key(
+        "mixture of experts (balanced routing unless [model.moe] routing says dropless)",
+        "table",
+        default="dense model",
+    ),
     "model.moe.num_experts": Key("routed experts per MoE layer", "integer", default="0 (dense)"),
     "model.moe.top_k": Key("experts each token is routed to", "integer"),
     "model.moe.expert_ffn_hidden": Key("MLP inner size of one expert", "integer", default="ffn_hidden"),
