@@ -397,7 +397,7 @@ def _memory_levers(scn: Scenario) -> Iterator[_Variant]:
             "no recomputation",
             f"parallel.recompute {par.recompute} -> none",
             ("recompute",),
-            lambda: _par(scn, recompute="none"),
+            lambda: _par(scn, recompute="none", recompute_modules=()),  # nothing left to recompute
             note="needs the activation memory",
         )
     if par.zero == 3:

@@ -85,6 +85,21 @@ def test_levers_change_what_they_say() -> None:
     assert dl["dataloader_free"].build().dataloader.microbatch_latency_s == 0.0
 
 
+def test_no_recomputation_lever_drops_the_recompute_modules() -> None:
+    """Selective recomputation by module (issue 13): the "no recomputation" lever clears the
+    module list too (recompute_modules needs recompute = "selective"), so it builds."""
+    d = {
+        **BUBBLE_HEAVY,
+        "parallel": {
+            **BUBBLE_HEAVY["parallel"],
+            "recompute": "selective",
+            "recompute_modules": ["layernorm"],
+        },
+    }
+    built = {v.key: v for v in candidate_variants(scn(d))}["recompute_none"].build()
+    assert (built.parallel.recompute, built.parallel.recompute_modules) == ("none", ())
+
+
 def test_pipeline_levers_skip_without_a_pipeline() -> None:
     by_key = {v.key: v for v in candidate_variants(scn(DATALOADER_BOUND_NO_PP))}
     assert "pp = 1" in by_key["interleave_vp2"].skipped
