@@ -514,6 +514,15 @@ def memory_footprint(scn: Scenario) -> MemoryReport:
     embed_mask = (MASK_BYTES if model.dropout > 0 else 0) * sbh / sp_div
     output_inputs = 2 * ACT_BYTES * sbh / sp_div
     logits = 4.0 * s_local * b * model.vocab / t
+    # DeepSeek-V3 MTP modules (report §2.2; run with the output layer, for the same one
+    # micro-batch): the RMSNorm inputs of the hidden state and of the next token's embedding
+    # (2·2h), the projection M's input (2h, a linear input), one layer like the last main layer,
+    # and the shared output head's inputs and fp32 logits again
+    mtp_layer = moe_act if model.is_moe_layer(model.layers - 1) else dense_act
+    mm = FP8_BYTES if scn.dtype in ("fp8", "mxfp8", "nvfp4") else ACT_BYTES
+    mtp_act = model.mtp_layers * (
+        mtp_layer.stored * kept + (2 * ACT_BYTES + 2 * mm) * sbh / sp_div + output_inputs + logits
+    )
     # communication buffers: SP gather + reduce-scatter staging, pipeline send/recv
     comm = (2 * ACT_BYTES * sbh if sp else 0.0) + (2 * ACT_BYTES * sbh / t if p > 1 else 0.0)
 
@@ -563,7 +572,7 @@ def memory_footprint(scn: Scenario) -> MemoryReport:
         if holds_embedding:
             activations += embed_mask * inflight_microbatches(par, i)
         if holds_output:
-            activations += output_inputs + logits
+            activations += output_inputs + logits + mtp_act
         buffers = comm
         if par.zero >= 3 and n_layers and not par.reshard_after_forward:
             # FSDP with reshard_after_forward = false (and gradient sync on the last micro-batch
