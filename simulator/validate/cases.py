@@ -21,7 +21,7 @@ from .columns import (
     TARGET_GPU_PREFIXES,
 )
 from .gpus import GPUMapping, gpu_mapping
-from .recipes import recipe_for, recorded_not_simulated, scenario_kernels
+from .recipes import recipe_for, recorded_not_simulated, scenario_kernels, unexpressible_for
 from .runs import PublishedRun, _is_number
 from .sources import SourceRules, source_rules
 
@@ -213,6 +213,11 @@ def build_case(run: PublishedRun) -> Case | Unusable:
     published_parallel = dict(parallel)
     recipe_settings = ""
     if is_moe and rules.key == "megatron-bridge":
+        layout = {k: parallel[k] for k in ("tp", "pp", "ep", "micro_batch", "global_batch")}
+        layout["vp"] = run.int_cell("vp") or 1  # as published
+        refused_by = unexpressible_for(run.run_id, run.get("model_name") or "", run.gpu, layout)
+        if refused_by:
+            return Unusable(run.run_id, run.source, rules.key, run.gpu, refused_by)
         recipe_settings, recipe_kernels = _apply_recipe(run, dtype, parallel, notes)
     cluster = _cluster(run, mapping, num_gpus, notes)
     if is_moe and mapping.topology == "gb200-nvl72" and num_gpus >= 128 and num_gpus % 64 == 0:
