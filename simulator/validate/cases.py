@@ -233,7 +233,7 @@ def build_case(run: PublishedRun) -> Case | Unusable:
         "parallel": parallel,
         "precision": {"dtype": dtype},
     }
-    kernels = {**_kernels(rules, parallel, notes), **recipe_kernels}
+    kernels = {**_kernels(rules, parallel, notes, run), **recipe_kernels}
     if kernels:
         scenario["kernels"] = kernels
     return Case(
@@ -285,13 +285,16 @@ def _apply_recipe(
     return f"{simulated}; {recorded}", kernels
 
 
-def _kernels(rules: SourceRules, parallel: Mapping[str, Any], notes: list[str]) -> dict[str, Any]:
+def _kernels(
+    rules: SourceRules, parallel: Mapping[str, Any], notes: list[str], run: PublishedRun
+) -> dict[str, Any]:
     """The source's software stack (docs/validate-assumptions.md): attention kernel, the dtype of
     the data-parallel gradient reduction, and whether TP communication overlaps the GEMMs."""
     kernels: dict[str, Any] = {}
-    if rules.attention:
-        kernels["attention"] = rules.attention
-        notes.append(f"kernels: attention = {rules.attention} ({rules.key} stack)")
+    attention, why = rules.attention_for(run.source, run.get("model_name") or "")
+    if attention:
+        kernels["attention"] = attention
+        notes.append(f"kernels: attention = {attention} ({why or rules.key + ' stack'})")
     if rules.grad_reduce_dtype:
         kernels["grad_reduce_dtype"] = rules.grad_reduce_dtype
         notes.append(f"kernels: grad_reduce_dtype = {rules.grad_reduce_dtype} ({rules.key} stack)")
