@@ -147,13 +147,35 @@ def test_mpt_attention_kernel_per_table(shipped, run_id, attention):
     assert any(a.startswith(f"kernels: attention = {attention} (") for a in case.assumptions)
 
 
-def test_attention_rule_matches_table_and_model():
-    rule = V.AttentionRule(table="large scale", attention="fa2", models=("mpt-3b",))
-    assert rule.applies("README table 'H100 80GB BF16 (Large Scale, >= 128 GPUs)'", "MPT-3b")
-    assert not rule.applies("README table 'H100 80GB BF16 (Large Scale, >= 128 GPUs)'", "MPT-13b")
-    assert not rule.applies("README table 'H100 80GB BF16'", "MPT-3b")
+def test_stack_rule_matches_table_notes_and_model():
+    rule = V.StackRule(attention="fa2", table="large scale", models=("mpt-3b",))
+    big = "README table 'H100 80GB BF16 (Large Scale, >= 128 GPUs)'"
+    assert rule.applies(big, "", "MPT-3b")
+    assert not rule.applies(big, "", "MPT-13b")
+    assert not rule.applies("README table 'H100 80GB BF16'", "", "MPT-3b")
+    pure = V.StackRule(grad_reduce_dtype="bf16", notes="mp mode pure")
+    assert pure.applies("any table", "Composer/FSDP ..., MP mode PURE, grad accum 3", "MPT-1b")
+    assert not pure.applies("any table", "Composer/FSDP ..., MP mode DEFAULT", "MPT-1b")
     rules = V.source_rules("mosaicml/llm-foundry README")
-    assert rules.attention_for("table 'A100 40GB'", "MPT-3b") == ("triton", "")
+    assert rules.stack_for("attention", "table 'A100 40GB'", "", "MPT-3b") == ("triton", "")
+    assert rules.stack_for("grad_reduce_dtype", "table 'H100 80GB BF16'", "MP mode DEFAULT", "") == (
+        "fp32",
+        "",
+    )
+
+
+@pytest.mark.parametrize(
+    ("run_id", "dtype"),
+    [
+        ("mpt_A100-SXM-40GB_1b_s2048_8gpu_bf16", "bf16"),  # "MP mode PURE"
+        ("mpt_A100-SXM-80GB_70b_s2048_64gpu_bf16", "bf16"),  # "MP mode PURE"
+        ("mpt_A100-SXM-80GB_7b_s2048_8gpu_bf16", "fp32"),  # "MP mode DEFAULT"
+        ("mpt_H100-SXM-80GB_3b_s2048_512gpu_bf16", "fp32"),
+    ],
+)
+def test_mpt_grad_reduce_dtype_follows_mp_mode(shipped, run_id, dtype):
+    case = case_of(shipped, run_id)
+    assert case.scenario["kernels"]["grad_reduce_dtype"] == dtype
 
 
 @pytest.mark.parametrize(

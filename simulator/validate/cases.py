@@ -295,13 +295,11 @@ def _kernels(
     """The source's software stack (docs/validate-assumptions.md): attention kernel, the dtype of
     the data-parallel gradient reduction, and whether TP communication overlaps the GEMMs."""
     kernels: dict[str, Any] = {}
-    attention, why = rules.attention_for(run.source, run.get("model_name") or "")
-    if attention:
-        kernels["attention"] = attention
-        notes.append(f"kernels: attention = {attention} ({why or rules.key + ' stack'})")
-    if rules.grad_reduce_dtype:
-        kernels["grad_reduce_dtype"] = rules.grad_reduce_dtype
-        notes.append(f"kernels: grad_reduce_dtype = {rules.grad_reduce_dtype} ({rules.key} stack)")
+    for key in ("attention", "grad_reduce_dtype"):
+        value, why = rules.stack_for(key, run.source, run.get("notes") or "", run.get("model_name") or "")
+        if value:
+            kernels[key] = value
+            notes.append(f"kernels: {key} = {value} ({why or rules.key + ' stack'})")
     if rules.cross_entropy:
         kernels["cross_entropy"] = rules.cross_entropy
         notes.append(f"kernels: cross_entropy = {rules.cross_entropy} ({rules.key} stack)")
