@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from .architectures import FAMILY_VOCAB, GATED_FAMILIES, MOE_MARKERS, known_architecture, preset_for
@@ -24,6 +24,7 @@ from .gpus import GPUMapping, gpu_mapping
 from .recipes import recipe_for, recorded_not_simulated, scenario_kernels, unexpressible_for
 from .runs import PublishedRun, _is_number
 from .sources import SourceRules, source_rules
+from .supplement import supplemented
 
 
 # ----------------------------------------------------------------------------- row -> case
@@ -198,6 +199,9 @@ def build_case(run: PublishedRun) -> Case | Unusable:
     """
     rules = source_rules(run.source, run.run_id)
     notes: list[str] = []
+    run, settings = supplemented(run, notes)
+    if settings:
+        rules = replace(rules, **settings)
     try:
         metric, measured = _measurement(run)
         mapping = _hardware(run)
