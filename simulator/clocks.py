@@ -105,14 +105,30 @@ def power_clock_factor(gpu: GPUSpec) -> float:
     return _factor(gpu.name)
 
 
-def power_limited_clock(tensor_activity: float, saturated_ratio: float) -> float:
+def power_limited_clock(tensor_activity: float, saturated_ratio: float, sku_factor: float = 1.0) -> float:
     """Clock (relative to the benchmark's boost clock) a power-limited GPU holds for a kernel mix
-    of `tensor_activity` D: min(1, r · D^(−1/3)) (the law above; r = 1 turns it off)."""
+    of `tensor_activity` D: min(1, k · r · D^(−1/3)) (the law above; r = 1 turns it off), r
+    measured on the architecture's reference SKU and k its board-power factor for this SKU."""
     if saturated_ratio >= 1.0 or tensor_activity <= 0.0:
         return 1.0
-    return float(min(1.0, saturated_ratio * tensor_activity ** (-CLOCK_POWER_EXPONENT)))
+    return float(min(1.0, sku_factor * saturated_ratio * tensor_activity ** (-CLOCK_POWER_EXPONENT)))
+
+
+def has_activity_law(gpu: GPUSpec) -> bool:
+    """Whether this GPU's architecture models the power-limited clock of the kernel mix (a
+    measured r < 1 in kernels.toml); then the board-power factor scales that clock, not the
+    fitted residual."""
+    from .kernels import kernel_params
+
+    p = kernel_params(gpu)
+    return min(p.sustained_gemm_ratio_16bit, p.sustained_gemm_ratio_8bit) < 1.0
 
 
 def sustained_clock_fraction(gpu: GPUSpec) -> float:
-    """Compute throughput under sustained training load relative to the microbenchmarks."""
+    """Compute throughput under sustained training load relative to the microbenchmarks, beyond
+    the power-limited clock of the kernel mix where the architecture models it. Counted once:
+    with the activity law the board-power factor goes into that clock (r_SKU = k · r_ref, the
+    same cube law), and the fitted clock is the non-power residual, the same on every SKU."""
+    if has_activity_law(gpu):
+        return min(1.0, gpu.efficiency.sustained_clock_fraction)
     return min(1.0, gpu.efficiency.sustained_clock_fraction * power_clock_factor(gpu))

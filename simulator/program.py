@@ -1428,7 +1428,7 @@ def tensor_activity(device: Device, phases: Iterable[_Phase]) -> float:
 def power_limited_device(coster: _Coster) -> tuple[Device, float]:
     """The device at the power-limited clock of this step's kernel mix, and the mix's activity:
     one transformer layer (forward, backward, recompute) costed at the boost clock."""
-    from .clocks import power_limited_clock
+    from .clocks import power_clock_factor, power_limited_clock
 
     device = coster.device
     ratio = device.params.sustained_gemm_ratio(device.dtype)
@@ -1436,7 +1436,8 @@ def power_limited_device(coster: _Coster) -> tuple[Device, float]:
         return device, 0.0
     forward, b_in, b_w, rec, _ = coster.layer(coster.scn.model.is_moe)
     activity = tensor_activity(device, (forward, b_in, b_w, rec))
-    return replace(device, power_clock=power_limited_clock(activity, ratio)), activity
+    k = power_clock_factor(device.gpu)  # the SKU's board power per SM (1 on the reference SKU)
+    return replace(device, power_clock=power_limited_clock(activity, ratio, k)), activity
 
 
 def _repeat(phase: _Phase, n: int) -> list:
