@@ -159,6 +159,7 @@ def layer_activation_bytes(
     fp8: bool = False,
     etp: int = 1,
     recompute_modules: tuple[str, ...] = (),
+    fp8_moe_act_input: bool = False,
 ) -> LayerActivationBytes:
     """Korthikanti et al. 2022 Table 2, generalized to GQA, gated MLPs, MoE and CP (module doc).
 
@@ -195,6 +196,17 @@ def layer_activation_bytes(
         routing = 0.0
     # GeLU: its input 2f + its output (fc2's input) 2f; SwiGLU: gate 2f + up 2f + product 2f
     mlp_inner = ((2 if model.gated_mlp else 1) * ACT_BYTES + mm) * f_rank
+    if moe and fp8_moe_act_input:
+        # DeepSeek-V3 report §3.3.4 (2): the routed experts' SwiGLU inputs (gate and up, the fc1
+        # output) cached in FP8 instead of 16-bit: 1 byte less per element (shared expert: no)
+        mlp_inner -= (
+            (ACT_BYTES - FP8_BYTES)
+            * (2 if model.gated_mlp else 1)
+            * model.top_k
+            * model.expert_ffn
+            / t
+            * model.imbalance
+        )
     # §4.1: LayerNorm inputs 2·2h, QKV input 2h, MLP input 2h, two dropout masks 2·1h = 10h
     # (no masks for a model trained without dropout: torch's dropout with p = 0 returns its input)
     mask = MASK_BYTES if model.dropout > 0 else 0
@@ -310,6 +322,7 @@ def scenario_layer_activations(scn: Scenario, moe: bool) -> LayerActivationBytes
         fp8=scn.dtype in ("fp8", "mxfp8", "nvfp4"),
         etp=par.expert_tp,
         recompute_modules=par.recomputed_modules,
+        fp8_moe_act_input=scn.memory.fp8_moe_act_input,
     )
 
 
@@ -328,6 +341,10 @@ def korthikanti_per_layer_bytes(
 
 
 # ----------------------------------------------------------------------------- schedule
+# schedules whose in-flight activations are read off the stage's task order, chunk by chunk
+CHUNK_WEIGHTED_SCHEDULES = ("zb-h1", "zb-v", "dualpipe", "dualpipev")
+
+
 def stage_layer_counts(num_layers: int, pp: int) -> list[int]:
     """Layers per pipeline stage; the first L mod p stages get one more."""
     base, extra = divmod(num_layers, pp)
@@ -350,7 +367,7 @@ def inflight_layer_microbatches(
     p + 1 and DualPipeV 2p + 1 chunks (the DualPipe README's table).
     """
     p, m, v = par.pp, par.num_microbatches, par.vp
-    if par.schedule in ("zb-h1", "zb-v", "dualpipe", "dualpipev"):
+    if par.schedule in CHUNK_WEIGHTED_SCHEDULES:
         weights = chunk_layer_counts or [stage_layers / v] * v
         return peak_inflight(stage_tasks(par.schedule, p, v, m, stage), weights)
     return inflight_microbatches(par, stage) * stage_layers
@@ -497,6 +514,15 @@ def memory_footprint(scn: Scenario) -> MemoryReport:
     embed_mask = (MASK_BYTES if model.dropout > 0 else 0) * sbh / sp_div
     output_inputs = 2 * ACT_BYTES * sbh / sp_div
     logits = 4.0 * s_local * b * model.vocab / t
+    # DeepSeek-V3 MTP modules (report §2.2; run with the output layer, for the same one
+    # micro-batch): the RMSNorm inputs of the hidden state and of the next token's embedding
+    # (2·2h), the projection M's input (2h, a linear input), one layer like the last main layer,
+    # and the shared output head's inputs and fp32 logits again
+    mtp_layer = moe_act if model.is_moe_layer(model.layers - 1) else dense_act
+    mm = FP8_BYTES if scn.dtype in ("fp8", "mxfp8", "nvfp4") else ACT_BYTES
+    mtp_act = model.mtp_layers * (
+        mtp_layer.stored * kept + (2 * ACT_BYTES + 2 * mm) * sbh / sp_div + output_inputs + logits
+    )
     # communication buffers: SP gather + reduce-scatter staging, pipeline send/recv
     comm = (2 * ACT_BYTES * sbh if sp else 0.0) + (2 * ACT_BYTES * sbh / t if p > 1 else 0.0)
 
@@ -519,20 +545,34 @@ def memory_footprint(scn: Scenario) -> MemoryReport:
         if scn.memory.offload_optimizer:
             optimizer = 0.0  # fp32 master weights and Adam moments live in host memory
         n_moe = sum(1 for c in chunks for layer in c if model.is_moe_layer(layer))
-        layer_mbs = inflight_layer_microbatches(par, i, n_layers, [float(len(c)) for c in chunks])
-        per_layer = (
-            dense_act.stored
-            if n_layers == 0
-            else (((n_layers - n_moe) * dense_act.stored + n_moe * moe_act.stored) / n_layers)
-        )
-        activations = layer_mbs * per_layer * kept
+        if par.schedule in CHUNK_WEIGHTED_SCHEDULES:
+            # each chunk weighted by the bytes of its own layers: DualPipe's rank 0 holds p
+            # micro-batches of its first chunk (DeepSeek-V3: 3 dense + 1 MoE layer) and one of
+            # its last (MoE layers), not p + 1 of the stage's average layer
+            chunk_bytes = [
+                sum(moe_act.stored if model.is_moe_layer(layer) else dense_act.stored for layer in c)
+                for c in chunks
+            ]
+            activations = peak_inflight(
+                stage_tasks(par.schedule, p, par.vp, par.num_microbatches, i), chunk_bytes
+            )
+        else:
+            # 1F1B, interleaved, GPipe: every layer of the stage holds the same micro-batches
+            layer_mbs = inflight_layer_microbatches(par, i, n_layers)
+            per_layer = (
+                dense_act.stored
+                if n_layers == 0
+                else (((n_layers - n_moe) * dense_act.stored + n_moe * moe_act.stored) / n_layers)
+            )
+            activations = layer_mbs * per_layer
+        activations *= kept
         activations += max(dense_act.working, moe_act.working if n_moe else 0.0)
         holds_embedding = any(prev_chunk(par.schedule, p, par.vp, i, c) is None for c in range(len(chunks)))
         holds_output = any(next_chunk(par.schedule, p, par.vp, i, c) is None for c in range(len(chunks)))
         if holds_embedding:
             activations += embed_mask * inflight_microbatches(par, i)
         if holds_output:
-            activations += output_inputs + logits
+            activations += output_inputs + logits + mtp_act
         buffers = comm
         if par.zero >= 3 and n_layers and not par.reshard_after_forward:
             # FSDP with reshard_after_forward = false (and gradient sync on the last micro-batch

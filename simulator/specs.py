@@ -873,6 +873,11 @@ class MemoryOptions:
     # report §3.3.3 keeps both in BF16): MOMENT_DTYPES
     exp_avg_dtype: str = "fp32"
     exp_avg_sq_dtype: str = "fp32"
+    # DeepSeek-V3 report §3.3.4 (2): the inputs of the routed experts' SwiGLU (the fc1 output)
+    # cached in FP8 for the backward; needs an fp8-family dtype and MoE. Its output is rebuilt
+    # from them with [parallel] recompute_modules = ["moe_act"]. The quantize/dequantize casts
+    # are not charged (memory-bound, about 3 bytes per element against the fc1/fc2 GEMMs).
+    fp8_moe_act_input: bool = False
     # GPU memory kept free (file key headroom_gib, flag --memory-headroom; issue 17): a
     # configuration fits when its peak is within the GPU's memory minus this. Default 0.
     headroom_bytes: float = 0.0
@@ -885,6 +890,7 @@ class MemoryOptions:
     def __post_init__(self) -> None:
         _check_num("memory.offload_activations", self.offload_activations, maximum=1.0)
         _check_bool("memory.offload_optimizer", self.offload_optimizer)
+        _check_bool("memory.fp8_moe_act_input", self.fp8_moe_act_input)
         for key in ("exp_avg_dtype", "exp_avg_sq_dtype"):
             _set(self, key, _check_choice(f"memory.{key}", getattr(self, key), MOMENT_DTYPES))
         _check_num("memory.headroom_gib", self.headroom_bytes, maximum=2.0**50)
@@ -987,6 +993,14 @@ class Scenario:
         _check_recompute_modules(self.model, self.parallel.recompute_modules)
         _check_cuda_graphs(self.model, self.parallel, self.kernels, self.memory)
         _check_ep_overlap(self.parallel, self.kernels, self.gpu)
+        if self.memory.fp8_moe_act_input and not (
+            self.model.is_moe and self.dtype in ("fp8", "mxfp8", "nvfp4")
+        ):
+            raise ConfigError(
+                "memory.fp8_moe_act_input caches MoE expert activations in FP8: needs an MoE model "
+                f"and precision.dtype fp8, mxfp8 or nvfp4 (got {self.dtype})",
+                key="memory.fp8_moe_act_input",
+            )
         if (self.memory.offload_activations or self.memory.offload_optimizer) and not (
             self.gpu.host_link_bytes_per_s > 0
         ):

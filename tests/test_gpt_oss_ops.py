@@ -217,24 +217,26 @@ def test_bias_add_unfused_only_for_biased_moe() -> None:
     assert "attn bias add (unfused)" not in _segments(_scn(linear_bias=False))["fwd"]
 
 
+def _qwen(**model: Any) -> Scenario:
+    """Four Qwen3-30B-A3B layers on one DGX H100 node (EP 8), with `model` keys overridden."""
+    data: dict[str, Any] = {
+        "model": {"preset": "qwen3-30b-a3b", "seq_len": SEQ, "layers": 4, **model},
+        "cluster": {"topology": "dgx-h100", "num_gpus": 8},
+        "parallel": {"ep": EP, "micro_batch": 1, "global_batch": 8},
+    }
+    return scenario_from_dict(data)
+
+
 def test_qk_norm_costs_two_norms_of_q_and_k() -> None:
     """Qwen3's per-head q_norm/k_norm (qk_norm): one read and one write of q and k forward, twice
     that backward, as the layer norms; the preset and the config.json import both set it."""
     from simulator.loading import model_from_table
 
-    def qwen(**model: Any) -> Scenario:
-        data: dict[str, Any] = {
-            "model": {"preset": "qwen3-30b-a3b", "seq_len": SEQ, "layers": 4, **model},
-            "cluster": {"topology": "dgx-h100", "num_gpus": 8},
-            "parallel": {"ep": EP, "micro_batch": 1, "global_batch": 8},
-        }
-        return scenario_from_dict(data)
-
     m = model_preset("qwen3-30b-a3b")
     assert m.qk_norm and model_preset("qwen3-235b-a22b").qk_norm and not model_preset("gpt-oss-120b").qk_norm
     imported = model_from_table({"hf_config": "qwen3_30b_a3b.json", "seq_len": 4096}, FIXTURES)
     assert imported.qk_norm
-    with_norm, without = _segments(qwen()), _segments(qwen(qk_norm=False))
+    with_norm, without = _segments(_qwen()), _segments(_qwen(qk_norm=False))
     qk_bytes = SEQ * (m.heads + m.num_kv_heads) * m.dim_per_head * 2
     assert with_norm["fwd"]["qk norm"].message_bytes == 2 * qk_bytes
     assert with_norm["bwd"]["qk norm bwd"].message_bytes == 4 * qk_bytes
@@ -246,18 +248,10 @@ def test_qk_norm_costs_two_norms_of_q_and_k() -> None:
 def test_qk_norm_keeps_its_inputs() -> None:
     from simulator.memory import scenario_layer_activations
 
-    def qwen(**model: Any) -> Scenario:
-        data: dict[str, Any] = {
-            "model": {"preset": "qwen3-30b-a3b", "seq_len": SEQ, "layers": 4, **model},
-            "cluster": {"topology": "dgx-h100", "num_gpus": 8},
-            "parallel": {"ep": EP, "micro_batch": 1, "global_batch": 8},
-        }
-        return scenario_from_dict(data)
-
     m = model_preset("qwen3-30b-a3b")
     extra = (
-        scenario_layer_activations(qwen(), True).stored
-        - scenario_layer_activations(qwen(qk_norm=False), True).stored
+        scenario_layer_activations(_qwen(), True).stored
+        - scenario_layer_activations(_qwen(qk_norm=False), True).stored
     )
     assert extra == pytest.approx(2 * SEQ * (m.heads + m.num_kv_heads) * m.dim_per_head)  # 16-bit q and k
 

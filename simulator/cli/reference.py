@@ -428,6 +428,10 @@ KEYS: dict[str, Key] = {
     "memory.offload_optimizer": Key(
         "fp32 master weights and Adam moments on the host, Adam on the CPU", since=NEXT
     ),
+    "memory.fp8_moe_act_input": Key(
+        "routed experts' SwiGLU inputs cached in FP8 for the backward (DeepSeek-V3 §3.3.4; fp8 dtypes, MoE)",
+        since=NEXT,
+    ),
     "memory.exp_avg_dtype": Key(
         "storage format of Adam's first moment (Megatron --exp-avg-dtype; DeepSeek-V3: bf16)",
         allowed=_spec("MOMENT_DTYPES"),

@@ -1,0 +1,181 @@
+"""DeepSeek-V3's own layout (arXiv 2412.19437 §3.2: 2,048 H800, tp 1, pp 16 DualPipe, ep 64,
+ZeRO-1, FP8, seq 4096): every part of the per-GPU memory checked against a hand count from the
+model's dimensions, and each of the report's memory features by its closed-form saving (issue 13)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from simulator.errors import ConfigError
+from simulator.loading import load_scenario
+from simulator.memory import (
+    FRAGMENTATION_FRACTION,
+    FRAMEWORK_BYTES,
+    memory_footprint,
+    scenario_layer_activations,
+)
+from simulator.specs import Scenario
+
+REPORT_LAYOUT = """
+name = "dsv3-report"
+[model]
+preset = "deepseek-v3"
+seq_len = 4096
+[model.moe]
+max_nodes_per_token = 4
+dispatch_dtype = "fp8"
+[cluster]
+topology = "dgx-h100"
+num_gpus = 2048
+gpu = "h800"
+[parallel]
+tp = 1
+pp = 16
+ep = 64
+zero = 1
+schedule = "dualpipe"
+global_batch = 15360
+{parallel}
+[precision]
+dtype = "{dtype}"
+[memory]
+{memory}
+"""
+# the report's documented features that the simulator has keys for: recomputation of the RMSNorms
+# and MLA up-projections (§3.2.3), the SwiGLU output of the experts recomputed from its FP8-cached
+# input (§3.3.4), BF16 Adam moments (§3.3.3)
+FEATURES_PARALLEL = 'recompute = "selective"\nrecompute_modules = ["layernorm", "mla_up_proj", "moe_act"]'
+FEATURES_MEMORY = 'exp_avg_dtype = "bf16"\nexp_avg_sq_dtype = "bf16"\nfp8_moe_act_input = true'
+
+S, H, V = 4096, 7168, 129280  # tokens per micro-batch (b = 1), hidden, vocabulary
+GIB = 2.0**30
+
+
+def _scn(tmp_path: Path, parallel: str = "", memory: str = "", dtype: str = "fp8") -> Scenario:
+    path = tmp_path / "dsv3.toml"
+    path.write_text(REPORT_LAYOUT.format(parallel=parallel, memory=memory, dtype=dtype))
+    return load_scenario(path)
+
+
+def _stage0_params() -> tuple[int, int]:
+    """Parameters on pipeline rank 0 by hand: DualPipe gives it stage 0 (embedding, the 3 dense
+    layers, MoE layer 3) and stage 15 (MoE layers 58-60, final norm, output head, the MTP module,
+    which shares the embedding and head); routed experts 256/64 = 4 per rank."""
+    attn = H * 1536 + 1536 + 1536 * 128 * 192 + H * (512 + 64) + 512 + 512 * 128 * 256 + 128 * 128 * H + H
+    dense_mlp = 3 * H * 18432 + H
+    moe_common = 256 * H + 3 * H * 2048 + H  # router, shared expert, norm
+    experts = 4 * 3 * H * 2048
+    mtp = attn + moe_common + 2 * H * H + 3 * H
+    dense = 3 * (attn + dense_mlp) + 4 * (attn + moe_common) + 2 * V * H + H + mtp
+    return dense, 5 * experts
+
+
+def _layer_bytes_per_token() -> tuple[int, int]:
+    """(dense, MoE) layer activations per token, FP8 training, no recompute, FlashAttention."""
+    replicated = 2 * 2 * H + H + H  # two RMSNorm inputs (16-bit), the QKV and MLP inputs (FP8)
+    q, k, v = 128 * 192, 128 * 192, 128 * 128
+    attention = 2 * (q + k + v) + v + 3 * (1536 + 512)  # Q K V, out-proj input, latents
+    lse = 4 * 128
+    dense_mlp = (2 * 2 + 1) * 18432  # gate, up (16-bit), their product (FP8: fc2's input)
+    moe_mlp = (2 * 2 + 1) * (8 * 2048 + 2048) + 8 * H  # top-8 + shared expert, dispatched tokens
+    return replicated + attention + lse + dense_mlp, replicated + attention + lse + moe_mlp
+
+
+def test_model_state_by_hand(tmp_path: Path) -> None:
+    report = memory_footprint(_scn(tmp_path))
+    dense, expert = _stage0_params()
+    parts = report.parts_bytes
+    assert parts["weights"] == pytest.approx(3 * (dense + expert))  # bf16 + TE's fp8 copy
+    # FP32 gradients (§3.3.3: "gradients (used for batch size accumulation) ... in FP32"),
+    # unsharded under ZeRO-1: this is why they exceed the 3-byte weights
+    assert parts["grads"] == pytest.approx(4 * (dense + expert))
+    # optimizer: dense sharded over dp = 128, experts over their 2 expert-data-parallel ranks
+    assert parts["optimizer"] == pytest.approx(12 * (dense / 128 + expert / 2))
+
+
+def test_dualpipe_activations_weight_each_chunk_by_its_own_layers(tmp_path: Path) -> None:
+    """DualPipe (Table 2): PP + 1 chunk micro-batches in flight on rank 0 -- p of its first chunk
+    (3 dense + 1 MoE layer) and one of its last (3 MoE layers), plus the output layer's inputs
+    and fp32 logits of one micro-batch, and the MTP module's (§2.2) for that micro-batch: its two
+    RMSNorm inputs (16-bit), the projection's 2h input (FP8), an MoE layer, the head again."""
+    report = memory_footprint(_scn(tmp_path))
+    dense, moe = _layer_bytes_per_token()
+    p = 16
+    layers = p * (3 * dense + moe) + 1 * (3 * moe)
+    head = 2 * 2 * S * H + 4 * S * V
+    mtp = S * (moe + 2 * 2 * H + 2 * H) + head
+    expected = S * layers + head + mtp
+    assert report.parts_bytes["activations"] == pytest.approx(expected)
+    allocated = sum(v for k, v in report.parts_bytes.items() if k != "reserved")
+    assert report.parts_bytes["reserved"] == pytest.approx(
+        FRAMEWORK_BYTES + FRAGMENTATION_FRACTION * allocated
+    )
+
+
+def test_each_report_feature_saves_its_closed_form(tmp_path: Path) -> None:
+    base = _scn(tmp_path)
+    mem0 = memory_footprint(base).parts_bytes
+    # BF16 moments: 4 + 2 + 2 bytes of optimizer state per parameter instead of 12
+    bf16 = memory_footprint(_scn(tmp_path, memory='exp_avg_dtype = "bf16"\nexp_avg_sq_dtype = "bf16"'))
+    assert bf16.parts_bytes["optimizer"] == pytest.approx(mem0["optimizer"] * 8 / 12)
+    # FP8-cached SwiGLU inputs of the routed experts: 1 byte less on 2 x top_k x expert_ffn per
+    # token of each MoE layer; rank 0 holds p + 3 + 1 (MTP) = 20 MoE layer-micro-batches
+    fp8 = _scn(tmp_path, memory="fp8_moe_act_input = true")
+    saving = 2 * 8 * 2048 * S
+    assert scenario_layer_activations(base, True).stored - scenario_layer_activations(fp8, True).stored == (
+        pytest.approx(saving)
+    )
+    assert scenario_layer_activations(fp8, False).stored == scenario_layer_activations(base, False).stored
+    act = memory_footprint(fp8).parts_bytes["activations"]
+    assert mem0["activations"] - act == pytest.approx(20 * saving)
+    # MLA up-projections recomputed: Q, K, V (16-bit) not kept, 2 (q + k + v) bytes per token;
+    # RMSNorms recomputed: nothing in FP8 training (the next linear keeps its FP8 input anyway)
+    up = _scn(tmp_path, parallel='recompute = "selective"\nrecompute_modules = ["mla_up_proj", "layernorm"]')
+    per_layer = 2 * (128 * 192 * 2 + 128 * 128) * S
+    assert mem0["activations"] - memory_footprint(up).parts_bytes["activations"] == pytest.approx(
+        (16 * 4 + 3 + 1) * per_layer
+    )
+
+
+def test_report_features_together(tmp_path: Path) -> None:
+    """All the features the simulator can express: 134.6 -> 93.1 GiB. The remaining gap to the
+    report's 80 GB is not covered by a documented feature (see CHANGELOG, issue 13)."""
+    before = memory_footprint(_scn(tmp_path))
+    after = memory_footprint(_scn(tmp_path, FEATURES_PARALLEL, FEATURES_MEMORY))
+    assert after.peak_bytes < before.peak_bytes
+    assert after.parts_bytes["weights"] == before.parts_bytes["weights"]
+    assert after.parts_bytes["grads"] == before.parts_bytes["grads"]
+    dense, moe = _layer_bytes_per_token()
+    kept_moe = moe - 2 * (128 * 192 * 2 + 128 * 128) - 8 * 2048 - 2 * 8 * 2048  # up-proj, moe_act, fp8 input
+    kept_dense = dense - 2 * (128 * 192 * 2 + 128 * 128)
+    head = 2 * 2 * S * H + 4 * S * V
+    mtp = S * (kept_moe + 2 * 2 * H + 2 * H) + head
+    expected = S * (16 * (3 * kept_dense + kept_moe) + 3 * kept_moe) + head + mtp
+    assert after.parts_bytes["activations"] == pytest.approx(expected)
+
+
+def test_fp8_moe_act_input_is_refused_outside_fp8(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="memory.fp8_moe_act_input"):
+        _scn(tmp_path, memory="fp8_moe_act_input = true", dtype="bf16")
+
+
+def test_mtp_module_on_rank_0(tmp_path: Path) -> None:
+    """Without the MTP module rank 0 loses exactly its state and its activations (one micro-batch)
+    -- rank 0's own total: without MTP another rank becomes the most loaded one."""
+    with_mtp = memory_footprint(_scn(tmp_path)).stage_peak_bytes[0]
+    path = tmp_path / "no-mtp.toml"
+    path.write_text(
+        REPORT_LAYOUT.format(parallel="", memory="", dtype="fp8").replace(
+            "seq_len = 4096\n", "seq_len = 4096\nmtp_layers = 0\n", 1
+        )
+    )
+    without = memory_footprint(load_scenario(path)).stage_peak_bytes[0]
+    _, moe = _layer_bytes_per_token()
+    attn = H * 1536 + 1536 + 1536 * 128 * 192 + H * (512 + 64) + 512 + 512 * 128 * 256 + 128 * 128 * H + H
+    dense = attn + 256 * H + 3 * H * 2048 + H + 2 * H * H + 3 * H
+    expert = 4 * 3 * H * 2048
+    state = 7 * (dense + expert) + 12 * (dense / 128 + expert / 2)
+    act = S * (moe + 2 * 2 * H + 2 * H) + 2 * 2 * S * H + 4 * S * V
+    assert with_mtp - without == pytest.approx((1 + FRAGMENTATION_FRACTION) * (state + act))
