@@ -1559,22 +1559,30 @@ def build_program(scn: Scenario, comm: CommModel | None = None) -> Program:
                 )
             elif par.dp > 1 and par.zero < 3:
                 # dense gradients reduce over dp; routed-expert gradients over the expert-DP group
-                # (ParallelConfig.expert_dp ranks share each expert shard). The comm model has no
-                # expert-DP axis: its collectives are costed on the dp group's links with the
-                # expert-DP group's bus factor (an approximation; none when expert_dp = 1).
-                edp_ratio = bus_factor("allreduce", par.expert_dp) / bus_factor("allreduce", par.dp)
+                # (ParallelConfig.expert_dp ranks share each expert shard), costed on that group's
+                # own placement ("edp", network/placement.py: at ep = GPUs per node one GPU per
+                # node, each on its own NIC). Where the expert-DP group also spans tp/cp ranks
+                # (tp·cp ≠ etp) or ep does not divide dp, it has no axis of its own: costed on the
+                # dp group's links with the expert-DP group's bus factor (an approximation).
+                own_axis = par.dp % par.ep == 0 and par.expert_dp == par.dp // par.ep
+                edp_axis = "edp" if own_axis else "dp"
+                edp_ratio = (
+                    (1.0 if par.expert_dp > 1 else 0.0)
+                    if own_axis
+                    else bus_factor("allreduce", par.expert_dp) / bus_factor("allreduce", par.dp)
+                )
                 for group, n_all in (("dp", params - expert_params), ("edp", expert_params)):
                     if group == "edp" and edp_ratio == 0:
                         continue
-                    ratio = edp_ratio if group == "edp" else 1.0
+                    ratio, axis = (edp_ratio, edp_axis) if group == "edp" else (1.0, "dp")
                     for n_params in _buckets(n_all, bucket_params):
                         dp_grad_b.append(n_params * gbytes)
                         if par.zero == 0:
-                            dp_grad_s.append(ratio * coster.coll("allreduce", "dp", n_params * gbytes, s))
+                            dp_grad_s.append(ratio * coster.coll("allreduce", axis, n_params * gbytes, s))
                         else:
-                            dp_grad_s.append(ratio * coster.coll("reducescatter", "dp", n_params * gbytes, s))
+                            dp_grad_s.append(ratio * coster.coll("reducescatter", axis, n_params * gbytes, s))
                             dp_param_s.append(
-                                ratio * coster.coll("allgather", "dp", n_params * device.element_bytes, s)
+                                ratio * coster.coll("allgather", axis, n_params * device.element_bytes, s)
                             )
                             dp_param_b.append(n_params * device.element_bytes)
             forward, backward = _block(fwd), _block(rec + b_in + b_w)

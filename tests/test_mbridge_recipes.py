@@ -223,3 +223,32 @@ def test_data_spread_groups_the_published_configuration_across_recipes(shipped):
     (group,) = spread_groups(report.results)
     assert set(group["rows"]) == set(ids) and len(group["recipes"]) == 2
     assert "2 different launch recipes" in V.format_report(report)
+
+
+def test_unexpressible_launch_recipes_are_refused_with_their_source(shipped):
+    """Qwen3-30B in container 25.09 (Megatron-Bridge r0.1.0): its perf matrix sets cuda_graphs for
+    every precision on B200 and GB200 and run_script.py applies token drop -- whole-layer CUDA
+    graphs over drop-and-pad MoE layers, which mfusim cannot express: refused, naming the file,
+    not simulated with the source defaults. The H100 row (no CUDA graphs) is still simulated."""
+    for run_id in (
+        "mbridge_25.09_Qwen3_30B_a3B_DGX-B200_8gpu_na",
+        "mbridge_25.09_Qwen3_30B_a3B_DGX-GB200_8gpu_na_v2",
+    ):
+        out = V.build_case(shipped[run_id])
+        assert isinstance(out, V.Unusable), run_id
+        assert "qwen3_30b_a3b_llm_pretrain.yaml" in out.reason and "token-drop" in out.reason
+        assert "r0.1.0" in out.reason
+    assert isinstance(V.build_case(shipped["mbridge_25.09_Qwen3_30B_a3B_DGX-H100_16gpu_na"]), V.Case)
+
+
+def test_unexpressible_entries_need_a_reason_and_a_known_container():
+    from simulator.resources import catalog_file
+
+    text = catalog_file("mbridge_recipes.toml").read_text(encoding="utf-8")
+    assert parse_catalog(text).unexpressible
+    with pytest.raises(ValueError, match="needs a reason"):
+        parse_catalog(re.sub(r'(?m)^reason = ".*"$', 'reason = ""', text, count=1))
+    with pytest.raises(ValueError, match="no \\[container\\] table"):
+        parse_catalog(
+            text.replace('container = "25.09"\ngpu = "B200"', 'container = "24.01"\ngpu = "B200"', 1)
+        )

@@ -125,6 +125,37 @@ def test_mpt_rows(shipped):
 
 
 @pytest.mark.parametrize(
+    ("run_id", "attention"),
+    [
+        # 2023 tables: llm-foundry's Triton kernel with the ALiBi bias (attn_impl: triton)
+        ("mpt_A100-SXM-40GB_1b_s2048_8gpu_bf16", "triton"),
+        ("mpt_A100-SXM-80GB_760m_s65536_8gpu_bf16", "triton"),
+        ("mpt_H100-SXM-80GB_7b_s65536_8gpu_bf16", "triton"),
+        ("mpt_H100-SXM-80GB_3b_s2048_8gpu_fp8", "triton"),
+        # the January 2024 "Large Scale" H100 table: flash-attn 2.4.2 with ALiBi slopes for
+        # 1b/3b/7b/70b, Triton for 13b/30b (llm-foundry 5e85bd62d sweep.py)
+        ("mpt_H100-SXM-80GB_3b_s2048_512gpu_bf16", "fa2"),
+        ("mpt_H100-SXM-80GB_70b_s2048_128gpu_bf16", "fa2"),
+        ("mpt_H100-SXM-80GB_13b_s2048_512gpu_bf16", "triton"),
+        ("mpt_H100-SXM-80GB_30b_s2048_256gpu_bf16", "triton"),
+    ],
+)
+def test_mpt_attention_kernel_per_table(shipped, run_id, attention):
+    case = case_of(shipped, run_id)
+    assert case.scenario["kernels"]["attention"] == attention
+    assert any(a.startswith(f"kernels: attention = {attention} (") for a in case.assumptions)
+
+
+def test_attention_rule_matches_table_and_model():
+    rule = V.AttentionRule(table="large scale", attention="fa2", models=("mpt-3b",))
+    assert rule.applies("README table 'H100 80GB BF16 (Large Scale, >= 128 GPUs)'", "MPT-3b")
+    assert not rule.applies("README table 'H100 80GB BF16 (Large Scale, >= 128 GPUs)'", "MPT-13b")
+    assert not rule.applies("README table 'H100 80GB BF16'", "MPT-3b")
+    rules = V.source_rules("mosaicml/llm-foundry README")
+    assert rules.attention_for("table 'A100 40GB'", "MPT-3b") == ("triton", "")
+
+
+@pytest.mark.parametrize(
     ("run_id", "needle"),
     [
         ("narayanan21_text_gpt3_1024gpu", "parallel split"),

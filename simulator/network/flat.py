@@ -31,6 +31,8 @@ class FlatCommModel:
             return self._stride("dp")
         if axis == "dp_replicate":
             return self._stride("dp") * sizes["dp_shard"]
+        if axis == "edp":
+            return self._stride("dp") * sizes["ep"]
         stride = 1
         for a in self.scenario.topology.rank_order:
             if a == axis:

@@ -61,4 +61,6 @@ def axis_sizes(scn: Scenario) -> dict[str, int]:
         "pp": par.pp,
         "dp_shard": par.shard_size,  # HSDP shard group: consecutive dp ranks
         "dp_replicate": par.dp_replicas,  # the same shard position of every shard group
+        # expert-data-parallel: the same position of every EP group (placement.py)
+        "edp": par.dp // par.ep if par.dp % par.ep == 0 else 1,
     }

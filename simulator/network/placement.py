@@ -8,6 +8,14 @@ sequence with step `stride(a)`. Expert-parallel groups are carved out of the dat
 (Megatron-Core: the EP group is `ep` consecutive data-parallel ranks; when `ep` does not divide
 dp, the group runs over consecutive ranks of the stage's (tp, cp, dp) block in rank order).
 
+The expert-data-parallel group ("edp") holds the ranks that keep the same routed-expert shard:
+the data-parallel ranks at the same position of every EP group (dp coordinates c, c + ep, c + 2·ep,
+...), whose routed-expert gradients Megatron-Core's DDP reduces apart from the dense ones
+(megatron/core/parallel_state.py: the expert-data-parallel group is the data-parallel complement
+of the expert-model-parallel group; distributed_data_parallel.py: `expert_parallel_buffers`
+reduce over it). With ep consecutive dp ranks per EP group it strides like `dp_replicate` with a
+shard of ep: at ep = gpus per node it holds one GPU per node, each sending through its own NIC.
+
 The representative pipeline is the one whose tp, cp and dp coordinates are all 0.
 """
 
@@ -18,11 +26,11 @@ from dataclasses import dataclass, field
 from ..errors import ConfigError
 from ..specs import Scenario
 
-GROUP_AXES = ("tp", "cp", "dp", "ep", "pp", "dp_shard", "dp_replicate")
+GROUP_AXES = ("tp", "cp", "dp", "ep", "pp", "dp_shard", "dp_replicate", "edp")
 # Sub-groups of the data-parallel ranks (issue 14, HSDP): the shard group is dp_shard consecutive
 # dp ranks (FSDP2's mesh (replicate, shard): shard innermost), the replicate group the ranks at
 # the same position of every shard group.
-DP_SUBGROUPS = ("dp_shard", "dp_replicate")
+DP_SUBGROUPS = ("dp_shard", "dp_replicate", "edp")
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,6 +57,7 @@ class Placement:
             object.__setattr__(self, "dp_shard", self.dp)
         strides["dp_shard"] = strides["dp"]
         strides["dp_replicate"] = strides["dp"] * self.dp_shard
+        strides["edp"] = strides["dp"] * self.ep
         object.__setattr__(self, "_strides", strides)
 
     @classmethod
@@ -66,6 +75,8 @@ class Placement:
             raise ConfigError(f"unknown parallel axis {axis!r}; known: {', '.join(GROUP_AXES)}")
         if axis == "dp_replicate":
             return self.dp // self.dp_shard
+        if axis == "edp":
+            return self.dp // self.ep if self.dp % self.ep == 0 else 1
         return int(getattr(self, axis))
 
     def stride(self, axis: str) -> int:
@@ -80,6 +91,8 @@ class Placement:
             return self.coord(rank, "dp") % self.dp_shard
         if axis == "dp_replicate":
             return self.coord(rank, "dp") // self.dp_shard
+        if axis == "edp":
+            return self.coord(rank, "dp") // self.ep
         return (rank // self.stride(axis)) % self.size(axis)
 
     def stage_of(self, rank: int) -> int:
@@ -165,13 +178,15 @@ class Placement:
         for b in self.rank_order:
             if b == "pp":
                 continue
-            if b == axis or (axis in ("ep", "dp_shard", "dp_replicate") and b == "dp"):
+            if b == axis or (axis in ("ep", "dp_shard", "dp_replicate", "edp") and b == "dp"):
                 if axis == "ep":  # EP groups: ep consecutive dp ranks, firsts at dp coords 0, ep, ...
                     steps = [c * self.stride("dp") for c in range(0, self.dp, self.ep)][:period]
                 elif axis == "dp_shard":  # shard groups: firsts at dp coords 0, dp_shard, ...
                     steps = [c * self.stride("dp") for c in range(0, self.dp, self.dp_shard)][:period]
                 elif axis == "dp_replicate":  # replicate groups: firsts at dp coords 0 .. dp_shard-1
                     steps = [c * self.stride("dp") for c in range(min(self.dp_shard, period))]
+                elif axis == "edp":  # expert-DP groups: firsts at dp coords 0 .. ep-1
+                    steps = [c * self.stride("dp") for c in range(min(self.ep, period))]
                 else:
                     continue
             else:

@@ -21,7 +21,7 @@ from .columns import (
     TARGET_GPU_PREFIXES,
 )
 from .gpus import GPUMapping, gpu_mapping
-from .recipes import recipe_for, recorded_not_simulated, scenario_kernels
+from .recipes import recipe_for, recorded_not_simulated, scenario_kernels, unexpressible_for
 from .runs import PublishedRun, _is_number
 from .sources import SourceRules, source_rules
 
@@ -213,6 +213,11 @@ def build_case(run: PublishedRun) -> Case | Unusable:
     published_parallel = dict(parallel)
     recipe_settings = ""
     if is_moe and rules.key == "megatron-bridge":
+        layout = {k: parallel[k] for k in ("tp", "pp", "ep", "micro_batch", "global_batch")}
+        layout["vp"] = run.int_cell("vp") or 1  # as published
+        refused_by = unexpressible_for(run.run_id, run.get("model_name") or "", run.gpu, layout)
+        if refused_by:
+            return Unusable(run.run_id, run.source, rules.key, run.gpu, refused_by)
         recipe_settings, recipe_kernels = _apply_recipe(run, dtype, parallel, notes)
     cluster = _cluster(run, mapping, num_gpus, notes)
     if is_moe and mapping.topology == "gb200-nvl72" and num_gpus >= 128 and num_gpus % 64 == 0:
@@ -228,7 +233,7 @@ def build_case(run: PublishedRun) -> Case | Unusable:
         "parallel": parallel,
         "precision": {"dtype": dtype},
     }
-    kernels = {**_kernels(rules, parallel, notes), **recipe_kernels}
+    kernels = {**_kernels(rules, parallel, notes, run), **recipe_kernels}
     if kernels:
         scenario["kernels"] = kernels
     return Case(
@@ -280,13 +285,16 @@ def _apply_recipe(
     return f"{simulated}; {recorded}", kernels
 
 
-def _kernels(rules: SourceRules, parallel: Mapping[str, Any], notes: list[str]) -> dict[str, Any]:
+def _kernels(
+    rules: SourceRules, parallel: Mapping[str, Any], notes: list[str], run: PublishedRun
+) -> dict[str, Any]:
     """The source's software stack (docs/validate-assumptions.md): attention kernel, the dtype of
     the data-parallel gradient reduction, and whether TP communication overlaps the GEMMs."""
     kernels: dict[str, Any] = {}
-    if rules.attention:
-        kernels["attention"] = rules.attention
-        notes.append(f"kernels: attention = {rules.attention} ({rules.key} stack)")
+    attention, why = rules.attention_for(run.source, run.get("model_name") or "")
+    if attention:
+        kernels["attention"] = attention
+        notes.append(f"kernels: attention = {attention} ({why or rules.key + ' stack'})")
     if rules.grad_reduce_dtype:
         kernels["grad_reduce_dtype"] = rules.grad_reduce_dtype
         notes.append(f"kernels: grad_reduce_dtype = {rules.grad_reduce_dtype} ({rules.key} stack)")

@@ -54,10 +54,23 @@ class Release:
 
 
 @dataclass(frozen=True, slots=True)
+class Unexpressible:
+    """A launch configuration of one release that no scenario expresses: its rows are refused."""
+
+    name: str
+    family: str
+    container: str
+    gpu: str
+    layout: tuple[tuple[str, int], ...]
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
 class Catalog:
     releases: Mapping[str, Release]
     families: Mapping[str, str]  # family -> regular expression on the lower-cased model name
     recipes: tuple[Recipe, ...]
+    unexpressible: tuple[Unexpressible, ...] = ()
 
 
 def _choice(where: str, key: str, value: Any, allowed: tuple[str, ...]) -> str:
@@ -113,6 +126,29 @@ def _recipe(table: Mapping[str, Any], releases: Mapping[str, Release], families:
     )
 
 
+def _unexpressible(
+    table: Mapping[str, Any], releases: Mapping[str, Release], families: Mapping[str, str]
+) -> Unexpressible:
+    where = f"{RECIPES_FILE} unexpressible {table.get('name')!r}"
+    layout = table.get("layout", {})
+    if sorted(layout) != sorted(LAYOUT_KEYS):
+        raise ValueError(f"{where}: layout needs exactly {', '.join(LAYOUT_KEYS)}")
+    if table["container"] not in releases:
+        raise ValueError(f"{where}: container {table['container']!r} has no [container] table")
+    if table["model"] not in families:
+        raise ValueError(f"{where}: model {table['model']!r} is not a [family] key")
+    if not str(table.get("reason", "")).strip():
+        raise ValueError(f"{where}: needs a reason")
+    return Unexpressible(
+        name=table["name"],
+        family=table["model"],
+        container=table["container"],
+        gpu=table["gpu"],
+        layout=tuple((k, int(layout[k])) for k in LAYOUT_KEYS),
+        reason=str(table["reason"]),
+    )
+
+
 def parse_catalog(text: str) -> Catalog:
     data = tomllib.loads(text)
     releases = {
@@ -120,7 +156,12 @@ def parse_catalog(text: str) -> Catalog:
         for name, t in data.get("container", {}).items()
     }
     families = dict(data.get("family", {}))
-    return Catalog(releases, families, tuple(_recipe(t, releases, families) for t in data.get("recipe", ())))
+    return Catalog(
+        releases,
+        families,
+        tuple(_recipe(t, releases, families) for t in data.get("recipe", ())),
+        tuple(_unexpressible(t, releases, families) for t in data.get("unexpressible", ())),
+    )
 
 
 @cache
@@ -136,6 +177,26 @@ def container_of(run_id: str) -> str:
     """The NeMo container of a Megatron-Bridge row id (`mbridge_<container>_<model>_...`)."""
     parts = run_id.split("_")
     return parts[1] if len(parts) > 2 and parts[0].lower() == "mbridge" else ""
+
+
+def unexpressible_for(
+    run_id: str, model_name: str, gpu: str, layout: Mapping[str, int], cat: Catalog | None = None
+) -> str | None:
+    """Why this row's launch configuration cannot be simulated (its container, family, GPU and
+    whole layout equal an [[unexpressible]] entry's), or None."""
+    cat = cat or catalog()
+    container = container_of(run_id)
+    name = model_name.lower()
+    family = next((f for f, pattern in cat.families.items() if re.search(pattern, name)), None)
+    for u in cat.unexpressible:
+        if u.container == container and u.family == family and u.gpu == gpu:
+            if all(layout.get(k) == v for k, v in u.layout):
+                release = cat.releases[container]
+                return (
+                    f"launch recipe not expressible: Megatron-Bridge {release.release} "
+                    f"({release.commit[:9]}, container {container}) {u.name}: {u.reason}"
+                )
+    return None
 
 
 def recipe_for(

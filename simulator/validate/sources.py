@@ -18,6 +18,23 @@ SOURCES_FILE = "validate_sources.toml"
 
 
 @dataclass(frozen=True, slots=True)
+class AttentionRule:
+    """One table of a source that ran another attention kernel than the source's default
+    (validate_sources.toml `[[source.attention_rule]]`): rows whose source text contains `table`
+    and, when `models` is given, whose model_name is one of them (both lower-cased)."""
+
+    table: str
+    attention: str
+    models: tuple[str, ...] = ()
+    note: str = ""
+
+    def applies(self, source: str, model_name: str) -> bool:
+        if self.table not in source.lower():
+            return False
+        return not self.models or model_name.strip().lower() in self.models
+
+
+@dataclass(frozen=True, slots=True)
 class SourceRules:
     """What a source leaves unsaid, and how we fill it in (docs/validate-assumptions.md)."""
 
@@ -37,6 +54,14 @@ class SourceRules:
     cross_entropy: str = ""  # loss kernel ("" = Megatron-Core's unfused default)
     zero3_collectives: str = ""  # ZeRO-3 rows: how their collectives ran ("" = nccl)
     zero3_backward_prefetch: str = ""  # ZeRO-3/FSDP backward gathers ("" = pre)
+    attention_rules: tuple[AttentionRule, ...] = ()  # per-table exceptions to `attention`
+
+    def attention_for(self, source: str, model_name: str) -> tuple[str, str]:
+        """(attention implementation, why) for a row of this source ("" = the GPU's default)."""
+        for rule in self.attention_rules:
+            if rule.applies(source, model_name):
+                return rule.attention, rule.note
+        return self.attention, ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,7 +78,7 @@ class SourceTable:
     generic: SourceRules
 
 
-_RULE_KEYS = tuple(SourceRules.__dataclass_fields__)
+_RULE_KEYS = tuple(k for k in SourceRules.__dataclass_fields__ if k != "attention_rules")
 _OPTIONAL_KEYS = (
     "attention",
     "grad_reduce_dtype",
@@ -61,6 +86,7 @@ _OPTIONAL_KEYS = (
     "cross_entropy",
     "zero3_collectives",
     "zero3_backward_prefetch",
+    "attention_rule",
 )
 
 
@@ -70,7 +96,17 @@ def _rules(table: dict[str, Any], where: str) -> SourceRules:
         raise ValueError(f"{where}: missing {', '.join(missing)}")
     if table["flop_convention"] not in FLOP_CONVENTIONS:
         raise ValueError(f"{where}.flop_convention: unknown {table['flop_convention']!r}")
-    return SourceRules(**{k: table[k] for k in _RULE_KEYS if k in table})
+    rules = [
+        AttentionRule(
+            table=str(r["table"]).lower(),
+            attention=str(r["attention"]),
+            models=tuple(str(m).lower() for m in r.get("models", ())),
+            note=str(r.get("note", "")),
+        )
+        for r in table.get("attention_rule", ())
+    ]
+    kw = {k: table[k] for k in _RULE_KEYS if k in table and k != "attention_rules"}
+    return SourceRules(**kw, attention_rules=tuple(rules))
 
 
 @cache
