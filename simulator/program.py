@@ -325,6 +325,36 @@ def overlap_pair(
     return Block((*scaled(forward), *extra_f)), Block((*scaled(backward), *extra_b))
 
 
+# Transformer Engine userbuffers (`--tp-comm-overlap`, TE's default per-layer methods,
+# transformer_engine/pytorch/module/base.py initialize_ub @v1.7): "ring_exchange" for qkv_fprop,
+# fc1_fprop, proj_dgrad, fc2_dgrad — the sequence-parallel input arrives one TP shard at a time
+# and the GEMM runs as tp chunks of T/tp rows; "pipeline" for proj_fprop, fc2_fprop — the GEMM
+# runs as num_splits = 4 chunks of T/4 rows whose outputs are reduce-scattered as they finish;
+# "bulk" (the qkv/fc1 dgrad and wgrad) leaves the GEMM whole. The chunk GEMMs go to up to
+# _NUM_MAX_UB_STREAMS = 3 compute streams, so up to 3 chunks share the SMs at once.
+UB_RING_EXCHANGE = {("qkv", "fprop"), ("fc1", "fprop"), ("attn out", "dgrad"), ("fc2", "dgrad")}
+UB_PIPELINE = {("attn out", "fprop"), ("fc2", "fprop")}
+UB_PIPELINE_SPLITS = 4
+UB_MAX_STREAMS = 3
+
+
+def ub_gemm_chunks(name: str, phase: str, tp: int) -> int:
+    """How many chunks TE's userbuffer overlap cuts this layer GEMM into (1 = whole)."""
+    if (name, phase) in UB_RING_EXCHANGE:
+        return tp
+    if (name, phase) in UB_PIPELINE:
+        return UB_PIPELINE_SPLITS
+    return 1
+
+
+def ub_split_gemm_s(device: Device, m: int, n: int, k: int, chunks: int) -> float:
+    """An m x n x k GEMM run as `chunks` row chunks of m/chunks rows, up to UB_MAX_STREAMS of
+    them at once: chunks / c launches of a (c * m/chunks)-row GEMM's worth of tiles."""
+    c = min(UB_MAX_STREAMS, chunks)
+    rows = max(1, m // chunks)
+    return chunks / c * matmul_time_s(device, c * rows, n, k)
+
+
 def sm_interference_s(hidden_s: float, sm_fraction: float) -> float:
     """Compute time lost to communication kernels that hold `sm_fraction` of the SMs for
     `hidden_s` seconds beside it: compute of C s at full speed advances only (1 - f)·h of its
@@ -536,6 +566,7 @@ class _Coster:
         kv_local = kv_heads_local * m.dim_per_head
         v_local = m.v_dim // t
         norm_tokens = T // t if par.sequence_parallel and t > 1 else T
+        split_overlap = par.tp_comm_overlap and t > 1 and par.sequence_parallel
 
         fwd: list = []
         b_in: list = []
@@ -547,6 +578,12 @@ class _Coster:
             fwd.append(Segment("compute", name, tt, f, 0.0))
             b_in.append(Segment("compute", name + " dgrad", tt, f, 0.0))
             b_w.append(Segment("compute", name + " wgrad", tt, f, 0.0))
+            if split_overlap:  # Transformer Engine userbuffers run these GEMMs in chunks
+                for phase, parts in (("fprop", fwd), ("dgrad", b_in)):
+                    chunks = ub_gemm_chunks(name, phase, t)
+                    if chunks > 1:
+                        extra = ub_split_gemm_s(d, mm_m, mm_n, mm_k, chunks) - tt
+                        parts.append(Segment("compute", "tp overlap gemm split", max(0.0, extra), 0.0, 0.0))
             quant = quant_bytes_per_element(d)
             if quant:  # Transformer Engine quantizes the GEMM input (fwd) and output grad (bwd)
                 label = "fp8 cast" if d.dtype == "fp8" else f"{d.dtype} quantize"
