@@ -49,8 +49,9 @@ def test_narayanan_table1_row(shipped):
     assert case.flop_convention == V.FLOPS_NARAYANAN
     assert case.scenario["cluster"] == {"topology": "dgx-a100", "num_gpus": 1536}
     assert (par["tp"], par["pp"], par["dp"]) == (8, 8, 24)
-    assert par["micro_batch"] == 1 and par["recompute"] == "full"
-    assert par["vp"] == 2 and par["schedule"] == "interleaved"  # 80 layers / 8 stages = 10 -> vp 2
+    # the paper's run_table_1.sh: MBS=2, 5 layers per virtual stage (80 / 8 / 5 = vp 2)
+    assert par["micro_batch"] == 2 and par["recompute"] == "full"
+    assert par["vp"] == 2 and par["schedule"] == "interleaved"
     assert par["sequence_parallel"] is False and par["overlap_grad_reduce"] is False
     assert case.dtype == "fp16" and case.is_target
     text = " ".join(case.assumptions)
@@ -146,13 +147,35 @@ def test_mpt_attention_kernel_per_table(shipped, run_id, attention):
     assert any(a.startswith(f"kernels: attention = {attention} (") for a in case.assumptions)
 
 
-def test_attention_rule_matches_table_and_model():
-    rule = V.AttentionRule(table="large scale", attention="fa2", models=("mpt-3b",))
-    assert rule.applies("README table 'H100 80GB BF16 (Large Scale, >= 128 GPUs)'", "MPT-3b")
-    assert not rule.applies("README table 'H100 80GB BF16 (Large Scale, >= 128 GPUs)'", "MPT-13b")
-    assert not rule.applies("README table 'H100 80GB BF16'", "MPT-3b")
+def test_stack_rule_matches_table_notes_and_model():
+    rule = V.StackRule(attention="fa2", table="large scale", models=("mpt-3b",))
+    big = "README table 'H100 80GB BF16 (Large Scale, >= 128 GPUs)'"
+    assert rule.applies(big, "", "MPT-3b")
+    assert not rule.applies(big, "", "MPT-13b")
+    assert not rule.applies("README table 'H100 80GB BF16'", "", "MPT-3b")
+    pure = V.StackRule(grad_reduce_dtype="bf16", notes="mp mode pure")
+    assert pure.applies("any table", "Composer/FSDP ..., MP mode PURE, grad accum 3", "MPT-1b")
+    assert not pure.applies("any table", "Composer/FSDP ..., MP mode DEFAULT", "MPT-1b")
     rules = V.source_rules("mosaicml/llm-foundry README")
-    assert rules.attention_for("table 'A100 40GB'", "MPT-3b") == ("triton", "")
+    assert rules.stack_for("attention", "table 'A100 40GB'", "", "MPT-3b") == ("triton", "")
+    assert rules.stack_for("grad_reduce_dtype", "table 'H100 80GB BF16'", "MP mode DEFAULT", "") == (
+        "fp32",
+        "",
+    )
+
+
+@pytest.mark.parametrize(
+    ("run_id", "dtype"),
+    [
+        ("mpt_A100-SXM-40GB_1b_s2048_8gpu_bf16", "bf16"),  # "MP mode PURE"
+        ("mpt_A100-SXM-80GB_70b_s2048_64gpu_bf16", "bf16"),  # "MP mode PURE"
+        ("mpt_A100-SXM-80GB_7b_s2048_8gpu_bf16", "fp32"),  # "MP mode DEFAULT"
+        ("mpt_H100-SXM-80GB_3b_s2048_512gpu_bf16", "fp32"),
+    ],
+)
+def test_mpt_grad_reduce_dtype_follows_mp_mode(shipped, run_id, dtype):
+    case = case_of(shipped, run_id)
+    assert case.scenario["kernels"]["grad_reduce_dtype"] == dtype
 
 
 @pytest.mark.parametrize(
@@ -606,3 +629,41 @@ def test_label_and_source_tables_name_real_topologies_gpus_and_conventions():
     shipped_keys = {s.rules.key for s in sources.sources if s.in_shipped_csv}
     runs = V.read_runs_csv(published_runs_csv())
     assert {V.source_rules(r.source, "").key for r in runs} == shipped_keys
+
+
+# ----------------------------------------------------------------------------- published elsewhere
+def test_supplement_fills_only_empty_cells_of_rows_that_exist(shipped):
+    """Every supplemented id is a shipped row of the named source, and it never disagrees with a
+    cell the CSV gives (the CSV is the published record; the supplement only fills its gaps)."""
+    from simulator.validate.supplement import supplements
+
+    table = supplements()
+    assert table, "the shipped supplement is empty"
+    for run_id, sup in table.items():
+        assert run_id in shipped, run_id
+        run = shipped[run_id]
+        assert sup.source_match in run.source.lower(), run_id
+        assert "@" in sup.cite, f"{run_id}: cite a file at a commit"
+        for column, value in sup.cells:
+            assert run.get(column) in ("", value), (run_id, column, run.get(column), value)
+
+
+def test_narayanan_table1_uses_the_papers_launch_script(shipped):
+    """run_table_1.sh: 7.5B ran MBS=16 with PyTorch DDP (gradients reduced during the backward
+    pass); 39.1B ran pp=2 without interleaving, which the default rule would have interleaved."""
+    case = case_of(shipped, "narayanan21_t1_7.5B")
+    par = case.scenario["parallel"]
+    assert par["micro_batch"] == 16 and par["global_batch"] == 512
+    assert par["overlap_grad_reduce"] is True
+    assert any("run_table_1.sh" in n and n.startswith("micro_batch") for n in case.assumptions)
+    big = case_of(shipped, "narayanan21_t1_39.1B").scenario["parallel"]
+    assert big["vp"] == 1 and big["schedule"] == "1f1b" and big["micro_batch"] == 4
+    assert big["overlap_grad_reduce"] is False
+
+
+def test_supplement_ignores_a_row_of_another_source(shipped):
+    run = shipped["narayanan21_t1_7.5B"]
+    other = V.PublishedRun(line=run.line, cells={**run.cells, "source": "my own cluster, 2026"})
+    case = V.build_case(other)
+    assert isinstance(case, V.Case)
+    assert case.scenario["parallel"]["micro_batch"] == 1  # the generic default, not the script's

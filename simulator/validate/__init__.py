@@ -91,14 +91,14 @@ from .report import OUT_COLUMNS, UNITS, _fmt, error_histogram, format_report, ma
 from .results import RowResult, ValidationReport, _flat, result_dict
 from .runner import SimulateFn, default_simulate, evaluate, scenario_for, select_runs, validate_runs
 from .runs import PublishedRun, _is_number, read_runs_csv
-from .sources import AttentionRule, KnownSource, SourceRules, SourceTable, known_sources, source_rules
+from .sources import KnownSource, SourceRules, SourceTable, StackRule, known_sources, source_rules
 
 __all__ = [
     "FLOP_CONVENTIONS",
     "GPULabels",
-    "AttentionRule",
     "KnownSource",
     "SourceTable",
+    "StackRule",
     "gpu_labels",
     "known_sources",
     "ARCH_COLUMNS",

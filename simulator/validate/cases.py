@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from .architectures import FAMILY_VOCAB, GATED_FAMILIES, MOE_MARKERS, known_architecture, preset_for
@@ -24,6 +24,7 @@ from .gpus import GPUMapping, gpu_mapping
 from .recipes import recipe_for, recorded_not_simulated, scenario_kernels, unexpressible_for
 from .runs import PublishedRun, _is_number
 from .sources import SourceRules, source_rules
+from .supplement import supplemented
 
 
 # ----------------------------------------------------------------------------- row -> case
@@ -198,6 +199,9 @@ def build_case(run: PublishedRun) -> Case | Unusable:
     """
     rules = source_rules(run.source, run.run_id)
     notes: list[str] = []
+    run, settings = supplemented(run, notes)
+    if settings:
+        rules = replace(rules, **settings)
     try:
         metric, measured = _measurement(run)
         mapping = _hardware(run)
@@ -291,13 +295,11 @@ def _kernels(
     """The source's software stack (docs/validate-assumptions.md): attention kernel, the dtype of
     the data-parallel gradient reduction, and whether TP communication overlaps the GEMMs."""
     kernels: dict[str, Any] = {}
-    attention, why = rules.attention_for(run.source, run.get("model_name") or "")
-    if attention:
-        kernels["attention"] = attention
-        notes.append(f"kernels: attention = {attention} ({why or rules.key + ' stack'})")
-    if rules.grad_reduce_dtype:
-        kernels["grad_reduce_dtype"] = rules.grad_reduce_dtype
-        notes.append(f"kernels: grad_reduce_dtype = {rules.grad_reduce_dtype} ({rules.key} stack)")
+    for key in ("attention", "grad_reduce_dtype"):
+        value, why = rules.stack_for(key, run.source, run.get("notes") or "", run.get("model_name") or "")
+        if value:
+            kernels[key] = value
+            notes.append(f"kernels: {key} = {value} ({why or rules.key + ' stack'})")
     if rules.cross_entropy:
         kernels["cross_entropy"] = rules.cross_entropy
         notes.append(f"kernels: cross_entropy = {rules.cross_entropy} ({rules.key} stack)")

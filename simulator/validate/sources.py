@@ -18,18 +18,21 @@ SOURCES_FILE = "validate_sources.toml"
 
 
 @dataclass(frozen=True, slots=True)
-class AttentionRule:
-    """One table of a source that ran another attention kernel than the source's default
-    (validate_sources.toml `[[source.attention_rule]]`): rows whose source text contains `table`
-    and, when `models` is given, whose model_name is one of them (both lower-cased)."""
+class StackRule:
+    """Rows of a source whose software stack differs from the source's default
+    (validate_sources.toml `[[source.stack_rule]]`): rows whose source text contains `table`, whose
+    notes contain `notes` and, when `models` is given, whose model_name is one of them (all
+    lower-cased; an empty condition matches every row). It sets the keys it names."""
 
-    table: str
-    attention: str
+    attention: str = ""  # attention implementation ("" = the source's)
+    grad_reduce_dtype: str = ""  # gradient reduction dtype ("" = the source's)
+    table: str = ""
+    notes: str = ""
     models: tuple[str, ...] = ()
-    note: str = ""
+    note: str = ""  # why, for the row's assumptions
 
-    def applies(self, source: str, model_name: str) -> bool:
-        if self.table not in source.lower():
+    def applies(self, source: str, notes: str, model_name: str) -> bool:
+        if self.table not in source.lower() or self.notes not in notes.lower():
             return False
         return not self.models or model_name.strip().lower() in self.models
 
@@ -54,14 +57,16 @@ class SourceRules:
     cross_entropy: str = ""  # loss kernel ("" = Megatron-Core's unfused default)
     zero3_collectives: str = ""  # ZeRO-3 rows: how their collectives ran ("" = nccl)
     zero3_backward_prefetch: str = ""  # ZeRO-3/FSDP backward gathers ("" = pre)
-    attention_rules: tuple[AttentionRule, ...] = ()  # per-table exceptions to `attention`
+    stack_rules: tuple[StackRule, ...] = ()  # per-table / per-row exceptions to the stack keys
 
-    def attention_for(self, source: str, model_name: str) -> tuple[str, str]:
-        """(attention implementation, why) for a row of this source ("" = the GPU's default)."""
-        for rule in self.attention_rules:
-            if rule.applies(source, model_name):
-                return rule.attention, rule.note
-        return self.attention, ""
+    def stack_for(self, key: str, source: str, notes: str, model_name: str) -> tuple[str, str]:
+        """(value, why) of stack key `key` ("attention" or "grad_reduce_dtype") for one row: the
+        first rule that applies and sets it, else the source's own ("" why)."""
+        for rule in self.stack_rules:
+            value = str(getattr(rule, key))
+            if value and rule.applies(source, notes, model_name):
+                return value, rule.note
+        return str(getattr(self, key)), ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,7 +83,7 @@ class SourceTable:
     generic: SourceRules
 
 
-_RULE_KEYS = tuple(k for k in SourceRules.__dataclass_fields__ if k != "attention_rules")
+_RULE_KEYS = tuple(k for k in SourceRules.__dataclass_fields__ if k != "stack_rules")
 _OPTIONAL_KEYS = (
     "attention",
     "grad_reduce_dtype",
@@ -86,7 +91,7 @@ _OPTIONAL_KEYS = (
     "cross_entropy",
     "zero3_collectives",
     "zero3_backward_prefetch",
-    "attention_rule",
+    "stack_rule",
 )
 
 
@@ -96,17 +101,23 @@ def _rules(table: dict[str, Any], where: str) -> SourceRules:
         raise ValueError(f"{where}: missing {', '.join(missing)}")
     if table["flop_convention"] not in FLOP_CONVENTIONS:
         raise ValueError(f"{where}.flop_convention: unknown {table['flop_convention']!r}")
-    rules = [
-        AttentionRule(
-            table=str(r["table"]).lower(),
-            attention=str(r["attention"]),
-            models=tuple(str(m).lower() for m in r.get("models", ())),
-            note=str(r.get("note", "")),
+    rules = []
+    for i, r in enumerate(table.get("stack_rule", ())):
+        unknown = set(r) - {"attention", "grad_reduce_dtype", "table", "notes", "models", "note"}
+        if unknown or not (r.get("attention") or r.get("grad_reduce_dtype")):
+            raise ValueError(f"{where}.stack_rule[{i}]: unknown {sorted(unknown)} or nothing set")
+        rules.append(
+            StackRule(
+                attention=str(r.get("attention", "")),
+                grad_reduce_dtype=str(r.get("grad_reduce_dtype", "")),
+                table=str(r.get("table", "")).lower(),
+                notes=str(r.get("notes", "")).lower(),
+                models=tuple(str(m).lower() for m in r.get("models", ())),
+                note=str(r.get("note", "")),
+            )
         )
-        for r in table.get("attention_rule", ())
-    ]
-    kw = {k: table[k] for k in _RULE_KEYS if k in table and k != "attention_rules"}
-    return SourceRules(**kw, attention_rules=tuple(rules))
+    kw = {k: table[k] for k in _RULE_KEYS if k in table}
+    return SourceRules(**kw, stack_rules=tuple(rules))
 
 
 @cache
