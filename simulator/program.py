@@ -992,7 +992,15 @@ class _Coster:
         etp = par.expert_tp
         skew = m.imbalance
         T_in = T // par.tp if par.tp > 1 else T  # tokens this rank routes (SP shard)
-        mm("router", T_in, m.num_experts, h)
+        # The router is a plain PyTorch matmul in the activations' 16-bit dtype (Megatron-Core
+        # moe/router.py TopKRouter.gating -> moe_utils.router_gating_linear; its weight is not a
+        # Transformer Engine module, so FP8/MXFP8 autocast neither quantizes nor speeds it up)
+        router_device = replace(d, dtype="bf16") if d.dtype not in ("bf16", "fp16") else d
+        t_router = matmul_time_s(router_device, T_in, m.num_experts, h)
+        f_router = 2.0 * T_in * m.num_experts * h
+        fwd.append(Segment("compute", "router", t_router, f_router, 0.0))
+        b_in.append(Segment("compute", "router dgrad", t_router, f_router, 0.0))
+        b_w.append(Segment("compute", "router wgrad", t_router, f_router, 0.0))
         mem("router softmax/top-k", ROUTER_BYTES_PER_LOGIT * T_in * m.num_experts, kernels=2)
         experts_local = m.num_experts // par.ep
         routed = T_in * k * etp  # token copies this rank's experts see (after the etp gather)
@@ -1465,7 +1473,7 @@ def tensor_activity(device: Device, phases: Iterable[_Phase]) -> float:
 def power_limited_device(coster: _Coster) -> tuple[Device, float]:
     """The device at the power-limited clock of this step's kernel mix, and the mix's activity:
     one transformer layer (forward, backward, recompute) costed at the boost clock."""
-    from .clocks import power_limited_clock
+    from .clocks import power_clock_factor, power_limited_clock
 
     device = coster.device
     ratio = device.params.sustained_gemm_ratio(device.dtype)
@@ -1473,7 +1481,8 @@ def power_limited_device(coster: _Coster) -> tuple[Device, float]:
         return device, 0.0
     forward, b_in, b_w, rec, _ = coster.layer(coster.scn.model.is_moe)
     activity = tensor_activity(device, (forward, b_in, b_w, rec))
-    return replace(device, power_clock=power_limited_clock(activity, ratio)), activity
+    k = power_clock_factor(device.gpu)  # the SKU's board power per SM (1 on the reference SKU)
+    return replace(device, power_clock=power_limited_clock(activity, ratio, k)), activity
 
 
 def _repeat(phase: _Phase, n: int) -> list:
