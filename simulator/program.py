@@ -1267,12 +1267,22 @@ class _Coster:
         # to the next it must issue the forward's and the backward's ops of the layer, which the
         # backward alone could issue ahead of the GPU. The pair takes at least that issue time
         # (the Megatron-LM DeepSeek-V3 GB200 guide §3.2: the split schedule's "synchronization
-        # between different stages ... aggravates the CPU overhead").
+        # between different stages ... aggravates the CPU overhead") and every sync of both
+        # passes: the forward's (the dispatcher's, GPT-OSS's clamped GeGLU's) and the backward's.
+        # The dispatchers' backward waits for nothing on the host -- the all-to-all split sizes
+        # and the TE GroupedLinear m_splits stay on the host from the forward
+        # (token_dispatcher.py `_maybe_dtoh_and_synchronize` runs in dispatch_preprocess /
+        # token_dispatch only), DeepEP's and HybridEP's backward reuse the forward's handle and
+        # token count (fused_a2a.py FusedDispatch/FusedCombine/HybridEP*.backward), and
+        # model_chunk_schedule_plan.py's stream waits are events -- so the backward's syncs are
+        # those of a recomputed module that syncs in its forward (`LayerHostOps.backward_syncs`:
+        # the clamped GeGLU re-run by `moe_act` recomputation).
         ops = moe_layer_host_ops(self.scn)
         host = 0.0
         if ops is not None and ops.syncs:
             issue = (ops.forward + ops.backward_input + ops.backward_weight) * HOST_OP_S
-            host = max(0.0, issue + ops.syncs * HOST_SYNC_S - (paired + interference))
+            syncs = ops.syncs + ops.backward_syncs
+            host = max(0.0, issue + syncs * HOST_SYNC_S - (paired + interference))
         return EpPair(exposed / total_ep, interference, host)
 
     def _recompute(self, fwd: list, spans: dict[str, list[tuple[int, int]]]) -> _Phase:
