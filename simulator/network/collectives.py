@@ -38,13 +38,16 @@ of that protocol to Simple (NVLink ring LL 0.6/3.4, LL128 1.9/3.4; network ring 
 LL128 4.0/14); launch latency = NCCL's baseLat (ring: LL 6.6 µs, LL128 14 µs, Simple 8.4 µs);
 LL's bus bandwidth is capped per GPU generation and node count (tuning.cc llMaxBws).
 NCCL's bandwidth ramp below ~1 GB (nccl-tests size sweeps, simulator/catalog/kernels.toml) is a
-pipeline fill (`ramp_s`) on ring (flat and the phases of hierarchical) and all-to-all
-(one piece: direct peer transfers), plus a reduction ring's tail (`Links.reduce_tail_chunks`),
+pipeline fill (`ramp_s`) on ring (flat and the phases of hierarchical; each hop at its own
+link's rate, so a ring across nodes pays the NIC's rate only on its network steps) and
+all-to-all (one piece: direct peer transfers), plus a reduction ring's tail (`Links.reduce_tail_chunks`),
 with the window of bytes per step from the kernel model (`nccl_ring_window_bytes`;
 default_comm_model passes it). NVLS follows NCCL's own chunk schedule (`nvls_time_s`): smaller
 chunks for smaller messages, each with a fixed overhead, plus the pipeline fill of one round of
 chunks (kernel model only: `nccl_nvls_chunk_overhead_bytes`).
-Not modelled: NCCL's per-size tree correction table, the ramp of tree and hierarchical
+Not modelled: NCCL's "plateau effect of ring" (tuning.cc: multi-node Simple ring all-reduce
+latency x 1.4), whether the one-node ramp's window holds on multi-node rings at mid sizes (no
+InfiniBand sweep found; docs/calibration.md "Multi-node rings"), NCCL's per-size tree correction table, the ramp of tree and hierarchical
 algorithms, per-channel LL128/tree caps (channel counts are not modelled), CollNet/SHARP
 in-network reduction.
 """
