@@ -15,9 +15,12 @@ scales, relative to the architecture's reference SKU, by
 
     factor = ((P / n) / (P_ref / n_ref))^(1/3) · (peak_ref / n_ref) / (peak / n).
 
-The calibrated `sustained_clock_fraction` (efficiency.toml) is the reference SKU's; the other
-SKUs of the architecture get it times this factor, capped at the boost clock (1.0). This is a
-law with no per-chip parameter: B200 (1,000 W, 148 SMs) is the reference of Blackwell; GB200
+Where the architecture has no measured power-limited clock (below), the calibrated
+`sustained_clock_fraction` (efficiency.toml) is the reference SKU's and the other SKUs of the
+architecture get it times this factor, capped at the boost clock (1.0). Where it has one
+(Hopper, Blackwell), the factor scales that clock instead — a saturating GEMM's sustained ratio
+on the SKU is k · r_ref by the same cube law — and the fitted fraction is the non-power residual,
+the same on every SKU (counted once). This is a law with no per-chip parameter: B200 (1,000 W, 148 SMs) is the reference of Blackwell; GB200
 (1,200 W, 148 SMs, a 2.5 PF datasheet peak, i.e. an 11% higher boost clock) gets 0.956, B300
 (1,100 W, 160 SMs at B200's 2.25 PF) 1.087 and GB300 (1,400 W, 160 SMs, 2.5 PF) 1.061 — GB300
 sustains 11% more than GB200 at the same datasheet peak. Hopper and Ampere SKUs share power per
@@ -40,7 +43,10 @@ where r is a saturating GEMM's sustained throughput relative to its short-burst 
 throughput, measured on the same GPU in one session: the Maximum Sustainable over the Maximum
 Achievable Matmul FLOPS (stas00/ml-engineering compute/accelerator/README.md, branch fast-mamf at
 082816f, 2026-08: H200 SXM BF16 708.5 / 841.9 = 0.842 at 693 W, FP8 1,288.7 / 1,491.9 = 0.864;
-the burst ran at 1,980 MHz and ~176 W, the sustained shape at ~1,465 / 1,374 MHz). The shipped
+the burst ran at 1,980 MHz and ~176 W, the sustained shape at ~1,465 / 1,374 MHz. B200 SXM BF16
+1,456.3 / 1,770.9 = 0.822 at ~994 W, FP8 2,795.7 / 3,435.2 = 0.814; burst at 1,965 MHz). On
+another SKU of the architecture r becomes k · r with k its board-power factor above
+(GB200 0.786 in BF16, B300 0.894, GB300 0.872). The shipped
 GEMM figures the kernel model reproduces are bursts at the boost clock (OpenXLA's table: one
 warm-up and five timed runs per shape; MAMF: 50 warm-up and 100 timed iterations), so a training
 step's kernels run at this fraction of them. The static and memory power are taken as
@@ -105,14 +111,30 @@ def power_clock_factor(gpu: GPUSpec) -> float:
     return _factor(gpu.name)
 
 
-def power_limited_clock(tensor_activity: float, saturated_ratio: float) -> float:
+def power_limited_clock(tensor_activity: float, saturated_ratio: float, sku_factor: float = 1.0) -> float:
     """Clock (relative to the benchmark's boost clock) a power-limited GPU holds for a kernel mix
-    of `tensor_activity` D: min(1, r · D^(−1/3)) (the law above; r = 1 turns it off)."""
+    of `tensor_activity` D: min(1, k · r · D^(−1/3)) (the law above; r = 1 turns it off), r
+    measured on the architecture's reference SKU and k its board-power factor for this SKU."""
     if saturated_ratio >= 1.0 or tensor_activity <= 0.0:
         return 1.0
-    return float(min(1.0, saturated_ratio * tensor_activity ** (-CLOCK_POWER_EXPONENT)))
+    return float(min(1.0, sku_factor * saturated_ratio * tensor_activity ** (-CLOCK_POWER_EXPONENT)))
+
+
+def has_activity_law(gpu: GPUSpec) -> bool:
+    """Whether this GPU's architecture models the power-limited clock of the kernel mix (a
+    measured r < 1 in kernels.toml); then the board-power factor scales that clock, not the
+    fitted residual."""
+    from .kernels import kernel_params
+
+    p = kernel_params(gpu)
+    return min(p.sustained_gemm_ratio_16bit, p.sustained_gemm_ratio_8bit) < 1.0
 
 
 def sustained_clock_fraction(gpu: GPUSpec) -> float:
-    """Compute throughput under sustained training load relative to the microbenchmarks."""
+    """Compute throughput under sustained training load relative to the microbenchmarks, beyond
+    the power-limited clock of the kernel mix where the architecture models it. Counted once:
+    with the activity law the board-power factor goes into that clock (r_SKU = k · r_ref, the
+    same cube law), and the fitted clock is the non-power residual, the same on every SKU."""
+    if has_activity_law(gpu):
+        return min(1.0, gpu.efficiency.sustained_clock_fraction)
     return min(1.0, gpu.efficiency.sustained_clock_fraction * power_clock_factor(gpu))

@@ -40,7 +40,9 @@ What one GPU holds at its peak, part by part (all in bytes):
   activations at a time while that layer is recomputed; we add that working set once.
   Context parallelism splits the sequence: each rank holds s/cp tokens (and scores of
   s/cp × s without FlashAttention). In fp8 training the inputs of the four matmuls are saved
-  as fp8 (1 B) casts. Dropout masks are counted as in the paper even for models trained
+  as fp8 (1 B) casts; the attention output is kept twice with per-tensor (delayed) scaling, 16-bit
+  by the fused attention core and as the output projection's fp8 cast (2 + 1 B,
+  `_attention_output`). Dropout masks are counted as in the paper even for models trained
   without dropout (conservative by 2·s·b·h per layer).
 * **In-flight micro-batches** per pipeline stage: 1F1B (Narayanan et al. 2021 §2.2) —
   stage i (0-based) holds min(p − i, m) micro-batches before its first backward; interleaved
@@ -160,11 +162,14 @@ def layer_activation_bytes(
     etp: int = 1,
     recompute_modules: tuple[str, ...] = (),
     fp8_moe_act_input: bool = False,
+    proj_saves_original_input: bool = False,
 ) -> LayerActivationBytes:
     """Korthikanti et al. 2022 Table 2, generalized to GQA, gated MLPs, MoE and CP (module doc).
 
     Selective recomputation drops what the recomputed modules (`recompute_modules`, Megatron's
-    --recompute-modules; empty = its default "core_attn") would have kept; see `_recomputed_bytes`."""
+    --recompute-modules; empty = its default "core_attn") would have kept; see `_recomputed_bytes`.
+    `proj_saves_original_input`: the output projection keeps its 16-bit input instead of a
+    quantized copy (Megatron-Core's set_save_original_input(linear_proj); see `_attention_output`)."""
     s_local = model.seq_len / cp  # tokens of a sequence on this CP rank
     sb = s_local * micro_batch
     h = model.hidden
@@ -214,9 +219,16 @@ def layer_activation_bytes(
     if sequence_parallel and t > 1:
         replicated /= t
     up_proj = 0.0  # MLA: Q, K, V out of the up-projections (what mla_up_proj recomputes)
+    # attention output (the output projection's input): q_dim wide, MLA's heads·v_head_dim
+    out_proj_input, core_output = _attention_output(
+        (q_rank if model.mla is None else model.v_dim / t),
+        fp8=fp8,
+        flash_attention=flash_attention,
+        proj_saves_original_input=proj_saves_original_input,
+    )
     if model.mla is None:
         # Q 2q, K 2kv, V 2kv, attention output (input of the output projection) 2q
-        attention = ACT_BYTES * (q_rank + 2 * kv_rank) + mm * q_rank
+        attention = ACT_BYTES * (q_rank + 2 * kv_rank) + out_proj_input + core_output
         if model.qk_norm:  # Qwen3's q_norm/k_norm keep their inputs (the pre-norm Q and K)
             attention += ACT_BYTES * (q_rank + kv_rank)
     else:
@@ -228,7 +240,7 @@ def layer_activation_bytes(
         v_rank = model.v_dim / t
         latents = model.mla.q_lora_rank + model.mla.kv_lora_rank
         up_proj = ACT_BYTES * (q_rank + kv_rank + v_rank)
-        attention = up_proj + mm * v_rank + (ACT_BYTES + mm) * latents
+        attention = up_proj + out_proj_input + core_output + (ACT_BYTES + mm) * latents
     # attention activations, MLP intermediates, routed token copies
     sharded = (attention + mlp_inner + routing) * sb
     heads_rank = model.heads / t
@@ -245,7 +257,7 @@ def layer_activation_bytes(
             recompute_modules or ("core_attn",),
             model,
             moe=moe,
-            core=core,
+            core=core + core_output * sb,
             norm_outputs=0.0 if fp8 else mm * h * sb * 2 / (t if sequence_parallel and t > 1 else 1),
             up_proj=up_proj * sb,
             expert_act=mm * model.top_k * model.expert_ffn / t * model.imbalance * sb if moe else 0.0,
@@ -259,6 +271,32 @@ def layer_activation_bytes(
         layer_input = ACT_BYTES * h * sb / (t if sequence_parallel and t > 1 else 1)
         return LayerActivationBytes(replicated, sharded, core, layer_input, full_layer)
     raise ValueError(f"unknown recompute {recompute!r}")
+
+
+def _attention_output(
+    width: float, *, fp8: bool, flash_attention: bool, proj_saves_original_input: bool
+) -> tuple[float, float]:
+    """(kept as the output projection's input, kept beside it by the attention core) bytes per
+    token of the attention output, `width` elements per token on this rank.
+
+    16-bit training: one 16-bit tensor (Korthikanti §4.1's 2h), which the fused attention core
+    keeps for its own backward (FlashAttention's dO·O row sums: Dao et al. 2022 Alg. 4; Transformer
+    Engine's FusedAttnFunc saves q, k, v and out_f16, attention/dot_product_attention/backends.py
+    @d0067d0) and the output projection keeps as its input -- the same tensor, counted once.
+    FP8 training, per-tensor scaling (Megatron-Core's default recipe "delayed"): the fused core
+    keeps the BF16 output and TE's Linear saves its own FP8 cast of it (module/linear.py: the
+    quantized `inputmat` is what it keeps), 2 + 1 B -- Megatron-Core's comment on exactly this:
+    "the output of the fused core_attn is saved by itself, and linear_proj also saves the
+    quantized tensor of this output" (transformer/attention.py, NVIDIA/Megatron-LM 781e765818).
+    From that commit on (Megatron-Core 0.15, every Megatron-Bridge container that runs MXFP8 or
+    NVFP4) non-delayed recipes with TE >= 2.6 (FP4: >= 2.7) set linear_proj to save the original
+    16-bit input instead: one 16-bit tensor again (`proj_saves_original_input`: the simulator's
+    mxfp8 and nvfp4; its "fp8" cannot tell delayed from current scaling and counts the default).
+    Without FlashAttention the core's backward needs the softmax output and V, not its output:
+    only the projection's copy stays."""
+    if not fp8 or proj_saves_original_input:
+        return ACT_BYTES * width, 0.0
+    return FP8_BYTES * width, (ACT_BYTES * width if flash_attention else 0.0)
 
 
 def _recomputed_bytes(
@@ -277,7 +315,8 @@ def _recomputed_bytes(
     (--recompute-modules, megatron/core/transformer/transformer_config.py and transformer_layer.py):
 
     * core_attn — the attention core's own state (Korthikanti §5: scores/softmax, or
-      FlashAttention's statistics); Q, K, V stay;
+      FlashAttention's statistics; in FP8 with a quantized projection input also the 16-bit
+      output the fused core kept, `_attention_output`); Q, K, V stay;
     * layernorm — the outputs of input_layernorm and pre_mlp_layernorm (the QKV and MLP inputs),
       re-normalized from their kept inputs (CheckpointWithoutOutput). In FP8 training the
       following linear keeps its own FP8 copy of that input, so nothing is saved (`norm_outputs`
@@ -323,6 +362,7 @@ def scenario_layer_activations(scn: Scenario, moe: bool) -> LayerActivationBytes
         etp=par.expert_tp,
         recompute_modules=par.recomputed_modules,
         fp8_moe_act_input=scn.memory.fp8_moe_act_input,
+        proj_saves_original_input=scn.dtype in ("mxfp8", "nvfp4"),
     )
 
 

@@ -992,7 +992,15 @@ class _Coster:
         etp = par.expert_tp
         skew = m.imbalance
         T_in = T // par.tp if par.tp > 1 else T  # tokens this rank routes (SP shard)
-        mm("router", T_in, m.num_experts, h)
+        # The router is a plain PyTorch matmul in the activations' 16-bit dtype (Megatron-Core
+        # moe/router.py TopKRouter.gating -> moe_utils.router_gating_linear; its weight is not a
+        # Transformer Engine module, so FP8/MXFP8 autocast neither quantizes nor speeds it up)
+        router_device = replace(d, dtype="bf16") if d.dtype not in ("bf16", "fp16") else d
+        t_router = matmul_time_s(router_device, T_in, m.num_experts, h)
+        f_router = 2.0 * T_in * m.num_experts * h
+        fwd.append(Segment("compute", "router", t_router, f_router, 0.0))
+        b_in.append(Segment("compute", "router dgrad", t_router, f_router, 0.0))
+        b_w.append(Segment("compute", "router wgrad", t_router, f_router, 0.0))
         mem("router softmax/top-k", ROUTER_BYTES_PER_LOGIT * T_in * m.num_experts, kernels=2)
         experts_local = m.num_experts // par.ep
         routed = T_in * k * etp  # token copies this rank's experts see (after the etp gather)
@@ -1259,12 +1267,22 @@ class _Coster:
         # to the next it must issue the forward's and the backward's ops of the layer, which the
         # backward alone could issue ahead of the GPU. The pair takes at least that issue time
         # (the Megatron-LM DeepSeek-V3 GB200 guide §3.2: the split schedule's "synchronization
-        # between different stages ... aggravates the CPU overhead").
+        # between different stages ... aggravates the CPU overhead") and every sync of both
+        # passes: the forward's (the dispatcher's, GPT-OSS's clamped GeGLU's) and the backward's.
+        # The dispatchers' backward waits for nothing on the host -- the all-to-all split sizes
+        # and the TE GroupedLinear m_splits stay on the host from the forward
+        # (token_dispatcher.py `_maybe_dtoh_and_synchronize` runs in dispatch_preprocess /
+        # token_dispatch only), DeepEP's and HybridEP's backward reuse the forward's handle and
+        # token count (fused_a2a.py FusedDispatch/FusedCombine/HybridEP*.backward), and
+        # model_chunk_schedule_plan.py's stream waits are events -- so the backward's syncs are
+        # those of a recomputed module that syncs in its forward (`LayerHostOps.backward_syncs`:
+        # the clamped GeGLU re-run by `moe_act` recomputation).
         ops = moe_layer_host_ops(self.scn)
         host = 0.0
         if ops is not None and ops.syncs:
             issue = (ops.forward + ops.backward_input + ops.backward_weight) * HOST_OP_S
-            host = max(0.0, issue + ops.syncs * HOST_SYNC_S - (paired + interference))
+            syncs = ops.syncs + ops.backward_syncs
+            host = max(0.0, issue + syncs * HOST_SYNC_S - (paired + interference))
         return EpPair(exposed / total_ep, interference, host)
 
     def _recompute(self, fwd: list, spans: dict[str, list[tuple[int, int]]]) -> _Phase:
@@ -1465,7 +1483,7 @@ def tensor_activity(device: Device, phases: Iterable[_Phase]) -> float:
 def power_limited_device(coster: _Coster) -> tuple[Device, float]:
     """The device at the power-limited clock of this step's kernel mix, and the mix's activity:
     one transformer layer (forward, backward, recompute) costed at the boost clock."""
-    from .clocks import power_limited_clock
+    from .clocks import power_clock_factor, power_limited_clock
 
     device = coster.device
     ratio = device.params.sustained_gemm_ratio(device.dtype)
@@ -1473,7 +1491,8 @@ def power_limited_device(coster: _Coster) -> tuple[Device, float]:
         return device, 0.0
     forward, b_in, b_w, rec, _ = coster.layer(coster.scn.model.is_moe)
     activity = tensor_activity(device, (forward, b_in, b_w, rec))
-    return replace(device, power_clock=power_limited_clock(activity, ratio)), activity
+    k = power_clock_factor(device.gpu)  # the SKU's board power per SM (1 on the reference SKU)
+    return replace(device, power_clock=power_limited_clock(activity, ratio, k)), activity
 
 
 def _repeat(phase: _Phase, n: int) -> list:

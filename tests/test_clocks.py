@@ -56,9 +56,37 @@ def test_catalog_clock_factors() -> None:
 
 
 def test_sustained_clock_is_capped_at_the_boost_clock() -> None:
+    """B300's board-power factor (> 1) lifts its power-limited clock, which stops at the boost
+    clock; the fitted residual (<= 1 by its schema) is not multiplied by it on Blackwell."""
     b300 = gpu_by_name("b300")
     fast = replace(b300, efficiency=replace(b300.efficiency, sustained_clock_fraction=0.99))
-    assert C.sustained_clock_fraction(fast) == 1.0
+    assert C.sustained_clock_fraction(fast) == 0.99
+    k = C.power_clock_factor(b300)
+    r = K.params_for_architecture("blackwell").sustained_gemm_ratio("bf16")
+    assert k * r < 1.0 < k * r * 0.5 ** (-1 / 3)
+    assert C.power_limited_clock(1.0, r, k) == pytest.approx(k * r)
+    assert C.power_limited_clock(0.5, r, k) == 1.0
+
+
+def test_board_power_factor_is_counted_once_on_blackwell() -> None:
+    """Blackwell models the power-limited clock of the kernel mix (a measured MSMF / MAMF < 1), so
+    the SKU's board-power factor scales that clock (r_SKU = k · r_B200, the same cube law) and
+    the fitted residual is the same on every SKU; without the activity law (Ampere) the factor
+    scales the residual as before (it is 1 there)."""
+    b200, gb200, b300, gb300 = (gpu_by_name(n) for n in ("b200", "gb200", "b300", "gb300"))
+    for gpu in (b200, gb200, b300, gb300):
+        assert C.has_activity_law(gpu)
+        assert C.sustained_clock_fraction(gpu) == pytest.approx(b200.efficiency.sustained_clock_fraction)
+    assert not C.has_activity_law(gpu_by_name("a100-80gb"))
+    r = K.params_for_architecture("blackwell").sustained_gemm_ratio("bf16")
+    # a saturating GEMM (D = 1): the SKU's MSMF / MAMF, scaled by its board power per SM
+    sat = {g.name: C.power_limited_clock(1.0, r, C.power_clock_factor(g)) for g in (b200, gb200, gb300)}
+    assert sat["b200"] == pytest.approx(1456.3 / 1770.9, abs=1e-4)
+    assert sat["gb200"] == pytest.approx(r * 1.2 ** (1 / 3) * 2250 / 2500, rel=1e-9)
+    # GB300 sustains 11% more than GB200 at the same datasheet peak (1,400 W on 160 SMs)
+    assert sat["gb300"] / sat["gb200"] == pytest.approx(
+        (1400 / 160 / (1200 / 148)) ** (1 / 3) * 160 / 148, rel=1e-9
+    )
 
 
 def test_gpu_outside_the_catalog_gets_no_law() -> None:

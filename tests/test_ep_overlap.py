@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 
 from simulator.errors import ConfigError
+from simulator.hostbound import LayerHostOps
 from simulator.loading import scenario_from_dict
 from simulator.memory import memory_footprint
 from simulator.program import build_program, combined_layer_s, sm_interference_s
@@ -143,6 +144,56 @@ def test_combined_pair_waits_for_the_host_between_syncs() -> None:
     graph = {"moe_dispatcher": "hybridep", "fused_grouped_mlp": True, "cuda_graph_impl": "full_iteration"}
     gch = build_program(_scn({"ep_comm_overlap": True}, graph)).stages[0].chunks[0]
     assert gch.backward_paired is not None and gch.backward_paired.seconds("host_bound") == 0.0
+
+
+def _gpt_oss_pair_host_s(recompute_modules: list[str]) -> tuple[float, LayerHostOps]:
+    """EpPair.host_s of one GPT-OSS-120B MoE layer (eager clamped GeGLU: a second forward sync)
+    in the combined 1F1B, micro-batch 1 of 2k tokens on 8 H100 (host-bound)."""
+    from simulator.comm import default_comm_model
+    from simulator.hostbound import moe_layer_host_ops
+    from simulator.program import _Coster
+
+    parallel: dict = {"ep": 8, "micro_batch": 1, "global_batch": 16, "ep_comm_overlap": True}
+    if recompute_modules:
+        parallel.update(recompute="selective", recompute_modules=recompute_modules)
+    scn = scenario_from_dict(
+        {
+            "model": {"preset": "gpt-oss-120b", "seq_len": 2048, "layers": 4},
+            "cluster": {"topology": "dgx-h100", "num_gpus": 8},
+            "parallel": parallel,
+        }
+    )
+    coster = _Coster(scn, default_comm_model(scn))
+    coster.stage = 0
+    coster.layer(True)
+    ops = moe_layer_host_ops(scn)
+    assert ops is not None  # eager layers: ops issued per layer
+    return coster.ep_pair.host_s, ops
+
+
+def test_combined_pair_waits_for_the_backward_syncs(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The pair's host time counts every device-to-host sync of both passes. GPT-OSS's eager
+    clamped GeGLU syncs once more in the forward (hostbound.CLAMPED_GLU_OPS); recomputing
+    `moe_act` re-runs it in the backward, so the paired layer waits for 3 syncs (the dispatcher's,
+    the forward activation's, the recomputed activation's), not 2; the dispatchers' backward
+    itself never syncs (split sizes, handles and token counts kept from the forward)."""
+    import simulator.program as P
+
+    host, ops = _gpt_oss_pair_host_s(["moe_act"])
+    assert ops.syncs == 2 and ops.backward_syncs == 1
+    assert host > 0  # the premise: host-bound
+    # the value: linear in the per-sync wait with slope 3 syncs per paired layer (hand count)
+    monkeypatch.setattr(P, "HOST_SYNC_S", P.HOST_SYNC_S + 1e-3)
+    host_slower, _ = _gpt_oss_pair_host_s(["moe_act"])
+    assert host_slower - host == pytest.approx(3 * 1e-3, rel=1e-9)
+    # without the recomputation: the forward's 2 syncs only
+    no_recompute_slower, plain_ops = _gpt_oss_pair_host_s([])
+    monkeypatch.setattr(P, "HOST_SYNC_S", P.HOST_SYNC_S - 1e-3)
+    no_recompute, _ = _gpt_oss_pair_host_s([])
+    assert plain_ops.backward_syncs == 0
+    assert no_recompute_slower - no_recompute == pytest.approx(2 * 1e-3, rel=1e-9)
+    # monotone: a costlier sync never shortens the pair
+    assert host_slower >= host and no_recompute_slower >= no_recompute
 
 
 @pytest.mark.parametrize(

@@ -41,12 +41,18 @@ def test_power_law_monotone_and_power_consistent() -> None:
         assert a * f**3 == pytest.approx(r**3)
 
 
-def test_hopper_ratios_are_the_published_msmf_over_mamf() -> None:
+def test_ratios_are_the_published_msmf_over_mamf() -> None:
+    """stas00/ml-engineering compute/accelerator/README.md (fast-mamf @ 082816f): H200 SXM and
+    B200 SXM, BF16 and FP8, burst (MAMF) and sustained (MSMF) TFLOP/s from one session."""
     p = K.params_for_architecture("hopper")
     assert p.sustained_gemm_ratio("bf16") == pytest.approx(708.5 / 841.9, abs=1e-4)
     assert p.sustained_gemm_ratio("fp8") == pytest.approx(1288.7 / 1491.9, abs=1e-4)
+    b = K.params_for_architecture("blackwell")
+    assert b.sustained_gemm_ratio("bf16") == pytest.approx(1456.3 / 1770.9, abs=1e-4)
+    assert b.sustained_gemm_ratio("fp8") == pytest.approx(2795.7 / 3435.2, abs=1e-4)
+    assert b.sustained_gemm_ratio("mxfp8") == b.sustained_gemm_ratio("fp8")  # 8-bit tensor cores
     # not measured for these architectures: no power-limited clock
-    for arch in ("ampere", "blackwell", "volta"):
+    for arch in ("ampere", "volta"):
         assert K.params_for_architecture(arch).sustained_gemm_ratio("bf16") == 1.0
 
 
@@ -80,7 +86,7 @@ def test_fp8_attention_counts_16_bit_and_causal_half() -> None:
 def _scn(
     hidden: int, layers: int, heads: int, ffn: int, tp: int, gpu: str = "h100-sxm", dtype: str = "fp8"
 ) -> Scenario:
-    topo = "dgx-a100" if gpu.startswith("a100") else "dgx-h100"
+    topo = {"a100-80gb": "dgx-a100", "b200": "dgx-b200", "gb200": "gb200-nvl72"}.get(gpu, "dgx-h100")
     return scenario_from_dict(
         {
             "name": "t",
@@ -113,6 +119,21 @@ def test_larger_models_run_at_a_lower_clock() -> None:
     for prog in (small, mid, large):
         assert prog.power_clock == pytest.approx(C.power_limited_clock(prog.tensor_activity, r8))
         assert r8 <= prog.power_clock <= 1.0
+
+
+def test_blackwell_sku_power_goes_into_the_power_limited_clock() -> None:
+    """B200 and GB200 in FP8 at Llama-3 405B width: the clock is min(1, k · r · D^(−1/3)) with
+    B200's measured r and the SKU's board-power factor k (GB200: 1,200 W on B200's SMs at an 11%
+    higher datasheet clock, k < 1), so GB200 runs the same mix at a lower fraction of its boost."""
+    r8 = K.params_for_architecture("blackwell").sustained_gemm_ratio("fp8")
+    progs = {g: P.build_program(_scn(16384, 2, 128, 53248, 8, gpu=g)) for g in ("b200", "gb200")}
+    for g, prog in progs.items():
+        k = C.power_clock_factor(gpu_by_name(g))
+        assert 0.0 < prog.tensor_activity < 1.0
+        assert prog.power_clock == pytest.approx(C.power_limited_clock(prog.tensor_activity, r8, k))
+        assert prog.power_clock < 1.0  # a large dense layer: the power limit binds
+    assert C.power_clock_factor(gpu_by_name("gb200")) < 1.0
+    assert progs["gb200"].power_clock < progs["b200"].power_clock
 
 
 def test_power_clock_slows_the_tensor_kernels_only() -> None:

@@ -1,0 +1,114 @@
+"""FP8 training keeps the attention output twice (issue 13): 16-bit by the fused attention core
+(its backward needs O) and as the output projection's FP8 input cast, 2 + 1 bytes per element,
+unless Megatron-Core sets the projection to save its original 16-bit input (non-delayed recipes
+from Megatron-Core 0.15: the simulator's mxfp8 and nvfp4). Hand counts of one layer per token."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from simulator.loading import scenario_from_dict
+from simulator.memory import layer_activation_bytes, scenario_layer_activations
+from simulator.specs import ModelSpec
+
+# a Llama-like layer: GQA (8 KV heads of 128), SwiGLU, no dropout, head_dim·heads = hidden
+M = ModelSpec(
+    name="llama-like",
+    layers=4,
+    hidden=4096,
+    heads=32,
+    kv_heads=8,
+    vocab=32000,
+    seq_len=4096,
+    ffn_hidden=14336,
+    gated_mlp=True,
+    dropout=0.0,
+)
+H, Q, KV, F, A, S = 4096, 4096, 1024, 14336, 32, 4096
+
+
+def _per_token(**kw: Any) -> float:
+    return layer_activation_bytes(M, 1, **kw).stored / S
+
+
+def test_bf16_layer_by_hand() -> None:
+    """Korthikanti §4.1 generalized: norm inputs 2·2h, QKV and MLP inputs 2h each, Q 2q, K and V
+    2kv each, the attention output 2q (one tensor: the core's O is the projection's input),
+    gate/up/product 3·2f, FlashAttention's fp32 log-sum-exp 4a."""
+    expected = 2 * 2 * H + 2 * H + 2 * H + 2 * Q + 2 * 2 * KV + 2 * Q + 3 * 2 * F + 4 * A
+    assert _per_token() == pytest.approx(expected)
+
+
+def test_fp8_layer_by_hand() -> None:
+    """FP8 (per-tensor, Megatron-Core's default delayed recipe): the four linear inputs as 1-byte
+    casts, and the attention output 16-bit (kept by the fused core) + 1 (the projection's cast)."""
+    expected = 2 * 2 * H + H + H + 2 * Q + 2 * 2 * KV + (2 + 1) * Q + (2 * 2 + 1) * F + 4 * A
+    assert _per_token(fp8=True) == pytest.approx(expected)
+
+
+def test_fp8_attention_output_is_2_plus_1_bytes() -> None:
+    fp8 = _per_token(fp8=True)
+    # the projection keeping its 16-bit input instead (Megatron-Core set_save_original_input):
+    # one 16-bit tensor, the FP8 copy gone
+    assert fp8 - _per_token(fp8=True, proj_saves_original_input=True) == pytest.approx(1 * Q)
+    # against 16-bit training the attention output costs 1 byte more per element, the other three
+    # linear inputs (QKV, MLP in, fc2 in) 1 byte less
+    assert _per_token() - fp8 == pytest.approx(H + H + F - Q)
+
+
+def test_without_flash_attention_only_the_projection_copy_stays() -> None:
+    """The unfused core's backward needs its softmax output and V, not its output: only the
+    projection's FP8 cast of the attention output is kept (the paper's 2h -> 1 byte)."""
+    fused = _per_token(fp8=True, flash_attention=False)
+    bf16 = _per_token(flash_attention=False)
+    assert bf16 - fused == pytest.approx(H + H + F + Q)
+
+
+def test_core_attention_recompute_drops_the_core_copy() -> None:
+    """Recomputing the core (Megatron's checkpointed core attention keeps only its inputs) frees
+    its 16-bit output in FP8: the projection's 1-byte cast stays; in 16-bit the tensor stays."""
+    none = _per_token(fp8=True)
+    selective = _per_token(fp8=True, recompute="selective", recompute_modules=("core_attn",))
+    assert none - selective == pytest.approx(4 * A + 2 * Q)
+    bf16_none = _per_token()
+    bf16_selective = _per_token(recompute="selective", recompute_modules=("core_attn",))
+    assert bf16_none - bf16_selective == pytest.approx(4 * A)
+
+
+def test_mla_attention_output_is_heads_times_v_head_dim() -> None:
+    """MLA (DeepSeek-V3): the attention output is heads·v_head_dim wide, 2 + 1 bytes in FP8."""
+    from simulator.loading import model_preset
+
+    m = model_preset("deepseek-v3")
+    assert m.mla is not None
+    s = m.seq_len
+    v = m.heads * m.mla.v_head_dim
+    fp8 = layer_activation_bytes(m, 1, fp8=True).stored
+    original = layer_activation_bytes(m, 1, fp8=True, proj_saves_original_input=True).stored
+    assert fp8 - original == pytest.approx(1 * v * s)
+
+
+@pytest.mark.parametrize(("dtype", "extra_per_q"), [("bf16", 0), ("fp8", 1), ("mxfp8", 0), ("nvfp4", 0)])
+def test_scenario_dtypes(dtype: str, extra_per_q: int) -> None:
+    """Per dtype, the attention output beyond one 16-bit copy: fp8 (per-tensor, delayed) keeps
+    the projection's FP8 cast too; MXFP8 and NVFP4 (Megatron-Core >= 0.15, every Megatron-Bridge
+    container that runs them) save the original input."""
+    data: dict[str, Any] = {
+        "model": {"preset": "llama3-8b", "seq_len": 4096, "layers": 4},
+        "cluster": {"topology": "dgx-b200", "num_gpus": 8},
+        "parallel": {"micro_batch": 1, "global_batch": 8},
+        "precision": {"dtype": dtype},
+    }
+    scn = scenario_from_dict(data)
+    m = scn.model
+    got = scenario_layer_activations(scn, moe=False).stored
+    mm = 2 if dtype == "bf16" else 1
+    base = layer_activation_bytes(m, 1, fp8=dtype != "bf16", proj_saves_original_input=True).stored
+    assert base == pytest.approx(
+        m.seq_len * (2 * 2 * m.hidden + 2 * mm * m.hidden + 2 * m.q_dim + 4 * m.kv_dim + 2 * m.q_dim)
+        + m.seq_len * ((2 * 2 + mm) * m.ffn + 4 * m.heads)
+        + (0 if m.dropout == 0 else 2 * m.hidden * m.seq_len)
+    )
+    assert got - base == pytest.approx(extra_per_q * m.q_dim * m.seq_len)
