@@ -261,7 +261,9 @@ KEYS: dict[str, Key] = {
     "parallel.ep": Key("expert-parallel size (MoE)"),
     "parallel.etp": Key("expert tensor-parallel size", default="0 (1 with ep > 1, else tp)", since=NEXT),
     "parallel.ep_comm_overlap": Key(
-        "EP all-to-all of one micro-batch hidden behind another's compute", since=NEXT
+        "EP all-to-all of one micro-batch hidden behind another's compute (Megatron-Core"
+        " --overlap-moe-expert-parallel-comm, a combined 1F1B: pp = 1 or interleaved, ep > 1)",
+        since=NEXT,
     ),
     "parallel.dp_shard": Key(
         "HSDP: ZeRO/FSDP shard group of consecutive dp ranks (dp = dp_shard x replicas)",
@@ -304,7 +306,11 @@ KEYS: dict[str, Key] = {
     ),
     # [precision]
     "precision.dtype": Key(
-        "training number format of the GEMMs", "string", default="bf16", allowed=_spec("DTYPES")
+        "training number format of the GEMMs: fp8 = per-tensor scaling (memory counts Megatron-Core's"
+        " default delayed recipe), mxfp8 / nvfp4 = block-scaled (Blackwell)",
+        "string",
+        default="bf16",
+        allowed=_spec("DTYPES"),
     ),
     # [dataloader]
     "dataloader.microbatch_latency_ms": Key("time one worker needs for one micro-batch", "number", unit="ms"),
@@ -414,7 +420,12 @@ KEYS: dict[str, Key] = {
         since=NEXT,
     ),
     # [memory]
-    "memory": Key("offloading to host memory", "table", since=NEXT),
+    "memory": Key(
+        "what the GPU keeps: offloading to host memory, optimizer-state and FP8 activation formats,"
+        " the headroom `fits` leaves free",
+        "table",
+        since=NEXT,
+    ),
     "memory.offload_activations": Key(
         "fraction of the stored activations copied to host memory", "number", since=NEXT
     ),
