@@ -962,7 +962,10 @@ COMMON_JSON_FIELDS: dict[str, str] = {
     "model": "the model simulated",
     "model.name": "model name",
     "model.params": "parameters",
-    "model.active_params": "parameters active per token (MoE: shared + top-k experts; dense: all)",
+    "model.active_params": (
+        "parameters active per token (MoE: shared + top-k experts; dense: all), both embedding tables"
+        " included (DeepSeek/Kimi/OpenAI publish theirs without the input one: docs/hf-import.md)"
+    ),
     "model.non_embedding_params": "parameters without the embeddings",
     "model.layers": "transformer layers",
     "model.hidden": "hidden size",
@@ -1266,7 +1269,9 @@ JSON_FIELDS: dict[str, dict[str, str]] = {
         "models": "model presets",
         "models.<preset>": "one preset",
         "models.<preset>.params": "parameters",
-        "models.<preset>.active_params": "parameters active per token (MoE: shared + top-k experts)",
+        "models.<preset>.active_params": (
+            "parameters active per token (MoE: shared + top-k experts), both embedding tables included"
+        ),
         "models.<preset>.layers": "layers",
         "models.<preset>.hidden": "hidden size",
         "models.<preset>.seq_len": "sequence length",
