@@ -245,6 +245,45 @@ def test_bandwidth_ramp_closed_form() -> None:
     assert ramp_s(14, 1e9, 3e6, 1e-9) == pytest.approx(13 * 3e6 * 1e-9)  # saturates
 
 
+def test_bandwidth_ramp_charges_each_hop_at_its_link() -> None:
+    """A pipeline fill is the sum of its stages: on a ring across nodes only the network steps
+    run at the bottleneck's rate, the others at NVLink's (issue 12, nccl-multinode)."""
+    from simulator.network.collectives import ramp_s
+
+    # 94 all-reduce steps over 6 nodes of 8 (48 ranks): 10 cross the network, 83 of the 93 fill
+    # hops are NVLink hops
+    fill = ramp_s(94, 1e6, 3e6, 1 / 40e9, network_hops=10, intra_seconds_per_byte=1 / 300e9)
+    assert fill == pytest.approx(1e6 * (10 / 40e9 + 83 / 300e9))
+    assert fill < ramp_s(94, 1e6, 3e6, 1 / 40e9)  # every hop at the NIC's rate: the old charge
+    # one rank per node (every hop crosses the network): the same as charging every hop
+    assert ramp_s(47, 2e6, 3e6, 1 / 40e9, network_hops=47, intra_seconds_per_byte=0.0) == pytest.approx(
+        ramp_s(47, 2e6, 3e6, 1 / 40e9)
+    )
+
+
+def test_multi_node_ring_ramp_below_uniform_charge() -> None:
+    """2 x 8 A100 (NDmv4, mscclpp-ndmv4 in kernels.toml): the ring's 30 all-reduce steps cross
+    the network twice, so its fill is smaller than 29 hops at the NIC's rate and the 1 GiB
+    all-reduce is faster than that charge, while one node's ring is unchanged."""
+    import simulator.network.collectives as C
+
+    def busbw(gpus: int, size: float, uniform: bool) -> float:
+        orig = C.ramp_s
+
+        def uniform_ramp(steps: int, piece: float, w: float, spb: float, **_: object) -> float:
+            return orig(steps, piece, w, spb)
+
+        if uniform:
+            C.ramp_s = uniform_ramp  # type: ignore[assignment]
+        try:
+            return K.collective("dgx-a100", "allreduce", gpus, size, "ring").busbw_bytes_per_s
+        finally:
+            C.ramp_s = orig
+
+    assert busbw(16, 2**30, uniform=False) > busbw(16, 2**30, uniform=True)
+    assert busbw(8, 2**24, uniform=False) == pytest.approx(busbw(8, 2**24, uniform=True))
+
+
 def test_nvls_follows_nccl_chunk_schedule() -> None:
     """NCCL's NVLS chunk (src/enqueue.cc calcCollChunking): 128 KiB from 64 x ops x 128 KiB up,
     then 64/32/16 KiB below 64x, 8x, 2x ops x chunk (ops = 16 channels x 8 heads on a DGX H100).

@@ -38,13 +38,16 @@ of that protocol to Simple (NVLink ring LL 0.6/3.4, LL128 1.9/3.4; network ring 
 LL128 4.0/14); launch latency = NCCL's baseLat (ring: LL 6.6 µs, LL128 14 µs, Simple 8.4 µs);
 LL's bus bandwidth is capped per GPU generation and node count (tuning.cc llMaxBws).
 NCCL's bandwidth ramp below ~1 GB (nccl-tests size sweeps, simulator/catalog/kernels.toml) is a
-pipeline fill (`ramp_s`) on ring (flat and the phases of hierarchical) and all-to-all
-(one piece: direct peer transfers), plus a reduction ring's tail (`Links.reduce_tail_chunks`),
+pipeline fill (`ramp_s`) on ring (flat and the phases of hierarchical; each hop at its own
+link's rate, so a ring across nodes pays the NIC's rate only on its network steps) and
+all-to-all (one piece: direct peer transfers), plus a reduction ring's tail (`Links.reduce_tail_chunks`),
 with the window of bytes per step from the kernel model (`nccl_ring_window_bytes`;
 default_comm_model passes it). NVLS follows NCCL's own chunk schedule (`nvls_time_s`): smaller
 chunks for smaller messages, each with a fixed overhead, plus the pipeline fill of one round of
 chunks (kernel model only: `nccl_nvls_chunk_overhead_bytes`).
-Not modelled: NCCL's per-size tree correction table, the ramp of tree and hierarchical
+Not modelled: NCCL's "plateau effect of ring" (tuning.cc: multi-node Simple ring all-reduce
+latency x 1.4), whether the one-node ramp's window holds on multi-node rings at mid sizes (no
+InfiniBand sweep found; docs/calibration.md "Multi-node rings"), NCCL's per-size tree correction table, the ramp of tree and hierarchical
 algorithms, per-channel LL128/tree caps (channel counts are not modelled), CollNet/SHARP
 in-network reduction.
 """
@@ -467,17 +470,36 @@ def _inter_time(
     return max((t_nic, "nic"), (t_up, "leaf-uplink"), (t_pod, "pod-uplink"), key=lambda x: x[0])
 
 
-def ramp_s(steps: int, piece_bytes: float, window_bytes: float, seconds_per_byte: float) -> float:
+def ramp_s(
+    steps: int,
+    piece_bytes: float,
+    window_bytes: float,
+    seconds_per_byte: float,
+    network_hops: int | None = None,
+    intra_seconds_per_byte: float = 0.0,
+) -> float:
     """NCCL's bandwidth ramp, as nccl-tests sweeps show it (azure-bench in kernels.toml): below
     about a gigabyte the achieved bus bandwidth stays well under its plateau by more than the
     latency explains; the time in excess of latency + bytes / bandwidth grows with the message
     and saturates (A100 ring: ~40 us at 1 MB, ~170 us from 32 MB on). Modelled as a pipeline
     fill: the first piece of each rank's share (S/n, at most `window_bytes` = NCCL's bytes in
-    flight per step over all channels) crosses steps - 1 hops before the pipeline streams, each
-    at the bottleneck's `seconds_per_byte`. 0 when the window is 0 (not modelled)."""
+    flight per step over all channels) crosses steps - 1 hops before the pipeline streams.
+
+    A fill is the sum of its stages' times, each at its own link's rate: with `network_hops`
+    given (a ring across nodes), only that many of the steps - 1 hops cross the network at the
+    bottleneck's `seconds_per_byte`; the rest are NVLink hops inside a node at
+    `intra_seconds_per_byte` (NCCL's ring order visits a node's m GPUs over NVLink before
+    leaving it through a NIC: 2(k-1) of the 2(n-1) all-reduce steps cross the network,
+    src/graph/tuning.cc nInterSteps). Without `network_hops` every hop runs at
+    `seconds_per_byte` (one node: every hop is the same link). 0 when the window is 0."""
     if window_bytes <= 0 or steps <= 1:
         return 0.0
-    return (steps - 1) * min(piece_bytes, window_bytes) * seconds_per_byte
+    piece = min(piece_bytes, window_bytes)
+    hops = steps - 1
+    if network_hops is None:
+        return hops * piece * seconds_per_byte
+    net = min(network_hops, hops)
+    return piece * (net * seconds_per_byte + (hops - net) * intra_seconds_per_byte)
 
 
 def nvls_chunk_bytes(size_bytes: float, concurrent_ops: int) -> int:
@@ -558,7 +580,14 @@ def collective_candidates(kind: str, shape: GroupShape, links: Links, size_bytes
         if k > 1:
             parts.append(_inter_time(shape, links, X, lambda u: X))
         t_ring = max(x[0] for x in parts)
-        fill = ramp_s(steps, S / n, links.ring_window_bytes, t_ring / X if X > 0 else 0.0)
+        fill = ramp_s(
+            steps,
+            S / n,
+            links.ring_window_bytes,
+            t_ring / X if X > 0 else 0.0,
+            network_hops=inter_steps if k > 1 else None,
+            intra_seconds_per_byte=1.0 / B_i,
+        )
         if kind in ("allreduce", "reducescatter") and X > 0:
             fill += links.reduce_tail_chunks * (S / n) * t_ring / X
         for p in protocols:
