@@ -258,7 +258,7 @@ def layer_activation_bytes(
             model,
             moe=moe,
             core=core + core_output * sb,
-            norm_outputs=0.0 if fp8 else mm * h * sb * 2 / (t if sequence_parallel and t > 1 else 1),
+            norm_outputs=mm * h * sb * 2 / (t if sequence_parallel and t > 1 else 1),
             up_proj=up_proj * sb,
             expert_act=mm * model.top_k * model.expert_ffn / t * model.imbalance * sb if moe else 0.0,
             shared=((2 if model.gated_mlp else 1) * ACT_BYTES + mm) * model.shared_expert_ffn_hidden / t * sb
@@ -291,7 +291,8 @@ def _attention_output(
     From that commit on (Megatron-Core 0.15, every Megatron-Bridge container that runs MXFP8 or
     NVFP4) non-delayed recipes with TE >= 2.6 (FP4: >= 2.7) set linear_proj to save the original
     16-bit input instead: one 16-bit tensor again (`proj_saves_original_input`: the simulator's
-    mxfp8 and nvfp4; its "fp8" cannot tell delayed from current scaling and counts the default).
+    mxfp8 and nvfp4, and fp8 where the scenario implies a non-delayed recipe, the function
+    `proj_saves_original_input`; otherwise "fp8" counts Megatron's default, delayed scaling).
     Without FlashAttention the core's backward needs the softmax output and V, not its output:
     only the projection's copy stays."""
     if not fp8 or proj_saves_original_input:
@@ -318,9 +319,11 @@ def _recomputed_bytes(
       FlashAttention's statistics; in FP8 with a quantized projection input also the 16-bit
       output the fused core kept, `_attention_output`); Q, K, V stay;
     * layernorm — the outputs of input_layernorm and pre_mlp_layernorm (the QKV and MLP inputs),
-      re-normalized from their kept inputs (CheckpointWithoutOutput). In FP8 training the
-      following linear keeps its own FP8 copy of that input, so nothing is saved (`norm_outputs`
-      is 0 then);
+      re-normalized from their kept inputs (CheckpointWithoutOutput). In FP8 training what goes
+      is the following linears' FP8 copies of them: Megatron-Core then sets those linears to
+      save their original (discarded, recomputed) input instead (transformer_layer.py
+      set_for_recompute_input_layernorm, set_save_original_input(mlp.linear_fc1), the MoE
+      layer's shared-expert fc1; NVIDIA/Megatron-LM 781e765818);
     * mla_up_proj — MLA's Q, K, V out of the up-projections (and RoPE), rebuilt from the latents;
     * moe_act — the routed experts' activation output (input of fc2), rebuilt from fc1's output;
     * shared_experts — the shared expert's intermediates;
@@ -345,6 +348,25 @@ def _recomputed_bytes(
     return dropped
 
 
+def proj_saves_original_input(scn: Scenario) -> bool:
+    """Whether the attention output projection keeps its 16-bit input instead of an FP8 copy
+    (`_attention_output`). Megatron-Core (781e765818, core 0.15) sets it for every non-delayed FP8
+    recipe and for FP4, with TE >= 2.6: the simulator's mxfp8 and nvfp4. Its "fp8" is per-tensor
+    scaling, delayed (Megatron's default: a copy kept) or current -- but Megatron-Core refuses
+    `layernorm` and `moe_act` recomputation under delayed scaling ("Delayed scaling does not
+    support moe_act and layernorm recompute for fp8", transformer_config.py, with the same TE
+    minimum), so an fp8 scenario recomputing either runs a non-delayed recipe and saves the
+    original input too."""
+    if scn.dtype in ("mxfp8", "nvfp4"):
+        return True
+    par = scn.parallel
+    return (
+        scn.dtype == "fp8"
+        and par.recompute == "selective"
+        and bool({"layernorm", "moe_act"} & set(par.recomputed_modules))
+    )
+
+
 def scenario_layer_activations(scn: Scenario, moe: bool) -> LayerActivationBytes:
     """`layer_activation_bytes` of one dense (or MoE) layer of this scenario: the one call the
     memory model and the offload costing (simulator/program.py) share."""
@@ -362,7 +384,7 @@ def scenario_layer_activations(scn: Scenario, moe: bool) -> LayerActivationBytes
         etp=par.expert_tp,
         recompute_modules=par.recomputed_modules,
         fp8_moe_act_input=scn.memory.fp8_moe_act_input,
-        proj_saves_original_input=scn.dtype in ("mxfp8", "nvfp4"),
+        proj_saves_original_input=proj_saves_original_input(scn),
     )
 
 

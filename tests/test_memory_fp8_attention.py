@@ -112,3 +112,43 @@ def test_scenario_dtypes(dtype: str, extra_per_q: int) -> None:
         + (0 if m.dropout == 0 else 2 * m.hidden * m.seq_len)
     )
     assert got - base == pytest.approx(extra_per_q * m.q_dim * m.seq_len)
+
+
+@pytest.mark.parametrize(
+    ("modules", "saves_original"),
+    [
+        ([], False),
+        (["core_attn"], False),
+        (["layernorm"], True),
+        (["moe_act"], True),
+        (["mla_up_proj"], False),
+    ],
+)
+def test_fp8_recomputing_layernorm_or_moe_act_implies_a_non_delayed_recipe(
+    modules: list[str], saves_original: bool
+) -> None:
+    """Megatron-Core refuses `layernorm` / `moe_act` recomputation under delayed FP8 scaling
+    (transformer_config.py), so an fp8 scenario recomputing either runs current scaling (or
+    blockwise) with TE >= 2.6, where linear_proj saves its original 16-bit input: the attention
+    output's FP8 copy is gone (heads·v_head_dim bytes per token and layer, DeepSeek-V3)."""
+    from simulator.memory import proj_saves_original_input
+
+    data: dict[str, Any] = {
+        "model": {"preset": "deepseek-v3", "seq_len": 1024, "layers": 8, "mtp_layers": 0},
+        "cluster": {"topology": "dgx-h100", "num_gpus": 64},
+        "parallel": {"micro_batch": 1, "global_batch": 64, "ep": 64},
+        "precision": {"dtype": "fp8"},
+    }
+    if modules:
+        data["parallel"].update(recompute="selective", recompute_modules=modules)
+    scn = scenario_from_dict(data)
+    assert proj_saves_original_input(scn) is saves_original
+    m = scn.model
+    assert m.mla is not None
+    got = scenario_layer_activations(scn, moe=True).stored
+    kw: dict[str, Any] = {"fp8": True, "moe": True}
+    if modules:
+        kw.update(recompute="selective", recompute_modules=tuple(modules))
+    delayed = layer_activation_bytes(m, 1, **kw).stored
+    v = m.heads * m.mla.v_head_dim
+    assert delayed - got == pytest.approx((1 if saves_original else 0) * v * m.seq_len)
