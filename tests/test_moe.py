@@ -866,9 +866,10 @@ def test_moe_activations_scale_with_top_k_not_num_experts() -> None:
     # fp8: the dispatched tokens (expert fc1 input) are kept as their fp8 cast, like every linear input
     bf16 = layer_activation_bytes(base, 1, moe=True)
     fp8 = layer_activation_bytes(base, 1, moe=True, fp8=True)
-    # QKV and MLP inputs and fc2's input 2 -> 1 byte; the attention output is kept twice in fp8
-    # (16-bit by the fused core, 1-byte cast by the output projection: 2 -> 2 + 1 bytes)
-    dense_fp8_saving = s * (2 * h - base.q_dim + f * base.top_k)
+    # the QKV input and the experts' fc2 inputs 2 -> 1 byte; the MLP input stays 16-bit (the
+    # router keeps it; no shared expert here); the attention output is kept twice in fp8 (16-bit
+    # by the fused core, 1-byte cast by the output projection: 2 -> 2 + 1 bytes)
+    dense_fp8_saving = s * (h - base.q_dim + f * base.top_k)
     assert bf16.stored - fp8.stored == pytest.approx(dense_fp8_saving + s * base.top_k * h)
     # etp: the expert-TP group gathers its token copies (etp x), each expert matrix 1/etp wide
     e1 = layer_activation_bytes(base, 1, tp=2, sequence_parallel=True, moe=True, etp=1).stored
