@@ -1234,6 +1234,9 @@ def scenario_from_dict(data: Mapping[str, Any], base_dir: Path | None = None, so
         memory=memory,
         run=run,
     )
+    from .kernels import resolve_attention  # refused here, naming the file, not mid-simulation
+
+    resolve_attention(scn.gpu, kernels.attention, kernels.flash_attention)
     return with_kernels_stack(scn) if kernels.stack else scn
 
 
