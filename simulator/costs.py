@@ -149,7 +149,9 @@ def attention_time_s(
     return t / device.clock + device.launch_s
 
 
-def grouped_matmul_time_s(device: Device, m: int, n: int, k: int, groups: int, uneven: bool = False) -> float:
+def grouped_matmul_time_s(
+    device: Device, m: int, n: int, k: int, groups: int, uneven: bool = False, streams: int = 0
+) -> float:
     """A grouped GEMM (Transformer Engine GroupedLinear / CUTLASS grouped GEMM: one kernel for the
     local experts of an MoE layer), `groups` GEMMs of (m_i×k)·(k×n) with mean m_i = m tokens.
 
@@ -161,9 +163,23 @@ def grouped_matmul_time_s(device: Device, m: int, n: int, k: int, groups: int, u
     (dropless) leaves each group's last row tile on average half full: the kernel runs
     m/TILE_M + 1/2 row tiles per group, costed between the neighbouring whole-tile shapes.
     Both are non-decreasing in m, so more tokens on an expert never make its GEMMs faster.
+
+    `streams` > 0: the groups are separate GEMMs, `streams` of them in flight at a time, as
+    Transformer Engine's GroupedLinear runs them (`general_grouped_gemm` -> C++
+    `nvte_multi_tensor_gemm` -> `multi_stream_cublas_gemm`: one cuBLASLt GEMM per expert, GEMM i on
+    compute stream i % 4; the CUTLASS grouped kernel only on Hopper with NVTE_USE_CUTLASS_GROUPED_GEMM;
+    TE_MULTI_STREAM_NOTE in program.py). The GEMMs in flight share the SMs as one batch of
+    `streams`, so the layer pays one wave tail and one kernel latency per round of `streams`
+    GEMMs instead of one for all `groups`: full rounds, then the remainder. A sum of
+    non-decreasing terms, so still non-decreasing in m.
     """
     if m <= 0 or n <= 0 or k <= 0 or groups <= 0:
         return 0.0
+    if 0 < streams < groups:
+        rounds, rest = divmod(groups, streams)
+        return rounds * grouped_matmul_time_s(device, m, n, k, streams, uneven) + grouped_matmul_time_s(
+            device, m, n, k, rest, uneven
+        )
     if not uneven:
         need = alignment_multiple(device.dtype)
         return matmul_time_s(device, math.ceil(m / need) * need, n, k, groups)

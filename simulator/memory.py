@@ -40,7 +40,8 @@ What one GPU holds at its peak, part by part (all in bytes):
   activations at a time while that layer is recomputed; we add that working set once.
   Context parallelism splits the sequence: each rank holds s/cp tokens (and scores of
   s/cp × s without FlashAttention). In fp8 training the inputs of the four matmuls are saved
-  as fp8 (1 B) casts; the attention output is kept twice with per-tensor (delayed) scaling, 16-bit
+  as fp8 (1 B) casts -- but a MoE layer's router keeps its input 16-bit (its GEMM is no TE
+  module), beside the shared expert's fp8 cast; the attention output is kept twice with per-tensor (delayed) scaling, 16-bit
   by the fused attention core and as the output projection's fp8 cast (2 + 1 B,
   `_attention_output`). Dropout masks are counted as in the paper even for models trained
   without dropout (conservative by 2·s·b·h per layer).
@@ -215,7 +216,15 @@ def layer_activation_bytes(
     # §4.1: LayerNorm inputs 2·2h, QKV input 2h, MLP input 2h, two dropout masks 2·1h = 10h
     # (no masks for a model trained without dropout: torch's dropout with p = 0 returns its input)
     mask = MASK_BYTES if model.dropout > 0 else 0
-    replicated = (2 * ACT_BYTES * h + mm * h + mm * h + 2 * mask * h) * sb
+    # the MLP input (the pre-MLP norm's output): a dense MLP's fc1 keeps it (its FP8 cast in FP8
+    # training: TE's LayerNormLinear fuses the norm and the cast). A MoE layer's router keeps it
+    # 16-bit in any precision -- its GEMM is no TE module and saves its input as given
+    # (moe_utils.py RouterGatingLinearFunction: ctx.save_for_backward(inp, weight, bias)) -- and a
+    # shared expert's fc1 keeps its own FP8 cast of it beside that (the same tensor in 16 bits)
+    mlp_input: float = mm * h
+    if moe:
+        mlp_input = ACT_BYTES * h + (mm * h if fp8 and model.shared_expert_ffn_hidden else 0.0)
+    replicated = (2 * ACT_BYTES * h + mm * h + mlp_input + 2 * mask * h) * sb
     if sequence_parallel and t > 1:
         replicated /= t
     up_proj = 0.0  # MLA: Q, K, V out of the up-projections (what mla_up_proj recomputes)
@@ -258,7 +267,7 @@ def layer_activation_bytes(
             model,
             moe=moe,
             core=core + core_output * sb,
-            norm_outputs=mm * h * sb * 2 / (t if sequence_parallel and t > 1 else 1),
+            norm_outputs=(mm * h + mlp_input) * sb / (t if sequence_parallel and t > 1 else 1),
             up_proj=up_proj * sb,
             expert_act=mm * model.top_k * model.expert_ffn / t * model.imbalance * sb if moe else 0.0,
             shared=((2 if model.gated_mlp else 1) * ACT_BYTES + mm) * model.shared_expert_ffn_hidden / t * sb

@@ -84,6 +84,25 @@ FP8_CAST_BYTES_PER_ELEMENT = 3  # read a 16-bit element, write its 8-bit copy
 #        §4): an amax pass (read 2) before quantizing (read 2) to two 4.5-bit copies (2 x 0.5625),
 #        with a 16x16 random Hadamard transform folded into the weight-gradient input's pass.
 QUANT_BYTES_PER_ELEMENT = {"fp8": 3.0, "mxfp8": 2 + 2 * (1 + 1 / 32), "nvfp4": 2 + 2 + 2 * (0.5 + 1 / 16)}
+# TE_MULTI_STREAM_NOTE: the eager expert MLP (Megatron-Core TEGroupedMLP; every Megatron-Bridge MoE
+# recipe sets moe_grouped_gemm = True, e.g. models/qwen/qwen3_moe_bridge.py:63 and
+# models/gpt_oss/gpt_oss_bridge.py:68@fcbb6031) runs Transformer Engine GroupedLinear
+# (transformer_engine/pytorch/module/grouped_linear.py@5671fd36, TE v2.12):
+# - GEMMs: general_grouped_gemm (cpp_extensions/gemm.py:288) -> te_general_grouped_gemm ->
+#   nvte_multi_tensor_gemm (csrc/extensions/gemm.cpp:565; common/gemm/cublaslt_gemm.cu:1049-1068),
+#   which outside Hopper-with-NVTE_USE_CUTLASS_GROUPED_GEMM (no Megatron-Bridge recipe sets it)
+#   calls multi_stream_cublas_gemm (cublaslt_gemm.cu:967): one cuBLASLt GEMM per expert, GEMM i on
+#   compute stream i % nvte_get_num_compute_streams() = 4 (common/util/multi_stream.cpp:53). The same
+#   code and stream count in every release v2.10 .. v2.16 (4220403e, the 26.06 pin).
+# - quantization: tex.split_quantize of the input (forward, :149) and of the output gradient
+#   (backward, :351/:358) -> multi_tensor_quantize_impl (csrc/extensions/cast.cpp:105-150), which
+#   fuses the experts into one multi-tensor cast only for delayed-scaling FP8 quantizers and
+#   otherwise quantizes each expert's rows with its own kernel: MXFP8 pays one kernel per local
+#   expert. NVFP4 has its own grouped path (split_quantize_nvfp4_impl, one group amax), and "fp8"
+#   here is per-tensor delayed or current scaling (not distinguished), so both stay one kernel.
+# TE's fused grouped MLP (kernels.fused_grouped_mlp) runs grouped-tensor kernels instead.
+TE_GEMM_STREAMS = 4
+PER_EXPERT_QUANTIZE_DTYPES = ("mxfp8",)
 HOPPER_FP8_TRANSPOSE_BYTES = 1.0
 # Megatron-Core's unfused vocab-parallel cross-entropy (megatron/core/tensor_parallel/
 # cross_entropy.py, cross_entropy_loss_fusion = False), bytes per logit: forward .float() (read 2,
@@ -1028,8 +1047,12 @@ class _Coster:
         f_local = m.expert_ffn // etp
         fc1_n = (2 if m.gated_mlp else 1) * f_local
         gather = par.ep == 1 and etp == par.tp and par.tp > 1  # experts TP-split like a dense MLP
+        eager = not scn.kernels.fused_grouped_mlp  # TE GroupedLinear (TE_MULTI_STREAM_NOTE)
+        streams = TE_GEMM_STREAMS if eager else 0
         if gather:
-            fc1_s = grouped_matmul_time_s(d, per_expert, fc1_n, h, experts_local, m.routing == "dropless")
+            fc1_s = grouped_matmul_time_s(
+                d, per_expert, fc1_n, h, experts_local, m.routing == "dropless", streams
+            )
             self._tp_entry(fwd, b_in, tp_msg, fc1_s)
         mem("moe permute", (1 + k) * T_in * h * a)
         sync = len(fwd)
@@ -1059,7 +1082,7 @@ class _Coster:
             self._eager(fwd, b_in, "moe sort by expert", SORT_CHUNKS_PASSES, sorted_bytes)
 
         def grouped(name: str, n: int, kk: int) -> None:
-            tt = grouped_matmul_time_s(d, per_expert, n, kk, experts_local, dropless)
+            tt = grouped_matmul_time_s(d, per_expert, n, kk, experts_local, dropless, streams)
             f = 2.0 * per_expert * n * kk * experts_local
             fwd.append(Segment("compute", name, tt, f, 0.0))
             b_in.append(Segment("compute", name + " dgrad", tt, f, 0.0))
@@ -1071,8 +1094,14 @@ class _Coster:
                     quant * per_expert * kk * experts_local,
                     quant * per_expert * n * experts_local,
                 )
-                fwd.append(Segment("compute", label, memory_op_time_s(d, cast_in), 0.0, cast_in))
-                b_in.append(Segment("compute", label, memory_op_time_s(d, cast_grad), 0.0, cast_grad))
+                per_expert_kernels = eager and d.dtype in PER_EXPERT_QUANTIZE_DTYPES
+                kernels = experts_local if per_expert_kernels else 1
+                if per_expert_kernels and experts_local > 1:
+                    label += " (per expert)"
+                fwd.append(Segment("compute", label, memory_op_time_s(d, cast_in, kernels), 0.0, cast_in))
+                b_in.append(
+                    Segment("compute", label, memory_op_time_s(d, cast_grad, kernels), 0.0, cast_grad)
+                )
 
         experts = len(fwd)
         if d.dtype in QUANTIZED_EXPERT_DTYPES and scn.kernels.moe_dispatcher != "hybridep":
@@ -1091,7 +1120,6 @@ class _Coster:
                 )
             )
         start = len(fwd)
-        eager = not scn.kernels.fused_grouped_mlp  # TE's fused grouped MLP does these inside
         if m.activation == "clamped_quick_geglu" and eager:
             self._eager(fwd, b_in, "expert act input clamps", CLAMPED_GLU_PASSES, rows * fc1_n * a)
         self.act_sync_index = len(fwd)  # the eager clamped GeGLU's host sync (hostbound.CLAMPED_GLU_OPS)

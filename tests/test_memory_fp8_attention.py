@@ -152,3 +152,35 @@ def test_fp8_recomputing_layernorm_or_moe_act_implies_a_non_delayed_recipe(
     delayed = layer_activation_bytes(m, 1, **kw).stored
     v = m.heads * m.mla.v_head_dim
     assert delayed - got == pytest.approx((1 if saves_original else 0) * v * m.seq_len)
+
+
+def test_moe_mlp_input_is_kept_16_bit_by_the_router() -> None:
+    """A MoE layer's pre-MLP norm output is the router's input, which its 16-bit GEMM saves as
+    given (RouterGatingLinearFunction), also in FP8 training; a shared expert's fc1 keeps its own
+    FP8 cast beside it. Replicated part per token (no dropout): norm inputs 2·2h, QKV input, MLP
+    input."""
+    from dataclasses import replace
+
+    from simulator.loading import model_preset
+
+    m = model_preset("qwen3-30b-a3b")  # no shared expert
+    assert m.dropout == 0 and not m.shared_expert_ffn_hidden
+    h, s = m.hidden, m.seq_len
+
+    def replicated(model: ModelSpec, fp8: bool) -> float:
+        return layer_activation_bytes(model, 1, moe=True, fp8=fp8).replicated / s
+
+    assert replicated(m, False) == pytest.approx(2 * 2 * h + 2 * h + 2 * h)
+    assert replicated(m, True) == pytest.approx(2 * 2 * h + 1 * h + 2 * h)
+    shared = replace(m, shared_expert_ffn_hidden=m.expert_ffn)
+    assert replicated(shared, False) == pytest.approx(2 * 2 * h + 2 * h + 2 * h)  # one tensor
+    assert replicated(shared, True) == pytest.approx(2 * 2 * h + 1 * h + (2 + 1) * h)
+    # a dense layer's fc1 (TE LayerNormLinear: norm and cast fused) keeps only the FP8 cast
+    assert layer_activation_bytes(m, 1, moe=False, fp8=True).replicated / s == pytest.approx(
+        2 * 2 * h + h + h
+    )
+    # layernorm recomputation drops all of it: the QKV input's and the MLP input's copies
+    kw: dict[str, Any] = {"moe": True, "fp8": True}
+    none = layer_activation_bytes(shared, 1, **kw).stored
+    ln = layer_activation_bytes(shared, 1, recompute="selective", recompute_modules=("layernorm",), **kw)
+    assert (none - ln.stored) / s == pytest.approx(h + 3 * h)

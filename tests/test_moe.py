@@ -12,11 +12,12 @@ from pathlib import Path
 import pytest
 
 from simulator import flops as F
-from simulator.costs import TILE_M, Device, grouped_matmul_time_s, matmul_time_s
+from simulator.comm import default_comm_model
+from simulator.costs import TILE_M, Device, grouped_matmul_time_s, matmul_time_s, memory_op_time_s
 from simulator.errors import ConfigError
 from simulator.loading import load_gpu_catalog, model_from_table, model_preset, scenario_from_dict
 from simulator.memory import memory_footprint, stage_params_of_chunks
-from simulator.program import build_program
+from simulator.program import TE_GEMM_STREAMS, _Coster, build_program, quant_bytes_per_element
 from simulator.schedules import chunk_layers
 from simulator.simulate import simulate
 from simulator.specs import Scenario
@@ -557,7 +558,8 @@ def test_grouped_gemm_ragged_tokens_cost_more() -> None:
 
 @pytest.mark.parametrize(("gpu", "dtype"), [("h100-sxm", "bf16"), ("h100-sxm", "fp8"), ("b200", "mxfp8")])
 @pytest.mark.parametrize("uneven", [False, True])
-def test_grouped_gemm_never_faster_with_more_tokens(gpu: str, dtype: str, uneven: bool) -> None:
+@pytest.mark.parametrize("streams", [0, TE_GEMM_STREAMS])
+def test_grouped_gemm_never_faster_with_more_tokens(gpu: str, dtype: str, uneven: bool, streams: int) -> None:
     """More tokens on an expert (load_imbalance, bigger micro-batches) never make its grouped GEMM
     faster: token rows are padded to the recipe's alignment (TE Fp8Padding), not charged an
     unaligned-shape penalty that a larger aligned count escapes (m = 15 vs 16 used to differ by
@@ -565,8 +567,76 @@ def test_grouped_gemm_never_faster_with_more_tokens(gpu: str, dtype: str, uneven
     than m = 192)."""
     d = Device(load_gpu_catalog()[gpu], dtype)
     for n, k, groups in ((256, 64, 2), (1536, 2048, 16), (5760, 2880, 4)):
-        times = [grouped_matmul_time_s(d, m, n, k, groups, uneven) for m in range(1, 700)]
+        times = [grouped_matmul_time_s(d, m, n, k, groups, uneven, streams) for m in range(1, 700)]
         assert all(b >= a for a, b in zip(times, times[1:], strict=False)), (n, k, groups)
+
+
+def test_te_grouped_linear_runs_expert_gemms_on_four_streams() -> None:
+    """TE GroupedLinear (eager TEGroupedMLP) issues one cuBLASLt GEMM per expert, round-robin over 4
+    streams (program.TE_MULTI_STREAM_NOTE): 16 experts cost 4 rounds of 4 concurrent GEMMs, a
+    remainder its own round, at most 4 experts the one batch; always between one grouped kernel
+    and the experts' GEMMs one after another."""
+    assert TE_GEMM_STREAMS == 4
+    for gpu, dtype in (("h100-sxm", "bf16"), ("b200", "mxfp8")):
+        d = Device(load_gpu_catalog()[gpu], dtype)
+        for m, n, k in ((512, 1536, 2048), (16384, 1536, 2048), (2048, 5760, 2880)):
+            four = grouped_matmul_time_s(d, m, n, k, 4)
+            assert grouped_matmul_time_s(d, m, n, k, 16, streams=4) == pytest.approx(4 * four, rel=1e-12)
+            two = grouped_matmul_time_s(d, m, n, k, 2)
+            assert grouped_matmul_time_s(d, m, n, k, 6, streams=4) == pytest.approx(four + two, rel=1e-12)
+            assert grouped_matmul_time_s(d, m, n, k, 4, streams=4) == four
+            assert grouped_matmul_time_s(d, m, n, k, 3, streams=4) == grouped_matmul_time_s(d, m, n, k, 3)
+            batched = grouped_matmul_time_s(d, m, n, k, 16)
+            serial = 16 * grouped_matmul_time_s(d, m, n, k, 1)
+            assert batched <= grouped_matmul_time_s(d, m, n, k, 16, streams=4) <= serial
+
+
+def _moe_segments(scn: Scenario) -> dict[str, list]:
+    coster = _Coster(scn, default_comm_model(scn))
+    fwd, b_in, b_w, _, _ = coster.layer(True)
+    out: dict[str, list] = {}
+    for s in fwd.parts + b_in.parts + b_w.parts:
+        out.setdefault(s.name, []).append(s)
+    return out
+
+
+@pytest.mark.parametrize("fused", [False, True])
+def test_eager_mxfp8_experts_quantize_and_multiply_per_expert(fused: bool) -> None:
+    """Eager TE GroupedLinear under MXFP8: split_quantize runs one quantize kernel per local expert
+    (cast.cpp multi_tensor_quantize_impl: no fused multi-tensor cast for MX quantizers) and the
+    GEMMs run per expert on 4 streams; TE's fused grouped MLP does neither (one kernel each).
+    Bytes and FLOPs are the same either way."""
+    model = {"preset": "qwen3-30b-a3b", "seq_len": 4096}
+    par = {"ep": 8, "num_gpus": 8, "global_batch": 64, "micro_batch": 8}
+    scn = _scn(
+        model,
+        dict(par),
+        gpu="b200",
+        topology="dgx-b200",
+        precision={"dtype": "mxfp8"},
+        kernels={"fused_grouped_mlp": fused, "moe_dispatcher": "hybridep"},
+    )
+    d = Device(scn.gpu, scn.dtype)
+    m = scn.model
+    experts_local = m.num_experts // 8
+    per_expert = 4096 * 8 * m.top_k // experts_local
+    segs = _moe_segments(scn)
+    quant = quant_bytes_per_element(d)
+    fc1_n = 2 * m.expert_ffn
+    expert_cast_bytes = {  # the inputs of fc1 and fc2 (forward), their output gradients (backward)
+        quant * per_expert * k * experts_local for k in (m.hidden, m.expert_ffn, fc1_n)
+    }
+    label = "mxfp8 quantize" + ("" if fused else " (per expert)")
+    casts = [s for s in segs[label] if any(s.message_bytes == pytest.approx(b) for b in expert_cast_bytes)]
+    assert len(casts) == 4
+    kernels = 1 if fused else experts_local
+    for s in casts:
+        assert s.duration_s == pytest.approx(memory_op_time_s(d, s.message_bytes, kernels), rel=1e-12)
+    fc1 = segs["expert fc1"][0]
+    dropless = m.routing == "dropless"
+    want = grouped_matmul_time_s(d, per_expert, fc1_n, m.hidden, experts_local, dropless, 0 if fused else 4)
+    assert fc1.duration_s == pytest.approx(want, rel=1e-12)
+    assert fc1.flops == pytest.approx(2.0 * per_expert * fc1_n * m.hidden * experts_local)
 
 
 # ----------------------------------------------------------------------------- precision
@@ -796,9 +866,10 @@ def test_moe_activations_scale_with_top_k_not_num_experts() -> None:
     # fp8: the dispatched tokens (expert fc1 input) are kept as their fp8 cast, like every linear input
     bf16 = layer_activation_bytes(base, 1, moe=True)
     fp8 = layer_activation_bytes(base, 1, moe=True, fp8=True)
-    # QKV and MLP inputs and fc2's input 2 -> 1 byte; the attention output is kept twice in fp8
-    # (16-bit by the fused core, 1-byte cast by the output projection: 2 -> 2 + 1 bytes)
-    dense_fp8_saving = s * (2 * h - base.q_dim + f * base.top_k)
+    # the QKV input and the experts' fc2 inputs 2 -> 1 byte; the MLP input stays 16-bit (the
+    # router keeps it; no shared expert here); the attention output is kept twice in fp8 (16-bit
+    # by the fused core, 1-byte cast by the output projection: 2 -> 2 + 1 bytes)
+    dense_fp8_saving = s * (h - base.q_dim + f * base.top_k)
     assert bf16.stored - fp8.stored == pytest.approx(dense_fp8_saving + s * base.top_k * h)
     # etp: the expert-TP group gathers its token copies (etp x), each expert matrix 1/etp wide
     e1 = layer_activation_bytes(base, 1, tp=2, sequence_parallel=True, moe=True, etp=1).stored
