@@ -33,6 +33,7 @@ from .kernels import architecture, resolve_attention
 from .memory import grad_reduce_bytes_per_param, scenario_layer_activations
 from .schedules import (
     PAIRED_SCHEDULES,
+    SPLIT_BACKWARD_SCHEDULES,
     PassTimes,
     Task,
     chunk_layers,
@@ -697,7 +698,11 @@ class _Coster:
         if par.tp_comm_overlap and par.tp > 1:
             # the attention time that already hides the CP ring is not there to hide TP too
             fwd = self._overlap_tp(fwd, fwd, cp_hidden_f)
-            b_in = self._overlap_tp(b_in, b_in + b_w, cp_hidden_b)
+            # a split backward (zero-bubble, DualPipe) defers the weight-gradient GEMMs to another
+            # slot (Qi et al. 2023 §2): the input-gradient pass's TP traffic hides behind its own
+            # GEMMs only -- else a faster GPU shortening W lengthened B on the critical path
+            split = par.schedule in SPLIT_BACKWARD_SCHEDULES
+            b_in = self._overlap_tp(b_in, b_in if split else b_in + b_w, cp_hidden_b)
         if moe and ep_overlap_pairs(scn):
             self.ep_pair = self._ep_pair(fwd, b_in, b_w, marks, b_moe, w_moe)
         # --- ZeRO-3 / FSDP: gather weights before use, reduce-scatter grads after. They run on

@@ -401,6 +401,16 @@ DOUBLE_COUNTED = {
             "parallel": {"tp": 2, "cp": 2, "global_batch": 4, "tp_comm_overlap": True},
         },
     ),
+    # zb-h1 defers the weight-gradient GEMMs: they hid the input-gradient pass's userbuffer TP
+    # traffic, so a faster W lengthened B (on the critical path) by what it saved
+    "split-backward-tp-overlap": (
+        "gpu_peak_x2",
+        {
+            "model": {"layers": 12, "hidden": 512, "heads": 8, "vocab": 1, "seq_len": 256},
+            "cluster": {"topology": "pcie-a100", "num_gpus": 32},
+            "parallel": {"tp": 4, "pp": 2, "global_batch": 8, "schedule": "zb-h1", "tp_comm_overlap": True},
+        },
+    ),
 }  # fmt: skip
 
 
