@@ -487,6 +487,13 @@ def test_kernel_command_json_keys_and_errors(tmp_path) -> None:  # noqa: ANN001
         (("allreduce", "--topology", "nope", "--gpus", "8", "--bytes", "1e9"), "--topology"),
         (("gemm", "--gpu", "nope", "--m", "1", "--n", "1", "--k", "1"), "--gpu"),
         (("gemm", "--gpu", "h100-sxm", "--m", "0", "--n", "1", "--k", "1"), "--m"),
+        (("gemm", "--gpu", "h100-sxm", "--m", "64", "--n", "64", "--k", "64", "--dtype", "mxfp8"), "--dtype"),
     ):
         code, _, err = run(*argv)
         assert code == 2 and flag in err and len(err.strip().splitlines()) == 1, (argv, err)
+    # MXFP8 on Blackwell: the FP8 tensor-core rate, its 1/32 E8M0 scales only add operand bytes
+    # (never faster than per-tensor FP8; the same at a compute-bound shape)
+    shape = ("--gpu", "b200", "--m", "8192", "--n", "8192", "--k", "8192", "--json")
+    mx = json.loads(run("gemm", *shape, "--dtype", "mxfp8")[1])
+    fp8 = json.loads(run("gemm", *shape, "--dtype", "fp8")[1])
+    assert mx["dtype"] == "mxfp8" and fp8["time_s"] <= mx["time_s"] <= 1.01 * fp8["time_s"]

@@ -41,7 +41,12 @@ def add_parser(sub: Any) -> None:
     g.add_argument("--n", type=int_flag("--n", 1, MAX_DIM), required=True)
     g.add_argument("--k", type=int_flag("--k", 1, MAX_DIM), required=True)
     g.add_argument("--batch", type=positive_int("--batch", maximum=2**20), default=1)
-    g.add_argument("--dtype", choices=("bf16", "fp16", "fp8"), default="bf16")
+    g.add_argument(
+        "--dtype",
+        choices=("bf16", "fp16", "fp8", "mxfp8"),
+        default="bf16",
+        help="mxfp8: block-scaled FP8 (Blackwell), as a training step with precision.dtype mxfp8 costs it",
+    )
     g.add_argument("--json", action="store_true")
 
     a = kinds.add_parser("attention", help="self-attention kernel (FlashAttention FLOP convention)")
@@ -86,7 +91,10 @@ def kernel_result(args: argparse.Namespace) -> dict[str, Any]:
     kind = args.kind
     if kind == "gemm":
         gpu = _gpu(args.gpu)
-        gpu.peak_flop_per_s(args.dtype)  # refuses a dtype the GPU lacks
+        try:
+            gpu.peak_flop_per_s(args.dtype)  # refuses a dtype the GPU lacks
+        except ConfigError as exc:
+            raise ConfigError(exc.message, key="--dtype") from None
         plan = K.gemm_plan(gpu, args.dtype, args.m, args.n, args.k, args.batch)
         flops = 2.0 * args.batch * args.m * args.n * args.k
         return {
