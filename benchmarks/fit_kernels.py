@@ -267,7 +267,14 @@ def fit_kernel_parameters(base: dict[str, KernelParams], group: str | None) -> d
     base["hopper"] = fit_architecture("hopper", base, group)
     for arch, (parent, _why) in COPY_FROM.items():
         keep = set(FIT[arch])
-        own = keep | {"gemm_max_fraction"}  # each architecture's MAMF ceiling is its own
+        # each architecture's MAMF ceiling, sustained/burst ratios and exp/MMA ratio are its own
+        # (measured, kernels.toml), never borrowed: Blackwell's would be overwritten by Hopper's
+        own = keep | {
+            "gemm_max_fraction",
+            "sustained_gemm_ratio_16bit",
+            "sustained_gemm_ratio_8bit",
+            "attention_exp_mma_ratio",
+        }
         borrowed = {
             f.name: getattr(base[parent], f.name)
             for f in fields(KernelParams)
