@@ -81,7 +81,7 @@ def power_clock_factor_of(
 
 @lru_cache(maxsize=8)
 def _reference(arch: str) -> tuple[float, int, float] | None:
-    from .kernels import kernel_data
+    from .kernel_catalog import kernel_data
     from .loading import load_gpu_catalog
 
     name = kernel_data().get("clock_reference", {}).get(arch)
@@ -93,7 +93,7 @@ def _reference(arch: str) -> tuple[float, int, float] | None:
 
 @lru_cache(maxsize=64)
 def _factor(name: str) -> float:
-    from .kernels import kernel_data
+    from .kernel_catalog import kernel_data
     from .loading import load_gpu_catalog
 
     arch = kernel_data()["architectures"].get(name)  # a GPU from a user's topology file: no law
@@ -124,10 +124,11 @@ def has_activity_law(gpu: GPUSpec) -> bool:
     """Whether this GPU's architecture models the power-limited clock of the kernel mix (a
     measured r < 1 in kernels.toml); then the board-power factor scales that clock, not the
     fitted residual."""
-    from .kernels import kernel_params
+    from .kernel_catalog import architecture, kernel_data  # not .kernels: it imports this module
 
-    p = kernel_params(gpu)
-    return min(p.sustained_gemm_ratio_16bit, p.sustained_gemm_ratio_8bit) < 1.0
+    table = kernel_data()["model"].get(architecture(gpu.name), {})
+    ratios = (table.get("sustained_gemm_ratio_16bit", 1.0), table.get("sustained_gemm_ratio_8bit", 1.0))
+    return min(float(r) for r in ratios) < 1.0
 
 
 def sustained_clock_fraction(gpu: GPUSpec) -> float:

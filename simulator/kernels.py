@@ -526,6 +526,17 @@ def shipped_figures(
         b, m, n, k = int(row["batch"]), int(row["m"]), int(row["n"]), int(row["k"])
         t = gemm_time_s(gpu, row["dtype"], m, n, k, b, params(gpu))
         label = f"gemm {row['dtype']} {b}x{m}x{n}x{k}"
+        clock = row.get("clock", "burst")
+        if clock not in ("burst", "sustained"):
+            raise ConfigError(f"kernels.toml: [[gemm]] {label}: clock must be burst or sustained")
+        if clock == "sustained":  # measured at the power limit: the clock this GEMM's activity holds
+            from .clocks import power_clock_factor, power_limited_clock
+
+            p = params(gpu)
+            activity = 2.0 * b * m * n * k / t / saturated_gemm_flop_per_s(gpu, row["dtype"], p)
+            ratio = p.sustained_gemm_ratio(row["dtype"])
+            t /= power_limited_clock(activity, ratio, power_clock_factor(gpu))
+            label += " sustained"
         out.append(
             Figure(
                 "gemm",

@@ -1234,14 +1234,32 @@ def scenario_from_dict(data: Mapping[str, Any], base_dir: Path | None = None, so
         memory=memory,
         run=run,
     )
+    _check_attention_kernel(scn)
     return with_kernels_stack(scn) if kernels.stack else scn
+
+
+def _check_attention_kernel(scn: Scenario) -> None:
+    """FlashAttention-3 is Hopper/Blackwell code (sm90a/sm100 kernels): refused here, naming the
+    file, rather than mid-simulation (kernels.resolve_attention, which keeps the same rule)."""
+    k = scn.kernels
+    if k.flash_attention and k.attention == "fa3":
+        if _architecture(scn.gpu.name) not in ("hopper", "blackwell"):
+            raise ConfigError(
+                f"FlashAttention-3 needs a Hopper GPU, not {scn.gpu.name}", key="kernels.attention"
+            )
+
+
+def _architecture(gpu_name: str) -> str:
+    """kernels.toml [architectures] (kernel_catalog.architecture, a layer above this one): a
+    user-defined GPU counts as Hopper-class."""
+    return str(_parsed(_file_version(catalog_file("kernels.toml")))["architectures"].get(gpu_name, "hopper"))
 
 
 def stack_residuals(stack: str, gpu_name: str) -> tuple[str, dict[str, Any] | None]:
     """(architecture, `[stacks.<stack>.<architecture>]` of efficiency.toml or None) for a GPU; the
     architecture from kernels.toml [architectures] (a user-defined GPU counts as Hopper-class,
     as in simulator/kernels.py)."""
-    arch = str(_parsed(_file_version(catalog_file("kernels.toml")))["architectures"].get(gpu_name, "hopper"))
+    arch = _architecture(gpu_name)
     tables = _parsed(_file_version(catalog_file("efficiency.toml"))).get("stacks", {})
     return arch, tables.get(stack, {}).get(arch)
 

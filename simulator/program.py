@@ -33,6 +33,7 @@ from .kernels import architecture, resolve_attention
 from .memory import grad_reduce_bytes_per_param, scenario_layer_activations
 from .schedules import (
     PAIRED_SCHEDULES,
+    SPLIT_BACKWARD_SCHEDULES,
     PassTimes,
     Task,
     chunk_layers,
@@ -650,12 +651,14 @@ class _Coster:
         fwd.extend(attn_parts[0])
         span("core_attn", start)
         b_in.extend(attn_parts[1])
+        cp_hidden_f = cp_hidden_b = 0.0
         if cp > 1:
             kv_msg = 2 * b * s * kv_local * a  # K and V of the whole sequence (AG output)
             t_kv = self.coll("allgather", "cp", kv_msg)
             fwd.append(Segment("cp_comm", "cp kv ring", max(0.0, t_kv - attn_fwd), 0.0, kv_msg))
             t_bwd = t_kv + self.coll("reducescatter", "cp", kv_msg)
             b_in.append(Segment("cp_comm", "cp dkv ring", max(0.0, t_bwd - attn_bwd), 0.0, kv_msg))
+            cp_hidden_f, cp_hidden_b = min(t_kv, attn_fwd), min(t_bwd, attn_bwd)
         mm("attn out", T, h, v_local)
         self._tp_exit(fwd, b_in, tp_msg)
         if m.linear_bias and m.is_moe:  # bias_dropout_fusion off (UNFUSED_BIAS_ADD_PASSES)
@@ -693,19 +696,28 @@ class _Coster:
 
         params_local = fl.layer_params_per_rank(m, par, moe).total
         if par.tp_comm_overlap and par.tp > 1:
-            fwd = self._overlap_tp(fwd, fwd)
-            b_in = self._overlap_tp(b_in, b_in + b_w)
+            # the attention time that already hides the CP ring is not there to hide TP too
+            fwd = self._overlap_tp(fwd, fwd, cp_hidden_f)
+            # a split backward (zero-bubble, DualPipe) defers the weight-gradient GEMMs to another
+            # slot (Qi et al. 2023 §2): the input-gradient pass's TP traffic hides behind its own
+            # GEMMs only -- else a faster GPU shortening W lengthened B on the critical path
+            split = par.schedule in SPLIT_BACKWARD_SCHEDULES
+            b_in = self._overlap_tp(b_in, b_in if split else b_in + b_w, cp_hidden_b)
         if moe and ep_overlap_pairs(scn):
             self.ep_pair = self._ep_pair(fwd, b_in, b_w, marks, b_moe, w_moe)
-        if scn.memory.offload_activations > 0:
-            self._offload_activations(fwd, b_in, b_w, moe)
         # --- ZeRO-3 / FSDP: gather weights before use, reduce-scatter grads after. They run on
         # their own stream, prefetched one layer ahead, so a layer takes max(its own work, the
         # transfer): only the excess is exposed. (Applied after TP overlap: both streams run
         # beside compute, and the layer is done when the slower of them is.)
         # With reshard_after_forward = false the gathers happen once per step instead (per
         # chunk, build_program); HSDP gathers within the shard group (dp_shard consecutive ranks).
-        if par.zero == 3 and par.shard_size > 1 and par.reshard_after_forward:
+        # The exposure is set after the MoE host waits (_host_bound): the transfer stream runs on
+        # while the GPU waits for the CPU, so a layer takes max(transfer, its pass with those
+        # waits), not their sum -- else a faster GPU, whose shorter kernels expose both more
+        # host issue and more transfer, could make the step slower.
+        zero3 = par.zero == 3 and par.shard_size > 1 and par.reshard_after_forward
+        ag = rs = 0.0
+        if zero3:
             axis = shard_axis(par)
             ag = self.zero3_coll("allgather", axis, params_local * d.element_bytes)
             rs = self.zero3_coll(
@@ -718,13 +730,19 @@ class _Coster:
                 # reduce dtype before the reduce-scatter (PyTorch FSDP MixedPrecision.reduce_dtype)
                 cast = params_local * (d.activation_bytes + grad_bytes)
                 b_w.append(Segment("compute", "fsdp grad cast", memory_op_time_s(d, cast), 0.0, cast))
+        if marks:
+            self._host_bound(fwd, b_in, b_w, marks)
+        if zero3:
+            # the hidden part shares SMs and HBM with the layer's work (not its host waits), as TP
+            # overlap does: the work it overlaps is slowed by overlap_slowdown, and only the
+            # transfer time beyond the slowed pass is exposed (a layer takes max(transfer, pass))
+            def busy_s(parts: list) -> float:
+                return sum(p.duration_s for p in parts if p.category != "host_bound")
+
             fwd_s = sum(p.duration_s for p in fwd)
             bwd_s = sum(p.duration_s for p in b_in + b_w)
-            # the hidden part shares SMs and HBM with the layer's compute, as TP overlap does: the
-            # compute it overlaps is slowed by overlap_slowdown, and only the transfer time beyond
-            # the slowed compute is exposed (a layer takes max(transfer, slowed compute))
             slowdown = scn.gpu.efficiency.overlap_slowdown
-            slow_f = min(ag, fwd_s) * slowdown
+            slow_f = min(ag, busy_s(fwd)) * slowdown
             fwd.append(Segment("dp_comm", "zero3 param allgather", max(0.0, ag - fwd_s - slow_f), 0.0, 0.0))
             # overlap_grad_reduce = false: the gradient reduce-scatter runs after the layer's
             # backward instead of beside it (DeepSpeed's overlap_comm = false, its default)
@@ -733,18 +751,19 @@ class _Coster:
                 # PyTorch FSDP BackwardPrefetch.BACKWARD_POST (composer's default): the next
                 # layer's gather is issued only after this layer's gradients are computed, so it
                 # overlaps the reduce-scatter, not the compute: exposed in full
-                slow_b = min(hidden_rs, bwd_s) * slowdown
+                slow_b = min(hidden_rs, busy_s(b_in + b_w)) * slowdown
                 exposed_b = ag + max(0.0, hidden_rs - bwd_s - slow_b)
             else:  # BACKWARD_PRE / FSDP2 / Megatron: gathered ahead, beside this layer's backward
-                slow_b = min(ag + hidden_rs, bwd_s) * slowdown
+                slow_b = min(ag + hidden_rs, busy_s(b_in + b_w)) * slowdown
                 exposed_b = max(0.0, ag + hidden_rs - bwd_s - slow_b)
             b_w.append(Segment("dp_comm", "zero3 allgather+reducescatter", exposed_b, 0.0, 0.0))
             if rs > hidden_rs:
                 b_w.append(Segment("dp_comm", "zero3 reducescatter (not overlapped)", rs, 0.0, 0.0))
             fwd.append(Segment("compute", "zero3 overlap interference", slow_f, 0.0, 0.0))
             b_w.append(Segment("compute", "zero3 overlap interference", slow_b, 0.0, 0.0))
-        if marks:
-            self._host_bound(fwd, b_in, b_w, marks)
+        if scn.memory.offload_activations > 0:
+            # last: the copies run beside the whole pass (ZeRO-3 transfers and host waits included)
+            self._offload_activations(fwd, b_in, b_w, moe)
         recompute = self._recompute(fwd, spans)
         if marks and par.schedule in PAIRED_SCHEDULES:
             self.pair_host = self._pair_host(fwd, list(recompute.parts), b_in, b_w)
@@ -823,22 +842,28 @@ class _Coster:
     def _offload_activations(self, fwd: list, b_in: list, b_w: list, moe: bool) -> None:
         """[memory] offload_activations: that fraction of the layer's stored activations is copied
         to host memory during its forward and back before its backward (Megatron-Core's
-        activation offloading / TE's CPU offload), on copy engines beside the layer's compute:
-        only what outlasts the compute is exposed (as `other`)."""
+        activation offloading / TE's CPU offload), on copy engines beside the layer's work: only
+        what outlasts the layer's pass is exposed (as `other`). The copy engine runs beside every
+        stream-ordered part of the pass, the exposed TP/CP/EP communication included, not only its
+        kernels: a faster GPU that shortens the kernels and exposes more of the asynchronous TP
+        communication must not also expose more of the copy (the layer takes max(copy, pass))."""
         scn = self.scn
         stored = scenario_layer_activations(scn, moe).stored * scn.memory.offload_activations
         t_copy = stored / scn.gpu.host_link_bytes_per_s
-        fwd_s = sum(p.duration_s for p in fwd if p.category == "compute")
-        bwd_s = sum(p.duration_s for p in b_in + b_w if p.category == "compute")
+        fwd_s = sum(p.duration_s for p in fwd)
+        bwd_s = sum(p.duration_s for p in b_in + b_w)
         fwd.append(Segment("other", "activation offload (D2H)", max(0.0, t_copy - fwd_s), 0.0, stored))
         b_in.insert(0, Segment("other", "activation reload (H2D)", max(0.0, t_copy - bwd_s), 0.0, stored))
 
-    def _overlap_tp(self, parts: list, compute_parts: list) -> list:
+    def _overlap_tp(self, parts: list, compute_parts: list, taken_s: float = 0.0) -> list:
         """TP communication overlapped with the layer's GEMMs (Megatron/Transformer Engine
         userbuffers, `--tp-comm-overlap`): only what exceeds the GEMM time stays exposed;
-        the hidden part slows the GEMMs by the GPU's `overlap_slowdown` (SM/memory sharing)."""
+        the hidden part slows the GEMMs by the GPU's `overlap_slowdown` (SM/memory sharing).
+        `taken_s`: kernel time already hiding another transfer (the CP ring behind attention),
+        not counted twice."""
         tp_s = sum(p.duration_s for p in parts if p.category == "tp_comm")
         gemm_s = sum(p.duration_s for p in compute_parts if p.category == "compute" and p.flops > 0)
+        gemm_s = max(0.0, gemm_s - taken_s)
         if tp_s <= 0:
             return parts
         exposed = max(0.0, tp_s - gemm_s)
@@ -1171,7 +1196,9 @@ class _Coster:
         a = self.device.activation_bytes
         elem = 1 + 4 / 128 if m.dispatch_dtype == "fp8" else a
         span = par.ep * (par.tp * par.cp if par.dp % par.ep == 0 else 1)  # GPUs the EP group covers
-        nodes = max(1, -(-span // topo.gpus_per_node))
+        # nodes the group's ranks lie in: never more than its ranks (with tp·cp above a node's
+        # GPUs every EP rank is on a node of its own)
+        nodes = min(par.ep, max(1, -(-span // topo.gpus_per_node)))
         limit = m.max_nodes_per_token
         dispatcher = self.scn.kernels.moe_dispatcher
         if dispatcher == "allgather":

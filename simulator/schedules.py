@@ -276,7 +276,9 @@ def zero_bubble_v(pp: int, vp: int, m: int, stage: int, times: PassTimes = UNIT_
     activations stay within 1F1B's peak (2p chunk micro-batches of L/(2p) layers each).
     Bubble on balanced stages: one ramp of chunk passes, (p−1)·max(T_F, T_B)/2, independent
     of m — the paper's "zero bubble" measures each stage from its own first op (it has no
-    step-wide barrier), which removes that ramp too."""
+    step-wide barrier), which removes that ramp too. Because the order is chosen from the pass
+    times, it is not monotone in them: a faster GPU can switch the greedy to another order with
+    a longer step (seen up to ~0.5% by the fuzz audit), as the paper's own scheduler would."""
     return list(_zbv_orders(pp, m, times)[stage])
 
 

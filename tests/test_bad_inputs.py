@@ -187,6 +187,8 @@ VALUE_CASES: list[tuple[str, tuple[str, ...], object, str]] = [
     ("pp-breaks-product", ("parallel", "pp"), 8, "parallel.dp"),
     ("interleaved-without-vp", ("parallel", "schedule"), "interleaved", "parallel.vp"),
     ("ep-on-dense-model", ("parallel", "ep"), 2, "parallel.ep"),
+    # refused while loading, naming the file (was raised mid-simulation without it: fuzz-audit)
+    ("fa3-on-ampere", ("kernels", "attention"), "fa3", "kernels.attention"),
 ]
 
 

@@ -177,3 +177,26 @@ def test_run_json_names_what_bound_the_flex_dispatch() -> None:
     assert [c["algorithm"] for c in ep] == ["deepep"]
     assert ep[0]["bottleneck"] == "deepep kernel"
     assert ep[0]["message_bytes"] / ep[0]["time_s"] == pytest.approx(163.62e9)
+
+
+@pytest.mark.parametrize("dispatcher", ["alltoall", "deepep", "hybridep"])
+def test_ep_group_strided_past_a_node_has_one_rank_per_node(dispatcher: str) -> None:
+    """tp·cp = 16 > 8 GPUs per node: each of the 4 EP ranks lies in a node of its own (the group
+    spans 4 nodes, not the 8 its stride covers). The flex dispatchers' NVLink-forwarding leg
+    divided by the EP ranks per node, 4 // 8 = 0 (ZeroDivisionError, found by the fuzz audit)."""
+    scn = scenario_from_dict(
+        {
+            "name": "strided ep",
+            "model": {
+                "layers": 2, "hidden": 512, "heads": 8, "ffn_hidden": 2048, "vocab": 32000, "seq_len": 1024,
+                "moe": {"num_experts": 4, "top_k": 2, "max_nodes_per_token": 1},
+            },
+            "cluster": {"topology": "dgx-h100", "num_gpus": 64},
+            "parallel": {"tp": 8, "cp": 2, "dp": 4, "ep": 4, "global_batch": 16, "sequence_parallel": True},
+            "kernels": {"moe_dispatcher": dispatcher},
+        }
+    )  # fmt: skip
+    ep_s = build_program(scn).stages[0].chunks[0].forward.seconds("ep_comm")
+    assert 0 < ep_s < float("inf")
+    step = simulate(scn).report.step_time_s
+    assert 0 < step < float("inf")

@@ -18,6 +18,7 @@ import math
 from dataclasses import replace
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
@@ -153,9 +154,10 @@ def check_report(scn: Scenario, report: Any) -> None:
     # utilizations
     assert 0 < report.mfu <= report.hfu <= 1, (report.mfu, report.hfu)
     # MFU and HFU count the FLOPs of flops.py (not a number the report carries for itself):
-    # the exact model count of the global batch, and that plus the recompute pass
+    # the exact model count of the global batch, and that plus the recompute pass (of the
+    # selected modules where recompute_modules names them)
     par, peak = scn.parallel, scn.peak_flop_per_s
-    counted = flops.step_flops(scn.model, par.global_batch, par.recompute)
+    counted = flops.step_flops(scn.model, par.global_batch, par.recompute, par.recompute_modules)
     assert math.isclose(report.mfu * step * scn.num_gpus * peak, counted.model, rel_tol=1e-9)
     assert math.isclose(report.hfu * step * scn.num_gpus * peak, counted.hardware, rel_tol=1e-9)
     assert math.isclose(report.mfu_6psi / report.mfu, counted.six_psi / counted.model, rel_tol=1e-9)
@@ -331,3 +333,91 @@ def test_steady_state_step_respects_loader_throughput() -> None:
     dl = scn.dataloader
     bound_s = scn.parallel.num_microbatches * dl.microbatch_latency_s / dl.workers
     assert simulate(scn).report.step_time_s >= bound_s * (1 - 1e-9)
+
+
+# Found by the fuzz audit: two overlap windows counting the same kernel time twice (a faster
+# GPU or NVLink shortened the window, and both the exposed transfer and the other exposed part
+# grew by the saving, so the step got slower). (upgrade, scenario)
+_MOE_SMALL = {"layers": 2, "hidden": 1024, "heads": 1, "vocab": 1, "seq_len": 1}
+DOUBLE_COUNTED = {
+    # activation offload copies hidden behind kernels only, while the TP async all-reduce also
+    # waited for those kernels (program.py _offload_activations: now beside the whole pass)
+    "offload-vs-tp-async": (
+        "gpu_peak_x2",
+        {
+            "model": {"layers": 2, "hidden": 2048, "heads": 2, "vocab": 1, "seq_len": 1024},
+            "cluster": {"topology": "dgx-a100-40gb", "num_gpus": 2},
+            "parallel": {"tp": 2, "global_batch": 1},
+            "memory": {"offload_activations": 1.0},
+        },
+    ),
+    # offload and the MoE host-issue waits both filled the same shortened kernel time
+    "offload-vs-moe-host-issue": (
+        "gpu_peak_x2",
+        {
+            "model": {
+                "layers": 2, "hidden": 2048, "heads": 2, "vocab": 1, "seq_len": 4096,
+                "moe": {
+                    "num_experts": 16, "top_k": 2, "expert_ffn_hidden": 1024, "dispatch_dtype": "fp8",
+                    "shared_expert_ffn_hidden": 2048, "first_dense_layers": 1, "load_imbalance": 3.5,
+                },
+            },
+            "cluster": {"topology": "dgx-b200", "num_gpus": 2},
+            "parallel": {"global_batch": 2},
+            "memory": {"offload_activations": 1.0},
+        },
+    ),
+    # ZeRO-3 transfers and the MoE host-issue waits (the transfer stream runs on while the GPU
+    # waits for the CPU: program.py sets the ZeRO-3 exposure after _host_bound)
+    "zero3-vs-moe-host-issue": (
+        "gpu_peak_x2",
+        {
+            "model": _MOE_SMALL | {"moe": {
+                "num_experts": 4, "top_k": 2, "expert_ffn_hidden": 512, "routing": "dropless",
+                "dispatch_dtype": "fp8", "shared_expert_ffn_hidden": 1024,
+            }},
+            "cluster": {"topology": "pcie-a100", "num_gpus": 2},
+            "parallel": {"global_batch": 2, "zero": 3},
+        },
+    ),
+    "zero3-vs-moe-host-issue-nvlink": (
+        "nvlink_bandwidth_x2",
+        {
+            "model": {
+                "layers": 2, "hidden": 1024, "heads": 16, "vocab": 1, "seq_len": 256,
+                "moe": {"num_experts": 32, "top_k": 4, "expert_ffn_hidden": 1024, "load_imbalance": 3.5,
+                        "max_nodes_per_token": 4},
+            },
+            "cluster": {"topology": "dgx-a100", "num_gpus": 64},
+            "parallel": {"tp": 8, "global_batch": 8, "zero": 3},
+        },
+    ),
+    # the attention kernel hid the CP ring and, again, the userbuffer TP communication
+    "cp-ring-vs-tp-overlap": (
+        "gpu_peak_x2",
+        {
+            "model": {"layers": 1, "hidden": 1024, "heads": 2, "ffn_hidden": 1, "vocab": 1, "seq_len": 2048},
+            "cluster": {"topology": "pcie-a100", "num_gpus": 16},
+            "parallel": {"tp": 2, "cp": 2, "global_batch": 4, "tp_comm_overlap": True},
+        },
+    ),
+    # zb-h1 defers the weight-gradient GEMMs: they hid the input-gradient pass's userbuffer TP
+    # traffic, so a faster W lengthened B (on the critical path) by what it saved
+    "split-backward-tp-overlap": (
+        "gpu_peak_x2",
+        {
+            "model": {"layers": 12, "hidden": 512, "heads": 8, "vocab": 1, "seq_len": 256},
+            "cluster": {"topology": "pcie-a100", "num_gpus": 32},
+            "parallel": {"tp": 4, "pp": 2, "global_batch": 8, "schedule": "zb-h1", "tp_comm_overlap": True},
+        },
+    ),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("case", sorted(DOUBLE_COUNTED))
+def test_faster_hardware_never_slower_found_cases(case: str) -> None:
+    upgrade, data = DOUBLE_COUNTED[case]
+    scn = build({"name": case} | data)
+    base = simulate(scn).report.step_time_s
+    for factor_upgrade in (UPGRADES[upgrade], lambda s: UPGRADES[upgrade](UPGRADES[upgrade](s))):
+        assert simulate(factor_upgrade(scn)).report.step_time_s <= base * (1 + 1e-9)

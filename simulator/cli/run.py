@@ -50,7 +50,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     check_run(scn, samples=runs, trace=trace_path is not None, plot=plot_path is not None, comm_model=comm)
     steps = runs + (trace_path is not None) + (plot_path is not None)
     progress = Progress(steps if steps > 1 else 0, "run", unit="steps")  # silent off a terminal
-    result = simulate(scn, comm, seed=args.seed, detail=trace_path is not None or plot_path is not None)
+    try:
+        result = simulate(scn, comm, seed=args.seed, detail=trace_path is not None or plot_path is not None)
+    except ConfigError as err:  # a refusal found only while costing the step still names the file
+        raise err.with_file(str(scenario_path(args.scenario))) from None
     report = result.report
     progress.update()
     samples = [report] * args.samples if identical else [report]
