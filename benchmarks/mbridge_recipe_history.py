@@ -1,11 +1,11 @@
-"""Re-read the Megatron-Bridge MoE launch recipes of containers 25.11 .. 26.06.01 from a git clone
-of NVIDIA-NeMo/Megatron-Bridge and compare them with simulator/catalog/mbridge_recipes.toml
-(issue 13). Not part of the test suite (it needs the clone):
+"""Re-read the Megatron-Bridge MoE (issue 13) and dense Llama (issue 12) launch recipes of
+containers 25.11 .. 26.06.01 from a git clone of NVIDIA-NeMo/Megatron-Bridge and compare them with
+simulator/catalog/mbridge_recipes.toml. Not part of the test suite (it needs the clone):
 
     python benchmarks/mbridge_recipe_history.py /path/to/Megatron-Bridge [--csv runs.csv]
 
 For each release tag it executes scripts/performance/utils/utils.py (WorkloadBaseConfig) and every
-MoE family's *workload_base_configs.py, finds the config whose GPU, precision, layout and num_gpus
+MoE and Llama family's *workload_base_configs.py, finds the config whose GPU, precision, layout and num_gpus
 equal each Megatron-Bridge row of that container, and derives the effective settings with the
 rules written in the TOML file's header (read from that release's overrides.py / helpers.py and
 *_llm_pretrain.py). 26.08 (v0.6.0, imperative perf_recipes/) was read by hand and is not re-derived.
@@ -39,9 +39,14 @@ FAMILIES = (  # (row-id marker, config-name prefix, TOML family)
     ("qwen3_30b", "QWEN3_30B_A3B", "qwen3-30b"),
     ("qwen3_235b", "QWEN3_235B_A22B", "qwen3-235b"),
     ("kimi_k2", "KIMI_K2", "kimi-k2"),
+    ("llama3_8b", "LLAMA3_8B", "llama3-8b"),
+    ("llama3_70b", "LLAMA3_70B", "llama3-70b"),
+    ("llama3.1_405b", "LLAMA31_405B", "llama31-405b"),
 )
+DENSE = ("llama3-8b", "llama3-70b", "llama31-405b")
 CONFIG_DTYPE = {"mxfp8": "FP8_MX", "fp8-mx": "FP8_MX", "fp8": "FP8_CS", "fp8-cs": "FP8_CS", "bf16": "BF16"}
-SIM_DTYPE = {"FP8_MX": "mxfp8", "FP8_CS": "fp8", "BF16": "bf16"}
+SIM_DTYPE = {"FP8_MX": "mxfp8", "FP8_CS": "fp8", "BF16": "bf16", "NVFP4": "nvfp4"}
+DENSE_DTYPE = {**CONFIG_DTYPE, "nvfp4": "NVFP4"}  # the MoE NVFP4 rows are not recorded
 CONFIG_GPU = {"GB300": "GB300", "GB200": "GB200", "B300": "B300", "B200": "B200", "H100-SXM-80GB": "H100"}
 SHARED_EXPERT_OVERLAP_DEFAULT = {"deepseek": True, "kimi-k2": True, "qwen3-30b": False, "qwen3-235b": False}
 FUSER_RELEASES = ("v0.5.0", "v0.5.1")  # before: _set_common_perf_overrides forces the op fuser off
@@ -62,7 +67,7 @@ def workload_configs(repo: Path, tag: str) -> dict[str, dict[str, Any]]:
     out: dict[str, dict[str, Any]] = {}
     for path in _git(repo, "ls-tree", "-r", "--name-only", tag, "scripts/performance/configs").split():
         if not path.endswith("workload_base_configs.py") or not any(
-            f in path for f in ("deepseek", "gpt_oss", "qwen", "kimi")
+            f in path for f in ("deepseek", "gpt_oss", "qwen", "kimi", "llama")
         ):
             continue
         namespace: dict[str, Any] = {"__name__": "configs"}
@@ -90,7 +95,27 @@ def dispatcher(tag: str, family: str, gpu: str, backend: str | None) -> str:
     return backend
 
 
+def derive_dense(c: dict[str, Any]) -> dict[str, Any]:
+    """A dense Llama config's entry (TOML header, dense_families)."""
+    if c["recompute_num_layers"] is not None:
+        raise ValueError("recompute_num_layers (block full recomputation): unexpressible")
+    impl = c["cuda_graph_impl"] or "none"
+    scope = c["cuda_graph_scope"]
+    scope = [scope] if isinstance(scope, str) else list(scope or [])
+    if impl == "local" and scope == ["full_iteration"]:
+        impl = "full_iteration"  # Megatron-Core's whole-iteration graph
+    return {
+        "megatron_fsdp": bool(c["use_megatron_fsdp"]),
+        "cuda_graph_impl": impl,
+        "cuda_graph_modules": scope if impl == "transformer_engine" else [],
+        "recompute_modules": list(c["recompute_modules"] or []),
+        "cpu_offloading_num_layers": c["cpu_offloading_num_layers"] or 0,
+    }
+
+
 def derive(tag: str, family: str, gpu: str, dtype: str, c: dict[str, Any]) -> dict[str, Any]:
+    if family in DENSE:
+        return derive_dense(c)
     impl = c["cuda_graph_impl"] or "none"
     overlap = bool(c["moe_a2a_overlap"])
     disp = dispatcher(tag, family, gpu, c["moe_flex_dispatcher_backend"])
@@ -134,19 +159,24 @@ def main() -> int:
         container = row["id"].split("_")[1]
         key = row["id"].lower().replace(" ", "")
         family = next(((prefix, fam) for marker, prefix, fam in FAMILIES if marker in key), None)
-        if container not in RELEASES or family is None or row["precision"] not in CONFIG_DTYPE:
+        dtypes = DENSE_DTYPE if family and family[1] in DENSE else CONFIG_DTYPE
+        if container not in RELEASES or family is None or row["precision"] not in dtypes:
             continue
         prefix, fam = family
-        tag, gpu, dtype = RELEASES[container], CONFIG_GPU[row["gpu"]], CONFIG_DTYPE[row["precision"]]
+        tag, gpu, dtype = RELEASES[container], CONFIG_GPU[row["gpu"]], dtypes[row["precision"]]
         layout = [
-            int(row[k] or 1) for k in ("tp", "pp", "vp", "ep", "micro_batch", "global_batch", "num_gpus")
+            int(row[k] or 1)
+            for k in ("tp", "pp", "vp", "ep", "micro_batch", "global_batch", "num_gpus", "cp")
         ]
+        fsdp = row["zero_or_dist_opt"].strip().lower() == "fsdp"
         hits = [
             (name, c)
             for name, c in configs[tag].items()
             if name.startswith(prefix)
+            and not any(f"_{task}_" in name for task in ("LORA", "SFT", "FINETUNE"))
             and f"_{gpu}_" in name
-            and f"_{dtype}" in name
+            and f"_{dtype}_" in name + "_"
+            and (fam not in DENSE or bool(c["use_megatron_fsdp"]) == fsdp)
             and [
                 c["tensor_model_parallel_size"],
                 c["pipeline_model_parallel_size"],
@@ -155,6 +185,7 @@ def main() -> int:
                 c["micro_batch_size"],
                 c["global_batch_size"],
                 c["num_gpus"],
+                c["context_parallel_size"],
             ]
             == layout
         ]
@@ -179,7 +210,9 @@ def main() -> int:
                     and r["model"] == fam
                     and r["gpu"] == row["gpu"]
                     and r["dtype"] == SIM_DTYPE[dtype]
-                    and list(r["layout"].values()) == layout[:6]
+                    and [r["layout"][k] for k in ("tp", "pp", "vp", "ep", "micro_batch", "global_batch")]
+                    == layout[:6]
+                    and r["layout"].get("cp", 1) == layout[7]
                 ),
                 None,
             )

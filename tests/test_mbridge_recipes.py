@@ -6,6 +6,7 @@ or a stated reason, never a neighbour's recipe; every entry is a scenario the si
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 
 import pytest
 
@@ -91,9 +92,14 @@ def test_unknown_recipes_are_stated_and_keep_the_source_defaults(shipped):
     old = _case(shipped, "mbridge_25.09_DeepSeekV3_DGX-GB200_256gpu_na")
     assert old.scenario["parallel"]["recompute"] == "none"
     assert _recipe_lines(old)[0].startswith("recipe: not determined for container 25.09")
-    # dense rows and other sources are untouched
-    dense = _case(shipped, "mbridge_26.04_LLAMA3_70B_DGX-GB300_64gpu_fp8")
-    assert not _recipe_lines(dense)
+    # a dense row whose published layout no config of its release has (v0.3.1 runs Llama 3 70B
+    # NVFP4 on GB300 at pp 4, vp 5, micro-batch 1; the table publishes pp 1, micro-batch 2)
+    dense = _case(shipped, "mbridge_26.02.01_LLAMA3_70B_DGX-GB300_64gpu_nvfp4")
+    assert "memory" not in dense.scenario
+    assert _recipe_lines(dense) == [
+        "recipe: Megatron-Bridge v0.3.1 (9c9dd8489, container 26.02.01) has no llama3-70b GB300 nvfp4 config "
+        "of this exact layout (tp, pp, vp, ep, micro-batch, global batch, cp, FSDP) -> source defaults"
+    ]
 
 
 TOY = """
@@ -187,6 +193,8 @@ def test_recipes_obey_the_rules_of_the_code_they_were_read_from():
     of dropless MoE come with a 1.5x HybridEP rank budget and need HybridEP with the fused grouped
     MLP; the TE op fuser is forced off before v0.5.0."""
     for r in recipes():
+        if r.dense:
+            continue
         assert r.delay_wgrad_compute == r.ep_comm_overlap, r.name
         if r.ep_comm_overlap or r.moe_dispatcher in ("deepep", "hybridep"):
             assert not r.moe_shared_expert_overlap, r.name
@@ -252,3 +260,105 @@ def test_unexpressible_entries_need_a_reason_and_a_known_container():
         parse_catalog(
             text.replace('container = "25.09"\ngpu = "B200"', 'container = "24.01"\ngpu = "B200"', 1)
         )
+
+
+def test_dense_recipe_offloads_that_share_of_the_layers(shipped):
+    """Llama 3 70B FP8 on 64 GB300 / GB200 (26.04 = v0.4.0): LLAMA3_70B_PRETRAIN_CONFIG_*_FP8_CS_V2
+    run Megatron FSDP with cpu_offloading_num_layers 20 (GB300) / 40 (GB200) of the 80 layers
+    (pp 1): [memory] offload_activations = 20/80 and 40/80, and the stage's activations drop by
+    exactly that many layers' stored activations."""
+    from simulator.memory import memory_footprint, scenario_layer_activations
+
+    for gpu, layers in (("GB300", 20), ("GB200", 40)):
+        case = _case(shipped, f"mbridge_26.04_LLAMA3_70B_DGX-{gpu}_64gpu_fp8")
+        assert case.scenario["memory"] == {"offload_activations": layers / 80}
+        (line,) = _recipe_lines(case)
+        assert f"LLAMA3_70B_PRETRAIN_CONFIG_{gpu}_FP8_CS_V2 (v0.4.0 0fbfe7d3e, container 26.04" in line
+        assert f"cpu_offloading_num_layers = {layers} -> offload_activations = {layers}/80" in line
+        assert "megatron_fsdp = true" in line and "ep_comm_overlap" not in line
+        scn = V.scenario_for(case)
+        assert scn.parallel.zero == 3  # the recipe's Megatron FSDP is what validate simulates
+        kept = memory_footprint(scn).parts_bytes["activations"]
+        no_offload = replace(scn, memory=replace(scn.memory, offload_activations=0.0))
+        whole = memory_footprint(no_offload).parts_bytes["activations"]
+        stored = scenario_layer_activations(scn, moe=False).stored
+        assert whole - kept == pytest.approx(layers * stored, rel=1e-9)
+
+
+def test_dense_recipe_without_memory_settings_is_stated(shipped):
+    """Llama 3.1 405B FP8 on 256 GB200 (26.04.01 = v0.4.2): GB200_FP8_CS_V2 (tp 4, pp 16, vp 4)
+    sets no offloading, recomputation or CUDA graph: the row keeps its defaults and says which
+    config it ran."""
+    case = _case(shipped, "mbridge_26.04.01_LLAMA3.1_405B_DGX-GB200_256gpu_fp8")
+    assert "memory" not in case.scenario and case.scenario["parallel"]["recompute"] == "none"
+    (line,) = _recipe_lines(case)
+    assert "LLAMA31_405B_PRETRAIN_CONFIG_GB200_FP8_CS_V2 (v0.4.2" in line
+    assert "cuda_graph_impl = none" in line and "cpu_offloading" not in line
+
+
+def test_megatron_bridge_llama_rows_have_no_dropout(shipped):
+    """Megatron-Bridge builds Llama from the HF config (attention_dropout 0.0) and its LlamaBridge
+    sets hidden_dropout 0.0: no dropout masks are stored."""
+    case = _case(shipped, "mbridge_26.04_LLAMA3_70B_DGX-H100_64gpu_fp8")
+    assert case.scenario["model"]["dropout"] == 0.0
+    assert V.scenario_for(case).model.dropout == 0.0
+
+
+def test_dense_recipe_needs_the_published_fsdp(shipped):
+    """Llama 3 8B on 8 H100 (25.11 = v0.2.0): LLAMA3_8B_H100_FP8_CS_BASE_CONFIG has the published
+    tp, pp, cp, micro-batch and global batch but no Megatron FSDP (and recomputes 5 layers), while
+    the row publishes FSDP: not the run's recipe, so the row keeps its defaults and says so."""
+    case = _case(shipped, "mbridge_25.11_LLAMA3_8B_DGX-H100_8gpu_fp8-cs")
+    assert case.scenario["parallel"]["zero"] == 3 and case.scenario["parallel"]["recompute"] == "none"
+    assert _recipe_lines(case) == [
+        "recipe: Megatron-Bridge v0.2.0 (7af9601c9, container 25.11) has no llama3-8b H100-SXM-80GB fp8 "
+        "config of this exact layout (tp, pp, vp, ep, micro-batch, global batch, cp, FSDP) -> source defaults"
+    ]
+
+
+DENSE_TOY = """
+dense_families = ["llama3-70b"]
+[container."26.04"]
+release = "v0.4.0"
+commit = "0fbfe7d3e970fbd75c1281d71cee586ce1f3df5e"
+[family]
+llama3-70b = "llama[-_ ]?3[-_ ]?70b"
+[[recipe]]
+name = "DENSE"
+model = "llama3-70b"
+container = "26.04"
+gpu = "GB300"
+dtype = "fp8"
+layout = { tp = 1, pp = 1, cp = 1, vp = 1, ep = 1, micro_batch = 2, global_batch = 256 }
+megatron_fsdp = true
+cuda_graph_impl = "none"
+cuda_graph_modules = []
+recompute_modules = []
+cpu_offloading_num_layers = 20
+"""
+
+
+def test_dense_entries_match_cp_and_refuse_what_megatron_refuses():
+    cat = parse_catalog(DENSE_TOY)
+    (r,) = cat.recipes
+    assert r.dense and r.cpu_offloading_num_layers == 20 and not r.ep_comm_overlap
+    layout = dict(r.layout)
+    rid = "mbridge_26.04_LLAMA3_70B_DGX-GB300_64gpu_fp8"
+    assert recipe_for(rid, "LLAMA3_70B", "GB300", "fp8", layout, cat) is r
+    assert isinstance(recipe_for(rid, "LLAMA3_70B", "GB300", "fp8", {**layout, "cp": 2}, cat), str)
+    assert recipe_for(rid, "LLAMA3_70B", "GB300", "fp8", {**layout, "fsdp": 1}, cat) is r
+    assert isinstance(recipe_for(rid, "LLAMA3_70B", "GB300", "fp8", {**layout, "fsdp": 0}, cat), str)
+    bad = [
+        ("pp = 1,", "pp = 2,", "needs pp = 1"),  # Megatron-Core: no activation offloading with PP
+        ("recompute_modules = []", 'recompute_modules = ["mlp"]', "no recompute_modules"),
+        ('cuda_graph_impl = "none"', 'cuda_graph_impl = "full_iteration"', "cuda_graph_impl = none"),
+        ("megatron_fsdp = true", "megatron_fsdp = true\nep_comm_overlap = false", "dense family"),
+        ("cp = 1, ", "cp = 1, dp = 64, ", "layout needs exactly"),
+    ]
+    for old, new, message in bad:
+        with pytest.raises(ValueError, match="recipe 'DENSE'") as err:
+            parse_catalog(DENSE_TOY.replace(old, new))
+        assert message in str(err.value), (old, str(err.value))
+    # an MoE family's entry cannot carry the dense keys
+    with pytest.raises(ValueError, match="do not apply to a MoE family"):
+        parse_catalog(TOY.replace("delay_wgrad", "megatron_fsdp = true\ndelay_wgrad"))

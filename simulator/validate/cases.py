@@ -169,6 +169,13 @@ def _model_table(run: PublishedRun, rules: SourceRules, notes: list[str]) -> dic
             table["position_embeddings"] = True  # learned absolute positions
     else:
         notes.append(f"model: preset {preset!r} for the fields the row leaves empty")
+    if rules.key == "megatron-bridge" and preset is not None and preset.startswith("llama"):
+        # Megatron-Bridge builds its Llama models from the HF config (recipes/llama/llama3.py
+        # AutoBridge.from_hf_pretrained): attention_dropout 0.0 from config.json and
+        # models/llama/llama_bridge.py provider_bridge sets hidden_dropout = 0.0 -- no dropout
+        # masks are stored (Megatron-LM's default 0.1 does not apply)
+        table["dropout"] = 0.0
+        notes.append("dropout: 0 (Megatron-Bridge Llama provider: hidden and attention dropout 0.0)")
     return table
 
 
@@ -214,15 +221,16 @@ def build_case(run: PublishedRun) -> Case | Unusable:
         parallel["ep"] > 1 or "moe" in model or known_architecture(run.get("model_name") or "") is not None
     )
     recipe_kernels: dict[str, Any] = {}
+    recipe_memory: dict[str, Any] = {}
     published_parallel = dict(parallel)
     recipe_settings = ""
-    if is_moe and rules.key == "megatron-bridge":
-        layout = {k: parallel[k] for k in ("tp", "pp", "ep", "micro_batch", "global_batch")}
-        layout["vp"] = run.int_cell("vp") or 1  # as published
-        refused_by = unexpressible_for(run.run_id, run.get("model_name") or "", run.gpu, layout)
+    if rules.key == "megatron-bridge":
+        refused_by = unexpressible_for(
+            run.run_id, run.get("model_name") or "", run.gpu, _recipe_layout(run, parallel)
+        )
         if refused_by:
             return Unusable(run.run_id, run.source, rules.key, run.gpu, refused_by)
-        recipe_settings, recipe_kernels = _apply_recipe(run, dtype, parallel, notes)
+        recipe_settings, recipe_kernels, recipe_memory = _apply_recipe(run, dtype, model, parallel, notes)
     cluster = _cluster(run, mapping, num_gpus, notes)
     if is_moe and mapping.topology == "gb200-nvl72" and num_gpus >= 128 and num_gpus % 64 == 0:
         cluster["gpus_used_per_node"] = 64
@@ -240,6 +248,8 @@ def build_case(run: PublishedRun) -> Case | Unusable:
     kernels = {**_kernels(rules, parallel, notes, run), **recipe_kernels}
     if kernels:
         scenario["kernels"] = kernels
+    if recipe_memory:
+        scenario["memory"] = recipe_memory
     return Case(
         run_id=run.run_id,
         source=run.source,
@@ -257,36 +267,64 @@ def build_case(run: PublishedRun) -> Case | Unusable:
     )
 
 
-def _apply_recipe(
-    run: PublishedRun, dtype: str, parallel: dict[str, Any], notes: list[str]
-) -> tuple[str, dict[str, Any]]:
-    """The Megatron-Bridge launch recipe of this row's container and exact layout
-    (validate/recipes.py): its EP all-to-all overlap and selective recompute modules, which the
-    published table omits, into `parallel`; all its settings (one line) and its [kernels] keys
-    (fused grouped MLP, token dispatcher, CUDA graphs) returned. What the recipe sets that mfusim does not simulate yet is listed in the assumptions."""
+def _recipe_layout(run: PublishedRun, parallel: Mapping[str, Any]) -> dict[str, int]:
+    """The row's launch layout as a recipe matches it: the simulated split, vp as published."""
     layout = {k: parallel[k] for k in ("tp", "pp", "ep", "micro_batch", "global_batch")}
+    layout["cp"] = parallel.get("cp", 1)
     layout["vp"] = run.int_cell("vp") or 1  # as published (the simulated vp may be derived)
-    recipe = recipe_for(run.run_id, run.get("model_name") or "", run.gpu, dtype, layout)
+    layout["fsdp"] = int((run.get("zero_or_dist_opt") or "").strip().lower() == "fsdp")  # as published
+    return layout
+
+
+def _apply_recipe(
+    run: PublishedRun, dtype: str, model: Mapping[str, Any], parallel: dict[str, Any], notes: list[str]
+) -> tuple[str, dict[str, Any], dict[str, Any]]:
+    """The Megatron-Bridge launch recipe of this row's container and exact layout
+    (validate/recipes.py), which the published table omits: an MoE recipe's EP all-to-all overlap
+    and selective recompute modules into `parallel`; a dense recipe's activation CPU offloading as
+    [memory] offload_activations. Returns all its settings (one line), its [kernels] keys (fused
+    grouped MLP, token dispatcher, CUDA graphs) and its [memory] keys. What the recipe sets that
+    mfusim does not simulate yet is listed in the assumptions."""
+    recipe = recipe_for(
+        run.run_id, run.get("model_name") or "", run.gpu, dtype, _recipe_layout(run, parallel)
+    )
     if isinstance(recipe, str):
         notes.append(recipe)
-        return "", {}
-    parallel["ep_comm_overlap"] = recipe.ep_comm_overlap
+        return "", {}, {}
+    memory: dict[str, Any] = {}
+    if not recipe.dense:
+        parallel["ep_comm_overlap"] = recipe.ep_comm_overlap
     if recipe.recompute_modules:
         parallel["recompute"] = "selective"
         parallel["recompute_modules"] = list(recipe.recompute_modules)
     kernels = scenario_kernels(recipe)
-    simulated = (
-        f"ep_comm_overlap = {str(recipe.ep_comm_overlap).lower()}, "
-        f"recompute_modules = {list(recipe.recompute_modules)}, "
-        + ", ".join(f"{k} = {str(v).lower() if isinstance(v, bool) else v}" for k, v in kernels.items())
-    )
-    recorded = ", ".join(recorded_not_simulated(recipe))
+    settings = [] if recipe.dense else [f"ep_comm_overlap = {str(recipe.ep_comm_overlap).lower()}"]
+    settings.append(f"recompute_modules = {list(recipe.recompute_modules)}")
+    if recipe.dense:
+        settings.append(f"megatron_fsdp = {str(recipe.megatron_fsdp).lower()}")
+    if recipe.cpu_offloading_num_layers:
+        # Megatron-Core (transformer_block.py get_cpu_offload_context, TE cpu_offload.py) moves the
+        # saved activations of the first cpu_offloading_num_layers layers of the rank to host
+        # memory; pp = 1 (transformer_config.py), so the rank holds every layer. mfusim's
+        # offload_activations is the same share of the stored activations (memory.py,
+        # program.py _offload_activations)
+        layers = int(model.get("layers") or run.int_cell("layers") or 0) // int(parallel["pp"])
+        memory["offload_activations"] = recipe.cpu_offloading_num_layers / layers
+        settings.append(
+            f"cpu_offloading_num_layers = {recipe.cpu_offloading_num_layers} -> offload_activations = "
+            f"{recipe.cpu_offloading_num_layers}/{layers}"
+        )
+    settings += [f"{k} = {str(v).lower() if isinstance(v, bool) else v}" for k, v in kernels.items()]
+    simulated = ", ".join(settings)
     notes.append(
         f"recipe: Megatron-Bridge {recipe.name} ({recipe.release} {recipe.commit[:9]}, container "
         f"{recipe.container}, same layout): {simulated} (simulator/catalog/mbridge_recipes.toml)"
     )
-    notes.append(f"recipe: recorded, not simulated: {recorded}")
-    return f"{simulated}; {recorded}", kernels
+    recorded = ", ".join(recorded_not_simulated(recipe))
+    if recorded:
+        notes.append(f"recipe: recorded, not simulated: {recorded}")
+        return f"{simulated}; {recorded}", kernels, memory
+    return simulated, kernels, memory
 
 
 def _kernels(

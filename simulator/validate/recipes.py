@@ -1,7 +1,8 @@
-"""Megatron-Bridge MoE launch recipes per NeMo container release: the settings a published row ran
-with that its table does not show (simulator/catalog/mbridge_recipes.toml, issue 13). An entry
-applies only to a row of the same container whose own layout equals the recipe's exactly;
-every other row keeps the source defaults, and `recipe_for` says why in one line."""
+"""Megatron-Bridge launch recipes per NeMo container release: the settings a published row ran
+with that its table does not show (simulator/catalog/mbridge_recipes.toml, issues 12/13), for the
+MoE families and the dense Llama families. An entry applies only to a row of the same container
+whose own layout equals the recipe's exactly; every other row keeps the source defaults, and
+`recipe_for` says why in one line."""
 
 from __future__ import annotations
 
@@ -17,6 +18,22 @@ from ..specs import CUDA_GRAPH_IMPLS, CUDA_GRAPH_MODULES, MOE_DISPATCHERS, RECOM
 
 RECIPES_FILE = "mbridge_recipes.toml"
 LAYOUT_KEYS = ("tp", "pp", "vp", "ep", "micro_batch", "global_batch")
+# context parallelism: written in the dense entries (Llama recipes use cp 2), 1 when absent
+OPTIONAL_LAYOUT = {"cp": 1}
+# the keys only an MoE family's entry carries (a dense family's entry must leave them out)
+MOE_KEYS = (
+    "ep_comm_overlap",
+    "fused_grouped_mlp",
+    "moe_dispatcher",
+    "fp8_dot_product_attention",
+    "moe_expert_rank_capacity_factor",
+    "moe_pad_experts_for_cuda_graph_inference",
+    "moe_hybridep_num_sms",
+    "moe_shared_expert_overlap",
+    "delay_wgrad_compute",
+)
+# and the keys only a dense family's entry carries
+DENSE_KEYS = ("megatron_fsdp", "cpu_offloading_num_layers")
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,6 +60,11 @@ class Recipe:
     moe_hybridep_num_sms: int
     moe_shared_expert_overlap: bool
     delay_wgrad_compute: bool
+    dense: bool = False  # a dense family's entry (the MoE fields above then keep their neutral values)
+    megatron_fsdp: bool = False  # use_megatron_fsdp (validate simulates zero 3 from the row itself)
+    # cpu_offloading_num_layers: the activations of that many transformer layers (per pipeline
+    # rank; Megatron-Core allows activation offloading with pp = 1 only) wait in host memory
+    cpu_offloading_num_layers: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,6 +93,7 @@ class Catalog:
     families: Mapping[str, str]  # family -> regular expression on the lower-cased model name
     recipes: tuple[Recipe, ...]
     unexpressible: tuple[Unexpressible, ...] = ()
+    dense_families: frozenset[str] = frozenset()  # the [family] keys of dense models
 
 
 def _choice(where: str, key: str, value: Any, allowed: tuple[str, ...]) -> str:
@@ -79,11 +102,34 @@ def _choice(where: str, key: str, value: Any, allowed: tuple[str, ...]) -> str:
     return str(value)
 
 
-def _recipe(table: Mapping[str, Any], releases: Mapping[str, Release], families: Mapping[str, str]) -> Recipe:
+def _layout(where: str, layout: Mapping[str, Any]) -> tuple[tuple[str, int], ...]:
+    extra = sorted(set(layout) - set(LAYOUT_KEYS))
+    if any(k not in layout for k in LAYOUT_KEYS) or any(k not in OPTIONAL_LAYOUT for k in extra):
+        raise ValueError(
+            f"{where}: layout needs exactly {', '.join(LAYOUT_KEYS)} (and optionally {', '.join(OPTIONAL_LAYOUT)})"
+        )
+    return tuple((k, int(layout[k])) for k in LAYOUT_KEYS) + tuple(
+        (k, int(layout.get(k, default))) for k, default in OPTIONAL_LAYOUT.items()
+    )
+
+
+def _recipe(
+    table: Mapping[str, Any],
+    releases: Mapping[str, Release],
+    families: Mapping[str, str],
+    dense_families: frozenset[str] = frozenset(),
+) -> Recipe:
     where = f"{RECIPES_FILE} recipe {table.get('name')!r}"
-    layout = table.get("layout", {})
-    if sorted(layout) != sorted(LAYOUT_KEYS):
-        raise ValueError(f"{where}: layout needs exactly {', '.join(LAYOUT_KEYS)}")
+    layout = _layout(where, table.get("layout", {}))
+    dense = table.get("model") in dense_families
+    wrong = [k for k in (MOE_KEYS if dense else DENSE_KEYS) if k in table]
+    if wrong:
+        kind = "dense" if dense else "MoE"
+        raise ValueError(f"{where}: {', '.join(wrong)} do not apply to a {kind} family's recipe")
+    if dense:
+        table = {**_DENSE_NEUTRAL, **table}
+    elif any(k not in table for k in MOE_KEYS):
+        raise ValueError(f"{where}: an MoE family's recipe needs {', '.join(MOE_KEYS)}")
     modules = tuple(table["recompute_modules"])
     unknown = [m for m in modules if m not in RECOMPUTE_MODULES]
     if unknown:
@@ -102,6 +148,15 @@ def _recipe(table: Mapping[str, Any], releases: Mapping[str, Release], families:
     capacity = float(table["moe_expert_rank_capacity_factor"])
     if capacity != 0.0 and capacity < 1.0:
         raise ValueError(f"{where}: moe_expert_rank_capacity_factor must be 0 (dropless) or >= 1")
+    offloaded = int(table.get("cpu_offloading_num_layers", 0))
+    if offloaded < 0:
+        raise ValueError(f"{where}: cpu_offloading_num_layers must be >= 0")
+    if offloaded and (dict(layout)["pp"] > 1 or modules or impl != "none"):
+        # Megatron-Core transformer_config.py refuses activation offloading with pp > 1, with
+        # activation recomputation and with CUDA graphs
+        raise ValueError(
+            f"{where}: cpu_offloading_num_layers needs pp = 1, no recompute_modules and cuda_graph_impl = none"
+        )
     return Recipe(
         name=table["name"],
         family=table["model"],
@@ -110,7 +165,7 @@ def _recipe(table: Mapping[str, Any], releases: Mapping[str, Release], families:
         commit=release.commit,
         gpu=table["gpu"],
         dtype=table["dtype"],
-        layout=tuple((k, int(layout[k])) for k in LAYOUT_KEYS),
+        layout=layout,
         ep_comm_overlap=bool(table["ep_comm_overlap"]),
         recompute_modules=modules,
         fused_grouped_mlp=bool(table["fused_grouped_mlp"]),
@@ -123,16 +178,31 @@ def _recipe(table: Mapping[str, Any], releases: Mapping[str, Release], families:
         moe_hybridep_num_sms=int(table["moe_hybridep_num_sms"]),
         moe_shared_expert_overlap=bool(table["moe_shared_expert_overlap"]),
         delay_wgrad_compute=bool(table["delay_wgrad_compute"]),
+        dense=dense,
+        megatron_fsdp=bool(table.get("megatron_fsdp", False)),
+        cpu_offloading_num_layers=offloaded,
     )
+
+
+# what a dense family's recipe leaves at Megatron-Core's defaults (no MoE layer to act on)
+_DENSE_NEUTRAL: dict[str, Any] = {
+    "ep_comm_overlap": False,
+    "fused_grouped_mlp": False,
+    "moe_dispatcher": "alltoall",
+    "fp8_dot_product_attention": False,
+    "moe_expert_rank_capacity_factor": 0.0,
+    "moe_pad_experts_for_cuda_graph_inference": False,
+    "moe_hybridep_num_sms": 0,
+    "moe_shared_expert_overlap": False,
+    "delay_wgrad_compute": False,
+}
 
 
 def _unexpressible(
     table: Mapping[str, Any], releases: Mapping[str, Release], families: Mapping[str, str]
 ) -> Unexpressible:
     where = f"{RECIPES_FILE} unexpressible {table.get('name')!r}"
-    layout = table.get("layout", {})
-    if sorted(layout) != sorted(LAYOUT_KEYS):
-        raise ValueError(f"{where}: layout needs exactly {', '.join(LAYOUT_KEYS)}")
+    layout = _layout(where, table.get("layout", {}))
     if table["container"] not in releases:
         raise ValueError(f"{where}: container {table['container']!r} has no [container] table")
     if table["model"] not in families:
@@ -144,7 +214,7 @@ def _unexpressible(
         family=table["model"],
         container=table["container"],
         gpu=table["gpu"],
-        layout=tuple((k, int(layout[k])) for k in LAYOUT_KEYS),
+        layout=layout,
         reason=str(table["reason"]),
     )
 
@@ -156,11 +226,16 @@ def parse_catalog(text: str) -> Catalog:
         for name, t in data.get("container", {}).items()
     }
     families = dict(data.get("family", {}))
+    dense = frozenset(data.get("dense_families", ()))
+    unknown = sorted(dense - set(families))
+    if unknown:
+        raise ValueError(f"{RECIPES_FILE}: dense_families {unknown} are not [family] keys")
     return Catalog(
         releases,
         families,
-        tuple(_recipe(t, releases, families) for t in data.get("recipe", ())),
+        tuple(_recipe(t, releases, families, dense) for t in data.get("recipe", ())),
         tuple(_unexpressible(t, releases, families) for t in data.get("unexpressible", ())),
+        dense,
     )
 
 
@@ -223,18 +298,22 @@ def recipe_for(
     for r in cat.recipes:
         if r.container != container or r.family != family or r.gpu != gpu or r.dtype != dtype:
             continue
+        if r.dense and bool(layout.get("fsdp", r.megatron_fsdp)) != r.megatron_fsdp:
+            continue  # the row publishes whether it ran Megatron FSDP: part of a dense layout
         if all(layout.get(k) == v for k, v in r.layout):
             return r
     return (
         f"recipe: Megatron-Bridge {release.release} ({release.commit[:9]}, container {container}) has no "
-        f"{family} {gpu} {dtype} config of this exact layout (tp, pp, vp, ep, micro-batch, global batch) "
-        "-> source defaults"
+        f"{family} {gpu} {dtype} config of this exact layout (tp, pp, vp, ep, micro-batch, global batch"
+        f"{', cp, FSDP' if family in cat.dense_families else ''}) -> source defaults"
     )
 
 
 def scenario_kernels(r: Recipe) -> dict[str, Any]:
     """The recipe's [kernels] keys (SPEC §7): fused grouped MLP, token dispatcher, CUDA graphs, the
-    EP kernels' SMs."""
+    EP kernels' SMs (a dense recipe: its CUDA graphs only)."""
+    if r.dense:
+        return {"cuda_graph_impl": r.cuda_graph_impl, "cuda_graph_modules": list(r.cuda_graph_modules)}
     return {
         "fused_grouped_mlp": r.fused_grouped_mlp,
         "moe_dispatcher": r.moe_dispatcher,
@@ -247,6 +326,8 @@ def scenario_kernels(r: Recipe) -> dict[str, Any]:
 
 def recorded_not_simulated(r: Recipe) -> tuple[str, ...]:
     """The recipe's settings no scenario key expresses yet, as `key = value` (validate lists them)."""
+    if r.dense:
+        return ()
     out = []
     if r.moe_expert_rank_capacity_factor:
         out.append(
