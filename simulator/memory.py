@@ -14,7 +14,9 @@ What one GPU holds at its peak, part by part (all in bytes):
   Megatron's distributed optimizer shards over dp×cp (CP ranks hold the same weights), so
   the sharding degree here is d = dp·cp; expert weights of an MoE shard over their own
   expert-data-parallel group d/ep. fp8 training keeps 16-bit weights and adds a 1-byte fp8
-  copy of each weight (Transformer Engine's cast cache).
+  copy of each weight (Transformer Engine's cast cache); with `[precision] fp8_param_gather`
+  (Megatron-Core --fp8-param-gather) the GEMM weights exist only in FP8 -- no 16-bit copy --
+  while the embedding and output layer stay 16-bit (weight_bytes_per_param).
 * **Activations** — Korthikanti et al. 2022 (arXiv 2205.05198) §4, Table 2, per layer and
   micro-batch with 16-bit activations and 1-byte dropout masks:
 
@@ -467,6 +469,9 @@ class StageParams:
 
     dense: float
     expert: float
+    # of `dense`: the embedding, position embedding, final norm and output layer -- no Transformer
+    # Engine GEMM weights, so they stay 16-bit under [precision] fp8_param_gather
+    unquantized: float = 0.0
 
 
 def stage_params(
@@ -482,16 +487,17 @@ def stage_params(
             part = flops.layer_params_per_rank(model, par, moe)
             dense, expert = dense + n * part.dense, expert + n * part.expert
     h, t = model.hidden, par.tp
+    ends = 0.0
     if stage == 0:
-        dense += model.vocab * h / t  # vocab-parallel word embeddings
+        ends += model.vocab * h / t  # vocab-parallel word embeddings
         if model.position_embeddings:
-            dense += model.seq_len * h
+            ends += model.seq_len * h
     if stage == par.pp - 1:
-        dense += h  # final norm
+        ends += h  # final norm
         # the output layer; with tied embeddings and pp > 1 Megatron keeps a copy on the last stage
         if not model.tied_embeddings or par.pp > 1:
-            dense += model.vocab * h / t
-    return StageParams(dense=dense, expert=expert)
+            ends += model.vocab * h / t
+    return StageParams(dense=dense + ends, expert=expert, unquantized=ends)
 
 
 def stage_params_of_chunks(
@@ -512,18 +518,19 @@ def stage_params_of_chunks(
         holds_embedding |= prev_chunk(par.schedule, par.pp, par.vp, stage, c) is None
         holds_output |= next_chunk(par.schedule, par.pp, par.vp, stage, c) is None
     h, t = model.hidden, par.tp
+    ends = 0.0  # embedding / final norm / output layer
     if holds_embedding:
-        dense += model.vocab * h / t
+        ends += model.vocab * h / t
         if model.position_embeddings:
-            dense += model.seq_len * h
+            ends += model.seq_len * h
     if holds_output:
-        dense += h
+        ends += h
         if not (model.tied_embeddings and holds_embedding):
-            dense += model.vocab * h / t
+            ends += model.vocab * h / t
         if model.mtp_layers:  # Megatron places the MTP modules with the output layer
             mtp = flops.mtp_params_per_rank(model, par).scaled(model.mtp_layers)
             dense, expert = dense + mtp.dense, expert + mtp.expert
-    return StageParams(dense=dense, expert=expert)
+    return StageParams(dense=dense + ends, expert=expert, unquantized=ends)
 
 
 # ----------------------------------------------------------------------------- footprint
@@ -539,22 +546,63 @@ def grad_reduce_bytes_per_param(dtype: str, grad_reduce_dtype: str = "") -> int:
     return 2 if dtype == "fp16" else 4
 
 
+def weight_bytes_per_param(dtype: str, fp8_param_gather: bool = False) -> float:
+    """Bytes one GPU holds per GEMM weight element. Default: the 16-bit weight plus, in FP8
+    training, Transformer Engine's quantized copies (QUANTIZED_WEIGHT_CACHE_BYTES).
+
+    `fp8_param_gather` (Megatron-Core --fp8-param-gather, Megatron-Bridge's FP8 delayed / current
+    scaling and MXFP8 presets, training/mixed_precision.py): the model is built under TE's
+    quantized-parameter init, so a weight exists only as its quantized tensor -- no 16-bit copy;
+    the fp32 master copy is the optimizer's (counted in OPTIMIZER_BYTES). Megatron-Core's DDP keys
+    such parameters to a uint8 parameter buffer (distributed/param_and_grad_buffer.py
+    group_params_for_buffers: param_dtype = torch.uint8 for quantized storage). Per-tensor FP8:
+    the 1-byte Float8Tensor data (its Hopper transpose, made after each all-gather by TE's
+    post_all_gather_processing, is left out here as it is for the cache). MXFP8: the row-wise and
+    column-wise MXFP8Tensor data with their E8M0 block scales, both written by the distributed
+    optimizer's cast (TE tensor/utils.py _cast_master_weights_to_fp8_mxfp8_scaling), and no
+    separate parameter buffer (the all-gather borrows the gradient buffer, see
+    param_gather_bytes_per_param)."""
+    quantized = QUANTIZED_WEIGHT_CACHE_BYTES.get(dtype, 0.0)
+    if fp8_param_gather:
+        return quantized
+    return WEIGHT_BYTES + quantized
+
+
+def param_gather_bytes_per_param(dtype: str, fp8_param_gather: bool = False) -> float:
+    """Bytes per parameter element the data-parallel (distributed-optimizer / ZeRO) parameter
+    all-gather moves. Default: the 16-bit model weights (Megatron-Core's param buffer holds the
+    parameters in their own dtype, param_and_grad_buffer.py). `fp8_param_gather` with per-tensor
+    FP8: the uint8 buffer of Float8Tensor data, 1 byte. With MXFP8 the buffer is a BF16 view of
+    the gradient buffer (param_and_grad_buffer.py: "For MXFP8 param: Create a shared buffer for
+    param AG and grad RS", reuse_grad_buf_for_mxfp8_param_ag, which every Megatron-Bridge MXFP8
+    preset sets): 2 bytes, re-quantized after the gather (copy_tensors_to_quantized_params)."""
+    if fp8_param_gather and dtype == "fp8":
+        return 1.0
+    return float(WEIGHT_BYTES)
+
+
 def _model_state_bytes(
     params: StageParams,
     par: ParallelConfig,
     dtype: str,
     optimizer_state_bytes: float = OPTIMIZER_BYTES,
     grad_reduce_dtype: str = "",
+    fp8_param_gather: bool = False,
 ) -> tuple[float, float, float]:
     """(weights, grads, optimizer) bytes for one GPU, sharded by the ZeRO stage over the shard
     group (HSDP: dp_shard of the dp ranks, the state replicated across dp / dp_shard replicas).
     `optimizer_state_bytes`: master weight + moments per parameter ([memory] exp_avg_dtype,
-    exp_avg_sq_dtype: 12 with fp32 moments, 8 with BF16 ones as DeepSeek-V3 §3.3.3)."""
+    exp_avg_sq_dtype: 12 with fp32 moments, 8 with BF16 ones as DeepSeek-V3 §3.3.3).
+    `fp8_param_gather`: the GEMM weights held only in their FP8 form (weight_bytes_per_param)."""
     d = par.shard_size * par.cp
     total = params.dense + params.expert
     expert_shard = max(par.expert_dp * par.shard_size // par.dp, 1)
     sharded = params.dense / d + params.expert / expert_shard  # this rank's 1/d share
-    weight_bytes = WEIGHT_BYTES + QUANTIZED_WEIGHT_CACHE_BYTES.get(dtype, 0.0)
+    weight_bytes = weight_bytes_per_param(dtype, fp8_param_gather)
+    if fp8_param_gather and total > 0:
+        # the embedding and output layer are no TE modules: they keep their 16-bit weights
+        quantized_fraction = 1.0 - params.unquantized / total
+        weight_bytes = weight_bytes * quantized_fraction + WEIGHT_BYTES * (1.0 - quantized_fraction)
     # fp16 keeps 16-bit gradients and an fp32 copy of them in the optimizer (Megatron's
     # "fp16 param, fp16 grads: 4 + 16/d"); bf16/fp8 accumulate fp32 main grads ("6 + 12/d")
     # unless the gradient buffers are 16-bit (grad_reduce_dtype = "bf16"): then, as with fp16,
@@ -611,7 +659,12 @@ def memory_footprint(scn: Scenario) -> MemoryReport:
         n_layers = sum(len(c) for c in chunks)
         params = stage_params_of_chunks(model, par, i, chunks)
         weights, grads, optimizer = _model_state_bytes(
-            params, par, scn.dtype, scn.memory.optimizer_bytes_per_param, scn.kernels.grad_reduce_dtype
+            params,
+            par,
+            scn.dtype,
+            scn.memory.optimizer_bytes_per_param,
+            scn.kernels.grad_reduce_dtype,
+            scn.fp8_param_gather,
         )
         if scn.memory.offload_optimizer:
             optimizer = 0.0  # fp32 master weights and Adam moments live in host memory

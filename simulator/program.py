@@ -30,7 +30,7 @@ from .ep_dispatch import (
 )
 from .hostbound import HOST_OP_S, HOST_SYNC_S, issue_pipeline_s, moe_layer_host_ops
 from .kernels import architecture, resolve_attention
-from .memory import grad_reduce_bytes_per_param, scenario_layer_activations
+from .memory import grad_reduce_bytes_per_param, param_gather_bytes_per_param, scenario_layer_activations
 from .schedules import (
     PAIRED_SCHEDULES,
     SPLIT_BACKWARD_SCHEDULES,
@@ -513,6 +513,12 @@ class _Coster:
     def __post_init__(self) -> None:
         self.device = Device(self.scn.gpu, self.scn.dtype)
 
+    @property
+    def param_gather_bytes(self) -> float:
+        """Bytes per parameter of the data-parallel (ZeRO / distributed-optimizer) weight
+        all-gather: 16-bit, or FP8 with [precision] fp8_param_gather (memory.py)."""
+        return param_gather_bytes_per_param(self.scn.dtype, self.scn.fp8_param_gather)
+
     # -- communication
     def coll(self, kind: str, axis: str, message_bytes: float, stage: int = 0) -> float:
         if message_bytes <= 0:
@@ -719,7 +725,7 @@ class _Coster:
         ag = rs = 0.0
         if zero3:
             axis = shard_axis(par)
-            ag = self.zero3_coll("allgather", axis, params_local * d.element_bytes)
+            ag = self.zero3_coll("allgather", axis, params_local * self.param_gather_bytes)
             rs = self.zero3_coll(
                 "reducescatter",
                 axis,
@@ -1692,9 +1698,10 @@ def build_program(scn: Scenario, comm: CommModel | None = None) -> Program:
                         else:
                             dp_grad_s.append(ratio * coster.coll("reducescatter", axis, n_params * gbytes, s))
                             dp_param_s.append(
-                                ratio * coster.coll("allgather", axis, n_params * device.element_bytes, s)
+                                ratio
+                                * coster.coll("allgather", axis, n_params * coster.param_gather_bytes, s)
                             )
-                            dp_param_b.append(n_params * device.element_bytes)
+                            dp_param_b.append(n_params * coster.param_gather_bytes)
             forward, backward = _block(fwd), _block(rec + b_in + b_w)
             paired: tuple[Block | None, Block | None] = (None, None)
             # MoE layers of this chunk in an F&B pair (the MTP layers copy the last one)
@@ -1859,10 +1866,8 @@ def _fsdp_step_collectives(
             grads.append(t)
             grads_bytes.append(n_params * grad_bytes / (1 if not per_layer else shard))
         if not per_layer:
-            gathers.append(
-                coster.zero3_coll("allgather", axis, n_params * coster.device.element_bytes, stage)
-            )
-            gathers_bytes.append(n_params * coster.device.element_bytes)
+            gathers.append(coster.zero3_coll("allgather", axis, n_params * coster.param_gather_bytes, stage))
+            gathers_bytes.append(n_params * coster.param_gather_bytes)
     return grads, gathers, grads_bytes, gathers_bytes
 
 

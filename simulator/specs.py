@@ -966,6 +966,11 @@ class RunSpec:
         _check_num(f"{p}.pue", self.pue, minimum=1.0, maximum=10.0)
 
 
+# dtypes whose weights Megatron-Core can keep as Transformer Engine FP8 parameters
+# (--fp8-param-gather: Float8Tensor for per-tensor scaling, MXFP8Tensor for MXFP8)
+FP8_PARAM_DTYPES = ("fp8", "mxfp8")
+
+
 @dataclass(frozen=True, slots=True)
 class Scenario:
     """One model on one cluster with one parallel configuration."""
@@ -983,11 +988,21 @@ class Scenario:
     source: str = ""  # file it came from, for messages
     run: RunSpec | None = None  # the whole-run plan's inputs ([run]); None = no plan
     memory: MemoryOptions = field(default_factory=MemoryOptions)
+    # [precision] fp8_param_gather: Megatron-Core's --fp8-param-gather (Transformer Engine quantized
+    # parameters: the GEMM weights exist only in FP8, the optimizer keeps the fp32 master copy)
+    fp8_param_gather: bool = False
 
     def __post_init__(self) -> None:
         _check_str("name", self.name)
         _check_int("cluster.num_gpus", self.num_gpus, maximum=MAX_GPUS)
         _set(self, "dtype", _check_choice("precision.dtype", self.dtype, DTYPES))
+        _check_bool("precision.fp8_param_gather", self.fp8_param_gather)
+        if self.fp8_param_gather and self.dtype not in FP8_PARAM_DTYPES:
+            raise ConfigError(
+                "precision.fp8_param_gather keeps the weights in FP8 only: needs precision.dtype "
+                f"{' or '.join(FP8_PARAM_DTYPES)} (got {self.dtype})",
+                key="precision.fp8_param_gather",
+            )
         self.gpu.peak_flop_per_s(self.dtype)  # raises if the GPU lacks this dtype
         check_parallel_fits(self.model, self.parallel, self.num_gpus)
         _check_recompute_modules(self.model, self.parallel.recompute_modules)

@@ -312,6 +312,14 @@ KEYS: dict[str, Key] = {
         default="bf16",
         allowed=_spec("DTYPES"),
     ),
+    "precision.fp8_param_gather": Key(
+        "GEMM weights kept only in FP8 (Megatron-Core --fp8-param-gather: no 16-bit copy; the DP"
+        " parameter all-gather moves 1 byte per weight with fp8, BF16 through the gradient buffer"
+        " with mxfp8); needs dtype fp8 or mxfp8",
+        "boolean",
+        default="false",
+        since=NEXT,
+    ),
     # [dataloader]
     "dataloader.microbatch_latency_ms": Key("time one worker needs for one micro-batch", "number", unit="ms"),
     "dataloader.workers": Key("loader worker processes"),

@@ -21,7 +21,13 @@ from .columns import (
     TARGET_GPU_PREFIXES,
 )
 from .gpus import GPUMapping, gpu_mapping
-from .recipes import recipe_for, recorded_not_simulated, scenario_kernels, unexpressible_for
+from .recipes import (
+    fp8_param_gather_for,
+    recipe_for,
+    recorded_not_simulated,
+    scenario_kernels,
+    unexpressible_for,
+)
 from .runs import PublishedRun, _is_number
 from .sources import SourceRules, source_rules
 from .supplement import supplemented
@@ -224,6 +230,7 @@ def build_case(run: PublishedRun) -> Case | Unusable:
     recipe_memory: dict[str, Any] = {}
     published_parallel = dict(parallel)
     recipe_settings = ""
+    precision: dict[str, Any] = {"dtype": dtype}
     if rules.key == "megatron-bridge":
         refused_by = unexpressible_for(
             run.run_id, run.get("model_name") or "", run.gpu, _recipe_layout(run, parallel)
@@ -231,6 +238,10 @@ def build_case(run: PublishedRun) -> Case | Unusable:
         if refused_by:
             return Unusable(run.run_id, run.source, rules.key, run.gpu, refused_by)
         recipe_settings, recipe_kernels, recipe_memory = _apply_recipe(run, dtype, model, parallel, notes)
+        fp8_params_note = fp8_param_gather_for(run.run_id, run.get("model_name") or "", dtype)
+        if fp8_params_note:
+            notes.append(fp8_params_note)
+            precision["fp8_param_gather"] = True
     cluster = _cluster(run, mapping, num_gpus, notes)
     if is_moe and mapping.topology == "gb200-nvl72" and num_gpus >= 128 and num_gpus % 64 == 0:
         cluster["gpus_used_per_node"] = 64
@@ -243,7 +254,7 @@ def build_case(run: PublishedRun) -> Case | Unusable:
         "model": model,
         "cluster": cluster,
         "parallel": parallel,
-        "precision": {"dtype": dtype},
+        "precision": precision,
     }
     kernels = {**_kernels(rules, parallel, notes, run), **recipe_kernels}
     if kernels:

@@ -14,7 +14,7 @@ from functools import cache
 from typing import Any
 
 from ..resources import catalog_file
-from ..specs import CUDA_GRAPH_IMPLS, CUDA_GRAPH_MODULES, MOE_DISPATCHERS, RECOMPUTE_MODULES
+from ..specs import CUDA_GRAPH_IMPLS, CUDA_GRAPH_MODULES, FP8_PARAM_DTYPES, MOE_DISPATCHERS, RECOMPUTE_MODULES
 
 RECIPES_FILE = "mbridge_recipes.toml"
 LAYOUT_KEYS = ("tp", "pp", "vp", "ep", "micro_batch", "global_batch")
@@ -94,6 +94,8 @@ class Catalog:
     recipes: tuple[Recipe, ...]
     unexpressible: tuple[Unexpressible, ...] = ()
     dense_families: frozenset[str] = frozenset()  # the [family] keys of dense models
+    # the simulated dtypes whose preset sets fp8_param_gather for the dense families
+    fp8_param_gather_dtypes: frozenset[str] = frozenset()
 
 
 def _choice(where: str, key: str, value: Any, allowed: tuple[str, ...]) -> str:
@@ -230,12 +232,19 @@ def parse_catalog(text: str) -> Catalog:
     unknown = sorted(dense - set(families))
     if unknown:
         raise ValueError(f"{RECIPES_FILE}: dense_families {unknown} are not [family] keys")
+    fp8_params = frozenset(data.get("fp8_param_gather_dtypes", ()))
+    wrong = sorted(fp8_params - set(FP8_PARAM_DTYPES))
+    if wrong:
+        raise ValueError(
+            f"{RECIPES_FILE}: fp8_param_gather_dtypes {wrong} are not {', '.join(FP8_PARAM_DTYPES)}"
+        )
     return Catalog(
         releases,
         families,
         tuple(_recipe(t, releases, families, dense) for t in data.get("recipe", ())),
         tuple(_unexpressible(t, releases, families) for t in data.get("unexpressible", ())),
         dense,
+        fp8_params,
     )
 
 
@@ -252,6 +261,26 @@ def container_of(run_id: str) -> str:
     """The NeMo container of a Megatron-Bridge row id (`mbridge_<container>_<model>_...`)."""
     parts = run_id.split("_")
     return parts[1] if len(parts) > 2 and parts[0].lower() == "mbridge" else ""
+
+
+def fp8_param_gather_for(run_id: str, model_name: str, dtype: str, cat: Catalog | None = None) -> str:
+    """The assumption line when this row's release preset keeps its weights as FP8 parameters
+    (a dense family of a recorded, determined container, in a dtype of fp8_param_gather_dtypes),
+    else "" (the default: 16-bit weights beside their FP8 copies)."""
+    cat = cat or catalog()
+    container = container_of(run_id)
+    release = cat.releases.get(container)
+    if release is None or release.undetermined or dtype not in cat.fp8_param_gather_dtypes:
+        return ""
+    name = model_name.lower()
+    family = next((f for f, pattern in cat.families.items() if re.search(pattern, name)), None)
+    if family not in cat.dense_families:
+        return ""
+    preset = "bf16_with_mxfp8_mixed" if dtype == "mxfp8" else "bf16_with_fp8_current_scaling_mixed"
+    return (
+        f"precision: fp8_param_gather = true (Megatron-Bridge {release.release} ({release.commit[:9]}, "
+        f"container {container}) {preset}: FP8 weights only, fp32 master in the optimizer)"
+    )
 
 
 def unexpressible_for(
