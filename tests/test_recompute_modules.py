@@ -265,10 +265,11 @@ def test_bf16_gradient_buffers_halve_grads() -> None:
 def test_no_dropout_stores_no_masks() -> None:
     """Korthikanti's two 1-byte dropout masks per token and layer (2·h·s·b) exist only with
     dropout > 0: torch's dropout with p = 0 returns its input. The MoE presets train without
-    dropout (their config.json attention_dropout 0.0); the default is Megatron-LM's 0.1."""
+    dropout (their config.json attention_dropout 0.0), and so do Llama 2/3; the default, which
+    the GPT-3 presets keep, is Megatron-LM's 0.1."""
     from dataclasses import replace
 
-    m = model_preset("llama3-8b")
+    m = model_preset("gpt3-13b")
     assert m.dropout == 0.1
     none = replace(m, dropout=0.0)
     s, h = m.seq_len, m.hidden
@@ -278,7 +279,8 @@ def test_no_dropout_stores_no_masks() -> None:
     unfused = layer_activation_bytes(m, 1, flash_attention=False).stored
     unfused_none = layer_activation_bytes(none, 1, flash_attention=False).stored
     assert unfused - unfused_none == pytest.approx(2 * h * s + m.heads * s * s)
-    assert all(model_preset(p).dropout == 0.0 for p in ("deepseek-v3", "qwen3-30b-a3b", "gpt-oss-120b"))
+    no_dropout = ("deepseek-v3", "qwen3-30b-a3b", "gpt-oss-120b", "llama2-7b", "llama3-8b", "llama3-405b")
+    assert all(model_preset(p).dropout == 0.0 for p in no_dropout)
     with pytest.raises(ConfigError, match="model.dropout"):
         _scn({"preset": "llama3-8b", "dropout": 1.5}, {})
 
