@@ -85,10 +85,10 @@ def test_refused_without_an_fp8_dtype(dtype: str) -> None:
     assert err.value.key == "precision.fp8_param_gather"
 
 
-def test_validate_sets_it_for_megatron_bridge_llama_fp8_rows() -> None:
+def test_validate_sets_it_for_megatron_bridge_llama_and_qwen3_fp8_rows() -> None:
     """The FP8-CS and MXFP8 presets of every recorded release set fp8_param_gather; NVFP4's does
-    not; the MoE families' scripts override it per release (left at the default); 25.09 publishes
-    no precision."""
+    not; Kimi-K2's, GPT-OSS's and DeepSeek-V3's scripts override it per config (left at the
+    default); 25.09 publishes no precision."""
     llama, dsv3 = "LLAMA3_70B", "DeepSeekV3"
     assert "bf16_with_mxfp8_mixed" in fp8_param_gather_for(f"mbridge_26.04_{llama}_x", llama, "mxfp8")
     assert "current_scaling" in fp8_param_gather_for(f"mbridge_25.11_{llama}_x", llama, "fp8")
@@ -96,6 +96,8 @@ def test_validate_sets_it_for_megatron_bridge_llama_fp8_rows() -> None:
     assert fp8_param_gather_for(f"mbridge_26.04_{llama}_x", llama, "bf16") == ""
     assert fp8_param_gather_for(f"mbridge_25.09_{llama}_x", llama, "mxfp8") == ""
     assert fp8_param_gather_for(f"mbridge_26.04_{dsv3}_x", dsv3, "mxfp8") == ""
+    assert fp8_param_gather_for("mbridge_26.04_Qwen3_30B_a3B_x", "Qwen3_30B_a3B", "mxfp8") != ""
+    assert fp8_param_gather_for("mbridge_26.04_Kimi_K2_x", "Kimi_K2", "mxfp8") == ""
 
     from simulator.resources import data_dir
 

@@ -94,8 +94,9 @@ class Catalog:
     recipes: tuple[Recipe, ...]
     unexpressible: tuple[Unexpressible, ...] = ()
     dense_families: frozenset[str] = frozenset()  # the [family] keys of dense models
-    # the simulated dtypes whose preset sets fp8_param_gather for the dense families
+    # the simulated dtypes whose preset sets fp8_param_gather, and the families whose scripts keep it
     fp8_param_gather_dtypes: frozenset[str] = frozenset()
+    fp8_param_gather_families: frozenset[str] = frozenset()
 
 
 def _choice(where: str, key: str, value: Any, allowed: tuple[str, ...]) -> str:
@@ -238,6 +239,12 @@ def parse_catalog(text: str) -> Catalog:
         raise ValueError(
             f"{RECIPES_FILE}: fp8_param_gather_dtypes {wrong} are not {', '.join(FP8_PARAM_DTYPES)}"
         )
+    fp8_families = frozenset(data.get("fp8_param_gather_families", ()))
+    unknown_families = sorted(fp8_families - set(families))
+    if unknown_families:
+        raise ValueError(
+            f"{RECIPES_FILE}: fp8_param_gather_families {unknown_families} are not [family] keys"
+        )
     return Catalog(
         releases,
         families,
@@ -245,6 +252,7 @@ def parse_catalog(text: str) -> Catalog:
         tuple(_unexpressible(t, releases, families) for t in data.get("unexpressible", ())),
         dense,
         fp8_params,
+        fp8_families,
     )
 
 
@@ -265,8 +273,8 @@ def container_of(run_id: str) -> str:
 
 def fp8_param_gather_for(run_id: str, model_name: str, dtype: str, cat: Catalog | None = None) -> str:
     """The assumption line when this row's release preset keeps its weights as FP8 parameters
-    (a dense family of a recorded, determined container, in a dtype of fp8_param_gather_dtypes),
-    else "" (the default: 16-bit weights beside their FP8 copies)."""
+    (a family of fp8_param_gather_families, a recorded and determined container, a dtype of
+    fp8_param_gather_dtypes), else "" (the default: 16-bit weights beside their FP8 copies)."""
     cat = cat or catalog()
     container = container_of(run_id)
     release = cat.releases.get(container)
@@ -274,7 +282,7 @@ def fp8_param_gather_for(run_id: str, model_name: str, dtype: str, cat: Catalog 
         return ""
     name = model_name.lower()
     family = next((f for f, pattern in cat.families.items() if re.search(pattern, name)), None)
-    if family not in cat.dense_families:
+    if family not in cat.fp8_param_gather_families:
         return ""
     preset = "bf16_with_mxfp8_mixed" if dtype == "mxfp8" else "bf16_with_fp8_current_scaling_mixed"
     return (
