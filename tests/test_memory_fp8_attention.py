@@ -82,7 +82,7 @@ def test_mla_attention_output_is_heads_times_v_head_dim() -> None:
     from simulator.loading import model_preset
 
     m = model_preset("deepseek-v3")
-    assert m.mla is not None
+    assert m.mla is not None and m.mla.v_head_dim == 128  # DeepSeek-V3 config.json v_head_dim
     s = m.seq_len
     v = m.heads * m.mla.v_head_dim
     fp8 = layer_activation_bytes(m, 1, fp8=True).stored
@@ -144,7 +144,7 @@ def test_fp8_recomputing_layernorm_or_moe_act_implies_a_non_delayed_recipe(
     scn = scenario_from_dict(data)
     assert proj_saves_original_input(scn) is saves_original
     m = scn.model
-    assert m.mla is not None
+    assert m.mla is not None and m.mla.v_head_dim == 128  # the deepseek-v3 preset's MLA
     got = scenario_layer_activations(scn, moe=True).stored
     kw: dict[str, Any] = {"fp8": True, "moe": True}
     if modules:
