@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import csv
 import dataclasses
+import re
 import subprocess
 import sys
 import tomllib
@@ -144,6 +145,48 @@ def derive(tag: str, family: str, gpu: str, dtype: str, c: dict[str, Any]) -> di
     }
 
 
+def expand_layout(text: str) -> list[int]:
+    """Decoder layers per virtual stage of a Megatron layout string ("Et*4|(t*4|)*14tmL": `|`
+    ends a stage, `x*n` and `(...)*n` repeat, t = decoder layer, E/m/L = embedding/MTP/loss)."""
+    while "(" in text:
+        text = re.sub(r"\(([^()]*)\)\*(\d+)", lambda m: m.group(1) * int(m.group(2)), text)
+    text = re.sub(r"(\w)\*(\d+)", lambda m: m.group(1) * int(m.group(2)), text)
+    return [stage.count("t") for stage in text.split("|")]
+
+
+def deepseek_layouts(repo: Path, tag: str) -> dict[tuple[int, int], list[int]]:
+    """The (pp, vp) -> decoder layers per virtual stage of the release's DeepSeek-V3 layout_map."""
+    source = _git(repo, "show", f"{tag}:src/megatron/bridge/recipes/deepseek/deepseek_v3.py")
+    block = re.search(r"layout_map = (\{.*?\n\s*\})", source, re.S)
+    if block is None:
+        raise ValueError(f"{tag}: no layout_map in deepseek_v3.py")
+    table = eval(block.group(1), {"last_layer": ["mtp", "loss"]})  # noqa: S307 - the release's literal
+    return {k: [stage.count("decoder") for stage in v] for k, v in table.items() if v is not None}
+
+
+def check_layouts(repo: Path, shipped: dict[str, Any]) -> int:
+    """[[pipeline_layout]] entries against every release's layout_map and the configs' pp_layout."""
+    differences = 0
+    for entry in shipped.get("pipeline_layout", ()):
+        for tag in sorted(set(RELEASES.values())):
+            maps = deepseek_layouts(repo, tag)
+            strings = {
+                (c["pipeline_model_parallel_size"], c["virtual_pipeline_model_parallel_size"] or 1): c[
+                    "pp_layout"
+                ]
+                for name, c in workload_configs(repo, tag).items()
+                if name.startswith("DEEPSEEK_V3")
+                and c.get("pp_layout")
+                and (not entry.get("gpus") or "_H100_" in name)
+            }
+            for pp, vp in entry["pp_vp"]:
+                got = expand_layout(strings[(pp, vp)]) if (pp, vp) in strings else maps.get((pp, vp))
+                if got is not None and got != entry["layers"]:
+                    print(f"pipeline_layout {pp}x{vp}: TOML {entry['layers']}, {tag} {got}")
+                    differences += 1
+    return differences
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("repo", type=Path, help="a git clone of NVIDIA-NeMo/Megatron-Bridge with its tags")
@@ -230,6 +273,7 @@ def main() -> int:
             if entry[k] != v:
                 print(f"{row['id']}: {name} {k}: TOML {entry[k]!r}, {tag} {v!r}")
                 differences += 1
+    differences += check_layouts(args.repo, shipped)
     stale = [k for k in by_key if k[0] in RELEASES and k not in checked]
     for k in stale:
         print(f"TOML entry {k} matches no row of its container")

@@ -43,8 +43,9 @@ def scenario_data_for_row(
     _absolute_refs(out, base_dir)
     parallel = {k: row[k] for k in PARALLEL_KEYS if row.get(k) is not None}
     base_parallel = data.get("parallel")
-    if isinstance(base_parallel, Mapping) and "recompute_modules" in base_parallel:  # no row column
-        parallel["recompute_modules"] = base_parallel["recompute_modules"]
+    for key in ("recompute_modules", "pipeline_layout"):  # no row column
+        if isinstance(base_parallel, Mapping) and key in base_parallel:
+            parallel[key] = base_parallel[key]
     out["parallel"] = parallel
     cluster = dict(out.get("cluster") or {})
     if row.get("num_gpus") is not None:

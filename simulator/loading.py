@@ -75,7 +75,9 @@ MOE_KEYS = (
 )
 MLA_KEYS = ("q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")
 PARALLEL_KEYS = tuple(f.name for f in fields(ParallelConfig))
-SWEEP_KEYS = tuple(k for k in PARALLEL_KEYS if k != "recompute_modules") + ("num_gpus",)  # no list values
+SWEEP_KEYS = tuple(k for k in PARALLEL_KEYS if k not in ("recompute_modules", "pipeline_layout")) + (
+    "num_gpus",
+)  # no list values
 INTRA_KEYS = ("fabric", "link_GBps_per_direction", "latency_us", "nvls")
 INTER_KEYS = (
     "fabric",
@@ -1158,7 +1160,7 @@ def _embedding_loss_slots(
     published interleaved rows the same (validate/cases.py `_vp`)."""
     keys = ("account_for_embedding_in_pipeline_split", "account_for_loss_in_pipeline_split")
     pieces = num_virtual_stages(par.schedule, par.pp, par.vp)
-    if any(k in table for k in keys) or pieces < 2 or not model.layers % pieces:
+    if any(k in table for k in keys) or par.pipeline_layout or pieces < 2 or not model.layers % pieces:
         return par, ""
     if par.schedule != "interleaved" and pieces <= model.layers:
         return par, ""  # plain pipelines keep their uneven split (first stages one layer more)

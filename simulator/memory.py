@@ -652,6 +652,7 @@ def memory_footprint(scn: Scenario) -> MemoryReport:
         par.vp,
         embedding_slot=par.account_for_embedding_in_pipeline_split,
         loss_slot=par.account_for_loss_in_pipeline_split,
+        layout=par.pipeline_layout,
     )
     stage_totals: list[float] = []
     stage_parts: list[dict[str, float]] = []

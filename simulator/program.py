@@ -1575,6 +1575,7 @@ def build_program(scn: Scenario, comm: CommModel | None = None) -> Program:
         vp,
         embedding_slot=par.account_for_embedding_in_pipeline_split,
         loss_slot=par.account_for_loss_in_pipeline_split,
+        layout=par.pipeline_layout,
     )
     # Stages whose TP/CP/EP groups sit on the fabric the same way share one costing of a layer;
     # a stage whose groups straddle racks pays for it (the slowest of its groups, network/model.py).

@@ -89,16 +89,23 @@ def prev_chunk(schedule: str, pp: int, vp: int, stage: int, chunk: int) -> tuple
 
 
 def chunk_layers(
-    schedule: str, num_layers: int, pp: int, vp: int, embedding_slot: bool = False, loss_slot: bool = False
+    schedule: str,
+    num_layers: int,
+    pp: int,
+    vp: int,
+    embedding_slot: bool = False,
+    loss_slot: bool = False,
+    layout: Sequence[int] = (),
 ) -> list[list[list[int]]]:
     """Layer indices of each stage's chunks, [stage][chunk]. The model is cut into equal pieces
     (the first pieces get one layer more when it does not divide), one per virtual stage;
     DualPipe keeps two copies of the p pieces, one per direction (2x parameters per rank).
     With Megatron's --account-for-embedding-in-pipeline-split (--account-for-loss-in-pipeline-
     split) the embedding (loss) takes one layer's slot of the first (last) piece, so the pieces
-    may number layers + 2 (Megatron-LM `get_num_layers_to_build`)."""
+    may number layers + 2 (Megatron-LM `get_num_layers_to_build`). An explicit `layout` (layers per
+    virtual stage, Megatron's --pipeline-model-parallel-layout) replaces the even split."""
     n_virtual = num_virtual_stages(schedule, pp, vp)
-    counts = _piece_sizes(num_layers, n_virtual, embedding_slot, loss_slot)
+    counts = list(layout) or _piece_sizes(num_layers, n_virtual, embedding_slot, loss_slot)
     pieces, start = [], 0
     for n in counts:
         pieces.append(list(range(start, start + n)))

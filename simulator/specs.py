@@ -117,6 +117,16 @@ def _check_modules(key: str, value: object) -> tuple[str, ...]:
     return tuple(out)
 
 
+def _check_layout(key: str, value: object) -> tuple[int, ...]:
+    """A list of non-negative layer counts (one per virtual stage)."""
+    if isinstance(value, str) or not isinstance(value, (list, tuple)):
+        raise ConfigError(f"must be a list of layer counts per virtual stage, got {value!r}", key=key)
+    for item in value:
+        if isinstance(item, bool) or not isinstance(item, int) or not 0 <= item <= MAX_DIM:
+            raise ConfigError(f"layer counts must be integers >= 0, got {item!r}", key=key)
+    return tuple(value)
+
+
 def _check_graph_modules(impl: str, value: object) -> tuple[str, ...]:
     """`kernels.cuda_graph_modules` for `impl`: canonical CUDA_GRAPH_MODULES names, each once, with
     Megatron-Core's own checks (transformer_config.py __post_init__, "Cuda Graphs")."""
@@ -562,6 +572,10 @@ class ParallelConfig:
     # the embedding (loss) counts as one layer of the first (last) virtual stage's share
     account_for_embedding_in_pipeline_split: bool = False
     account_for_loss_in_pipeline_split: bool = False
+    # Megatron --pipeline-model-parallel-layout, decoder layers only: the transformer layers of
+    # each virtual stage in path order (pp·vp entries, summing to model.layers), the embedding on
+    # the first and the MTP modules and loss on the last; () = the even split (schedules.chunk_layers)
+    pipeline_layout: tuple[int, ...] = ()
     # HSDP (issue 14): the ZeRO shard group is dp_shard consecutive data-parallel ranks, and
     # dp = dp_shard x replicas; 0 = dp (full sharding). PyTorch FSDP2's device mesh (replicate,
     # shard), Megatron's --num-distributed-optimizer-instances = replicas.
@@ -598,6 +612,13 @@ class ParallelConfig:
             _check_bool(f"{p}.{key}", getattr(self, key))
         _check_int(f"{p}.grad_bucket_params", self.grad_bucket_params, maximum=10**13)
         _check_int(f"{p}.dp_shard", self.dp_shard, minimum=0, maximum=MAX_GPUS)
+        _set(self, "pipeline_layout", _check_layout(f"{p}.pipeline_layout", self.pipeline_layout))
+        if self.pipeline_layout and self.pipeline_extra_layers:
+            raise ConfigError(
+                "an explicit layout places the embedding and the loss itself; drop "
+                "account_for_embedding/loss_in_pipeline_split",
+                key=f"{p}.pipeline_layout",
+            )
         _check_bool(f"{p}.reshard_after_forward", self.reshard_after_forward)
         if self.dp_shard and self.dp % self.dp_shard:
             raise ConfigError(
@@ -1062,7 +1083,7 @@ class Scenario:
                 "backward chunks already hide the EP all-to-all (not Megatron-Core's combined 1F1B)"
             )
         pieces = num_virtual_stages(par.schedule, par.pp, par.vp)
-        if (self.model.layers + par.pipeline_extra_layers) % pieces:
+        if not par.pipeline_layout and (self.model.layers + par.pipeline_extra_layers) % pieces:
             out.append(
                 f"{self.model.layers} layers do not divide into "
                 f"{'pp' if par.schedule == 'dualpipe' else 'pp*vp'} = {pieces} "
@@ -1210,6 +1231,15 @@ def check_parallel_fits(model: ModelSpec, par: ParallelConfig, num_gpus: int) ->
         # Megatron needs tp | kv_heads; with tp > kv_heads the KV heads are replicated,
         # which only works when kv_heads divides tp.
         raise ConfigError(f"tp = {par.tp} and kv_heads = {kv}: one must divide the other", key=f"{p}.tp")
+    if par.pipeline_layout:
+        pieces = num_virtual_stages(par.schedule, par.pp, par.vp)
+        if len(par.pipeline_layout) != pieces or sum(par.pipeline_layout) != model.layers:
+            raise ConfigError(
+                f"{len(par.pipeline_layout)} virtual stages holding {sum(par.pipeline_layout)} layers; "
+                f"the {par.schedule} split of pp = {par.pp}, vp = {par.vp} has {pieces} virtual stages "
+                f"and the model {model.layers} layers",
+                key=f"{p}.pipeline_layout",
+            )
     slots = model.layers + par.pipeline_extra_layers  # embedding / loss may take a stage's slot
     if par.pp > slots:
         raise ConfigError(f"pp = {par.pp} exceeds the number of layers ({model.layers})", key=f"{p}.pp")

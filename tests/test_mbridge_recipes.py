@@ -362,3 +362,44 @@ def test_dense_entries_match_cp_and_refuse_what_megatron_refuses():
     # an MoE family's entry cannot carry the dense keys
     with pytest.raises(ValueError, match="do not apply to a MoE family"):
         parse_catalog(TOY.replace("delay_wgrad", "megatron_fsdp = true\ndelay_wgrad"))
+
+
+def test_deepseek_rows_run_the_model_recipes_pipeline_layout(shipped):
+    """Megatron-Bridge's DeepSeek-V3 recipe (deepseek_v3.py layout_map, every release) splits the
+    61 layers as [embedding + 4] + [4]*14 + [1 + MTP + loss] over 16 virtual stages (pp 16 on B300,
+    pp 4 x vp 4 on GB200), [embedding + 8] + [8]*6 + [5 + MTP + loss] over 8 (pp 8 on B300), and
+    the H100 launch passes "Et|(tt|)*30mL" for pp 8 x vp 4. 25.11's GB200 pp 8 x vp 4 has no layout
+    in its release (v0.2.0's map lacks (8, 4) and its GB200 launch passes none): default split."""
+    sixteen = [4] * 15 + [1]
+    for run_id, layout in (
+        ("mbridge_26.02_DeepSeekV3_DGX-B300_256gpu_mxfp8", sixteen),
+        ("mbridge_26.02_DeepSeekV3_DGX-GB200_256gpu_mxfp8", sixteen),
+        ("mbridge_26.06_DeepSeekV3_DGX-GB300_256gpu_mxfp8", sixteen),
+        ("mbridge_26.04.01_DeepSeekV3_DGX-B300_256gpu_mxfp8", [8] * 7 + [5]),
+        ("mbridge_25.09_DeepSeekV3_DGX-H100_1024gpu_na", [1] + [2] * 30 + [0]),
+    ):
+        case = _case(shipped, run_id)
+        assert case.scenario["parallel"]["pipeline_layout"] == layout, run_id
+        assert any(a.startswith("pipeline_layout: ") for a in case.assumptions)
+        scn = V.scenario_for(case)
+        assert sum(scn.parallel.pipeline_layout) == scn.model.layers == 61
+    for run_id in (
+        "mbridge_25.11_DeepSeekV3_DGX-GB200_256gpu_fp8-mx",  # (8, 4) off H100 in v0.2.0: none
+        "mbridge_25.11_DeepSeekV3_DGX-GB300_256gpu_bf16",  # (2, 4): not in the map
+        "mbridge_26.02_Qwen3_235B_a22B_DGX-B300_256gpu_mxfp8",  # another family
+    ):
+        case = _case(shipped, run_id)
+        assert "pipeline_layout" not in case.scenario["parallel"], run_id
+
+
+def test_pipeline_layout_entries_are_checked():
+    base = TOY.replace("[family]\n", '[family]\ndeepseek = "deepseek[-_ ]?v3"\n')
+    good = (
+        base + '[[pipeline_layout]]\nmodel = "deepseek"\npp_vp = [[2, 1]]\nlayers = [31, 30]\nsource = "x"\n'
+    )
+    cat = parse_catalog(good)
+    assert cat.pipeline_layouts[0].layers == (31, 30)
+    with pytest.raises(ValueError, match="one layer count >= 0 per virtual stage"):
+        parse_catalog(good.replace("[[2, 1]]", "[[4, 1]]"))
+    with pytest.raises(ValueError, match="needs a source"):
+        parse_catalog(good.replace('source = "x"', 'source = ""'))

@@ -757,6 +757,51 @@ def test_layout_without_keys_counts_embedding_and_loss_when_only_that_divides() 
     assert even.parallel.pipeline_extra_layers == 0 and not even.warnings()
 
 
+def test_explicit_pipeline_layout_places_the_layers_it_names() -> None:
+    """[parallel] pipeline_layout (Megatron --pipeline-model-parallel-layout): DeepSeek-V3's
+    Megatron-Bridge layout on pp 16 puts 4 layers on every stage but the last, which holds one
+    layer beside the MTP module and the loss. The even split instead gives the last three stages
+    3 layers, so its last stage (3 layers + MTP + logits) is the slowest and the pipeline waits on it."""
+    layout = [4] * 15 + [1]
+    chunks = chunk_layers("1f1b", 61, 16, 1, layout=layout)
+    assert [len(c[0]) for c in chunks] == layout
+    assert [i for c in chunks for i in c[0]] == list(range(61))
+    even = chunk_layers("1f1b", 61, 16, 1)
+    assert [len(c[0]) for c in even] == [4] * 13 + [3] * 3
+    model = {"preset": "deepseek-v3", "seq_len": 4096}
+    par = {"pp": 16, "ep": 8, "num_gpus": 128, "global_batch": 256}
+    explicit = _scn(dict(model), {**par, "pipeline_layout": layout})
+    assert explicit.parallel.pipeline_layout == tuple(layout)
+    assert not any("do not divide" in w for w in explicit.warnings())
+    default = _scn(dict(model), dict(par))
+    assert _step(explicit).step_time_s < _step(default).step_time_s
+    # the even split written out is the default, to the bit
+    same = _scn(dict(model), {**par, "pipeline_layout": [4] * 13 + [3] * 3})
+    assert _step(same).step_time_s == _step(default).step_time_s
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        ({"pipeline_layout": [4] * 15}, "15 virtual stages holding 60 layers"),
+        ({"pipeline_layout": [4] * 15 + [2]}, "holding 62 layers"),
+        ({"pipeline_layout": [4] * 15 + [-1]}, "integers >= 0"),
+        ({"pipeline_layout": "Et*4|(t*4|)*14tmL"}, "list of layer counts"),
+        (
+            {"pipeline_layout": [4] * 15 + [1], "account_for_loss_in_pipeline_split": True},
+            "drop account_for_embedding/loss",
+        ),
+    ],
+)
+def test_pipeline_layout_is_exact_or_refused(extra: dict, message: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        _scn(
+            {"preset": "deepseek-v3", "seq_len": 4096},
+            {"pp": 16, "num_gpus": 16, "global_batch": 16, **extra},
+        )
+    assert info.value.key == "parallel.pipeline_layout" and message in str(info.value)
+
+
 def test_run_json_model_object(run_cli, tmp_path: Path) -> None:
     path = tmp_path / "s.toml"
     path.write_text(

@@ -280,6 +280,12 @@ KEYS: dict[str, Key] = {
     "parallel.account_for_loss_in_pipeline_split": Key(
         "the output layer and loss count as one layer when splitting (Megatron flag)", since=NEXT
     ),
+    "parallel.pipeline_layout": Key(
+        "transformer layers of each virtual stage in path order (pp*vp counts summing to the layers; "
+        "embedding on the first, MTP and loss on the last; Megatron --pipeline-model-parallel-layout)",
+        default="[] (even split)",
+        since=NEXT,
+    ),
     "parallel.vp": Key("virtual pipeline chunks per stage (interleaved schedule)"),
     "parallel.micro_batch": Key("sequences per micro-batch", unit="sequences"),
     "parallel.global_batch": Key("sequences per step", unit="sequences", default="required"),

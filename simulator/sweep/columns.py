@@ -26,8 +26,8 @@ SPEC_CONFIG_COLUMNS = (
 RESULT_COLUMNS = ("status", "reason", "step_time_s", "tokens_per_s", "mfu", "hfu", "peak_memory_gib")
 CATEGORY_COLUMNS = tuple(f"{c}_s" for c in CATEGORIES)
 # beyond SPEC §3's minimum: the other sweepable keys, so a row names its configuration fully
-# (list-valued keys are no row cells: recompute_modules stays the scenario's, in the fingerprint)
-UNSWEPT_PARALLEL_FIELDS = ("recompute_modules",)
+# (list-valued keys are no row cells: recompute_modules and pipeline_layout stay the scenario's, in the fingerprint)
+UNSWEPT_PARALLEL_FIELDS = ("recompute_modules", "pipeline_layout")
 EXTRA_CONFIG_COLUMNS = ("num_gpus",) + tuple(
     f.name for f in fields(ParallelConfig) if f.name not in SPEC_CONFIG_COLUMNS + UNSWEPT_PARALLEL_FIELDS
 )  # overlap_grad_reduce, overlap_param_gather, tp_comm_overlap, grad_bucket_params, ...

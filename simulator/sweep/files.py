@@ -121,6 +121,8 @@ def scenario_fingerprint(scn: Scenario) -> str:
     for key in ("parallel", "num_gpus", "name", "source", "sweep", "run"):
         content.pop(key, None)
     content["recompute_modules"] = list(scn.parallel.recompute_modules)  # no row column of its own
+    if scn.parallel.pipeline_layout:  # neither (kept out when empty: earlier files keep their print)
+        content["pipeline_layout"] = list(scn.parallel.pipeline_layout)
     text = json.dumps([__version__, content], sort_keys=True, default=repr)
     return hashlib.sha256(text.encode("utf-8")).hexdigest()[:FINGERPRINT_CHARS]
 

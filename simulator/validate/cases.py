@@ -23,6 +23,7 @@ from .columns import (
 from .gpus import GPUMapping, gpu_mapping
 from .recipes import (
     fp8_param_gather_for,
+    pipeline_layout_for,
     recipe_for,
     recorded_not_simulated,
     scenario_kernels,
@@ -238,6 +239,19 @@ def build_case(run: PublishedRun) -> Case | Unusable:
         if refused_by:
             return Unusable(run.run_id, run.source, rules.key, run.gpu, refused_by)
         recipe_settings, recipe_kernels, recipe_memory = _apply_recipe(run, dtype, model, parallel, notes)
+        layout, layout_note = pipeline_layout_for(
+            run.run_id,
+            run.get("model_name") or "",
+            run.gpu,
+            parallel["pp"],
+            parallel["vp"],
+            int(model.get("layers") or 0) or _preset_layers(model),
+        )
+        if layout:
+            parallel["pipeline_layout"] = list(layout)
+            parallel.pop("account_for_embedding_in_pipeline_split", None)
+            parallel.pop("account_for_loss_in_pipeline_split", None)
+            notes.append(layout_note)
         fp8_params_note = fp8_param_gather_for(run.run_id, run.get("model_name") or "", dtype)
         if fp8_params_note:
             notes.append(fp8_params_note)

@@ -88,6 +88,17 @@ class Unexpressible:
 
 
 @dataclass(frozen=True, slots=True)
+class PipelineLayout:
+    """A family's explicit pipeline layout for some (pp, vp): decoder layers per virtual stage."""
+
+    family: str
+    pp_vp: tuple[tuple[int, int], ...]
+    layers: tuple[int, ...]
+    source: str
+    gpus: tuple[str, ...] = ()  # () = any GPU
+
+
+@dataclass(frozen=True, slots=True)
 class Catalog:
     releases: Mapping[str, Release]
     families: Mapping[str, str]  # family -> regular expression on the lower-cased model name
@@ -97,6 +108,20 @@ class Catalog:
     # the simulated dtypes whose preset sets fp8_param_gather, and the families whose scripts keep it
     fp8_param_gather_dtypes: frozenset[str] = frozenset()
     fp8_param_gather_families: frozenset[str] = frozenset()
+    pipeline_layouts: tuple[PipelineLayout, ...] = ()
+
+
+def _pipeline_layout(table: Mapping[str, Any], families: Mapping[str, str]) -> PipelineLayout:
+    where = f"{RECIPES_FILE} pipeline_layout of {table.get('model')!r}"
+    if table.get("model") not in families:
+        raise ValueError(f"{where}: model is not a [family] key")
+    layers = tuple(int(n) for n in table["layers"])
+    pp_vp = tuple((int(pp), int(vp)) for pp, vp in table["pp_vp"])
+    if any(n < 0 for n in layers) or any(pp * vp != len(layers) for pp, vp in pp_vp):
+        raise ValueError(f"{where}: needs one layer count >= 0 per virtual stage (pp*vp of each pp_vp)")
+    if not str(table.get("source", "")).strip():
+        raise ValueError(f"{where}: needs a source")
+    return PipelineLayout(table["model"], pp_vp, layers, str(table["source"]), tuple(table.get("gpus", ())))
 
 
 def _choice(where: str, key: str, value: Any, allowed: tuple[str, ...]) -> str:
@@ -253,6 +278,7 @@ def parse_catalog(text: str) -> Catalog:
         dense,
         fp8_params,
         fp8_families,
+        tuple(_pipeline_layout(t, families) for t in data.get("pipeline_layout", ())),
     )
 
 
@@ -289,6 +315,28 @@ def fp8_param_gather_for(run_id: str, model_name: str, dtype: str, cat: Catalog 
         f"precision: fp8_param_gather = true (Megatron-Bridge {release.release} ({release.commit[:9]}, "
         f"container {container}) {preset}: FP8 weights only, fp32 master in the optimizer)"
     )
+
+
+def pipeline_layout_for(
+    run_id: str, model_name: str, gpu: str, pp: int, vp: int, layers: int, cat: Catalog | None = None
+) -> tuple[tuple[int, ...], str]:
+    """The explicit pipeline layout this Megatron-Bridge row's model recipe sets for its (pp, vp)
+    and GPU, with the assumption line; ((), "") when it sets none (the even split)."""
+    cat = cat or catalog()
+    if not container_of(run_id):
+        return (), ""
+    name = model_name.lower()
+    family = next((f for f, pattern in cat.families.items() if re.search(pattern, name)), None)
+    for entry in cat.pipeline_layouts:
+        if entry.family != family or (pp, vp) not in entry.pp_vp or (entry.gpus and gpu not in entry.gpus):
+            continue
+        if sum(entry.layers) != layers:
+            return (), ""  # not the model the layout was written for
+        return entry.layers, (
+            f"pipeline_layout: {list(entry.layers)} layers per virtual stage (embedding on the first, "
+            f"MTP and loss on the last; Megatron-Bridge {entry.source}; {RECIPES_FILE})"
+        )
+    return (), ""
 
 
 def unexpressible_for(
