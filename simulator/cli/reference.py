@@ -1201,6 +1201,11 @@ JSON_FIELDS: dict[str, dict[str, str]] = {
         "summary.moe.by_family": "per MoE model family: `all` and `newest_release` as above",
         "summary.moe.data_spread": "configurations the simulator cannot tell apart measured > 20% apart "
         "(model, gpu, num_gpus, rows, measured_min, measured_max, ratio, predicted): reported, not fitted",
+        "summary.memory_disagreements": "rows that ran although the memory model says they do not fit "
+        "(the model over-counts there or misses a saving the run used): reported, predictions unchanged",
+        "summary.memory_disagreements.rows": "such rows",
+        "summary.memory_disagreements.of": "rows simulated",
+        "summary.memory_disagreements.by_gpu": "such rows per GPU label",
         "summary.unusable_rows": "rows that could not be simulated",
         "rows": "one object per usable row (the --out CSV columns)",
         "rows[].id": "row identifier",
