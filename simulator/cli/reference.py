@@ -320,6 +320,17 @@ KEYS: dict[str, Key] = {
         default="false",
         since=NEXT,
     ),
+    "precision.fp8_recipe": Key(
+        "how per-tensor fp8 picks its scales (Megatron-Core --fp8-recipe): delayed = from an amax"
+        " history, updated inside the cast (Megatron-Core's default); current = each tensor's own amax"
+        " first (Transformer Engine Float8CurrentScaling: one more 16-bit read per quantized"
+        " element; the attention output projection keeps its 16-bit input, no FP8 copy); needs"
+        " dtype fp8",
+        "string",
+        default="delayed",
+        allowed=_spec("FP8_RECIPES"),
+        since=NEXT,
+    ),
     # [dataloader]
     "dataloader.microbatch_latency_ms": Key("time one worker needs for one micro-batch", "number", unit="ms"),
     "dataloader.workers": Key("loader worker processes"),
