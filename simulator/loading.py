@@ -1193,7 +1193,7 @@ def scenario_from_dict(data: Mapping[str, Any], base_dir: Path | None = None, so
     model = _group_limited_nodes(model, parallel, topology.gpus_per_node, _table(data, "model", ""), base)
 
     precision = _table(data, "precision", "")
-    _check_keys(precision, ("dtype", "fp8_param_gather"), "precision")
+    _check_keys(precision, ("dtype", "fp8_param_gather", "fp8_recipe"), "precision")
 
     dl = _table(data, "dataloader", "")
     _check_keys(dl, ("microbatch_latency_ms", "workers", "prefetch", "jitter", "seed"), "dataloader")
@@ -1229,6 +1229,7 @@ def scenario_from_dict(data: Mapping[str, Any], base_dir: Path | None = None, so
         parallel=parallel,
         dtype=precision.get("dtype", "bf16"),
         fp8_param_gather=precision.get("fp8_param_gather", False),
+        fp8_recipe=precision.get("fp8_recipe", "delayed"),
         dataloader=dataloader,
         variability=variability,
         kernels=kernels,

@@ -362,13 +362,14 @@ def _recomputed_bytes(
 def proj_saves_original_input(scn: Scenario) -> bool:
     """Whether the attention output projection keeps its 16-bit input instead of an FP8 copy
     (`_attention_output`). Megatron-Core (781e765818, core 0.15) sets it for every non-delayed FP8
-    recipe and for FP4, with TE >= 2.6: the simulator's mxfp8 and nvfp4. Its "fp8" is per-tensor
+    recipe and for FP4, with TE >= 2.6: the simulator's mxfp8 and nvfp4, and fp8 with
+    `[precision] fp8_recipe = "current"`. Its "fp8" is per-tensor
     scaling, delayed (Megatron's default: a copy kept) or current -- but Megatron-Core refuses
     `layernorm` and `moe_act` recomputation under delayed scaling ("Delayed scaling does not
     support moe_act and layernorm recompute for fp8", transformer_config.py, with the same TE
     minimum), so an fp8 scenario recomputing either runs a non-delayed recipe and saves the
     original input too."""
-    if scn.dtype in ("mxfp8", "nvfp4"):
+    if scn.dtype in ("mxfp8", "nvfp4") or (scn.dtype == "fp8" and scn.fp8_recipe == "current"):
         return True
     par = scn.parallel
     return (

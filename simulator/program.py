@@ -191,9 +191,20 @@ CP_CORRECTION_BYTES_PER_ELEMENT = 10.0
 TN_ONLY_FP8_ARCHITECTURES = ("hopper",)  # FP8 GEMM operands must be K-major before sm100
 
 
-def quant_bytes_per_element(device: Device) -> float:
+# Current scaling ([precision] fp8_recipe = "current"): Transformer Engine's
+# Float8CurrentScalingQuantizer::quantize_impl (transformer_engine/pytorch/csrc/quantizer.cpp @ d0067d0d)
+# runs nvte_compute_amax over the 16-bit input (one more read), computes the scale, then
+# nvte_quantize_v2 (the cast above); delayed scaling takes the scale from the amax history and updates
+# it inside the cast. quantize_with_amax skips the pass where the producer already gave the amax; not
+# modelled (counted as the plain quantize).
+FP8_CURRENT_AMAX_READ_BYTES = 2.0
+
+
+def quant_bytes_per_element(device: Device, fp8_recipe: str = "delayed") -> float:
     """HBM bytes moved per GEMM-input element to quantize it for this recipe on this GPU."""
     quant = QUANT_BYTES_PER_ELEMENT.get(device.dtype, 0.0)
+    if device.dtype == "fp8" and fp8_recipe == "current":
+        quant += FP8_CURRENT_AMAX_READ_BYTES
     if device.dtype == "fp8" and architecture(device.gpu.name) in TN_ONLY_FP8_ARCHITECTURES:
         quant += HOPPER_FP8_TRANSPOSE_BYTES
     return quant
@@ -610,7 +621,7 @@ class _Coster:
                     if chunks > 1:
                         extra = ub_split_gemm_s(d, mm_m, mm_n, mm_k, chunks) - tt
                         parts.append(Segment("compute", "tp overlap gemm split", max(0.0, extra), 0.0, 0.0))
-            quant = quant_bytes_per_element(d)
+            quant = quant_bytes_per_element(d, self.scn.fp8_recipe)
             if quant:  # Transformer Engine quantizes the GEMM input (fwd) and output grad (bwd)
                 label = "fp8 cast" if d.dtype == "fp8" else f"{d.dtype} quantize"
                 cast_in = quant * mm_m * mm_k * count
@@ -1098,7 +1109,7 @@ class _Coster:
             fwd.append(Segment("compute", name, tt, f, 0.0))
             b_in.append(Segment("compute", name + " dgrad", tt, f, 0.0))
             b_w.append(Segment("compute", name + " wgrad", tt, f, 0.0))
-            quant = quant_bytes_per_element(d)
+            quant = quant_bytes_per_element(d, self.scn.fp8_recipe)
             if quant:
                 label = "fp8 cast" if d.dtype == "fp8" else f"{d.dtype} quantize"
                 cast_in, cast_grad = (

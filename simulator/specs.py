@@ -990,6 +990,11 @@ class RunSpec:
 # dtypes whose weights Megatron-Core can keep as Transformer Engine FP8 parameters
 # (--fp8-param-gather: Float8Tensor for per-tensor scaling, MXFP8Tensor for MXFP8)
 FP8_PARAM_DTYPES = ("fp8", "mxfp8")
+# [precision] fp8_recipe: how per-tensor "fp8" picks its scale (Megatron-Core --fp8-recipe; Transformer
+# Engine recipes): "delayed" (DelayedScaling, Megatron-Core's default: the scale from an amax history,
+# updated inside the cast) or "current" (Float8CurrentScaling: the tensor's own amax first, then the
+# cast; Megatron-Bridge's bf16_with_fp8_current_scaling_mixed preset)
+FP8_RECIPES = ("delayed", "current")
 
 
 @dataclass(frozen=True, slots=True)
@@ -1012,12 +1017,20 @@ class Scenario:
     # [precision] fp8_param_gather: Megatron-Core's --fp8-param-gather (Transformer Engine quantized
     # parameters: the GEMM weights exist only in FP8, the optimizer keeps the fp32 master copy)
     fp8_param_gather: bool = False
+    fp8_recipe: str = "delayed"  # [precision] fp8_recipe (FP8_RECIPES); only with dtype "fp8"
 
     def __post_init__(self) -> None:
         _check_str("name", self.name)
         _check_int("cluster.num_gpus", self.num_gpus, maximum=MAX_GPUS)
         _set(self, "dtype", _check_choice("precision.dtype", self.dtype, DTYPES))
         _check_bool("precision.fp8_param_gather", self.fp8_param_gather)
+        _set(self, "fp8_recipe", _check_choice("precision.fp8_recipe", self.fp8_recipe, FP8_RECIPES))
+        if self.fp8_recipe != "delayed" and self.dtype != "fp8":
+            raise ConfigError(
+                "precision.fp8_recipe chooses how per-tensor FP8 scales are picked: needs "
+                f'precision.dtype "fp8" (got {self.dtype}; mxfp8 and nvfp4 carry their own block scales)',
+                key="precision.fp8_recipe",
+            )
         if self.fp8_param_gather and self.dtype not in FP8_PARAM_DTYPES:
             raise ConfigError(
                 "precision.fp8_param_gather keeps the weights in FP8 only: needs precision.dtype "

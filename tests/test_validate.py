@@ -667,3 +667,27 @@ def test_supplement_ignores_a_row_of_another_source(shipped):
     case = V.build_case(other)
     assert isinstance(case, V.Case)
     assert case.scenario["parallel"]["micro_batch"] == 1  # the generic default, not the script's
+
+
+def test_rows_that_ran_but_do_not_fit_are_reported(shipped):
+    """A published run ran, so a memory model that says it does not fit disagrees with a
+    measurement: validate counts those rows (per GPU) in the summary and the text, and leaves the
+    predictions alone; rows without a memory report are not counted."""
+    from types import SimpleNamespace
+
+    runs = [shipped[i] for i in IDS]
+    over = {"narayanan21_t1_1.7B", "nemo2407_pretrain_LLAMA2-7B_8gpu"}
+
+    def simulate(scn):
+        base = fake_simulate(scn)
+        fits = scn.name not in over
+        return SimpleNamespace(step_time_s=base.step_time_s, mfu=base.mfu, memory=SimpleNamespace(fits=fits))
+
+    report = V.validate_runs(runs, simulate, progress=False)
+    mem = report.summary()["memory_disagreements"]
+    assert mem["rows"] == 2 and mem["of"] == 5
+    assert mem["by_gpu"] == {"A100-SXM-80GB": 1, "H100-SXM-80GB": 1}
+    assert "Memory: 2 of 5 rows ran" in V.format_report(report)
+    plain = V.validate_runs(runs, fake_simulate, progress=False)  # no memory report: nothing counted
+    assert plain.summary()["memory_disagreements"]["rows"] == 0
+    assert [r.predicted for r in plain.results] == [r.predicted for r in report.results]

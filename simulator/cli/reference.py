@@ -326,6 +326,17 @@ KEYS: dict[str, Key] = {
         default="false",
         since=NEXT,
     ),
+    "precision.fp8_recipe": Key(
+        "how per-tensor fp8 picks its scales (Megatron-Core --fp8-recipe): delayed = from an amax"
+        " history, updated inside the cast (Megatron-Core's default); current = each tensor's own amax"
+        " first (Transformer Engine Float8CurrentScaling: one more 16-bit read per quantized"
+        " element; the attention output projection keeps its 16-bit input, no FP8 copy); needs"
+        " dtype fp8",
+        "string",
+        default="delayed",
+        allowed=_spec("FP8_RECIPES"),
+        since=NEXT,
+    ),
     # [dataloader]
     "dataloader.microbatch_latency_ms": Key("time one worker needs for one micro-batch", "number", unit="ms"),
     "dataloader.workers": Key("loader worker processes"),
@@ -1207,6 +1218,11 @@ JSON_FIELDS: dict[str, dict[str, str]] = {
         "summary.moe.by_family": "per MoE model family: `all` and `newest_release` as above",
         "summary.moe.data_spread": "configurations the simulator cannot tell apart measured > 20% apart "
         "(model, gpu, num_gpus, rows, measured_min, measured_max, ratio, predicted): reported, not fitted",
+        "summary.memory_disagreements": "rows that ran although the memory model says they do not fit "
+        "(the model over-counts there or misses a saving the run used): reported, predictions unchanged",
+        "summary.memory_disagreements.rows": "such rows",
+        "summary.memory_disagreements.of": "rows simulated",
+        "summary.memory_disagreements.by_gpu": "such rows per GPU label",
         "summary.unusable_rows": "rows that could not be simulated",
         "rows": "one object per usable row (the --out CSV columns)",
         "rows[].id": "row identifier",

@@ -23,6 +23,7 @@ from .columns import (
 from .gpus import GPUMapping, gpu_mapping
 from .recipes import (
     fp8_param_gather_for,
+    fp8_recipe_for,
     pipeline_layout_for,
     recipe_for,
     recorded_not_simulated,
@@ -256,6 +257,10 @@ def build_case(run: PublishedRun) -> Case | Unusable:
         if fp8_params_note:
             notes.append(fp8_params_note)
             precision["fp8_param_gather"] = True
+        fp8_recipe_note = fp8_recipe_for(run.run_id, dtype)
+        if fp8_recipe_note:
+            notes.append(fp8_recipe_note)
+            precision["fp8_recipe"] = "current"
     cluster = _cluster(run, mapping, num_gpus, notes)
     if is_moe and mapping.topology == "gb200-nvl72" and num_gpus >= 128 and num_gpus % 64 == 0:
         cluster["gpus_used_per_node"] = 64

@@ -339,6 +339,21 @@ def pipeline_layout_for(
     return (), ""
 
 
+def fp8_recipe_for(run_id: str, dtype: str, cat: Catalog | None = None) -> str:
+    """The assumption line when this row ran Megatron-Bridge's FP8 current-scaling preset (an "fp8"
+    row of a recorded, determined container: the performance scripts' fp8 compute dtype is
+    bf16_with_fp8_current_scaling_mixed, the preset fp8_param_gather_for names), else "" (the
+    simulator's default, delayed scaling)."""
+    cat = cat or catalog()
+    release = cat.releases.get(container_of(run_id))
+    if release is None or release.undetermined or dtype != "fp8":
+        return ""
+    return (
+        f"precision: fp8_recipe = current (Megatron-Bridge {release.release} ({release.commit[:9]}, "
+        f"container {container_of(run_id)}) bf16_with_fp8_current_scaling_mixed)"
+    )
+
+
 def unexpressible_for(
     run_id: str, model_name: str, gpu: str, layout: Mapping[str, int], cat: Catalog | None = None
 ) -> str | None:

@@ -86,6 +86,15 @@ def format_report(report: ValidationReport) -> str:
                     f"{g['measured_max']:,.0f} (x{g['ratio']:.2f}, {len(g['rows'])} rows); predicted "
                     f"{predicted}" + (f"; {recipes} different launch recipes" if recipes > 1 else "")
                 )
+    mem = s["memory_disagreements"]
+    if mem["rows"]:
+        per_gpu = ", ".join(f"{g} {n}" for g, n in mem["by_gpu"].items())
+        lines.append("")
+        lines.append(
+            f"Memory: {mem['rows']} of {mem['of']} rows ran although the memory model says they do not "
+            f"fit ({per_gpu}); the model over-counts there or misses a memory saving the run used "
+            "(column memory_fits of --out; reported, the predictions are unchanged)."
+        )
     if report.unusable:
         lines.append("")
         lines.append(f"Rows not simulated ({len(report.unusable)}):")

@@ -47,8 +47,19 @@ class ValidationReport:
                 k: {"mape_pct": v, "rows": c} for k, v, c in _flat(self.groups(lambda r: r.case.dtype))
             },
             "moe": moe_summary(self.results),
+            "memory_disagreements": self.memory_disagreements(),
             "unusable_rows": len(self.unusable),
         }
+
+    def memory_disagreements(self) -> dict[str, Any]:
+        """Rows that ran although the memory model says they do not fit: where the model
+        over-counts (or the run used a memory saving validate does not know). Reported, never
+        used to change a prediction."""
+        over = [r for r in self.results if r.memory_fits is False]
+        by_gpu: dict[str, int] = {}
+        for r in over:
+            by_gpu[r.case.gpu] = by_gpu.get(r.case.gpu, 0) + 1
+        return {"rows": len(over), "of": len(self.results), "by_gpu": dict(sorted(by_gpu.items()))}
 
     def to_dict(self) -> dict[str, Any]:
         return {
