@@ -775,6 +775,9 @@ def test_explicit_pipeline_layout_places_the_layers_it_names() -> None:
     assert not any("do not divide" in w for w in explicit.warnings())
     default = _scn(dict(model), dict(par))
     assert _step(explicit).step_time_s < _step(default).step_time_s
+    # run --json says which split was simulated
+    assert _step(explicit).to_dict()["parallel"]["pipeline_layout"] == layout
+    assert _step(default).to_dict()["parallel"]["pipeline_layout"] == []
     # the even split written out is the default, to the bit
     same = _scn(dict(model), {**par, "pipeline_layout": [4] * 13 + [3] * 3})
     assert _step(same).step_time_s == _step(default).step_time_s

@@ -1025,6 +1025,8 @@ JSON_FIELDS: dict[str, dict[str, str]] = {
         "num_gpus": "GPUs in the job",
         "parallel": _RUN_PARALLEL,
         "parallel.num_microbatches": "micro-batches per step per pipeline = global_batch / (micro_batch · dp)",
+        "parallel.pipeline_layout": "layers per virtual stage as simulated from [parallel] pipeline_layout; "
+        "[] = the even split",
         "step_time_s": "simulated step time [s]",
         "tokens_per_s": "tokens per second, whole job",
         "tokens_per_s_per_gpu": "tokens per second per GPU",
