@@ -99,8 +99,9 @@ QUANT_BYTES_PER_ELEMENT = {"fp8": 3.0, "mxfp8": 2 + 2 * (1 + 1 / 32), "nvfp4": 2
 #   (backward, :351/:358) -> multi_tensor_quantize_impl (csrc/extensions/cast.cpp:105-150), which
 #   fuses the experts into one multi-tensor cast only for delayed-scaling FP8 quantizers and
 #   otherwise quantizes each expert's rows with its own kernel: MXFP8 pays one kernel per local
-#   expert. NVFP4 has its own grouped path (split_quantize_nvfp4_impl, one group amax), and "fp8"
-#   here is per-tensor delayed or current scaling (not distinguished), so both stay one kernel.
+#   expert, and so does "fp8" with [precision] fp8_recipe = "current" (Float8CurrentScalingQuantizer
+#   is not a delayed Float8Quantizer, so with_fused_kernel is false); delayed "fp8" is one fused
+#   nvte_multi_cast_transpose. NVFP4 has its own grouped path (split_quantize_nvfp4_impl, one group amax).
 # TE's fused grouped MLP (kernels.fused_grouped_mlp) runs grouped-tensor kernels instead.
 TE_GEMM_STREAMS = 4
 PER_EXPERT_QUANTIZE_DTYPES = ("mxfp8",)
@@ -1116,7 +1117,10 @@ class _Coster:
                     quant * per_expert * kk * experts_local,
                     quant * per_expert * n * experts_local,
                 )
-                per_expert_kernels = eager and d.dtype in PER_EXPERT_QUANTIZE_DTYPES
+                per_expert_kernels = eager and (
+                    d.dtype in PER_EXPERT_QUANTIZE_DTYPES
+                    or (d.dtype == "fp8" and self.scn.fp8_recipe == "current")
+                )
                 kernels = experts_local if per_expert_kernels else 1
                 if per_expert_kernels and experts_local > 1:
                     label += " (per expert)"

@@ -639,6 +639,31 @@ def test_eager_mxfp8_experts_quantize_and_multiply_per_expert(fused: bool) -> No
     assert fc1.flops == pytest.approx(2.0 * per_expert * fc1_n * m.hidden * experts_local)
 
 
+@pytest.mark.parametrize(("recipe", "label"), [("delayed", "fp8 cast"), ("current", "fp8 cast (per expert)")])
+def test_eager_fp8_expert_quantize_kernels_follow_the_recipe(recipe: str, label: str) -> None:
+    """cast.cpp multi_tensor_quantize_impl fuses the experts' casts into one
+    nvte_multi_cast_transpose only for delayed-scaling Float8Quantizers; current scaling quantizes
+    each expert's rows with its own kernel, like MXFP8."""
+    model = {"preset": "qwen3-30b-a3b", "seq_len": 4096}
+    par = {"ep": 8, "num_gpus": 8, "global_batch": 64, "micro_batch": 8}
+    scn = _scn(
+        model,
+        dict(par),
+        gpu="b200",
+        topology="dgx-b200",
+        precision={"dtype": "fp8", "fp8_recipe": recipe},
+        kernels={"moe_dispatcher": "hybridep"},
+    )
+    d = Device(scn.gpu, scn.dtype)
+    experts_local = scn.model.num_experts // 8
+    segs = _moe_segments(scn)
+    kernels = experts_local if recipe == "current" else 1
+    assert segs[label], sorted(segs)
+    expert_casts = [s for s in segs[label] if s.message_bytes > 0]
+    for s in expert_casts:
+        assert s.duration_s == pytest.approx(memory_op_time_s(d, s.message_bytes, kernels), rel=1e-12)
+
+
 # ----------------------------------------------------------------------------- precision
 def test_fp4_peaks_and_recipes() -> None:
     cat = load_gpu_catalog()

@@ -345,12 +345,13 @@ def fp8_recipe_for(run_id: str, dtype: str, cat: Catalog | None = None) -> str:
     bf16_with_fp8_current_scaling_mixed, the preset fp8_param_gather_for names), else "" (the
     simulator's default, delayed scaling)."""
     cat = cat or catalog()
-    release = cat.releases.get(container_of(run_id))
+    container = container_of(run_id)
+    release = cat.releases.get(container)
     if release is None or release.undetermined or dtype != "fp8":
         return ""
     return (
         f"precision: fp8_recipe = current (Megatron-Bridge {release.release} ({release.commit[:9]}, "
-        f"container {container_of(run_id)}) bf16_with_fp8_current_scaling_mixed)"
+        f"container {container}) bf16_with_fp8_current_scaling_mixed)"
     )
 
 
