@@ -216,8 +216,11 @@ def gemm_plan(
     batch: int = 1,
     params: KernelParams | None = None,
     out_bytes: int = 2,
+    *,
+    split: bool = True,
 ) -> GemmPlan:
-    """Fastest (tile, split-K) plan of `batch` independent (m×k)·(k×n) GEMMs in one kernel."""
+    """Fastest (tile, split-K) plan of `batch` independent (m×k)·(k×n) GEMMs in one kernel
+    (`split` False: tiles only, no split-K or stream-K, the data-parallel plans)."""
     p = params or kernel_params(gpu)
     if m <= 0 or n <= 0 or k <= 0 or batch <= 0:
         return GemmPlan(0.0, 0, 0, 1, 0)
@@ -232,32 +235,39 @@ def gemm_plan(
         t_floor, 2.0 * batch * m * n * k / (gpu.peak_flop_per_s(dtype) * scale * p.gemm_max_fraction)
     )
     best: GemmPlan | None = None
+
+    def better(t: float, split_k: int) -> bool:
+        # at a tie (a floor binds every plan) the library keeps the plain kernel: no workspace
+        if best is None or t < best.time_s:
+            return True
+        return t == best.time_s and best.split_k != 1 and split_k == 1
+
     c = p.gemm_tile_reuse  # small-tile penalty 1/(1 + c(1/tm + 1/tn)), relative to 256x128
     big = 1.0 + c * (1 / 256 + 1 / 128)
     for tm, tn in GEMM_TILES:
         tile_eff = big / (1.0 + c * (1 / tm + 1 / tn))
         tiles = math.ceil(m / tm) * math.ceil(n / tn) * batch
-        for split in SPLIT_K:
-            if split > 1 and (k / split < SPLIT_K_MIN_K or tiles * split > 2 * sms):
+        for sk in SPLIT_K if split else (1,):
+            if sk > 1 and (k / sk < SPLIT_K_MIN_K or tiles * sk > 2 * sms):
                 break
-            kk = math.ceil(k / split)
-            ctas = tiles * split
+            kk = math.ceil(k / sk)
+            ctas = tiles * sk
             waves = math.ceil(ctas / sms)
             t_tile = 2.0 * tm * tn * (kk + p.gemm_tile_overhead) / (peak_per_sm * tile_eff)
             t = waves * t_tile
-            if split > 1:  # fp32 partial sums written and read back by the reduction
-                t += batch * m * n * 4 * (split + 1) / bw + p.gemm_split_k_latency_s
+            if sk > 1:  # fp32 partial sums written and read back by the reduction
+                t += batch * m * n * 4 * (sk + 1) / bw + p.gemm_split_k_latency_s
             t = max(t, t_floor) + p.gemm_latency_s
-            if best is None or t < best.time_s:
-                best = GemmPlan(t, tm, tn, split, waves)
-        if tiles > sms and tiles % sms:
+            if better(t, sk):
+                best = GemmPlan(t, tm, tn, sk, waves)
+        if split and tiles > sms and tiles % sms:
             # stream-K (persistent CTAs share the k-iterations of the last partial wave evenly):
             # no wave quantization, two tile overheads per SM and a fix-up of the split tiles
             work = tiles * k / sms + 2 * p.gemm_tile_overhead
             t = 2.0 * tm * tn * work / (peak_per_sm * tile_eff)
             t += m * n * 4 * 2 / bw + p.gemm_split_k_latency_s
             t = max(t, t_floor) + p.gemm_latency_s
-            if best is None or t < best.time_s:
+            if better(t, 0):
                 best = GemmPlan(t, tm, tn, 0, math.ceil(tiles / sms))
     assert best is not None
     return best
