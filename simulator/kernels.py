@@ -17,7 +17,8 @@ and a fixed latency `gemm_latency_s` complete it.
 
 Attention (FlashAttention convention, Dao 2023: FLOPs = 4·b·s²·h·d, halved when causal; backward
 2.5×): time = FLOPs / (16-bit peak · fraction(impl, pass) · s/(s + s½) · head-dim factor ·
-causal factor) + latency. The causal factor s/(s + block) is the diagonal blocks computed in full.
+causal factor) + latency. The causal factor s/(s + M(1 + 2c) + 2 s½) is the diagonal tiles computed
+in full (query-tile height M) and masked at a per-implementation cost c (causal_extent).
 "unfused" composes two batched GEMMs and the softmax passes through memory (Megatron 2021).
 
 Memory-bound kernels: bytes / (HBM bandwidth · `memory_bw_fraction`) + `memory_latency_s`.
