@@ -515,13 +515,21 @@ TOPOLOGY_KEYS: dict[str, Key] = {
     "intra_node.link_GBps_per_direction": Key(
         "NVLink/PCIe bandwidth per GPU, one direction", "number", unit="GB/s (decimal)"
     ),
-    "intra_node.latency_us": Key("per-message latency inside a node", "number", unit="µs"),
+    "intra_node.latency_us": Key(
+        "per-message latency inside a node (send/recv, all-to-all rounds; NCCL collectives use NCCL's tuning latencies)",
+        "number",
+        unit="µs",
+    ),
     "intra_node.nvls": Key("NVLink SHARP in-switch reductions (NVSwitch gen 3+)", "boolean"),
     "inter_node": Key("the network between nodes", "table"),
     "inter_node.fabric": Key("network layout", "string", allowed=_spec("INTER_FABRICS")),
     "inter_node.nics_per_node": Key("NICs per node", "integer"),
     "inter_node.nic_Gbps": Key("bandwidth of one NIC, one direction", "number", unit="Gb/s (decimal, bits)"),
-    "inter_node.latency_us": Key("per-message latency between nodes", "number", unit="µs"),
+    "inter_node.latency_us": Key(
+        "per-message latency between nodes (send/recv, all-to-all rounds; NCCL collectives use NCCL's tuning latencies)",
+        "number",
+        unit="µs",
+    ),
     "inter_node.nodes_per_leaf": Key("nodes under one leaf switch (a scalable unit)", "integer"),
     "inter_node.oversubscription": Key("leaf downlink : uplink bandwidth ratio (1 = non-blocking)", "number"),
     "inter_node.tiers": Key(
