@@ -282,7 +282,10 @@ KEYS: dict[str, Key] = {
     ),
     "parallel.pipeline_layout": Key(
         "transformer layers of each virtual stage in path order (pp*vp counts summing to the layers; "
-        "embedding on the first, MTP and loss on the last; Megatron --pipeline-model-parallel-layout)",
+        "embedding on the first, MTP and loss on the last), or the same as a Megatron "
+        '--pipeline-model-parallel-layout string such as "Et*4|(t*4|)*14tmL" (E embedding, t layer, '
+        "m MTP module, L loss, | between virtual stages)",
+        "list or string",
         default="[] (even split)",
         since=NEXT,
     ),
@@ -697,6 +700,7 @@ _JSON_TYPES = {
     "table": "object",
     "list": "array",
     "list of strings": "array",
+    "list or string": ["array", "string"],
 }
 
 
