@@ -32,7 +32,8 @@ CV = sqrt(exp(σ_ln²) − 1): G 0.105 → CV 0.19, 0.15 → 0.27, 0.19 → 0.35
 takes Qwen3-30B's bracket midpoint, G ≈ 0.19, CV 0.35 (range 0.27–0.45; 0.19 for the most
 balanced checkpoint). Checks of the whole model against measurements it was not fitted to:
 forced-balanced traffic on 64 GB200 (EP64, E = 256, k = 8, 4,096 tokens per rank) measured a
-busiest-rank overload of ~1.013 averaged over steps (marin-community/marin issue #7668), and the
+busiest-rank overload of ~1.013 averaged over steps (marin-community/marin issue #7668, an
+agent-run Megatron measurement on mock data; forced routing ignores the data), and the
 sampling term alone gives 1.013 there; UltraEP (arXiv 2606.04101, abstract) measured inter-rank
 imbalance 1.30–4.01 without balancing for 106B–671B MoE models at rack-scale EP, and the model
 gives 1.40 for DeepSeek-V3 at EP64 with c = 0.35.
