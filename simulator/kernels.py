@@ -153,7 +153,9 @@ class KernelParams:
     def memory_bw_scale(self, kind: str) -> float:
         """The achievable bandwidth of `kind` relative to a streaming copy (MEMORY_KINDS)."""
         if kind not in MEMORY_KINDS:
-            raise ConfigError(f"memory kernel kind {kind!r}: expected one of {', '.join(MEMORY_KINDS)}", key="kind")
+            raise ConfigError(
+                f"memory kernel kind {kind!r}: expected one of {', '.join(MEMORY_KINDS)}", key="kind"
+            )
         return 1.0 if kind == "copy" else float(getattr(self, f"{kind}_bw_scale"))
 
 

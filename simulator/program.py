@@ -631,12 +631,11 @@ class _Coster:
                 b_in.append(Segment("compute", label, memory_op_time_s(d, cast_grad), 0.0, cast_grad))
 
         def mem(name: str, fwd_bytes: float, kernels: int = 1, kind: str = "") -> None:
-            """A memory-bound op: `fwd_bytes` forward, twice that backward; `kind` (MEMORY_KINDS
-            without its _fwd/_bwd pass) when the kernel the stack runs has its own bandwidth."""
+            """A memory-bound op: `fwd_bytes` forward; backward two passes of the forward's
+            kernels. `kind` (MEMORY_KINDS without its _fwd/_bwd suffix): the kernel the stack
+            runs has its own measured bandwidth in each pass."""
             tt = memory_op_time_s(d, fwd_bytes, kernels, f"{kind}_fwd" if kind else "copy")
-            tb = memory_op_time_s(d, 2 * fwd_bytes, kernels, f"{kind}_bwd" if kind else "copy")
-            if not kind:
-                tb = 2 * tt  # as before: two passes of the forward kernel
+            tb = 2 * memory_op_time_s(d, fwd_bytes, kernels, f"{kind}_bwd" if kind else "copy")
             fwd.append(Segment("compute", name, tt, 0.0, fwd_bytes))
             b_in.append(Segment("compute", name + " bwd", tb, 0.0, 2 * fwd_bytes))
 
@@ -1467,7 +1466,9 @@ class _Coster:
         # Megatron-Core's unfused loss has its measured bandwidth (MEMORY_KINDS cross_entropy_*)
         unfused = scn.kernels.cross_entropy in ("", "unfused")
         t_ce = memory_op_time_s(d, ce_bytes, ce_kernels, "cross_entropy_fwd" if unfused else "copy")
-        t_ce_bwd = memory_op_time_s(d, ce_bwd_bytes, ce_bwd_kernels, "cross_entropy_bwd" if unfused else "copy")
+        t_ce_bwd = memory_op_time_s(
+            d, ce_bwd_bytes, ce_bwd_kernels, "cross_entropy_bwd" if unfused else "copy"
+        )
         fwd: list[Segment] = [
             Segment("compute", "final norm", memory_op_time_s(d, 2 * T * m.hidden * a), 0.0, 0.0)
         ]
