@@ -11,6 +11,7 @@ import functools
 import json
 import math
 import os
+import re
 import stat
 import tomllib
 from collections.abc import Mapping, Sequence
@@ -1093,6 +1094,64 @@ def use_gpus_per_node(topo: TopologySpec, used: object) -> TopologySpec:
     )
 
 
+LAYOUT_KEY = "parallel.pipeline_layout"
+LAYOUT_MAX_CHARS = 1_000_000  # an unrolled layout string longer than this is refused, not built
+
+
+def megatron_layout(text: str, mtp_layers: int) -> list[int]:
+    """`[parallel] pipeline_layout` given as Megatron's --pipeline-model-parallel-layout string
+    (NVIDIA/Megatron-LM megatron/core/transformer/pipeline_parallel_layer_layout.py,
+    parse_str_to_list): commas are cosmetic, "(...)*n" and then "x*n" unroll, "|" separates the
+    virtual stages in path order; E = embedding, t = transformer layer, m = MTP module, L = loss.
+    Returns the transformer layers of each virtual stage. mfusim keeps the embedding on the first
+    virtual stage and the MTP modules with the loss on the last (program.py, memory.py); any other
+    placement is refused naming the key rather than simulated differently."""
+
+    def unroll(match: re.Match[str]) -> str:
+        times = int(match.group(2))
+        if len(match.group(1)) * times > LAYOUT_MAX_CHARS:
+            raise ConfigError(
+                f"{match.group(0)!r} unrolls to more than {LAYOUT_MAX_CHARS:,} entries", key=LAYOUT_KEY
+            )
+        return match.group(1) * times
+
+    flat = text.replace(",", "").replace(" ", "")
+    for pattern in (r"\(([^()]+)\)\*(\d+)", r"(.)\*(\d+)"):
+        flat = re.sub(pattern, unroll, flat)
+        if len(flat) > LAYOUT_MAX_CHARS:
+            raise ConfigError(f"unrolls to more than {LAYOUT_MAX_CHARS:,} entries", key=LAYOUT_KEY)
+    stray = sorted(set(flat) - set("EtmL|"))
+    if stray:
+        raise ConfigError(
+            f"{text!r}: unexpected {''.join(stray)!r} after unrolling; a Megatron layout uses E "
+            "(embedding), t (transformer layer), m (MTP module), L (loss), | between virtual stages, "
+            "x*n and (...)*n",
+            key=LAYOUT_KEY,
+        )
+    stages = flat.split("|")
+    first, last = stages[0], stages[-1]
+    if flat.count("E") != 1 or "E" not in first:
+        raise ConfigError(
+            f"{text!r}: the embedding (E) must appear once, in the first virtual stage", key=LAYOUT_KEY
+        )
+    if flat.count("L") != 1 or "L" not in last:
+        raise ConfigError(
+            f"{text!r}: the loss (L) must appear once, in the last virtual stage", key=LAYOUT_KEY
+        )
+    mtp = flat.count("m")
+    if mtp != mtp_layers:
+        raise ConfigError(
+            f"{text!r} places {mtp} MTP module(s) (m) but [model] mtp_layers = {mtp_layers}", key=LAYOUT_KEY
+        )
+    if mtp != last.count("m"):
+        raise ConfigError(
+            f"{text!r}: MTP modules (m) outside the last virtual stage are not modeled "
+            "(mfusim keeps them with the loss on the last virtual stage)",
+            key=LAYOUT_KEY,
+        )
+    return [stage.count("t") for stage in stages]
+
+
 def parallel_from_table(table: Mapping[str, Any], num_gpus: int) -> ParallelConfig:
     _check_keys(table, PARALLEL_KEYS, "parallel")
     values = dict(table)
@@ -1186,6 +1245,9 @@ def scenario_from_dict(data: Mapping[str, Any], base_dir: Path | None = None, so
     model = model_from_table(_table(data, "model", ""), base)
     topology, num_gpus = _cluster(data, base)
     par_table = _table(data, "parallel", "")
+    if isinstance(par_table.get("pipeline_layout"), str):
+        layout = megatron_layout(par_table["pipeline_layout"], model.mtp_layers)
+        par_table = {**par_table, "pipeline_layout": layout}
     parallel = parallel_from_table(par_table, num_gpus)
     parallel, layout_note = _embedding_loss_slots(model, parallel, par_table)
     if layout_note:

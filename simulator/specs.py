@@ -120,7 +120,10 @@ def _check_modules(key: str, value: object) -> tuple[str, ...]:
 def _check_layout(key: str, value: object) -> tuple[int, ...]:
     """A list of non-negative layer counts (one per virtual stage)."""
     if isinstance(value, str) or not isinstance(value, (list, tuple)):
-        raise ConfigError(f"must be a list of layer counts per virtual stage, got {value!r}", key=key)
+        raise ConfigError(
+            f"must be a list of layer counts per virtual stage or a Megatron layout string, got {value!r}",
+            key=key,
+        )
     for item in value:
         if isinstance(item, bool) or not isinstance(item, int) or not 0 <= item <= MAX_DIM:
             raise ConfigError(f"layer counts must be integers >= 0, got {item!r}", key=key)

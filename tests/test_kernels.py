@@ -371,14 +371,21 @@ def test_default_attention_follows_the_stack() -> None:
 
 # ----------------------------------------------------------------------------- catalog monotonicity
 def _dominates(fast, slow) -> bool:  # noqa: ANN001
-    """`fast` has at least the peaks, HBM bandwidth and SMs of `slow`, and at least its peak per SM
-    (more SMs at a lower rate each could lose a GEMM's last wave: that is physics, not a bug)."""
+    """`fast` has at least the peaks, HBM bandwidth, SMs, board power and exponential (SFU) rate of
+    `slow`, and at least its peak per SM (more SMs at a lower rate each could lose a GEMM's last
+    wave: that is physics, not a bug). B200 and B300 share SMs, peaks and HBM bandwidth: B300 is
+    the more capable of the two only through its 1,100 W and doubled SFU, so both must count."""
     for dtype in ("bf16", "fp16", "fp8"):
         a = getattr(fast, f"peak_{dtype}_flop_per_s")
         b = getattr(slow, f"peak_{dtype}_flop_per_s")
         if a < b or (b > 0 and a / fast.num_sms < b / slow.num_sms):
             return False
-    return fast.hbm_bandwidth_bytes_per_s >= slow.hbm_bandwidth_bytes_per_s and fast.num_sms >= slow.num_sms
+    return (
+        fast.hbm_bandwidth_bytes_per_s >= slow.hbm_bandwidth_bytes_per_s
+        and fast.num_sms >= slow.num_sms
+        and fast.board_power_w >= slow.board_power_w
+        and K.sfu_exp_speedup(fast) >= K.sfu_exp_speedup(slow)
+    )
 
 
 CATALOG_SCENARIOS = {
@@ -424,6 +431,8 @@ def test_faster_catalog_gpu_is_never_predicted_slower(name: str) -> None:
                 checked += 1
                 assert times[fast_name] <= times[slow_name] * (1 + 1e-9), (fast_name, slow_name, times)
     assert checked >= 10
+    # B300 = B200's silicon with more board power and SFU: it dominates B200, not the reverse
+    assert _dominates(catalog["b300"], catalog["b200"]) and not _dominates(catalog["b200"], catalog["b300"])
 
 
 def test_kernel_command_json_keys_and_errors(tmp_path) -> None:  # noqa: ANN001

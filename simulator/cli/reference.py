@@ -282,7 +282,10 @@ KEYS: dict[str, Key] = {
     ),
     "parallel.pipeline_layout": Key(
         "transformer layers of each virtual stage in path order (pp*vp counts summing to the layers; "
-        "embedding on the first, MTP and loss on the last; Megatron --pipeline-model-parallel-layout)",
+        "embedding on the first, MTP and loss on the last), or the same as a Megatron "
+        '--pipeline-model-parallel-layout string such as "Et*4|(t*4|)*14tmL" (E embedding, t layer, '
+        "m MTP module, L loss, | between virtual stages)",
+        "list or string",
         default="[] (even split)",
         since=NEXT,
     ),
@@ -515,13 +518,21 @@ TOPOLOGY_KEYS: dict[str, Key] = {
     "intra_node.link_GBps_per_direction": Key(
         "NVLink/PCIe bandwidth per GPU, one direction", "number", unit="GB/s (decimal)"
     ),
-    "intra_node.latency_us": Key("per-message latency inside a node", "number", unit="µs"),
+    "intra_node.latency_us": Key(
+        "per-message latency inside a node (send/recv, all-to-all rounds; NCCL collectives use NCCL's tuning latencies)",
+        "number",
+        unit="µs",
+    ),
     "intra_node.nvls": Key("NVLink SHARP in-switch reductions (NVSwitch gen 3+)", "boolean"),
     "inter_node": Key("the network between nodes", "table"),
     "inter_node.fabric": Key("network layout", "string", allowed=_spec("INTER_FABRICS")),
     "inter_node.nics_per_node": Key("NICs per node", "integer"),
     "inter_node.nic_Gbps": Key("bandwidth of one NIC, one direction", "number", unit="Gb/s (decimal, bits)"),
-    "inter_node.latency_us": Key("per-message latency between nodes", "number", unit="µs"),
+    "inter_node.latency_us": Key(
+        "per-message latency between nodes (send/recv, all-to-all rounds; NCCL collectives use NCCL's tuning latencies)",
+        "number",
+        unit="µs",
+    ),
     "inter_node.nodes_per_leaf": Key("nodes under one leaf switch (a scalable unit)", "integer"),
     "inter_node.oversubscription": Key("leaf downlink : uplink bandwidth ratio (1 = non-blocking)", "number"),
     "inter_node.tiers": Key(
@@ -697,6 +708,7 @@ _JSON_TYPES = {
     "table": "object",
     "list": "array",
     "list of strings": "array",
+    "list or string": ["array", "string"],
 }
 
 
