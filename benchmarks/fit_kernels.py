@@ -48,6 +48,7 @@ RANGES: dict[str, tuple[float, float]] = {
     **{f"{i}_head_dim_wide": (0.0, 1.0) for i in ("fa2", "fa3", "cudnn", "triton")},
     "triton_fwd_fraction": (0.05, 0.9),
     **{f"{i}_causal_scale": (0.5, 1.0) for i in ("fa2", "fa3", "cudnn", "triton")},
+    **{f"{i}_causal_mask_cost": (0.0, 2.0) for i in ("fa2", "fa3", "cudnn", "triton")},
     "triton_bwd_fraction": (0.05, 0.9),
     "gemm_split_k_latency_s": (0.0, 10e-6),
     "gemm_fp8_scale": (0.7, 1.0),
@@ -94,6 +95,11 @@ FIT: dict[str, tuple[str, ...]] = {
         not in (
             "memory_latency_s",
             "gemm_max_fraction",
+            # not fitted: the query-tile height (128 rows at head dim 128); the per-implementation
+            # mask costs carry what the diagonal tiles cost beyond it (kernels.causal_extent)
+            "attention_causal_block",
+            "fa2_fwd_wide_head_block",  # not fitted: FlashAttention-2's tile rows (source code)
+            "fa2_bwd_wide_head_block",
             "nic_bw_fraction",
             "attention_exp_mma_ratio",
             # not fitted: mamf-msmf's sustained/burst pair (kernels.toml); they set the clock of
@@ -115,6 +121,7 @@ FIT: dict[str, tuple[str, ...]] = {
         "triton_fwd_seq_half",
         "triton_head_dim_half",
         "triton_causal_scale",
+        "triton_causal_mask_cost",
         "memory_bw_fraction",
     ),
     "blackwell": ("gemm_peak_fraction", "gemm_fp8_scale"),
@@ -281,6 +288,8 @@ def fit_kernel_parameters(base: dict[str, KernelParams], group: str | None) -> d
             "attention_exp_mma_ratio",
             # a kind's bandwidth scale is measured per architecture (H100 only so far): not borrowed
             *(f.name for f in fields(KernelParams) if f.name.endswith("_bw_scale")),
+            "fa2_fwd_wide_head_block",
+            "fa2_bwd_wide_head_block",
         }
         borrowed = {
             f.name: getattr(base[parent], f.name)
@@ -303,6 +312,8 @@ def fit_kernel_parameters(base: dict[str, KernelParams], group: str | None) -> d
                 fa3_head_dim_half=b.fa2_head_dim_half,
                 fa3_causal_scale=b.fa2_causal_scale,
                 cudnn_causal_scale=b.fa2_causal_scale,
+                fa3_causal_mask_cost=b.fa2_causal_mask_cost,
+                cudnn_causal_mask_cost=b.fa2_causal_mask_cost,
                 cudnn_head_dim_half=b.fa2_head_dim_half,
                 fa3_head_dim_wide=b.fa2_head_dim_wide,
                 cudnn_head_dim_wide=b.fa2_head_dim_wide,
@@ -321,6 +332,7 @@ def fit_kernel_parameters(base: dict[str, KernelParams], group: str | None) -> d
             triton_head_dim_half=a.triton_head_dim_half,
             triton_head_dim_wide=a.triton_head_dim_wide,
             triton_causal_scale=a.triton_causal_scale,
+            triton_causal_mask_cost=a.triton_causal_mask_cost,
         )
     return base
 

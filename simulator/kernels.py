@@ -17,7 +17,8 @@ and a fixed latency `gemm_latency_s` complete it.
 
 Attention (FlashAttention convention, Dao 2023: FLOPs = 4·b·s²·h·d, halved when causal; backward
 2.5×): time = FLOPs / (16-bit peak · fraction(impl, pass) · s/(s + s½) · head-dim factor ·
-causal factor) + latency. The causal factor s/(s + block) is the diagonal blocks computed in full.
+causal factor) + latency. The causal factor s/(s + M(1 + 2c) + 2 s½) is the diagonal tiles computed
+in full (query-tile height M) and masked at a per-implementation cost c (causal_extent).
 "unfused" composes two batched GEMMs and the softmax passes through memory (Megatron 2021).
 
 Memory-bound kernels: bytes / (HBM bandwidth · `memory_bw_fraction` · kind scale) + `memory_latency_s`
@@ -110,6 +111,19 @@ class KernelParams:
     nccl_nvls_fraction: float
     # chunk-times S/n a reduction ring's last step adds (network/collectives.py Links)
     nccl_reduce_tail_chunks: float
+    # extra cost of a masked (diagonal) kv position over an unmasked one in the forward, per
+    # implementation: the causal mask's index compares and selects on the score tile (the
+    # backward, with 2.5x the MMA work per score, pays it / 2.5); see fused_attention_efficiency
+    fa2_causal_mask_cost: float = 0.0
+    fa3_causal_mask_cost: float = 0.0
+    cudnn_causal_mask_cost: float = 0.0
+    triton_causal_mask_cost: float = 0.0
+    # FlashAttention-2's tile height (query rows forward, key rows backward) above head dim 128,
+    # where it differs from `attention_causal_block` (0: the same): 64x64 tiles in both passes at
+    # head dim 256 on H100 (csrc/flash_attn/src/flash_fwd_launch_template.h run_mha_fwd_hdim256:
+    # two CTAs per SM; flash_bwd_launch_template.h run_mha_bwd_hdim256), 128x64 forward on A100
+    fa2_fwd_wide_head_block: float = 0.0
+    fa2_bwd_wide_head_block: float = 0.0
     # exp time at the MUFU rate / MMA time at the peak, head dim 128 forward (0: not modelled)
     attention_exp_mma_ratio: float = 0.0
     # share of a fused kernel's time per FLOP added by each doubling of the head dim beyond 128:
@@ -143,6 +157,9 @@ class KernelParams:
 
     def attention_causal_scale(self, impl: str) -> float:
         return float(getattr(self, f"{impl}_causal_scale"))
+
+    def attention_causal_mask_cost(self, impl: str) -> float:
+        return float(getattr(self, f"{impl}_causal_mask_cost"))
 
     def attention_head_dim_half(self, impl: str) -> float:
         return float(getattr(self, f"{impl}_head_dim_half"))
@@ -234,8 +251,11 @@ def gemm_plan(
     batch: int = 1,
     params: KernelParams | None = None,
     out_bytes: int = 2,
+    *,
+    split: bool = True,
 ) -> GemmPlan:
-    """Fastest (tile, split-K) plan of `batch` independent (m×k)·(k×n) GEMMs in one kernel."""
+    """Fastest (tile, split-K) plan of `batch` independent (m×k)·(k×n) GEMMs in one kernel
+    (`split` False: tiles only, no split-K or stream-K, the data-parallel plans)."""
     p = params or kernel_params(gpu)
     if m <= 0 or n <= 0 or k <= 0 or batch <= 0:
         return GemmPlan(0.0, 0, 0, 1, 0)
@@ -250,32 +270,39 @@ def gemm_plan(
         t_floor, 2.0 * batch * m * n * k / (gpu.peak_flop_per_s(dtype) * scale * p.gemm_max_fraction)
     )
     best: GemmPlan | None = None
+
+    def better(t: float, split_k: int) -> bool:
+        # at a tie (a floor binds every plan) the library keeps the plain kernel: no workspace
+        if best is None or t < best.time_s:
+            return True
+        return t == best.time_s and best.split_k != 1 and split_k == 1
+
     c = p.gemm_tile_reuse  # small-tile penalty 1/(1 + c(1/tm + 1/tn)), relative to 256x128
     big = 1.0 + c * (1 / 256 + 1 / 128)
     for tm, tn in GEMM_TILES:
         tile_eff = big / (1.0 + c * (1 / tm + 1 / tn))
         tiles = math.ceil(m / tm) * math.ceil(n / tn) * batch
-        for split in SPLIT_K:
-            if split > 1 and (k / split < SPLIT_K_MIN_K or tiles * split > 2 * sms):
+        for sk in SPLIT_K if split else (1,):
+            if sk > 1 and (k / sk < SPLIT_K_MIN_K or tiles * sk > 2 * sms):
                 break
-            kk = math.ceil(k / split)
-            ctas = tiles * split
+            kk = math.ceil(k / sk)
+            ctas = tiles * sk
             waves = math.ceil(ctas / sms)
             t_tile = 2.0 * tm * tn * (kk + p.gemm_tile_overhead) / (peak_per_sm * tile_eff)
             t = waves * t_tile
-            if split > 1:  # fp32 partial sums written and read back by the reduction
-                t += batch * m * n * 4 * (split + 1) / bw + p.gemm_split_k_latency_s
+            if sk > 1:  # fp32 partial sums written and read back by the reduction
+                t += batch * m * n * 4 * (sk + 1) / bw + p.gemm_split_k_latency_s
             t = max(t, t_floor) + p.gemm_latency_s
-            if best is None or t < best.time_s:
-                best = GemmPlan(t, tm, tn, split, waves)
-        if tiles > sms and tiles % sms:
+            if better(t, sk):
+                best = GemmPlan(t, tm, tn, sk, waves)
+        if split and tiles > sms and tiles % sms:
             # stream-K (persistent CTAs share the k-iterations of the last partial wave evenly):
             # no wave quantization, two tile overheads per SM and a fix-up of the split tiles
             work = tiles * k / sms + 2 * p.gemm_tile_overhead
             t = 2.0 * tm * tn * work / (peak_per_sm * tile_eff)
             t += m * n * 4 * 2 / bw + p.gemm_split_k_latency_s
             t = max(t, t_floor) + p.gemm_latency_s
-            if best is None or t < best.time_s:
+            if better(t, 0):
                 best = GemmPlan(t, tm, tn, 0, math.ceil(tiles / sms))
     assert best is not None
     return best
@@ -339,14 +366,38 @@ def fused_attention_efficiency(
 ) -> float:
     """Achieved fraction of the 16-bit dense peak on the FlashAttention-convention FLOPs."""
     # A CTA streams the kv blocks of one query tile: s/B blocks of work plus a fixed cost of
-    # seq_half/B blocks (Q load, O write, pipeline fill), so efficiency s/(s + seq_half). Causal:
-    # half the blocks, the diagonal one in full, same fixed cost: s/(s + block + 2·seq_half).
+    # seq_half/B blocks (Q load, O write, pipeline fill), so efficiency s/(s + seq_half).
     sh = p.attention_seq_half(impl, pass_)
-    if causal:  # plus what masking costs the kernel beyond its diagonal blocks
-        seq_factor = p.attention_causal_scale(impl) * seq_kv / (seq_kv + p.attention_causal_block + 2 * sh)
+    if causal:
+        extent = causal_extent(p, impl, pass_, head_dim)
+        seq_factor = p.attention_causal_scale(impl) * seq_kv / (seq_kv + extent + 2 * sh)
     else:
         seq_factor = seq_kv / (seq_kv + sh)
     return p.attention_fraction(impl, pass_) * seq_factor * head_dim_factor(p, impl, pass_, head_dim)
+
+
+def causal_extent(p: KernelParams, impl: str, pass_: str, head_dim: int = 128) -> float:
+    """Key positions a causal kernel computes per query tile beyond the FLOP convention's s/2.
+
+    Query tile i of height M (`attention_causal_block`, 128 rows in FlashAttention-2/-3 and cuDNN
+    at head dim 128) streams the (i+1)·M keys up to its diagonal: on average (s + M)/2 of them,
+    where the convention counts s/2. Its last M keys (the diagonal tiles) are masked, and a masked
+    position costs 1 + c of an unmasked one (`{impl}_causal_mask_cost`: index compares and selects
+    on the score tile; FlashAttention-2's sm80 kernel does them in the warps that issue the MMAs,
+    FA3 and cuDNN overlap them with the asynchronous wgmma). Per tile: (s + M)/2 + c·M + fixed cost,
+    so the causal efficiency is s/(s + M·(1 + 2c) + 2·seq_half). FlashAttention-2 runs 64-row
+    tiles at head dim 256 on Hopper (`fa2_*_wide_head_block`), so its diagonal there is half as wide. The backward does 2.5x the MMA work
+    per score for the same mask work, so it pays c/2.5 (as head_dim_factor's per-score term).
+    With c = 0.3 the masked tiles are 40% of the work at s = 512 (M = 128) but 1.6% at 16k: why
+    FlashAttention-2's causal forward loses 38% to its non-causal rate at 512 tokens on H100 and
+    10% at 16k (fa3-paper Fig. 5c/5d)."""
+    c = p.attention_causal_mask_cost(impl)
+    if pass_ == "bwd":
+        c /= BWD_FLOP_RATIO
+    block = p.attention_causal_block
+    if impl == "fa2" and head_dim > 128:
+        block = (p.fa2_bwd_wide_head_block if pass_ == "bwd" else p.fa2_fwd_wide_head_block) or block
+    return block * (1.0 + 2.0 * c)
 
 
 def head_dim_factor(p: KernelParams, impl: str, pass_: str, head_dim: int) -> float:

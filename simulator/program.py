@@ -1801,10 +1801,29 @@ def build_program(scn: Scenario, comm: CommModel | None = None) -> Program:
         dataloader_jitter=dl.jitter,
         dataloader_seed=dl.seed,
         collectives=tuple(coster.seen.values()),
-        warnings=tuple(getattr(comm, "placement_warnings", lambda: [])()),
+        warnings=tuple(getattr(comm, "placement_warnings", lambda: [])()) + stack_hints(scn),
         ep_overlap=ep_overlap,
         tensor_activity=activity,
         power_clock=coster.device.power_clock,
+    )
+
+
+def stack_hints(scn: Scenario) -> tuple[str, ...]:
+    """A scenario that runs unfused attention without naming a stack: that is how 2021-22
+    Megatron-LM ran (before FlashAttention), whose fitted system residuals differ from today's
+    Megatron-Core ones that the GPU table holds (docs/calibration.md). Said, not applied:
+    `mfusim run` keeps today's stack unless [kernels] stack names another."""
+    from .stacks import stack_efficiency
+
+    k = scn.kernels
+    if k.stack or resolve_attention(scn.gpu, k.attention, k.flash_attention) != "unfused":
+        return ()
+    if stack_efficiency("megatron-2021", architecture(scn.gpu.name)) is None:
+        return ()
+    return (
+        "unfused attention is how 2021-22 Megatron-LM ran; this run uses today's Megatron-Core "
+        'residuals of the GPU table -- [kernels] stack = "megatron-2021" uses that stack\'s fitted '
+        "ones instead (docs/calibration.md)",
     )
 
 
