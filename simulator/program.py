@@ -630,10 +630,14 @@ class _Coster:
                 fwd.append(Segment("compute", label, memory_op_time_s(d, cast_in), 0.0, cast_in))
                 b_in.append(Segment("compute", label, memory_op_time_s(d, cast_grad), 0.0, cast_grad))
 
-        def mem(name: str, fwd_bytes: float, kernels: int = 1) -> None:
-            tt = memory_op_time_s(d, fwd_bytes, kernels)
+        def mem(name: str, fwd_bytes: float, kernels: int = 1, kind: str = "") -> None:
+            """A memory-bound op: `fwd_bytes` forward; backward two passes of the forward's
+            kernels. `kind` (MEMORY_KINDS without its _fwd/_bwd suffix): the kernel the stack
+            runs has its own measured bandwidth in each pass."""
+            tt = memory_op_time_s(d, fwd_bytes, kernels, f"{kind}_fwd" if kind else "copy")
+            tb = 2 * memory_op_time_s(d, fwd_bytes, kernels, f"{kind}_bwd" if kind else "copy")
             fwd.append(Segment("compute", name, tt, 0.0, fwd_bytes))
-            b_in.append(Segment("compute", name + " bwd", 2 * tt, 0.0, 2 * fwd_bytes))
+            b_in.append(Segment("compute", name + " bwd", tb, 0.0, 2 * fwd_bytes))
 
         # forward segments of the modules selective recomputation can re-run, by
         # Megatron-Core --recompute-modules name: [start, end) ranges of `fwd`
@@ -706,7 +710,13 @@ class _Coster:
             else:
                 if m.activation == "clamped_quick_geglu":
                     self._eager(fwd, b_in, "glu input clamps", CLAMPED_GLU_PASSES, T * fc1_n * a)
-                mem("swiglu" if m.gated_mlp else "gelu", (3 if m.gated_mlp else 2) * T * f_local * a)
+                # SwiGLU: Megatron-Core's bias_swiglu_impl over the chunked fc1 halves (MEMORY_KINDS)
+                swiglu = m.gated_mlp and not m.activation
+                mem(
+                    "swiglu" if m.gated_mlp else "gelu",
+                    (3 if m.gated_mlp else 2) * T * f_local * a,
+                    kind="swiglu" if swiglu else "",
+                )
             mm("fc2", T, h, f_local)
             self._tp_exit(fwd, b_in, tp_msg)
             span("mlp", start)
@@ -1149,7 +1159,8 @@ class _Coster:
         if m.activation == "clamped_quick_geglu" and eager:
             self._eager(fwd, b_in, "expert act input clamps", CLAMPED_GLU_PASSES, rows * fc1_n * a)
         self.act_sync_index = len(fwd)  # the eager clamped GeGLU's host sync (hostbound.CLAMPED_GLU_OPS)
-        mem("expert act", (3 if m.gated_mlp else 2) * rows * f_local * a)
+        swiglu = m.gated_mlp and not m.activation and eager  # bias_swiglu_impl (MEMORY_KINDS)
+        mem("expert act", (3 if m.gated_mlp else 2) * rows * f_local * a, kind="swiglu" if swiglu else "")
         span("moe_act", start)
         grouped("expert fc2", h, f_local)
         if m.linear_bias and eager:
@@ -1452,8 +1463,12 @@ class _Coster:
             fwd_b, fwd_k, bwd_b, bwd_k = CE_PASSES[scn.kernels.cross_entropy or "unfused"]
             ce_bytes, ce_bwd_bytes = float(T * v_local * fwd_b), float(T * v_local * bwd_b)
             ce_kernels, ce_bwd_kernels = fwd_k, bwd_k
-        t_ce = memory_op_time_s(d, ce_bytes, kernels=ce_kernels)
-        t_ce_bwd = memory_op_time_s(d, ce_bwd_bytes, kernels=ce_bwd_kernels)
+        # Megatron-Core's unfused loss has its measured bandwidth (MEMORY_KINDS cross_entropy_*)
+        unfused = scn.kernels.cross_entropy in ("", "unfused")
+        t_ce = memory_op_time_s(d, ce_bytes, ce_kernels, "cross_entropy_fwd" if unfused else "copy")
+        t_ce_bwd = memory_op_time_s(
+            d, ce_bwd_bytes, ce_bwd_kernels, "cross_entropy_bwd" if unfused else "copy"
+        )
         fwd: list[Segment] = [
             Segment("compute", "final norm", memory_op_time_s(d, 2 * T * m.hidden * a), 0.0, 0.0)
         ]
@@ -1786,10 +1801,29 @@ def build_program(scn: Scenario, comm: CommModel | None = None) -> Program:
         dataloader_jitter=dl.jitter,
         dataloader_seed=dl.seed,
         collectives=tuple(coster.seen.values()),
-        warnings=tuple(getattr(comm, "placement_warnings", lambda: [])()),
+        warnings=tuple(getattr(comm, "placement_warnings", lambda: [])()) + stack_hints(scn),
         ep_overlap=ep_overlap,
         tensor_activity=activity,
         power_clock=coster.device.power_clock,
+    )
+
+
+def stack_hints(scn: Scenario) -> tuple[str, ...]:
+    """A scenario that runs unfused attention without naming a stack: that is how 2021-22
+    Megatron-LM ran (before FlashAttention), whose fitted system residuals differ from today's
+    Megatron-Core ones that the GPU table holds (docs/calibration.md). Said, not applied:
+    `mfusim run` keeps today's stack unless [kernels] stack names another."""
+    from .stacks import stack_efficiency
+
+    k = scn.kernels
+    if k.stack or resolve_attention(scn.gpu, k.attention, k.flash_attention) != "unfused":
+        return ()
+    if stack_efficiency("megatron-2021", architecture(scn.gpu.name)) is None:
+        return ()
+    return (
+        "unfused attention is how 2021-22 Megatron-LM ran; this run uses today's Megatron-Core "
+        'residuals of the GPU table -- [kernels] stack = "megatron-2021" uses that stack\'s fitted '
+        "ones instead (docs/calibration.md)",
     )
 
 
