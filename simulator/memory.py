@@ -13,7 +13,13 @@ What one GPU holds at its peak, part by part (all in bytes):
   optimizer) the 12 B, stage 2 also the gradients, stage 3 (FSDP) also the weights.
   Megatron's distributed optimizer shards over dp×cp (CP ranks hold the same weights), so
   the sharding degree here is d = dp·cp; expert weights of an MoE shard over their own
-  expert-data-parallel group d/ep. fp8 training keeps 16-bit weights and adds a 1-byte fp8
+  expert-data-parallel group d/ep. That fp32 gradient copy (fp16, or 16-bit gradient buffers)
+  is a step-time transient under Megatron's optimizers: DistributedOptimizer.
+  _copy_model_grads_to_main_grads makes it inside step() (none at all with the precision-aware
+  optimizer, which reads the 16-bit buffer as `decoupled_grad`; NVIDIA/Megatron-LM d7288711
+  megatron/core/optimizer/distrib_optimizer.py) and zero_grad(set_to_none) frees it at the next
+  train_step's start (Megatron-Bridge 0fbfe7d training/train.py), so it counts only where it
+  outweighs the activations and buffers freed by then. fp8 training keeps 16-bit weights and adds a 1-byte fp8
   copy of each weight (Transformer Engine's cast cache); with `[precision] fp8_param_gather`
   (Megatron-Core --fp8-param-gather) the GEMM weights exist only in FP8 -- no 16-bit copy --
   while the embedding and output layer stay 16-bit (weight_bytes_per_param).
@@ -594,8 +600,8 @@ def _model_state_bytes(
     optimizer_state_bytes: float = OPTIMIZER_BYTES,
     grad_reduce_dtype: str = "",
     fp8_param_gather: bool = False,
-) -> tuple[float, float, float]:
-    """(weights, grads, optimizer) bytes for one GPU, sharded by the ZeRO stage over the shard
+) -> tuple[float, float, float, float]:
+    """(weights, grads, optimizer, step_grad_copy) bytes for one GPU, sharded by the ZeRO stage over the shard
     group (HSDP: dp_shard of the dp ranks, the state replicated across dp / dp_shard replicas).
     `optimizer_state_bytes`: master weight + moments per parameter ([memory] exp_avg_dtype,
     exp_avg_sq_dtype: 12 with fp32 moments, 8 with BF16 ones as DeepSeek-V3 §3.3.3).
@@ -609,16 +615,21 @@ def _model_state_bytes(
         # the embedding and output layer are no TE modules: they keep their 16-bit weights
         quantized_fraction = 1.0 - params.unquantized / total
         weight_bytes = weight_bytes * quantized_fraction + WEIGHT_BYTES * (1.0 - quantized_fraction)
-    # fp16 keeps 16-bit gradients and an fp32 copy of them in the optimizer (Megatron's
-    # "fp16 param, fp16 grads: 4 + 16/d"); bf16/fp8 accumulate fp32 main grads ("6 + 12/d")
-    # unless the gradient buffers are 16-bit (grad_reduce_dtype = "bf16"): then, as with fp16,
-    # the distributed optimizer casts its shard of them to fp32 (shard_main_param.grad).
+    # fp16 keeps 16-bit gradients and the optimizer an fp32 copy of them (Megatron's "fp16 param,
+    # fp16 grads: 4 + 16/d"); bf16/fp8 accumulate fp32 main grads ("6 + 12/d") unless the
+    # gradient buffers are 16-bit (grad_reduce_dtype = "bf16"): then, as with fp16, the optimizer
+    # casts its shard of them to fp32. Under ZeRO-2/3 (PyTorch FSDP) that fp32 shard is the
+    # accumulated sharded gradient itself, alive through the backward of every micro-batch.
+    # Megatron's optimizers (stage 0/1) make it inside step() only and free it before the next
+    # forward: `step_grad_copy`, which `memory_footprint` sets against the activations.
     grad_bytes = grad_reduce_bytes_per_param(dtype, grad_reduce_dtype)
-    optimizer_bytes = optimizer_state_bytes + (GRAD_BYTES if grad_bytes < GRAD_BYTES else 0)
+    copy_bytes = GRAD_BYTES if grad_bytes < GRAD_BYTES else 0
     weights = weight_bytes * (sharded if par.zero >= 3 else total)
     grads = grad_bytes * (sharded if par.zero >= 2 else total)
-    optimizer = optimizer_bytes * (sharded if par.zero >= 1 else total)
-    return weights, grads, optimizer
+    if par.zero >= 2:
+        return weights, grads, (optimizer_state_bytes + copy_bytes) * sharded, 0.0
+    optimizer = optimizer_state_bytes * (sharded if par.zero >= 1 else total)
+    return weights, grads, optimizer, copy_bytes * (sharded if par.zero >= 1 else total)
 
 
 def memory_footprint(scn: Scenario) -> MemoryReport:
@@ -665,7 +676,7 @@ def memory_footprint(scn: Scenario) -> MemoryReport:
     for i, chunks in enumerate(layout):
         n_layers = sum(len(c) for c in chunks)
         params = stage_params_of_chunks(model, par, i, chunks)
-        weights, grads, optimizer = _model_state_bytes(
+        weights, grads, optimizer, step_grad_copy = _model_state_bytes(
             params,
             par,
             scn.dtype,
@@ -674,7 +685,7 @@ def memory_footprint(scn: Scenario) -> MemoryReport:
             scn.fp8_param_gather,
         )
         if scn.memory.offload_optimizer:
-            optimizer = 0.0  # fp32 master weights and Adam moments live in host memory
+            optimizer = step_grad_copy = 0.0  # master weights, moments and the step live on the host
         n_moe = sum(1 for c in chunks for layer in c if model.is_moe_layer(layer))
         if par.schedule in CHUNK_WEIGHTED_SCHEDULES:
             # each chunk weighted by the bytes of its own layers: DualPipe's rank 0 holds p
@@ -717,6 +728,12 @@ def memory_footprint(scn: Scenario) -> MemoryReport:
             layer = flops.layer_params_per_rank(model, par, n_moe > 0)  # the largest of its layers
             embedding = model.vocab * model.hidden / t if holds_embedding or holds_output else 0.0
             buffers += WEIGHT_BYTES * max(2 * layer.total, embedding)
+        # Megatron's optimizer step runs after the last backward, when the activations and the
+        # per-micro-batch buffers are freed: its fp32 gradient shard raises the peak only where it
+        # outweighs them (NVIDIA/Megatron-LM d7288711 distrib_optimizer.py
+        # _copy_model_grads_to_main_grads makes it, zero_grad(set_to_none) at the next
+        # train_step's start frees it; see the module docstring and _model_state_bytes)
+        optimizer += max(0.0, step_grad_copy - activations - buffers)
         allocated = weights + grads + optimizer + activations + buffers
         reserved = FRAMEWORK_BYTES + FRAGMENTATION_FRACTION * allocated
         parts = {

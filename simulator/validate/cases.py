@@ -22,6 +22,7 @@ from .columns import (
 )
 from .gpus import GPUMapping, gpu_mapping
 from .recipes import (
+    bf16_moments_for,
     fp8_param_gather_for,
     fp8_recipe_for,
     pipeline_layout_for,
@@ -257,6 +258,12 @@ def build_case(run: PublishedRun) -> Case | Unusable:
         if fp8_params_note:
             notes.append(fp8_params_note)
             precision["fp8_param_gather"] = True
+        moments_note = bf16_moments_for(
+            run.run_id, run.get("model_name") or "", _recipe_layout(run, parallel)["fsdp"] == 1
+        )
+        if moments_note:
+            notes.append(moments_note)
+            recipe_memory = {**recipe_memory, "exp_avg_dtype": "bf16", "exp_avg_sq_dtype": "bf16"}
         fp8_recipe_note = fp8_recipe_for(run.run_id, dtype)
         if fp8_recipe_note:
             notes.append(fp8_recipe_note)

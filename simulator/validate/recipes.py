@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 import tomllib
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cache
 from typing import Any
 
@@ -109,6 +109,8 @@ class Catalog:
     fp8_param_gather_dtypes: frozenset[str] = frozenset()
     fp8_param_gather_families: frozenset[str] = frozenset()
     pipeline_layouts: tuple[PipelineLayout, ...] = ()
+    # family -> the containers whose model recipe stores Adam's moments in BF16 ([bf16_moments])
+    bf16_moments: Mapping[str, frozenset[str]] = field(default_factory=dict)
 
 
 def _pipeline_layout(table: Mapping[str, Any], families: Mapping[str, str]) -> PipelineLayout:
@@ -270,6 +272,15 @@ def parse_catalog(text: str) -> Catalog:
         raise ValueError(
             f"{RECIPES_FILE}: fp8_param_gather_families {unknown_families} are not [family] keys"
         )
+    bf16_moments = {f: frozenset(c) for f, c in data.get("bf16_moments", {}).items()}
+    for f, containers in bf16_moments.items():
+        if f not in families:
+            raise ValueError(f"{RECIPES_FILE}: bf16_moments {f!r} is not a [family] key")
+        if containers - set(releases):
+            raise ValueError(
+                f"{RECIPES_FILE}: bf16_moments {f!r}: containers {sorted(containers - set(releases))} "
+                "are not [container.*] keys"
+            )
     return Catalog(
         releases,
         families,
@@ -279,6 +290,7 @@ def parse_catalog(text: str) -> Catalog:
         fp8_params,
         fp8_families,
         tuple(_pipeline_layout(t, families) for t in data.get("pipeline_layout", ())),
+        bf16_moments,
     )
 
 
@@ -314,6 +326,24 @@ def fp8_param_gather_for(run_id: str, model_name: str, dtype: str, cat: Catalog 
     return (
         f"precision: fp8_param_gather = true (Megatron-Bridge {release.release} ({release.commit[:9]}, "
         f"container {container}) {preset}: FP8 weights only, fp32 master in the optimizer)"
+    )
+
+
+def bf16_moments_for(run_id: str, model_name: str, fsdp: bool, cat: Catalog | None = None) -> str:
+    """The assumption line when this row's model recipe stores Adam's moments in BF16 (Megatron-Core's
+    precision-aware optimizer; its family and container listed in [bf16_moments], and no Megatron
+    FSDP, under which the perf scripts turn the precision-aware optimizer off), else ""."""
+    cat = cat or catalog()
+    container = container_of(run_id)
+    name = model_name.lower()
+    family = next((f for f, pattern in cat.families.items() if re.search(pattern, name)), None)
+    if fsdp or family is None or container not in cat.bf16_moments.get(family, frozenset()):
+        return ""
+    release = cat.releases[container]
+    return (
+        f"memory: exp_avg_dtype = exp_avg_sq_dtype = bf16 (Megatron-Bridge {release.release} "
+        f"({release.commit[:9]}, container {container}) {family} model recipe: "
+        f"use_precision_aware_optimizer = true, BF16 Adam moments; {RECIPES_FILE} [bf16_moments])"
     )
 
 
