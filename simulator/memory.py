@@ -450,27 +450,54 @@ def inflight_layer_microbatches(
     its W (the W needs the inputs of every linear layer — Qi et al. 2023 Table 1: B frees only
     the attention core). ZB-H1 holds p on every stage, ZB-V 2p half-stage chunks, DualPipe
     p + 1 and DualPipeV 2p + 1 chunks (the DualPipe README's table).
+    EP all-to-all overlap (Megatron-Core's combined 1F1B): one layer more than without it, see
+    `_combined_1f1b_extra`.
     """
     p, m, v = par.pp, par.num_microbatches, par.vp
     if par.schedule in CHUNK_WEIGHTED_SCHEDULES:
         weights = chunk_layer_counts or [stage_layers / v] * v
         return peak_inflight(stage_tasks(par.schedule, p, v, m, stage), weights)
-    return inflight_microbatches(par, stage) * stage_layers
+    if par.schedule == "gpipe":
+        return float(m) * stage_layers
+    held = _held_microbatches(par, stage, 0)
+    if _combined_1f1b_extra(par) and _held_microbatches(par, stage, 1) > held:
+        return held * stage_layers + 1.0  # a combined F/B step follows the warm-up
+    return held * stage_layers
+
+
+def _combined_1f1b_extra(par: ParallelConfig) -> int:
+    """1 when the stage runs Megatron-Core's combined 1F1B (EP all-to-all overlap), else 0.
+
+    Its warm-up runs one more forward than the plain schedule (schedules.py
+    get_pp_rank_microbatches: "we schedule one extra micro-batch forward step before the 1f1b
+    stages"; pp = 1: combined_1f1b_schedule_for_no_pipelining runs F(1) alone, then F(i+1) with
+    B(i)), so one more chunk-micro-batch's per-micro-batch buffers exist. Its layer activations do
+    not double: each combined step interleaves the forward's layer j with the backward's layer
+    L - 1 - j and releases that backward layer's saved state at once
+    (model_chunk_schedule_plan.py TransformerModelChunkSchedulePlan.run: b_layer.release_state()),
+    so at most one layer more than the chunk-micro-batches of the plain schedule is held
+    (NVIDIA/Megatron-LM d0b3b775, Megatron-Bridge v0.5.0's Megatron-Core)."""
+    return 1 if par.ep_comm_overlap and par.ep > 1 else 0
+
+
+def _held_microbatches(par: ParallelConfig, stage: int, extra: int) -> float:
+    """Chunk-micro-batches in flight (in micro-batches of the whole stage) with `extra` more
+    warm-up forwards: 1F1B min(p - i + extra, m), interleaved Megatron's warm-up count + 1."""
+    p, m, v = par.pp, par.num_microbatches, par.vp
+    if v > 1 and par.schedule == "interleaved":
+        return min(2 * (p - stage - 1) + (v - 1) * p + 1 + extra, m * v) / v
+    return float(min(p - stage + extra, m))
 
 
 def inflight_microbatches(par: ParallelConfig, stage: int) -> float:
-    """Micro-batches in flight on a stage (for its per-micro-batch buffers)."""
+    """Micro-batches in flight on a stage (for its per-micro-batch buffers): with the EP
+    all-to-all overlap one more warm-up forward (`_combined_1f1b_extra`)."""
     p, m, v = par.pp, par.num_microbatches, par.vp
     if par.schedule in ("zb-h1", "zb-v", "dualpipe", "dualpipev"):
         return peak_inflight(stage_tasks(par.schedule, p, v, m, stage)) / v
     if par.schedule == "gpipe":
         return float(m)
-    # EP all-to-all overlap (Megatron-Core's combined 1F1B, schedules.combined_1f1b): one more
-    # warm-up forward, so one more chunk-micro-batch held (pp = 1: F(i+1) runs before B(i))
-    extra = 1 if par.ep_comm_overlap and par.ep > 1 else 0
-    if v > 1 and par.schedule == "interleaved":
-        return min(2 * (p - stage - 1) + (v - 1) * p + 1 + extra, m * v) / v
-    return float(min(p - stage + extra, m))
+    return _held_microbatches(par, stage, _combined_1f1b_extra(par))
 
 
 # ----------------------------------------------------------------------------- parameters

@@ -254,12 +254,24 @@ def test_interleaved_overlap_engine_equals_estimate() -> None:
 
 
 def test_one_more_microbatch_in_flight() -> None:
-    """The combined 1F1B runs F(i+1) before B(i): two micro-batches' activations at pp = 1."""
-    from simulator.memory import inflight_microbatches
+    """The combined 1F1B runs F(i+1) beside B(i): two micro-batches' per-micro-batch buffers at
+    pp = 1, but layer by layer -- the backward's layer is released as the forward's next one is
+    built (model_chunk_schedule_plan.py), so one layer more activations, not a micro-batch more."""
+    from simulator.memory import inflight_layer_microbatches, inflight_microbatches
 
     off, on = _scn({}), _scn({"ep_comm_overlap": True})
     assert inflight_microbatches(off.parallel, 0) == 1.0
     assert inflight_microbatches(on.parallel, 0) == 2.0
+    layers = 12
+    assert inflight_layer_microbatches(off.parallel, 0, layers) == layers
+    assert inflight_layer_microbatches(on.parallel, 0, layers) == layers + 1
+    # interleaved pp = 2, vp = 2: Megatron's warm-up 2(p-1) + (v-1)p + 1 = 5 chunks of 6 layers,
+    # plus the one layer of the combined step (not the sixth chunk the extra warm-up forward adds)
+    par = {"pp": 2, "vp": 2, "schedule": "interleaved"}
+    off2, on2 = _scn(par), _scn({**par, "ep_comm_overlap": True})
+    assert inflight_layer_microbatches(off2.parallel, 0, layers) == 5 * layers / 2
+    assert inflight_layer_microbatches(on2.parallel, 0, layers) == 5 * layers / 2 + 1
+    assert inflight_microbatches(on2.parallel, 0) == 6 / 2
 
 
 def test_deepseek_v3_dualpipe_ratio_and_hidden_all_to_all() -> None:
