@@ -73,8 +73,9 @@ What one GPU holds at its peak, part by part (all in bytes):
   bytes is lost to the allocator's block rounding and fragmentation (Megatron's memory logs
   typically show "reserved" 3-10 % above "max allocated").
 
-`fits` compares the most loaded stage's total with the GPU's HBM (the catalog's GiB, as
-nvidia-smi reports it). MoE: the routed experts' weights are split over ep (and tp), their
+`fits` compares the most loaded stage's total with the GPU's HBM (the catalog's GiB: what CUDA
+reports as the device's memory, cudaDeviceProp totalGlobalMem, from public device dumps where
+there is one -- gpus.toml). MoE: the routed experts' weights are split over ep (and tp), their
 activations scale with top_k (each token visits top_k experts of width expert_ffn).
 """
 

@@ -190,7 +190,7 @@ def test_gpt3_175b_megatron_config_fits(gpt3_scn: Scenario) -> None:
     # the shipped scenario: tp 8, pp 16, dp 8, SP + selective recompute, distributed optimizer
     mem = memory_footprint(gpt3_scn)
     assert mem.fits
-    assert mem.capacity_bytes == 80 * GIB
+    assert mem.capacity_bytes == pytest.approx(85_100_068_864, abs=0.01 * GIB)  # CUDA-reported
     # first stage is the most loaded one (embeddings + p in-flight micro-batches)
     assert max(mem.stage_peak_bytes) == mem.stage_peak_bytes[0]
     assert set(mem.parts_bytes) >= {"weights", "grads", "optimizer", "activations", "buffers", "reserved"}
