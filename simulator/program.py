@@ -28,7 +28,17 @@ from .ep_dispatch import (
     expected_groups_hit,
     kernel_algbw_bytes_per_s,
 )
-from .hostbound import HOST_OP_S, HOST_SYNC_S, issue_pipeline_s, moe_layer_host_ops
+from .hostbound import (
+    HOST_CALL_S,
+    HOST_OP_S,
+    HOST_SYNC_S,
+    LayerHostOps,
+    PairNode,
+    issue_pipeline_s,
+    moe_layer_host_ops,
+    pair_issue_s,
+    schedule_node_calls,
+)
 from .kernels import architecture, resolve_attention
 from .memory import grad_reduce_bytes_per_param, param_gather_bytes_per_param, scenario_layer_activations
 from .schedules import (
@@ -1339,27 +1349,98 @@ class _Coster:
         exposed = min(max(0.0, paired - compute), total_ep)
         interference = sm_interference_s(total_ep - exposed, ep_sm_fraction(self.scn))
         # The CPU issues the pair's nodes in TransformerLayerSchedulePlan.run's order, and the
-        # forward's dispatcher syncs with the host once per layer (hostbound.py): from one sync
-        # to the next it must issue the forward's and the backward's ops of the layer, which the
-        # backward alone could issue ahead of the GPU. The pair takes at least that issue time
-        # (the Megatron-LM DeepSeek-V3 GB200 guide §3.2: the split schedule's "synchronization
-        # between different stages ... aggravates the CPU overhead") and every sync of both
-        # passes: the forward's (the dispatcher's, GPT-OSS's clamped GeGLU's) and the backward's.
-        # The dispatchers' backward waits for nothing on the host -- the all-to-all split sizes
-        # and the TE GroupedLinear m_splits stay on the host from the forward
-        # (token_dispatcher.py `_maybe_dtoh_and_synchronize` runs in dispatch_preprocess /
-        # token_dispatch only), DeepEP's and HybridEP's backward reuse the forward's handle and
-        # token count (fused_a2a.py FusedDispatch/FusedCombine/HybridEP*.backward), and
-        # model_chunk_schedule_plan.py's stream waits are events -- so the backward's syncs are
-        # those of a recomputed module that syncs in its forward (`LayerHostOps.backward_syncs`:
-        # the clamped GeGLU re-run by `moe_act` recomputation).
+        # forward's dispatcher syncs with the host once per layer (hostbound.py), inside
+        # moe_dispatch.forward, which run() calls after the backward's mlp.backward: when the
+        # CPU returns from it the GPU holds the expert dgrad and nothing else, and every other
+        # node of the pair (and the next layer's combine gradient, attention and router) must be
+        # issued before the next sync (the Megatron-LM DeepSeek-V3 GB200 guide §3.2: the split
+        # schedule's "synchronization between different stages ... aggravates the CPU
+        # overhead"). `hostbound.pair_issue_s` runs that segment as a CPU -> two-stream pipeline
+        # (each node's ops, plus the schedule nodes' own kernel-free host calls,
+        # `schedule_node_calls`); the pair takes the longer of it and its GPU time. Every sync
+        # of both passes is waited for: the forward's (the dispatcher's, GPT-OSS's clamped
+        # GeGLU's) and the backward's. The dispatchers' backward waits for nothing on the host
+        # -- the all-to-all split sizes and the TE GroupedLinear m_splits stay on the host from
+        # the forward (token_dispatcher.py `_maybe_dtoh_and_synchronize` runs in
+        # dispatch_preprocess / token_dispatch only), DeepEP's and HybridEP's backward reuse the
+        # forward's handle and token count (fused_a2a.py FusedDispatch/FusedCombine/
+        # HybridEP*.backward), and model_chunk_schedule_plan.py's stream waits are events -- so
+        # the backward's syncs are those of a recomputed module that syncs in its forward
+        # (`LayerHostOps.backward_syncs`: the clamped GeGLU re-run by `moe_act` recomputation).
         ops = moe_layer_host_ops(self.scn)
         host = 0.0
         if ops is not None and ops.syncs:
-            issue = (ops.forward + ops.backward_input + ops.backward_weight) * HOST_OP_S
-            syncs = ops.syncs + ops.backward_syncs
-            host = max(0.0, issue + syncs * HOST_SYNC_S - (paired + interference))
+            segment = pair_issue_s(
+                self._pair_nodes(ops, fwd, sync, (attn_f, attn_b, mlp_dgrad, mlp_wgrad), comm),
+                HOST_OP_S,
+                HOST_CALL_S,
+                HOST_SYNC_S,
+            )
+            host = max(0.0, segment - (paired + interference))
         return EpPair(exposed / total_ep, interference, host)
+
+    def _pair_nodes(
+        self, ops: LayerHostOps, fwd: list, sync: int, comp_s: tuple[float, ...], comm: tuple
+    ) -> list[PairNode]:
+        """The combined-1F1B segment from the forward dispatcher's sync to the next layer's, in
+        TransformerLayerSchedulePlan.run's issue order: the backward's expert dgrad (issued before
+        the sync, queued), the forward's dispatch, the experts' delayed wgrad, the backward's
+        dispatch, the forward's experts (split at GPT-OSS's activation sync), its combine, the
+        backward's attention side (input and weight gradients), then the next layer's combine
+        gradient, attention and router (whose end the next sync waits for) and expert dgrad
+        (issued only). GPU seconds and dependencies as `combined_layer_s`."""
+        attn_f, attn_b, mlp_dgrad, mlp_wgrad = comp_s
+        c_b, d_f, d_b, c_f = comm
+        calls = schedule_node_calls(self.scn)
+        a_b, disp_b, exp_b, comb_b = ops.backward_input_parts
+        attn_w, exp_w = ops.backward_weight_parts
+
+        def comp(parts: list) -> float:
+            return sum(p.duration_s for p in parts if p.category != "ep_comm")
+
+        if ops.experts_before_act_sync:
+            act = self.act_sync_index  # the clamped GeGLU's sync: the CPU waits for the comp stream
+            experts = [
+                PairNode(
+                    "mlp_f0",
+                    "comp",
+                    ops.experts_before_act_sync,
+                    comp(fwd[sync:act]),
+                    calls["mlp_f"],
+                    ("d_f",),
+                ),
+                PairNode(
+                    "mlp_f",
+                    "comp",
+                    ops.experts - ops.experts_before_act_sync,
+                    comp(fwd[act:]),
+                    sync=("mlp_f0",),
+                ),
+            ]
+        else:
+            experts = [PairNode("mlp_f", "comp", ops.experts, comp(fwd[sync:]), calls["mlp_f"], ("d_f",))]
+        # the recomputed activation's sync in the next expert dgrad: the CPU waits for the GPU
+        # work issued before it (taken at half of the dgrad's ops)
+        dgrad_next = [
+            PairNode(
+                "mlp_dgrad_issue", "", exp_b / 2 if ops.backward_syncs else exp_b, 0.0, calls["mlp_dgrad"]
+            )
+        ]
+        for _ in range(ops.backward_syncs):
+            dgrad_next.append(PairNode("mlp_dgrad_issue", "", exp_b / 2, 0.0, sync=("attn_f", "c_b")))
+        return [
+            PairNode("mlp_dgrad", "comp", 0.0, mlp_dgrad),
+            PairNode("d_f", "comm", ops.dispatch, d_f, calls["d_f"]),
+            PairNode("wgrad", "comp", exp_w, mlp_wgrad, calls["wgrad"]),
+            PairNode("d_b", "comm", disp_b, d_b, calls["d_b"], ("mlp_dgrad",)),
+            *experts,
+            PairNode("c_f", "comm", ops.combine, c_f, calls["c_f"], ("mlp_f",)),
+            PairNode("attn_b", "comp", a_b + attn_w, attn_b, calls["attn_b"], ("d_b",)),
+            PairNode("c_b", "comm", comb_b, c_b, calls["c_b"], ("attn_b",)),
+            PairNode("attn_f", "comp", ops.attention + ops.router, attn_f, calls["attn_f"], ("c_f",)),
+            *dgrad_next,
+            PairNode("sync", "", 0.0, 0.0, sync=("attn_f", "c_b")),  # the next dispatcher sync
+        ]
 
     def _recompute(self, fwd: list, spans: dict[str, list[tuple[int, int]]]) -> _Phase:
         """The forward work the backward pass repeats: the whole layer (full), or the segments
