@@ -145,3 +145,38 @@ def test_host_bound_overlap_is_negative_and_graphs_make_it_positive() -> None:
     g_on = simulate(_scn(True, dispatcher="hybridep", kernels=graph)).report
     assert g_on.breakdown_s["host_bound"] == 0.0
     assert g_on.step_time_s < g_off.step_time_s
+
+
+def _qwen30_16_h100(on: bool, dispatcher: str) -> Scenario:
+    """Megatron-Bridge @067f987d docs/training/moe-optimization.md: Qwen3-30B-A3B BF16 on 16 H100,
+    seq 4096, TP1 PP1 EP16, MBS1 GBS1024, forced-balanced routing; HybridEP with TE graphs of
+    moe_router and moe_preprocess, or alltoall without graphs (communication-overlap.md)."""
+    kernels: dict[str, Any] = {"moe_dispatcher": dispatcher}
+    if dispatcher == "hybridep":
+        kernels.update(
+            cuda_graph_impl="transformer_engine", cuda_graph_modules=["moe_router", "moe_preprocess"]
+        )
+    return scenario_from_dict(
+        {
+            "name": "qwen3-30b-16-h100",
+            "model": {"preset": "qwen3-30b-a3b", "seq_len": 4096},
+            "cluster": {"topology": "dgx-h100", "num_gpus": 16, "gpu": "h100-sxm"},
+            "parallel": {"ep": 16, "micro_batch": 1, "global_batch": 1024, "ep_comm_overlap": on},
+            "precision": {"dtype": "bf16"},
+            "kernels": kernels,
+        }
+    )
+
+
+def test_published_16_h100_pairs_gain_in_the_published_order() -> None:
+    """Published on/off pairs (Megatron-Bridge @067f987d; test data, not fitted): HybridEP
+    24.714 -> 20.992 s (1.177), alltoall 41.25 -> 31.20 s (1.322). Asserted: both gain, and the
+    alltoall dispatcher, whose all-to-all is longer, gains more. Not asserted: the sizes -- the
+    model's gains are ~1.6x the published ones (docs/accuracy.md "MoE ablation ratios": the EP
+    kernels stretch beside compute, which the model does not represent)."""
+    ratio = {}
+    for dispatcher in ("hybridep", "alltoall"):
+        off = simulate(_qwen30_16_h100(False, dispatcher)).report.step_time_s
+        on = simulate(_qwen30_16_h100(True, dispatcher)).report.step_time_s
+        ratio[dispatcher] = off / on
+    assert 1.0 < ratio["hybridep"] < ratio["alltoall"]
