@@ -856,14 +856,19 @@ class _Coster:
         fwd.append(
             Segment("host_bound", "host issue after the dispatcher's sync", max(0.0, seg_s - fwd_gpu_s))
         )
-        b_in_excess = ops.backward_input * HOST_OP_S - gpu_s(b_in)
+        # A backward that is not split (every schedule but the zero-bubble ones and DualPipe)
+        # issues each module's weight gradients with its input gradients in one autograd pass:
+        # the CPU runs ahead over both, so only their joint issue time beyond their joint GPU
+        # time is exposed (apart, a GPU-bound dgrad and a host-bound wgrad would each count).
+        split = self.scn.parallel.schedule in SPLIT_BACKWARD_SCHEDULES
+        b_ops = ops.backward_input + (0.0 if split else ops.backward_weight)
+        b_gpu = gpu_s(b_in) + (0.0 if split else gpu_s(b_w))
+        b_in_excess = b_ops * HOST_OP_S - b_gpu
         if ops.backward_syncs:  # recomputed activation syncs: the backward restarts from an empty queue
             b_in_excess = (
-                issue_pipeline_s([(ops.backward_input, gpu_s(b_in))], HOST_OP_S)
-                + ops.backward_syncs * HOST_SYNC_S
-                - gpu_s(b_in)
+                issue_pipeline_s([(b_ops, b_gpu)], HOST_OP_S) + ops.backward_syncs * HOST_SYNC_S - b_gpu
             )
-        b_w_excess = ops.backward_weight * HOST_OP_S - gpu_s(b_w)
+        b_w_excess = ops.backward_weight * HOST_OP_S - gpu_s(b_w) if split else 0.0
         b_in.append(Segment("host_bound", "host issue (backward)", max(0.0, b_in_excess)))
         b_w.append(Segment("host_bound", "host issue (weight gradients)", max(0.0, b_w_excess)))
 

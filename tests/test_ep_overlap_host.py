@@ -1,7 +1,8 @@
 """The combined 1F1B's host side (EP overlap, Megatron-Core --overlap-moe-expert-parallel-comm):
 the CPU issues the two micro-batches' schedule nodes alternately from one dispatcher sync to the
 next (hostbound.pair_issue_s, in model_chunk_schedule_plan.py TransformerLayerSchedulePlan.run's
-order), each node with its own kernel-free host calls (hostbound.schedule_node_calls).
+order), each node with its own kernel-free host calls (hostbound.schedule_node_calls), and an
+unsplit backward exposes only its joint issue time beyond its joint GPU time.
 
 Megatron-LM docs/discussions/deepseek-v3-gb200-optimization §3.2 (commit eb0783b6): the 1F1B
 all-to-all overlap "divides the forward and backward into multiple stages for scheduling, and
@@ -29,7 +30,7 @@ from simulator.hostbound import (
     schedule_node_calls,
 )
 from simulator.loading import scenario_from_dict
-from simulator.program import Segment, _Coster, combined_layer_s
+from simulator.program import Segment, _Coster, combined_layer_s, power_limited_device
 from simulator.simulate import simulate
 from simulator.specs import Scenario
 
@@ -180,3 +181,36 @@ def test_published_16_h100_pairs_gain_in_the_published_order() -> None:
         on = simulate(_qwen30_16_h100(True, dispatcher)).report.step_time_s
         ratio[dispatcher] = off / on
     assert 1.0 < ratio["hybridep"] < ratio["alltoall"]
+
+
+def _layer_backward(scn: Scenario) -> tuple[float, float, float, float]:
+    """(host wait, GPU seconds) of one MoE layer's input-gradient and weight-gradient phases."""
+    coster = _Coster(scn, default_comm_model(scn))
+    coster.device, _ = power_limited_device(coster)
+    _, b_in, b_w, _, _ = coster.layer(True)
+
+    def split(parts: tuple) -> tuple[float, float]:
+        host = sum(p.duration_s for p in parts if p.category == "host_bound")
+        return host, sum(p.duration_s for p in parts) - host
+
+    return (*split(b_in.parts), *split(b_w.parts))
+
+
+def test_unsplit_backward_exposes_only_its_joint_issue_excess() -> None:
+    """1F1B without the overlap: the backward's dgrad and wgrad are issued in one autograd pass,
+    so a layer's host wait is max(0, all its backward ops x HOST_OP_S - its backward GPU time),
+    charged once (the weight-gradient phase gets none). A zero-bubble schedule, which runs W as
+    its own task, keeps the two apart. Here (micro-batch 1 of 2k tokens) the dgrad is GPU-bound
+    and the wgrad host-bound: apart, the wgrad's excess was charged although the joint backward
+    keeps the GPU busy."""
+    scn = _scn(False)
+    ops = moe_layer_host_ops(scn)
+    assert ops is not None
+    host_in, gpu_in, host_w, gpu_w = _layer_backward(scn)
+    expect = max(0.0, (ops.backward_input + ops.backward_weight) * HOST_OP_S - gpu_in - gpu_w)
+    assert host_in == pytest.approx(expect, rel=1e-9, abs=1e-15) and host_w == 0.0
+    zb = _scn(False, num_gpus=16, pp=2, schedule="zb-h1")
+    zb_in, zb_gpu_in, zb_w, zb_gpu_w = _layer_backward(zb)
+    assert zb_w == pytest.approx(max(0.0, ops.backward_weight * HOST_OP_S - zb_gpu_w), rel=1e-9)
+    assert zb_in == pytest.approx(max(0.0, ops.backward_input * HOST_OP_S - zb_gpu_in), rel=1e-9, abs=1e-15)
+    assert zb_w > 0.0  # the premise: W alone is host-bound
