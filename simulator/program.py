@@ -114,8 +114,37 @@ HOPPER_FP8_TRANSPOSE_BYTES = 1.0
 # PyTorch F.cross_entropy under bf16 autocast (runs in fp32): cast (2 + 4), log_softmax (two reads
 # and a write, 12), nll_loss (a gather) = 18 in 3 kernels; backward: nll_loss_backward writes a
 # zeroed fp32 gradient (4), log_softmax_backward (4 + 4 + 4), cast to 16-bit (4 + 2) = 22 in 4.
+# Megatron-Core's fused ("native") cross-entropy (megatron/core/fusions/fused_cross_entropy.py
+# @d98e8a64, cross_entropy_loss_fusion = True, cross_entropy_fusion_impl = "native"): the same
+# steps in @jit_fuser functions (torch.compile on PyTorch >= 2.2, megatron/core/jit.py), each
+# reading its inputs and writing what it returns or mutates once: calculate_logits_max (read 2,
+# write the fp32 copy 4, max), calculate_predicted_logits (subtract, exp in place and sum: 4 + 4),
+# calculate_cross_entropy_loss (divide in place: 4 + 4) = 22 in 3 kernels; backward
+# calculate_gradients (read the fp32 softmax 4, write it back mutated 4, return its 16-bit cast 2)
+# = 10 in 1 kernel. Measured on H100 (kind cross_entropy_fused_*): 75% / 56% of copy speed.
+# Transformer Engine's cross-entropy (cross_entropy_fusion_impl = "te": te.pytorch
+# parallel_cross_entropy, transformer_engine/common/triton/cross_entropy.py, TE 2.1 .. 2.17):
+# online_softmax_kernel reads the 16-bit logits (2) for each row's max and sum, cross_entropy_kernel
+# reads them again and writes the gradient in place in their dtype (2 + 2) = 6 in 2 kernels;
+# backward: element_mul_kernel scales it in place by the per-token loss gradient (2 + 2) = 4 in 1
+# (Megatron's loss gradient is per token, so TE's grad_output == 1 shortcut never applies). One
+# Triton program per row: streams at copy speed (Liger-Kernel's kernel of the same design measures
+# copy speed on H100, kernels.toml). TE 2.18 (01bbe3ee) keeps an fp32 gradient instead; no
+# Megatron-Bridge container through 26.08 (TE 2.17.1, 4329ff84) ships it.
 # (forward bytes, forward kernels, backward bytes, backward kernels) per logit:
-CE_PASSES = {"unfused": (38.0, 6, 14.0, 2), "torch": (18.0, 3, 22.0, 4)}
+CE_PASSES = {
+    "unfused": (38.0, 6, 14.0, 2),
+    "torch": (18.0, 3, 22.0, 4),
+    "fused": (22.0, 3, 10.0, 1),
+    "te": (6.0, 2, 4.0, 1),
+}
+# the measured memory kind (simulator/kernels.py MEMORY_KINDS) of each implementation's passes
+CE_KINDS = {
+    "unfused": ("cross_entropy_fwd", "cross_entropy_bwd"),
+    "torch": ("copy", "copy"),
+    "fused": ("cross_entropy_fused_fwd", "cross_entropy_fused_bwd"),
+    "te": ("copy", "copy"),
+}
 SQUARED_RELU_PASSES = 4  # forward passes over the MLP's inner activation (backward: twice that)
 # Elementwise work Megatron-Core runs as eager PyTorch ops, as (forward passes, forward kernels,
 # backward passes, backward kernels) over the tensor named; a pass moves one 16-bit copy of it.
@@ -1456,19 +1485,12 @@ class _Coster:
         v_local = -(-m.vocab // par.tp)
         t_mm = matmul_time_s(output_layer_device(d), T, v_local, m.hidden)
         f = 2.0 * T * v_local * m.hidden
-        if scn.kernels.cross_entropy == "fused":  # read 16-bit logits, fp32 softmax, write fp32 grad
-            ce_bytes = ce_bwd_bytes = float(T * v_local * (a + 4 + 4))
-            ce_kernels = ce_bwd_kernels = 3
-        else:
-            fwd_b, fwd_k, bwd_b, bwd_k = CE_PASSES[scn.kernels.cross_entropy or "unfused"]
-            ce_bytes, ce_bwd_bytes = float(T * v_local * fwd_b), float(T * v_local * bwd_b)
-            ce_kernels, ce_bwd_kernels = fwd_k, bwd_k
-        # Megatron-Core's unfused loss has its measured bandwidth (MEMORY_KINDS cross_entropy_*)
-        unfused = scn.kernels.cross_entropy in ("", "unfused")
-        t_ce = memory_op_time_s(d, ce_bytes, ce_kernels, "cross_entropy_fwd" if unfused else "copy")
-        t_ce_bwd = memory_op_time_s(
-            d, ce_bwd_bytes, ce_bwd_kernels, "cross_entropy_bwd" if unfused else "copy"
-        )
+        impl = scn.kernels.cross_entropy or "unfused"
+        fwd_b, fwd_k, bwd_b, bwd_k = CE_PASSES[impl]  # bytes per logit of 16-bit logits
+        ce_bytes, ce_bwd_bytes = float(T * v_local * fwd_b), float(T * v_local * bwd_b)
+        # each implementation's passes at its measured bandwidth (MEMORY_KINDS)
+        t_ce = memory_op_time_s(d, ce_bytes, fwd_k, CE_KINDS[impl][0])
+        t_ce_bwd = memory_op_time_s(d, ce_bwd_bytes, bwd_k, CE_KINDS[impl][1])
         fwd: list[Segment] = [
             Segment("compute", "final norm", memory_op_time_s(d, 2 * T * m.hidden * a), 0.0, 0.0)
         ]
