@@ -1091,7 +1091,7 @@ class _Coster:
         a = d.activation_bytes
         h, k = m.hidden, m.top_k
         etp = par.expert_tp
-        skew = m.imbalance
+        skew = scn.expert_load_imbalance
         T_in = T // par.tp if par.tp > 1 else T  # tokens this rank routes (SP shard)
         # The router is a plain PyTorch matmul in the activations' 16-bit dtype (Megatron-Core
         # moe/router.py TopKRouter.gating -> moe_utils.router_gating_linear; its weight is not a

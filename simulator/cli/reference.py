@@ -195,7 +195,11 @@ KEYS: dict[str, Key] = {
         since=NEXT,
     ),
     "model.moe.load_imbalance": Key(
-        "busiest EP rank's tokens / mean (>= 1)", "number", default="0 (the routing's default)", since=NEXT
+        "busiest EP rank's tokens / mean (>= 1); 0: 1 when balanced, dropless: expected maximum"
+        " over the EP ranks of the experts' skew and sampling (routing_skew.py)",
+        "number",
+        default="0 (from routing and layout)",
+        since=NEXT,
     ),
     "model.moe.max_nodes_per_token": Key(
         "node-limited routing (DeepSeek-V3: 4)", "integer", default="0 (unlimited)", since=NEXT
