@@ -35,6 +35,12 @@ RANGES: dict[str, tuple[float, float]] = {
     "gemm_tile_reuse": (0.0, 128.0),
     "memory_bw_fraction": (0.6, 0.95),
     "memory_latency_s": (1e-6, 10e-6),
+    # a framework kernel kind's bandwidth relative to a streaming copy (kernels.py MEMORY_KINDS)
+    **{
+        f"{k}_{p}_bw_scale": (0.1, 1.0)
+        for k in ("swiglu", "cross_entropy", "cross_entropy_fused")
+        for p in ("fwd", "bwd")
+    },
     "fa2_fwd_fraction": (0.2, 0.9),
     "fa2_bwd_fraction": (0.2, 0.9),
     "fa3_fwd_fraction": (0.2, 0.9),
@@ -104,6 +110,9 @@ FIT: dict[str, tuple[str, ...]] = {
             # clock = "sustained" figures, so fitting them would fit a clock to the kernel table
             "sustained_gemm_ratio_16bit",
             "sustained_gemm_ratio_8bit",
+            # its only figures (Liger-Kernel's Megatron SwiGLU backward) are reference_only
+            # (kernels.toml says why): no figure constrains it, it stays 1 (copy speed)
+            "swiglu_bwd_bw_scale",
         )
         and f.name not in COLLECTIVE_FIT
         and not f.name.startswith("triton")
@@ -281,6 +290,8 @@ def fit_kernel_parameters(base: dict[str, KernelParams], group: str | None) -> d
             "sustained_gemm_ratio_16bit",
             "sustained_gemm_ratio_8bit",
             "attention_exp_mma_ratio",
+            # a kind's bandwidth scale is measured per architecture (H100 only so far): not borrowed
+            *(f.name for f in fields(KernelParams) if f.name.endswith("_bw_scale")),
             "fa2_fwd_wide_head_block",
             "fa2_bwd_wide_head_block",
         }

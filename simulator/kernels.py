@@ -21,7 +21,9 @@ causal factor) + latency. The causal factor s/(s + M(1 + 2c) + 2 s½) is the dia
 in full (query-tile height M) and masked at a per-implementation cost c (causal_extent).
 "unfused" composes two batched GEMMs and the softmax passes through memory (Megatron 2021).
 
-Memory-bound kernels: bytes / (HBM bandwidth · `memory_bw_fraction`) + `memory_latency_s`.
+Memory-bound kernels: bytes / (HBM bandwidth · `memory_bw_fraction` · kind scale) + `memory_latency_s`
+per kernel. The kind scale (MEMORY_KINDS; 1 for a streaming copy) is what a framework kernel reaches
+below copy speed, fitted to published microbenchmarks of the kernel the stack runs.
 Collectives: simulator/network on the named topology, with nccl-tests' achieved fractions of the
 line rate: `nccl_bw_fraction` on NVLink/PCIe (NCCL's protocol overhead) and `nic_bw_fraction` on the
 network NICs; NCCL's own algorithm choice unless a figure names the one it was forced to (NCCL_ALGO).
@@ -46,6 +48,26 @@ BWD_FLOP_RATIO = 2.5  # FlashAttention backward: 5 matmuls vs 2 forward (Dao 202
 GEMM_TILES = ((256, 128), (128, 256), (128, 128), (128, 64), (64, 128), (64, 64))
 SPLIT_K = (1, 2, 3, 4, 6, 8, 12, 16)
 SPLIT_K_MIN_K = 256  # never split a GEMM below this many k per split
+# Memory-bound kernel kinds with their own achievable bandwidth (KernelParams *_bw_scale):
+# "copy" = a streaming kernel over contiguous tensors (BabelStream; eager PyTorch elementwise ops,
+# e.g. relu_squared, run at this speed). "swiglu_*" = Megatron-Core's bias_swiglu_impl
+# (megatron/core/fusions/fused_bias_swiglu.py, @jit_fuser = torch.compile): forward and backward
+# over the two chunked halves of the fc1 output. "cross_entropy_*" = Megatron-Core's unfused
+# vocab-parallel cross-entropy (megatron/core/tensor_parallel/cross_entropy.py): its fp32 passes
+# over the logits, reductions over the vocabulary included. "cross_entropy_fused_*" = its fused
+# ("native") cross-entropy (megatron/core/fusions/fused_cross_entropy.py, cross_entropy_loss_fusion
+# = True, cross_entropy_fusion_impl = "native"): the same steps as four @jit_fuser (torch.compile)
+# functions. Transformer Engine's Triton cross-entropy (cross_entropy_fusion_impl = "te") streams
+# at copy speed (simulator/program.py CE_PASSES says why).
+MEMORY_KINDS = (
+    "copy",
+    "swiglu_fwd",
+    "swiglu_bwd",
+    "cross_entropy_fwd",
+    "cross_entropy_bwd",
+    "cross_entropy_fused_fwd",
+    "cross_entropy_fused_bwd",
+)
 UNFUSED_SOFTMAX_PASSES = 4  # scale-mask-softmax read + write, dropout read + write (Megatron 2021)
 
 
@@ -127,6 +149,15 @@ class KernelParams:
     # (simulator/clocks.py power_limited_clock; 1: no power-limited clock modelled)
     sustained_gemm_ratio_16bit: float = 1.0
     sustained_gemm_ratio_8bit: float = 1.0
+    # achievable bandwidth of a framework memory-bound kernel kind (MEMORY_KINDS) as a fraction of
+    # the streaming-copy bandwidth above (1: measured at copy speed, or not measured on this
+    # architecture); fitted to that kind's [[memory]] figures (kernels.toml)
+    swiglu_fwd_bw_scale: float = 1.0
+    swiglu_bwd_bw_scale: float = 1.0
+    cross_entropy_fwd_bw_scale: float = 1.0
+    cross_entropy_bwd_bw_scale: float = 1.0
+    cross_entropy_fused_fwd_bw_scale: float = 1.0
+    cross_entropy_fused_bwd_bw_scale: float = 1.0
 
     def sustained_gemm_ratio(self, dtype: str) -> float:
         low = dtype in ("fp8", "mxfp8", "nvfp4")
@@ -149,6 +180,14 @@ class KernelParams:
 
     def attention_head_dim_wide(self, impl: str) -> float:
         return float(getattr(self, f"{impl}_head_dim_wide"))
+
+    def memory_bw_scale(self, kind: str) -> float:
+        """The achievable bandwidth of `kind` relative to a streaming copy (MEMORY_KINDS)."""
+        if kind not in MEMORY_KINDS:
+            raise ConfigError(
+                f"memory kernel kind {kind!r}: expected one of {', '.join(MEMORY_KINDS)}", key="kind"
+            )
+        return 1.0 if kind == "copy" else float(getattr(self, f"{kind}_bw_scale"))
 
 
 @lru_cache(maxsize=16)
@@ -188,12 +227,21 @@ def resolve_attention(gpu: GPUSpec, attention: str, flash_attention: bool) -> st
 
 
 # ----------------------------------------------------------------------------- memory
-def memory_time_s(gpu: GPUSpec, moved_bytes: float, params: KernelParams | None = None) -> float:
-    """One streaming kernel that reads + writes `moved_bytes` of HBM in total."""
+def memory_time_s(
+    gpu: GPUSpec,
+    moved_bytes: float,
+    params: KernelParams | None = None,
+    kind: str = "copy",
+    kernels: int = 1,
+) -> float:
+    """`kernels` memory-bound kernels of `kind` (MEMORY_KINDS) that read + write `moved_bytes` of
+    HBM in total."""
     p = params or kernel_params(gpu)
+    scale = p.memory_bw_scale(kind)
     if moved_bytes <= 0:
         return 0.0
-    return moved_bytes / (gpu.hbm_bandwidth_bytes_per_s * p.memory_bw_fraction) + p.memory_latency_s
+    bw = gpu.hbm_bandwidth_bytes_per_s * p.memory_bw_fraction * scale
+    return moved_bytes / bw + kernels * p.memory_latency_s
 
 
 # ----------------------------------------------------------------------------- GEMM
@@ -628,11 +676,12 @@ def shipped_figures(
         )
     for row in data.get("memory", []) if "memory" in kinds else []:
         gpu = gpu_by_name(row["gpu"])
-        t = memory_time_s(gpu, float(row["bytes"]), params(gpu))
+        kind = row.get("kind", "copy")
+        t = memory_time_s(gpu, float(row["bytes"]), params(gpu), kind, int(row.get("kernels", 1)))
         out.append(
             Figure(
                 "memory",
-                f"memory {row['bytes']:.3g} B",
+                f"memory {row['bytes']:.3g} B" if kind == "copy" else f"memory {kind} {row['bytes']:.3g} B",
                 gpu.name,
                 row["GBps"],
                 row["bytes"] / t / 1e9,

@@ -492,8 +492,9 @@ def hf_config_fields(path: Path) -> dict[str, Any]:
         out["_features"] = [GPT_OSS_SINKS]
     elif get("mlp_bias") is True:
         out["linear_bias"] = True
-    if model_type in ("qwen3", "qwen3_moe"):
-        # per-head q_norm/k_norm (Megatron-Bridge Qwen3Bridge / Qwen3MoEBridge: qk_layernorm = True)
+    if model_type in ("qwen3", "qwen3_moe") or get("use_qk_norm") is True:
+        # per-head q_norm/k_norm (Megatron-Bridge Qwen3Bridge / Qwen3MoEBridge: qk_layernorm = True;
+        # GLM-4.5's use_qk_norm, transformers Glm4MoeAttention q_norm/k_norm)
         out["qk_norm"] = True
     # --- sequence length: the scenario's; else the pre-training length the config records
     rope_value = cfg.get("rope_scaling") or cfg.get("rope_parameters")  # transformers v5 renamed it
@@ -586,6 +587,22 @@ def hf_config_fields(path: Path) -> dict[str, Any]:
         top.get("_name_or_path") or get("_name_or_path") or arch or model_type or path.parent.name
     )
     out["_unmodeled"] = _unmodeled_keys(cfg, top)
+    if model_type not in EXACT_HF_MODEL_TYPES:
+        # read by the generic rules only: say so, and which keys were not read (exact or said)
+        unread = sorted(
+            k
+            for k in cfg
+            if k not in HF_READ_KEYS
+            and k not in HF_METADATA_KEYS
+            and k not in UNMODELED_HF_KEYS
+            and not k.startswith(UNMODELED_HF_PREFIXES)
+        )
+        listed = ", ".join(unread[:8]) + (f" and {len(unread) - 8} more" if len(unread) > 8 else "")
+        out.setdefault("_features", []).append(
+            f"model_type {model_type or '(none)'!r} as such: mfusim imports "
+            f"{', '.join(EXACT_HF_MODEL_TYPES)} exactly and read this one by their common keys"
+            + (f"; keys it did not read: {listed}" if unread else "")
+        )
     out["_windows"] = {k: get(k) for k in ("sliding_window", "attention_chunk_size") if _is_int(get(k))}
     out["_layer_windows"] = _layer_windows(get("layer_types"))
     return out
@@ -609,6 +626,58 @@ def _check_moe_layers(moe_layers: object, out: Mapping[str, Any], file: str) -> 
             file=file,
         )
 
+
+# transformers model types hf_config_fields reads exactly (issue 13); any other is read by the
+# same keys and says so, naming the keys it did not read
+EXACT_HF_MODEL_TYPES = (
+    "llama",
+    "mistral",
+    "qwen2",
+    "qwen3",
+    "mixtral",
+    "qwen2_moe",
+    "qwen3_moe",
+    "deepseek_v2",
+    "deepseek_v3",
+    "kimi_k2",
+    "llama4_text",
+    "gpt_oss",
+)
+# config.json keys hf_config_fields reads (for the "did not read" list of other model types)
+HF_READ_KEYS = frozenset(
+    {
+        "num_hidden_layers", "n_layer", "num_layers", "hidden_size", "n_embd", "d_model",
+        "num_attention_heads", "n_head", "num_key_value_heads", "intermediate_size", "n_inner",
+        "ffn_hidden_size", "vocab_size", "head_dim", "hidden_act", "activation_function",
+        "model_type", "tie_word_embeddings", "mlp_bias", "use_qk_norm", "rope_scaling",
+        "rope_parameters", "max_position_embeddings", "n_positions", "seq_length", "kv_lora_rank",
+        "q_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim",
+        "num_nextn_predict_layers", "hidden_dropout", "attention_dropout", "resid_pdrop",
+        "attn_pdrop", "num_local_experts", "num_experts", "n_routed_experts",
+        "num_experts_per_tok", "experts_per_token", "moe_top_k", "moe_intermediate_size",
+        "intermediate_size_mlp", "interleave_moe_layer_step", "shared_expert_intermediate_size",
+        "n_shared_experts", "decoder_sparse_step", "moe_layer_freq", "first_k_dense_replace",
+        "moe_layers", "n_group", "topk_group", "architectures", "_name_or_path",
+        "use_sliding_window", "text_config",
+    }
+)  # fmt: skip
+# config.json keys that do not change what a training step computes (ids, init, numerics,
+# inference and routing-loss settings, rope base frequency)
+HF_METADATA_KEYS = frozenset(
+    {
+        "torch_dtype", "dtype", "transformers_version", "bos_token_id", "eos_token_id",
+        "pad_token_id", "initializer_range", "rms_norm_eps", "layer_norm_eps",
+        "layer_norm_epsilon", "norm_eps", "rope_theta", "use_cache", "quantization_config",
+        "auto_map", "router_aux_loss_coef", "aux_loss_alpha", "output_router_logits",
+        "norm_topk_prob", "scoring_func", "topk_method", "routed_scaling_factor", "seq_aux",
+        "ep_size", "pretraining_tp", "max_window_layers", "router_z_loss_coef",
+        "router_jitter_noise", "id2label", "label2id", "is_decoder", "return_dict",
+        "use_return_dict", "output_attentions", "output_hidden_states", "task_specific_params",
+        "embd_pdrop", "summary_type", "summary_use_proj", "summary_activation",
+        "summary_proj_to_labels", "summary_first_dropout", "scale_attn_weights",
+        "reorder_and_upcast_attn", "scale_attn_by_inverse_layer_idx",
+    }
+)  # fmt: skip
 
 # config.json keys whose value, when given, must be an integer of at least this (hf_config_fields)
 HF_INT_KEYS = {

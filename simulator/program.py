@@ -124,8 +124,37 @@ HOPPER_FP8_TRANSPOSE_BYTES = 1.0
 # PyTorch F.cross_entropy under bf16 autocast (runs in fp32): cast (2 + 4), log_softmax (two reads
 # and a write, 12), nll_loss (a gather) = 18 in 3 kernels; backward: nll_loss_backward writes a
 # zeroed fp32 gradient (4), log_softmax_backward (4 + 4 + 4), cast to 16-bit (4 + 2) = 22 in 4.
+# Megatron-Core's fused ("native") cross-entropy (megatron/core/fusions/fused_cross_entropy.py
+# @d98e8a64, cross_entropy_loss_fusion = True, cross_entropy_fusion_impl = "native"): the same
+# steps in @jit_fuser functions (torch.compile on PyTorch >= 2.2, megatron/core/jit.py), each
+# reading its inputs and writing what it returns or mutates once: calculate_logits_max (read 2,
+# write the fp32 copy 4, max), calculate_predicted_logits (subtract, exp in place and sum: 4 + 4),
+# calculate_cross_entropy_loss (divide in place: 4 + 4) = 22 in 3 kernels; backward
+# calculate_gradients (read the fp32 softmax 4, write it back mutated 4, return its 16-bit cast 2)
+# = 10 in 1 kernel. Measured on H100 (kind cross_entropy_fused_*): 75% / 56% of copy speed.
+# Transformer Engine's cross-entropy (cross_entropy_fusion_impl = "te": te.pytorch
+# parallel_cross_entropy, transformer_engine/common/triton/cross_entropy.py, TE 2.1 .. 2.17):
+# online_softmax_kernel reads the 16-bit logits (2) for each row's max and sum, cross_entropy_kernel
+# reads them again and writes the gradient in place in their dtype (2 + 2) = 6 in 2 kernels;
+# backward: element_mul_kernel scales it in place by the per-token loss gradient (2 + 2) = 4 in 1
+# (Megatron's loss gradient is per token, so TE's grad_output == 1 shortcut never applies). One
+# Triton program per row: streams at copy speed (Liger-Kernel's kernel of the same design measures
+# copy speed on H100, kernels.toml). TE 2.18 (01bbe3ee) keeps an fp32 gradient instead; no
+# Megatron-Bridge container through 26.08 (TE 2.17.1, 4329ff84) ships it.
 # (forward bytes, forward kernels, backward bytes, backward kernels) per logit:
-CE_PASSES = {"unfused": (38.0, 6, 14.0, 2), "torch": (18.0, 3, 22.0, 4)}
+CE_PASSES = {
+    "unfused": (38.0, 6, 14.0, 2),
+    "torch": (18.0, 3, 22.0, 4),
+    "fused": (22.0, 3, 10.0, 1),
+    "te": (6.0, 2, 4.0, 1),
+}
+# the measured memory kind (simulator/kernels.py MEMORY_KINDS) of each implementation's passes
+CE_KINDS = {
+    "unfused": ("cross_entropy_fwd", "cross_entropy_bwd"),
+    "torch": ("copy", "copy"),
+    "fused": ("cross_entropy_fused_fwd", "cross_entropy_fused_bwd"),
+    "te": ("copy", "copy"),
+}
 SQUARED_RELU_PASSES = 4  # forward passes over the MLP's inner activation (backward: twice that)
 # Elementwise work Megatron-Core runs as eager PyTorch ops, as (forward passes, forward kernels,
 # backward passes, backward kernels) over the tensor named; a pass moves one 16-bit copy of it.
@@ -640,10 +669,14 @@ class _Coster:
                 fwd.append(Segment("compute", label, memory_op_time_s(d, cast_in), 0.0, cast_in))
                 b_in.append(Segment("compute", label, memory_op_time_s(d, cast_grad), 0.0, cast_grad))
 
-        def mem(name: str, fwd_bytes: float, kernels: int = 1) -> None:
-            tt = memory_op_time_s(d, fwd_bytes, kernels)
+        def mem(name: str, fwd_bytes: float, kernels: int = 1, kind: str = "") -> None:
+            """A memory-bound op: `fwd_bytes` forward; backward two passes of the forward's
+            kernels. `kind` (MEMORY_KINDS without its _fwd/_bwd suffix): the kernel the stack
+            runs has its own measured bandwidth in each pass."""
+            tt = memory_op_time_s(d, fwd_bytes, kernels, f"{kind}_fwd" if kind else "copy")
+            tb = 2 * memory_op_time_s(d, fwd_bytes, kernels, f"{kind}_bwd" if kind else "copy")
             fwd.append(Segment("compute", name, tt, 0.0, fwd_bytes))
-            b_in.append(Segment("compute", name + " bwd", 2 * tt, 0.0, 2 * fwd_bytes))
+            b_in.append(Segment("compute", name + " bwd", tb, 0.0, 2 * fwd_bytes))
 
         # forward segments of the modules selective recomputation can re-run, by
         # Megatron-Core --recompute-modules name: [start, end) ranges of `fwd`
@@ -716,7 +749,13 @@ class _Coster:
             else:
                 if m.activation == "clamped_quick_geglu":
                     self._eager(fwd, b_in, "glu input clamps", CLAMPED_GLU_PASSES, T * fc1_n * a)
-                mem("swiglu" if m.gated_mlp else "gelu", (3 if m.gated_mlp else 2) * T * f_local * a)
+                # SwiGLU: Megatron-Core's bias_swiglu_impl over the chunked fc1 halves (MEMORY_KINDS)
+                swiglu = m.gated_mlp and not m.activation
+                mem(
+                    "swiglu" if m.gated_mlp else "gelu",
+                    (3 if m.gated_mlp else 2) * T * f_local * a,
+                    kind="swiglu" if swiglu else "",
+                )
             mm("fc2", T, h, f_local)
             self._tp_exit(fwd, b_in, tp_msg)
             span("mlp", start)
@@ -1067,7 +1106,7 @@ class _Coster:
         a = d.activation_bytes
         h, k = m.hidden, m.top_k
         etp = par.expert_tp
-        skew = m.imbalance
+        skew = scn.expert_load_imbalance
         T_in = T // par.tp if par.tp > 1 else T  # tokens this rank routes (SP shard)
         # The router is a plain PyTorch matmul in the activations' 16-bit dtype (Megatron-Core
         # moe/router.py TopKRouter.gating -> moe_utils.router_gating_linear; its weight is not a
@@ -1164,7 +1203,8 @@ class _Coster:
         if m.activation == "clamped_quick_geglu" and eager:
             self._eager(fwd, b_in, "expert act input clamps", CLAMPED_GLU_PASSES, rows * fc1_n * a)
         self.act_sync_index = len(fwd)  # the eager clamped GeGLU's host sync (hostbound.CLAMPED_GLU_OPS)
-        mem("expert act", (3 if m.gated_mlp else 2) * rows * f_local * a)
+        swiglu = m.gated_mlp and not m.activation and eager  # bias_swiglu_impl (MEMORY_KINDS)
+        mem("expert act", (3 if m.gated_mlp else 2) * rows * f_local * a, kind="swiglu" if swiglu else "")
         span("moe_act", start)
         grouped("expert fc2", h, f_local)
         if m.linear_bias and eager:
@@ -1531,15 +1571,12 @@ class _Coster:
         v_local = -(-m.vocab // par.tp)
         t_mm = matmul_time_s(output_layer_device(d), T, v_local, m.hidden)
         f = 2.0 * T * v_local * m.hidden
-        if scn.kernels.cross_entropy == "fused":  # read 16-bit logits, fp32 softmax, write fp32 grad
-            ce_bytes = ce_bwd_bytes = float(T * v_local * (a + 4 + 4))
-            ce_kernels = ce_bwd_kernels = 3
-        else:
-            fwd_b, fwd_k, bwd_b, bwd_k = CE_PASSES[scn.kernels.cross_entropy or "unfused"]
-            ce_bytes, ce_bwd_bytes = float(T * v_local * fwd_b), float(T * v_local * bwd_b)
-            ce_kernels, ce_bwd_kernels = fwd_k, bwd_k
-        t_ce = memory_op_time_s(d, ce_bytes, kernels=ce_kernels)
-        t_ce_bwd = memory_op_time_s(d, ce_bwd_bytes, kernels=ce_bwd_kernels)
+        impl = scn.kernels.cross_entropy or "unfused"
+        fwd_b, fwd_k, bwd_b, bwd_k = CE_PASSES[impl]  # bytes per logit of 16-bit logits
+        ce_bytes, ce_bwd_bytes = float(T * v_local * fwd_b), float(T * v_local * bwd_b)
+        # each implementation's passes at its measured bandwidth (MEMORY_KINDS)
+        t_ce = memory_op_time_s(d, ce_bytes, fwd_k, CE_KINDS[impl][0])
+        t_ce_bwd = memory_op_time_s(d, ce_bwd_bytes, bwd_k, CE_KINDS[impl][1])
         fwd: list[Segment] = [
             Segment("compute", "final norm", memory_op_time_s(d, 2 * T * m.hidden * a), 0.0, 0.0)
         ]
@@ -1872,10 +1909,29 @@ def build_program(scn: Scenario, comm: CommModel | None = None) -> Program:
         dataloader_jitter=dl.jitter,
         dataloader_seed=dl.seed,
         collectives=tuple(coster.seen.values()),
-        warnings=tuple(getattr(comm, "placement_warnings", lambda: [])()),
+        warnings=tuple(getattr(comm, "placement_warnings", lambda: [])()) + stack_hints(scn),
         ep_overlap=ep_overlap,
         tensor_activity=activity,
         power_clock=coster.device.power_clock,
+    )
+
+
+def stack_hints(scn: Scenario) -> tuple[str, ...]:
+    """A scenario that runs unfused attention without naming a stack: that is how 2021-22
+    Megatron-LM ran (before FlashAttention), whose fitted system residuals differ from today's
+    Megatron-Core ones that the GPU table holds (docs/calibration.md). Said, not applied:
+    `mfusim run` keeps today's stack unless [kernels] stack names another."""
+    from .stacks import stack_efficiency
+
+    k = scn.kernels
+    if k.stack or resolve_attention(scn.gpu, k.attention, k.flash_attention) != "unfused":
+        return ()
+    if stack_efficiency("megatron-2021", architecture(scn.gpu.name)) is None:
+        return ()
+    return (
+        "unfused attention is how 2021-22 Megatron-LM ran; this run uses today's Megatron-Core "
+        'residuals of the GPU table -- [kernels] stack = "megatron-2021" uses that stack\'s fitted '
+        "ones instead (docs/calibration.md)",
     )
 
 

@@ -519,7 +519,10 @@ def test_dropless_skew_slows_expert_work() -> None:
     drop = _step(_scn({**QWEN30, "moe": {"routing": "dropless"}}, dict(par)))
     skew2 = _step(_scn({**QWEN30, "moe": {"load_imbalance": 2.0}}, dict(par)))
     assert bal.step_time_s < drop.step_time_s < skew2.step_time_s
-    assert drop.breakdown_s["ep_comm"] == pytest.approx(1.15 * bal.breakdown_s["ep_comm"], rel=1e-9)
+    # dropless: Qwen3-30B (128 experts, top-8) on EP8, 4,096 tokens per rank (routing_skew.py)
+    factor = _scn({**QWEN30, "moe": {"routing": "dropless"}}, dict(par)).expert_load_imbalance
+    assert 1.10 < factor < 1.15
+    assert drop.breakdown_s["ep_comm"] == pytest.approx(factor * bal.breakdown_s["ep_comm"], rel=1e-9)
     assert skew2.breakdown_s["ep_comm"] == pytest.approx(2.0 * bal.breakdown_s["ep_comm"], rel=1e-9)
 
 
