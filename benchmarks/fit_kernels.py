@@ -36,7 +36,11 @@ RANGES: dict[str, tuple[float, float]] = {
     "memory_bw_fraction": (0.6, 0.95),
     "memory_latency_s": (1e-6, 10e-6),
     # a framework kernel kind's bandwidth relative to a streaming copy (kernels.py MEMORY_KINDS)
-    **{f"{k}_{p}_bw_scale": (0.1, 1.0) for k in ("swiglu", "cross_entropy") for p in ("fwd", "bwd")},
+    **{
+        f"{k}_{p}_bw_scale": (0.1, 1.0)
+        for k in ("swiglu", "cross_entropy", "cross_entropy_fused")
+        for p in ("fwd", "bwd")
+    },
     "fa2_fwd_fraction": (0.2, 0.9),
     "fa2_bwd_fraction": (0.2, 0.9),
     "fa3_fwd_fraction": (0.2, 0.9),

@@ -54,8 +54,20 @@ SPLIT_K_MIN_K = 256  # never split a GEMM below this many k per split
 # (megatron/core/fusions/fused_bias_swiglu.py, @jit_fuser = torch.compile): forward and backward
 # over the two chunked halves of the fc1 output. "cross_entropy_*" = Megatron-Core's unfused
 # vocab-parallel cross-entropy (megatron/core/tensor_parallel/cross_entropy.py): its fp32 passes
-# over the logits, reductions over the vocabulary included.
-MEMORY_KINDS = ("copy", "swiglu_fwd", "swiglu_bwd", "cross_entropy_fwd", "cross_entropy_bwd")
+# over the logits, reductions over the vocabulary included. "cross_entropy_fused_*" = its fused
+# ("native") cross-entropy (megatron/core/fusions/fused_cross_entropy.py, cross_entropy_loss_fusion
+# = True, cross_entropy_fusion_impl = "native"): the same steps as four @jit_fuser (torch.compile)
+# functions. Transformer Engine's Triton cross-entropy (cross_entropy_fusion_impl = "te") streams
+# at copy speed (simulator/program.py CE_PASSES says why).
+MEMORY_KINDS = (
+    "copy",
+    "swiglu_fwd",
+    "swiglu_bwd",
+    "cross_entropy_fwd",
+    "cross_entropy_bwd",
+    "cross_entropy_fused_fwd",
+    "cross_entropy_fused_bwd",
+)
 UNFUSED_SOFTMAX_PASSES = 4  # scale-mask-softmax read + write, dropout read + write (Megatron 2021)
 
 
@@ -144,6 +156,8 @@ class KernelParams:
     swiglu_bwd_bw_scale: float = 1.0
     cross_entropy_fwd_bw_scale: float = 1.0
     cross_entropy_bwd_bw_scale: float = 1.0
+    cross_entropy_fused_fwd_bw_scale: float = 1.0
+    cross_entropy_fused_bwd_bw_scale: float = 1.0
 
     def sustained_gemm_ratio(self, dtype: str) -> float:
         low = dtype in ("fp8", "mxfp8", "nvfp4")

@@ -777,7 +777,7 @@ class VariabilitySpec:
 
 
 ATTENTION_IMPLS = ("fa2", "fa3", "cudnn", "triton", "unfused")
-CROSS_ENTROPY_IMPLS = ("unfused", "fused", "torch")
+CROSS_ENTROPY_IMPLS = ("unfused", "fused", "te", "torch")
 ZERO3_COLLECTIVES = ("nccl", "flat")
 # software stacks with fitted residuals (simulator/stacks.py, efficiency.toml [stacks.*])
 STACK_NAMES = ("megatron-core", "megatron-2021", "composer-fsdp")
@@ -820,7 +820,9 @@ class KernelOptions:
     grad_reduce_dtype: str = ""
     tp_comm_async: bool = True  # TP backward collectives beside the dgrad/wgrad GEMMs (Megatron-Core)
     # "" = "unfused": Megatron-Core's vocab-parallel cross-entropy in eager PyTorch ops
-    # (cross_entropy_loss_fusion = False); "fused" = its fused kernel (Megatron-Bridge/NeMo 2 default);
+    # (cross_entropy_loss_fusion = False); "fused" = its fused "native" kernels (fusion True,
+    # cross_entropy_fusion_impl = "native": NeMo 2 recipes); "te" = Transformer Engine's Triton
+    # cross-entropy (cross_entropy_fusion_impl = "te": Megatron-Bridge performance scripts);
     # "torch" = PyTorch F.cross_entropy under bf16 autocast (fp32 log_softmax + nll_loss)
     cross_entropy: str = ""
     # ZeRO-3 parameter all-gathers / gradient reduce-scatters: "nccl" = NCCL on the topology (node

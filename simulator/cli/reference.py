@@ -382,10 +382,12 @@ KEYS: dict[str, Key] = {
     "kernels.cross_entropy": Key(
         "loss kernel over the logits; empty = unfused (Megatron-Core cross_entropy_loss_fusion ="
         " false: fp32 cast, max, subtract, exp, sum, divide as separate passes), fused = its fused"
-        " kernel (Megatron-Bridge / NeMo 2 recipes), torch = PyTorch F.cross_entropy under bf16"
-        " autocast (fp32 log_softmax + nll_loss; llm-foundry)",
+        " kernels (cross_entropy_fusion_impl = native: 22 + 10 bytes per logit, NeMo 2 recipes),"
+        " te = Transformer Engine's Triton kernel (cross_entropy_fusion_impl = te: 6 + 4 bytes per"
+        " logit, gradient in place; Megatron-Bridge performance scripts), torch = PyTorch"
+        " F.cross_entropy under bf16 autocast (fp32 log_softmax + nll_loss; llm-foundry)",
         default='""',
-        allowed=lambda: ("unfused", "fused", "torch"),
+        allowed=lambda: ("unfused", "fused", "te", "torch"),
         since=NEXT,
     ),
     "kernels.fused_grouped_mlp": Key(
@@ -1057,7 +1059,7 @@ JSON_FIELDS: dict[str, dict[str, str]] = {
         "kernels.attention": "attention kernel used: fa2, fa3, cudnn, triton or unfused",
         "kernels.grad_reduce_dtype": "dtype of the data-parallel gradient reduction",
         "kernels.tp_comm_async": "TP backward collectives overlapped with the GEMMs",
-        "kernels.cross_entropy": "loss kernel: unfused (eager passes over the logits), fused or torch",
+        "kernels.cross_entropy": "loss kernel: unfused (eager passes over the logits), fused, te or torch",
         "kernels.zero3_collectives": "how ZeRO-3 collectives are costed: nccl or flat",
         "kernels.stack": "[kernels] stack whose system residuals were applied (empty: the default tables)",
         "kernels.zero3_backward_prefetch": "ZeRO-3/FSDP backward gathers: pre (hidden) or post (exposed)",
