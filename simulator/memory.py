@@ -61,7 +61,8 @@ What one GPU holds at its peak, part by part (all in bytes):
   loaded one (and has the embeddings); the last stage has the output layer and the logits.
 * **Embedding / output buffers** (Korthikanti §4.3): the first stage's embedding dropout mask
   (s·b·h bytes per in-flight micro-batch, /t with SP); the last stage's final-norm and
-  output-layer inputs (4·s·b·h, /t with SP) and its fp32 logits for the cross entropy
+  output-layer inputs (4·s·b·h, /t with SP) and the logits the cross entropy keeps for its
+  backward (fp32 softmax, or TE's in-place 16-bit gradient: `logit_bytes`)
   (4·s·b·V/t) for the one micro-batch between its forward and backward.
 * **Communication buffers**: with SP the all-gathered layer input of width h over the full
   sequence (2·s·b·h) and its reduce-scatter staging (same size); the pipeline's send/receive
@@ -370,6 +371,16 @@ def _recomputed_bytes(
     return dropped
 
 
+def logit_bytes(cross_entropy: str) -> float:
+    """Bytes per logit the loss keeps from its forward to its backward (per vocab-parallel rank).
+    Megatron-Core's unfused and fused ("native") vocab-parallel losses and PyTorch's
+    F.cross_entropy under autocast keep the fp32 softmax (or log-softmax): 4. Transformer Engine's
+    Triton cross-entropy (`[kernels] cross_entropy = "te"`, TE 2.1-2.17) writes the gradient into
+    the 16-bit logits in place and keeps only them (NVIDIA/TransformerEngine PR #1456, "Storing the
+    gradients in-place of the input tensor"; program.py CE_PASSES): 2."""
+    return 2.0 if cross_entropy == "te" else 4.0
+
+
 def proj_saves_original_input(scn: Scenario) -> bool:
     """Whether the attention output projection keeps its 16-bit input instead of an FP8 copy
     (`_attention_output`). Megatron-Core (781e765818, core 0.15) sets it for every non-delayed FP8
@@ -673,15 +684,15 @@ def memory_footprint(scn: Scenario) -> MemoryReport:
     moe_act = scenario_layer_activations(scn, moe=True) if model.is_moe else dense_act
     kept = 1.0 - scn.memory.offload_activations  # the rest waits in host memory (issue 13)
     # Korthikanti §4.3: embedding dropout mask (first stage); final norm + output-layer inputs
-    # and the fp32 logits of one micro-batch (last stage).
+    # and the logits the loss keeps (logit_bytes) of one micro-batch (last stage).
     sp_div = t if sp else 1
     embed_mask = (MASK_BYTES if model.dropout > 0 else 0) * sbh / sp_div
     output_inputs = 2 * ACT_BYTES * sbh / sp_div
-    logits = 4.0 * s_local * b * model.vocab / t
+    logits = logit_bytes(scn.kernels.cross_entropy) * s_local * b * model.vocab / t
     # DeepSeek-V3 MTP modules (report §2.2; run with the output layer, for the same one
     # micro-batch): the RMSNorm inputs of the hidden state and of the next token's embedding
     # (2·2h), the projection M's input (2h, a linear input), one layer like the last main layer,
-    # and the shared output head's inputs and fp32 logits again
+    # and the shared output head's inputs and logits again
     mtp_layer = moe_act if model.is_moe_layer(model.layers - 1) else dense_act
     mm = FP8_BYTES if scn.dtype in ("fp8", "mxfp8", "nvfp4") else ACT_BYTES
     mtp_act = model.mtp_layers * (
