@@ -460,7 +460,13 @@ def hf_config_fields(path: Path) -> dict[str, Any]:
     if act in ("relu2", "squared_relu"):  # Nemotron's relu(x)^2
         out["activation"] = "squared_relu"
     model_type = str(get("model_type") or top.get("model_type") or "").lower()
-    out["gated_mlp"] = act in ("silu", "swiglu", "gelu_pytorch_tanh") or model_type in (
+    kv_heads = _multi_query_kv_heads(cfg, model_type, name)
+    if kv_heads is not None and "kv_heads" not in out:
+        out["kv_heads"] = kv_heads
+    # gelu_pytorch_tanh is Gemma's gated GeGLU but the plain 2-matrix MLP of GPT-BigCode (StarCoder)
+    # and StarCoder2 (transformers modeling_gemma.py GemmaMLP gate/up/down_proj vs
+    # modeling_gpt_bigcode.py / modeling_starcoder2.py c_fc, c_proj): the model type decides
+    out["gated_mlp"] = act in ("silu", "swiglu") or model_type in (
         "llama",
         "mistral",
         "mixtral",
@@ -469,6 +475,9 @@ def hf_config_fields(path: Path) -> dict[str, Any]:
         "qwen2_moe",
         "qwen3_moe",
         "gemma",
+        "gemma2",
+        "gemma3",
+        "gemma3_text",
         "deepseek_v2",
         "deepseek_v3",
         "kimi_k2",
@@ -585,9 +594,44 @@ def hf_config_fields(path: Path) -> dict[str, Any]:
         top.get("_name_or_path") or get("_name_or_path") or arch or model_type or path.parent.name
     )
     out["_unmodeled"] = _unmodeled_keys(cfg, top)
+    if cfg.get("multi_query") is True and model_type not in MULTI_QUERY_FAMILIES:
+        out["_unmodeled"]["multi_query"] = (
+            "multi-query attention of a family not read (give [model] kv_heads)"
+        )
     out["_windows"] = {k: get(k) for k in ("sliding_window", "attention_chunk_size") if _is_int(get(k))}
     out["_layer_windows"] = _layer_windows(get("layer_types"))
     return out
+
+
+MULTI_QUERY_FAMILIES = ("gpt_bigcode", "falcon")  # model types whose multi_query is read
+
+
+def _multi_query_kv_heads(cfg: Mapping[str, Any], model_type: str, file: str) -> int | None:
+    """Key/value heads of the families that say them without num_key_value_heads, as their
+    transformers classes read the config (None: not one of them). GPT-BigCode (StarCoder):
+    `multi_query` (default true) = one K/V head (configuration_gpt_bigcode.py, GPTBigCodeAttention
+    kv_heads = 1 if multi_query else num_heads). Falcon: `num_kv_heads` (default num_attention_heads)
+    with new_decoder_architecture or without multi_query, else one (FalconAttention.num_kv_heads;
+    FalconConfig multi_query defaults to true). In any other family `multi_query` is an unmodeled
+    key (_unmodeled_keys): its meaning there is not known."""
+    mq = cfg.get("multi_query")
+    if mq is not None and not isinstance(mq, bool):
+        raise ConfigError(f"must be true or false, got {mq!r}", key="multi_query", file=file)
+    if model_type == "gpt_bigcode":
+        return 1 if mq is not False else None
+    if model_type == "falcon":
+        new_arch = cfg.get("new_decoder_architecture")
+        if new_arch is not None and not isinstance(new_arch, bool):
+            raise ConfigError(
+                f"must be true or false, got {new_arch!r}", key="new_decoder_architecture", file=file
+            )
+        if new_arch or mq is False:
+            kv = cfg.get("num_kv_heads")
+            if kv is not None and (not _is_int(kv) or kv < 1):
+                raise ConfigError(f"must be an integer >= 1, got {kv!r}", key="num_kv_heads", file=file)
+            return kv
+        return 1
+    return None
 
 
 def _check_moe_layers(moe_layers: object, out: Mapping[str, Any], file: str) -> None:
@@ -818,7 +862,7 @@ HF_SOURCE_KEYS: dict[str, tuple[str, ...]] = {
     "layers": ("num_hidden_layers", "n_layer", "num_layers"),
     "hidden": ("hidden_size", "n_embd", "d_model"),
     "heads": ("num_attention_heads", "n_head"),
-    "kv_heads": ("num_key_value_heads",),
+    "kv_heads": ("num_key_value_heads", "num_kv_heads", "multi_query"),
     "ffn_hidden": ("intermediate_size_mlp", "intermediate_size", "n_inner", "ffn_hidden_size"),
     "vocab": ("vocab_size",),
     "head_dim": ("head_dim",),
