@@ -307,7 +307,12 @@ class PairHost:
 
 
 def overlap_pair(
-    forward: Block, backward: Block, sm_fraction: float, host: PairHost | None = None, n_layers: int = 0
+    forward: Block,
+    backward: Block,
+    sm_fraction: float,
+    host: PairHost | None = None,
+    n_layers: int = 0,
+    zero3: Zero3Pair | None = None,
 ) -> tuple[Block, Block]:
     """DualPipe's F&B chunk (DeepSeek-V3 report §3.2.1, Fig. 4): a forward and a backward of two
     micro-batches run together, so the EP dispatch/combine of each hides behind the other's
@@ -323,7 +328,8 @@ def overlap_pair(
     `host_bound` segments (computed against the unhidden all-to-all, so more traffic lowered
     them). Of the layer's time, the forward takes max(its own ops' issue time, its GPU time),
     capped so the backward keeps at least its GPU time; the backward the rest. Monotone: both
-    grow with the layer's GPU and all-to-all time, so more traffic never shortens the pair."""
+    grow with the layer's GPU and all-to-all time, so more traffic never shortens the pair.
+    ZeRO-3 MoE layers (`zero3`): their transfers re-costed as the pair runs them (Zero3Pair)."""
     ep_s = forward.seconds("ep_comm") + backward.seconds("ep_comm")
     paired_host = host is not None and n_layers > 0
     if ep_s <= 0 and not paired_host:
@@ -338,10 +344,12 @@ def overlap_pair(
             replace(seg, duration_s=seg.duration_s * keep) if seg.category == "ep_comm" else seg
             for seg in block.segments
             if not (paired_host and seg.category == "host_bound")  # the MoE layers' own: replaced
+            and not (zero3 is not None and seg.name in ZERO3_PAIRED_NAMES)  # re-costed below
         )
 
     extra_f: list[Segment] = []
     extra_b: list[Segment] = []
+    pair_wait_s: float | None = None
     if ep_s > 0:
         extra_b.append(Segment("compute", "F&B overlap interference", sm_interference_s(hidden, sm_fraction)))
     if host is not None and paired_host:
@@ -354,6 +362,8 @@ def overlap_pair(
             extra_f.append(Segment("host_bound", label, n_layers * wait_f_s))
         if wait_s > wait_f_s:
             extra_b.append(Segment("host_bound", label, n_layers * (wait_s - wait_f_s)))
+        pair_wait_s = wait_s
+    extra_b += _zero3_paired(zero3, keep, pair_wait_s, n_layers)
     return Block((*scaled(forward), *extra_f)), Block((*scaled(backward), *extra_b))
 
 
@@ -405,6 +415,48 @@ class EpPair:
     exposed_fraction: float
     interference_s: float
     host_s: float = 0.0
+
+
+# ZeRO-3 exposure segments of a MoE layer whose passes run in F&B pairs: the pairs re-cost them
+ZERO3_PAIRED_NAMES = ("zero3 param allgather (moe layer)", "zero3 allgather+reducescatter (moe layer)")
+
+
+@dataclass(frozen=True, slots=True)
+class Zero3Pair:
+    """One MoE layer's ZeRO-3/FSDP transfers, re-costed when its passes run in an F&B pair
+    (DualPipe, the combined 1F1B). Unpaired, each pass's transfer hides behind that pass, its EP
+    all-to-all and host waits included (`_Coster.layer`: exposed = max(0, need - window - slow)).
+    Paired, the hidden part of the all-to-all runs under the other micro-batch's compute and the
+    passes' own host waits give way to the pair's: still counting them as this layer's window
+    used the same seconds twice, so a faster all-to-all (more NVLink or NIC bandwidth) lengthened
+    the exposed transfer by more than it saved (fuzz audit). In the pair the layer's transfers
+    hide behind the layer's seconds as paired, both passes together (one DP stream beside the
+    pair): the layer takes max(its paired passes, its transfers)."""
+
+    need_s: float  # transfer seconds of the layer's passes (gather; gather + reduce-scatter; again
+    # the gather with full recomputation)
+    window_s: float  # the passes' seconds unpaired, without host waits (EP all-to-all included)
+    ep_s: float  # of which EP all-to-all
+    host_s: float  # the passes' own host waits
+    slow_s: float  # the overlap interference, which also widens the window
+    fixed_s: float = 0.0  # exposed whatever the window (BACKWARD_POST's gather)
+
+    def exposed_s(self, keep: float, pair_host_s: float | None) -> float:
+        """Exposed transfer seconds of the layer in a pair that keeps `keep` of its all-to-all on
+        the critical path and replaces its host waits by `pair_host_s` (None: keeps its own)."""
+        host = self.host_s if pair_host_s is None else pair_host_s
+        window = self.window_s - self.ep_s * (1.0 - keep) + host
+        return self.fixed_s + max(0.0, self.need_s - window - self.slow_s)
+
+
+def _zero3_paired(
+    zero3: Zero3Pair | None, keep: float, pair_host_s: float | None, n_layers: int
+) -> list[Segment]:
+    """The exposed ZeRO-3 transfer of a chunk's `n_layers` paired MoE layers (Zero3Pair), which
+    replaces their ZERO3_PAIRED_NAMES segments."""
+    if zero3 is None or n_layers <= 0:
+        return []
+    return [Segment("dp_comm", "zero3 transfers (F&B pair)", n_layers * zero3.exposed_s(keep, pair_host_s))]
 
 
 def combined_layer_s(
@@ -520,6 +572,7 @@ class _Coster:
     stage: int = 0  # the pipeline stage whose TP/CP/EP groups are being costed
     ep_pair: EpPair = EpPair(1.0, 0.0)  # the last MoE layer costed, in the combined 1F1B
     pair_host: PairHost | None = None  # the last MoE layer costed, in DualPipe's F&B pairs
+    zero3_pair: Zero3Pair | None = None  # the last MoE layer costed, ZeRO-3 in an F&B pair
     act_sync_index: int = 0  # where in the last MoE layer's forward the activation's host sync sits
 
     def __post_init__(self) -> None:
@@ -761,7 +814,11 @@ class _Coster:
             bwd_s = sum(p.duration_s for p in b_in + b_w)
             slowdown = scn.gpu.efficiency.overlap_slowdown
             slow_f = min(ag, busy_s(fwd)) * slowdown
-            fwd.append(Segment("dp_comm", "zero3 param allgather", max(0.0, ag - fwd_s - slow_f), 0.0, 0.0))
+            paired = moe and (par.schedule in PAIRED_SCHEDULES or ep_overlap_pairs(scn))
+            names = (
+                ZERO3_PAIRED_NAMES if paired else ("zero3 param allgather", "zero3 allgather+reducescatter")
+            )
+            fwd.append(Segment("dp_comm", names[0], max(0.0, ag - fwd_s - slow_f), 0.0, 0.0))
             # overlap_grad_reduce = false: the gradient reduce-scatter runs after the layer's
             # backward instead of beside it (DeepSpeed's overlap_comm = false, its default)
             hidden_rs = rs if par.overlap_grad_reduce else 0.0
@@ -774,7 +831,24 @@ class _Coster:
             else:  # BACKWARD_PRE / FSDP2 / Megatron: gathered ahead, beside this layer's backward
                 slow_b = min(ag + hidden_rs, busy_s(b_in + b_w)) * slowdown
                 exposed_b = max(0.0, ag + hidden_rs - bwd_s - slow_b)
-            b_w.append(Segment("dp_comm", "zero3 allgather+reducescatter", exposed_b, 0.0, 0.0))
+            b_w.append(Segment("dp_comm", names[1], exposed_b, 0.0, 0.0))
+            if paired:
+
+                def of(parts: list, category: str) -> float:
+                    return sum(p.duration_s for p in parts if p.category == category)
+
+                # full recomputation runs the forward, its gather and its interference again
+                f = 2 if par.recompute == "full" else 1
+                host_f, host_b = of(fwd, "host_bound"), of(b_in + b_w, "host_bound")
+                pre = scn.kernels.zero3_backward_prefetch != "post"  # post: the gather is exposed
+                self.zero3_pair = Zero3Pair(
+                    need_s=f * ag + (ag if pre else 0.0) + hidden_rs,
+                    window_s=f * (fwd_s - host_f) + bwd_s - host_b,
+                    ep_s=f * of(fwd, "ep_comm") + of(b_in + b_w, "ep_comm"),
+                    host_s=f * host_f + host_b,
+                    slow_s=f * slow_f + slow_b,
+                    fixed_s=0.0 if pre else ag,
+                )
             if rs > hidden_rs:
                 b_w.append(Segment("dp_comm", "zero3 reducescatter (not overlapped)", rs, 0.0, 0.0))
             fwd.append(Segment("compute", "zero3 overlap interference", slow_f, 0.0, 0.0))
@@ -1609,7 +1683,14 @@ def build_program(scn: Scenario, comm: CommModel | None = None) -> Program:
             if m.is_moe:
                 layer[True] = coster.layer(True)
             mtp_cost = coster.mtp(layer[m.is_moe_layer(m.layers - 1)]) if m.mtp_layers else None
-            extras = (coster.embedding(), coster.logits(), mtp_cost, coster.ep_pair, coster.pair_host)
+            extras = (
+                coster.embedding(),
+                coster.logits(),
+                mtp_cost,
+                coster.ep_pair,
+                coster.pair_host,
+                coster.zero3_pair,
+            )
             costed[key] = (layer, *extras)
         return costed[key]
 
@@ -1622,7 +1703,9 @@ def build_program(scn: Scenario, comm: CommModel | None = None) -> Program:
 
     stages = []
     for s in range(pp):
-        layer_cost, (emb_f, emb_b), (log_f, log_bi, log_bw), mtp, ep_pair, pair_host = stage_costs(s)
+        layer_cost, (emb_f, emb_b), (log_f, log_bi, log_bw), mtp, ep_pair, pair_host, zero3_pair = (
+            stage_costs(s)
+        )
         chunks = []
         stage_params = 0.0
         stage_expert_params = 0.0
@@ -1725,9 +1808,9 @@ def build_program(scn: Scenario, comm: CommModel | None = None) -> Program:
                 m.mtp_layers if last and mtp is not None and m.is_moe_layer(m.layers - 1) else 0
             )
             if par.schedule in ("dualpipe", "dualpipev"):
-                paired = overlap_pair(forward, backward, ep_sm_fraction(scn), pair_host, n_pair)
+                paired = overlap_pair(forward, backward, ep_sm_fraction(scn), pair_host, n_pair, zero3_pair)
             elif ep_overlap:
-                paired = _combined_pair(forward, backward, ep_pair, n_pair)
+                paired = _combined_pair(forward, backward, ep_pair, n_pair, zero3_pair)
             chunks.append(
                 ChunkProgram(
                     stage=s,
@@ -1808,11 +1891,14 @@ def ep_sm_fraction(scn: Scenario) -> float:
     return min(scn.kernels.ep_comm_sms_used / scn.gpu.num_sms, 1.0)
 
 
-def _combined_pair(forward: Block, backward: Block, pair: EpPair, n_layers: int) -> tuple[Block, Block]:
+def _combined_pair(
+    forward: Block, backward: Block, pair: EpPair, n_layers: int, zero3: Zero3Pair | None = None
+) -> tuple[Block, Block]:
     """A chunk's forward and backward when they run as one combined-1F1B pair: each MoE layer's
     EP communication kept at its exposed fraction (every EP segment of the chunk comes from its
     MoE layers, all costed alike), the SM interference of the hidden part and the pair's exposed
-    host issue time (instead of each pass's own) added to the backward."""
+    host issue time (instead of each pass's own) added to the backward, and ZeRO-3 MoE layers'
+    transfers re-costed as the pair runs them (Zero3Pair)."""
 
     def scaled(block: Block) -> tuple[Segment, ...]:
         out = []
@@ -1821,12 +1907,15 @@ def _combined_pair(forward: Block, backward: Block, pair: EpPair, n_layers: int)
                 seg = replace(seg, duration_s=seg.duration_s * pair.exposed_fraction)
             elif seg.category == "host_bound":  # the MoE layers' own (only they have any): replaced
                 continue
+            elif zero3 is not None and seg.name in ZERO3_PAIRED_NAMES:  # re-costed below
+                continue
             out.append(seg)
         return tuple(out)
 
     slowdown = Segment("compute", "ep overlap interference", pair.interference_s * n_layers)
     host = Segment("host_bound", "host issue (combined 1F1B, sync to sync)", pair.host_s * n_layers)
-    return Block(scaled(forward)), _block((*scaled(backward), slowdown, host))
+    transfers = _zero3_paired(zero3, pair.exposed_fraction, pair.host_s, n_layers)
+    return Block(scaled(forward)), _block((*scaled(backward), slowdown, host, *transfers))
 
 
 # [memory] offload_optimizer (Megatron-Core --optimizer-cpu-offload, ZeRO-Offload, Ren et al.
