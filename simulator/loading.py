@@ -11,6 +11,7 @@ import functools
 import json
 import math
 import os
+import re
 import stat
 import tomllib
 from collections.abc import Mapping, Sequence
@@ -594,6 +595,13 @@ def hf_config_fields(path: Path) -> dict[str, Any]:
         top.get("_name_or_path") or get("_name_or_path") or arch or model_type or path.parent.name
     )
     out["_unmodeled"] = _unmodeled_keys(cfg, top)
+    for key in sorted(cfg):
+        if (
+            MOE_KEY_PATTERN.search(key)
+            and key not in MOE_KEYS_READ
+            and cfg[key] not in (None, False, 0, [], {})
+        ):
+            out["_unmodeled"][key] = "mixture-of-experts key not read (another family's name for its experts)"
     if cfg.get("multi_query") is True and model_type not in MULTI_QUERY_FAMILIES:
         out["_unmodeled"]["multi_query"] = (
             "multi-query attention of a family not read (give [model] kv_heads)"
@@ -603,6 +611,23 @@ def hf_config_fields(path: Path) -> dict[str, Any]:
     return out
 
 
+# config.json keys about experts that the import reads, or knows change no FLOP, byte or layout
+# (routing math, auxiliary losses, inference hints). Any other key that names experts -- another
+# family's word for the expert count, the shared expert or the MoE layers (ERNIE-4.5
+# moe_num_experts, GraniteMoeShared shared_intermediate_size, Hunyuan num_shared_expert) -- would
+# leave the model dense or without its shared expert: refused unless allow_unmodeled lists it.
+MOE_KEY_PATTERN = re.compile(r"expert|moe|shared|router|routed|topk|top_k")
+MOE_KEYS_READ = frozenset(
+    {
+        "num_local_experts", "num_experts", "n_routed_experts", "num_experts_per_tok", "experts_per_token",
+        "moe_top_k", "moe_intermediate_size", "shared_expert_intermediate_size", "n_shared_experts",
+        "moe_layer_freq", "moe_layers", "interleave_moe_layer_step", "n_group", "topk_group",
+        # no FLOP, byte or layout: routing math, auxiliary losses, inference hints
+        "norm_topk_prob", "output_router_logits", "routed_scaling_factor", "router_aux_loss_coef",
+        "router_jitter_noise", "router_z_loss_coef", "topk_method", "moe_router_bias_update_rate",
+        "router_bias", "use_routing_bias",
+    }
+)  # fmt: skip
 MULTI_QUERY_FAMILIES = ("gpt_bigcode", "falcon")  # model types whose multi_query is read
 
 
@@ -752,11 +777,12 @@ def _resolve_unmodeled(
     return notes + [f"{cfg_file}: not modeled: {feature}" for feature in features]
 
 
-def _unmodeled_rank(key: str) -> tuple[int, str]:
+def _unmodeled_rank(key: str) -> tuple[int, bool, str]:
     """Order of unmodeled keys in messages: UNMODELED_HF_KEYS's order (layer patterns first),
-    then the prefixed Mamba / linear-attention fields by name."""
+    then the prefixed Mamba / linear-attention fields and expert keys by name (an expert count's
+    name before the other expert keys)."""
     order = list(UNMODELED_HF_KEYS)
-    return (order.index(key), key) if key in order else (len(order), key)
+    return (order.index(key), False, key) if key in order else (len(order), "expert" not in key, key)
 
 
 def model_from_table(table: Mapping[str, Any], base_dir: Path) -> ModelSpec:

@@ -145,3 +145,73 @@ def test_multi_query_of_another_family_is_refused_unless_allowed(tmp_path: Path)
     code, out, err = run_in_process(["run", str(path), "--json"])
     assert code == 0 and "multi_query" in err
     assert json.loads(out)["model"]["kv_heads"] == 1
+
+
+# ERNIE-4.5 (baidu/ERNIE-4.5-21B-A3B-PT) and GraniteMoeShared (ibm-granite/granite-3.1-1b-a400m
+# family with a shared expert) name their experts in words the import does not read: simulated
+# before as a dense model and as a MoE without its shared expert
+ERNIE_MOE = {
+    "model_type": "ernie4_5_moe",
+    "hidden_act": "silu",
+    "hidden_size": 2560,
+    "intermediate_size": 12288,
+    "moe_intermediate_size": 1536,
+    "moe_k": 6,
+    "moe_num_experts": 64,
+    "moe_num_shared_experts": 2,
+    "num_attention_heads": 20,
+    "num_hidden_layers": 28,
+    "num_key_value_heads": 4,
+    "vocab_size": 103424,
+}
+GRANITE_SHARED = {
+    "model_type": "granitemoeshared",
+    "hidden_act": "silu",
+    "hidden_size": 1024,
+    "intermediate_size": 512,
+    "num_attention_heads": 16,
+    "num_hidden_layers": 24,
+    "num_key_value_heads": 8,
+    "num_local_experts": 32,
+    "num_experts_per_tok": 8,
+    "shared_intermediate_size": 1024,
+    "router_aux_loss_coef": 0.01,
+    "vocab_size": 49155,
+}
+
+
+@pytest.mark.parametrize(
+    ("config", "key"),
+    [(ERNIE_MOE, "moe_num_experts"), (GRANITE_SHARED, "shared_intermediate_size")],
+    ids=["ernie", "granite-shared"],
+)
+def test_expert_keys_not_read_are_refused_by_name(
+    tmp_path: Path, config: dict[str, object], key: str
+) -> None:
+    path = _scenario(tmp_path, config)
+    code, out, err = run_in_process(["run", str(path), "--json"])
+    check_contract(code, out, err)
+    assert code == 2 and f"key '{key}'" in err and "config.json" in err
+
+
+def test_routing_keys_that_change_no_cost_are_ignored(tmp_path: Path) -> None:
+    """Auxiliary-loss and routing-math keys (Mixtral's, DeepSeek's) stay accepted."""
+    mixtral = {
+        "model_type": "mixtral",
+        "hidden_size": 1024,
+        "intermediate_size": 2048,
+        "num_attention_heads": 8,
+        "num_hidden_layers": 4,
+        "num_key_value_heads": 8,
+        "num_local_experts": 8,
+        "num_experts_per_tok": 2,
+        "vocab_size": 32000,
+        "router_aux_loss_coef": 0.02,
+        "router_jitter_noise": 0.0,
+        "output_router_logits": False,
+        "norm_topk_prob": True,
+        "routed_scaling_factor": 2.5,
+        "topk_method": "noaux_tc",
+    }
+    model = load_scenario(_scenario(tmp_path, mixtral)).model
+    assert model.is_moe and model.num_experts == 8
