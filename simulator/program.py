@@ -349,7 +349,7 @@ def overlap_pair(
 
     extra_f: list[Segment] = []
     extra_b: list[Segment] = []
-    pair_wait_s: float | None = None
+    pair_wait_s: tuple[float | None, float | None] = (None, None)  # the passes keep their own
     if ep_s > 0:
         extra_b.append(Segment("compute", "F&B overlap interference", sm_interference_s(hidden, sm_fraction)))
     if host is not None and paired_host:
@@ -362,8 +362,10 @@ def overlap_pair(
             extra_f.append(Segment("host_bound", label, n_layers * wait_f_s))
         if wait_s > wait_f_s:
             extra_b.append(Segment("host_bound", label, n_layers * (wait_s - wait_f_s)))
-        pair_wait_s = wait_s
-    extra_b += _zero3_paired(zero3, keep, pair_wait_s, n_layers)
+        pair_wait_s = (wait_f_s, wait_s - wait_f_s)
+    transfers_f, transfers_b = _zero3_paired(zero3, keep, *pair_wait_s, n_layers)
+    extra_f += transfers_f
+    extra_b += transfers_b
     return Block((*scaled(forward), *extra_f)), Block((*scaled(backward), *extra_b))
 
 
@@ -422,41 +424,60 @@ ZERO3_PAIRED_NAMES = ("zero3 param allgather (moe layer)", "zero3 allgather+redu
 
 
 @dataclass(frozen=True, slots=True)
+class Zero3Pass:
+    """One pass of a MoE layer's ZeRO-3/FSDP transfers (see Zero3Pair)."""
+
+    need_s: float  # transfer seconds the pass must hide (the gather; gather + reduce-scatter)
+    window_s: float  # the pass's seconds unpaired, without its host waits (EP all-to-all included)
+    ep_s: float  # of which EP all-to-all
+    host_s: float  # its own host waits
+    slow_s: float  # the overlap interference, which also widens the window
+    fixed_s: float = 0.0  # exposed whatever the window (BACKWARD_POST's gather)
+
+    def exposed_s(self, keep: float, host_s: float | None) -> float:
+        """Exposed seconds when `keep` of the all-to-all stays on the critical path and the pass
+        waits `host_s` for the CPU (None: its own host waits)."""
+        window = self.window_s - self.ep_s * (1.0 - keep) + (self.host_s if host_s is None else host_s)
+        return self.fixed_s + max(0.0, self.need_s - window - self.slow_s)
+
+
+@dataclass(frozen=True, slots=True)
 class Zero3Pair:
     """One MoE layer's ZeRO-3/FSDP transfers, re-costed when its passes run in an F&B pair
     (DualPipe, the combined 1F1B). Unpaired, each pass's transfer hides behind that pass, its EP
     all-to-all and host waits included (`_Coster.layer`: exposed = max(0, need - window - slow)).
     Paired, the hidden part of the all-to-all runs under the other micro-batch's compute and the
-    passes' own host waits give way to the pair's: still counting them as this layer's window
-    used the same seconds twice, so a faster all-to-all (more NVLink or NIC bandwidth) lengthened
-    the exposed transfer by more than it saved (fuzz audit). In the pair the layer's transfers
-    hide behind the layer's seconds as paired, both passes together (one DP stream beside the
-    pair): the layer takes max(its paired passes, its transfers)."""
+    passes' own host waits give way to the pair's: still counting them as the pass's window used
+    the same seconds twice, so a faster all-to-all (more NVLink or NIC bandwidth) lengthened the
+    exposed transfer by more than it saved (fuzz audit). Paired, each pass's transfer hides behind
+    that pass as the pair runs it: the all-to-all it keeps, its share of the pair's host wait.
+    Full recomputation runs the forward (and its gather) again in the backward."""
 
-    need_s: float  # transfer seconds of the layer's passes (gather; gather + reduce-scatter; again
-    # the gather with full recomputation)
-    window_s: float  # the passes' seconds unpaired, without host waits (EP all-to-all included)
-    ep_s: float  # of which EP all-to-all
-    host_s: float  # the passes' own host waits
-    slow_s: float  # the overlap interference, which also widens the window
-    fixed_s: float = 0.0  # exposed whatever the window (BACKWARD_POST's gather)
+    forward: Zero3Pass
+    backward: Zero3Pass
+    repeat_forward: bool
 
-    def exposed_s(self, keep: float, pair_host_s: float | None) -> float:
-        """Exposed transfer seconds of the layer in a pair that keeps `keep` of its all-to-all on
-        the critical path and replaces its host waits by `pair_host_s` (None: keeps its own)."""
-        host = self.host_s if pair_host_s is None else pair_host_s
-        window = self.window_s - self.ep_s * (1.0 - keep) + host
-        return self.fixed_s + max(0.0, self.need_s - window - self.slow_s)
+    def exposed_s(self, keep: float, host_f_s: float | None, host_b_s: float | None) -> tuple[float, float]:
+        """Exposed seconds of the forward and the backward in the pair."""
+        f = self.forward.exposed_s(keep, host_f_s)
+        again = (
+            self.forward.exposed_s(keep, 0.0 if host_b_s is not None else None)
+            if self.repeat_forward
+            else 0.0
+        )
+        return f, self.backward.exposed_s(keep, host_b_s) + again
 
 
 def _zero3_paired(
-    zero3: Zero3Pair | None, keep: float, pair_host_s: float | None, n_layers: int
-) -> list[Segment]:
-    """The exposed ZeRO-3 transfer of a chunk's `n_layers` paired MoE layers (Zero3Pair), which
-    replaces their ZERO3_PAIRED_NAMES segments."""
+    zero3: Zero3Pair | None, keep: float, host_f_s: float | None, host_b_s: float | None, n_layers: int
+) -> tuple[list[Segment], list[Segment]]:
+    """The exposed ZeRO-3 transfers of a chunk's `n_layers` paired MoE layers (Zero3Pair), which
+    replace their ZERO3_PAIRED_NAMES segments: (forward, backward)."""
     if zero3 is None or n_layers <= 0:
-        return []
-    return [Segment("dp_comm", "zero3 transfers (F&B pair)", n_layers * zero3.exposed_s(keep, pair_host_s))]
+        return [], []
+    f, b = zero3.exposed_s(keep, host_f_s, host_b_s)
+    label = "zero3 transfers (F&B pair)"
+    return [Segment("dp_comm", label, n_layers * f)], [Segment("dp_comm", label, n_layers * b)]
 
 
 def combined_layer_s(
@@ -837,17 +858,19 @@ class _Coster:
                 def of(parts: list, category: str) -> float:
                     return sum(p.duration_s for p in parts if p.category == category)
 
-                # full recomputation runs the forward, its gather and its interference again
-                f = 2 if par.recompute == "full" else 1
                 host_f, host_b = of(fwd, "host_bound"), of(b_in + b_w, "host_bound")
                 pre = scn.kernels.zero3_backward_prefetch != "post"  # post: the gather is exposed
                 self.zero3_pair = Zero3Pair(
-                    need_s=f * ag + (ag if pre else 0.0) + hidden_rs,
-                    window_s=f * (fwd_s - host_f) + bwd_s - host_b,
-                    ep_s=f * of(fwd, "ep_comm") + of(b_in + b_w, "ep_comm"),
-                    host_s=f * host_f + host_b,
-                    slow_s=f * slow_f + slow_b,
-                    fixed_s=0.0 if pre else ag,
+                    Zero3Pass(ag, fwd_s - host_f, of(fwd, "ep_comm"), host_f, slow_f),
+                    Zero3Pass(
+                        (ag if pre else 0.0) + hidden_rs,
+                        bwd_s - host_b,
+                        of(b_in + b_w, "ep_comm"),
+                        host_b,
+                        slow_b,
+                        0.0 if pre else ag,
+                    ),
+                    par.recompute == "full",
                 )
             if rs > hidden_rs:
                 b_w.append(Segment("dp_comm", "zero3 reducescatter (not overlapped)", rs, 0.0, 0.0))
@@ -871,8 +894,12 @@ class _Coster:
         issue_s = issue_f_s * (2 if self.scn.parallel.recompute == "full" else 1)
         issue_s += (ops.backward_input + ops.backward_weight) * HOST_OP_S + ops.backward_syncs * HOST_SYNC_S
 
-        def gpu(parts: list) -> float:
-            return sum(p.duration_s for p in parts if p.category not in ("ep_comm", "host_bound"))
+        def gpu(parts: list) -> float:  # (ZeRO-3 exposure: the pair re-costs it, Zero3Pair)
+            return sum(
+                p.duration_s
+                for p in parts
+                if p.category not in ("ep_comm", "host_bound") and p.name not in ZERO3_PAIRED_NAMES
+            )
 
         def ep(parts: list) -> float:
             return sum(p.duration_s for p in parts if p.category == "ep_comm")
@@ -1914,8 +1941,8 @@ def _combined_pair(
 
     slowdown = Segment("compute", "ep overlap interference", pair.interference_s * n_layers)
     host = Segment("host_bound", "host issue (combined 1F1B, sync to sync)", pair.host_s * n_layers)
-    transfers = _zero3_paired(zero3, pair.exposed_fraction, pair.host_s, n_layers)
-    return Block(scaled(forward)), _block((*scaled(backward), slowdown, host, *transfers))
+    transfers_f, transfers_b = _zero3_paired(zero3, pair.exposed_fraction, 0.0, pair.host_s, n_layers)
+    return Block((*scaled(forward), *transfers_f)), _block((*scaled(backward), slowdown, host, *transfers_b))
 
 
 # [memory] offload_optimizer (Megatron-Core --optimizer-cpu-offload, ZeRO-Offload, Ren et al.

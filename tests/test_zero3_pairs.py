@@ -4,8 +4,9 @@ Unpaired, a layer's ZeRO-3 gather (and backward gather + reduce-scatter) hides b
 own pass, its EP all-to-all included. Paired, the hidden part of that all-to-all runs under the
 other micro-batch's compute; the window still counted it, so the same seconds were used twice and
 doubling the NVLink bandwidth (a faster all-to-all) made these steps slower (+0.43%, +0.013%,
-+0.04%). Now the paired layers' transfers hide behind the layer's passes as paired: without the hidden
-all-to-all, with the pair's host waits (program.Zero3Pair), and more bandwidth never slows them.
++0.04%). Now each paired pass's transfer hides behind that pass as the pair runs it: without the hidden
+all-to-all, with its share of the pair's host wait (program.Zero3Pair), and more bandwidth never
+slows them.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from typing import Any
 import pytest
 
 from simulator.loading import scenario_from_dict
-from simulator.program import Zero3Pair
+from simulator.program import Zero3Pair, Zero3Pass
 from simulator.simulate import simulate
 
 DUALPIPE_ALLGATHER = {
@@ -91,16 +92,47 @@ def test_more_nvlink_never_slows_a_zero3_moe_pair(data: dict[str, Any], nvlink_G
 
 
 def test_paired_transfer_closed_form() -> None:
-    """Need 10 s of transfer; the passes take 8 s unpaired (3 s of it all-to-all) plus 1 s of
+    """A pass needs 10 s of transfer; it takes 8 s unpaired (3 s of it all-to-all) plus 1 s of
     host waits, 0.5 s of overlap interference: 10 - 9 - 0.5 = 0.5 s exposed. Paired with a third
-    of the all-to-all kept (2 s hidden under the other micro-batch) and the pair's 0.25 s of host
+    of the all-to-all kept (2 s hidden under the other micro-batch) and 0.25 s of the pair's host
     wait instead of its own 1 s: 10 - (8 - 2 + 0.25) - 0.5 = 3.25 s. BACKWARD_POST's gather is
-    exposed whatever the window."""
-    z = Zero3Pair(need_s=10.0, window_s=8.0, ep_s=3.0, host_s=1.0, slow_s=0.5)
-    assert z.exposed_s(keep=1.0, pair_host_s=None) == pytest.approx(0.5)
-    assert z.exposed_s(keep=1 / 3, pair_host_s=0.25) == pytest.approx(3.25)
-    assert Zero3Pair(1.0, 8.0, 3.0, 1.0, 0.5, fixed_s=2.0).exposed_s(0.0, 0.0) == pytest.approx(2.0)
-    # the layer takes max(its paired passes, its transfers): the less of its all-to-all stays on
+    exposed whatever the window; full recomputation repeats the forward's in the backward,
+    without host waits when the pair replaces them."""
+    p = Zero3Pass(need_s=10.0, window_s=8.0, ep_s=3.0, host_s=1.0, slow_s=0.5)
+    assert p.exposed_s(keep=1.0, host_s=None) == pytest.approx(0.5)
+    assert p.exposed_s(keep=1 / 3, host_s=0.25) == pytest.approx(3.25)
+    assert Zero3Pass(1.0, 8.0, 3.0, 1.0, 0.5, fixed_s=2.0).exposed_s(0.0, 0.0) == pytest.approx(2.0)
+    z = Zero3Pair(p, Zero3Pass(5.0, 20.0, 4.0, 0.0, 0.0), repeat_forward=True)
+    f, b = z.exposed_s(1 / 3, 0.25, 0.0)
+    assert f == pytest.approx(3.25)
+    assert b == pytest.approx(0.0 + (10 - (8 - 2) - 0.5))
+    # the pass takes max(its paired seconds, its transfer): the less of its all-to-all stays on
     # the critical path, the shorter it is
-    times = [z.window_s - z.ep_s * (1 - k) + z.slow_s + z.exposed_s(k, None) for k in (1.0, 0.5, 0.0)]
+    times = [p.window_s - p.ep_s * (1 - k) + p.slow_s + p.exposed_s(k, None) for k in (1.0, 0.5, 0.0)]
     assert times == sorted(times, reverse=True)
+
+
+def test_host_bound_dualpipe_zero3_pair_never_slower_with_more_nvlink() -> None:
+    """Found while fixing the above (ep = 1, host-bound MoE layers): re-costing both passes'
+    transfers jointly in the backward moved the forward's exposure onto the backward, and 2x
+    NVLink made the step 0.002% slower; each pass keeps its own."""
+    data = {
+        "model": {"preset": "mixtral-8x7b"},
+        "cluster": {"topology": "dgx-b200", "num_gpus": 256},
+        "parallel": {
+            "tp": 8,
+            "pp": 2,
+            "cp": 2,
+            "dp": 8,
+            "global_batch": 32,
+            "schedule": "dualpipe",
+            "zero": 3,
+            "overlap_grad_reduce": False,
+            "overlap_param_gather": False,
+            "account_for_loss_in_pipeline_split": True,
+        },
+        "precision": {"dtype": "mxfp8", "fp8_param_gather": True},
+    }
+    base = _step_s(data, 900)
+    for factor in (1.5, 2.0, 4.0):
+        assert _step_s(data, factor * 900) <= base * (1 + 1e-9), factor
