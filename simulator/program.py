@@ -344,7 +344,7 @@ def overlap_pair(
             replace(seg, duration_s=seg.duration_s * keep) if seg.category == "ep_comm" else seg
             for seg in block.segments
             if not (paired_host and seg.category == "host_bound")  # the MoE layers' own: replaced
-            and not (zero3 is not None and seg.name in ZERO3_PAIRED_NAMES)  # re-costed below
+            and not (zero3 is not None and seg.name in PAIRED_TRANSFER_NAMES)  # re-costed below
         )
 
     extra_f: list[Segment] = []
@@ -421,6 +421,9 @@ class EpPair:
 
 # ZeRO-3 exposure segments of a MoE layer whose passes run in F&B pairs: the pairs re-cost them
 ZERO3_PAIRED_NAMES = ("zero3 param allgather (moe layer)", "zero3 allgather+reducescatter (moe layer)")
+# activation offloading's copies of such a layer, re-costed by the pairs too
+OFFLOAD_PAIRED_NAMES = ("activation offload (D2H) (moe layer)", "activation reload (H2D) (moe layer)")
+PAIRED_TRANSFER_NAMES = ZERO3_PAIRED_NAMES + OFFLOAD_PAIRED_NAMES
 
 
 @dataclass(frozen=True, slots=True)
@@ -459,31 +462,69 @@ class Zero3Pair:
     forward: Zero3Pass
     backward: Zero3Pass
     repeat_forward: bool
+    copy_s: float = 0.0  # activation offloading: each pass's host copy (copy engines, beside)
+    serial_b_s: float = 0.0  # the backward's reduce-scatter not overlapped (after the pass)
 
-    def exposed_s(self, keep: float, host_f_s: float | None, host_b_s: float | None) -> tuple[float, float]:
-        """Exposed seconds of the forward and the backward in the pair: the layer's transfers
-        beyond its passes as paired (the all-to-all each keeps, the pair's host waits: `host_*_s`,
-        None = their own), split between the passes as their transfers are."""
+    def _passes(self, host_f_s: float | None, host_b_s: float | None) -> list[tuple[Zero3Pass, float | None]]:
         passes = [(self.forward, host_f_s), (self.backward, host_b_s)]
         if self.repeat_forward:  # recomputed in the backward: no host wait of its own in the pair
             passes.append((self.forward, 0.0 if host_b_s is not None else None))
+        return passes
+
+    def exposed_s(self, keep: float, host_f_s: float | None, host_b_s: float | None) -> tuple[float, float]:
+        """Exposed ZeRO-3 seconds of the forward and the backward in the pair: the layer's
+        transfers beyond its passes as paired (the all-to-all each keeps, the pair's host waits:
+        `host_*_s`, None = their own), split between the passes as their transfers are."""
+        passes = self._passes(host_f_s, host_b_s)
         need = sum(p.need_s for p, _ in passes)
-        window = sum(p.window_s - p.ep_s * (1.0 - keep) + (p.host_s if h is None else h) for p, h in passes)
-        exposed = max(0.0, need - window - sum(p.slow_s for p, _ in passes))
+        exposed = max(0.0, need - self._window_s(keep, passes) - sum(p.slow_s for p, _ in passes))
         share = self.forward.need_s / need if need > 0 else 0.0
         return exposed * share, exposed * (1.0 - share) + self.backward.fixed_s
+
+    def copies_exposed_s(
+        self, keep: float, host_f_s: float | None, host_b_s: float | None
+    ) -> tuple[float, float]:
+        """Exposed activation-offload seconds (forward, backward) in the pair: the layer's copies
+        beyond its passes as paired, ZeRO-3 transfers included (the copy engines run beside the
+        whole pass), split as the copies are (the reload in the backward)."""
+        if self.copy_s <= 0:
+            return 0.0, 0.0
+        passes = self._passes(host_f_s, host_b_s)
+        f_z3, b_z3 = self.exposed_s(keep, host_f_s, host_b_s)
+        pair_s = (
+            self._window_s(keep, passes) + sum(p.slow_s for p, _ in passes) + f_z3 + b_z3 + self.serial_b_s
+        )
+        copies = len(passes) * self.copy_s  # a recomputed forward offloads again
+        exposed = max(0.0, copies - pair_s)
+        return exposed / len(passes), exposed * (len(passes) - 1) / len(passes)
+
+    @staticmethod
+    def _window_s(keep: float, passes: list[tuple[Zero3Pass, float | None]]) -> float:
+        return sum(p.window_s - p.ep_s * (1.0 - keep) + (p.host_s if h is None else h) for p, h in passes)
+
+
+def _pass_of(parts: list, need_s: float, slow_s: float, fixed_s: float = 0.0) -> Zero3Pass:
+    """A pass's Zero3Pass from its parts, before its transfers were appended."""
+    host = sum(p.duration_s for p in parts if p.category == "host_bound")
+    ep = sum(p.duration_s for p in parts if p.category == "ep_comm")
+    total = sum(p.duration_s for p in parts)
+    return Zero3Pass(need_s, total - host, ep, host, slow_s, fixed_s)
 
 
 def _zero3_paired(
     zero3: Zero3Pair | None, keep: float, host_f_s: float | None, host_b_s: float | None, n_layers: int
 ) -> tuple[list[Segment], list[Segment]]:
-    """The exposed ZeRO-3 transfers of a chunk's `n_layers` paired MoE layers (Zero3Pair), which
-    replace their ZERO3_PAIRED_NAMES segments: (forward, backward)."""
+    """The exposed ZeRO-3 transfers and activation-offload copies of a chunk's `n_layers` paired
+    MoE layers (Zero3Pair), which replace their PAIRED_TRANSFER_NAMES segments: (forward,
+    backward)."""
     if zero3 is None or n_layers <= 0:
         return [], []
-    f, b = zero3.exposed_s(keep, host_f_s, host_b_s)
-    label = "zero3 transfers (F&B pair)"
-    return [Segment("dp_comm", label, n_layers * f)], [Segment("dp_comm", label, n_layers * b)]
+    z3_f, z3_b = zero3.exposed_s(keep, host_f_s, host_b_s)
+    off_f, off_b = zero3.copies_exposed_s(keep, host_f_s, host_b_s)
+    z3, off = "zero3 transfers (F&B pair)", "activation offload (F&B pair)"
+    f = [Segment("dp_comm", z3, n_layers * z3_f), Segment("other", off, n_layers * off_f)]
+    b = [Segment("dp_comm", z3, n_layers * z3_b), Segment("other", off, n_layers * off_b)]
+    return [x for x in f if x.duration_s > 0], [x for x in b if x.duration_s > 0]
 
 
 def combined_layer_s(
@@ -814,6 +855,10 @@ class _Coster:
         # waits), not their sum -- else a faster GPU, whose shorter kernels expose both more
         # host issue and more transfer, could make the step slower.
         zero3 = par.zero == 3 and par.shard_size > 1 and par.reshard_after_forward
+        # a MoE layer whose passes run in F&B pairs: they re-cost its transfers (Zero3Pair)
+        paired = moe and (par.schedule in PAIRED_SCHEDULES or ep_overlap_pairs(scn))
+        passes: tuple[Zero3Pass, Zero3Pass] | None = None
+        serial_rs = 0.0
         ag = rs = 0.0
         if zero3:
             axis = shard_axis(par)
@@ -841,7 +886,6 @@ class _Coster:
             bwd_s = sum(p.duration_s for p in b_in + b_w)
             slowdown = scn.gpu.efficiency.overlap_slowdown
             slow_f = min(ag, busy_s(fwd)) * slowdown
-            paired = moe and (par.schedule in PAIRED_SCHEDULES or ep_overlap_pairs(scn))
             names = (
                 ZERO3_PAIRED_NAMES if paired else ("zero3 param allgather", "zero3 allgather+reducescatter")
             )
@@ -860,31 +904,24 @@ class _Coster:
                 exposed_b = max(0.0, ag + hidden_rs - bwd_s - slow_b)
             b_w.append(Segment("dp_comm", names[1], exposed_b, 0.0, 0.0))
             if paired:
-
-                def of(parts: list, category: str) -> float:
-                    return sum(p.duration_s for p in parts if p.category == category)
-
-                host_f, host_b = of(fwd, "host_bound"), of(b_in + b_w, "host_bound")
                 pre = scn.kernels.zero3_backward_prefetch != "post"  # post: the gather is exposed
-                self.zero3_pair = Zero3Pair(
-                    Zero3Pass(ag, fwd_s - host_f, of(fwd, "ep_comm"), host_f, slow_f),
-                    Zero3Pass(
-                        (ag if pre else 0.0) + hidden_rs,
-                        bwd_s - host_b,
-                        of(b_in + b_w, "ep_comm"),
-                        host_b,
-                        slow_b,
-                        0.0 if pre else ag,
-                    ),
-                    par.recompute == "full",
+                passes = (
+                    _pass_of(fwd[:-1], ag, slow_f),
+                    _pass_of(b_in + b_w[:-1], (ag if pre else 0.0) + hidden_rs, slow_b, 0.0 if pre else ag),
                 )
+                serial_rs = rs - hidden_rs
             if rs > hidden_rs:
                 b_w.append(Segment("dp_comm", "zero3 reducescatter (not overlapped)", rs, 0.0, 0.0))
             fwd.append(Segment("compute", "zero3 overlap interference", slow_f, 0.0, 0.0))
             b_w.append(Segment("compute", "zero3 overlap interference", slow_b, 0.0, 0.0))
+        copy_s = 0.0
         if scn.memory.offload_activations > 0:
+            if paired and passes is None:
+                passes = (_pass_of(fwd, 0.0, 0.0), _pass_of(b_in + b_w, 0.0, 0.0))
             # last: the copies run beside the whole pass (ZeRO-3 transfers and host waits included)
-            self._offload_activations(fwd, b_in, b_w, moe)
+            copy_s = self._offload_activations(fwd, b_in, b_w, moe, paired)
+        if passes is not None:
+            self.zero3_pair = Zero3Pair(*passes, par.recompute == "full", copy_s, serial_rs)
         recompute = self._recompute(fwd, spans)
         if marks and par.schedule in PAIRED_SCHEDULES:
             self.pair_host = self._pair_host(fwd, list(recompute.parts), b_in, b_w)
@@ -904,7 +941,7 @@ class _Coster:
             return sum(
                 p.duration_s
                 for p in parts
-                if p.category not in ("ep_comm", "host_bound") and p.name not in ZERO3_PAIRED_NAMES
+                if p.category not in ("ep_comm", "host_bound") and p.name not in PAIRED_TRANSFER_NAMES
             )
 
         def ep(parts: list) -> float:
@@ -964,7 +1001,9 @@ class _Coster:
         b_in.append(Segment("host_bound", "host issue (backward)", max(0.0, b_in_excess)))
         b_w.append(Segment("host_bound", "host issue (weight gradients)", max(0.0, b_w_excess)))
 
-    def _offload_activations(self, fwd: list, b_in: list, b_w: list, moe: bool) -> None:
+    def _offload_activations(
+        self, fwd: list, b_in: list, b_w: list, moe: bool, paired: bool = False
+    ) -> float:
         """[memory] offload_activations: that fraction of the layer's stored activations is copied
         to host memory during its forward and back before its backward (Megatron-Core's
         activation offloading / TE's CPU offload), on copy engines beside the layer's work: only
@@ -982,8 +1021,10 @@ class _Coster:
         fwd_s = sum(p.duration_s for p in fwd)
         split = scn.parallel.schedule in SPLIT_BACKWARD_SCHEDULES
         bwd_s = sum(p.duration_s for p in (b_in if split else b_in + b_w))
-        fwd.append(Segment("other", "activation offload (D2H)", max(0.0, t_copy - fwd_s), 0.0, stored))
-        b_in.insert(0, Segment("other", "activation reload (H2D)", max(0.0, t_copy - bwd_s), 0.0, stored))
+        names = OFFLOAD_PAIRED_NAMES if paired else ("activation offload (D2H)", "activation reload (H2D)")
+        fwd.append(Segment("other", names[0], max(0.0, t_copy - fwd_s), 0.0, stored))
+        b_in.insert(0, Segment("other", names[1], max(0.0, t_copy - bwd_s), 0.0, stored))
+        return t_copy
 
     def _overlap_tp(self, parts: list, compute_parts: list, taken_s: float = 0.0) -> list:
         """TP communication overlapped with the layer's GEMMs (Megatron/Transformer Engine
@@ -1945,7 +1986,7 @@ def _combined_pair(
                 seg = replace(seg, duration_s=seg.duration_s * pair.exposed_fraction)
             elif seg.category == "host_bound":  # the MoE layers' own (only they have any): replaced
                 continue
-            elif zero3 is not None and seg.name in ZERO3_PAIRED_NAMES:  # re-costed below
+            elif zero3 is not None and seg.name in PAIRED_TRANSFER_NAMES:  # re-costed below
                 continue
             out.append(seg)
         return tuple(out)
