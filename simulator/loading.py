@@ -700,8 +700,19 @@ HF_INT_KEYS = {
 }
 
 # transformers model types whose config class leaves tie_word_embeddings at PretrainedConfig's
-# default (True) when config.json omits it
-TIED_BY_DEFAULT = ("gpt2", "gpt_neo", "opt", "bloom", "gemma", "gemma2", "gemma3_text")
+# default (True) when config.json omits it (FalconConfig and GPTBigCodeConfig do too: StarCoder's
+# published 15.5B parameters count its one tied embedding)
+TIED_BY_DEFAULT = (
+    "gpt2",
+    "gpt_neo",
+    "opt",
+    "bloom",
+    "gemma",
+    "gemma2",
+    "gemma3_text",
+    "falcon",
+    "gpt_bigcode",
+)
 
 # layer_types entries that are plain causal attention once their window covers the sequence
 # (HF: "sliding_attention" uses sliding_window, "chunked_attention" attention_chunk_size)

@@ -118,6 +118,16 @@ def test_key_value_heads_and_mlp_as_the_family_reads_them(
     assert 0 <= norms < 0.01 * F.total_params(model), norms
 
 
+def test_falcon_and_gpt_bigcode_tie_their_embeddings_by_default(tmp_path: Path) -> None:
+    """FalconConfig and GPTBigCodeConfig leave tie_word_embeddings at PretrainedConfig's default
+    (true): one embedding table. StarCoder's model card: 15.5B parameters (untied: 15.8B); its
+    learned positions (8192 x 6144) and biases, not modeled, are within the 1%."""
+    starcoder = load_scenario(_scenario(tmp_path, STARCODER)).model
+    assert starcoder.tied_embeddings
+    assert F.total_params(starcoder) / 1e9 == pytest.approx(15.5, rel=0.01)
+    assert load_scenario(_scenario(tmp_path, FALCON_7B)).model.tied_embeddings
+
+
 def test_falcon_without_multi_query_has_num_kv_heads(tmp_path: Path) -> None:
     cfg = {k: v for k, v in FALCON_7B.items() if k != "multi_query"} | {
         "multi_query": False,
