@@ -35,6 +35,12 @@ RANGES: dict[str, tuple[float, float]] = {
     "gemm_tile_reuse": (0.0, 128.0),
     "memory_bw_fraction": (0.6, 0.95),
     "memory_latency_s": (1e-6, 10e-6),
+    # a framework kernel kind's bandwidth relative to a streaming copy (kernels.py MEMORY_KINDS)
+    **{
+        f"{k}_{p}_bw_scale": (0.1, 1.0)
+        for k in ("swiglu", "cross_entropy", "cross_entropy_fused")
+        for p in ("fwd", "bwd")
+    },
     "fa2_fwd_fraction": (0.2, 0.9),
     "fa2_bwd_fraction": (0.2, 0.9),
     "fa3_fwd_fraction": (0.2, 0.9),
@@ -46,6 +52,7 @@ RANGES: dict[str, tuple[float, float]] = {
     **{f"{i}_head_dim_wide": (0.0, 1.0) for i in ("fa2", "fa3", "cudnn", "triton")},
     "triton_fwd_fraction": (0.05, 0.9),
     **{f"{i}_causal_scale": (0.5, 1.0) for i in ("fa2", "fa3", "cudnn", "triton")},
+    **{f"{i}_causal_mask_cost": (0.0, 2.0) for i in ("fa2", "fa3", "cudnn", "triton")},
     "triton_bwd_fraction": (0.05, 0.9),
     "gemm_split_k_latency_s": (0.0, 10e-6),
     "gemm_fp8_scale": (0.7, 1.0),
@@ -92,12 +99,20 @@ FIT: dict[str, tuple[str, ...]] = {
         not in (
             "memory_latency_s",
             "gemm_max_fraction",
+            # not fitted: the query-tile height (128 rows at head dim 128); the per-implementation
+            # mask costs carry what the diagonal tiles cost beyond it (kernels.causal_extent)
+            "attention_causal_block",
+            "fa2_fwd_wide_head_block",  # not fitted: FlashAttention-2's tile rows (source code)
+            "fa2_bwd_wide_head_block",
             "nic_bw_fraction",
             "attention_exp_mma_ratio",
             # not fitted: mamf-msmf's sustained/burst pair (kernels.toml); they set the clock of
             # clock = "sustained" figures, so fitting them would fit a clock to the kernel table
             "sustained_gemm_ratio_16bit",
             "sustained_gemm_ratio_8bit",
+            # its only figures (Liger-Kernel's Megatron SwiGLU backward) are reference_only
+            # (kernels.toml says why): no figure constrains it, it stays 1 (copy speed)
+            "swiglu_bwd_bw_scale",
         )
         and f.name not in COLLECTIVE_FIT
         and not f.name.startswith("triton")
@@ -110,6 +125,7 @@ FIT: dict[str, tuple[str, ...]] = {
         "triton_fwd_seq_half",
         "triton_head_dim_half",
         "triton_causal_scale",
+        "triton_causal_mask_cost",
         "memory_bw_fraction",
     ),
     "blackwell": ("gemm_peak_fraction", "gemm_fp8_scale"),
@@ -274,6 +290,10 @@ def fit_kernel_parameters(base: dict[str, KernelParams], group: str | None) -> d
             "sustained_gemm_ratio_16bit",
             "sustained_gemm_ratio_8bit",
             "attention_exp_mma_ratio",
+            # a kind's bandwidth scale is measured per architecture (H100 only so far): not borrowed
+            *(f.name for f in fields(KernelParams) if f.name.endswith("_bw_scale")),
+            "fa2_fwd_wide_head_block",
+            "fa2_bwd_wide_head_block",
         }
         borrowed = {
             f.name: getattr(base[parent], f.name)
@@ -296,6 +316,8 @@ def fit_kernel_parameters(base: dict[str, KernelParams], group: str | None) -> d
                 fa3_head_dim_half=b.fa2_head_dim_half,
                 fa3_causal_scale=b.fa2_causal_scale,
                 cudnn_causal_scale=b.fa2_causal_scale,
+                fa3_causal_mask_cost=b.fa2_causal_mask_cost,
+                cudnn_causal_mask_cost=b.fa2_causal_mask_cost,
                 cudnn_head_dim_half=b.fa2_head_dim_half,
                 fa3_head_dim_wide=b.fa2_head_dim_wide,
                 cudnn_head_dim_wide=b.fa2_head_dim_wide,
@@ -314,6 +336,7 @@ def fit_kernel_parameters(base: dict[str, KernelParams], group: str | None) -> d
             triton_head_dim_half=a.triton_head_dim_half,
             triton_head_dim_wide=a.triton_head_dim_wide,
             triton_causal_scale=a.triton_causal_scale,
+            triton_causal_mask_cost=a.triton_causal_mask_cost,
         )
     return base
 

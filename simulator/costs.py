@@ -111,12 +111,14 @@ def matmul_time_s(device: Device, m: int, n: int, k: int, count: int = 1) -> flo
     return t / (device.clock * shape * _recipe(device)) + device.launch_s
 
 
-def memory_op_time_s(device: Device, moved_bytes: float, kernels: int = 1) -> float:
-    """Memory-bound kernels (norm, activation, residual, softmax, optimizer) moving `moved_bytes`."""
+def memory_op_time_s(device: Device, moved_bytes: float, kernels: int = 1, kind: str = "copy") -> float:
+    """Memory-bound kernels (norm, activation, residual, softmax, optimizer) moving `moved_bytes`,
+    at the achievable bandwidth of their kind (simulator/kernels.py MEMORY_KINDS)."""
+    p = device.params
+    scale = p.memory_bw_scale(kind)
     if moved_bytes <= 0:
         return 0.0
-    p = device.params
-    bw = device.gpu.hbm_bandwidth_bytes_per_s * p.memory_bw_fraction
+    bw = device.gpu.hbm_bandwidth_bytes_per_s * p.memory_bw_fraction * scale
     return moved_bytes / bw + kernels * (p.memory_latency_s + device.launch_s)
 
 

@@ -13,7 +13,7 @@ def model_summary(scn: Scenario) -> dict[str, Any]:
     architecture as simulated (flops.model_summary, issue 13)."""
     from .flops import model_summary as summary
 
-    return summary(scn.model)
+    return summary(scn.model, scn.expert_load_imbalance)
 
 
 def scenario_summary(scn: Scenario, warnings: tuple[str, ...] | list[str] | None = None) -> dict[str, Any]:

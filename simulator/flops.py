@@ -119,8 +119,10 @@ def active_params(m: ModelSpec) -> int:
     return active_non_embedding_params(m) + embedding_params(m)
 
 
-def model_summary(m: ModelSpec) -> dict[str, object]:
-    """What was simulated, for `run --json` (issue 13): so an import can be checked at a glance."""
+def model_summary(m: ModelSpec, load_imbalance: float = 0.0) -> dict[str, object]:
+    """What was simulated, for `run --json` (issue 13): so an import can be checked at a glance.
+    `load_imbalance`: the layout's busiest-EP-rank factor (Scenario.expert_load_imbalance); 0 =
+    the model's own (explicit `load_imbalance`, else 1 on one EP rank)."""
     out: dict[str, object] = {
         "name": m.name,
         "params": total_params(m),
@@ -146,7 +148,7 @@ def model_summary(m: ModelSpec) -> dict[str, object]:
             "first_dense_layers": m.first_dense_layers,
             "layer_interval": m.moe_layer_interval,
             "routing": m.routing,
-            "load_imbalance": m.imbalance,
+            "load_imbalance": load_imbalance or m.busiest_rank_load(1, 0),
             "max_nodes_per_token": m.max_nodes_per_token,
             "dispatch_dtype": m.dispatch_dtype,
         }

@@ -148,6 +148,11 @@ class LayerHostOps:
     # ops of `experts` issued before the activation's sync (CLAMPED_GLU_OPS); 0 = no such sync
     experts_before_act_sync: float = 0.0
     backward_syncs: int = 0  # the activation's sync re-run by moe_act recomputation
+    # `backward_input` by the combined 1F1B's schedule nodes: the attention side (attention,
+    # router, shared experts), the dispatch's gradient, the experts' dgrad, the combine's
+    # gradient with the residual's; `backward_weight` by side: attention side, experts
+    backward_input_parts: tuple[float, float, float, float] = (0.0, 0.0, 0.0, 0.0)
+    backward_weight_parts: tuple[float, float] = (0.0, 0.0)
 
     @property
     def forward(self) -> float:
@@ -209,17 +214,20 @@ def moe_layer_host_ops(scn: Scenario) -> LayerHostOps | None:
             act_syncs = 1
             bwd_syncs = int(par.recompute == "full" or "moe_act" in par.recomputed_modules)
     res = MODULE_OPS["residual"]
+    bwd_in = (attn[1] + router[1] + shared[1], dispatch, experts[1], combine + res[1])
     return LayerHostOps(
         attention=attn[0],
         router=router[0] + pre + shared[0],
         dispatch=dispatch,
         experts=experts[0],
         combine=combine + res[0],
-        backward_input=attn[1] + router[1] + shared[1] + dispatch + experts[1] + combine + res[1],
+        backward_input=sum(bwd_in),
         backward_weight=attn[2] + router[2] + shared[2] + experts[2],
         syncs=1 + act_syncs,
         experts_before_act_sync=before_sync,
         backward_syncs=bwd_syncs,
+        backward_input_parts=bwd_in,
+        backward_weight_parts=(attn[2] + router[2] + shared[2], experts[2]),
     )
 
 
@@ -239,3 +247,110 @@ def issue_pipeline_s(phases: list[tuple[float, float]], host_op_s: float) -> flo
             issue += host_op_s
             gpu = max(gpu, issue) + g
     return gpu
+
+
+# --- The combined 1F1B (EP overlap, Megatron-Core --overlap-moe-expert-parallel-comm) --------
+# Megatron-LM megatron/core/models/common/model_chunk_schedule_plan.py
+# (TransformerLayerSchedulePlan.run), pipeline_parallel/utils.py (ScheduleNode),
+# models/common/utils.py (TransformerLayerNode) and models/gpt/fine_grained_callables.py
+# @d98e8a64 (the same structure at eb0783b6, the commit of the GB200 guide): each MoE layer runs
+# as four schedule nodes per pass -- pre_dispatch_computation (attention, pre-MLP norm, router,
+# dispatch preprocess), moe_dispatch, mlp (the routed experts), moe_combine -- which the CPU
+# issues alternately for the forward of one micro-batch and the backward of another. Besides the
+# modules' own ops every node makes host calls that launch no kernel: its CUDA event wait and
+# record (`stream_acquire_context`: each micro-batch's nodes are chained by one event across the
+# two streams), a detach of each input (`_forward`: `make_viewless(e).detach()`), the layer
+# state's detached tensors (`TransformerLayerNode.detach`: the residual, the shared experts'
+# output, the dispatched probabilities), the freed inputs' `record_stream` and
+# `untyped_storage().resize_(0)` (`free_input`, `should_free_input`), in the backward an
+# autograd-engine call per node (`Variable._execution_engine.run_backward`, where the unsplit
+# backward makes one per model chunk) and a `record_stream` per output gradient, and the delayed
+# weight gradients' stream contexts (`backward_dw`). One such call costs the Python, pybind and
+# dispatcher/driver parts of an op without its backend and kernel launch: Python ~1 us, pybind
+# ~1, autograd or ATen dispatch 1-3 or a CUDA driver call 1-3 (the breakdown cited at HOST_OP_S),
+# up to 5 us.
+HOST_CALL_S = 5e-6
+CALLS_PER_NODE_EVENTS = 2.0  # the event wait before a node's work and the record after it
+CALLS_PER_BACKWARD_NODE = 1.0  # the autograd-engine call (run_backward) of a node's backward
+CALLS_PER_FREED_INPUT = 2.0  # record_stream and resize_(0)
+
+
+def schedule_node_calls(scn: Scenario) -> dict[str, float]:
+    """Kernel-free host calls of one MoE layer's schedule nodes in the combined 1F1B, by node:
+    forward "attn_f", "d_f", "mlp_f", "c_f"; backward "c_b", "mlp_dgrad", "d_b", "attn_b"; the
+    experts' delayed weight gradients "wgrad" (counted from the files named above)."""
+    k, m, par = scn.kernels, scn.model, scn.parallel
+    disp = k.moe_dispatcher
+    flex = disp in ("deepep", "hybridep")
+    shared = 1.0 if m.shared_expert_ffn_hidden else 0.0
+    quantized = scn.dtype in QUANTIZED_DTYPES
+    local = m.num_experts // par.ep
+    # should_free_input: the dispatch's inputs (tokens, probabilities) unless a flex dispatcher
+    # keeps them for its backward or moe_preprocess is graphed (fixed-size tensors); the experts'
+    # input when quantized copies are saved instead, or when the dispatch postprocess made a copy
+    free_dispatch = not flex and not _graphed(scn, "moe_preprocess")
+    free_mlp = quantized or ((local > 1 or disp != "alltoall") and disp != "hybridep")
+    ev, bwd, free = CALLS_PER_NODE_EVENTS, CALLS_PER_BACKWARD_NODE, CALLS_PER_FREED_INPUT
+    return {
+        # input detach; residual (and shared experts' output) detached into the layer state
+        "attn_f": ev + 1 + 1 + shared,
+        # two inputs detached, the dispatched probabilities detached into the layer state
+        "d_f": ev + 2 + 1 + (2 * free if free_dispatch else 0.0),
+        "mlp_f": ev + 1 + (free if free_mlp else 0.0),
+        # input detach and freed; residual (and shared output) record_stream on the comm stream
+        "c_f": ev + 1 + free + 1 + shared,
+        # backward nodes: events, the engine call, a record_stream per output gradient
+        "c_b": ev + bwd + 1,
+        "mlp_dgrad": ev + bwd + 1,
+        "d_b": ev + bwd + 1,
+        # two outputs (tokens, probabilities); the attention side's backward_dw stream context
+        "attn_b": ev + bwd + 2 + 1,
+        "wgrad": 1.0,  # the experts' backward_dw stream context
+    }
+
+
+@dataclass(frozen=True, slots=True)
+class PairNode:
+    """One schedule node of a combined-1F1B layer pair as the CPU issues it: `calls` kernel-free
+    host calls, then `ops` ops, each issued host_op_s after the previous; its `gpu_s` of work on
+    `stream` ("comp" or "comm"; "" = nothing on the GPU in this segment) spread evenly over its
+    ops, starting after the GPU end of the nodes in `after` (the CUDA event waits). `sync`: before
+    issuing, the CPU waits for the GPU end of those nodes (a device-to-host sync). `ops` = 0 with
+    GPU work: issued before the segment began (queued)."""
+
+    name: str
+    stream: str
+    ops: float
+    gpu_s: float
+    calls: float = 0.0
+    after: tuple[str, ...] = ()
+    sync: tuple[str, ...] = ()
+
+
+def pair_issue_s(nodes: list[PairNode], host_op_s: float, host_call_s: float, sync_s: float) -> float:
+    """Seconds of one combined-1F1B segment, from the return of one device-to-host sync until
+    the CPU returns from the last node's sync: the CPU issues `nodes` in order; each stream runs
+    its work in issue order, an op no earlier than it is issued and its node no earlier than the
+    nodes it waits for (a two-stage pipeline per stream, as `issue_pipeline_s`; monotone in every
+    duration, being built from max and +). With no host cost it is the GPU's critical path."""
+    cpu = 0.0
+    free = {"comp": 0.0, "comm": 0.0}
+    end: dict[str, float] = {}
+    for node in nodes:
+        if node.sync:
+            cpu = max(cpu, *(end[n] for n in node.sync)) + sync_s
+        cpu += node.calls * host_call_s
+        n = max(int(round(node.ops)), 0)
+        if not node.stream:
+            cpu += n * host_op_s
+            continue
+        t = max([free[node.stream], *(end[a] for a in node.after)])
+        if n == 0:
+            t += node.gpu_s
+        else:
+            g = node.gpu_s / n
+            for _ in range(n):
+                cpu += host_op_s
+                t = max(t, cpu) + g
+        free[node.stream] = end[node.name] = t
+    return cpu

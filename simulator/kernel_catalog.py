@@ -39,3 +39,9 @@ def reduce_tail_chunks(gpu_name: str) -> float:
     fitted on reduce-scatters by rank count); 0 if absent."""
     table = kernel_data()["model"].get(architecture(gpu_name), {})
     return float(table.get("nccl_reduce_tail_chunks", 0.0))
+
+
+def nccl_latency_table() -> dict[str, Any]:
+    """NCCL's tuning-model latencies ([nccl_latency], µs; NVIDIA/nccl src/graph/tuning.cc), as
+    written; simulator/network/collectives.py NcclLatency.of converts them."""
+    return dict(kernel_data()["nccl_latency"])

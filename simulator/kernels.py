@@ -17,10 +17,13 @@ and a fixed latency `gemm_latency_s` complete it.
 
 Attention (FlashAttention convention, Dao 2023: FLOPs = 4·b·s²·h·d, halved when causal; backward
 2.5×): time = FLOPs / (16-bit peak · fraction(impl, pass) · s/(s + s½) · head-dim factor ·
-causal factor) + latency. The causal factor s/(s + block) is the diagonal blocks computed in full.
+causal factor) + latency. The causal factor s/(s + M(1 + 2c) + 2 s½) is the diagonal tiles computed
+in full (query-tile height M) and masked at a per-implementation cost c (causal_extent).
 "unfused" composes two batched GEMMs and the softmax passes through memory (Megatron 2021).
 
-Memory-bound kernels: bytes / (HBM bandwidth · `memory_bw_fraction`) + `memory_latency_s`.
+Memory-bound kernels: bytes / (HBM bandwidth · `memory_bw_fraction` · kind scale) + `memory_latency_s`
+per kernel. The kind scale (MEMORY_KINDS; 1 for a streaming copy) is what a framework kernel reaches
+below copy speed, fitted to published microbenchmarks of the kernel the stack runs.
 Collectives: simulator/network on the named topology, with nccl-tests' achieved fractions of the
 line rate: `nccl_bw_fraction` on NVLink/PCIe (NCCL's protocol overhead) and `nic_bw_fraction` on the
 network NICs; NCCL's own algorithm choice unless a figure names the one it was forced to (NCCL_ALGO).
@@ -45,6 +48,26 @@ BWD_FLOP_RATIO = 2.5  # FlashAttention backward: 5 matmuls vs 2 forward (Dao 202
 GEMM_TILES = ((256, 128), (128, 256), (128, 128), (128, 64), (64, 128), (64, 64))
 SPLIT_K = (1, 2, 3, 4, 6, 8, 12, 16)
 SPLIT_K_MIN_K = 256  # never split a GEMM below this many k per split
+# Memory-bound kernel kinds with their own achievable bandwidth (KernelParams *_bw_scale):
+# "copy" = a streaming kernel over contiguous tensors (BabelStream; eager PyTorch elementwise ops,
+# e.g. relu_squared, run at this speed). "swiglu_*" = Megatron-Core's bias_swiglu_impl
+# (megatron/core/fusions/fused_bias_swiglu.py, @jit_fuser = torch.compile): forward and backward
+# over the two chunked halves of the fc1 output. "cross_entropy_*" = Megatron-Core's unfused
+# vocab-parallel cross-entropy (megatron/core/tensor_parallel/cross_entropy.py): its fp32 passes
+# over the logits, reductions over the vocabulary included. "cross_entropy_fused_*" = its fused
+# ("native") cross-entropy (megatron/core/fusions/fused_cross_entropy.py, cross_entropy_loss_fusion
+# = True, cross_entropy_fusion_impl = "native"): the same steps as four @jit_fuser (torch.compile)
+# functions. Transformer Engine's Triton cross-entropy (cross_entropy_fusion_impl = "te") streams
+# at copy speed (simulator/program.py CE_PASSES says why).
+MEMORY_KINDS = (
+    "copy",
+    "swiglu_fwd",
+    "swiglu_bwd",
+    "cross_entropy_fwd",
+    "cross_entropy_bwd",
+    "cross_entropy_fused_fwd",
+    "cross_entropy_fused_bwd",
+)
 UNFUSED_SOFTMAX_PASSES = 4  # scale-mask-softmax read + write, dropout read + write (Megatron 2021)
 
 
@@ -100,6 +123,19 @@ class KernelParams:
     nccl_nvls_fraction: float
     # chunk-times S/n a reduction ring's last step adds (network/collectives.py Links)
     nccl_reduce_tail_chunks: float
+    # extra cost of a masked (diagonal) kv position over an unmasked one in the forward, per
+    # implementation: the causal mask's index compares and selects on the score tile (the
+    # backward, with 2.5x the MMA work per score, pays it / 2.5); see fused_attention_efficiency
+    fa2_causal_mask_cost: float = 0.0
+    fa3_causal_mask_cost: float = 0.0
+    cudnn_causal_mask_cost: float = 0.0
+    triton_causal_mask_cost: float = 0.0
+    # FlashAttention-2's tile height (query rows forward, key rows backward) above head dim 128,
+    # where it differs from `attention_causal_block` (0: the same): 64x64 tiles in both passes at
+    # head dim 256 on H100 (csrc/flash_attn/src/flash_fwd_launch_template.h run_mha_fwd_hdim256:
+    # two CTAs per SM; flash_bwd_launch_template.h run_mha_bwd_hdim256), 128x64 forward on A100
+    fa2_fwd_wide_head_block: float = 0.0
+    fa2_bwd_wide_head_block: float = 0.0
     # exp time at the MUFU rate / MMA time at the peak, head dim 128 forward (0: not modelled)
     attention_exp_mma_ratio: float = 0.0
     # share of a fused kernel's time per FLOP added by each doubling of the head dim beyond 128:
@@ -113,6 +149,15 @@ class KernelParams:
     # (simulator/clocks.py power_limited_clock; 1: no power-limited clock modelled)
     sustained_gemm_ratio_16bit: float = 1.0
     sustained_gemm_ratio_8bit: float = 1.0
+    # achievable bandwidth of a framework memory-bound kernel kind (MEMORY_KINDS) as a fraction of
+    # the streaming-copy bandwidth above (1: measured at copy speed, or not measured on this
+    # architecture); fitted to that kind's [[memory]] figures (kernels.toml)
+    swiglu_fwd_bw_scale: float = 1.0
+    swiglu_bwd_bw_scale: float = 1.0
+    cross_entropy_fwd_bw_scale: float = 1.0
+    cross_entropy_bwd_bw_scale: float = 1.0
+    cross_entropy_fused_fwd_bw_scale: float = 1.0
+    cross_entropy_fused_bwd_bw_scale: float = 1.0
 
     def sustained_gemm_ratio(self, dtype: str) -> float:
         low = dtype in ("fp8", "mxfp8", "nvfp4")
@@ -127,11 +172,22 @@ class KernelParams:
     def attention_causal_scale(self, impl: str) -> float:
         return float(getattr(self, f"{impl}_causal_scale"))
 
+    def attention_causal_mask_cost(self, impl: str) -> float:
+        return float(getattr(self, f"{impl}_causal_mask_cost"))
+
     def attention_head_dim_half(self, impl: str) -> float:
         return float(getattr(self, f"{impl}_head_dim_half"))
 
     def attention_head_dim_wide(self, impl: str) -> float:
         return float(getattr(self, f"{impl}_head_dim_wide"))
+
+    def memory_bw_scale(self, kind: str) -> float:
+        """The achievable bandwidth of `kind` relative to a streaming copy (MEMORY_KINDS)."""
+        if kind not in MEMORY_KINDS:
+            raise ConfigError(
+                f"memory kernel kind {kind!r}: expected one of {', '.join(MEMORY_KINDS)}", key="kind"
+            )
+        return 1.0 if kind == "copy" else float(getattr(self, f"{kind}_bw_scale"))
 
 
 @lru_cache(maxsize=16)
@@ -171,12 +227,21 @@ def resolve_attention(gpu: GPUSpec, attention: str, flash_attention: bool) -> st
 
 
 # ----------------------------------------------------------------------------- memory
-def memory_time_s(gpu: GPUSpec, moved_bytes: float, params: KernelParams | None = None) -> float:
-    """One streaming kernel that reads + writes `moved_bytes` of HBM in total."""
+def memory_time_s(
+    gpu: GPUSpec,
+    moved_bytes: float,
+    params: KernelParams | None = None,
+    kind: str = "copy",
+    kernels: int = 1,
+) -> float:
+    """`kernels` memory-bound kernels of `kind` (MEMORY_KINDS) that read + write `moved_bytes` of
+    HBM in total."""
     p = params or kernel_params(gpu)
+    scale = p.memory_bw_scale(kind)
     if moved_bytes <= 0:
         return 0.0
-    return moved_bytes / (gpu.hbm_bandwidth_bytes_per_s * p.memory_bw_fraction) + p.memory_latency_s
+    bw = gpu.hbm_bandwidth_bytes_per_s * p.memory_bw_fraction * scale
+    return moved_bytes / bw + kernels * p.memory_latency_s
 
 
 # ----------------------------------------------------------------------------- GEMM
@@ -200,8 +265,11 @@ def gemm_plan(
     batch: int = 1,
     params: KernelParams | None = None,
     out_bytes: int = 2,
+    *,
+    split: bool = True,
 ) -> GemmPlan:
-    """Fastest (tile, split-K) plan of `batch` independent (m×k)·(k×n) GEMMs in one kernel."""
+    """Fastest (tile, split-K) plan of `batch` independent (m×k)·(k×n) GEMMs in one kernel
+    (`split` False: tiles only, no split-K or stream-K, the data-parallel plans)."""
     p = params or kernel_params(gpu)
     if m <= 0 or n <= 0 or k <= 0 or batch <= 0:
         return GemmPlan(0.0, 0, 0, 1, 0)
@@ -216,32 +284,39 @@ def gemm_plan(
         t_floor, 2.0 * batch * m * n * k / (gpu.peak_flop_per_s(dtype) * scale * p.gemm_max_fraction)
     )
     best: GemmPlan | None = None
+
+    def better(t: float, split_k: int) -> bool:
+        # at a tie (a floor binds every plan) the library keeps the plain kernel: no workspace
+        if best is None or t < best.time_s:
+            return True
+        return t == best.time_s and best.split_k != 1 and split_k == 1
+
     c = p.gemm_tile_reuse  # small-tile penalty 1/(1 + c(1/tm + 1/tn)), relative to 256x128
     big = 1.0 + c * (1 / 256 + 1 / 128)
     for tm, tn in GEMM_TILES:
         tile_eff = big / (1.0 + c * (1 / tm + 1 / tn))
         tiles = math.ceil(m / tm) * math.ceil(n / tn) * batch
-        for split in SPLIT_K:
-            if split > 1 and (k / split < SPLIT_K_MIN_K or tiles * split > 2 * sms):
+        for sk in SPLIT_K if split else (1,):
+            if sk > 1 and (k / sk < SPLIT_K_MIN_K or tiles * sk > 2 * sms):
                 break
-            kk = math.ceil(k / split)
-            ctas = tiles * split
+            kk = math.ceil(k / sk)
+            ctas = tiles * sk
             waves = math.ceil(ctas / sms)
             t_tile = 2.0 * tm * tn * (kk + p.gemm_tile_overhead) / (peak_per_sm * tile_eff)
             t = waves * t_tile
-            if split > 1:  # fp32 partial sums written and read back by the reduction
-                t += batch * m * n * 4 * (split + 1) / bw + p.gemm_split_k_latency_s
+            if sk > 1:  # fp32 partial sums written and read back by the reduction
+                t += batch * m * n * 4 * (sk + 1) / bw + p.gemm_split_k_latency_s
             t = max(t, t_floor) + p.gemm_latency_s
-            if best is None or t < best.time_s:
-                best = GemmPlan(t, tm, tn, split, waves)
-        if tiles > sms and tiles % sms:
+            if better(t, sk):
+                best = GemmPlan(t, tm, tn, sk, waves)
+        if split and tiles > sms and tiles % sms:
             # stream-K (persistent CTAs share the k-iterations of the last partial wave evenly):
             # no wave quantization, two tile overheads per SM and a fix-up of the split tiles
             work = tiles * k / sms + 2 * p.gemm_tile_overhead
             t = 2.0 * tm * tn * work / (peak_per_sm * tile_eff)
             t += m * n * 4 * 2 / bw + p.gemm_split_k_latency_s
             t = max(t, t_floor) + p.gemm_latency_s
-            if best is None or t < best.time_s:
+            if better(t, 0):
                 best = GemmPlan(t, tm, tn, 0, math.ceil(tiles / sms))
     assert best is not None
     return best
@@ -305,14 +380,38 @@ def fused_attention_efficiency(
 ) -> float:
     """Achieved fraction of the 16-bit dense peak on the FlashAttention-convention FLOPs."""
     # A CTA streams the kv blocks of one query tile: s/B blocks of work plus a fixed cost of
-    # seq_half/B blocks (Q load, O write, pipeline fill), so efficiency s/(s + seq_half). Causal:
-    # half the blocks, the diagonal one in full, same fixed cost: s/(s + block + 2·seq_half).
+    # seq_half/B blocks (Q load, O write, pipeline fill), so efficiency s/(s + seq_half).
     sh = p.attention_seq_half(impl, pass_)
-    if causal:  # plus what masking costs the kernel beyond its diagonal blocks
-        seq_factor = p.attention_causal_scale(impl) * seq_kv / (seq_kv + p.attention_causal_block + 2 * sh)
+    if causal:
+        extent = causal_extent(p, impl, pass_, head_dim)
+        seq_factor = p.attention_causal_scale(impl) * seq_kv / (seq_kv + extent + 2 * sh)
     else:
         seq_factor = seq_kv / (seq_kv + sh)
     return p.attention_fraction(impl, pass_) * seq_factor * head_dim_factor(p, impl, pass_, head_dim)
+
+
+def causal_extent(p: KernelParams, impl: str, pass_: str, head_dim: int = 128) -> float:
+    """Key positions a causal kernel computes per query tile beyond the FLOP convention's s/2.
+
+    Query tile i of height M (`attention_causal_block`, 128 rows in FlashAttention-2/-3 and cuDNN
+    at head dim 128) streams the (i+1)·M keys up to its diagonal: on average (s + M)/2 of them,
+    where the convention counts s/2. Its last M keys (the diagonal tiles) are masked, and a masked
+    position costs 1 + c of an unmasked one (`{impl}_causal_mask_cost`: index compares and selects
+    on the score tile; FlashAttention-2's sm80 kernel does them in the warps that issue the MMAs,
+    FA3 and cuDNN overlap them with the asynchronous wgmma). Per tile: (s + M)/2 + c·M + fixed cost,
+    so the causal efficiency is s/(s + M·(1 + 2c) + 2·seq_half). FlashAttention-2 runs 64-row
+    tiles at head dim 256 on Hopper (`fa2_*_wide_head_block`), so its diagonal there is half as wide. The backward does 2.5x the MMA work
+    per score for the same mask work, so it pays c/2.5 (as head_dim_factor's per-score term).
+    With c = 0.3 the masked tiles are 40% of the work at s = 512 (M = 128) but 1.6% at 16k: why
+    FlashAttention-2's causal forward loses 38% to its non-causal rate at 512 tokens on H100 and
+    10% at 16k (fa3-paper Fig. 5c/5d)."""
+    c = p.attention_causal_mask_cost(impl)
+    if pass_ == "bwd":
+        c /= BWD_FLOP_RATIO
+    block = p.attention_causal_block
+    if impl == "fa2" and head_dim > 128:
+        block = (p.fa2_bwd_wide_head_block if pass_ == "bwd" else p.fa2_fwd_wide_head_block) or block
+    return block * (1.0 + 2.0 * c)
 
 
 def head_dim_factor(p: KernelParams, impl: str, pass_: str, head_dim: int) -> float:
@@ -577,11 +676,12 @@ def shipped_figures(
         )
     for row in data.get("memory", []) if "memory" in kinds else []:
         gpu = gpu_by_name(row["gpu"])
-        t = memory_time_s(gpu, float(row["bytes"]), params(gpu))
+        kind = row.get("kind", "copy")
+        t = memory_time_s(gpu, float(row["bytes"]), params(gpu), kind, int(row.get("kernels", 1)))
         out.append(
             Figure(
                 "memory",
-                f"memory {row['bytes']:.3g} B",
+                f"memory {row['bytes']:.3g} B" if kind == "copy" else f"memory {kind} {row['bytes']:.3g} B",
                 gpu.name,
                 row["GBps"],
                 row["bytes"] / t / 1e9,

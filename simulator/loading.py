@@ -501,8 +501,9 @@ def hf_config_fields(path: Path) -> dict[str, Any]:
         out["_features"] = [GPT_OSS_SINKS]
     elif get("mlp_bias") is True:
         out["linear_bias"] = True
-    if model_type in ("qwen3", "qwen3_moe"):
-        # per-head q_norm/k_norm (Megatron-Bridge Qwen3Bridge / Qwen3MoEBridge: qk_layernorm = True)
+    if model_type in ("qwen3", "qwen3_moe") or get("use_qk_norm") is True:
+        # per-head q_norm/k_norm (Megatron-Bridge Qwen3Bridge / Qwen3MoEBridge: qk_layernorm = True;
+        # GLM-4.5's use_qk_norm, transformers Glm4MoeAttention q_norm/k_norm)
         out["qk_norm"] = True
     # --- sequence length: the scenario's; else the pre-training length the config records
     rope_value = cfg.get("rope_scaling") or cfg.get("rope_parameters")  # transformers v5 renamed it
@@ -606,6 +607,24 @@ def hf_config_fields(path: Path) -> dict[str, Any]:
         out["_unmodeled"]["multi_query"] = (
             "multi-query attention of a family not read (give [model] kv_heads)"
         )
+    if model_type not in EXACT_HF_MODEL_TYPES:
+        # read by the generic rules only: say so, and which keys were not read (exact or said)
+        unread = sorted(
+            k
+            for k in cfg
+            if k not in HF_READ_KEYS
+            and k not in HF_METADATA_KEYS
+            and k not in UNMODELED_HF_KEYS
+            and not k.startswith(UNMODELED_HF_PREFIXES)
+            and k not in MOE_KEYS_READ
+            and k not in out["_unmodeled"]
+        )
+        listed = ", ".join(unread[:8]) + (f" and {len(unread) - 8} more" if len(unread) > 8 else "")
+        out.setdefault("_features", []).append(
+            f"model_type {model_type or '(none)'!r} as such: mfusim imports "
+            f"{', '.join(EXACT_HF_MODEL_TYPES)} exactly and read this one by their common keys"
+            + (f"; keys it did not read: {listed}" if unread else "")
+        )
     out["_windows"] = {k: get(k) for k in ("sliding_window", "attention_chunk_size") if _is_int(get(k))}
     out["_layer_windows"] = _layer_windows(get("layer_types"))
     return out
@@ -677,6 +696,59 @@ def _check_moe_layers(moe_layers: object, out: Mapping[str, Any], file: str) -> 
             file=file,
         )
 
+
+# transformers model types hf_config_fields reads exactly (issue 13); any other is read by the
+# same keys and says so, naming the keys it did not read
+EXACT_HF_MODEL_TYPES = (
+    "llama",
+    "mistral",
+    "qwen2",
+    "qwen3",
+    "mixtral",
+    "qwen2_moe",
+    "qwen3_moe",
+    "deepseek_v2",
+    "deepseek_v3",
+    "kimi_k2",
+    "llama4_text",
+    "gpt_oss",
+)
+# config.json keys hf_config_fields reads (for the "did not read" list of other model types)
+HF_READ_KEYS = frozenset(
+    {
+        "num_hidden_layers", "n_layer", "num_layers", "hidden_size", "n_embd", "d_model",
+        "num_attention_heads", "n_head", "num_key_value_heads", "intermediate_size", "n_inner",
+        "ffn_hidden_size", "vocab_size", "head_dim", "hidden_act", "activation_function",
+        "model_type", "tie_word_embeddings", "mlp_bias", "use_qk_norm", "rope_scaling",
+        "rope_parameters", "max_position_embeddings", "n_positions", "seq_length", "kv_lora_rank",
+        "q_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim",
+        "num_nextn_predict_layers", "hidden_dropout", "attention_dropout", "resid_pdrop",
+        "attn_pdrop", "num_local_experts", "num_experts", "n_routed_experts",
+        "num_experts_per_tok", "experts_per_token", "moe_top_k", "moe_intermediate_size",
+        "intermediate_size_mlp", "interleave_moe_layer_step", "shared_expert_intermediate_size",
+        "n_shared_experts", "decoder_sparse_step", "moe_layer_freq", "first_k_dense_replace",
+        "moe_layers", "n_group", "topk_group", "architectures", "_name_or_path",
+        "use_sliding_window", "text_config", "multi_query", "num_kv_heads",
+        "new_decoder_architecture",
+    }
+)  # fmt: skip
+# config.json keys that do not change what a training step computes (ids, init, numerics,
+# inference and routing-loss settings, rope base frequency)
+HF_METADATA_KEYS = frozenset(
+    {
+        "torch_dtype", "dtype", "transformers_version", "bos_token_id", "eos_token_id",
+        "pad_token_id", "initializer_range", "rms_norm_eps", "layer_norm_eps",
+        "layer_norm_epsilon", "norm_eps", "rope_theta", "use_cache", "quantization_config",
+        "auto_map", "router_aux_loss_coef", "aux_loss_alpha", "output_router_logits",
+        "norm_topk_prob", "scoring_func", "topk_method", "routed_scaling_factor", "seq_aux",
+        "ep_size", "pretraining_tp", "max_window_layers", "router_z_loss_coef",
+        "router_jitter_noise", "id2label", "label2id", "is_decoder", "return_dict",
+        "use_return_dict", "output_attentions", "output_hidden_states", "task_specific_params",
+        "embd_pdrop", "summary_type", "summary_use_proj", "summary_activation",
+        "summary_proj_to_labels", "summary_first_dropout", "scale_attn_weights",
+        "reorder_and_upcast_attn", "scale_attn_by_inverse_layer_idx",
+    }
+)  # fmt: skip
 
 # config.json keys whose value, when given, must be an integer of at least this (hf_config_fields)
 HF_INT_KEYS = {
@@ -1174,6 +1246,64 @@ def use_gpus_per_node(topo: TopologySpec, used: object) -> TopologySpec:
     )
 
 
+LAYOUT_KEY = "parallel.pipeline_layout"
+LAYOUT_MAX_CHARS = 1_000_000  # an unrolled layout string longer than this is refused, not built
+
+
+def megatron_layout(text: str, mtp_layers: int) -> list[int]:
+    """`[parallel] pipeline_layout` given as Megatron's --pipeline-model-parallel-layout string
+    (NVIDIA/Megatron-LM megatron/core/transformer/pipeline_parallel_layer_layout.py,
+    parse_str_to_list): commas are cosmetic, "(...)*n" and then "x*n" unroll, "|" separates the
+    virtual stages in path order; E = embedding, t = transformer layer, m = MTP module, L = loss.
+    Returns the transformer layers of each virtual stage. mfusim keeps the embedding on the first
+    virtual stage and the MTP modules with the loss on the last (program.py, memory.py); any other
+    placement is refused naming the key rather than simulated differently."""
+
+    def unroll(match: re.Match[str]) -> str:
+        times = int(match.group(2))
+        if len(match.group(1)) * times > LAYOUT_MAX_CHARS:
+            raise ConfigError(
+                f"{match.group(0)!r} unrolls to more than {LAYOUT_MAX_CHARS:,} entries", key=LAYOUT_KEY
+            )
+        return match.group(1) * times
+
+    flat = text.replace(",", "").replace(" ", "")
+    for pattern in (r"\(([^()]+)\)\*(\d+)", r"(.)\*(\d+)"):
+        flat = re.sub(pattern, unroll, flat)
+        if len(flat) > LAYOUT_MAX_CHARS:
+            raise ConfigError(f"unrolls to more than {LAYOUT_MAX_CHARS:,} entries", key=LAYOUT_KEY)
+    stray = sorted(set(flat) - set("EtmL|"))
+    if stray:
+        raise ConfigError(
+            f"{text!r}: unexpected {''.join(stray)!r} after unrolling; a Megatron layout uses E "
+            "(embedding), t (transformer layer), m (MTP module), L (loss), | between virtual stages, "
+            "x*n and (...)*n",
+            key=LAYOUT_KEY,
+        )
+    stages = flat.split("|")
+    first, last = stages[0], stages[-1]
+    if flat.count("E") != 1 or "E" not in first:
+        raise ConfigError(
+            f"{text!r}: the embedding (E) must appear once, in the first virtual stage", key=LAYOUT_KEY
+        )
+    if flat.count("L") != 1 or "L" not in last:
+        raise ConfigError(
+            f"{text!r}: the loss (L) must appear once, in the last virtual stage", key=LAYOUT_KEY
+        )
+    mtp = flat.count("m")
+    if mtp != mtp_layers:
+        raise ConfigError(
+            f"{text!r} places {mtp} MTP module(s) (m) but [model] mtp_layers = {mtp_layers}", key=LAYOUT_KEY
+        )
+    if mtp != last.count("m"):
+        raise ConfigError(
+            f"{text!r}: MTP modules (m) outside the last virtual stage are not modeled "
+            "(mfusim keeps them with the loss on the last virtual stage)",
+            key=LAYOUT_KEY,
+        )
+    return [stage.count("t") for stage in stages]
+
+
 def parallel_from_table(table: Mapping[str, Any], num_gpus: int) -> ParallelConfig:
     _check_keys(table, PARALLEL_KEYS, "parallel")
     values = dict(table)
@@ -1267,6 +1397,9 @@ def scenario_from_dict(data: Mapping[str, Any], base_dir: Path | None = None, so
     model = model_from_table(_table(data, "model", ""), base)
     topology, num_gpus = _cluster(data, base)
     par_table = _table(data, "parallel", "")
+    if isinstance(par_table.get("pipeline_layout"), str):
+        layout = megatron_layout(par_table["pipeline_layout"], model.mtp_layers)
+        par_table = {**par_table, "pipeline_layout": layout}
     parallel = parallel_from_table(par_table, num_gpus)
     parallel, layout_note = _embedding_loss_slots(model, parallel, par_table)
     if layout_note:

@@ -166,13 +166,17 @@ def layer_activation_bytes(
     recompute_modules: tuple[str, ...] = (),
     fp8_moe_act_input: bool = False,
     proj_saves_original_input: bool = False,
+    imbalance: float = 0.0,
 ) -> LayerActivationBytes:
     """Korthikanti et al. 2022 Table 2, generalized to GQA, gated MLPs, MoE and CP (module doc).
 
     Selective recomputation drops what the recomputed modules (`recompute_modules`, Megatron's
     --recompute-modules; empty = its default "core_attn") would have kept; see `_recomputed_bytes`.
     `proj_saves_original_input`: the output projection keeps its 16-bit input instead of a
-    quantized copy (Megatron-Core's set_save_original_input(linear_proj); see `_attention_output`)."""
+    quantized copy (Megatron-Core's set_save_original_input(linear_proj); see `_attention_output`).
+    `imbalance`: the busiest EP rank's routed tokens / the mean (Scenario.expert_load_imbalance);
+    0 = the model's explicit `load_imbalance`, else 1 (balanced, or one EP rank)."""
+    skew = imbalance or model.busiest_rank_load(1, 0)
     s_local = model.seq_len / cp  # tokens of a sequence on this CP rank
     sb = s_local * micro_batch
     h = model.hidden
@@ -188,7 +192,7 @@ def layer_activation_bytes(
         # (balanced routing: T·top_k/E per expert, E/ep experts per rank -- not all E experts);
         # with etp the copies are gathered over the etp group (etp×) and each expert matrix is
         # 1/etp wide, so the intermediates stay top_k·f/t (program.py `_moe`: the same split)
-        f_rank = model.top_k * model.expert_ffn / t * model.imbalance
+        f_rank = model.top_k * model.expert_ffn / t * skew
         if model.shared_expert_ffn_hidden:
             f_rank += model.shared_expert_ffn_hidden / t
         # routed token copies of width h: the dispatched tokens are the expert fc1's input (kept
@@ -197,7 +201,7 @@ def layer_activation_bytes(
         # the fused activation (experts.py: weighted_bias_swiglu_impl(fc1_out, bias,
         # permuted_probs)), whose backward needs only the fc1 output it keeps anyway, and the
         # combine's unpermute then merges without probabilities (no saved tensor).
-        copies = model.top_k * etp / t * model.imbalance
+        copies = model.top_k * etp / t * skew
         routing = mm * copies * h
     else:
         f_rank = model.ffn / t
@@ -213,7 +217,7 @@ def layer_activation_bytes(
             * model.top_k
             * model.expert_ffn
             / t
-            * model.imbalance
+            * skew
         )
     # §4.1: LayerNorm inputs 2·2h, QKV input 2h, MLP input 2h, two dropout masks 2·1h = 10h
     # (no masks for a model trained without dropout: torch's dropout with p = 0 returns its input)
@@ -271,7 +275,7 @@ def layer_activation_bytes(
             core=core + core_output * sb,
             norm_outputs=(mm * h + mlp_input) * sb / (t if sequence_parallel and t > 1 else 1),
             up_proj=up_proj * sb,
-            expert_act=mm * model.top_k * model.expert_ffn / t * model.imbalance * sb if moe else 0.0,
+            expert_act=mm * model.top_k * model.expert_ffn / t * skew * sb if moe else 0.0,
             shared=((2 if model.gated_mlp else 1) * ACT_BYTES + mm) * model.shared_expert_ffn_hidden / t * sb
             if moe
             else 0.0,
@@ -397,6 +401,7 @@ def scenario_layer_activations(scn: Scenario, moe: bool) -> LayerActivationBytes
         recompute_modules=par.recomputed_modules,
         fp8_moe_act_input=scn.memory.fp8_moe_act_input,
         proj_saves_original_input=proj_saves_original_input(scn),
+        imbalance=scn.expert_load_imbalance,
     )
 
 

@@ -28,7 +28,17 @@ from .ep_dispatch import (
     expected_groups_hit,
     kernel_algbw_bytes_per_s,
 )
-from .hostbound import HOST_OP_S, HOST_SYNC_S, issue_pipeline_s, moe_layer_host_ops
+from .hostbound import (
+    HOST_CALL_S,
+    HOST_OP_S,
+    HOST_SYNC_S,
+    LayerHostOps,
+    PairNode,
+    issue_pipeline_s,
+    moe_layer_host_ops,
+    pair_issue_s,
+    schedule_node_calls,
+)
 from .kernels import architecture, resolve_attention
 from .memory import grad_reduce_bytes_per_param, param_gather_bytes_per_param, scenario_layer_activations
 from .schedules import (
@@ -114,8 +124,37 @@ HOPPER_FP8_TRANSPOSE_BYTES = 1.0
 # PyTorch F.cross_entropy under bf16 autocast (runs in fp32): cast (2 + 4), log_softmax (two reads
 # and a write, 12), nll_loss (a gather) = 18 in 3 kernels; backward: nll_loss_backward writes a
 # zeroed fp32 gradient (4), log_softmax_backward (4 + 4 + 4), cast to 16-bit (4 + 2) = 22 in 4.
+# Megatron-Core's fused ("native") cross-entropy (megatron/core/fusions/fused_cross_entropy.py
+# @d98e8a64, cross_entropy_loss_fusion = True, cross_entropy_fusion_impl = "native"): the same
+# steps in @jit_fuser functions (torch.compile on PyTorch >= 2.2, megatron/core/jit.py), each
+# reading its inputs and writing what it returns or mutates once: calculate_logits_max (read 2,
+# write the fp32 copy 4, max), calculate_predicted_logits (subtract, exp in place and sum: 4 + 4),
+# calculate_cross_entropy_loss (divide in place: 4 + 4) = 22 in 3 kernels; backward
+# calculate_gradients (read the fp32 softmax 4, write it back mutated 4, return its 16-bit cast 2)
+# = 10 in 1 kernel. Measured on H100 (kind cross_entropy_fused_*): 75% / 56% of copy speed.
+# Transformer Engine's cross-entropy (cross_entropy_fusion_impl = "te": te.pytorch
+# parallel_cross_entropy, transformer_engine/common/triton/cross_entropy.py, TE 2.1 .. 2.17):
+# online_softmax_kernel reads the 16-bit logits (2) for each row's max and sum, cross_entropy_kernel
+# reads them again and writes the gradient in place in their dtype (2 + 2) = 6 in 2 kernels;
+# backward: element_mul_kernel scales it in place by the per-token loss gradient (2 + 2) = 4 in 1
+# (Megatron's loss gradient is per token, so TE's grad_output == 1 shortcut never applies). One
+# Triton program per row: streams at copy speed (Liger-Kernel's kernel of the same design measures
+# copy speed on H100, kernels.toml). TE 2.18 (01bbe3ee) keeps an fp32 gradient instead; no
+# Megatron-Bridge container through 26.08 (TE 2.17.1, 4329ff84) ships it.
 # (forward bytes, forward kernels, backward bytes, backward kernels) per logit:
-CE_PASSES = {"unfused": (38.0, 6, 14.0, 2), "torch": (18.0, 3, 22.0, 4)}
+CE_PASSES = {
+    "unfused": (38.0, 6, 14.0, 2),
+    "torch": (18.0, 3, 22.0, 4),
+    "fused": (22.0, 3, 10.0, 1),
+    "te": (6.0, 2, 4.0, 1),
+}
+# the measured memory kind (simulator/kernels.py MEMORY_KINDS) of each implementation's passes
+CE_KINDS = {
+    "unfused": ("cross_entropy_fwd", "cross_entropy_bwd"),
+    "torch": ("copy", "copy"),
+    "fused": ("cross_entropy_fused_fwd", "cross_entropy_fused_bwd"),
+    "te": ("copy", "copy"),
+}
 SQUARED_RELU_PASSES = 4  # forward passes over the MLP's inner activation (backward: twice that)
 # Elementwise work Megatron-Core runs as eager PyTorch ops, as (forward passes, forward kernels,
 # backward passes, backward kernels) over the tensor named; a pass moves one 16-bit copy of it.
@@ -751,10 +790,14 @@ class _Coster:
                 fwd.append(Segment("compute", label, memory_op_time_s(d, cast_in), 0.0, cast_in))
                 b_in.append(Segment("compute", label, memory_op_time_s(d, cast_grad), 0.0, cast_grad))
 
-        def mem(name: str, fwd_bytes: float, kernels: int = 1) -> None:
-            tt = memory_op_time_s(d, fwd_bytes, kernels)
+        def mem(name: str, fwd_bytes: float, kernels: int = 1, kind: str = "") -> None:
+            """A memory-bound op: `fwd_bytes` forward; backward two passes of the forward's
+            kernels. `kind` (MEMORY_KINDS without its _fwd/_bwd suffix): the kernel the stack
+            runs has its own measured bandwidth in each pass."""
+            tt = memory_op_time_s(d, fwd_bytes, kernels, f"{kind}_fwd" if kind else "copy")
+            tb = 2 * memory_op_time_s(d, fwd_bytes, kernels, f"{kind}_bwd" if kind else "copy")
             fwd.append(Segment("compute", name, tt, 0.0, fwd_bytes))
-            b_in.append(Segment("compute", name + " bwd", 2 * tt, 0.0, 2 * fwd_bytes))
+            b_in.append(Segment("compute", name + " bwd", tb, 0.0, 2 * fwd_bytes))
 
         # forward segments of the modules selective recomputation can re-run, by
         # Megatron-Core --recompute-modules name: [start, end) ranges of `fwd`
@@ -827,7 +870,13 @@ class _Coster:
             else:
                 if m.activation == "clamped_quick_geglu":
                     self._eager(fwd, b_in, "glu input clamps", CLAMPED_GLU_PASSES, T * fc1_n * a)
-                mem("swiglu" if m.gated_mlp else "gelu", (3 if m.gated_mlp else 2) * T * f_local * a)
+                # SwiGLU: Megatron-Core's bias_swiglu_impl over the chunked fc1 halves (MEMORY_KINDS)
+                swiglu = m.gated_mlp and not m.activation
+                mem(
+                    "swiglu" if m.gated_mlp else "gelu",
+                    (3 if m.gated_mlp else 2) * T * f_local * a,
+                    kind="swiglu" if swiglu else "",
+                )
             mm("fc2", T, h, f_local)
             self._tp_exit(fwd, b_in, tp_msg)
             span("mlp", start)
@@ -990,14 +1039,19 @@ class _Coster:
         fwd.append(
             Segment("host_bound", "host issue after the dispatcher's sync", max(0.0, seg_s - fwd_gpu_s))
         )
-        b_in_excess = ops.backward_input * HOST_OP_S - gpu_s(b_in)
+        # A backward that is not split (every schedule but the zero-bubble ones and DualPipe)
+        # issues each module's weight gradients with its input gradients in one autograd pass:
+        # the CPU runs ahead over both, so only their joint issue time beyond their joint GPU
+        # time is exposed (apart, a GPU-bound dgrad and a host-bound wgrad would each count).
+        split = self.scn.parallel.schedule in SPLIT_BACKWARD_SCHEDULES
+        b_ops = ops.backward_input + (0.0 if split else ops.backward_weight)
+        b_gpu = gpu_s(b_in) + (0.0 if split else gpu_s(b_w))
+        b_in_excess = b_ops * HOST_OP_S - b_gpu
         if ops.backward_syncs:  # recomputed activation syncs: the backward restarts from an empty queue
             b_in_excess = (
-                issue_pipeline_s([(ops.backward_input, gpu_s(b_in))], HOST_OP_S)
-                + ops.backward_syncs * HOST_SYNC_S
-                - gpu_s(b_in)
+                issue_pipeline_s([(b_ops, b_gpu)], HOST_OP_S) + ops.backward_syncs * HOST_SYNC_S - b_gpu
             )
-        b_w_excess = ops.backward_weight * HOST_OP_S - gpu_s(b_w)
+        b_w_excess = ops.backward_weight * HOST_OP_S - gpu_s(b_w) if split else 0.0
         b_in.append(Segment("host_bound", "host issue (backward)", max(0.0, b_in_excess)))
         b_w.append(Segment("host_bound", "host issue (weight gradients)", max(0.0, b_w_excess)))
 
@@ -1205,7 +1259,7 @@ class _Coster:
         a = d.activation_bytes
         h, k = m.hidden, m.top_k
         etp = par.expert_tp
-        skew = m.imbalance
+        skew = scn.expert_load_imbalance
         T_in = T // par.tp if par.tp > 1 else T  # tokens this rank routes (SP shard)
         # The router is a plain PyTorch matmul in the activations' 16-bit dtype (Megatron-Core
         # moe/router.py TopKRouter.gating -> moe_utils.router_gating_linear; its weight is not a
@@ -1302,7 +1356,8 @@ class _Coster:
         if m.activation == "clamped_quick_geglu" and eager:
             self._eager(fwd, b_in, "expert act input clamps", CLAMPED_GLU_PASSES, rows * fc1_n * a)
         self.act_sync_index = len(fwd)  # the eager clamped GeGLU's host sync (hostbound.CLAMPED_GLU_OPS)
-        mem("expert act", (3 if m.gated_mlp else 2) * rows * f_local * a)
+        swiglu = m.gated_mlp and not m.activation and eager  # bias_swiglu_impl (MEMORY_KINDS)
+        mem("expert act", (3 if m.gated_mlp else 2) * rows * f_local * a, kind="swiglu" if swiglu else "")
         span("moe_act", start)
         grouped("expert fc2", h, f_local)
         if m.linear_bias and eager:
@@ -1492,27 +1547,98 @@ class _Coster:
         exposed = min(max(0.0, paired - compute), total_ep)
         interference = sm_interference_s(total_ep - exposed, ep_sm_fraction(self.scn))
         # The CPU issues the pair's nodes in TransformerLayerSchedulePlan.run's order, and the
-        # forward's dispatcher syncs with the host once per layer (hostbound.py): from one sync
-        # to the next it must issue the forward's and the backward's ops of the layer, which the
-        # backward alone could issue ahead of the GPU. The pair takes at least that issue time
-        # (the Megatron-LM DeepSeek-V3 GB200 guide §3.2: the split schedule's "synchronization
-        # between different stages ... aggravates the CPU overhead") and every sync of both
-        # passes: the forward's (the dispatcher's, GPT-OSS's clamped GeGLU's) and the backward's.
-        # The dispatchers' backward waits for nothing on the host -- the all-to-all split sizes
-        # and the TE GroupedLinear m_splits stay on the host from the forward
-        # (token_dispatcher.py `_maybe_dtoh_and_synchronize` runs in dispatch_preprocess /
-        # token_dispatch only), DeepEP's and HybridEP's backward reuse the forward's handle and
-        # token count (fused_a2a.py FusedDispatch/FusedCombine/HybridEP*.backward), and
-        # model_chunk_schedule_plan.py's stream waits are events -- so the backward's syncs are
-        # those of a recomputed module that syncs in its forward (`LayerHostOps.backward_syncs`:
-        # the clamped GeGLU re-run by `moe_act` recomputation).
+        # forward's dispatcher syncs with the host once per layer (hostbound.py), inside
+        # moe_dispatch.forward, which run() calls after the backward's mlp.backward: when the
+        # CPU returns from it the GPU holds the expert dgrad and nothing else, and every other
+        # node of the pair (and the next layer's combine gradient, attention and router) must be
+        # issued before the next sync (the Megatron-LM DeepSeek-V3 GB200 guide §3.2: the split
+        # schedule's "synchronization between different stages ... aggravates the CPU
+        # overhead"). `hostbound.pair_issue_s` runs that segment as a CPU -> two-stream pipeline
+        # (each node's ops, plus the schedule nodes' own kernel-free host calls,
+        # `schedule_node_calls`); the pair takes the longer of it and its GPU time. Every sync
+        # of both passes is waited for: the forward's (the dispatcher's, GPT-OSS's clamped
+        # GeGLU's) and the backward's. The dispatchers' backward waits for nothing on the host
+        # -- the all-to-all split sizes and the TE GroupedLinear m_splits stay on the host from
+        # the forward (token_dispatcher.py `_maybe_dtoh_and_synchronize` runs in
+        # dispatch_preprocess / token_dispatch only), DeepEP's and HybridEP's backward reuse the
+        # forward's handle and token count (fused_a2a.py FusedDispatch/FusedCombine/
+        # HybridEP*.backward), and model_chunk_schedule_plan.py's stream waits are events -- so
+        # the backward's syncs are those of a recomputed module that syncs in its forward
+        # (`LayerHostOps.backward_syncs`: the clamped GeGLU re-run by `moe_act` recomputation).
         ops = moe_layer_host_ops(self.scn)
         host = 0.0
         if ops is not None and ops.syncs:
-            issue = (ops.forward + ops.backward_input + ops.backward_weight) * HOST_OP_S
-            syncs = ops.syncs + ops.backward_syncs
-            host = max(0.0, issue + syncs * HOST_SYNC_S - (paired + interference))
+            segment = pair_issue_s(
+                self._pair_nodes(ops, fwd, sync, (attn_f, attn_b, mlp_dgrad, mlp_wgrad), comm),
+                HOST_OP_S,
+                HOST_CALL_S,
+                HOST_SYNC_S,
+            )
+            host = max(0.0, segment - (paired + interference))
         return EpPair(exposed / total_ep, interference, host)
+
+    def _pair_nodes(
+        self, ops: LayerHostOps, fwd: list, sync: int, comp_s: tuple[float, ...], comm: tuple
+    ) -> list[PairNode]:
+        """The combined-1F1B segment from the forward dispatcher's sync to the next layer's, in
+        TransformerLayerSchedulePlan.run's issue order: the backward's expert dgrad (issued before
+        the sync, queued), the forward's dispatch, the experts' delayed wgrad, the backward's
+        dispatch, the forward's experts (split at GPT-OSS's activation sync), its combine, the
+        backward's attention side (input and weight gradients), then the next layer's combine
+        gradient, attention and router (whose end the next sync waits for) and expert dgrad
+        (issued only). GPU seconds and dependencies as `combined_layer_s`."""
+        attn_f, attn_b, mlp_dgrad, mlp_wgrad = comp_s
+        c_b, d_f, d_b, c_f = comm
+        calls = schedule_node_calls(self.scn)
+        a_b, disp_b, exp_b, comb_b = ops.backward_input_parts
+        attn_w, exp_w = ops.backward_weight_parts
+
+        def comp(parts: list) -> float:
+            return sum(p.duration_s for p in parts if p.category != "ep_comm")
+
+        if ops.experts_before_act_sync:
+            act = self.act_sync_index  # the clamped GeGLU's sync: the CPU waits for the comp stream
+            experts = [
+                PairNode(
+                    "mlp_f0",
+                    "comp",
+                    ops.experts_before_act_sync,
+                    comp(fwd[sync:act]),
+                    calls["mlp_f"],
+                    ("d_f",),
+                ),
+                PairNode(
+                    "mlp_f",
+                    "comp",
+                    ops.experts - ops.experts_before_act_sync,
+                    comp(fwd[act:]),
+                    sync=("mlp_f0",),
+                ),
+            ]
+        else:
+            experts = [PairNode("mlp_f", "comp", ops.experts, comp(fwd[sync:]), calls["mlp_f"], ("d_f",))]
+        # the recomputed activation's sync in the next expert dgrad: the CPU waits for the GPU
+        # work issued before it (taken at half of the dgrad's ops)
+        dgrad_next = [
+            PairNode(
+                "mlp_dgrad_issue", "", exp_b / 2 if ops.backward_syncs else exp_b, 0.0, calls["mlp_dgrad"]
+            )
+        ]
+        for _ in range(ops.backward_syncs):
+            dgrad_next.append(PairNode("mlp_dgrad_issue", "", exp_b / 2, 0.0, sync=("attn_f", "c_b")))
+        return [
+            PairNode("mlp_dgrad", "comp", 0.0, mlp_dgrad),
+            PairNode("d_f", "comm", ops.dispatch, d_f, calls["d_f"]),
+            PairNode("wgrad", "comp", exp_w, mlp_wgrad, calls["wgrad"]),
+            PairNode("d_b", "comm", disp_b, d_b, calls["d_b"], ("mlp_dgrad",)),
+            *experts,
+            PairNode("c_f", "comm", ops.combine, c_f, calls["c_f"], ("mlp_f",)),
+            PairNode("attn_b", "comp", a_b + attn_w, attn_b, calls["attn_b"], ("d_b",)),
+            PairNode("c_b", "comm", comb_b, c_b, calls["c_b"], ("attn_b",)),
+            PairNode("attn_f", "comp", ops.attention + ops.router, attn_f, calls["attn_f"], ("c_f",)),
+            *dgrad_next,
+            PairNode("sync", "", 0.0, 0.0, sync=("attn_f", "c_b")),  # the next dispatcher sync
+        ]
 
     def _recompute(self, fwd: list, spans: dict[str, list[tuple[int, int]]]) -> _Phase:
         """The forward work the backward pass repeats: the whole layer (full), or the segments
@@ -1598,15 +1724,12 @@ class _Coster:
         v_local = -(-m.vocab // par.tp)
         t_mm = matmul_time_s(output_layer_device(d), T, v_local, m.hidden)
         f = 2.0 * T * v_local * m.hidden
-        if scn.kernels.cross_entropy == "fused":  # read 16-bit logits, fp32 softmax, write fp32 grad
-            ce_bytes = ce_bwd_bytes = float(T * v_local * (a + 4 + 4))
-            ce_kernels = ce_bwd_kernels = 3
-        else:
-            fwd_b, fwd_k, bwd_b, bwd_k = CE_PASSES[scn.kernels.cross_entropy or "unfused"]
-            ce_bytes, ce_bwd_bytes = float(T * v_local * fwd_b), float(T * v_local * bwd_b)
-            ce_kernels, ce_bwd_kernels = fwd_k, bwd_k
-        t_ce = memory_op_time_s(d, ce_bytes, kernels=ce_kernels)
-        t_ce_bwd = memory_op_time_s(d, ce_bwd_bytes, kernels=ce_bwd_kernels)
+        impl = scn.kernels.cross_entropy or "unfused"
+        fwd_b, fwd_k, bwd_b, bwd_k = CE_PASSES[impl]  # bytes per logit of 16-bit logits
+        ce_bytes, ce_bwd_bytes = float(T * v_local * fwd_b), float(T * v_local * bwd_b)
+        # each implementation's passes at its measured bandwidth (MEMORY_KINDS)
+        t_ce = memory_op_time_s(d, ce_bytes, fwd_k, CE_KINDS[impl][0])
+        t_ce_bwd = memory_op_time_s(d, ce_bwd_bytes, bwd_k, CE_KINDS[impl][1])
         fwd: list[Segment] = [
             Segment("compute", "final norm", memory_op_time_s(d, 2 * T * m.hidden * a), 0.0, 0.0)
         ]
@@ -1948,10 +2071,29 @@ def build_program(scn: Scenario, comm: CommModel | None = None) -> Program:
         dataloader_jitter=dl.jitter,
         dataloader_seed=dl.seed,
         collectives=tuple(coster.seen.values()),
-        warnings=tuple(getattr(comm, "placement_warnings", lambda: [])()),
+        warnings=tuple(getattr(comm, "placement_warnings", lambda: [])()) + stack_hints(scn),
         ep_overlap=ep_overlap,
         tensor_activity=activity,
         power_clock=coster.device.power_clock,
+    )
+
+
+def stack_hints(scn: Scenario) -> tuple[str, ...]:
+    """A scenario that runs unfused attention without naming a stack: that is how 2021-22
+    Megatron-LM ran (before FlashAttention), whose fitted system residuals differ from today's
+    Megatron-Core ones that the GPU table holds (docs/calibration.md). Said, not applied:
+    `mfusim run` keeps today's stack unless [kernels] stack names another."""
+    from .stacks import stack_efficiency
+
+    k = scn.kernels
+    if k.stack or resolve_attention(scn.gpu, k.attention, k.flash_attention) != "unfused":
+        return ()
+    if stack_efficiency("megatron-2021", architecture(scn.gpu.name)) is None:
+        return ()
+    return (
+        "unfused attention is how 2021-22 Megatron-LM ran; this run uses today's Megatron-Core "
+        'residuals of the GPU table -- [kernels] stack = "megatron-2021" uses that stack\'s fitted '
+        "ones instead (docs/calibration.md)",
     )
 
 

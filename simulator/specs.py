@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 from .errors import ConfigError
 from .names import canonical, did_you_mean
+from .routing_skew import DROPLESS_EXPERT_LOAD_CV, busiest_rank_factor
 from .schedules import check_schedule, num_virtual_stages
 from .units import DAY_S, GIGA, MIN_S, YEAR_S
 
@@ -24,12 +25,6 @@ DISPATCH_DTYPES = ("bf16", "fp8")
 # half: Megatron-Bridge GPTOSSBridge activation_func_clamp_value = 7.0, glu_linear_offset = 1.0)
 ACTIVATIONS = ("", "squared_relu", "clamped_quick_geglu")
 GATED_ACTIVATIONS = ("clamped_quick_geglu",)
-# Busiest EP rank's tokens / mean tokens per rank when `load_imbalance` is not given.
-# balanced: force-balanced / aux-loss-balanced routing (Megatron-Bridge benchmarks force-balance).
-# dropless: natural skew of dropless top-k routing; DeepSeek-V3 (arXiv 2412.19437 §3.4/Fig. 9)
-# and Megatron-Core MoE reports show the busiest EP rank receiving ~1.1-1.2x the mean tokens;
-# 1.15 sits in the middle of that range (issue 13: "real dropless routing loses 8-20% to skew").
-DEFAULT_LOAD_IMBALANCE = {"balanced": 1.0, "dropless": 1.15}
 SCHEDULES = ("gpipe", "1f1b", "interleaved", "zb-h1", "zb-v", "dualpipe", "dualpipev")
 TWO_CHUNK_SCHEDULES = ("zb-v", "dualpipe", "dualpipev")  # two model chunks per stage by construction
 RECOMPUTE = ("none", "selective", "full")
@@ -120,7 +115,10 @@ def _check_modules(key: str, value: object) -> tuple[str, ...]:
 def _check_layout(key: str, value: object) -> tuple[int, ...]:
     """A list of non-negative layer counts (one per virtual stage)."""
     if isinstance(value, str) or not isinstance(value, (list, tuple)):
-        raise ConfigError(f"must be a list of layer counts per virtual stage, got {value!r}", key=key)
+        raise ConfigError(
+            f"must be a list of layer counts per virtual stage or a Megatron layout string, got {value!r}",
+            key=key,
+        )
     for item in value:
         if isinstance(item, bool) or not isinstance(item, int) or not 0 <= item <= MAX_DIM:
             raise ConfigError(f"layer counts must be integers >= 0, got {item!r}", key=key)
@@ -237,7 +235,9 @@ class ModelSpec:
     moe_layer_interval: int = 1  # every k-th layer is MoE when num_experts > 0
     first_dense_layers: int = 0  # leading layers with a dense MLP (DeepSeek first_k_dense_replace)
     routing: str = "balanced"  # balanced | dropless
-    load_imbalance: float = 0.0  # busiest EP rank's tokens / mean; 0 -> DEFAULT_LOAD_IMBALANCE[routing]
+    load_imbalance: float = (
+        0.0  # busiest EP rank's tokens / mean; 0 -> from routing + layout (busiest_rank_load)
+    )
     max_nodes_per_token: int = 0  # node-limited routing (DeepSeek-V3: 4); 0 = unlimited
     dispatch_dtype: str = "bf16"  # bf16 | fp8 (FP8 dispatch, BF16 combine)
     mla: MLASpec | None = None
@@ -367,10 +367,15 @@ class ModelSpec:
             return self.heads * self.mla.qk_head_dim
         return self.num_kv_heads * self.dim_per_head
 
-    @property
-    def imbalance(self) -> float:
-        """Busiest EP rank's routed tokens / the mean (the `load_imbalance` or its routing default)."""
-        return self.load_imbalance or DEFAULT_LOAD_IMBALANCE[self.routing]
+    def busiest_rank_load(self, ep: int, tokens: int) -> float:
+        """Busiest EP rank's routed tokens / the mean: the explicit `load_imbalance`, else 1 for
+        balanced routing, else the expected maximum over `ep` ranks of dropless routing's skew
+        with `tokens` distinct tokens routed into the EP group per micro-batch (routing_skew.py)."""
+        if self.load_imbalance:
+            return self.load_imbalance
+        if self.routing == "balanced":
+            return 1.0
+        return busiest_rank_factor(self.num_experts, self.top_k, ep, tokens, DROPLESS_EXPERT_LOAD_CV)
 
     @property
     def ffn(self) -> int:
@@ -772,7 +777,7 @@ class VariabilitySpec:
 
 
 ATTENTION_IMPLS = ("fa2", "fa3", "cudnn", "triton", "unfused")
-CROSS_ENTROPY_IMPLS = ("unfused", "fused", "torch")
+CROSS_ENTROPY_IMPLS = ("unfused", "fused", "te", "torch")
 ZERO3_COLLECTIVES = ("nccl", "flat")
 # software stacks with fitted residuals (simulator/stacks.py, efficiency.toml [stacks.*])
 STACK_NAMES = ("megatron-core", "megatron-2021", "composer-fsdp")
@@ -815,7 +820,9 @@ class KernelOptions:
     grad_reduce_dtype: str = ""
     tp_comm_async: bool = True  # TP backward collectives beside the dgrad/wgrad GEMMs (Megatron-Core)
     # "" = "unfused": Megatron-Core's vocab-parallel cross-entropy in eager PyTorch ops
-    # (cross_entropy_loss_fusion = False); "fused" = its fused kernel (Megatron-Bridge/NeMo 2 default);
+    # (cross_entropy_loss_fusion = False); "fused" = its fused "native" kernels (fusion True,
+    # cross_entropy_fusion_impl = "native": NeMo 2 recipes); "te" = Transformer Engine's Triton
+    # cross-entropy (cross_entropy_fusion_impl = "te": Megatron-Bridge performance scripts);
     # "torch" = PyTorch F.cross_entropy under bf16 autocast (fp32 log_softmax + nll_loss)
     cross_entropy: str = ""
     # ZeRO-3 parameter all-gathers / gradient reduce-scatters: "nccl" = NCCL on the topology (node
@@ -1065,6 +1072,19 @@ class Scenario:
     @property
     def peak_flop_per_s(self) -> float:
         return self.gpu.peak_flop_per_s(self.dtype)
+
+    @property
+    def expert_load_imbalance(self) -> float:
+        """Busiest EP rank's routed tokens / the mean for this layout (ModelSpec.busiest_rank_load):
+        a rank routes the b·s/cp tokens of its micro-batch (1/tp of them with tp > 1, as
+        program.py `_moe` does), gathered over the expert-TP group, over `ep` such ranks."""
+        m, par = self.model, self.parallel
+        if not m.is_moe:
+            return 1.0
+        tokens = par.micro_batch * m.seq_len // par.cp
+        if par.tp > 1:
+            tokens //= par.tp
+        return m.busiest_rank_load(par.ep, tokens * par.expert_tp * par.ep)
 
     @property
     def tokens_per_step(self) -> int:

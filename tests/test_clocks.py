@@ -52,7 +52,24 @@ def test_catalog_clock_factors() -> None:
     ratio = C.power_clock_factor(gb300) / C.power_clock_factor(gb200)
     assert ratio == pytest.approx((1400 / 160 / (1200 / 148)) ** (1 / 3) * 160 / 148, rel=1e-9)
     assert 1.10 < ratio < 1.12
-    assert C.power_clock_factor(gpu_by_name("b300")) > 1.0  # 160 SMs at a lower boost, 1,100 W
+    # B300: B200's 148 SMs and datasheet peak at 1,100 W: the board power alone, (1.1)^(1/3)
+    assert C.power_clock_factor(gpu_by_name("b300")) == pytest.approx(1.1 ** (1 / 3), rel=1e-9)
+
+
+def test_b300_is_b200_silicon_at_higher_board_power() -> None:
+    """The shipped B300 SXM6 AC: 148 SMs (cudaGetDeviceProperties; 160 is the full Blackwell Ultra
+    implementation), B200's BF16/FP8 datasheet peaks, 1,100 W against B200's 1,000 W (nvidia-smi cap
+    on a p6-b300 node, QwenLM/FlashQLA PR #29). So its only modelled compute edge over B200 is the
+    cube-law clock of 100 W more (+3.2%) and the doubled SFU exponentials in attention."""
+    b200, b300 = gpu_by_name("b200"), gpu_by_name("b300")
+    assert b300.num_sms == b200.num_sms == 148
+    assert b300.board_power_w == 1100.0 and b200.board_power_w == 1000.0
+    for dtype in ("bf16", "fp16", "fp8"):
+        assert b300.peak_flop_per_s(dtype) == b200.peak_flop_per_s(dtype)
+    r = K.params_for_architecture("blackwell").sustained_gemm_ratio("bf16")
+    sat = C.power_limited_clock(1.0, r, C.power_clock_factor(b300)) / C.power_limited_clock(1.0, r)
+    assert sat == pytest.approx(1.1 ** (1 / 3), rel=1e-9)
+    assert 1.03 < sat < 1.035
 
 
 def test_sustained_clock_is_capped_at_the_boost_clock() -> None:

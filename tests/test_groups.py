@@ -125,3 +125,19 @@ def test_gpus_used_per_node_is_checked(bad: object) -> None:
     with pytest.raises(ConfigError) as err:
         nvl72(DENSE, used=bad, tp=64, global_batch=64)  # type: ignore[arg-type]
     assert err.value.key == "cluster.gpus_used_per_node"
+
+
+def test_straddling_groups_of_a_later_stage_are_reported() -> None:
+    """Stage 0's EP32 block (ranks 0-31) lies inside rack 0, but with 32 ranks per stage the
+    blocks of stages 2 (64-95), 4 (128-159), 6, 11, 13 and 15 each contain a rack boundary
+    (multiples of 72): the advice must not depend on stage 0 alone."""
+    moe = {**MOE, "layers": 16}
+    scn = nvl72(moe, pp=16, ep=32, global_batch=64)
+    comm = TopologyCommModel(scn)
+    assert all(k.shape.num_nodes == 1 for k in comm.group_kinds("ep", 0))
+    crossing = [s for s in range(16) if any(k.shape.num_nodes > 1 for k in comm.group_kinds("ep", s))]
+    assert crossing == [2, 4, 6, 11, 13, 15]
+    advice = [w for w in simulate(scn).report.warnings if "cross a node boundary" in w]
+    assert advice and "stages 2, 4, 6, 11, 13, 15" in advice[0] and "gpus_used_per_node = 64" in advice[0]
+    aligned = simulate(nvl72(moe, used=64, pp=16, ep=32, global_batch=64)).report
+    assert not [w for w in aligned.warnings if "cross a node boundary" in w]

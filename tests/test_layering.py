@@ -180,7 +180,7 @@ LAYERS: dict[str, int] = {
         ),
         0,
     ),
-    **dict.fromkeys(("specs", "schedules", "flops", "plan"), 1),
+    **dict.fromkeys(("specs", "schedules", "routing_skew", "flops", "plan"), 1),
     **dict.fromkeys(("loading", "overrides"), 2),
     **dict.fromkeys(
         (

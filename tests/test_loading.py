@@ -275,3 +275,47 @@ def test_hf_config_absolute_path(tmp_path: Path, small_scenario_text: str) -> No
     path = tmp_path / "other" / "s.toml"
     path.write_text(text)
     assert load_scenario(path).model.layers == 4
+
+
+GLM45_CONFIG = {  # zai-org/GLM-4.5 config.json (the fields that shape the model)
+    "architectures": ["Glm4MoeForCausalLM"],
+    "model_type": "glm4_moe",
+    "_name_or_path": "zai-org/GLM-4.5",
+    "hidden_size": 5120,
+    "num_hidden_layers": 92,
+    "num_attention_heads": 96,
+    "num_key_value_heads": 8,
+    "head_dim": 128,
+    "hidden_act": "silu",
+    "intermediate_size": 12288,
+    "moe_intermediate_size": 1536,
+    "n_routed_experts": 160,
+    "n_shared_experts": 1,
+    "num_experts_per_tok": 8,
+    "first_k_dense_replace": 3,
+    "num_nextn_predict_layers": 1,
+    "vocab_size": 151552,
+    "max_position_embeddings": 131072,
+    "partial_rotary_factor": 0.5,
+    "attention_bias": True,
+    "use_qk_norm": True,
+    "rope_theta": 1000000,
+    "rms_norm_eps": 1e-05,
+    "routed_scaling_factor": 2.5,
+    "tie_word_embeddings": False,
+}
+
+
+def test_hf_config_of_another_model_type_says_what_it_did_not_read(tmp_path: Path) -> None:
+    """A model type outside the exactly-imported ones is read by their common keys and says so,
+    naming the architecture keys it did not read (GLM-4.5: partial RoPE, attention bias); what it
+    did read lands on the published size (355B total with its MTP layer)."""
+    sc = load_scenario(_hf_scenario(tmp_path, GLM45_CONFIG, extra_model="seq_len = 4096", num_gpus=64))
+    m = sc.model
+    assert m.qk_norm and m.mtp_layers == 1 and m.first_dense_layers == 3 and m.gated_mlp
+    assert F.total_params(m) + F.mtp_params(m) == pytest.approx(355e9, rel=0.01)
+    said = [w for w in sc.warnings() if "glm4_moe" in w]
+    assert len(said) == 1 and "keys it did not read: attention_bias, partial_rotary_factor" in said[0]
+    assert "rope_theta" not in said[0] and "routed_scaling_factor" not in said[0]  # no effect on a step
+    llama = load_scenario(_hf_scenario(tmp_path / "llama", LLAMA_CONFIG))
+    assert not [w for w in llama.warnings() if "as such" in w]

@@ -53,3 +53,20 @@ def test_a_stack_not_fitted_on_the_architecture_is_refused() -> None:
 def test_unknown_stack_is_refused_naming_the_key() -> None:
     with pytest.raises(ConfigError, match="kernels.stack"):
         scn(stack="deepspeed")
+
+
+def test_unfused_attention_without_a_stack_says_which_stack_ran_it() -> None:
+    """Unfused attention is the 2021-22 Megatron-LM generation: a scenario that runs it without
+    naming a stack is told that today's residuals were used and which key selects that stack's;
+    the numbers are not changed by the hint."""
+
+    def hinted(s) -> bool:
+        return any('stack = "megatron-2021"' in w for w in simulate(s).report.warnings)
+
+    plain = scn(attention="unfused")
+    assert hinted(plain)
+    assert simulate(plain).report.step_time_s == simulate(scn(attention="unfused")).report.step_time_s
+    assert not hinted(scn(attention="unfused", stack="megatron-2021"))
+    assert not hinted(scn(attention="unfused", stack="composer-fsdp"))
+    assert not hinted(scn())  # FlashAttention-2, today's default on A100
+    assert not hinted(scn("dgx-h100", attention="unfused"))  # no 2021 stack fitted on Hopper

@@ -182,21 +182,55 @@ def test_hf_config_relu2_is_squared_relu(tmp_path) -> None:
     assert fields["activation"] == "squared_relu" and not fields["gated_mlp"]
 
 
-def test_cross_entropy_implementations() -> None:
-    """Bytes per logit: unfused Megatron-Core 38 forward + 14 backward, PyTorch's 18 + 22, the
-    fused kernel 10 + 10; the time follows the bytes."""
-    runs = {impl: _scn(kernels={"cross_entropy": impl}) for impl in ("unfused", "torch", "fused")}
-    t = {
-        impl: _segments(scn)["cross-entropy"] + _segments(scn)["cross-entropy bwd"]
-        for impl, scn in runs.items()
-    }
-    assert t["unfused"] > t["torch"] > t["fused"]
-    scn = runs["unfused"]
-    logits = scn.model.seq_len * scn.model.vocab
-    assert _bytes(scn, "cross-entropy") == pytest.approx(38.0 * logits, rel=1e-12)
+CE_IMPLS = ("unfused", "torch", "fused", "te")
+
+
+def _ce(scn: Scenario) -> tuple[float, float, float]:
+    """(forward s, backward s, forward + backward bytes) of stage 0's loss."""
+    chunk = P.build_program(scn).stages[0].chunks[0]
+    segs = [s for b in (chunk.forward, chunk.backward) for s in b.segments]
+    f = sum(s.duration_s for s in segs if s.name == "cross-entropy")
+    b = sum(s.duration_s for s in segs if s.name == "cross-entropy bwd")
+    moved = sum(s.message_bytes for s in segs if s.name in ("cross-entropy", "cross-entropy bwd"))
+    return f, b, moved
+
+
+@pytest.mark.parametrize("tp", [1, 4])
+def test_cross_entropy_implementations(tp: int) -> None:
+    """Bytes per logit of 16-bit logits, forward + backward, from each kernel's source: unfused
+    Megatron-Core 38 + 14, PyTorch's 18 + 22, Megatron-Core's fused ("native") 22 + 10,
+    Transformer Engine's Triton kernel 6 + 4 (gradient in place); over this rank's vocabulary
+    shard. Each costs at least a streaming copy of its bytes; TE's is the cheapest, the unfused
+    loss the dearest."""
+    closed = {"unfused": 52.0, "torch": 40.0, "fused": 32.0, "te": 10.0}
+    par = {"tp": tp, "dp": 8 // tp, "sequence_parallel": tp > 1}
+    runs = {impl: _scn(parallel=par, kernels={"cross_entropy": impl}) for impl in CE_IMPLS}
+    t = {}
+    for impl, scn in runs.items():
+        f, b, moved = _ce(scn)
+        logits = scn.model.seq_len * -(-scn.model.vocab // tp)
+        assert moved == pytest.approx(closed[impl] * logits, rel=1e-12), impl
+        copy_bw = scn.gpu.hbm_bandwidth_bytes_per_s * K.kernel_params(scn.gpu).memory_bw_fraction
+        assert f + b >= moved / copy_bw, impl  # never faster than streaming its bytes
+        t[impl] = f + b
+    assert t["unfused"] > t["fused"] > t["torch"] > t["te"]
     assert _scn().kernels.cross_entropy == ""  # default: Megatron-Core's unfused loss
     with pytest.raises(ConfigError):
         _scn(kernels={"cross_entropy": "liger"})
+
+
+@pytest.mark.parametrize("impl", CE_IMPLS)
+def test_larger_vocabulary_never_makes_the_loss_cheaper(impl: str) -> None:
+    """Llama-2's 32,000, Llama-3's 128,256, Qwen3's 151,936 and GPT-OSS's 201,088 logits per
+    token: every implementation's loss time grows with the vocabulary (2 and 8 TP shards)."""
+    for tp in (2, 8):
+        times = []
+        for vocab in (32000, 128256, 151936, 201088):
+            par = {"tp": tp, "dp": 8 // tp, "sequence_parallel": True}
+            scn = _scn(model={"vocab": vocab}, parallel=par, kernels={"cross_entropy": impl})
+            f, b, _ = _ce(scn)
+            times.append(f + b)
+        assert all(x < y for x, y in zip(times, times[1:], strict=False)), (impl, tp, times)
 
 
 # ----------------------------------------------------------------------------- FSDP

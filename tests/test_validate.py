@@ -165,6 +165,35 @@ def test_stack_rule_matches_table_notes_and_model():
 
 
 @pytest.mark.parametrize(
+    ("run_id", "loss"),
+    [
+        # Megatron-Bridge performance scripts: cross_entropy_fusion_impl = "te" in every container
+        ("mbridge_25.09_LLAMA3_8B_DGX-B200_8gpu_na", "te"),
+        ("mbridge_26.08_GPTOSS120B_DGX-GB300_64gpu_mxfp8", "te"),
+        # NeMo 2 (25.04): GPTConfig cross_entropy_loss_fusion = True, native impl (a stack rule)
+        ("nemo_longseq_llama3_8b_b200_8k_cp1", "fused"),
+        # NeMo 24.07 (NeMo 1) and Megatron-LM's README runs: Megatron-Core's unfused default
+        ("megatronlm_readme_h100_70B", None),
+        ("mpt_H100-SXM-80GB_7b_s2048_8gpu_bf16", "torch"),
+    ],
+)
+def test_loss_kernel_per_source(shipped, run_id, loss):
+    case = case_of(shipped, run_id)
+    assert case.scenario["kernels"].get("cross_entropy") == loss
+    if loss:
+        assert any(a.startswith(f"kernels: cross_entropy = {loss} (") for a in case.assumptions)
+
+
+def test_stack_rule_sets_the_loss_kernel():
+    rule = V.StackRule(cross_entropy="fused", table="nemo 25.04")
+    assert rule.applies("performance_long_sequence.md (LLAMA3-8B FP8 B200, NeMo 25.04.rc2)", "", "")
+    rules = V.source_rules("NVIDIA/NeMo docs/source/performance/performance_summary.md")
+    assert rules.stack_for("cross_entropy", "(NeMo 24.07, DGX-H100, FP8)", "", "") == ("", "")
+    value, why = rules.stack_for("cross_entropy", "(LLAMA3-8B FP8 B200, NeMo 25.04.rc2)", "", "")
+    assert value == "fused" and "NeMo 2" in why
+
+
+@pytest.mark.parametrize(
     ("run_id", "dtype"),
     [
         ("mpt_A100-SXM-40GB_1b_s2048_8gpu_bf16", "bf16"),  # "MP mode PURE"

@@ -4,7 +4,7 @@ kernel as the kernel model (simulator/kernels.py) costs it.
     mfusim kernel gemm --gpu h100-sxm --m 8192 --n 8192 --k 8192 [--dtype bf16] [--batch 1] [--json]
     mfusim kernel attention --gpu a100-80gb --seq 8192 --heads 32 --head-dim 128 [--batch 1]
                             [--causal] [--impl fa2|fa3|cudnn|unfused] [--pass fwd|bwd|fwd+bwd] [--json]
-    mfusim kernel memory --gpu h100-sxm --bytes 1e9 [--json]
+    mfusim kernel memory --gpu h100-sxm --bytes 1e9 [--kind swiglu_bwd] [--json]
     mfusim kernel allreduce --topology dgx-h100 --gpus 8 --bytes 1e9 [--algo ring|nvls|...] [--json]
 
 JSON keys: `time_s`, and `tflops` (compute), `GBps` (memory), `algbw_GBps` and `busbw_GBps`
@@ -19,6 +19,7 @@ import sys
 from typing import Any
 
 from ..errors import ConfigError
+from ..kernels import MEMORY_KINDS
 from .common import int_flag, positive_float, positive_int, print_json
 
 COLLECTIVES = ("allreduce", "allgather", "reducescatter", "alltoall")
@@ -63,6 +64,13 @@ def add_parser(sub: Any) -> None:
     m = kinds.add_parser("memory", help="a streaming (memory-bound) kernel moving --bytes in total")
     m.add_argument("--gpu", required=True)
     m.add_argument("--bytes", type=positive_float("--bytes"), required=True)
+    m.add_argument(
+        "--kind",
+        dest="memory_kind",
+        choices=MEMORY_KINDS,
+        default="copy",
+        help="kernel kind: copy (streaming) or a framework kernel with its own measured bandwidth",
+    )
     m.add_argument("--json", action="store_true")
 
     for kind in COLLECTIVES:
@@ -137,10 +145,11 @@ def kernel_result(args: argparse.Namespace) -> dict[str, Any]:
         }
     if kind == "memory":
         gpu = _gpu(args.gpu)
-        t = K.memory_time_s(gpu, args.bytes)
+        t = K.memory_time_s(gpu, args.bytes, kind=args.memory_kind)
         return {
             "kernel": "memory",
             "gpu": gpu.name,
+            "kind": args.memory_kind,
             "bytes": args.bytes,
             "time_s": t,
             "GBps": args.bytes / t / 1e9,
@@ -178,7 +187,7 @@ def _text(r: dict[str, Any]) -> str:
         )
         detail = f"{r['tflops']:.1f} TFLOP/s (FlashAttention FLOP convention)"
     elif kind == "memory":
-        head = f"memory {r['bytes']:.4g} B on {r['gpu']}"
+        head = f"memory {r['kind']} {r['bytes']:.4g} B on {r['gpu']}"
         detail = f"{r['GBps']:.1f} GB/s"
     else:
         head = f"{kind} {r['bytes']:.4g} B on {r['gpus']} GPUs of {r['topology']}"

@@ -195,7 +195,11 @@ KEYS: dict[str, Key] = {
         since=NEXT,
     ),
     "model.moe.load_imbalance": Key(
-        "busiest EP rank's tokens / mean (>= 1)", "number", default="0 (the routing's default)", since=NEXT
+        "busiest EP rank's tokens / mean (>= 1); 0: 1 when balanced, dropless: expected maximum"
+        " over the EP ranks of the experts' skew and sampling (routing_skew.py)",
+        "number",
+        default="0 (from routing and layout)",
+        since=NEXT,
     ),
     "model.moe.max_nodes_per_token": Key(
         "node-limited routing (DeepSeek-V3: 4)", "integer", default="0 (unlimited)", since=NEXT
@@ -282,7 +286,10 @@ KEYS: dict[str, Key] = {
     ),
     "parallel.pipeline_layout": Key(
         "transformer layers of each virtual stage in path order (pp*vp counts summing to the layers; "
-        "embedding on the first, MTP and loss on the last; Megatron --pipeline-model-parallel-layout)",
+        "embedding on the first, MTP and loss on the last), or the same as a Megatron "
+        '--pipeline-model-parallel-layout string such as "Et*4|(t*4|)*14tmL" (E embedding, t layer, '
+        "m MTP module, L loss, | between virtual stages)",
+        "list or string",
         default="[] (even split)",
         since=NEXT,
     ),
@@ -375,10 +382,12 @@ KEYS: dict[str, Key] = {
     "kernels.cross_entropy": Key(
         "loss kernel over the logits; empty = unfused (Megatron-Core cross_entropy_loss_fusion ="
         " false: fp32 cast, max, subtract, exp, sum, divide as separate passes), fused = its fused"
-        " kernel (Megatron-Bridge / NeMo 2 recipes), torch = PyTorch F.cross_entropy under bf16"
-        " autocast (fp32 log_softmax + nll_loss; llm-foundry)",
+        " kernels (cross_entropy_fusion_impl = native: 22 + 10 bytes per logit, NeMo 2 recipes),"
+        " te = Transformer Engine's Triton kernel (cross_entropy_fusion_impl = te: 6 + 4 bytes per"
+        " logit, gradient in place; Megatron-Bridge performance scripts), torch = PyTorch"
+        " F.cross_entropy under bf16 autocast (fp32 log_softmax + nll_loss; llm-foundry)",
         default='""',
-        allowed=lambda: ("unfused", "fused", "torch"),
+        allowed=lambda: ("unfused", "fused", "te", "torch"),
         since=NEXT,
     ),
     "kernels.fused_grouped_mlp": Key(
@@ -515,13 +524,21 @@ TOPOLOGY_KEYS: dict[str, Key] = {
     "intra_node.link_GBps_per_direction": Key(
         "NVLink/PCIe bandwidth per GPU, one direction", "number", unit="GB/s (decimal)"
     ),
-    "intra_node.latency_us": Key("per-message latency inside a node", "number", unit="µs"),
+    "intra_node.latency_us": Key(
+        "per-message latency inside a node (send/recv, all-to-all rounds; NCCL collectives use NCCL's tuning latencies)",
+        "number",
+        unit="µs",
+    ),
     "intra_node.nvls": Key("NVLink SHARP in-switch reductions (NVSwitch gen 3+)", "boolean"),
     "inter_node": Key("the network between nodes", "table"),
     "inter_node.fabric": Key("network layout", "string", allowed=_spec("INTER_FABRICS")),
     "inter_node.nics_per_node": Key("NICs per node", "integer"),
     "inter_node.nic_Gbps": Key("bandwidth of one NIC, one direction", "number", unit="Gb/s (decimal, bits)"),
-    "inter_node.latency_us": Key("per-message latency between nodes", "number", unit="µs"),
+    "inter_node.latency_us": Key(
+        "per-message latency between nodes (send/recv, all-to-all rounds; NCCL collectives use NCCL's tuning latencies)",
+        "number",
+        unit="µs",
+    ),
     "inter_node.nodes_per_leaf": Key("nodes under one leaf switch (a scalable unit)", "integer"),
     "inter_node.oversubscription": Key("leaf downlink : uplink bandwidth ratio (1 = non-blocking)", "number"),
     "inter_node.tiers": Key(
@@ -697,6 +714,7 @@ _JSON_TYPES = {
     "table": "object",
     "list": "array",
     "list of strings": "array",
+    "list or string": ["array", "string"],
 }
 
 
@@ -1041,7 +1059,7 @@ JSON_FIELDS: dict[str, dict[str, str]] = {
         "kernels.attention": "attention kernel used: fa2, fa3, cudnn, triton or unfused",
         "kernels.grad_reduce_dtype": "dtype of the data-parallel gradient reduction",
         "kernels.tp_comm_async": "TP backward collectives overlapped with the GEMMs",
-        "kernels.cross_entropy": "loss kernel: unfused (eager passes over the logits), fused or torch",
+        "kernels.cross_entropy": "loss kernel: unfused (eager passes over the logits), fused, te or torch",
         "kernels.zero3_collectives": "how ZeRO-3 collectives are costed: nccl or flat",
         "kernels.stack": "[kernels] stack whose system residuals were applied (empty: the default tables)",
         "kernels.zero3_backward_prefetch": "ZeRO-3/FSDP backward gathers: pre (hidden) or post (exposed)",

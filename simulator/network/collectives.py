@@ -9,33 +9,38 @@ A group is reduced to a `GroupShape`: n ranks on k nodes, m per node on u NICs, 
 *concurrent* groups (same axis, same pipeline stage, all replicas) put on the group's busiest NIC
 and on its busiest oversubscribed leaf uplink. Every algorithm then costs
 
-    time = launch + Σ steps · α(hop, protocol) + max over links (bytes on link / (B_link · η · f_proto))
+    time = NCCL latency(algorithm, protocol, n, k) + max over links (bytes on link / (B_link · η · f_proto))
 
 with η = `gpu.efficiency.nccl_bw_fraction` (calibrated per GPU, the achieved fraction of a
 link's bandwidth) — pipelined algorithms are limited by their slowest link, not a sum.
 
 Algorithm menu and choice follow NCCL's tuner (NCCL src/graph/tuning.cc, ncclTopoTuneModel and
-ncclTopoGetAlgoTime, v2.8-2.21): every (algorithm, protocol) pair is costed and the fastest is
+ncclTopoGetAlgoTime, v2.8-2.30): every (algorithm, protocol) pair is costed and the fastest is
 taken, as NCCL does per call.
 - ring (all kinds): NCCL's steps: nsteps = 2(n-1) for AllReduce, n-1 for AllGather/ReduceScatter,
   of which 2(k-1) / (k-1) cross the network; each rank sends bf·S through its links.
-- double binary tree (AllReduce, k > 1): latency 2·((m-1)·α_intra + log2(k)·α_inter); bandwidth
-  2S per node at 0.92 of the ring's bus bandwidth (tuning.cc: tree busBw *= 0.92, algBw = busBw/2).
+- double binary tree (AllReduce, k > 1): 2S per node at 0.92 of the ring's bus bandwidth (tuning.cc: tree busBw *= 0.92, algBw = busBw/2).
 - NVLS (AllReduce inside one NVSwitch-3+ node, `intra_node.nvls`): the switch reduces and
   multicasts, each GPU sends and receives S once (not 2(n-1)/n·S).
 - hierarchical (AllReduce, AllGather, ReduceScatter across nodes): intra-node reduce-scatter ->
   inter-node allreduce (ring or tree) among the m rails -> intra-node all-gather, the phases in
   sequence; with NVLS the two intra-node phases run on the switch (NCCL's NVLS-tree).
-- PAT (AllGather/ReduceScatter with one rank per node, NCCL >= 2.23): log2(n) steps at 0.75 of
-  the ring's bandwidth.
+- PAT (AllGather/ReduceScatter with one rank per node, NCCL >= 2.23, Simple only): 0.75 of the
+  ring's bandwidth.
 - All-to-All: n-1 send/recv rounds (a hop latency each), all bytes in flight at once, bytes per
   link from the placement (intra-node peers over NVLink, the rest through the NICs and, for
   peers in other scalable units, the leaf uplinks). Send/recv: one hop, the sender's links.
 Protocols (tuning.cc): LL = 8-byte stores with a 4-byte flag, half the bandwidth; LL128 = 120
 useful bytes per 128 (busBw *= 0.92), NVLink fabrics only; Simple = full bandwidth, highest
-latency. Per-hop latency = the topology's `latency_us` (our Simple hop) times NCCL's hwLat ratio
-of that protocol to Simple (NVLink ring LL 0.6/3.4, LL128 1.9/3.4; network ring LL 2.7/14,
-LL128 4.0/14); launch latency = NCCL's baseLat (ring: LL 6.6 µs, LL128 14 µs, Simple 8.4 µs);
+latency. Latency is NCCL's own model (`NcclLatency`, tuning.cc ncclTopoTuneModel; its constants
+in simulator/catalog/kernels.toml [nccl_latency], cited there): a base latency per (algorithm,
+protocol) plus a latency per step on each kind of hop (NVLink, PCI, network) — a ring pays
+(nsteps - nInterSteps)·intra + nInterSteps·inter, a tree 2·((n/k - 1)·intra + floor(log2 k)·inter),
+NVLS its NVLink NVLS latency, PAT its log and per-rank terms. The hierarchical algorithm's phases
+pay the latency of the ring / tree / NVLS of their own shape (m ranks on a node, one rank per node
+on each rail). Send/recv and the rounds of an all-to-all (not in NCCL's tuning model) pay the
+topology's hop latency (`intra_node` / `inter_node` `latency_us`), scaled for LL by NCCL's ring
+ratio of LL to Simple on that hop, plus the ring's base latency.
 LL's bus bandwidth is capped per GPU generation and node count (tuning.cc llMaxBws).
 NCCL's bandwidth ramp below ~1 GB (nccl-tests size sweeps, simulator/catalog/kernels.toml) is a
 pipeline fill (`ramp_s`) on ring (flat and the phases of hierarchical; each hop at its own
@@ -46,7 +51,8 @@ default_comm_model passes it). NVLS follows NCCL's own chunk schedule (`nvls_tim
 chunks for smaller messages, each with a fixed overhead, plus the pipeline fill of one round of
 chunks (kernel model only: `nccl_nvls_chunk_overhead_bytes`).
 Not modelled: NCCL's "plateau effect of ring" (tuning.cc: multi-node Simple ring all-reduce
-latency x 1.4), whether the one-node ramp's window holds on multi-node rings at mid sizes (no
+latency x 1.4; the ramp covers the sub-plateau region), NCCL's 2 µs network post overhead on AMD
+hosts (the host CPU is not a topology input: every host gets the 1 µs default), whether the one-node ramp's window holds on multi-node rings at mid sizes (no
 InfiniBand sweep found; docs/calibration.md "Multi-node rings"), NCCL's per-size tree correction table, the ramp of tree and hierarchical
 algorithms, per-channel LL128/tree caps (channel counts are not modelled), CollNet/SHARP
 in-network reduction.
@@ -56,32 +62,119 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from .fabric import Fabric
 from .interface import bus_factor
 from .placement import Placement
 
-US = 1e-6
-
 
 @dataclass(frozen=True, slots=True)
 class Protocol:
     name: str
+    index: int  # NCCL's protocol order (LL, LL128, Simple): the column of the latency tables
     bandwidth_fraction: float
-    intra_latency_ratio: float  # hop latency / Simple hop latency, NVLink/PCIe hops
-    inter_latency_ratio: float  # the same for network hops
-    launch_s: float
     nvlink_only: bool = False
 
 
-# NCCL src/graph/tuning.cc: baseLat (ring) and hwLat ratios, LL 50% / LL128 120/128 bandwidth.
+# NCCL src/graph/tuning.cc: LL 50% / LL128 120/128 bandwidth.
 PROTOCOLS = (
-    Protocol("LL", 0.5, 0.6 / 3.4, 2.7 / 14.0, 6.6 * US),
-    Protocol("LL128", 0.92, 1.9 / 3.4, 4.0 / 14.0, 14.0 * US, nvlink_only=True),
-    Protocol("Simple", 1.0, 1.0, 1.0, 8.4 * US),
+    Protocol("LL", 0, 0.5),
+    Protocol("LL128", 1, 0.92, nvlink_only=True),
+    Protocol("Simple", 2, 1.0),
 )
 SIMPLE = PROTOCOLS[-1]
+PerProtocol = tuple[float, float, float]  # seconds, in NCCL's protocol order
+
+
+def _log2i(x: int) -> int:
+    """NCCL's log2i (src/include/utils.h): floor(log2 x), 0 for x <= 1."""
+    return x.bit_length() - 1 if x > 1 else 0
+
+
+@dataclass(frozen=True, slots=True)
+class NcclLatency:
+    """NCCL's latency model (src/graph/tuning.cc ncclTopoTuneModel), per (algorithm, protocol):
+    a base latency per call plus a latency per algorithm step on each kind of hop. The values are
+    the catalog's ([nccl_latency] in simulator/catalog/kernels.toml, cited there), converted to
+    seconds here only (`of`). Send/recv and all-to-all rounds are not part of it (topology hop
+    latency, `Links.intra_latency_s` / `inter_latency_s`)."""
+
+    base_s: dict[str, PerProtocol]  # algorithm -> baseLatencies
+    hop_s: dict[tuple[str, str], PerProtocol]  # (nvlink | pci | net, algorithm) -> hwLatencies
+    net_overhead_s: float  # getNetOverhead: floor of an intra-node step on a multi-node ring
+    simple_overhead_factor: float  # ... x3 for Simple
+    pat_rank_s: float  # PAT's linear term per rank
+    pat_log_divisor: float  # PAT's log term: floor(log2 k) x net tree hop / 3.5
+
+    @classmethod
+    def of(cls, table: dict | None = None) -> NcclLatency:
+        """From the catalog table (µs), or the shipped one."""
+        if table is None:
+            from ..kernel_catalog import nccl_latency_table
+
+            table = nccl_latency_table()
+
+        def per_protocol(values: list[float]) -> PerProtocol:
+            a, b, c = (float(v) * 1e-6 for v in values)
+            return (a, b, c)
+
+        hops = {
+            (hw, algo): per_protocol(v)
+            for hw in ("nvlink", "pci", "net")
+            for algo, v in table[f"{hw}_us"].items()
+        }
+        return cls(
+            base_s={algo: per_protocol(v) for algo, v in table["base_us"].items()},
+            hop_s=hops,
+            net_overhead_s=float(table["net_overhead_us"]) * 1e-6,
+            simple_overhead_factor=float(table["simple_overhead_factor"]),
+            pat_rank_s=float(table["pat_rank_us"]) * 1e-6,
+            pat_log_divisor=float(table["pat_log_divisor"]),
+        )
+
+    def ring_s(self, p: Protocol, kind: str, n: int, k: int, intra_hw: str) -> float:
+        """A ring of n ranks on k nodes: base + (nsteps - nInter)·intra + nInter·inter, the intra
+        step at least the network post overhead on multi-node rings, the network step the tree's
+        when every node holds one rank (ppn = 1)."""
+        i = p.index
+        steps = 2 * (n - 1) if kind == "allreduce" else n - 1
+        inter_steps = 0 if k <= 1 else (2 * (k - 1) if kind == "allreduce" else k - 1)
+        intra = self.hop_s[(intra_hw, "ring")][i]
+        if k > 1:
+            overhead = self.net_overhead_s * (self.simple_overhead_factor if p.name == "Simple" else 1.0)
+            intra = max(intra, overhead)
+        inter = self.hop_s[("net", "tree" if n == k else "ring")][i]
+        return self.base_s["ring"][i] + (steps - inter_steps) * intra + inter_steps * inter
+
+    def tree_s(self, p: Protocol, n: int, k: int, intra_hw: str) -> float:
+        """Double binary tree all-reduce: base + 2·((n/k - 1)·intra + floor(log2 k)·inter)."""
+        i = p.index
+        intra = self.hop_s[(intra_hw, "tree")][i]
+        inter = self.hop_s[("net", "tree")][i]
+        return self.base_s["tree"][i] + 2 * ((n // k - 1) * intra + _log2i(k) * inter)
+
+    def pat_s(self, n: int, k: int) -> float:
+        """PAT all-gather / reduce-scatter (Simple, one rank per node)."""
+        i = SIMPLE.index
+        log_term = _log2i(k) * self.hop_s[("net", "tree")][i] / self.pat_log_divisor
+        return self.base_s["pat"][i] + log_term + n * self.pat_rank_s
+
+    @property
+    def nvls_s(self) -> float:
+        """NVLS inside one NVSwitch domain: NCCL sets its latency to the NVLink NVLS hop."""
+        return self.hop_s[("nvlink", "nvls")][SIMPLE.index]
+
+    def p2p_ratio(self, p: Protocol, hw: str) -> float:
+        """A protocol's ring step latency relative to Simple's on that hop (scales the topology's
+        send/recv hop latency for all-to-all rounds)."""
+        row = self.hop_s[(hw, "ring")]
+        return row[p.index] / row[SIMPLE.index]
+
+    def launch_s(self, p: Protocol) -> float:
+        """The ring's base latency: the per-call cost of a send/recv group (all-to-all)."""
+        return self.base_s["ring"][p.index]
+
 
 # tuning.cc: `if (a == NCCL_ALGO_TREE) busBw *= .92` (v2.12+; 0.9 before).
 TREE_BW_FRACTION = 0.92
@@ -93,8 +186,6 @@ PAT_BW_FRACTION = 0.75
 # (prior, to be calibrated). Blackwell scales it by NCCL's nvlsEfficiency ratio 0.74/0.85.
 NVLS_BW_FRACTION = 0.72
 NVLS_BW_FRACTION_BLACKWELL = NVLS_BW_FRACTION * 0.74 / 0.85
-# tuning.cc hwLat[NVLINK][NVLS][Simple] = 25 µs (v2.17): NVLS pays off only for large messages.
-NVLS_LATENCY_S = 25.0 * US
 # NCCL src/transport/nvls.cc: NVLS channels on one node (NVLS_NCHANNELS_SM90 16,
 # NVLS_NCHANNELS_SM100_NVL 24) and the default chunk (NCCL_NVLS_CHUNKSIZE 128 KiB).
 NVLS_CHANNELS = {"hopper": 16, "blackwell": 24}
@@ -131,7 +222,8 @@ SCOPES = ("node", "leaf", "spine")
 # ----------------------------------------------------------------------------- links
 @dataclass(frozen=True, slots=True)
 class Links:
-    """Achieved per-direction bandwidths (η applied) and Simple hop latencies of a cluster."""
+    """Achieved per-direction bandwidths (η applied), the topology's send/recv hop latencies and
+    NCCL's collective latency model of a cluster."""
 
     intra_bytes_per_s: float
     nic_bytes_per_s: float
@@ -155,6 +247,13 @@ class Links:
     # a reduction ring's last step (NCCL recvReduceCopy of the rank's own chunk into the output)
     # is not hidden behind a send: that many chunk-times S/n at the ring's rate (0 = off)
     reduce_tail_chunks: float = 0.0
+    # NCCL's latency model of collectives (tuning.cc; kernels.toml [nccl_latency])
+    nccl: NcclLatency = field(default_factory=NcclLatency.of)
+
+    @property
+    def intra_hw(self) -> str:
+        """NCCL's hop class inside a node: NVLink, or PCI (tuning.cc intraHw)."""
+        return "nvlink" if self.nvlink else "pci"
 
     @classmethod
     def of(
@@ -166,6 +265,7 @@ class Links:
         nvls_chunk_overhead_bytes: float | None = None,
         nvls_fraction: float | None = None,
         reduce_tail_chunks: float = 0.0,
+        nccl_latency: NcclLatency | None = None,
     ) -> Links:
         """`nic_bw_fraction` (default `nccl_bw_fraction`) applies to NICs and uplinks;
         `nvls_fraction` (default NVLS_BW_FRACTION, Blackwell scaled) to NVLS all-reduce."""
@@ -193,6 +293,7 @@ class Links:
             nvls_chunk_overhead_bytes=nvls_chunk_overhead_bytes,
             nvls_channels=NVLS_CHANNELS.get(generation, 16),
             reduce_tail_chunks=reduce_tail_chunks,
+            nccl=nccl_latency if nccl_latency is not None else NcclLatency.of(),
         )
 
     def ll_cap_bytes_per_s(self, num_nodes: int) -> float:
@@ -528,16 +629,13 @@ def nvls_time_s(links: Links, n: int, size_bytes: float) -> float:
     (azure-bench, kernels.toml) from 1 MiB up: the bandwidth climbs in steps at NCCL's chunk sizes."""
     B = links.intra_bytes_per_s * links.nvls_fraction
     c0 = links.nvls_chunk_overhead_bytes
+    lat = links.nccl.nvls_s
     if c0 is None:
-        return NVLS_LATENCY_S + size_bytes / B
+        return lat + size_bytes / B
     ops = links.nvls_channels * n
     c = nvls_chunk_bytes(size_bytes, ops)
     fill = 2 * ops * c / B * size_bytes / (size_bytes + ops * c)
-    return NVLS_LATENCY_S + size_bytes / B * (1 + c0 / c) + fill
-
-
-def _log2_ceil(x: int) -> int:
-    return max(0, math.ceil(math.log2(x))) if x > 1 else 0
+    return lat + size_bytes / B * (1 + c0 / c) + fill
 
 
 def collective_candidates(kind: str, shape: GroupShape, links: Links, size_bytes: float) -> list[Candidate]:
@@ -546,7 +644,8 @@ def collective_candidates(kind: str, shape: GroupShape, links: Links, size_bytes
     S = size_bytes
     out: list[Candidate] = []
     protocols = [p for p in PROTOCOLS if links.nvlink or not p.nvlink_only]
-    a_i, a_e = links.intra_latency_s, links.inter_latency_s
+    a_i, a_e = links.intra_latency_s, links.inter_latency_s  # send/recv hops (all-to-all)
+    nccl, hw = links.nccl, links.intra_hw
     B_i = links.intra_bytes_per_s
 
     ll_cap = links.ll_cap_bytes_per_s(k)
@@ -591,8 +690,7 @@ def collective_candidates(kind: str, shape: GroupShape, links: Links, size_bytes
         if kind in ("allreduce", "reducescatter") and X > 0:
             fill += links.reduce_tail_chunks * (S / n) * t_ring / X
         for p in protocols:
-            lat = p.launch_s + (steps - inter_steps) * a_i * p.intra_latency_ratio
-            lat += inter_steps * a_e * p.inter_latency_ratio
+            lat = nccl.ring_s(p, kind, n, k, hw)
             add("ring", p, lat + fill / p.bandwidth_fraction, parts, bus_bytes=X)
     if kind == "allreduce" and k > 1:
         # double binary tree: 2S per node, S/2 per tree edge and direction
@@ -601,10 +699,7 @@ def collective_candidates(kind: str, shape: GroupShape, links: Links, size_bytes
             _inter_time(shape, links, 2 * S, lambda u: u.tree_crossings * S / 2),
         ]
         for p in protocols:
-            lat = p.launch_s + 2 * (
-                (m - 1) * a_i * p.intra_latency_ratio + _log2_ceil(k) * a_e * p.inter_latency_ratio
-            )
-            add("tree", p, lat, parts, TREE_BW_FRACTION, bus_bytes=2 * S)
+            add("tree", p, nccl.tree_s(p, n, k, hw), parts, TREE_BW_FRACTION, bus_bytes=2 * S)
     if kind == "allreduce" and k == 1 and links.nvls and n > 1:
         B_nvls = B_i * links.nvls_fraction
         out.append(Candidate(nvls_time_s(links, n, S), "nvls/Simple", intra, S / B_nvls))
@@ -618,9 +713,8 @@ def collective_candidates(kind: str, shape: GroupShape, links: Links, size_bytes
             frac_out = 1.0 - math.log2(max(u.members, 1)) / math.log2(n)
             return u.members * X * frac_out
 
-        for p in protocols:
-            lat = p.launch_s + _log2_ceil(n) * a_e * p.inter_latency_ratio
-            add("pat", p, lat, [_inter_time(shape, links, X, pat_cross)], PAT_BW_FRACTION)
+        # NCCL runs PAT with the Simple protocol only (tuning.cc)
+        add("pat", SIMPLE, nccl.pat_s(n, k), [_inter_time(shape, links, X, pat_cross)], PAT_BW_FRACTION)
     if kind == "alltoall":
         x_intra = (m - 1) / n * S
         node_bytes = m * (n - m) / n * S
@@ -640,8 +734,9 @@ def collective_candidates(kind: str, shape: GroupShape, links: Links, size_bytes
                 continue
             # a grouped all-to-all is n-1 send/recv pairs scheduled in rounds (peer = rank ± i);
             # each round pays one hop: m-1 inside the node, n-m across the network
-            hops = (m - 1) * a_i * p.intra_latency_ratio + (n - m) * a_e * p.inter_latency_ratio
-            add("p2p", p, p.launch_s + hops + fill / p.bandwidth_fraction, parts, bus_bytes=(n - 1) / n * S)
+            hops = (m - 1) * a_i * nccl.p2p_ratio(p, hw) + (n - m) * a_e * nccl.p2p_ratio(p, "net")
+            lat = nccl.launch_s(p) + hops
+            add("p2p", p, lat + fill / p.bandwidth_fraction, parts, bus_bytes=(n - 1) / n * S)
     return out
 
 
@@ -652,7 +747,7 @@ def _hierarchical(
     all-gather (for AllReduce; one intra phase for AllGather/ReduceScatter), phases in sequence."""
     k, m = shape.num_nodes, shape.members_per_node
     B_i = links.intra_bytes_per_s
-    a_i, a_e = links.intra_latency_s, links.inter_latency_s
+    nccl, hw = links.nccl, links.intra_hw
     out = []
     intra_phases = 2 if kind == "allreduce" else 1
     # inter-node phase: m rails each run the collective over k nodes on S/m bytes
@@ -671,36 +766,24 @@ def _hierarchical(
         cap_1 = links.ll_cap_bytes_per_s(1) if p.name == "LL" else math.inf
         cap_k = links.ll_cap_bytes_per_s(k) if p.name == "LL" else math.inf
         intra_bw_t = max((m - 1) / m * S / (B_i * f), (m - 1) / m * S / cap_1)
-        intra_t = intra_phases * (
-            intra_bw_t + fill_intra / f + p.launch_s + (m - 1) * a_i * p.intra_latency_ratio
-        )
+        # each intra phase is a one-node ring of m ranks, the inter phase a ring (or tree) of one
+        # rank per node on each rail, with NCCL's latencies of those shapes
+        intra_t = intra_phases * (intra_bw_t + fill_intra / f + nccl.ring_s(p, "allgather", m, 1, hw))
         intra_label = "ring"
         if kind == "allreduce" and links.nvls:
-            nvls_t = S / (B_i * links.nvls_fraction) + NVLS_LATENCY_S
+            nvls_t = S / (B_i * links.nvls_fraction) + nccl.nvls_s
             if nvls_t < intra_t:
                 intra_t, intra_label = nvls_t, "nvls"
         if kind == "allreduce":
-            ring_t = (
-                max(t_ring / f, node_bytes / cap_k)
-                + fill_inter / f
-                + p.launch_s
-                + 2 * (k - 1) * a_e * p.inter_latency_ratio
-            )
-            tree_t = (
-                max(t_tree / (f * TREE_BW_FRACTION), 2 * S / cap_k)
-                + p.launch_s
-                + 2 * _log2_ceil(k) * a_e * p.inter_latency_ratio
-            )
+            ring_t = max(t_ring / f, node_bytes / cap_k) + fill_inter / f + nccl.ring_s(p, kind, k, k, hw)
+            tree_t = max(t_tree / (f * TREE_BW_FRACTION), 2 * S / cap_k) + nccl.tree_s(p, k, k, hw)
             if ring_t <= tree_t:
                 inter_t, inter_label, neck = ring_t, "ring", neck_ring
             else:
                 inter_t, inter_label, neck = tree_t, "tree", neck_tree
         else:
             inter_t, inter_label, neck = (
-                max(t_ring / f, node_bytes / cap_k)
-                + fill_inter / f
-                + p.launch_s
-                + (k - 1) * a_e * p.inter_latency_ratio,
+                max(t_ring / f, node_bytes / cap_k) + fill_inter / f + nccl.ring_s(p, kind, k, k, hw),
                 "ring",
                 neck_ring,
             )

@@ -201,13 +201,21 @@ class TopologyCommModel:
             n = pl.size(axis)
             if n <= 1 or n > gpn:
                 continue
-            kinds = self.group_kinds(axis, 0)
-            split = sum(k.count for k in kinds if k.shape.num_nodes > 1)
-            if split <= 0:
+            # every stage: with pp > 1 a stage's block of ranks may start mid-node even when
+            # stage 0's does not (GB200 NVL72: 256 GPUs, ep 32, stages 2 and 6 straddle racks)
+            per_stage = [self.group_kinds(axis, s) for s in range(pl.pp)]
+            splits = [sum(k.count for k in kinds if k.shape.num_nodes > 1) for kinds in per_stage]
+            if max(splits) <= 0:
                 continue
-            total = sum(k.count for k in kinds)
+            total = sum(k.count for k in per_stage[0])
             block = pl.stride("dp") * n if axis == "ep" else pl.stride(axis) * n
-            what = f"{split:.0f} of {total:.0f} {axis}{n} groups per stage cross a node boundary"
+            crossing = [s for s, split in enumerate(splits) if split > 0]
+            where = (
+                "per stage"
+                if len(crossing) == pl.pp
+                else f"in stage{'s' if len(crossing) > 1 else ''} " + (", ".join(str(s) for s in crossing))
+            )
+            what = f"{max(splits):.0f} of {total:.0f} {axis}{n} groups {where} cross a node boundary"
             if block <= gpn:
                 fit = (gpn // block) * block
                 out.append(

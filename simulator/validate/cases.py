@@ -31,7 +31,7 @@ from .recipes import (
     unexpressible_for,
 )
 from .runs import PublishedRun, _is_number
-from .sources import SourceRules, source_rules
+from .sources import STACK_RULE_KEYS, SourceRules, source_rules
 from .supplement import supplemented
 
 
@@ -363,14 +363,11 @@ def _kernels(
     """The source's software stack (docs/validate-assumptions.md): attention kernel, the dtype of
     the data-parallel gradient reduction, and whether TP communication overlaps the GEMMs."""
     kernels: dict[str, Any] = {}
-    for key in ("attention", "grad_reduce_dtype"):
+    for key in STACK_RULE_KEYS:
         value, why = rules.stack_for(key, run.source, run.get("notes") or "", run.get("model_name") or "")
         if value:
             kernels[key] = value
             notes.append(f"kernels: {key} = {value} ({why or rules.key + ' stack'})")
-    if rules.cross_entropy:
-        kernels["cross_entropy"] = rules.cross_entropy
-        notes.append(f"kernels: cross_entropy = {rules.cross_entropy} ({rules.key} stack)")
     if not rules.tp_comm_async and parallel["tp"] > 1:
         kernels["tp_comm_async"] = False
         notes.append(f"kernels: tp_comm_async = false ({rules.key} stack: TP collectives not overlapped)")

@@ -26,6 +26,7 @@ class StackRule:
 
     attention: str = ""  # attention implementation ("" = the source's)
     grad_reduce_dtype: str = ""  # gradient reduction dtype ("" = the source's)
+    cross_entropy: str = ""  # loss kernel ("" = the source's)
     table: str = ""
     notes: str = ""
     models: tuple[str, ...] = ()
@@ -60,7 +61,7 @@ class SourceRules:
     stack_rules: tuple[StackRule, ...] = ()  # per-table / per-row exceptions to the stack keys
 
     def stack_for(self, key: str, source: str, notes: str, model_name: str) -> tuple[str, str]:
-        """(value, why) of stack key `key` ("attention" or "grad_reduce_dtype") for one row: the
+        """(value, why) of stack key `key` (STACK_RULE_KEYS) for one row: the
         first rule that applies and sets it, else the source's own ("" why)."""
         for rule in self.stack_rules:
             value = str(getattr(rule, key))
@@ -83,6 +84,8 @@ class SourceTable:
     generic: SourceRules
 
 
+# the stack keys a [[source.stack_rule]] can set for some of a source's rows
+STACK_RULE_KEYS = ("attention", "grad_reduce_dtype", "cross_entropy")
 _RULE_KEYS = tuple(k for k in SourceRules.__dataclass_fields__ if k != "stack_rules")
 _OPTIONAL_KEYS = (
     "attention",
@@ -103,13 +106,14 @@ def _rules(table: dict[str, Any], where: str) -> SourceRules:
         raise ValueError(f"{where}.flop_convention: unknown {table['flop_convention']!r}")
     rules = []
     for i, r in enumerate(table.get("stack_rule", ())):
-        unknown = set(r) - {"attention", "grad_reduce_dtype", "table", "notes", "models", "note"}
-        if unknown or not (r.get("attention") or r.get("grad_reduce_dtype")):
+        unknown = set(r) - {*STACK_RULE_KEYS, "table", "notes", "models", "note"}
+        if unknown or not any(r.get(k) for k in STACK_RULE_KEYS):
             raise ValueError(f"{where}.stack_rule[{i}]: unknown {sorted(unknown)} or nothing set")
         rules.append(
             StackRule(
                 attention=str(r.get("attention", "")),
                 grad_reduce_dtype=str(r.get("grad_reduce_dtype", "")),
+                cross_entropy=str(r.get("cross_entropy", "")),
                 table=str(r.get("table", "")).lower(),
                 notes=str(r.get("notes", "")).lower(),
                 models=tuple(str(m).lower() for m in r.get("models", ())),
