@@ -461,7 +461,13 @@ def hf_config_fields(path: Path) -> dict[str, Any]:
     if act in ("relu2", "squared_relu"):  # Nemotron's relu(x)^2
         out["activation"] = "squared_relu"
     model_type = str(get("model_type") or top.get("model_type") or "").lower()
-    out["gated_mlp"] = act in ("silu", "swiglu", "gelu_pytorch_tanh") or model_type in (
+    kv_heads = _multi_query_kv_heads(cfg, model_type, name)
+    if kv_heads is not None and "kv_heads" not in out:
+        out["kv_heads"] = kv_heads
+    # gelu_pytorch_tanh is Gemma's gated GeGLU but the plain 2-matrix MLP of GPT-BigCode (StarCoder)
+    # and StarCoder2 (transformers modeling_gemma.py GemmaMLP gate/up/down_proj vs
+    # modeling_gpt_bigcode.py / modeling_starcoder2.py c_fc, c_proj): the model type decides
+    out["gated_mlp"] = act in ("silu", "swiglu") or model_type in (
         "llama",
         "mistral",
         "mixtral",
@@ -470,6 +476,9 @@ def hf_config_fields(path: Path) -> dict[str, Any]:
         "qwen2_moe",
         "qwen3_moe",
         "gemma",
+        "gemma2",
+        "gemma3",
+        "gemma3_text",
         "deepseek_v2",
         "deepseek_v3",
         "kimi_k2",
@@ -587,6 +596,17 @@ def hf_config_fields(path: Path) -> dict[str, Any]:
         top.get("_name_or_path") or get("_name_or_path") or arch or model_type or path.parent.name
     )
     out["_unmodeled"] = _unmodeled_keys(cfg, top)
+    for key in sorted(cfg):
+        if (
+            MOE_KEY_PATTERN.search(key)
+            and key not in MOE_KEYS_READ
+            and cfg[key] not in (None, False, 0, [], {})
+        ):
+            out["_unmodeled"][key] = "mixture-of-experts key not read (another family's name for its experts)"
+    if cfg.get("multi_query") is True and model_type not in MULTI_QUERY_FAMILIES:
+        out["_unmodeled"]["multi_query"] = (
+            "multi-query attention of a family not read (give [model] kv_heads)"
+        )
     if model_type not in EXACT_HF_MODEL_TYPES:
         # read by the generic rules only: say so, and which keys were not read (exact or said)
         unread = sorted(
@@ -596,6 +616,8 @@ def hf_config_fields(path: Path) -> dict[str, Any]:
             and k not in HF_METADATA_KEYS
             and k not in UNMODELED_HF_KEYS
             and not k.startswith(UNMODELED_HF_PREFIXES)
+            and k not in MOE_KEYS_READ
+            and k not in out["_unmodeled"]
         )
         listed = ", ".join(unread[:8]) + (f" and {len(unread) - 8} more" if len(unread) > 8 else "")
         out.setdefault("_features", []).append(
@@ -606,6 +628,54 @@ def hf_config_fields(path: Path) -> dict[str, Any]:
     out["_windows"] = {k: get(k) for k in ("sliding_window", "attention_chunk_size") if _is_int(get(k))}
     out["_layer_windows"] = _layer_windows(get("layer_types"))
     return out
+
+
+# config.json keys about experts that the import reads, or knows change no FLOP, byte or layout
+# (routing math, auxiliary losses, inference hints). Any other key that names experts -- another
+# family's word for the expert count, the shared expert or the MoE layers (ERNIE-4.5
+# moe_num_experts, GraniteMoeShared shared_intermediate_size, Hunyuan num_shared_expert) -- would
+# leave the model dense or without its shared expert: refused unless allow_unmodeled lists it.
+MOE_KEY_PATTERN = re.compile(r"expert|moe|shared|router|routed|topk|top_k")
+MOE_KEYS_READ = frozenset(
+    {
+        "num_local_experts", "num_experts", "n_routed_experts", "num_experts_per_tok", "experts_per_token",
+        "moe_top_k", "moe_intermediate_size", "shared_expert_intermediate_size", "n_shared_experts",
+        "moe_layer_freq", "moe_layers", "interleave_moe_layer_step", "n_group", "topk_group",
+        # no FLOP, byte or layout: routing math, auxiliary losses, inference hints
+        "norm_topk_prob", "output_router_logits", "routed_scaling_factor", "router_aux_loss_coef",
+        "router_jitter_noise", "router_z_loss_coef", "topk_method", "moe_router_bias_update_rate",
+        "router_bias", "use_routing_bias",
+    }
+)  # fmt: skip
+MULTI_QUERY_FAMILIES = ("gpt_bigcode", "falcon")  # model types whose multi_query is read
+
+
+def _multi_query_kv_heads(cfg: Mapping[str, Any], model_type: str, file: str) -> int | None:
+    """Key/value heads of the families that say them without num_key_value_heads, as their
+    transformers classes read the config (None: not one of them). GPT-BigCode (StarCoder):
+    `multi_query` (default true) = one K/V head (configuration_gpt_bigcode.py, GPTBigCodeAttention
+    kv_heads = 1 if multi_query else num_heads). Falcon: `num_kv_heads` (default num_attention_heads)
+    with new_decoder_architecture or without multi_query, else one (FalconAttention.num_kv_heads;
+    FalconConfig multi_query defaults to true). In any other family `multi_query` is an unmodeled
+    key (_unmodeled_keys): its meaning there is not known."""
+    mq = cfg.get("multi_query")
+    if mq is not None and not isinstance(mq, bool):
+        raise ConfigError(f"must be true or false, got {mq!r}", key="multi_query", file=file)
+    if model_type == "gpt_bigcode":
+        return 1 if mq is not False else None
+    if model_type == "falcon":
+        new_arch = cfg.get("new_decoder_architecture")
+        if new_arch is not None and not isinstance(new_arch, bool):
+            raise ConfigError(
+                f"must be true or false, got {new_arch!r}", key="new_decoder_architecture", file=file
+            )
+        if new_arch or mq is False:
+            kv = cfg.get("num_kv_heads")
+            if kv is not None and (not _is_int(kv) or kv < 1):
+                raise ConfigError(f"must be an integer >= 1, got {kv!r}", key="num_kv_heads", file=file)
+            return kv
+        return 1
+    return None
 
 
 def _check_moe_layers(moe_layers: object, out: Mapping[str, Any], file: str) -> None:
@@ -658,7 +728,8 @@ HF_READ_KEYS = frozenset(
         "intermediate_size_mlp", "interleave_moe_layer_step", "shared_expert_intermediate_size",
         "n_shared_experts", "decoder_sparse_step", "moe_layer_freq", "first_k_dense_replace",
         "moe_layers", "n_group", "topk_group", "architectures", "_name_or_path",
-        "use_sliding_window", "text_config",
+        "use_sliding_window", "text_config", "multi_query", "num_kv_heads",
+        "new_decoder_architecture",
     }
 )  # fmt: skip
 # config.json keys that do not change what a training step computes (ids, init, numerics,
@@ -701,8 +772,19 @@ HF_INT_KEYS = {
 }
 
 # transformers model types whose config class leaves tie_word_embeddings at PretrainedConfig's
-# default (True) when config.json omits it
-TIED_BY_DEFAULT = ("gpt2", "gpt_neo", "opt", "bloom", "gemma", "gemma2", "gemma3_text")
+# default (True) when config.json omits it (FalconConfig and GPTBigCodeConfig do too: StarCoder's
+# published 15.5B parameters count its one tied embedding)
+TIED_BY_DEFAULT = (
+    "gpt2",
+    "gpt_neo",
+    "opt",
+    "bloom",
+    "gemma",
+    "gemma2",
+    "gemma3_text",
+    "falcon",
+    "gpt_bigcode",
+)
 
 # layer_types entries that are plain causal attention once their window covers the sequence
 # (HF: "sliding_attention" uses sliding_window, "chunked_attention" attention_chunk_size)
@@ -778,11 +860,12 @@ def _resolve_unmodeled(
     return notes + [f"{cfg_file}: not modeled: {feature}" for feature in features]
 
 
-def _unmodeled_rank(key: str) -> tuple[int, str]:
+def _unmodeled_rank(key: str) -> tuple[int, bool, str]:
     """Order of unmodeled keys in messages: UNMODELED_HF_KEYS's order (layer patterns first),
-    then the prefixed Mamba / linear-attention fields by name."""
+    then the prefixed Mamba / linear-attention fields and expert keys by name (an expert count's
+    name before the other expert keys)."""
     order = list(UNMODELED_HF_KEYS)
-    return (order.index(key), key) if key in order else (len(order), key)
+    return (order.index(key), False, key) if key in order else (len(order), "expert" not in key, key)
 
 
 def model_from_table(table: Mapping[str, Any], base_dir: Path) -> ModelSpec:
@@ -888,7 +971,7 @@ HF_SOURCE_KEYS: dict[str, tuple[str, ...]] = {
     "layers": ("num_hidden_layers", "n_layer", "num_layers"),
     "hidden": ("hidden_size", "n_embd", "d_model"),
     "heads": ("num_attention_heads", "n_head"),
-    "kv_heads": ("num_key_value_heads",),
+    "kv_heads": ("num_key_value_heads", "num_kv_heads", "multi_query"),
     "ffn_hidden": ("intermediate_size_mlp", "intermediate_size", "n_inner", "ffn_hidden_size"),
     "vocab": ("vocab_size",),
     "head_dim": ("head_dim",),

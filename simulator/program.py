@@ -346,7 +346,12 @@ class PairHost:
 
 
 def overlap_pair(
-    forward: Block, backward: Block, sm_fraction: float, host: PairHost | None = None, n_layers: int = 0
+    forward: Block,
+    backward: Block,
+    sm_fraction: float,
+    host: PairHost | None = None,
+    n_layers: int = 0,
+    zero3: Zero3Pair | None = None,
 ) -> tuple[Block, Block]:
     """DualPipe's F&B chunk (DeepSeek-V3 report §3.2.1, Fig. 4): a forward and a backward of two
     micro-batches run together, so the EP dispatch/combine of each hides behind the other's
@@ -362,7 +367,8 @@ def overlap_pair(
     `host_bound` segments (computed against the unhidden all-to-all, so more traffic lowered
     them). Of the layer's time, the forward takes max(its own ops' issue time, its GPU time),
     capped so the backward keeps at least its GPU time; the backward the rest. Monotone: both
-    grow with the layer's GPU and all-to-all time, so more traffic never shortens the pair."""
+    grow with the layer's GPU and all-to-all time, so more traffic never shortens the pair.
+    ZeRO-3 MoE layers (`zero3`): their transfers re-costed as the pair runs them (Zero3Pair)."""
     ep_s = forward.seconds("ep_comm") + backward.seconds("ep_comm")
     paired_host = host is not None and n_layers > 0
     if ep_s <= 0 and not paired_host:
@@ -377,10 +383,12 @@ def overlap_pair(
             replace(seg, duration_s=seg.duration_s * keep) if seg.category == "ep_comm" else seg
             for seg in block.segments
             if not (paired_host and seg.category == "host_bound")  # the MoE layers' own: replaced
+            and not (zero3 is not None and seg.name in PAIRED_TRANSFER_NAMES)  # re-costed below
         )
 
     extra_f: list[Segment] = []
     extra_b: list[Segment] = []
+    pair_wait_s: tuple[float | None, float | None] = (None, None)  # the passes keep their own
     if ep_s > 0:
         extra_b.append(Segment("compute", "F&B overlap interference", sm_interference_s(hidden, sm_fraction)))
     if host is not None and paired_host:
@@ -393,6 +401,10 @@ def overlap_pair(
             extra_f.append(Segment("host_bound", label, n_layers * wait_f_s))
         if wait_s > wait_f_s:
             extra_b.append(Segment("host_bound", label, n_layers * (wait_s - wait_f_s)))
+        pair_wait_s = (wait_f_s, wait_s - wait_f_s)
+    transfers_f, transfers_b = _zero3_paired(zero3, keep, *pair_wait_s, n_layers)
+    extra_f += transfers_f
+    extra_b += transfers_b
     return Block((*scaled(forward), *extra_f)), Block((*scaled(backward), *extra_b))
 
 
@@ -444,6 +456,114 @@ class EpPair:
     exposed_fraction: float
     interference_s: float
     host_s: float = 0.0
+
+
+# ZeRO-3 exposure segments of a MoE layer whose passes run in F&B pairs: the pairs re-cost them
+ZERO3_PAIRED_NAMES = ("zero3 param allgather (moe layer)", "zero3 allgather+reducescatter (moe layer)")
+# activation offloading's copies of such a layer, re-costed by the pairs too
+OFFLOAD_PAIRED_NAMES = ("activation offload (D2H) (moe layer)", "activation reload (H2D) (moe layer)")
+PAIRED_TRANSFER_NAMES = ZERO3_PAIRED_NAMES + OFFLOAD_PAIRED_NAMES
+
+
+@dataclass(frozen=True, slots=True)
+class Zero3Pass:
+    """One pass of a MoE layer's ZeRO-3/FSDP transfers (see Zero3Pair)."""
+
+    need_s: float  # transfer seconds the pass must hide (the gather; gather + reduce-scatter)
+    window_s: float  # the pass's seconds unpaired, without its host waits (EP all-to-all included)
+    ep_s: float  # of which EP all-to-all
+    host_s: float  # its own host waits
+    slow_s: float  # the overlap interference, which also widens the window
+    fixed_s: float = 0.0  # exposed whatever the window (BACKWARD_POST's gather)
+
+    def exposed_s(self, keep: float, host_s: float | None) -> float:
+        """Exposed seconds when `keep` of the all-to-all stays on the critical path and the pass
+        waits `host_s` for the CPU (None: its own host waits)."""
+        window = self.window_s - self.ep_s * (1.0 - keep) + (self.host_s if host_s is None else host_s)
+        return self.fixed_s + max(0.0, self.need_s - window - self.slow_s)
+
+
+@dataclass(frozen=True, slots=True)
+class Zero3Pair:
+    """One MoE layer's ZeRO-3/FSDP transfers, re-costed when its passes run in an F&B pair
+    (DualPipe, the combined 1F1B). Unpaired, each pass's transfer hides behind that pass, its EP
+    all-to-all and host waits included (`_Coster.layer`: exposed = max(0, need - window - slow)).
+    Paired, the hidden part of the all-to-all runs under the other micro-batch's compute and the
+    passes' own host waits give way to the pair's: still counting them as the pass's window used
+    the same seconds twice, so a faster all-to-all (more NVLink or NIC bandwidth) lengthened the
+    exposed transfer by more than it saved (fuzz audit). Paired, the layer's transfers (one DP
+    stream beside the pair) hide behind its passes as the pair runs them: the layer takes
+    max(its paired passes, its transfers), monotone in both. Full recomputation runs the forward
+    (and its gather) again in the backward. (Costing each pass on its own share of the pair's
+    host wait was not monotone: the backward's share grows as the forward's GPU time shrinks, and
+    a faster GPU made a host-bound DeepSeek-V3 DualPipe step 2.5% slower.)"""
+
+    forward: Zero3Pass
+    backward: Zero3Pass
+    repeat_forward: bool
+    copy_s: float = 0.0  # activation offloading: each pass's host copy (copy engines, beside)
+    serial_b_s: float = 0.0  # the backward's reduce-scatter not overlapped (after the pass)
+
+    def _passes(self, host_f_s: float | None, host_b_s: float | None) -> list[tuple[Zero3Pass, float | None]]:
+        passes = [(self.forward, host_f_s), (self.backward, host_b_s)]
+        if self.repeat_forward:  # recomputed in the backward: no host wait of its own in the pair
+            passes.append((self.forward, 0.0 if host_b_s is not None else None))
+        return passes
+
+    def exposed_s(self, keep: float, host_f_s: float | None, host_b_s: float | None) -> tuple[float, float]:
+        """Exposed ZeRO-3 seconds of the forward and the backward in the pair: the layer's
+        transfers beyond its passes as paired (the all-to-all each keeps, the pair's host waits:
+        `host_*_s`, None = their own), split between the passes as their transfers are."""
+        passes = self._passes(host_f_s, host_b_s)
+        need = sum(p.need_s for p, _ in passes)
+        exposed = max(0.0, need - self._window_s(keep, passes) - sum(p.slow_s for p, _ in passes))
+        share = self.forward.need_s / need if need > 0 else 0.0
+        return exposed * share, exposed * (1.0 - share) + self.backward.fixed_s
+
+    def copies_exposed_s(
+        self, keep: float, host_f_s: float | None, host_b_s: float | None
+    ) -> tuple[float, float]:
+        """Exposed activation-offload seconds (forward, backward) in the pair: the layer's copies
+        beyond its passes as paired, ZeRO-3 transfers included (the copy engines run beside the
+        whole pass), split as the copies are (the reload in the backward)."""
+        if self.copy_s <= 0:
+            return 0.0, 0.0
+        passes = self._passes(host_f_s, host_b_s)
+        f_z3, b_z3 = self.exposed_s(keep, host_f_s, host_b_s)
+        pair_s = (
+            self._window_s(keep, passes) + sum(p.slow_s for p, _ in passes) + f_z3 + b_z3 + self.serial_b_s
+        )
+        copies = len(passes) * self.copy_s  # a recomputed forward offloads again
+        exposed = max(0.0, copies - pair_s)
+        return exposed / len(passes), exposed * (len(passes) - 1) / len(passes)
+
+    @staticmethod
+    def _window_s(keep: float, passes: list[tuple[Zero3Pass, float | None]]) -> float:
+        return sum(p.window_s - p.ep_s * (1.0 - keep) + (p.host_s if h is None else h) for p, h in passes)
+
+
+def _pass_of(parts: list, need_s: float, slow_s: float, fixed_s: float = 0.0) -> Zero3Pass:
+    """A pass's Zero3Pass from its parts, before its transfers were appended."""
+    host = sum(p.duration_s for p in parts if p.category == "host_bound")
+    ep = sum(p.duration_s for p in parts if p.category == "ep_comm")
+    total = sum(p.duration_s for p in parts)
+    return Zero3Pass(need_s, total - host, ep, host, slow_s, fixed_s)
+
+
+def _zero3_paired(
+    zero3: Zero3Pair | None, keep: float, host_f_s: float | None, host_b_s: float | None, n_layers: int
+) -> tuple[list[Segment], list[Segment]]:
+    """The exposed ZeRO-3 transfers and activation-offload copies of a chunk's `n_layers` paired
+    MoE layers (Zero3Pair), which replace their PAIRED_TRANSFER_NAMES segments: (forward,
+    backward)."""
+    if zero3 is None or n_layers <= 0:
+        return [], []
+    z3_f, z3_b = zero3.exposed_s(keep, host_f_s, host_b_s)
+    off_f, off_b = zero3.copies_exposed_s(keep, host_f_s, host_b_s)
+    z3, off = "zero3 transfers (F&B pair)", "activation offload (F&B pair)"
+    f = [Segment("dp_comm", z3, n_layers * z3_f), Segment("other", off, n_layers * off_f)]
+    b = [Segment("dp_comm", z3, n_layers * z3_b), Segment("other", off, n_layers * off_b)]
+    return [x for x in f if x.duration_s > 0], [x for x in b if x.duration_s > 0]
 
 
 def combined_layer_s(
@@ -559,6 +679,7 @@ class _Coster:
     stage: int = 0  # the pipeline stage whose TP/CP/EP groups are being costed
     ep_pair: EpPair = EpPair(1.0, 0.0)  # the last MoE layer costed, in the combined 1F1B
     pair_host: PairHost | None = None  # the last MoE layer costed, in DualPipe's F&B pairs
+    zero3_pair: Zero3Pair | None = None  # the last MoE layer costed, ZeRO-3 in an F&B pair
     act_sync_index: int = 0  # where in the last MoE layer's forward the activation's host sync sits
 
     def __post_init__(self) -> None:
@@ -783,6 +904,10 @@ class _Coster:
         # waits), not their sum -- else a faster GPU, whose shorter kernels expose both more
         # host issue and more transfer, could make the step slower.
         zero3 = par.zero == 3 and par.shard_size > 1 and par.reshard_after_forward
+        # a MoE layer whose passes run in F&B pairs: they re-cost its transfers (Zero3Pair)
+        paired = moe and (par.schedule in PAIRED_SCHEDULES or ep_overlap_pairs(scn))
+        passes: tuple[Zero3Pass, Zero3Pass] | None = None
+        serial_rs = 0.0
         ag = rs = 0.0
         if zero3:
             axis = shard_axis(par)
@@ -810,7 +935,10 @@ class _Coster:
             bwd_s = sum(p.duration_s for p in b_in + b_w)
             slowdown = scn.gpu.efficiency.overlap_slowdown
             slow_f = min(ag, busy_s(fwd)) * slowdown
-            fwd.append(Segment("dp_comm", "zero3 param allgather", max(0.0, ag - fwd_s - slow_f), 0.0, 0.0))
+            names = (
+                ZERO3_PAIRED_NAMES if paired else ("zero3 param allgather", "zero3 allgather+reducescatter")
+            )
+            fwd.append(Segment("dp_comm", names[0], max(0.0, ag - fwd_s - slow_f), 0.0, 0.0))
             # overlap_grad_reduce = false: the gradient reduce-scatter runs after the layer's
             # backward instead of beside it (DeepSpeed's overlap_comm = false, its default)
             hidden_rs = rs if par.overlap_grad_reduce else 0.0
@@ -823,14 +951,26 @@ class _Coster:
             else:  # BACKWARD_PRE / FSDP2 / Megatron: gathered ahead, beside this layer's backward
                 slow_b = min(ag + hidden_rs, busy_s(b_in + b_w)) * slowdown
                 exposed_b = max(0.0, ag + hidden_rs - bwd_s - slow_b)
-            b_w.append(Segment("dp_comm", "zero3 allgather+reducescatter", exposed_b, 0.0, 0.0))
+            b_w.append(Segment("dp_comm", names[1], exposed_b, 0.0, 0.0))
+            if paired:
+                pre = scn.kernels.zero3_backward_prefetch != "post"  # post: the gather is exposed
+                passes = (
+                    _pass_of(fwd[:-1], ag, slow_f),
+                    _pass_of(b_in + b_w[:-1], (ag if pre else 0.0) + hidden_rs, slow_b, 0.0 if pre else ag),
+                )
+                serial_rs = rs - hidden_rs
             if rs > hidden_rs:
                 b_w.append(Segment("dp_comm", "zero3 reducescatter (not overlapped)", rs, 0.0, 0.0))
             fwd.append(Segment("compute", "zero3 overlap interference", slow_f, 0.0, 0.0))
             b_w.append(Segment("compute", "zero3 overlap interference", slow_b, 0.0, 0.0))
+        copy_s = 0.0
         if scn.memory.offload_activations > 0:
+            if paired and passes is None:
+                passes = (_pass_of(fwd, 0.0, 0.0), _pass_of(b_in + b_w, 0.0, 0.0))
             # last: the copies run beside the whole pass (ZeRO-3 transfers and host waits included)
-            self._offload_activations(fwd, b_in, b_w, moe)
+            copy_s = self._offload_activations(fwd, b_in, b_w, moe, paired)
+        if passes is not None:
+            self.zero3_pair = Zero3Pair(*passes, par.recompute == "full", copy_s, serial_rs)
         recompute = self._recompute(fwd, spans)
         if marks and par.schedule in PAIRED_SCHEDULES:
             self.pair_host = self._pair_host(fwd, list(recompute.parts), b_in, b_w)
@@ -846,8 +986,12 @@ class _Coster:
         issue_s = issue_f_s * (2 if self.scn.parallel.recompute == "full" else 1)
         issue_s += (ops.backward_input + ops.backward_weight) * HOST_OP_S + ops.backward_syncs * HOST_SYNC_S
 
-        def gpu(parts: list) -> float:
-            return sum(p.duration_s for p in parts if p.category not in ("ep_comm", "host_bound"))
+        def gpu(parts: list) -> float:  # (ZeRO-3 exposure: the pair re-costs it, Zero3Pair)
+            return sum(
+                p.duration_s
+                for p in parts
+                if p.category not in ("ep_comm", "host_bound") and p.name not in PAIRED_TRANSFER_NAMES
+            )
 
         def ep(parts: list) -> float:
             return sum(p.duration_s for p in parts if p.category == "ep_comm")
@@ -911,21 +1055,30 @@ class _Coster:
         b_in.append(Segment("host_bound", "host issue (backward)", max(0.0, b_in_excess)))
         b_w.append(Segment("host_bound", "host issue (weight gradients)", max(0.0, b_w_excess)))
 
-    def _offload_activations(self, fwd: list, b_in: list, b_w: list, moe: bool) -> None:
+    def _offload_activations(
+        self, fwd: list, b_in: list, b_w: list, moe: bool, paired: bool = False
+    ) -> float:
         """[memory] offload_activations: that fraction of the layer's stored activations is copied
         to host memory during its forward and back before its backward (Megatron-Core's
         activation offloading / TE's CPU offload), on copy engines beside the layer's work: only
         what outlasts the layer's pass is exposed (as `other`). The copy engine runs beside every
         stream-ordered part of the pass, the exposed TP/CP/EP communication included, not only its
         kernels: a faster GPU that shortens the kernels and exposes more of the asynchronous TP
-        communication must not also expose more of the copy (the layer takes max(copy, pass))."""
+        communication must not also expose more of the copy (the layer takes max(copy, pass)).
+        A split backward (zero-bubble, DualPipe) runs the weight-gradient pass in another slot:
+        the reload hides behind the input-gradient pass only, as the TP overlap does -- else a
+        faster GPU shortening W lengthened B on the critical path (fuzz audit: 2x NVLink made a
+        zb-h1 step 0.09% slower)."""
         scn = self.scn
         stored = scenario_layer_activations(scn, moe).stored * scn.memory.offload_activations
         t_copy = stored / scn.gpu.host_link_bytes_per_s
         fwd_s = sum(p.duration_s for p in fwd)
-        bwd_s = sum(p.duration_s for p in b_in + b_w)
-        fwd.append(Segment("other", "activation offload (D2H)", max(0.0, t_copy - fwd_s), 0.0, stored))
-        b_in.insert(0, Segment("other", "activation reload (H2D)", max(0.0, t_copy - bwd_s), 0.0, stored))
+        split = scn.parallel.schedule in SPLIT_BACKWARD_SCHEDULES
+        bwd_s = sum(p.duration_s for p in (b_in if split else b_in + b_w))
+        names = OFFLOAD_PAIRED_NAMES if paired else ("activation offload (D2H)", "activation reload (H2D)")
+        fwd.append(Segment("other", names[0], max(0.0, t_copy - fwd_s), 0.0, stored))
+        b_in.insert(0, Segment("other", names[1], max(0.0, t_copy - bwd_s), 0.0, stored))
+        return t_copy
 
     def _overlap_tp(self, parts: list, compute_parts: list, taken_s: float = 0.0) -> list:
         """TP communication overlapped with the layer's GEMMs (Megatron/Transformer Engine
@@ -1732,7 +1885,14 @@ def build_program(scn: Scenario, comm: CommModel | None = None) -> Program:
             if m.is_moe:
                 layer[True] = coster.layer(True)
             mtp_cost = coster.mtp(layer[m.is_moe_layer(m.layers - 1)]) if m.mtp_layers else None
-            extras = (coster.embedding(), coster.logits(), mtp_cost, coster.ep_pair, coster.pair_host)
+            extras = (
+                coster.embedding(),
+                coster.logits(),
+                mtp_cost,
+                coster.ep_pair,
+                coster.pair_host,
+                coster.zero3_pair,
+            )
             costed[key] = (layer, *extras)
         return costed[key]
 
@@ -1745,7 +1905,9 @@ def build_program(scn: Scenario, comm: CommModel | None = None) -> Program:
 
     stages = []
     for s in range(pp):
-        layer_cost, (emb_f, emb_b), (log_f, log_bi, log_bw), mtp, ep_pair, pair_host = stage_costs(s)
+        layer_cost, (emb_f, emb_b), (log_f, log_bi, log_bw), mtp, ep_pair, pair_host, zero3_pair = (
+            stage_costs(s)
+        )
         chunks = []
         stage_params = 0.0
         stage_expert_params = 0.0
@@ -1848,9 +2010,9 @@ def build_program(scn: Scenario, comm: CommModel | None = None) -> Program:
                 m.mtp_layers if last and mtp is not None and m.is_moe_layer(m.layers - 1) else 0
             )
             if par.schedule in ("dualpipe", "dualpipev"):
-                paired = overlap_pair(forward, backward, ep_sm_fraction(scn), pair_host, n_pair)
+                paired = overlap_pair(forward, backward, ep_sm_fraction(scn), pair_host, n_pair, zero3_pair)
             elif ep_overlap:
-                paired = _combined_pair(forward, backward, ep_pair, n_pair)
+                paired = _combined_pair(forward, backward, ep_pair, n_pair, zero3_pair)
             chunks.append(
                 ChunkProgram(
                     stage=s,
@@ -1950,11 +2112,14 @@ def ep_sm_fraction(scn: Scenario) -> float:
     return min(scn.kernels.ep_comm_sms_used / scn.gpu.num_sms, 1.0)
 
 
-def _combined_pair(forward: Block, backward: Block, pair: EpPair, n_layers: int) -> tuple[Block, Block]:
+def _combined_pair(
+    forward: Block, backward: Block, pair: EpPair, n_layers: int, zero3: Zero3Pair | None = None
+) -> tuple[Block, Block]:
     """A chunk's forward and backward when they run as one combined-1F1B pair: each MoE layer's
     EP communication kept at its exposed fraction (every EP segment of the chunk comes from its
     MoE layers, all costed alike), the SM interference of the hidden part and the pair's exposed
-    host issue time (instead of each pass's own) added to the backward."""
+    host issue time (instead of each pass's own) added to the backward, and ZeRO-3 MoE layers'
+    transfers re-costed as the pair runs them (Zero3Pair)."""
 
     def scaled(block: Block) -> tuple[Segment, ...]:
         out = []
@@ -1963,12 +2128,15 @@ def _combined_pair(forward: Block, backward: Block, pair: EpPair, n_layers: int)
                 seg = replace(seg, duration_s=seg.duration_s * pair.exposed_fraction)
             elif seg.category == "host_bound":  # the MoE layers' own (only they have any): replaced
                 continue
+            elif zero3 is not None and seg.name in PAIRED_TRANSFER_NAMES:  # re-costed below
+                continue
             out.append(seg)
         return tuple(out)
 
     slowdown = Segment("compute", "ep overlap interference", pair.interference_s * n_layers)
     host = Segment("host_bound", "host issue (combined 1F1B, sync to sync)", pair.host_s * n_layers)
-    return Block(scaled(forward)), _block((*scaled(backward), slowdown, host))
+    transfers_f, transfers_b = _zero3_paired(zero3, pair.exposed_fraction, 0.0, pair.host_s, n_layers)
+    return Block((*scaled(forward), *transfers_f)), _block((*scaled(backward), slowdown, host, *transfers_b))
 
 
 # [memory] offload_optimizer (Megatron-Core --optimizer-cpu-offload, ZeRO-Offload, Ren et al.

@@ -612,3 +612,25 @@ def test_hf_config_non_numeric_dropout_is_refused_by_key(tmp_path: Path) -> None
     )
     code, _, err = run_in_process(["run", str(path), "--json"])
     assert code == 2 and "attention_dropout" in err and "config.json" in err
+
+
+# ----------------------------------------------------------------------------- found by the fuzz audit
+TOO_FEW_TIERS = {
+    "model": {"layers": 2, "hidden": 256, "heads": 4, "ffn_hidden": 1024, "vocab": 1000, "seq_len": 512},
+    "cluster": {"topology": "gb200-nvl72", "num_gpus": 4, "inter_node": {"tiers": 1}},
+    "parallel": {"global_batch": 8},
+}
+
+
+@pytest.mark.parametrize("command", ["run", "whatif", "compare"])
+def test_unbuildable_switch_tiers_name_the_file_and_cluster_key(tmp_path: Path, command: str) -> None:
+    """One tier of 64-port switches cannot connect an NVL72 rack's 72 NICs: the network refuses it
+    only when built, after loading (it depends on num_gpus). The error named neither the file nor
+    the scenario's key ('inter_node.tiers'); whatif printed a progress line before it."""
+    path = tmp_path / "tiers.toml"
+    path.write_text(dump_toml(TOO_FEW_TIERS))
+    argv = [command, str(path), str(path)] if command == "compare" else [command, str(path)]
+    code, out, err = run_in_process([*argv, "--json"])
+    check_contract(code, out, err)
+    assert code == 2 and out == ""
+    assert str(path) in err and "key 'cluster.inter_node.tiers'" in err

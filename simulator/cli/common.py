@@ -185,10 +185,33 @@ def load_cli_scenario(arg: str | None, args: argparse.Namespace):
     """The command's scenario: a file or a shipped name (or the default), with its overrides."""
     from ..loading import load_scenario
 
+    path = scenario_path(arg)
     try:
-        return load_scenario(scenario_path(arg), scenario_overrides(args))
+        scn = load_scenario(path, scenario_overrides(args))
     except ConfigError as err:
         raise flag_names(err) from None
+    check_fabric(scn, path)
+    return scn
+
+
+def scenario_error(err: ConfigError, path: Path) -> ConfigError:
+    """A refusal found after loading (building the network, costing the step), attributed to the
+    scenario file; a topology key the network names ('inter_node.tiers') is the scenario's
+    [cluster] key that sets or overrides it."""
+    if err.key and err.key.startswith(("inter_node.", "intra_node.")):
+        err = err.with_key_prefix("cluster")
+    return err.with_file(str(path))
+
+
+def check_fabric(scn, path: Path) -> None:
+    """Refuse, naming the file and key, a cluster whose switch tiers cannot connect its GPUs
+    (found when the network is built, after loading: it depends on num_gpus)."""
+    from ..network.fabric import Fabric
+
+    try:
+        Fabric(scn.topology, scn.num_gpus).check_buildable()
+    except ConfigError as err:
+        raise scenario_error(err, path) from None
 
 
 def check_writable(path: str, flag: str, inputs: Iterable[str | Path] = ()) -> Path:

@@ -6,7 +6,14 @@ import argparse
 import sys
 
 from ..errors import ConfigError
-from .common import check_writable, load_cli_scenario, print_json, scenario_inputs, scenario_path
+from .common import (
+    check_writable,
+    load_cli_scenario,
+    print_json,
+    scenario_error,
+    scenario_inputs,
+    scenario_path,
+)
 
 MAX_SEED = 2**63 - 1
 
@@ -37,7 +44,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     plot_path = check_writable(args.plot, "--plot", inputs) if args.plot else None
     if trace_path is not None and plot_path is not None and same_file(trace_path, plot_path):
         raise ConfigError(f"{args.plot} is also the --trace file; give two different files", key="--plot")
-    comm = comm_model_for(scn, getattr(args, "comm_model", "topology"))
+    try:
+        comm = comm_model_for(scn, getattr(args, "comm_model", "topology"))
+    except ConfigError as err:  # a refusal found while building the network names the file
+        raise scenario_error(err, scenario_path(args.scenario)) from None
     base_seed = args.seed if args.seed is not None else scn.variability.seed
     check_sample_seeds(base_seed, args.samples, "--seed" if args.seed is not None else "variability.seed")
     identical = args.samples > 1 and not seeds_matter(scn)  # every seed gives the same step
@@ -53,7 +63,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     try:
         result = simulate(scn, comm, seed=args.seed, detail=trace_path is not None or plot_path is not None)
     except ConfigError as err:  # a refusal found only while costing the step still names the file
-        raise err.with_file(str(scenario_path(args.scenario))) from None
+        raise scenario_error(err, scenario_path(args.scenario)) from None
     report = result.report
     progress.update()
     samples = [report] * args.samples if identical else [report]
