@@ -48,10 +48,11 @@ def test_catalog_clock_factors() -> None:
     gb200, gb300 = gpu_by_name("gb200"), gpu_by_name("gb300")
     # GB200: 1,200 W on B200's 148 SMs, datasheet 2.5 vs 2.25 PF
     assert C.power_clock_factor(gb200) == pytest.approx(1.2 ** (1 / 3) * 2250 / 2500, rel=1e-9)
-    # GB300 against GB200 at the same datasheet peak: (1400/160 / (1200/148))^(1/3) · 160/148
+    # GB300 against GB200: the same SMs (both ship 152; 148 here) and datasheet peak, 1,400 vs 1,200 W
+    assert gb300.num_sms == gb200.num_sms
     ratio = C.power_clock_factor(gb300) / C.power_clock_factor(gb200)
-    assert ratio == pytest.approx((1400 / 160 / (1200 / 148)) ** (1 / 3) * 160 / 148, rel=1e-9)
-    assert 1.10 < ratio < 1.12
+    assert ratio == pytest.approx((1400 / 1200) ** (1 / 3), rel=1e-9)
+    assert 1.05 < ratio < 1.06
     # B300: B200's 148 SMs and datasheet peak at 1,100 W: the board power alone, (1.1)^(1/3)
     assert C.power_clock_factor(gpu_by_name("b300")) == pytest.approx(1.1 ** (1 / 3), rel=1e-9)
 
@@ -100,10 +101,8 @@ def test_board_power_factor_is_counted_once_on_blackwell() -> None:
     sat = {g.name: C.power_limited_clock(1.0, r, C.power_clock_factor(g)) for g in (b200, gb200, gb300)}
     assert sat["b200"] == pytest.approx(1456.3 / 1770.9, abs=1e-4)
     assert sat["gb200"] == pytest.approx(r * 1.2 ** (1 / 3) * 2250 / 2500, rel=1e-9)
-    # GB300 sustains 11% more than GB200 at the same datasheet peak (1,400 W on 160 SMs)
-    assert sat["gb300"] / sat["gb200"] == pytest.approx(
-        (1400 / 160 / (1200 / 148)) ** (1 / 3) * 160 / 148, rel=1e-9
-    )
+    # GB300 sustains 5.3% more than GB200 on the same SMs and datasheet peak (1,400 vs 1,200 W)
+    assert sat["gb300"] / sat["gb200"] == pytest.approx((1400 / 1200) ** (1 / 3), rel=1e-9)
 
 
 def test_gpu_outside_the_catalog_gets_no_law() -> None:
