@@ -500,6 +500,114 @@ def test_faster_catalog_gpu_is_never_predicted_slower(name: str) -> None:
     assert checked >= 10
     # B300 = B200's silicon with more board power and SFU: it dominates B200, not the reverse
     assert _dominates(catalog["b300"], catalog["b200"]) and not _dominates(catalog["b200"], catalog["b300"])
+    # GB300 likewise over GB200 (the same shipped SM count since GB300's 160 full-chip SMs went)
+    assert _dominates(catalog["gb300"], catalog["gb200"]) and not _dominates(
+        catalog["gb200"], catalog["gb300"]
+    )
+
+
+# Blackwell Ultra against Blackwell on the same topology (issues 12/13, fuzz audit): B300 is B200's
+# silicon (148 SMs, the same 16/8-bit peaks and 8 TB/s) with 1,100 vs 1,000 W, a 1.5x FP4 peak and
+# twice the SFU exp rate; GB300 is GB200's likewise (1,400 vs 1,200 W). Neither may be predicted
+# slower, on any GEMM shape or whole step. (GB300 once had 160 SMs at GB200's datasheet peak, a
+# 7.5% lower per-SM rate: 31% of this grid ran up to 7.4% slower and small steps up to 1.3%.)
+ULTRA_PAIRS = (("b200", "b300", "dgx-b200"), ("gb200", "gb300", "gb200-nvl72"))
+GEMM_DIMS = (128, 384, 1024, 3072, 4096, 6144, 16384)
+
+
+@pytest.mark.parametrize(("base", "ultra", "topology"), ULTRA_PAIRS)
+@pytest.mark.parametrize("dtype", ["bf16", "fp8", "mxfp8", "nvfp4"])
+def test_blackwell_ultra_gemm_is_never_slower(base: str, ultra: str, topology: str, dtype: str) -> None:
+    catalog = load_gpu_catalog()
+    slow, fast = catalog[base], catalog[ultra]
+    assert fast.num_sms == slow.num_sms and fast.board_power_w > slow.board_power_w
+    worse = []
+    for m in GEMM_DIMS:
+        for n in GEMM_DIMS:
+            for k in GEMM_DIMS:
+                for batch in (1, 8) if max(m, n, k) <= 4096 else (1,):
+                    t_slow = K.gemm_time_s(slow, dtype, m, n, k, batch)
+                    t_fast = K.gemm_time_s(fast, dtype, m, n, k, batch)
+                    if t_fast > t_slow * (1 + 1e-12):
+                        worse.append((m, n, k, batch, t_slow, t_fast))
+    assert not worse, worse[:5]
+
+
+STEP_DENSE = {
+    "model": {"layers": 4, "hidden": 512, "heads": 8, "ffn_hidden": 2048, "vocab": 32000, "seq_len": 256},
+    "parallel": {
+        "tp": 1,
+        "dp": 4,
+        "micro_batch": 1,
+        "global_batch": 32,
+        "schedule": "gpipe",
+        "recompute": "full",
+        "zero": 3,
+    },
+}
+STEP_DENSE_TP = {
+    "model": {"preset": "gpt3-1.3b"},
+    "parallel": {"tp": 2, "pp": 2, "dp": 1, "micro_batch": 1, "global_batch": 16, "sequence_parallel": True},
+}
+STEP_MOE = {
+    "model": {
+        "layers": 2,
+        "hidden": 512,
+        "heads": 8,
+        "kv_heads": 4,
+        "ffn_hidden": 2048,
+        "vocab": 32000,
+        "seq_len": 1024,
+        "gated_mlp": True,
+        "moe": {"num_experts": 16, "top_k": 4, "expert_ffn_hidden": 256, "routing": "dropless"},
+    },
+    "parallel": {
+        "tp": 1,
+        "dp": 4,
+        "ep": 2,
+        "micro_batch": 1,
+        "global_batch": 32,
+        "schedule": "zb-h1",
+        "recompute": "selective",
+        "zero": 3,
+    },
+}
+
+
+def _step_s(spec: dict, gpu: str, topology: str, dtype: str) -> float:
+    from simulator.loading import scenario_from_dict
+    from simulator.simulate import simulate
+
+    gpus = spec["parallel"].get("tp", 1) * spec["parallel"].get("pp", 1) * spec["parallel"]["dp"]
+    data = {
+        **spec,
+        "cluster": {"topology": topology, "num_gpus": gpus, "gpu": gpu},
+        "precision": {"dtype": dtype},
+    }
+    return simulate(scenario_from_dict(data)).report.step_time_s
+
+
+@pytest.mark.parametrize(("base", "ultra", "topology"), ULTRA_PAIRS)
+@pytest.mark.parametrize("dtype", ["bf16", "fp8", "mxfp8"])
+@pytest.mark.parametrize("spec", [STEP_DENSE, STEP_DENSE_TP, STEP_MOE], ids=["dense", "dense-tp-pp", "moe"])
+def test_blackwell_ultra_step_is_never_slower(
+    spec: dict, base: str, ultra: str, topology: str, dtype: str
+) -> None:
+    """The same scenario and network with only `[cluster] gpu` swapped: the whole step (kernel
+    model, power-limited clock of the kernel mix, attention's SFU, communication) is no slower."""
+    assert _step_s(spec, ultra, topology, dtype) <= _step_s(spec, base, topology, dtype) * (1 + 1e-9)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="known (issues 12/13): fp4_matmul_fraction (0.58 on SM103, 0.71 on SM100) divides the "
+    "whole NVFP4 kernel time, fixed latency and memory floor included, so a latency-bound NVFP4 "
+    "GEMM is 22% slower on B300/GB300; scaling only the tensor rate fixes it but leaves DeepGEMM "
+    "PR #348's 4096x4096x7168 cuBLAS FP4 figure 14% off the model (test_moe.py)",
+)
+@pytest.mark.parametrize(("base", "ultra", "topology"), ULTRA_PAIRS)
+def test_blackwell_ultra_nvfp4_step_is_never_slower(base: str, ultra: str, topology: str) -> None:
+    assert _step_s(STEP_DENSE, ultra, topology, "nvfp4") <= _step_s(STEP_DENSE, base, topology, "nvfp4")
 
 
 def test_kernel_command_json_keys_and_errors(tmp_path) -> None:  # noqa: ANN001
