@@ -76,7 +76,11 @@ def adam_bytes_per_param(scn: Scenario) -> float:
     plus the fp32 copy of 16-bit gradients and fp16's loss-scale unscaling."""
     mem = scn.memory
     out = ADAM_BYTES_PER_PARAM - 2 * (12 - mem.optimizer_bytes_per_param)
-    if grad_reduce_bytes_per_param(scn.dtype, scn.kernels.grad_reduce_dtype) == 2:
+    # PyTorch FSDP ([memory] sharded_grad_dtype = "fp32") casts each reduce-scattered shard to fp32
+    # in its post-backward hook, on the reduce-scatter's stream beside the backward: the optimizer
+    # reads fp32 gradients and makes no copy (memory._model_state_bytes)
+    fsdp_fp32_shard = scn.parallel.zero >= 2 and scn.memory.sharded_grad_dtype == "fp32"
+    if grad_reduce_bytes_per_param(scn.dtype, scn.kernels.grad_reduce_dtype) == 2 and not fsdp_fp32_shard:
         out += GRAD_16BIT_COPY_BYTES_PER_PARAM
     if scn.dtype == "fp16":
         out += FP16_UNSCALE_BYTES_PER_PARAM

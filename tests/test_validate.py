@@ -205,6 +205,14 @@ def test_stack_rule_sets_the_loss_kernel():
 def test_mpt_grad_reduce_dtype_follows_mp_mode(shipped, run_id, dtype):
     case = case_of(shipped, run_id)
     assert case.scenario["kernels"]["grad_reduce_dtype"] == dtype
+    # PyTorch FSDP keeps only the fp32 gradient shard, whatever it reduces in
+    assert case.scenario["memory"]["sharded_grad_dtype"] == "fp32"
+
+
+def test_only_pytorch_fsdp_rows_keep_an_fp32_shard(shipped):
+    # Narayanan 2021's ZeRO-3 (DeepSpeed) row keeps the default layout
+    case = case_of(shipped, "narayanan21_t2_zero3_529.6B_640gpu")
+    assert "sharded_grad_dtype" not in case.scenario.get("memory", {})
 
 
 @pytest.mark.parametrize(
