@@ -67,7 +67,9 @@ def test_pytorch_fsdp_saves_two_bytes_per_sharded_param() -> None:
 
 def test_pytorch_fsdp_optimizer_reads_fp32_grads_without_a_copy() -> None:
     # Megatron-FSDP/DeepSpeed layout: 16-bit shard copied to fp32 in step() (r2 + w4, zeroing 2 not 4)
-    assert adam_bytes_per_param(scn(3, "bf16")) == ADAM_BYTES_PER_PARAM + GRAD_16BIT_COPY_BYTES_PER_PARAM == 38
+    assert (
+        adam_bytes_per_param(scn(3, "bf16")) == ADAM_BYTES_PER_PARAM + GRAD_16BIT_COPY_BYTES_PER_PARAM == 38
+    )
     # PyTorch FSDP: the cast ran in the post-backward hook; the step reads the fp32 shard
     assert adam_bytes_per_param(scn(3, "bf16", "fp32")) == ADAM_BYTES_PER_PARAM == 34
 
