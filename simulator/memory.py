@@ -644,13 +644,15 @@ def _model_state_bytes(
     grad_reduce_dtype: str = "",
     fp8_param_gather: bool = False,
     sharded_grad_dtype: str = "",
+    sharded_param_dtype: str = "",
 ) -> tuple[float, float, float, float]:
     """(weights, grads, optimizer, step_grad_copy) bytes for one GPU, sharded by the ZeRO stage over the shard
     group (HSDP: dp_shard of the dp ranks, the state replicated across dp / dp_shard replicas).
     `optimizer_state_bytes`: master weight + moments per parameter ([memory] exp_avg_dtype,
     exp_avg_sq_dtype: 12 with fp32 moments, 8 with BF16 ones as DeepSeek-V3 §3.3.3).
     `fp8_param_gather`: the GEMM weights held only in their FP8 form (weight_bytes_per_param).
-    `sharded_grad_dtype` ([memory], ZeRO-2/3): "fp32" = PyTorch FSDP keeps only the fp32 shard."""
+    `sharded_grad_dtype` ([memory], ZeRO-2/3): "fp32" = PyTorch FSDP keeps only the fp32 shard.
+    `sharded_param_dtype` ([memory], ZeRO-3): "fp32" = no 16-bit weight shard (PyTorch FSDP)."""
     d = par.shard_size * par.cp
     total = params.dense + params.expert
     expert_shard = max(par.expert_dp * par.shard_size // par.dp, 1)
@@ -677,6 +679,12 @@ def _model_state_bytes(
         # no step-time copy.
         grad_bytes = GRAD_BYTES
     copy_bytes = GRAD_BYTES if grad_bytes < GRAD_BYTES else 0
+    if par.zero >= 3 and sharded_param_dtype == "fp32":
+        # PyTorch FSDP mixed precision (pytorch/pytorch v2.0-era fsdp/flat_param.py): the sharded
+        # FlatParameter is fp32 -- the optimizer's parameter, counted in its master weight -- and the
+        # 16-bit `_mp_shard` exists only from pre_unshard's cast to post_unshard's
+        # _free_low_precision_sharded_param around each all-gather (in the prefetch buffers)
+        weight_bytes -= WEIGHT_BYTES
     weights = weight_bytes * (sharded if par.zero >= 3 else total)
     grads = grad_bytes * (sharded if par.zero >= 2 else total)
     if par.zero >= 2:
@@ -737,6 +745,7 @@ def memory_footprint(scn: Scenario) -> MemoryReport:
             scn.kernels.grad_reduce_dtype,
             scn.fp8_param_gather,
             scn.memory.sharded_grad_dtype,
+            scn.memory.sharded_param_dtype,
         )
         if scn.memory.offload_optimizer:
             optimizer = step_grad_copy = 0.0  # master weights, moments and the step live on the host

@@ -6,7 +6,9 @@ reduce-scattered shard is cast to the fp32 parameter's dtype (_cast_grad_to_para
 accumulated in `_saved_grad_shard`; the 16-bit unsharded gradient is dropped after the
 reduce-scatter. So a rank holds 4 bytes of gradient per sharded parameter whatever the reduce
 dtype, where the default layout (Megatron-FSDP, DeepSpeed) holds the 16-bit shard plus the
-optimizer's fp32 copy (2 + 4)."""
+optimizer's fp32 copy (2 + 4). Its parameter shard ([memory] sharded_param_dtype) is the fp32
+FlatParameter the optimizer updates; the bf16 `_mp_shard` lives only around each all-gather
+(fsdp/flat_param.py post_unshard _free_low_precision_sharded_param)."""
 
 from __future__ import annotations
 
@@ -22,10 +24,14 @@ MODEL = {"name": "t", "layers": 4, "hidden": 1024, "heads": 16, "vocab": 32000, 
 D = 8
 
 
-def scn(zero: int, grad_reduce_dtype: str = "", sharded: str = "", memory: dict | None = None):
+def scn(
+    zero: int, grad_reduce_dtype: str = "", sharded: str = "", memory: dict | None = None, params: str = ""
+):
     mem = dict(memory or {})
     if sharded:
         mem["sharded_grad_dtype"] = sharded
+    if params:
+        mem["sharded_param_dtype"] = params
     return scenario_from_dict(
         {
             "model": MODEL,
@@ -97,3 +103,25 @@ def test_sharded_grad_dtype_needs_zero_2_or_3() -> None:
     with pytest.raises(ConfigError) as err:
         scn(3, "bf16", "fp16")
     assert err.value.key == "memory.sharded_grad_dtype"
+
+
+def test_pytorch_fsdp_keeps_no_16bit_weight_shard() -> None:
+    # ZeRO-3 default: a 16-bit weight shard (2/d) beside the fp32 master in the optimizer's 12/d;
+    # PyTorch FSDP: the fp32 shard is the master, the bf16 _mp_shard lives only around the gather
+    params = float(total_params(scn(3).model))
+    weights, _, optimizer = _state(scn(3))
+    assert weights == pytest.approx(2.0 * params / D, rel=1e-3)
+    fsdp_weights, _, fsdp_optimizer = _state(scn(3, params="fp32"))
+    assert fsdp_weights == 0.0 and fsdp_optimizer == optimizer
+    # with both keys (composer MP mode PURE): 4 (grad) + 12 (master + moments) = 16/d, against 20/d
+    total = sum(_state(scn(3, "bf16", "fp32", params="fp32")))
+    assert total == pytest.approx(16.0 * params / D, rel=1e-3)
+    assert sum(_state(scn(3, "bf16"))) == pytest.approx(20.0 * params / D, rel=1e-3)
+    # the step writes no 16-bit parameter (Adam's 34 B less the 2-byte write)
+    assert adam_bytes_per_param(scn(3, params="fp32")) == ADAM_BYTES_PER_PARAM - 2 == 32
+
+
+def test_sharded_param_dtype_needs_zero_3() -> None:
+    with pytest.raises(ConfigError) as err:
+        scn(2, params="fp32")
+    assert err.value.key == "memory.sharded_param_dtype"

@@ -496,6 +496,14 @@ KEYS: dict[str, Key] = {
         allowed=_spec("SHARDED_GRAD_DTYPES"),
         since=NEXT,
     ),
+    "memory.sharded_param_dtype": Key(
+        "how a ZeRO-3 rank keeps its parameter shard: empty = a 16-bit shard beside the optimizer's"
+        " fp32 master (Megatron-FSDP, DeepSpeed); fp32 = PyTorch FSDP mixed precision, whose fp32"
+        " shard is the only one, cast to 16-bit before each all-gather and freed after it",
+        default='""',
+        allowed=_spec("SHARDED_PARAM_DTYPES"),
+        since=NEXT,
+    ),
     # [run] (simulator/specs.py holds the sourced defaults, next to RunSpec)
     "run.tokens": Key(
         "training tokens of the whole run", "number", unit="tokens", default="required", since=NEXT
