@@ -675,8 +675,9 @@ def _model_state_bytes(
         # _post_backward_hook): the layer's unsharded 16-bit gradient is dropped (`flat_param.grad =
         # None`) once its reduce-scatter is issued; the reduce-dtype output shard is cast to the
         # parameter's fp32 dtype (_cast_grad_to_param_dtype) and summed into `_saved_grad_shard`,
-        # which the optimizer reads as `.grad` (_finalize_params). One fp32 shard, no 16-bit one,
-        # no step-time copy.
+        # which the optimizer reads as `.grad` (_finalize_params; torch 2.1's refactor into _reduce_grad
+        # / _accumulate_sharded_grad keeps the cast and the accumulation). One fp32 shard, no 16-bit
+        # one, no step-time copy.
         grad_bytes = GRAD_BYTES
     copy_bytes = GRAD_BYTES if grad_bytes < GRAD_BYTES else 0
     if par.zero >= 3 and sharded_param_dtype == "fp32":
