@@ -15,9 +15,13 @@ What one GPU holds at its peak, part by part (all in bytes):
   the sharding degree here is d = dp·cp; expert weights of an MoE shard over their own
   expert-data-parallel group d/ep. That fp32 gradient copy (fp16, or 16-bit gradient buffers)
   is a step-time transient under Megatron's optimizers: DistributedOptimizer.
-  _copy_model_grads_to_main_grads makes it inside step() (none at all with the precision-aware
-  optimizer, which reads the 16-bit buffer as `decoupled_grad`; NVIDIA/Megatron-LM d7288711
-  megatron/core/optimizer/distrib_optimizer.py) and zero_grad(set_to_none) frees it at the next
+  _copy_model_grads_to_main_grads makes it inside step() (NVIDIA/Megatron-LM d7288711
+  megatron/core/optimizer/distrib_optimizer.py; the precision-aware optimizer skips it, reading
+  the 16-bit buffer as `decoupled_grad`, only where optimizer_config.py's
+  use_precision_aware_optimizer_no_fp8_or_ds_fp8 holds: fp8_recipe None or "delayed", non-fp32
+  main params, or CPU offload -- never in Megatron-Bridge's recipes with fp32 main params, whose
+  MixedPrecisionConfig hands the optimizer fp8_recipe "tensorwise" even for BF16, so it is
+  counted whatever the moments' dtype) and zero_grad(set_to_none) frees it at the next
   train_step's start (Megatron-Bridge 0fbfe7d training/train.py), so it counts only where it
   outweighs the activations and buffers freed by then. fp8 training keeps 16-bit weights and adds a 1-byte fp8
   copy of each weight (Transformer Engine's cast cache); with `[precision] fp8_param_gather`
@@ -639,12 +643,16 @@ def _model_state_bytes(
     optimizer_state_bytes: float = OPTIMIZER_BYTES,
     grad_reduce_dtype: str = "",
     fp8_param_gather: bool = False,
+    sharded_grad_dtype: str = "",
+    sharded_param_dtype: str = "",
 ) -> tuple[float, float, float, float]:
     """(weights, grads, optimizer, step_grad_copy) bytes for one GPU, sharded by the ZeRO stage over the shard
     group (HSDP: dp_shard of the dp ranks, the state replicated across dp / dp_shard replicas).
     `optimizer_state_bytes`: master weight + moments per parameter ([memory] exp_avg_dtype,
     exp_avg_sq_dtype: 12 with fp32 moments, 8 with BF16 ones as DeepSeek-V3 §3.3.3).
-    `fp8_param_gather`: the GEMM weights held only in their FP8 form (weight_bytes_per_param)."""
+    `fp8_param_gather`: the GEMM weights held only in their FP8 form (weight_bytes_per_param).
+    `sharded_grad_dtype` ([memory], ZeRO-2/3): "fp32" = PyTorch FSDP keeps only the fp32 shard.
+    `sharded_param_dtype` ([memory], ZeRO-3): "fp32" = no 16-bit weight shard (PyTorch FSDP)."""
     d = par.shard_size * par.cp
     total = params.dense + params.expert
     expert_shard = max(par.expert_dp * par.shard_size // par.dp, 1)
@@ -657,12 +665,27 @@ def _model_state_bytes(
     # fp16 keeps 16-bit gradients and the optimizer an fp32 copy of them (Megatron's "fp16 param,
     # fp16 grads: 4 + 16/d"); bf16/fp8 accumulate fp32 main grads ("6 + 12/d") unless the
     # gradient buffers are 16-bit (grad_reduce_dtype = "bf16"): then, as with fp16, the optimizer
-    # casts its shard of them to fp32. Under ZeRO-2/3 (PyTorch FSDP) that fp32 shard is the
-    # accumulated sharded gradient itself, alive through the backward of every micro-batch.
-    # Megatron's optimizers (stage 0/1) make it inside step() only and free it before the next
-    # forward: `step_grad_copy`, which `memory_footprint` sets against the activations.
+    # casts its shard of them to fp32. Under ZeRO-2/3 that fp32 copy is counted beside the
+    # 16-bit shard for the whole step (sharded_grad_dtype ""); PyTorch FSDP ("fp32") keeps the fp32
+    # shard alone (below). Megatron's optimizers (stage 0/1) make it inside step() only and free it
+    # before the next forward: `step_grad_copy`, which `memory_footprint` sets against the activations.
     grad_bytes = grad_reduce_bytes_per_param(dtype, grad_reduce_dtype)
+    if par.zero >= 2 and sharded_grad_dtype == "fp32":
+        # PyTorch FSDP (pytorch/pytorch@00ae0bc9, v2.0-era torch/distributed/fsdp/_runtime_utils.py
+        # _post_backward_hook): the layer's unsharded 16-bit gradient is dropped (`flat_param.grad =
+        # None`) once its reduce-scatter is issued; the reduce-dtype output shard is cast to the
+        # parameter's fp32 dtype (_cast_grad_to_param_dtype) and summed into `_saved_grad_shard`,
+        # which the optimizer reads as `.grad` (_finalize_params; torch 2.1's refactor into _reduce_grad
+        # / _accumulate_sharded_grad keeps the cast and the accumulation). One fp32 shard, no 16-bit
+        # one, no step-time copy.
+        grad_bytes = GRAD_BYTES
     copy_bytes = GRAD_BYTES if grad_bytes < GRAD_BYTES else 0
+    if par.zero >= 3 and sharded_param_dtype == "fp32":
+        # PyTorch FSDP mixed precision (pytorch/pytorch v2.0-era fsdp/flat_param.py): the sharded
+        # FlatParameter is fp32 -- the optimizer's parameter, counted in its master weight -- and the
+        # 16-bit `_mp_shard` exists only from pre_unshard's cast to post_unshard's
+        # _free_low_precision_sharded_param around each all-gather (in the prefetch buffers)
+        weight_bytes -= WEIGHT_BYTES
     weights = weight_bytes * (sharded if par.zero >= 3 else total)
     grads = grad_bytes * (sharded if par.zero >= 2 else total)
     if par.zero >= 2:
@@ -722,6 +745,8 @@ def memory_footprint(scn: Scenario) -> MemoryReport:
             scn.memory.optimizer_bytes_per_param,
             scn.kernels.grad_reduce_dtype,
             scn.fp8_param_gather,
+            scn.memory.sharded_grad_dtype,
+            scn.memory.sharded_param_dtype,
         )
         if scn.memory.offload_optimizer:
             optimizer = step_grad_copy = 0.0  # master weights, moments and the step live on the host

@@ -40,7 +40,12 @@ from .hostbound import (
     schedule_node_calls,
 )
 from .kernels import architecture, resolve_attention
-from .memory import grad_reduce_bytes_per_param, param_gather_bytes_per_param, scenario_layer_activations
+from .memory import (
+    WEIGHT_BYTES,
+    grad_reduce_bytes_per_param,
+    param_gather_bytes_per_param,
+    scenario_layer_activations,
+)
 from .schedules import (
     PAIRED_SCHEDULES,
     SPLIT_BACKWARD_SCHEDULES,
@@ -76,8 +81,14 @@ def adam_bytes_per_param(scn: Scenario) -> float:
     plus the fp32 copy of 16-bit gradients and fp16's loss-scale unscaling."""
     mem = scn.memory
     out = ADAM_BYTES_PER_PARAM - 2 * (12 - mem.optimizer_bytes_per_param)
-    if grad_reduce_bytes_per_param(scn.dtype, scn.kernels.grad_reduce_dtype) == 2:
+    # PyTorch FSDP ([memory] sharded_grad_dtype = "fp32") casts each reduce-scattered shard to fp32
+    # in its post-backward hook, on the reduce-scatter's stream beside the backward: the optimizer
+    # reads fp32 gradients and makes no copy (memory._model_state_bytes)
+    fsdp_fp32_shard = scn.parallel.zero >= 2 and scn.memory.sharded_grad_dtype == "fp32"
+    if grad_reduce_bytes_per_param(scn.dtype, scn.kernels.grad_reduce_dtype) == 2 and not fsdp_fp32_shard:
         out += GRAD_16BIT_COPY_BYTES_PER_PARAM
+    if scn.parallel.zero >= 3 and scn.memory.sharded_param_dtype == "fp32":
+        out -= WEIGHT_BYTES  # PyTorch FSDP: Adam updates the fp32 shard only, no 16-bit param write
     if scn.dtype == "fp16":
         out += FP16_UNSCALE_BYTES_PER_PARAM
     return out

@@ -36,6 +36,18 @@ DEFAULT_RECOMPUTE_MODULES = ("core_attn",)
 # Megatron-Core --exp-avg-dtype / --exp-avg-sq-dtype (with --use-precision-aware-optimizer): the
 # storage format of Adam's first and second moments; bytes per element.
 MOMENT_DTYPES = ("fp32", "bf16", "fp16", "fp8")
+# [memory] sharded_grad_dtype: how a ZeRO-2/3 rank keeps its gradient shard between micro-batches.
+# "" = in the gradient buffer's own dtype (grad_reduce_dtype; Megatron-FSDP, DeepSpeed), the
+# optimizer adding an fp32 copy where that is 16-bit; "fp32" = PyTorch FSDP (FlatParameter):
+# each reduce-scattered shard is cast to the fp32 parameter's dtype and accumulated there
+# (torch/distributed/fsdp/_runtime_utils.py _post_backward_hook, _cast_grad_to_param_dtype)
+SHARDED_GRAD_DTYPES = ("fp32",)
+# [memory] sharded_param_dtype: how a ZeRO-3 rank keeps its parameter shard. "" = the 16-bit model
+# weight beside the optimizer's fp32 master (Megatron-FSDP's model-weight buffer, DeepSpeed's fp16
+# partition); "fp32" = PyTorch FSDP mixed precision: the fp32 shard is the only one (the optimizer's
+# parameter), cast to a 16-bit `_mp_shard` before each all-gather and freed after it
+# (fsdp/flat_param.py pre_unshard / post_unshard _free_low_precision_sharded_param)
+SHARDED_PARAM_DTYPES = ("fp32",)
 MOMENT_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 1}
 INTRA_FABRICS = ("nvswitch", "pcie", "nvlink")
 INTER_FABRICS = ("rail-optimized", "fat-tree", "rail-only")
@@ -906,6 +918,12 @@ class MemoryOptions:
     # from them with [parallel] recompute_modules = ["moe_act"]. The quantize/dequantize casts
     # are not charged (memory-bound, about 3 bytes per element against the fc1/fc2 GEMMs).
     fp8_moe_act_input: bool = False
+    # ZeRO-2/3 gradient shard storage (SHARDED_GRAD_DTYPES): "" = the gradient buffer's dtype plus
+    # the optimizer's fp32 copy of a 16-bit one; "fp32" = PyTorch FSDP's fp32 shard only
+    sharded_grad_dtype: str = ""
+    # ZeRO-3 parameter shard storage (SHARDED_PARAM_DTYPES): "" = a 16-bit shard beside the fp32
+    # master; "fp32" = PyTorch FSDP's fp32 shard only, cast to 16-bit at each all-gather
+    sharded_param_dtype: str = ""
     # GPU memory kept free (file key headroom_gib, flag --memory-headroom; issue 17): a
     # configuration fits when its peak is within the GPU's memory minus this. Default 0.
     headroom_bytes: float = 0.0
@@ -921,6 +939,18 @@ class MemoryOptions:
         _check_bool("memory.fp8_moe_act_input", self.fp8_moe_act_input)
         for key in ("exp_avg_dtype", "exp_avg_sq_dtype"):
             _set(self, key, _check_choice(f"memory.{key}", getattr(self, key), MOMENT_DTYPES))
+        if self.sharded_grad_dtype:
+            _set(
+                self,
+                "sharded_grad_dtype",
+                _check_choice("memory.sharded_grad_dtype", self.sharded_grad_dtype, SHARDED_GRAD_DTYPES),
+            )
+        if self.sharded_param_dtype:
+            _set(
+                self,
+                "sharded_param_dtype",
+                _check_choice("memory.sharded_param_dtype", self.sharded_param_dtype, SHARDED_PARAM_DTYPES),
+            )
         _check_num("memory.headroom_gib", self.headroom_bytes, maximum=2.0**50)
 
 
@@ -1056,6 +1086,19 @@ class Scenario:
                 "memory.fp8_moe_act_input caches MoE expert activations in FP8: needs an MoE model "
                 f"and precision.dtype fp8, mxfp8 or nvfp4 (got {self.dtype})",
                 key="memory.fp8_moe_act_input",
+            )
+        if self.memory.sharded_grad_dtype and self.parallel.zero < 2:
+            raise ConfigError(
+                "memory.sharded_grad_dtype sets how a ZeRO-2/3 (FSDP) rank keeps its gradient shard: "
+                f"needs parallel.zero >= 2 (got {self.parallel.zero})",
+                key="memory.sharded_grad_dtype",
+            )
+        if self.memory.sharded_param_dtype and (self.parallel.zero < 3 or self.fp8_param_gather):
+            raise ConfigError(
+                "memory.sharded_param_dtype sets how a ZeRO-3 (FSDP) rank keeps its parameter shard: "
+                f"needs parallel.zero = 3 (got {self.parallel.zero}) and no precision.fp8_param_gather "
+                "(Megatron-Core's FP8 parameter buffer)",
+                key="memory.sharded_param_dtype",
             )
         if (self.memory.offload_activations or self.memory.offload_optimizer) and not (
             self.gpu.host_link_bytes_per_s > 0

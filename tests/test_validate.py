@@ -205,6 +205,18 @@ def test_stack_rule_sets_the_loss_kernel():
 def test_mpt_grad_reduce_dtype_follows_mp_mode(shipped, run_id, dtype):
     case = case_of(shipped, run_id)
     assert case.scenario["kernels"]["grad_reduce_dtype"] == dtype
+    # PyTorch FSDP keeps only the fp32 gradient shard, whatever it reduces in
+    assert case.scenario["memory"]["sharded_grad_dtype"] == "fp32"
+    # and only the fp32 parameter shard under FULL_SHARD (ZeRO-3; SHARD_GRAD_OP rows keep 16-bit weights)
+    zero3 = case.scenario["parallel"]["zero"] == 3
+    assert case.scenario["memory"].get("sharded_param_dtype", "") == ("fp32" if zero3 else "")
+
+
+def test_only_pytorch_fsdp_rows_keep_an_fp32_shard(shipped):
+    # Narayanan 2021's ZeRO-3 (DeepSpeed) row keeps the default layout
+    case = case_of(shipped, "narayanan21_t2_zero3_529.6B_640gpu")
+    assert "sharded_grad_dtype" not in case.scenario.get("memory", {})
+    assert "sharded_param_dtype" not in case.scenario.get("memory", {})
 
 
 @pytest.mark.parametrize(

@@ -487,6 +487,23 @@ KEYS: dict[str, Key] = {
         allowed=_spec("MOMENT_DTYPES"),
         since=NEXT,
     ),
+    "memory.sharded_grad_dtype": Key(
+        "how a ZeRO-2/3 rank keeps its gradient shard between micro-batches: empty = in the"
+        " gradient buffer's dtype (grad_reduce_dtype; Megatron-FSDP, DeepSpeed), the optimizer"
+        " adding an fp32 copy of a 16-bit one; fp32 = PyTorch FSDP, which casts each"
+        " reduce-scattered shard to the fp32 parameter's dtype and keeps only that",
+        default='""',
+        allowed=_spec("SHARDED_GRAD_DTYPES"),
+        since=NEXT,
+    ),
+    "memory.sharded_param_dtype": Key(
+        "how a ZeRO-3 rank keeps its parameter shard: empty = a 16-bit shard beside the optimizer's"
+        " fp32 master (Megatron-FSDP, DeepSpeed); fp32 = PyTorch FSDP mixed precision, whose fp32"
+        " shard is the only one, cast to 16-bit before each all-gather and freed after it",
+        default='""',
+        allowed=_spec("SHARDED_PARAM_DTYPES"),
+        since=NEXT,
+    ),
     # [run] (simulator/specs.py holds the sourced defaults, next to RunSpec)
     "run.tokens": Key(
         "training tokens of the whole run", "number", unit="tokens", default="required", since=NEXT

@@ -285,6 +285,18 @@ def build_case(run: PublishedRun) -> Case | Unusable:
     kernels = {**_kernels(rules, parallel, notes, run), **recipe_kernels}
     if kernels:
         scenario["kernels"] = kernels
+    if rules.sharded_grad_dtype and parallel["zero"] >= 2:
+        recipe_memory = {**recipe_memory, "sharded_grad_dtype": rules.sharded_grad_dtype}
+        notes.append(
+            f"memory: sharded_grad_dtype = {rules.sharded_grad_dtype} ({rules.key} stack: PyTorch FSDP keeps "
+            "only the fp32 gradient shard)"
+        )
+    if rules.sharded_param_dtype and parallel["zero"] >= 3:
+        recipe_memory = {**recipe_memory, "sharded_param_dtype": rules.sharded_param_dtype}
+        notes.append(
+            f"memory: sharded_param_dtype = {rules.sharded_param_dtype} ({rules.key} stack: PyTorch FSDP keeps "
+            "only the fp32 parameter shard)"
+        )
     if recipe_memory:
         scenario["memory"] = recipe_memory
     return Case(

@@ -58,6 +58,8 @@ class SourceRules:
     cross_entropy: str = ""  # loss kernel ("" = Megatron-Core's unfused default)
     zero3_collectives: str = ""  # ZeRO-3 rows: how their collectives ran ("" = nccl)
     zero3_backward_prefetch: str = ""  # ZeRO-3/FSDP backward gathers ("" = pre)
+    sharded_grad_dtype: str = ""  # ZeRO-2/3 rows: [memory] sharded_grad_dtype ("" = the buffer's)
+    sharded_param_dtype: str = ""  # ZeRO-3 rows: [memory] sharded_param_dtype ("" = 16-bit + master)
     stack_rules: tuple[StackRule, ...] = ()  # per-table / per-row exceptions to the stack keys
 
     def stack_for(self, key: str, source: str, notes: str, model_name: str) -> tuple[str, str]:
@@ -94,6 +96,8 @@ _OPTIONAL_KEYS = (
     "cross_entropy",
     "zero3_collectives",
     "zero3_backward_prefetch",
+    "sharded_grad_dtype",
+    "sharded_param_dtype",
     "stack_rule",
 )
 
