@@ -24,6 +24,7 @@ from simulator.hostbound import (
     HOST_OP_RANGE_S,
     HOST_OP_S,
     HOST_SYNC_S,
+    LayerHostOps,
     PairNode,
     moe_layer_host_ops,
     pair_issue_s,
@@ -51,13 +52,21 @@ def _scn(
     )
 
 
+def _eager_ops(scn: Scenario) -> LayerHostOps:
+    """The host ops of `scn`'s eager MoE layer: every phase issues work (an eager layer issues ops
+    forward, backward-input and backward-weight, and syncs at least at the dispatcher)."""
+    ops = moe_layer_host_ops(scn)
+    assert isinstance(ops, LayerHostOps), "an eager MoE layer issues host ops (None = one graph per step)"
+    assert ops.forward > 0 and ops.backward_input > 0 and ops.backward_weight > 0 and ops.syncs >= 1
+    return ops
+
+
 def _nodes(scn: Scenario, comp: tuple[float, ...], comm: tuple[float, ...]) -> list[PairNode]:
     """The segment `_Coster._pair_nodes` builds for `scn`'s MoE layer with the given GPU seconds
     (attn_f, mlp_f, attn_b, mlp_dgrad, mlp_wgrad) and all-to-all seconds (combine_b, dispatch_f,
     dispatch_b, combine_f)."""
     attn_f, mlp_f, attn_b, mlp_dgrad, mlp_wgrad = comp
-    ops = moe_layer_host_ops(scn)
-    assert ops is not None
+    ops = _eager_ops(scn)
     coster = _Coster(scn, default_comm_model(scn))
     fwd = [Segment("compute", "attn", attn_f), Segment("compute", "mlp", mlp_f)]
     return coster._pair_nodes(ops, fwd, 1, (attn_f, attn_b, mlp_dgrad, mlp_wgrad), comm)
@@ -204,8 +213,7 @@ def test_unsplit_backward_exposes_only_its_joint_issue_excess() -> None:
     and the wgrad host-bound: apart, the wgrad's excess was charged although the joint backward
     keeps the GPU busy."""
     scn = _scn(False)
-    ops = moe_layer_host_ops(scn)
-    assert ops is not None
+    ops = _eager_ops(scn)
     host_in, gpu_in, host_w, gpu_w = _layer_backward(scn)
     expect = max(0.0, (ops.backward_input + ops.backward_weight) * HOST_OP_S - gpu_in - gpu_w)
     assert host_in == pytest.approx(expect, rel=1e-9, abs=1e-15) and host_w == 0.0
