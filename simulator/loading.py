@@ -292,6 +292,7 @@ def _gpu_catalog(
             board_power_w=float(t.get("board_power_w", 0.0)),
             node_overhead_w_per_gpu=float(t.get("node_overhead_w_per_gpu", 0.0)),
             host_link_bytes_per_s=units.gBps_to_bytes_per_s(float(t.get("host_link_GBps", 0.0))),
+            nvlink_bytes_per_s=units.gBps_to_bytes_per_s(float(t.get("nvlink_GBps_per_direction", 0.0))),
         )
     return out
 
@@ -1212,6 +1213,7 @@ def _cluster(data: Mapping[str, Any], base_dir: Path) -> tuple[TopologySpec, int
             topo = replace(topo, **changes)
         except ConfigError as err:
             raise err.with_key_prefix("cluster") from None
+    topo = cap_nvlink(topo, explicit="link_GBps_per_direction" in _table_or_empty(cluster, "intra_node"))
     if "gpus_used_per_node" in cluster:
         topo = use_gpus_per_node(topo, cluster["gpus_used_per_node"])
     num_gpus = _required(cluster, "num_gpus", "cluster")
@@ -1220,6 +1222,34 @@ def _cluster(data: Mapping[str, Any], base_dir: Path) -> tuple[TopologySpec, int
             f"must be an integer (write {int(num_gpus)}), got {num_gpus!r}", key="cluster.num_gpus"
         )
     return topo, num_gpus
+
+
+def cap_nvlink(topo: TopologySpec, explicit: bool = False) -> TopologySpec:
+    """A GPU's NVLink ports bound its NVLink bandwidth whatever the switch offers: `[cluster] gpu =
+    "h800"` on a DGX H100 topology gets the H800's 200 GB/s per direction, not the H100's 450,
+    with a warning line naming the key. A scenario that sets `[cluster.intra_node]
+    link_GBps_per_direction` itself above the GPU's ports is refused (exact or refused)."""
+    cap = topo.gpu.nvlink_bytes_per_s
+    link = topo.intra_node.link_bandwidth_bytes_per_s
+    if cap <= 0 or topo.intra_node.fabric == "pcie" or link <= cap * (1 + 1e-9):
+        return topo
+    cap_gbps = units.bytes_per_s_to_gBps(cap)
+    link_gbps = units.bytes_per_s_to_gBps(link)
+    if explicit:
+        raise ConfigError(
+            f"{link_gbps:g} GB/s per direction exceeds the {cap_gbps:g} GB/s that {topo.gpu.name}'s "
+            "NVLink ports carry (gpus.toml nvlink_GBps_per_direction)",
+            key="cluster.intra_node.link_GBps_per_direction",
+        )
+    note = (
+        f"cluster.gpu: {topo.gpu.name}'s NVLink ports carry {cap_gbps:g} GB/s per direction; the "
+        f"topology's {link_gbps:g} GB/s NVLink is capped to it"
+    )
+    return replace(
+        topo,
+        intra_node=replace(topo.intra_node, link_bandwidth_bytes_per_s=cap),
+        notes=topo.notes + (note,),
+    )
 
 
 def use_gpus_per_node(topo: TopologySpec, used: object) -> TopologySpec:

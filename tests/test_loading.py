@@ -9,10 +9,11 @@ from pathlib import Path
 import pytest
 
 from simulator import flops as F
+from simulator.errors import ConfigError
 from simulator.loading import load_scenario, load_topology, model_preset
 from simulator.resources import data_dir, topology_names
 
-SHIPPED_TOPOLOGIES = ("dgx-a100", "dgx-a100-40gb", "dgx-h100", "dgx-h200", "pcie-a100")
+SHIPPED_TOPOLOGIES = ("dgx-a100", "dgx-a100-40gb", "dgx-h100", "dgx-h200", "dgx-h800", "pcie-a100")
 
 
 def test_shipped_default_scenario_loads_in_si() -> None:
@@ -47,6 +48,41 @@ def test_topology_gpus() -> None:
     assert load_topology("dgx-h200").gpu.name == "h200"
     assert load_topology("dgx-h100").inter_node.nic_bandwidth_bytes_per_s == 50e9  # 400 Gb/s NDR
     assert load_topology("pcie-a100").intra_node.fabric == "pcie"
+
+
+def test_shipped_topologies_stay_within_their_gpus_nvlink() -> None:
+    """No shipped NVSwitch topology offers a GPU more NVLink than its own ports carry."""
+    for name in topology_names():
+        topo = load_topology(name)
+        if topo.intra_node.fabric != "pcie":
+            assert 0 < topo.intra_node.link_bandwidth_bytes_per_s <= topo.gpu.nvlink_bytes_per_s, name
+
+
+def test_h800_on_a_dgx_h100_gets_the_h800_nvlink(
+    write_file: Callable[..., Path], small_scenario_text: str
+) -> None:
+    """H800 = H100 compute with 8 of 18 NVLinks (200 GB/s per direction): `gpu = "h800"` on the
+    DGX H100 topology is capped to its ports with a warning naming the key, and equals the shipped
+    dgx-h800 topology's link; a link set above the ports is refused by key."""
+    h100 = small_scenario_text.replace('topology = "dgx-a100"', 'topology = "dgx-h100"')
+    base = load_scenario(write_file(h100))
+    assert base.topology.intra_node.link_bandwidth_bytes_per_s == 450e9 and not base.warnings()
+    sc = load_scenario(write_file(h100.replace("[parallel]", 'gpu = "h800"\n\n[parallel]')))
+    assert sc.gpu.name == "h800"
+    assert sc.topology.intra_node.link_bandwidth_bytes_per_s == 200e9
+    assert sc.topology.intra_node.link_bandwidth_bytes_per_s == (
+        load_topology("dgx-h800").intra_node.link_bandwidth_bytes_per_s
+    )
+    assert any(w.startswith("cluster.gpu:") and "200 GB/s" in w for w in sc.warnings())
+    # a slower link given on purpose is kept, silently
+    slower = h100.replace(
+        "[parallel]", 'gpu = "h800"\n\n[cluster.intra_node]\nlink_GBps_per_direction = 160\n\n[parallel]'
+    )
+    assert load_scenario(write_file(slower)).topology.intra_node.link_bandwidth_bytes_per_s == 160e9
+    too_fast = slower.replace("= 160", "= 450")
+    with pytest.raises(ConfigError) as err:
+        load_scenario(write_file(too_fast))
+    assert err.value.key == "cluster.intra_node.link_GBps_per_direction"
 
 
 def test_small_scenario(write_file: Callable[..., Path], small_scenario_text: str) -> None:
