@@ -12,7 +12,18 @@ from simulator import flops as F
 from simulator.loading import load_scenario, load_topology, model_preset
 from simulator.resources import data_dir, topology_names
 
-SHIPPED_TOPOLOGIES = ("dgx-a100", "dgx-a100-40gb", "dgx-h100", "dgx-h200", "dgx-h800", "pcie-a100")
+SHIPPED_TOPOLOGIES = (
+    "dgx-a100",
+    "dgx-a100-40gb",
+    "dgx-h100",
+    "dgx-h200",
+    "dgx-h800",
+    "dgx-b200",
+    "dgx-b300",
+    "gb200-nvl72",
+    "gb300-nvl72",
+    "pcie-a100",
+)
 
 
 def test_shipped_default_scenario_loads_in_si() -> None:
@@ -47,6 +58,38 @@ def test_topology_gpus() -> None:
     assert load_topology("dgx-h200").gpu.name == "h200"
     assert load_topology("dgx-h100").inter_node.nic_bandwidth_bytes_per_s == 50e9  # 400 Gb/s NDR
     assert load_topology("pcie-a100").intra_node.fabric == "pcie"
+
+
+def test_blackwell_ultra_topologies_are_what_validate_simulates() -> None:
+    """dgx-b300 and gb300-nvl72 are the networks `validate` builds for B300/GB300 rows (the B200 /
+    GB200 topology with the Blackwell Ultra GPU and 800 Gb/s ConnectX-8 NICs), so a user's scenario
+    on the shipped name simulates what the published rows were checked against."""
+    from dataclasses import replace
+
+    from simulator.loading import gpu_by_name
+    from simulator.units import gbps_to_bytes_per_s
+    from simulator.validate import gpu_mapping
+
+    for label, name in (("B300", "dgx-b300"), ("GB300", "gb300-nvl72")):
+        mapping = gpu_mapping(label)
+        assert not isinstance(mapping, str) and mapping.gpu
+        base = load_topology(mapping.topology)
+        inter = dict(mapping.inter_node)
+        expected = replace(
+            base,
+            gpu=gpu_by_name(mapping.gpu),
+            inter_node=replace(
+                base.inter_node, nic_bandwidth_bytes_per_s=gbps_to_bytes_per_s(inter["nic_Gbps"])
+            ),
+        )
+        topo = load_topology(name)
+        assert (topo.gpu, topo.gpus_per_node, topo.intra_node, topo.inter_node) == (
+            expected.gpu,
+            expected.gpus_per_node,
+            expected.intra_node,
+            expected.inter_node,
+        ), name
+        assert topo.inter_node.nic_bandwidth_bytes_per_s == 100e9  # 800 Gb/s
 
 
 def test_shipped_topologies_stay_within_their_gpus_nvlink() -> None:
