@@ -249,6 +249,18 @@ TN_ONLY_FP8_ARCHITECTURES = ("hopper",)  # FP8 GEMM operands must be K-major bef
 # it inside the cast. quantize_with_amax skips the pass where the producer already gave the amax; not
 # modelled (counted as the plain quantize).
 FP8_CURRENT_AMAX_READ_BYTES = 2.0
+# ... and those are three kernel launches on the stream per quantized tensor, not one:
+# nvte_compute_amax_with_config, nvte_compute_scale_from_amax (a one-block kernel) and
+# nvte_quantize_v2 (quantizer.cpp Float8CurrentScalingQuantizer::quantize_impl:519-537@5671fd36,
+# TE v2.12; the same three calls at d0067d0d), each paying the kernel's fixed latency; an eager
+# GroupedLinear runs them per local expert (multi_tensor_quantize_impl quantizes each expert with
+# its own quantizer, cast.cpp:105-150@5671fd36). Delayed scaling and MXFP8 quantize in one kernel.
+FP8_CURRENT_KERNELS_PER_TENSOR = 3
+
+
+def quant_kernels_per_tensor(device: Device, fp8_recipe: str = "delayed") -> int:
+    """Kernel launches Transformer Engine runs to quantize one GEMM input for this recipe."""
+    return FP8_CURRENT_KERNELS_PER_TENSOR if device.dtype == "fp8" and fp8_recipe == "current" else 1
 
 
 def quant_bytes_per_element(device: Device, fp8_recipe: str = "delayed") -> float:
@@ -798,8 +810,9 @@ class _Coster:
                 label = "fp8 cast" if d.dtype == "fp8" else f"{d.dtype} quantize"
                 cast_in = quant * mm_m * mm_k * count
                 cast_grad = quant * mm_m * mm_n * count
-                fwd.append(Segment("compute", label, memory_op_time_s(d, cast_in), 0.0, cast_in))
-                b_in.append(Segment("compute", label, memory_op_time_s(d, cast_grad), 0.0, cast_grad))
+                qk = quant_kernels_per_tensor(d, self.scn.fp8_recipe)
+                fwd.append(Segment("compute", label, memory_op_time_s(d, cast_in, qk), 0.0, cast_in))
+                b_in.append(Segment("compute", label, memory_op_time_s(d, cast_grad, qk), 0.0, cast_grad))
 
         def mem(name: str, fwd_bytes: float, kernels: int = 1, kind: str = "") -> None:
             """A memory-bound op: `fwd_bytes` forward; backward two passes of the forward's
@@ -1339,7 +1352,9 @@ class _Coster:
                     d.dtype in PER_EXPERT_QUANTIZE_DTYPES
                     or (d.dtype == "fp8" and self.scn.fp8_recipe == "current")
                 )
-                kernels = experts_local if per_expert_kernels else 1
+                kernels = (experts_local if per_expert_kernels else 1) * quant_kernels_per_tensor(
+                    d, self.scn.fp8_recipe
+                )
                 if per_expert_kernels and experts_local > 1:
                     label += " (per expert)"
                 fwd.append(Segment("compute", label, memory_op_time_s(d, cast_in, kernels), 0.0, cast_in))

@@ -17,7 +17,13 @@ from simulator.costs import TILE_M, Device, grouped_matmul_time_s, matmul_time_s
 from simulator.errors import ConfigError
 from simulator.loading import load_gpu_catalog, model_from_table, model_preset, scenario_from_dict
 from simulator.memory import memory_footprint, stage_params_of_chunks
-from simulator.program import TE_GEMM_STREAMS, _Coster, build_program, quant_bytes_per_element
+from simulator.program import (
+    FP8_CURRENT_KERNELS_PER_TENSOR,
+    TE_GEMM_STREAMS,
+    _Coster,
+    build_program,
+    quant_bytes_per_element,
+)
 from simulator.schedules import chunk_layers
 from simulator.simulate import simulate
 from simulator.specs import Scenario
@@ -646,7 +652,8 @@ def test_eager_mxfp8_experts_quantize_and_multiply_per_expert(fused: bool) -> No
 def test_eager_fp8_expert_quantize_kernels_follow_the_recipe(recipe: str, label: str) -> None:
     """cast.cpp multi_tensor_quantize_impl fuses the experts' casts into one
     nvte_multi_cast_transpose only for delayed-scaling Float8Quantizers; current scaling quantizes
-    each expert's rows with its own kernel, like MXFP8."""
+    each expert's rows with its own quantizer, like MXFP8, and each such quantize is three kernels
+    (amax, scale, cast: quantizer.cpp Float8CurrentScalingQuantizer::quantize_impl)."""
     model = {"preset": "qwen3-30b-a3b", "seq_len": 4096}
     par = {"ep": 8, "num_gpus": 8, "global_batch": 64, "micro_batch": 8}
     scn = _scn(
@@ -660,7 +667,7 @@ def test_eager_fp8_expert_quantize_kernels_follow_the_recipe(recipe: str, label:
     d = Device(scn.gpu, scn.dtype)
     experts_local = scn.model.num_experts // 8
     segs = _moe_segments(scn)
-    kernels = experts_local if recipe == "current" else 1
+    kernels = experts_local * FP8_CURRENT_KERNELS_PER_TENSOR if recipe == "current" else 1
     assert segs[label], sorted(segs)
     expert_casts = [s for s in segs[label] if s.message_bytes > 0]
     for s in expert_casts:
