@@ -276,6 +276,22 @@ def quant_bytes_per_element(device: Device, fp8_recipe: str = "delayed") -> floa
 # EP all-to-all kernels occupy SMs while they overlap compute (DeepSeek-V3, arXiv 2412.19437
 # §3.2.1: 20 of the H800's 132 SMs for dispatch/combine); the compute they overlap runs on the
 # rest. How many: `[kernels] ep_comm_sms`, by default the dispatcher's (specs.DEFAULT_EP_COMM_SMS).
+# HYBRIDEP_METADATA_NOTE: before every forward dispatch (the backward reuses the cached handle)
+# HybridEP builds its routing metadata on the GPU (deepseek-ai/DeepEP branch hybrid-ep @34152ae2, the
+# commit Megatron-Bridge's docker/Dockerfile.ci pins as DEEPEP_COMMIT from v0.5.0 on;
+# csrc/hybrid_ep/hybrid_ep.cu HybridEPBuffer::metadata_preprocessing): it all-gathers every EP rank's
+# [tokens, experts] boolean routing map (executor.cu allgather_routing_map: NCCL
+# all_gather_into_tensor across nodes, a custom NVLink all-gather kernel inside one), then runs the
+# preprocessing kernel over the gathered map (writing the sparse-to-dense map, int32 per token and
+# rank, and the local-expert routing map, a boolean per received token and local expert), the
+# permute preprocessing (a cooperative kernel writing the int32 row-id map per received token and
+# local expert: extension/permute.cu permute_preprocessing) and the tokens-per-expert padding kernel
+# (executor.cu metadata_preprocess_core) -- all before the dispatch, and before its host sync in
+# the blocking mode. Costed as the EP all-gather of the maps plus those kernels' bytes.
+HYBRIDEP_METADATA_KERNELS = 3
+HYBRIDEP_SPARSE_TO_DENSE_BYTES = 4.0  # int32 per (token, rank)
+HYBRIDEP_ROW_ID_BYTES = 4.0  # int32 per (received token, local expert)
+
 # Router: fp32 logits written, read by softmax/top-k, probabilities written (Megatron's router
 # in moe_router_dtype fp32); per token and expert.
 ROUTER_BYTES_PER_LOGIT = 3 * 4
@@ -1309,6 +1325,8 @@ class _Coster:
             )
             self._tp_entry(fwd, b_in, tp_msg, fc1_s)
         mem("moe permute", (1 + k) * T_in * h * a)
+        if scn.kernels.moe_dispatcher == "hybridep" and par.ep > 1:
+            fwd.append(self._hybridep_metadata(T_in, experts_local))
         sync = len(fwd)
         t_dispatch = t_combine = 0.0
         if par.ep > 1:
@@ -1422,6 +1440,25 @@ class _Coster:
         if gather:
             self._tp_exit(fwd, b_in, tp_msg)
         return sync, experts, combine
+
+    def _hybridep_metadata(self, tokens: int, experts_local: int) -> Segment:
+        """HybridEP's routing metadata before a forward dispatch (HYBRIDEP_METADATA_NOTE): the EP
+        all-gather of the [tokens, experts] boolean routing maps, then the preprocessing,
+        permute-preprocessing and padding kernels over the gathered map -- each rank processes all
+        ep x tokens rows."""
+        ep = self.scn.parallel.ep
+        gathered = float(ep * tokens * self.scn.model.num_experts)  # bytes, one per (token, expert)
+        rows = ep * tokens
+        kernel_bytes = (
+            gathered  # the preprocessing kernel reads the gathered map
+            + rows * HYBRIDEP_SPARSE_TO_DENSE_BYTES  # and writes the sparse-to-dense map
+            + 2 * rows * experts_local  # the local-expert map, written, then read by the permute prep
+            + rows * experts_local * HYBRIDEP_ROW_ID_BYTES  # which writes the row-id map
+        )
+        t = self.coll("allgather", "ep", gathered) + memory_op_time_s(
+            self.device, kernel_bytes, HYBRIDEP_METADATA_KERNELS
+        )
+        return Segment("ep_comm", "hybridep routing metadata", t, 0.0, gathered)
 
     def _ep_alltoall(self, tokens: int) -> tuple[float, float, float, float, float]:
         """(dispatch bytes, combine bytes, dispatch s, combine s, backward-of-combine s) of one MoE

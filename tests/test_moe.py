@@ -1052,3 +1052,36 @@ def test_nvfp4_gb300_is_never_slower_than_b300() -> None:
         return simulate(scn).report.step_time_s
 
     assert step("gb300") <= step("b300")
+
+
+@pytest.mark.parametrize(("num_gpus", "ep"), [(8, 8), (16, 16)])
+def test_hybridep_builds_its_routing_metadata_before_each_forward_dispatch(num_gpus: int, ep: int) -> None:
+    """DeepEP hybrid-ep @34152ae2 HybridEPBuffer::metadata_preprocessing (HYBRIDEP_METADATA_NOTE):
+    before a forward dispatch every rank all-gathers the EP group's [tokens, experts] boolean routing
+    maps and runs three kernels over them; the backward reuses the handle. Closed form: the EP
+    all-gather of ep*T*E bytes plus the kernels' bytes (the map read, an int32 per (token, rank), the
+    local-expert map written and read, an int32 row id per (token, local expert)); placed before
+    the dispatch (the blocking dispatch's host sync waits for it); no other dispatcher has it."""
+    par = {"ep": ep, "num_gpus": num_gpus, "global_batch": 64, "micro_batch": 2}
+    scn = _scn(dict(QWEN30), dict(par), kernels={"moe_dispatcher": "hybridep"})
+    coster = _Coster(scn, default_comm_model(scn))
+    fwd, b_in, b_w, _, _ = coster.layer(True)
+    names = [s.name for s in fwd.parts]
+    meta = [s for s in fwd.parts if s.name == "hybridep routing metadata"]
+    assert len(meta) == 1 and names.index("hybridep routing metadata") < names.index("ep dispatch")
+    assert not [s for s in b_in.parts + b_w.parts if "metadata" in s.name]
+    m = scn.model
+    T, E, local = 2 * m.seq_len, m.num_experts, m.num_experts // ep
+    rows = ep * T
+    gathered = float(rows * E)
+    kernel_bytes = gathered + 4.0 * rows + 2.0 * rows * local + 4.0 * rows * local
+    want = coster.coll("allgather", "ep", gathered) + memory_op_time_s(coster.device, kernel_bytes, 3)
+    assert meta[0].category == "ep_comm"
+    assert meta[0].message_bytes == pytest.approx(gathered)
+    assert meta[0].duration_s == pytest.approx(want, rel=1e-12)
+    for other in ("alltoall", "deepep"):
+        o = _Coster(_scn(dict(QWEN30), dict(par), kernels={"moe_dispatcher": other}), default_comm_model(scn))
+        assert "hybridep routing metadata" not in [s.name for s in o.layer(True)[0].parts]
+    more = _scn(dict(QWEN30), {**par, "micro_batch": 4}, kernels={"moe_dispatcher": "hybridep"})
+    more_meta = [s for s in _moe_segments(more)["hybridep routing metadata"]]
+    assert more_meta[0].duration_s > meta[0].duration_s
