@@ -276,6 +276,18 @@ def quant_bytes_per_element(device: Device, fp8_recipe: str = "delayed") -> floa
 # EP all-to-all kernels occupy SMs while they overlap compute (DeepSeek-V3, arXiv 2412.19437
 # §3.2.1: 20 of the H800's 132 SMs for dispatch/combine); the compute they overlap runs on the
 # rest. How many: `[kernels] ep_comm_sms`, by default the dispatcher's (specs.DEFAULT_EP_COMM_SMS).
+# FLEX_PERMUTE_NOTE: the flex dispatchers (DeepEP, HybridEP) permute on the receiving side. The
+# all-to-all dispatcher permutes before sending: it reads each of its tokens once and writes a copy
+# per chosen expert, (1 + top_k) rows per token. HybridEP's dispatch kernel sends a token once per
+# destination rank into the receiver's NVLink buffer, and -- unless moe_permute_fusion_into_hybridep
+# (default False; in Megatron-Bridge only the Nemotron-H recipes set it) -- a standalone permute
+# kernel then "reads from NVLink buffer, writes to pre-allocated args output tensors" (DeepEP
+# hybrid-ep @34152ae2 csrc/hybrid_ep/executor/executor.cu dispatch_postprocess), one row per
+# (token, local expert); the combine's unpermute reads those rows and writes one per (token, source
+# rank) into the combine buffer (combine_preprocess). DeepEP writes the received tokens to recv_x and
+# Megatron-Core permutes them locally (token_dispatcher.py _DeepepManager
+# get_permuted_hidden_states_by_experts). Per token routed from a rank: (rank hits + top_k) rows,
+# rank hits being the expected destination ranks of its top-k experts (ep_dispatch.expected_groups_hit).
 # HYBRIDEP_METADATA_NOTE: before every forward dispatch (the backward reuses the cached handle)
 # HybridEP builds its routing metadata on the GPU (deepseek-ai/DeepEP branch hybrid-ep @34152ae2, the
 # commit Megatron-Bridge's docker/Dockerfile.ci pins as DEEPEP_COMMIT from v0.5.0 on;
@@ -1324,7 +1336,12 @@ class _Coster:
                 d, per_expert, fc1_n, h, experts_local, m.routing == "dropless", streams
             )
             self._tp_entry(fwd, b_in, tp_msg, fc1_s)
-        mem("moe permute", (1 + k) * T_in * h * a)
+        # the rows the permute reads: the rank's own tokens (alltoall, allgather), or with a flex
+        # dispatcher the tokens it received, one per (token, destination rank) (FLEX_PERMUTE_NOTE)
+        src_rows = 1.0
+        if scn.kernels.moe_dispatcher in FLEX_DISPATCHERS and par.ep > 1:
+            src_rows = self._flex_hits(self._ep_nodes())[1]
+        mem("moe permute", (src_rows + k) * T_in * h * a)
         if scn.kernels.moe_dispatcher == "hybridep" and par.ep > 1:
             fwd.append(self._hybridep_metadata(T_in, experts_local))
         sync = len(fwd)
@@ -1436,7 +1453,7 @@ class _Coster:
         if par.ep > 1:
             fwd.append(Segment("ep_comm", "ep combine", t_combine * skew, 0.0, combine_msg))
             b_in.append(Segment("ep_comm", "ep dispatch bwd", t_combine * skew, 0.0, combine_msg))
-        mem("moe unpermute", (1 + k) * T_in * h * a)
+        mem("moe unpermute", (src_rows + k) * T_in * h * a)
         if gather:
             self._tp_exit(fwd, b_in, tp_msg)
         return sync, experts, combine
@@ -1487,10 +1504,9 @@ class _Coster:
         h, k = m.hidden, m.top_k
         a = self.device.activation_bytes
         elem = 1 + 4 / 128 if m.dispatch_dtype == "fp8" else a
-        span = par.ep * (par.tp * par.cp if par.dp % par.ep == 0 else 1)  # GPUs the EP group covers
         # nodes the group's ranks lie in: never more than its ranks (with tp·cp above a node's
         # GPUs every EP rank is on a node of its own)
-        nodes = min(par.ep, max(1, -(-span // topo.gpus_per_node)))
+        nodes = self._ep_nodes()
         limit = m.max_nodes_per_token
         dispatcher = self.scn.kernels.moe_dispatcher
         if dispatcher == "allgather":
@@ -1519,13 +1535,7 @@ class _Coster:
             t_c = self.coll("alltoall", "ep", combine_msg * scale)
             return dispatch_msg, combine_msg, t_d, t_c, t_c
         per_node = par.ep // nodes if nodes > 1 else par.ep  # EP ranks in one NVLink domain
-        E = m.num_experts
-        if nodes > 1 and limit and limit < nodes:  # the token's experts lie in `limit` nodes
-            node_hits = min(expected_groups_hit(E, nodes, k), float(limit))
-            rank_hits = expected_groups_hit(E * limit // nodes, limit * per_node, k)
-        else:
-            node_hits = expected_groups_hit(E, nodes, k)
-            rank_hits = expected_groups_hit(E, par.ep, k)
+        node_hits, rank_hits = self._flex_hits(nodes)
         rows = tokens * rank_hits  # (token, destination rank) pairs: rows each rank receives
         dispatch_msg, combine_msg = rows * h * elem, rows * h * a
         arch = architecture(self.scn.gpu.name)
@@ -1558,6 +1568,24 @@ class _Coster:
         t_c = leg(h * a, "combine")
         t_d_bf16 = leg(h * a, "dispatch_bf16")
         return dispatch_msg, combine_msg, t_d, t_c, t_d_bf16
+
+    def _ep_nodes(self) -> int:
+        """Nodes the EP group's ranks lie in (never more than its ranks)."""
+        par, topo = self.scn.parallel, self.scn.topology
+        span = par.ep * (par.tp * par.cp if par.dp % par.ep == 0 else 1)  # GPUs the EP group covers
+        return min(par.ep, max(1, -(-span // topo.gpus_per_node)))
+
+    def _flex_hits(self, nodes: int) -> tuple[float, float]:
+        """(nodes, ranks) a token's top-k experts reach under uniform routing, for the flex
+        dispatchers that send a token once per destination node / rank (node-limited routing:
+        its experts lie in `max_nodes_per_token` nodes)."""
+        m, par = self.scn.model, self.scn.parallel
+        k, E, limit = m.top_k, m.num_experts, m.max_nodes_per_token
+        per_node = par.ep // nodes if nodes > 1 else par.ep
+        if nodes > 1 and limit and limit < nodes:  # the token's experts lie in `limit` nodes
+            node_hits = min(expected_groups_hit(E, nodes, k), float(limit))
+            return node_hits, expected_groups_hit(E * limit // nodes, limit * per_node, k)
+        return expected_groups_hit(E, nodes, k), expected_groups_hit(E, par.ep, k)
 
     def _flex_record(self, dispatcher: str, message_bytes: float, t: float, bottleneck: str) -> float:
         """Report a DeepEP / HybridEP dispatch or combine in `collectives` (algorithm = the

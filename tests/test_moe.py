@@ -14,6 +14,7 @@ import pytest
 from simulator import flops as F
 from simulator.comm import default_comm_model
 from simulator.costs import TILE_M, Device, grouped_matmul_time_s, matmul_time_s, memory_op_time_s
+from simulator.ep_dispatch import expected_groups_hit
 from simulator.errors import ConfigError
 from simulator.loading import load_gpu_catalog, model_from_table, model_preset, scenario_from_dict
 from simulator.memory import memory_footprint, stage_params_of_chunks
@@ -1085,3 +1086,23 @@ def test_hybridep_builds_its_routing_metadata_before_each_forward_dispatch(num_g
     more = _scn(dict(QWEN30), {**par, "micro_batch": 4}, kernels={"moe_dispatcher": "hybridep"})
     more_meta = [s for s in _moe_segments(more)["hybridep routing metadata"]]
     assert more_meta[0].duration_s > meta[0].duration_s
+
+
+@pytest.mark.parametrize("dispatcher", ["alltoall", "deepep", "hybridep"])
+def test_flex_dispatchers_permute_the_received_tokens(dispatcher: str) -> None:
+    """FLEX_PERMUTE_NOTE: the all-to-all dispatcher permutes its own tokens before sending (read 1,
+    write top_k rows per token); HybridEP's standalone permute reads the tokens its NVLink buffer
+    received, one per (token, destination rank), and DeepEP's recv_x likewise (read rank hits,
+    write top_k). Closed form on the forward permute and unpermute bytes; with one EP rank the flex
+    dispatchers read each token once, like the all-to-all one."""
+    par = {"ep": 8, "num_gpus": 8, "global_batch": 64, "micro_batch": 1}
+    scn = _scn(dict(QWEN30), dict(par), kernels={"moe_dispatcher": dispatcher})
+    m = scn.model
+    a = Device(scn.gpu, scn.dtype).activation_bytes
+    hits = 1.0 if dispatcher == "alltoall" else expected_groups_hit(m.num_experts, 8, m.top_k)
+    assert hits == 1.0 or 5.0 < hits < 5.5  # 128 experts, top-8, 8 ranks: 5.25 ranks per token
+    segs = _moe_segments(scn)
+    for name in ("moe permute", "moe unpermute"):
+        assert segs[name][0].message_bytes == pytest.approx((hits + m.top_k) * m.seq_len * m.hidden * a)
+    one = _moe_segments(_scn(dict(QWEN30), {**par, "ep": 1}, kernels={"moe_dispatcher": dispatcher}))
+    assert one["moe permute"][0].message_bytes == pytest.approx((1 + m.top_k) * m.seq_len * m.hidden * a)
