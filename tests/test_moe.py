@@ -1100,7 +1100,7 @@ def test_flex_dispatchers_permute_the_received_tokens(dispatcher: str) -> None:
     m = scn.model
     a = Device(scn.gpu, scn.dtype).activation_bytes
     hits = 1.0 if dispatcher == "alltoall" else expected_groups_hit(m.num_experts, 8, m.top_k)
-    assert hits == 1.0 or 5.0 < hits < 5.5  # 128 experts, top-8, 8 ranks: 5.25 ranks per token
+    assert hits == 1.0 or 5.0 < hits < 5.5  # 128 experts, top-8, 8 ranks: 5.34 ranks per token
     segs = _moe_segments(scn)
     for name in ("moe permute", "moe unpermute"):
         assert segs[name][0].message_bytes == pytest.approx((hits + m.top_k) * m.seq_len * m.hidden * a)
