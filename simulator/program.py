@@ -1260,8 +1260,10 @@ class _Coster:
         its softmax/top-k, permute (one copy per chosen expert), dispatch all-to-all over EP,
         with etp > 1 an all-gather over the expert-TP group, the grouped expert GEMMs of its
         E/ep experts (each matrix 1/etp), then the way back (reduce-scatter, combine, unpermute).
-        Balanced routing gives every expert T·top_k/E tokens; `load_imbalance` multiplies the
-        busiest rank's expert GEMMs and all-to-all (every rank waits for it at the combine).
+        The mean rank's experts see T·top_k/E tokens each; the busiest rank's factor
+        (Scenario.expert_load_imbalance: forced balancing's sampling spread, dropless routing's
+        skew, or an explicit `load_imbalance`; routing_skew.py) multiplies its expert GEMMs and
+        all-to-all (every rank waits for it at the combine).
         Returns the indices in `fwd` of the dispatcher's host sync (after the first permute,
         Megatron's "before_ep_alltoall"), of the experts' first op and of the combine's first op.
         """
@@ -1292,7 +1294,7 @@ class _Coster:
         streams = TE_GEMM_STREAMS if eager else 0
         if gather:
             fc1_s = grouped_matmul_time_s(
-                d, per_expert, fc1_n, h, experts_local, m.routing == "dropless", streams
+                d, per_expert, fc1_n, h, experts_local, m.uneven_expert_counts, streams
             )
             self._tp_entry(fwd, b_in, tp_msg, fc1_s)
         mem("moe permute", (1 + k) * T_in * h * a)
@@ -1315,7 +1317,7 @@ class _Coster:
                     etp_msg,
                 )
             )
-        dropless = m.routing == "dropless"
+        dropless = m.uneven_expert_counts
         # the all-to-all dispatcher's second permutation: received tokens sorted by local expert
         sort_chunks = scn.kernels.moe_dispatcher == "alltoall" and experts_local > 1
         if sort_chunks:
