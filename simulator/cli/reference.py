@@ -197,7 +197,8 @@ KEYS: dict[str, Key] = {
     ),
     "model.moe.load_imbalance": Key(
         "busiest EP rank's tokens / mean (>= 1); 0: the expected maximum over the EP ranks of the"
-        " micro-batch's sampling spread (balanced) plus the experts' skew (dropless; routing_skew.py)",
+        " micro-batch's sampling spread (balanced) plus the experts' skew (dropless; routing_skew.py);"
+        " 1: exact balance, every expert the same token count",
         "number",
         default="0 (from routing and layout)",
         since=NEXT,
