@@ -1317,7 +1317,7 @@ class _Coster:
                     etp_msg,
                 )
             )
-        dropless = m.uneven_expert_counts
+        uneven = m.uneven_expert_counts  # random or skewed routing: unequal counts
         # the all-to-all dispatcher's second permutation: received tokens sorted by local expert
         sort_chunks = scn.kernels.moe_dispatcher == "alltoall" and experts_local > 1
         if sort_chunks:
@@ -1325,7 +1325,7 @@ class _Coster:
             self._eager(fwd, b_in, "moe sort by expert", SORT_CHUNKS_PASSES, sorted_bytes)
 
         def grouped(name: str, n: int, kk: int) -> None:
-            tt = grouped_matmul_time_s(d, per_expert, n, kk, experts_local, dropless, streams)
+            tt = grouped_matmul_time_s(d, per_expert, n, kk, experts_local, uneven, streams)
             f = 2.0 * per_expert * n * kk * experts_local
             fwd.append(Segment("compute", name, tt, f, 0.0))
             b_in.append(Segment("compute", name + " dgrad", tt, f, 0.0))

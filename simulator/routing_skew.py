@@ -29,12 +29,14 @@ Hypergeometric(E, m, k) -- k experts drawn without replacement, the m of rank r 
 L_r is the sum of N iid such counts: mean N·k·p, variance N·k·p·(1−p)·(E−k)/(E−1), the
 Binomial(N·k, p) variance times the without-replacement factor (E−k)/(E−1) (checked against the
 exact pmf in tests/test_routing_skew.py). Assumed away there: group-limited top-k
-(moe_utils.py `group_limited_topk`: DeepSeek-V3's 8 groups, top-4 groups by their top-2 scores)
-keeps each expert's probability k/E but clusters a token's picks into its chosen groups, which
-raises a rank's per-token variance; a Monte-Carlo of 200,000 random-logit tokens with sigmoid
-scores (this module's author, for this note; not used by the model) gave ×1.58, ×1.25, ×1.11 and
+(moe_utils.py `group_limited_topk`; DeepSeek-V3's config.json n_group = 8, topk_group = 4, which
+Megatron-Bridge maps to moe_router_num_groups / moe_router_group_topk, model_bridge.py:487-488
+@067f987df0: top-4 groups by their top-2 scores) keeps each expert's probability k/E but
+clusters a token's picks into its chosen groups, which raises a rank's per-token variance; a
+Monte-Carlo of 200,000 random-logit tokens with sigmoid scores (run for this note with numpy;
+the model does not use it) gave ×1.58, ×1.25, ×1.11 and
 ×1.05 over the hypergeometric for E = 256, k = 8 at EP 8, 16, 32, 64, i.e. DeepSeek-V3's forced
-factor 1.0078 → ~1.0098 at EP8 and 1.0131 → ~1.0134 at EP64, one micro-batch of 4,096 tokens
+factor 1.0078 → ~1.0098 at EP8 and 1.0128 → ~1.0131 at EP64, one micro-batch of 4,096 tokens
 per rank (mfusim knows `max_nodes_per_token`, not Megatron's group count). The aux-loss-free
 expert bias (`moe_router_enable_expert_bias`) is updated from these random counts and is taken as
 zero. Token dropping with `moe_pad_expert_input_to_capacity` (capacity factor 1.0) pads every
