@@ -467,11 +467,15 @@ class GPUSpec:
     board_power_w: float = 0.0  # rated board power (TDP / max TGP)
     node_overhead_w_per_gpu: float = 0.0  # rated server power minus its GPUs' board power, per GPU
     host_link_bytes_per_s: float = 0.0  # GPU <-> host memory, one direction (checkpoints, offloading)
+    nvlink_bytes_per_s: float = (
+        0.0  # the most NVLink the GPU's own ports carry, one direction; 0 = not capped
+    )
 
     def __post_init__(self) -> None:
         _check_num("gpu.board_power_w", self.board_power_w, maximum=1e5)
         _check_num("gpu.node_overhead_w_per_gpu", self.node_overhead_w_per_gpu, maximum=1e5)
         _check_num("gpu.host_link_GBps", self.host_link_bytes_per_s)
+        _check_num("gpu.nvlink_GBps_per_direction", self.nvlink_bytes_per_s)
         _check_num("gpu.peak_bf16_tflops", self.peak_bf16_flop_per_s, strict=True)
         _check_num("gpu.peak_fp16_tflops", self.peak_fp16_flop_per_s, strict=True)
         _check_num("gpu.peak_fp8_tflops", self.peak_fp8_flop_per_s)
@@ -552,6 +556,7 @@ class TopologySpec:
     inter_node: InterNodeSpec
     rank_order: tuple[str, ...] = ("tp", "cp", "dp", "pp")  # innermost first
     physical_gpus_per_node: int = 0  # GPUs a node has when fewer are used ([cluster] gpus_used_per_node)
+    notes: tuple[str, ...] = field(default=(), compare=False)  # what loading changed, shown by the CLI
 
     def __post_init__(self) -> None:
         _check_str("name", self.name)
@@ -1144,7 +1149,7 @@ class Scenario:
 
     def warnings(self) -> list[str]:
         """Legal but suspicious choices, printed on stderr by the CLI."""
-        out = list(self.model.notes)
+        out = list(self.model.notes) + list(self.topology.notes)
         par = self.parallel
         if par.tp > self.topology.gpus_per_node:
             out.append(
