@@ -59,6 +59,7 @@ MODEL_KEYS = (
     "linear_bias",
     "qk_norm",
     "rope_mscale",
+    "attention_sinks",
     "mtp_layers",
     "dropout",
 )
@@ -317,11 +318,6 @@ def model_preset(name: str) -> ModelSpec:
 
 
 # ----------------------------------------------------------------------------- model
-# Architecture that no config.json key names (the model type implies it) and the simulator does
-# not model: always one warning line.
-GPT_OSS_SINKS = (
-    "gpt_oss attention sinks (a learnable softmax offset per head; costed as plain causal attention)"
-)
 # config.json keys that change the architecture in ways the simulator does not model. Each is an
 # error naming the file and key unless `[model] allow_unmodeled` lists it (then one warning line).
 UNMODELED_HF_KEYS = {
@@ -499,7 +495,9 @@ def hf_config_fields(path: Path) -> dict[str, Any]:
         # expert (Megatron-Bridge GPTOSSBridge: add_bias_linear, activation_func_clamp_value)
         out["activation"] = "clamped_quick_geglu"
         out["linear_bias"] = True
-        out["_features"] = [GPT_OSS_SINKS]
+        # its attention sinks (a learnable softmax offset per head, no config.json key: the model
+        # type implies them; Megatron-Bridge GPTOSSBridge softmax_type = "learnable")
+        out["attention_sinks"] = True
     elif get("mlp_bias") is True:
         out["linear_bias"] = True
     if model_type in ("qwen3", "qwen3_moe") or get("use_qk_norm") is True:

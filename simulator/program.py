@@ -186,6 +186,17 @@ CLAMPED_GLU_PASSES = (4.0, 3, 5.0, 3)
 # negation (1), chunk's cat (2) and the sum of the two paths (3) = 10 passes in 5 kernels. (Fused
 # RoPE: 2 passes each way, what "rope" costs otherwise.)
 UNFUSED_ROPE_PASSES = (12.0, 6, 10.0, 5)
+# Attention sinks (GPT-OSS: a learnable softmax offset per head, Megatron-Core softmax_type =
+# "learnable"; Transformer Engine hands it to cuDNN, fused_attn_f16_arbitrary_seqlen.cu
+# set_sink_token / set_dsink_token). The forward adds one exp per query row inside the fused
+# kernel (nothing apart). The backward's graph adds the sink gradient on top of the "dO * O ->
+# softmax_sum" chain: sub_sink = sink - Stats, exp_sink = exp(sub_sink), per_token_grad =
+# exp_sink * rowsum(dO * O), dSink = reduce(per_token_grad) over batch and queries
+# (NVIDIA/cudnn-frontend include/cudnn_frontend/node/scaled_dot_product_flash_attention.h@3929da2,
+# "DSINK_TOKEN"): a pointwise-and-reduction pass reading the fp32 softmax statistics and the fp32
+# row sums of each (batch, head, query) row, 4 + 4 bytes, into h floats.
+SINK_GRAD_NOTE = "cuDNN SDPA backward's dSink chain (cudnn-frontend scaled_dot_product_flash_attention.h)"
+SINK_GRAD_BYTES_PER_ROW = 8.0
 # Expert biases (linear_bias): TEGroupedMLP._apply_bias (megatron/core/transformer/moe/experts.py
 # :251-268@2edffadb5, the same loop in every container's Megatron-LM, 0d8e0714 .. cd4afffa) adds each
 # token copy's fc2 bias, scaled by its routing probability, after the grouped GEMM (fc1's bias is
@@ -1164,6 +1175,7 @@ class _Coster:
             t_b = attention_time_s(d, impl, "bwd", **shape)
             fwd = [Segment("compute", name, t_f, model_flops_fwd, 0.0)]
             bwd = [Segment("compute", name + " bwd", t_b, 2 * model_flops_fwd, 0.0)]
+            bwd += self._sink_grad(impl, b * heads_local * s_local)
             return t_f, t_b, (fwd, bwd)
         t_f, t_b = cp_ring_attention_s(d, impl, b, s_local, heads_local, head_dim, cp)
         out_elems = b * s_local * heads_local * head_dim  # this rank's attention output (and dq)
@@ -1180,7 +1192,22 @@ class _Coster:
             Segment("compute", name + f" bwd ({cp} ring steps)", t_b, 2 * model_flops_fwd, 0.0),
             Segment("compute", "cp gradient correction", t_cb, 0.0, corr_b),
         ]
+        bwd += self._sink_grad(impl, b * heads_local * s_local)
         return t_f, t_b, (fwd, bwd)
+
+    def _sink_grad(self, impl: str, rows: int) -> list[Segment]:
+        """The attention sinks' gradient (SINK_GRAD_NOTE): one memory-bound pass over the fp32
+        softmax statistics and row sums of this rank's `rows` (batch x heads x queries). Only
+        cuDNN's backward graph computes it apart; Transformer Engine runs sinks on cuDNN fused
+        attention (FlashAttention is disabled for them) or its unfused path."""
+        if not self.scn.model.attention_sinks or impl != "cudnn":
+            return []
+        nbytes = SINK_GRAD_BYTES_PER_ROW * rows
+        return [
+            Segment(
+                "compute", "attention sink grad (dSink)", memory_op_time_s(self.device, nbytes), 0.0, nbytes
+            )
+        ]
 
     def _tp_entry(self, fwd: list, b_in: list, msg: float, gemm_s: float) -> None:
         """Column-parallel entry (Megatron's `f` operator): with SP an AllGather forward; in

@@ -240,6 +240,8 @@ class ModelSpec:
     linear_bias: bool = False  # biases on the linear layers and experts (Megatron add_bias_linear)
     qk_norm: bool = False  # RMSNorm of each query and key head before RoPE (Qwen3: qk_layernorm)
     rope_mscale: float = 1.0  # YaRN attention factor applied to RoPE's cos/sin (1 = none)
+    # learnable softmax offset per head (GPT-OSS "sinks"; Megatron-Core softmax_type = "learnable")
+    attention_sinks: bool = False
     num_experts: int = 0  # 0 = dense model
     top_k: int = 0
     expert_ffn_hidden: int = 0  # 0 -> ffn_hidden
@@ -285,7 +287,14 @@ class ModelSpec:
         for key in ("num_experts", "top_k", "expert_ffn_hidden", "shared_expert_ffn_hidden"):
             _check_int(f"{p}.moe.{key}", getattr(self, key), minimum=0, maximum=MAX_DIM)
         _check_int(f"{p}.moe.layer_interval", self.moe_layer_interval, maximum=MAX_DIM)
-        for key in ("gated_mlp", "tied_embeddings", "position_embeddings", "linear_bias", "qk_norm"):
+        for key in (
+            "gated_mlp",
+            "tied_embeddings",
+            "position_embeddings",
+            "linear_bias",
+            "qk_norm",
+            "attention_sinks",
+        ):
             _check_bool(f"{p}.{key}", getattr(self, key))
         _check_num(f"{p}.rope_mscale", self.rope_mscale, strict=True, maximum=100.0)
         _check_choice(f"{p}.activation", self.activation, ACTIVATIONS)

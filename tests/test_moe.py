@@ -129,8 +129,9 @@ def test_hf_import_equals_preset(config: str, preset: str, allow: list[str]) -> 
     assert F.model_flops_per_sequence(m) == F.model_flops_per_sequence(p)
     assert (m.activation, m.linear_bias) == (p.activation, p.linear_bias)
     assert m.rope_mscale == pytest.approx(p.rope_mscale, rel=1e-4)
-    # one warning line per allowed key, plus one per feature no key names (gpt_oss: sinks)
-    assert len(m.notes) == len(allow) + (1 if config == "gpt_oss.json" else 0)
+    assert m.attention_sinks == p.attention_sinks
+    # one warning line per allowed key (gpt_oss's sinks are modeled: no feature line)
+    assert len(m.notes) == len(allow)
     assert all(config in n for n in m.notes)
 
 
@@ -171,7 +172,8 @@ def test_hf_import_hub_configs_match_published(
     assert _close(F.total_params(m), total, t_round), F.total_params(m) / 1e9
     act = F.active_params(m) - (0 if with_input_emb else m.vocab * m.hidden)
     assert _close(act, active, a_round), act / 1e9
-    assert len(m.notes) == len(allow) + (1 if m.activation == "clamped_quick_geglu" else 0)
+    assert len(m.notes) == len(allow)  # GPT-OSS's sinks are modeled (attention_sinks): no feature line
+    assert m.attention_sinks == (m.activation == "clamped_quick_geglu")
     if allow:  # each allowed key is needed: without it the import is refused naming one
         with pytest.raises(ConfigError) as info:
             model_from_table({"hf_config": config, "seq_len": 4096}, FIXTURES)

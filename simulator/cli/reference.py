@@ -175,6 +175,13 @@ KEYS: dict[str, Key] = {
         "number",
         since=NEXT,
     ),
+    "model.attention_sinks": Key(
+        "a learnable softmax offset per attention head (GPT-OSS sinks; Megatron-Core softmax_type = "
+        '"learnable"): cuDNN fused attention takes it, and its gradient adds a reduction over the '
+        "backward's softmax statistics (one memory-bound op, 'attention sink grad')",
+        "boolean",
+        since=NEXT,
+    ),
     "model.moe": Key(
         "mixture of experts (balanced routing unless [model.moe] routing says dropless)",
         "table",
