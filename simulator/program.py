@@ -1328,8 +1328,10 @@ class _Coster:
         its softmax/top-k, permute (one copy per chosen expert), dispatch all-to-all over EP,
         with etp > 1 an all-gather over the expert-TP group, the grouped expert GEMMs of its
         E/ep experts (each matrix 1/etp), then the way back (reduce-scatter, combine, unpermute).
-        Balanced routing gives every expert T·top_k/E tokens; `load_imbalance` multiplies the
-        busiest rank's expert GEMMs and all-to-all (every rank waits for it at the combine).
+        The mean rank's experts see T·top_k/E tokens each; the busiest rank's factor
+        (Scenario.expert_load_imbalance: forced balancing's sampling spread, dropless routing's
+        skew, or an explicit `load_imbalance`; routing_skew.py) multiplies its expert GEMMs and
+        all-to-all (every rank waits for it at the combine).
         Returns the indices in `fwd` of the dispatcher's host sync (after the first permute,
         Megatron's "before_ep_alltoall"), of the experts' first op and of the combine's first op.
         """
@@ -1360,7 +1362,7 @@ class _Coster:
         streams = TE_GEMM_STREAMS if eager else 0
         if gather:
             fc1_s = grouped_matmul_time_s(
-                d, per_expert, fc1_n, h, experts_local, m.routing == "dropless", streams
+                d, per_expert, fc1_n, h, experts_local, m.uneven_expert_counts, streams
             )
             self._tp_entry(fwd, b_in, tp_msg, fc1_s)
         # the rows the permute reads: the rank's own tokens (alltoall, allgather), or with a flex
@@ -1390,7 +1392,7 @@ class _Coster:
                     etp_msg,
                 )
             )
-        dropless = m.routing == "dropless"
+        uneven = m.uneven_expert_counts  # random or skewed routing: unequal counts
         # the all-to-all dispatcher's second permutation: received tokens sorted by local expert
         sort_chunks = scn.kernels.moe_dispatcher == "alltoall" and experts_local > 1
         if sort_chunks:
@@ -1398,7 +1400,7 @@ class _Coster:
             self._eager(fwd, b_in, "moe sort by expert", SORT_CHUNKS_PASSES, sorted_bytes)
 
         def grouped(name: str, n: int, kk: int) -> None:
-            tt = grouped_matmul_time_s(d, per_expert, n, kk, experts_local, dropless, streams)
+            tt = grouped_matmul_time_s(d, per_expert, n, kk, experts_local, uneven, streams)
             f = 2.0 * per_expert * n * kk * experts_local
             fwd.append(Segment("compute", name, tt, f, 0.0))
             b_in.append(Segment("compute", name + " dgrad", tt, f, 0.0))

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 from .errors import ConfigError
 from .names import canonical, did_you_mean
-from .routing_skew import DROPLESS_EXPERT_LOAD_CV, busiest_rank_factor
+from .routing_skew import DROPLESS_EXPERT_LOAD_CV, FORCED_EXPERT_LOAD_CV, busiest_rank_factor
 from .schedules import check_schedule, num_virtual_stages
 from .units import DAY_S, GIGA, MIN_S, YEAR_S
 
@@ -389,14 +389,23 @@ class ModelSpec:
         return self.num_kv_heads * self.dim_per_head
 
     def busiest_rank_load(self, ep: int, tokens: int) -> float:
-        """Busiest EP rank's routed tokens / the mean: the explicit `load_imbalance`, else 1 for
-        balanced routing, else the expected maximum over `ep` ranks of dropless routing's skew
-        with `tokens` distinct tokens routed into the EP group per micro-batch (routing_skew.py)."""
+        """Busiest EP rank's routed tokens / the mean: the explicit `load_imbalance`, else the
+        expected maximum over `ep` ranks with `tokens` distinct tokens routed into the EP group per
+        micro-batch -- of the sampling spread alone for balanced routing (forced: random router
+        logits), of the trained router's skew plus sampling for dropless (routing_skew.py)."""
         if self.load_imbalance:
             return self.load_imbalance
-        if self.routing == "balanced":
-            return 1.0
-        return busiest_rank_factor(self.num_experts, self.top_k, ep, tokens, DROPLESS_EXPERT_LOAD_CV)
+        cv = FORCED_EXPERT_LOAD_CV if self.routing == "balanced" else DROPLESS_EXPERT_LOAD_CV
+        return busiest_rank_factor(self.num_experts, self.top_k, ep, tokens, cv)
+
+    @property
+    def uneven_expert_counts(self) -> bool:
+        """Whether the experts' token counts differ from one another (grouped GEMMs: each expert's
+        last row tile on average half full, costs.grouped_matmul_time_s): dropless routing, and
+        forced balancing, whose random router logits spread the counts (routing_skew.py) -- all
+        but an explicit load_imbalance = 1 on balanced routing (every expert the same count, as
+        token dropping padded to capacity gives)."""
+        return self.routing == "dropless" or self.load_imbalance != 1.0
 
     @property
     def ffn(self) -> int:
