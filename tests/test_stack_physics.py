@@ -281,3 +281,56 @@ def test_fsdp_backward_post_exposes_the_backward_gathers(monkeypatch: pytest.Mon
     assert t_post - t_pre == pytest.approx(expected, rel=0.02)
     with pytest.raises(ConfigError):
         _scn(parallel=par, kernels={"zero3_backward_prefetch": "later"})
+
+
+# ----------------------------------------------------------------------------- bert_padding
+def test_attention_unpad_moves_the_bert_padding_bytes(monkeypatch: pytest.MonkeyPatch) -> None:
+    """llm-foundry's flash_attn_fn behind flash-attn's bert_padding: forward gathers q, k, v
+    (2 + 2 bytes per element each) and zero-fills + scatters the output (2 + 2 + 2); backward
+    gathers the output gradient (2 + 2) and zero-fills + scatters q, k, v's (2 + 2 + 2 each).
+    For GQA (8 of 32 kv heads) on T tokens: 4·T·(h + 2·h/4) + 6·T·h forward,
+    6·T·(h + 2·h/4) + 4·T·h backward, each at the streaming bandwidth plus one latency per
+    kernel (26 forward, 7 backward); nothing else in the layer changes."""
+    monkeypatch.setattr(P, "power_limited_device", lambda coster: (coster.device, 0.0))
+    plain = _scn(parallel={"micro_batch": 2})
+    unpad = _scn(parallel={"micro_batch": 2}, kernels={"attention_padding": "unpad"})
+    assert plain.kernels.attention_padding == "none"
+    T, h = 2 * 4096, 4096
+    qkv, out = T * (h + 2 * h // 4), T * h
+    chunk = P.build_program(unpad).stages[0].chunks[0]
+    layers = chunk.num_layers
+    assert _bytes(unpad, "attention unpad/pad") == pytest.approx((4 * qkv + 6 * out) * layers)
+    bwd_bytes = sum(s.message_bytes for s in chunk.backward.segments if s.name == "attention unpad/pad bwd")
+    assert bwd_bytes == pytest.approx((6 * qkv + 4 * out) * layers)
+    device = Device(unpad.gpu, "bf16", K.kernel_params(unpad.gpu))
+    from simulator.costs import memory_op_time_s
+
+    a, b = _segments(plain), _segments(unpad)
+    expected = memory_op_time_s(device, 4 * qkv + 6 * out, kernels=26) + memory_op_time_s(
+        device, 6 * qkv + 4 * out, kernels=7
+    )
+    assert b["attention unpad/pad"] + b["attention unpad/pad bwd"] == pytest.approx(
+        expected * layers, rel=1e-6
+    )
+    assert {k: v for k, v in b.items() if "unpad" not in k} == pytest.approx(a)
+    with pytest.raises(ConfigError):
+        _scn(kernels={"attention_padding": "varlen"})
+
+
+def test_mpt_large_scale_flash_rows_unpad() -> None:
+    """Only the H100 Large Scale rows that sweep.py runs with `--attn_impl flash` (1b/3b/7b/70b) go
+    through flash_attn_fn's bert_padding; its 13b/30b rows (triton) and the October 2023 tables
+    do not."""
+    from simulator.resources import data_dir
+    from simulator.validate.cases import build_case
+    from simulator.validate.runs import read_runs_csv
+
+    runs = {r.run_id: r for r in read_runs_csv(data_dir("scenarios") / "published" / "calibration_runs.csv")}
+
+    def padding(run_id: str) -> str:
+        return build_case(runs[run_id]).scenario.get("kernels", {}).get("attention_padding", "none")
+
+    assert padding("mpt_H100-SXM-80GB_1b_s2048_512gpu_bf16") == "unpad"
+    assert padding("mpt_H100-SXM-80GB_70b_s2048_128gpu_bf16") == "unpad"
+    assert padding("mpt_H100-SXM-80GB_13b_s2048_512gpu_bf16") == "none"
+    assert padding("mpt_H100-SXM-80GB_1b_s2048_64gpu_bf16") == "none"

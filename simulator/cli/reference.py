@@ -437,6 +437,14 @@ KEYS: dict[str, Key] = {
         allowed=lambda: ("pre", "post"),
         since=NEXT,
     ),
+    "kernels.attention_padding": Key(
+        "how q, k, v reach the attention kernel: none = as the layer holds them, unpad = through"
+        " flash-attn's bert_padding (gather copies of q, k, v before flash_attn_varlen_func, a"
+        " zero-filled scatter of the output after it; llm-foundry's flash_attn_fn)",
+        default='"none"',
+        allowed=lambda: ("none", "unpad"),
+        since=NEXT,
+    ),
     "kernels.zero3_collectives": Key(
         "ZeRO-3 parameter all-gathers and gradient reduce-scatters: nccl = NCCL on the topology"
         " (node NICs aggregated over NVLink), flat = a flat ring on each GPU's share of the node's"
