@@ -382,19 +382,21 @@ def _kernels(
     """The source's software stack (docs/validate-assumptions.md): attention kernel, the dtype of
     the data-parallel gradient reduction, and whether TP communication overlaps the GEMMs."""
     kernels: dict[str, Any] = {}
+    where = (run.source, run.get("notes") or "", run.get("model_name") or "")
     for key in STACK_RULE_KEYS:
-        value, why = rules.stack_for(key, run.source, run.get("notes") or "", run.get("model_name") or "")
+        if key == "zero3_backward_prefetch":
+            continue  # ZeRO-3 rows only, below
+        value, why = rules.stack_for(key, *where)
         if value:
             kernels[key] = value
             notes.append(f"kernels: {key} = {value} ({why or rules.key + ' stack'})")
     if not rules.tp_comm_async and parallel["tp"] > 1:
         kernels["tp_comm_async"] = False
         notes.append(f"kernels: tp_comm_async = false ({rules.key} stack: TP collectives not overlapped)")
-    if rules.zero3_backward_prefetch and parallel["zero"] == 3:
-        kernels["zero3_backward_prefetch"] = rules.zero3_backward_prefetch
-        notes.append(
-            f"kernels: zero3_backward_prefetch = {rules.zero3_backward_prefetch} ({rules.key} stack)"
-        )
+    prefetch, why = rules.stack_for("zero3_backward_prefetch", *where)
+    if prefetch and parallel["zero"] == 3:
+        kernels["zero3_backward_prefetch"] = prefetch
+        notes.append(f"kernels: zero3_backward_prefetch = {prefetch} ({why or rules.key + ' stack'})")
     if rules.zero3_collectives and parallel["zero"] == 3:
         kernels["zero3_collectives"] = rules.zero3_collectives
         notes.append(

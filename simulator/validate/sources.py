@@ -28,6 +28,7 @@ class StackRule:
     grad_reduce_dtype: str = ""  # gradient reduction dtype ("" = the source's)
     cross_entropy: str = ""  # loss kernel ("" = the source's)
     attention_padding: str = ""  # q/k/v unpad/pad around the attention kernel ("" = the source's)
+    zero3_backward_prefetch: str = ""  # ZeRO-3/FSDP backward gathers ("" = the source's)
     table: str = ""
     notes: str = ""
     models: tuple[str, ...] = ()
@@ -89,7 +90,13 @@ class SourceTable:
 
 
 # the stack keys a [[source.stack_rule]] can set for some of a source's rows
-STACK_RULE_KEYS = ("attention", "grad_reduce_dtype", "cross_entropy", "attention_padding")
+STACK_RULE_KEYS = (
+    "attention",
+    "grad_reduce_dtype",
+    "cross_entropy",
+    "attention_padding",
+    "zero3_backward_prefetch",
+)
 _RULE_KEYS = tuple(k for k in SourceRules.__dataclass_fields__ if k != "stack_rules")
 _OPTIONAL_KEYS = (
     "attention",
@@ -122,6 +129,7 @@ def _rules(table: dict[str, Any], where: str) -> SourceRules:
                 grad_reduce_dtype=str(r.get("grad_reduce_dtype", "")),
                 cross_entropy=str(r.get("cross_entropy", "")),
                 attention_padding=str(r.get("attention_padding", "")),
+                zero3_backward_prefetch=str(r.get("zero3_backward_prefetch", "")),
                 table=str(r.get("table", "")).lower(),
                 notes=str(r.get("notes", "")).lower(),
                 models=tuple(str(m).lower() for m in r.get("models", ())),
