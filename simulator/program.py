@@ -904,6 +904,18 @@ class _Coster:
             mm("fc2", T, h, f_local)
             self._tp_exit(fwd, b_in, tp_msg)
             span("mlp", start)
+        if m.linear_bias and scn.kernels.bias_grad == "separate" and m.mla is None:
+            # PyTorch nn.Linear: one reduction per biased layer over its output gradient (16-bit)
+            outs = [q_local + 2 * kv_local, h] + ([] if moe else [fc1_n, h])
+            b_w.append(
+                Segment(
+                    "compute",
+                    "bias grads (reduction)",
+                    memory_op_time_s(d, T * sum(outs) * a, kernels=len(outs)),
+                    0.0,
+                    T * sum(outs) * a,
+                )
+            )
         mem("residual add", 3 * norm_tokens * h * a)
 
         params_local = fl.layer_params_per_rank(m, par, moe).total

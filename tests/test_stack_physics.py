@@ -337,3 +337,45 @@ def test_mpt_large_scale_rows_follow_sweep_py() -> None:
     assert kernels("13b_s2048_512gpu") == ("none", "pre")
     assert kernels("13b_s2048_64gpu") == ("none", "post")
     assert kernels("1b_s2048_64gpu") == ("none", "post")
+
+
+def test_separate_bias_grads_read_each_output_gradient_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """PyTorch nn.Linear's bias gradient is a reduction over its output gradient: for a dense
+    GELU layer with biases, qkv (h + 2·h/4 for 8 of 32 kv heads), attn out (h), fc1 (f) and fc2
+    (h), 2 bytes each per token, in 4 kernels; Transformer Engine fuses them into the wgrad GEMM
+    (nothing), and a model without biases has none either way."""
+    monkeypatch.setattr(P, "power_limited_device", lambda coster: (coster.device, 0.0))
+    model = {"linear_bias": True, "gated_mlp": False}
+    fused = _scn(model=model, parallel={"micro_batch": 2})
+    sep = _scn(model=model, parallel={"micro_batch": 2}, kernels={"bias_grad": "separate"})
+    no_bias = _scn(model={"gated_mlp": False}, parallel={"micro_batch": 2}, kernels={"bias_grad": "separate"})
+    assert fused.kernels.bias_grad == "fused"
+    T, h, f = 2 * 4096, 4096, 14336
+    chunk = P.build_program(sep).stages[0].chunks[0]
+    got = [s for s in chunk.backward.segments if s.name == "bias grads (reduction)"]
+    moved = T * (h + 2 * h // 4 + h + f + h) * 2
+    layers = chunk.num_layers
+    assert sum(s.message_bytes for s in got) == pytest.approx(moved * layers)
+    device = Device(sep.gpu, "bf16", K.kernel_params(sep.gpu))
+    from simulator.costs import memory_op_time_s
+
+    t = memory_op_time_s(device, moved, kernels=4)
+    assert sum(s.duration_s for s in got) == pytest.approx(t * layers)
+    assert "bias grads (reduction)" not in _segments(fused)
+    assert "bias grads (reduction)" not in _segments(no_bias)
+    with pytest.raises(ConfigError):
+        _scn(kernels={"bias_grad": "epilogue"})
+
+
+def test_mpt_rows_carry_the_benchmark_model() -> None:
+    """llm-foundry's benchmark MPTs: learned positions (no RoPE pass), biases on every nn.Linear
+    with PyTorch's separate bias-gradient reduction, tied embeddings."""
+    from simulator.resources import data_dir
+    from simulator.validate.cases import build_case
+    from simulator.validate.runs import read_runs_csv
+
+    runs = {r.run_id: r for r in read_runs_csv(data_dir("scenarios") / "published" / "calibration_runs.csv")}
+    scenario = build_case(runs["mpt_A100-SXM-80GB_7b_s65536_8gpu_bf16"]).scenario
+    model = scenario["model"]
+    assert model["position_embeddings"] and model["linear_bias"] and model["tied_embeddings"]
+    assert scenario["kernels"]["bias_grad"] == "separate"

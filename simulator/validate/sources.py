@@ -61,6 +61,7 @@ class SourceRules:
     zero3_collectives: str = ""  # ZeRO-3 rows: how their collectives ran ("" = nccl)
     zero3_backward_prefetch: str = ""  # ZeRO-3/FSDP backward gathers ("" = pre)
     attention_padding: str = ""  # q/k/v unpad/pad around the attention kernel ("" = none)
+    bias_grad: str = ""  # dense linear layers' bias gradients ("" = fused)
     sharded_grad_dtype: str = ""  # ZeRO-2/3 rows: [memory] sharded_grad_dtype ("" = the buffer's)
     sharded_param_dtype: str = ""  # ZeRO-3 rows: [memory] sharded_param_dtype ("" = 16-bit + master)
     stack_rules: tuple[StackRule, ...] = ()  # per-table / per-row exceptions to the stack keys
@@ -106,6 +107,7 @@ _OPTIONAL_KEYS = (
     "zero3_collectives",
     "zero3_backward_prefetch",
     "attention_padding",
+    "bias_grad",
     "sharded_grad_dtype",
     "sharded_param_dtype",
     "stack_rule",
