@@ -75,6 +75,10 @@ MODULE_OPS: dict[str, tuple[float, float, float]] = {
     "mla": (6.0, 4.0, 4.0),  # MLA: q/kv down- and up-projections and their norms on top of "attn"
     # QK norm (Qwen3): q_layernorm and k_layernorm forward and backward, the DDP hooks of their weights
     "qk_norm": (2.0, 2.0, 2.0),
+    # attention sinks (GPT-OSS): TE DotProductAttention's learnable softmax_offset is a parameter
+    # of its own (dot_product_attention.py register_parameter("softmax_offset")), so one more DDP
+    # gradient hook per layer and micro-batch; its dSink kernel runs inside cuDNN's graph call
+    "attention_sinks": (0.0, 0.0, 1.0),
     "mlp": (8.0, 7.0, 4.0),  # dense LayerNormMLP: norm, quantize, fc1, activation, quantize, fc2
     # pre-MLP norm and TopKRouter: gating GEMM in fp32, score function, top-k, routing-map
     # scatter, aux-loss statistics (sums, all-reduce of tokens per expert)
@@ -182,6 +186,7 @@ def moe_layer_host_ops(scn: Scenario) -> LayerHostOps | None:
         MODULE_OPS["attn_tp"] if par.tp > 1 else none,
         MODULE_OPS["mla"] if m.mla is not None else none,
         MODULE_OPS["qk_norm"] if m.qk_norm else none,
+        MODULE_OPS["attention_sinks"] if m.attention_sinks else none,
     )
     if _graphed(scn, "attn"):
         attn = launch

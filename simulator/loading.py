@@ -59,6 +59,7 @@ MODEL_KEYS = (
     "linear_bias",
     "qk_norm",
     "rope_mscale",
+    "attention_sinks",
     "mtp_layers",
     "dropout",
 )
@@ -292,6 +293,7 @@ def _gpu_catalog(
             board_power_w=float(t.get("board_power_w", 0.0)),
             node_overhead_w_per_gpu=float(t.get("node_overhead_w_per_gpu", 0.0)),
             host_link_bytes_per_s=units.gBps_to_bytes_per_s(float(t.get("host_link_GBps", 0.0))),
+            nvlink_bytes_per_s=units.gBps_to_bytes_per_s(float(t.get("nvlink_GBps_per_direction", 0.0))),
         )
     return out
 
@@ -316,11 +318,6 @@ def model_preset(name: str) -> ModelSpec:
 
 
 # ----------------------------------------------------------------------------- model
-# Architecture that no config.json key names (the model type implies it) and the simulator does
-# not model: always one warning line.
-GPT_OSS_SINKS = (
-    "gpt_oss attention sinks (a learnable softmax offset per head; costed as plain causal attention)"
-)
 # config.json keys that change the architecture in ways the simulator does not model. Each is an
 # error naming the file and key unless `[model] allow_unmodeled` lists it (then one warning line).
 UNMODELED_HF_KEYS = {
@@ -498,7 +495,9 @@ def hf_config_fields(path: Path) -> dict[str, Any]:
         # expert (Megatron-Bridge GPTOSSBridge: add_bias_linear, activation_func_clamp_value)
         out["activation"] = "clamped_quick_geglu"
         out["linear_bias"] = True
-        out["_features"] = [GPT_OSS_SINKS]
+        # its attention sinks (a learnable softmax offset per head, no config.json key: the model
+        # type implies them; Megatron-Bridge GPTOSSBridge softmax_type = "learnable")
+        out["attention_sinks"] = True
     elif get("mlp_bias") is True:
         out["linear_bias"] = True
     if model_type in ("qwen3", "qwen3_moe") or get("use_qk_norm") is True:
@@ -1212,6 +1211,8 @@ def _cluster(data: Mapping[str, Any], base_dir: Path) -> tuple[TopologySpec, int
             topo = replace(topo, **changes)
         except ConfigError as err:
             raise err.with_key_prefix("cluster") from None
+    link_given = "link_GBps_per_direction" in _table_or_empty(cluster, "intra_node")
+    topo = cap_nvlink(topo, gpu_swapped="gpu" in cluster, link_given=link_given)
     if "gpus_used_per_node" in cluster:
         topo = use_gpus_per_node(topo, cluster["gpus_used_per_node"])
     num_gpus = _required(cluster, "num_gpus", "cluster")
@@ -1220,6 +1221,34 @@ def _cluster(data: Mapping[str, Any], base_dir: Path) -> tuple[TopologySpec, int
             f"must be an integer (write {int(num_gpus)}), got {num_gpus!r}", key="cluster.num_gpus"
         )
     return topo, num_gpus
+
+
+def cap_nvlink(topo: TopologySpec, gpu_swapped: bool, link_given: bool) -> TopologySpec:
+    """A GPU's NVLink ports bound its NVLink bandwidth whatever the switch offers. `[cluster] gpu =
+    "h800"` swapped onto a DGX H100 topology gets the H800's 200 GB/s per direction, not the H100's
+    450, with a warning line naming the key. A link the scenario or its topology file states
+    itself is a what-if and is kept, with a warning when it exceeds the GPU's ports."""
+    cap = topo.gpu.nvlink_bytes_per_s
+    link = topo.intra_node.link_bandwidth_bytes_per_s
+    if cap <= 0 or topo.intra_node.fabric == "pcie" or link <= cap * (1 + 1e-9):
+        return topo
+    cap_gbps = units.bytes_per_s_to_gBps(cap)
+    link_gbps = units.bytes_per_s_to_gBps(link)
+    if link_given or not gpu_swapped:
+        note = (
+            f"intra_node.link_GBps_per_direction: {link_gbps:g} GB/s exceeds the {cap_gbps:g} GB/s that "
+            f"{topo.gpu.name}'s NVLink ports carry: simulated as given (a what-if)"
+        )
+        return replace(topo, notes=topo.notes + (note,))
+    note = (
+        f"cluster.gpu: {topo.gpu.name}'s NVLink ports carry {cap_gbps:g} GB/s per direction; the "
+        f"topology's {link_gbps:g} GB/s NVLink is capped to it"
+    )
+    return replace(
+        topo,
+        intra_node=replace(topo.intra_node, link_bandwidth_bytes_per_s=cap),
+        notes=topo.notes + (note,),
+    )
 
 
 def use_gpus_per_node(topo: TopologySpec, used: object) -> TopologySpec:

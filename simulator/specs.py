@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 from .errors import ConfigError
 from .names import canonical, did_you_mean
-from .routing_skew import DROPLESS_EXPERT_LOAD_CV, busiest_rank_factor
+from .routing_skew import DROPLESS_EXPERT_LOAD_CV, FORCED_EXPERT_LOAD_CV, busiest_rank_factor
 from .schedules import check_schedule, num_virtual_stages
 from .units import DAY_S, GIGA, MIN_S, YEAR_S
 
@@ -240,6 +240,8 @@ class ModelSpec:
     linear_bias: bool = False  # biases on the linear layers and experts (Megatron add_bias_linear)
     qk_norm: bool = False  # RMSNorm of each query and key head before RoPE (Qwen3: qk_layernorm)
     rope_mscale: float = 1.0  # YaRN attention factor applied to RoPE's cos/sin (1 = none)
+    # learnable softmax offset per head (GPT-OSS "sinks"; Megatron-Core softmax_type = "learnable")
+    attention_sinks: bool = False
     num_experts: int = 0  # 0 = dense model
     top_k: int = 0
     expert_ffn_hidden: int = 0  # 0 -> ffn_hidden
@@ -285,7 +287,14 @@ class ModelSpec:
         for key in ("num_experts", "top_k", "expert_ffn_hidden", "shared_expert_ffn_hidden"):
             _check_int(f"{p}.moe.{key}", getattr(self, key), minimum=0, maximum=MAX_DIM)
         _check_int(f"{p}.moe.layer_interval", self.moe_layer_interval, maximum=MAX_DIM)
-        for key in ("gated_mlp", "tied_embeddings", "position_embeddings", "linear_bias", "qk_norm"):
+        for key in (
+            "gated_mlp",
+            "tied_embeddings",
+            "position_embeddings",
+            "linear_bias",
+            "qk_norm",
+            "attention_sinks",
+        ):
             _check_bool(f"{p}.{key}", getattr(self, key))
         _check_num(f"{p}.rope_mscale", self.rope_mscale, strict=True, maximum=100.0)
         _check_choice(f"{p}.activation", self.activation, ACTIVATIONS)
@@ -380,14 +389,23 @@ class ModelSpec:
         return self.num_kv_heads * self.dim_per_head
 
     def busiest_rank_load(self, ep: int, tokens: int) -> float:
-        """Busiest EP rank's routed tokens / the mean: the explicit `load_imbalance`, else 1 for
-        balanced routing, else the expected maximum over `ep` ranks of dropless routing's skew
-        with `tokens` distinct tokens routed into the EP group per micro-batch (routing_skew.py)."""
+        """Busiest EP rank's routed tokens / the mean: the explicit `load_imbalance`, else the
+        expected maximum over `ep` ranks with `tokens` distinct tokens routed into the EP group per
+        micro-batch -- of the sampling spread alone for balanced routing (forced: random router
+        logits), of the trained router's skew plus sampling for dropless (routing_skew.py)."""
         if self.load_imbalance:
             return self.load_imbalance
-        if self.routing == "balanced":
-            return 1.0
-        return busiest_rank_factor(self.num_experts, self.top_k, ep, tokens, DROPLESS_EXPERT_LOAD_CV)
+        cv = FORCED_EXPERT_LOAD_CV if self.routing == "balanced" else DROPLESS_EXPERT_LOAD_CV
+        return busiest_rank_factor(self.num_experts, self.top_k, ep, tokens, cv)
+
+    @property
+    def uneven_expert_counts(self) -> bool:
+        """Whether the experts' token counts differ from one another (grouped GEMMs: each expert's
+        last row tile on average half full, costs.grouped_matmul_time_s): dropless routing, and
+        forced balancing, whose random router logits spread the counts (routing_skew.py) -- all
+        but an explicit load_imbalance = 1 on balanced routing (every expert the same count, as
+        token dropping padded to capacity gives)."""
+        return self.routing == "dropless" or self.load_imbalance != 1.0
 
     @property
     def ffn(self) -> int:
@@ -458,11 +476,15 @@ class GPUSpec:
     board_power_w: float = 0.0  # rated board power (TDP / max TGP)
     node_overhead_w_per_gpu: float = 0.0  # rated server power minus its GPUs' board power, per GPU
     host_link_bytes_per_s: float = 0.0  # GPU <-> host memory, one direction (checkpoints, offloading)
+    nvlink_bytes_per_s: float = (
+        0.0  # the most NVLink the GPU's own ports carry, one direction; 0 = not capped
+    )
 
     def __post_init__(self) -> None:
         _check_num("gpu.board_power_w", self.board_power_w, maximum=1e5)
         _check_num("gpu.node_overhead_w_per_gpu", self.node_overhead_w_per_gpu, maximum=1e5)
         _check_num("gpu.host_link_GBps", self.host_link_bytes_per_s)
+        _check_num("gpu.nvlink_GBps_per_direction", self.nvlink_bytes_per_s)
         _check_num("gpu.peak_bf16_tflops", self.peak_bf16_flop_per_s, strict=True)
         _check_num("gpu.peak_fp16_tflops", self.peak_fp16_flop_per_s, strict=True)
         _check_num("gpu.peak_fp8_tflops", self.peak_fp8_flop_per_s)
@@ -543,6 +565,7 @@ class TopologySpec:
     inter_node: InterNodeSpec
     rank_order: tuple[str, ...] = ("tp", "cp", "dp", "pp")  # innermost first
     physical_gpus_per_node: int = 0  # GPUs a node has when fewer are used ([cluster] gpus_used_per_node)
+    notes: tuple[str, ...] = field(default=(), compare=False)  # what loading changed, shown by the CLI
 
     def __post_init__(self) -> None:
         _check_str("name", self.name)
@@ -1153,7 +1176,7 @@ class Scenario:
 
     def warnings(self) -> list[str]:
         """Legal but suspicious choices, printed on stderr by the CLI."""
-        out = list(self.model.notes)
+        out = list(self.model.notes) + list(self.topology.notes)
         par = self.parallel
         if par.tp > self.topology.gpus_per_node:
             out.append(

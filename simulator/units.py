@@ -33,6 +33,11 @@ def gBps_to_bytes_per_s(gbyte_per_s: float) -> float:
     return gbyte_per_s * GIGA
 
 
+def bytes_per_s_to_gBps(bytes_per_s: float) -> float:
+    """bytes/s -> GB/s (decimal), for messages."""
+    return bytes_per_s / GIGA
+
+
 def tflops_to_flop_per_s(tflop_per_s: float) -> float:
     return tflop_per_s * TERA
 

@@ -22,6 +22,7 @@ from simulator.program import (
     CLAMPED_GLU_PASSES,
     EXPERT_BIAS_BYTES,
     QUANT_PADDING_PASSES,
+    SINK_GRAD_BYTES_PER_ROW,
     SORT_CHUNKS_PASSES,
     UNFUSED_BIAS_ADD_PASSES,
     UNFUSED_ROPE_PASSES,
@@ -34,9 +35,17 @@ SEQ, EP = 2048, 8
 FIXTURES = Path(__file__).parent / "fixtures" / "hf"
 
 
+# load_imbalance = 1: the closed forms below count each EP rank's mean T·top_k token copies, so they
+# pin the busiest rank to the mean (forced balancing's default spread is routing_skew.py's)
 def _scn(**model: Any) -> Scenario:
     data: dict[str, Any] = {
-        "model": {"preset": "gpt-oss-120b", "seq_len": SEQ, "layers": 4, **model},
+        "model": {
+            "preset": "gpt-oss-120b",
+            "seq_len": SEQ,
+            "layers": 4,
+            "moe": {"load_imbalance": 1.0},
+            **model,
+        },
         "cluster": {"topology": "dgx-h100", "num_gpus": 8},
         "parallel": {"ep": EP, "micro_batch": 1, "global_batch": 8},
     }
@@ -169,7 +178,7 @@ def test_refusals_name_the_key() -> None:
 
 def test_preset_says_what_it_does_not_model() -> None:
     notes = model_preset("gpt-oss-120b").notes
-    assert any("sliding window" in n for n in notes) and any("sinks" in n for n in notes)
+    assert any("sliding window" in n for n in notes) and not any("sinks" in n for n in notes)
     assert model_preset("qwen3-30b-a3b").notes == ()
 
 
@@ -179,7 +188,7 @@ def test_fused_grouped_mlp_drops_exactly_the_eager_expert_ops() -> None:
     (program.TE_MULTI_STREAM_NOTE); the rest equal."""
     eager = _segments(_scn())
     data: dict[str, Any] = {
-        "model": {"preset": "gpt-oss-120b", "seq_len": SEQ, "layers": 4},
+        "model": {"preset": "gpt-oss-120b", "seq_len": SEQ, "layers": 4, "moe": {"load_imbalance": 1.0}},
         "cluster": {"topology": "dgx-h100", "num_gpus": 8},
         "parallel": {"ep": EP, "micro_batch": 1, "global_batch": 8},
         "kernels": {"fused_grouped_mlp": True},
@@ -204,7 +213,13 @@ def test_fused_grouped_mlp_drops_exactly_the_eager_expert_ops() -> None:
 
 def _with(kernels: dict[str, Any], ep: int = EP, **model: Any) -> Scenario:
     data: dict[str, Any] = {
-        "model": {"preset": "gpt-oss-120b", "seq_len": SEQ, "layers": 4, **model},
+        "model": {
+            "preset": "gpt-oss-120b",
+            "seq_len": SEQ,
+            "layers": 4,
+            "moe": {"load_imbalance": 1.0},
+            **model,
+        },
         "cluster": {"topology": "dgx-h100", "num_gpus": 8},
         "parallel": {"ep": ep, "micro_batch": 1, "global_batch": 8},
         "kernels": kernels,
@@ -281,7 +296,7 @@ def test_quantized_experts_pad_and_unpad_unless_hybridep_padded() -> None:
 
     def qwen(dtype: str, dispatcher: str) -> Scenario:
         data: dict[str, Any] = {
-            "model": {"preset": "qwen3-30b-a3b", "seq_len": SEQ, "layers": 4},
+            "model": {"preset": "qwen3-30b-a3b", "seq_len": SEQ, "layers": 4, "moe": {"load_imbalance": 1.0}},
             "cluster": {"topology": "dgx-h100", "num_gpus": 8},
             "parallel": {"ep": EP, "micro_batch": 1, "global_batch": 8},
             "precision": {"dtype": dtype},
@@ -298,3 +313,51 @@ def test_quantized_experts_pad_and_unpad_unless_hybridep_padded() -> None:
     assert name in _segments(qwen("fp8", "deepep"))["fwd"]
     assert name not in _segments(qwen("fp8", "hybridep"))["fwd"]
     assert name not in _segments(qwen("bf16", "alltoall"))["fwd"]
+
+
+def test_attention_sinks_add_exactly_the_dsink_reduction() -> None:
+    """GPT-OSS's attention sinks (program.SINK_GRAD_NOTE): cuDNN's backward graph reduces
+    exp(sink - Stats) * rowsum(dO * O) over batch and queries, one memory-bound pass of 8 bytes per
+    (batch, head, query) row; nothing forward, nothing else changes. The preset and the
+    config.json import both set it; other attention implementations keep it inside their kernel."""
+    from simulator.loading import model_from_table
+
+    m = model_preset("gpt-oss-120b")
+    assert m.attention_sinks and not model_preset("qwen3-30b-a3b").attention_sinks
+    allow = ["layer_types", "sliding_window"]
+    imported = model_from_table(
+        {"hf_config": "gpt_oss.json", "seq_len": 4096, "allow_unmodeled": allow}, FIXTURES
+    )
+    assert imported.attention_sinks
+    scn = _scn()
+    with_sinks, without = _segments(scn), _segments(_scn(attention_sinks=False))
+    rows = 1 * m.heads * SEQ  # micro-batch 1, tp 1
+    op = with_sinks["bwd"]["attention sink grad (dSink)"]
+    assert op.message_bytes == SINK_GRAD_BYTES_PER_ROW * rows
+    assert op.duration_s == pytest.approx(memory_op_time_s(_device(scn), SINK_GRAD_BYTES_PER_ROW * rows))
+    assert "attention sink grad (dSink)" not in without["bwd"]
+    assert set(with_sinks["fwd"]) == set(without["fwd"])
+    assert with_sinks["total_s"] - without["total_s"] == pytest.approx(op.duration_s, rel=1e-9)
+    fa3 = scenario_from_dict(
+        {
+            "model": {"preset": "gpt-oss-120b", "seq_len": SEQ, "layers": 4},
+            "cluster": {"topology": "dgx-h100", "num_gpus": 8},
+            "parallel": {"ep": EP, "micro_batch": 1, "global_batch": 8},
+            "kernels": {"attention": "fa3"},
+        }
+    )
+    assert "attention sink grad (dSink)" not in _segments(fa3)["bwd"]
+
+
+def test_attention_sinks_add_one_host_hook() -> None:
+    """The learnable softmax offset is one parameter per layer: one more DDP gradient hook in the
+    backward-weight ops of the attention side, nothing forward (hostbound.MODULE_OPS)."""
+    from simulator.hostbound import MODULE_OPS, moe_layer_host_ops
+
+    with_sinks, without = moe_layer_host_ops(_scn()), moe_layer_host_ops(_scn(attention_sinks=False))
+    assert MODULE_OPS["attention_sinks"] == (0.0, 0.0, 1.0)
+    assert with_sinks is not None and without is not None
+    assert with_sinks.forward == without.forward
+    assert with_sinks.backward_input == without.backward_input
+    assert with_sinks.backward_weight - without.backward_weight == 1.0
+    assert with_sinks.backward_weight_parts[0] - without.backward_weight_parts[0] == 1.0

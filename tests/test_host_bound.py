@@ -149,7 +149,11 @@ def test_gpt_oss_eager_experts_issue_bias_and_clamp_ops_and_sync_twice() -> None
         BIASED_EXPERTS_FIXED_OPS[i] + local * BIASED_EXPERT_OPS[i] + CLAMPED_GLU_OPS[i] for i in range(3)
     ]
     qk_w = MODULE_OPS["qk_norm"][2]  # Qwen3's QK norm weights' hooks (GPT-OSS has none)
-    assert (g.experts - q.experts, g.backward_weight - q.backward_weight) == (extra[0], extra[2] - qk_w)
+    sink_w = MODULE_OPS["attention_sinks"][2]  # GPT-OSS's softmax_offset hook (Qwen3 has none)
+    assert (g.experts - q.experts, g.backward_weight - q.backward_weight) == (
+        extra[0],
+        extra[2] - qk_w + sink_w,
+    )
     assert (g.syncs, q.syncs) == (2, 1) and 0 < g.experts_before_act_sync < g.experts
     fused = moe_layer_host_ops(_scn(1, preset="gpt-oss-120b", fused_grouped_mlp=True))
     assert fused is not None and fused.syncs == 1 and fused.experts_before_act_sync == 0

@@ -452,6 +452,8 @@ def _dominates(fast, slow) -> bool:  # noqa: ANN001
         and fast.num_sms >= slow.num_sms
         and fast.board_power_w >= slow.board_power_w
         and K.sfu_exp_speedup(fast) >= K.sfu_exp_speedup(slow)
+        # the GPU's own NVLink ports (H800: 8 of H100's 18 links) bound a swapped-in topology's link
+        and (fast.nvlink_bytes_per_s or math.inf) >= (slow.nvlink_bytes_per_s or math.inf)
     )
 
 

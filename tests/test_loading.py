@@ -12,7 +12,18 @@ from simulator import flops as F
 from simulator.loading import load_scenario, load_topology, model_preset
 from simulator.resources import data_dir, topology_names
 
-SHIPPED_TOPOLOGIES = ("dgx-a100", "dgx-a100-40gb", "dgx-h100", "dgx-h200", "pcie-a100")
+SHIPPED_TOPOLOGIES = (
+    "dgx-a100",
+    "dgx-a100-40gb",
+    "dgx-h100",
+    "dgx-h200",
+    "dgx-h800",
+    "dgx-b200",
+    "dgx-b300",
+    "gb200-nvl72",
+    "gb300-nvl72",
+    "pcie-a100",
+)
 
 
 def test_shipped_default_scenario_loads_in_si() -> None:
@@ -47,6 +58,73 @@ def test_topology_gpus() -> None:
     assert load_topology("dgx-h200").gpu.name == "h200"
     assert load_topology("dgx-h100").inter_node.nic_bandwidth_bytes_per_s == 50e9  # 400 Gb/s NDR
     assert load_topology("pcie-a100").intra_node.fabric == "pcie"
+
+
+def test_blackwell_ultra_topologies_are_what_validate_simulates() -> None:
+    """dgx-b300 and gb300-nvl72 are the networks `validate` builds for B300/GB300 rows (the B200 /
+    GB200 topology with the Blackwell Ultra GPU and 800 Gb/s ConnectX-8 NICs), so a user's scenario
+    on the shipped name simulates what the published rows were checked against."""
+    from dataclasses import replace
+
+    from simulator.loading import gpu_by_name
+    from simulator.units import gbps_to_bytes_per_s
+    from simulator.validate import gpu_mapping
+
+    for label, name in (("B300", "dgx-b300"), ("GB300", "gb300-nvl72")):
+        mapping = gpu_mapping(label)
+        assert not isinstance(mapping, str) and mapping.gpu
+        base = load_topology(mapping.topology)
+        inter = dict(mapping.inter_node)
+        expected = replace(
+            base,
+            gpu=gpu_by_name(mapping.gpu),
+            inter_node=replace(
+                base.inter_node, nic_bandwidth_bytes_per_s=gbps_to_bytes_per_s(inter["nic_Gbps"])
+            ),
+        )
+        topo = load_topology(name)
+        assert (topo.gpu, topo.gpus_per_node, topo.intra_node, topo.inter_node) == (
+            expected.gpu,
+            expected.gpus_per_node,
+            expected.intra_node,
+            expected.inter_node,
+        ), name
+        assert topo.inter_node.nic_bandwidth_bytes_per_s == 100e9  # 800 Gb/s
+
+
+def test_shipped_topologies_stay_within_their_gpus_nvlink() -> None:
+    """No shipped NVSwitch topology offers a GPU more NVLink than its own ports carry."""
+    for name in topology_names():
+        topo = load_topology(name)
+        if topo.intra_node.fabric != "pcie":
+            assert 0 < topo.intra_node.link_bandwidth_bytes_per_s <= topo.gpu.nvlink_bytes_per_s, name
+
+
+def test_h800_on_a_dgx_h100_gets_the_h800_nvlink(
+    write_file: Callable[..., Path], small_scenario_text: str
+) -> None:
+    """H800 = H100 compute with 8 of 18 NVLinks (200 GB/s per direction): `gpu = "h800"` on the
+    DGX H100 topology is capped to its ports with a warning naming the key, and equals the shipped
+    dgx-h800 topology's link; a link the scenario sets itself is a what-if, kept with a warning."""
+    h100 = small_scenario_text.replace('topology = "dgx-a100"', 'topology = "dgx-h100"')
+    base = load_scenario(write_file(h100))
+    assert base.topology.intra_node.link_bandwidth_bytes_per_s == 450e9 and not base.warnings()
+    sc = load_scenario(write_file(h100.replace("[parallel]", 'gpu = "h800"\n\n[parallel]')))
+    assert sc.gpu.name == "h800"
+    assert sc.topology.intra_node.link_bandwidth_bytes_per_s == 200e9
+    assert sc.topology.intra_node.link_bandwidth_bytes_per_s == (
+        load_topology("dgx-h800").intra_node.link_bandwidth_bytes_per_s
+    )
+    assert any(w.startswith("cluster.gpu:") and "200 GB/s" in w for w in sc.warnings())
+    # a slower link given on purpose is kept, silently
+    slower = h100.replace(
+        "[parallel]", 'gpu = "h800"\n\n[cluster.intra_node]\nlink_GBps_per_direction = 160\n\n[parallel]'
+    )
+    assert load_scenario(write_file(slower)).topology.intra_node.link_bandwidth_bytes_per_s == 160e9
+    assert not [w for w in load_scenario(write_file(slower)).warnings() if "NVLink" in w]
+    what_if = load_scenario(write_file(slower.replace("= 160", "= 450")))
+    assert what_if.topology.intra_node.link_bandwidth_bytes_per_s == 450e9
+    assert any(w.startswith("intra_node.link_GBps_per_direction:") for w in what_if.warnings())
 
 
 def test_small_scenario(write_file: Callable[..., Path], small_scenario_text: str) -> None:

@@ -616,6 +616,24 @@ def test_moe_rows_now_simulated(shipped, run_id, preset, mtp):
     assert s.model.mtp_layers == mtp and s.model.routing == "balanced"  # force-balanced benchmarks
 
 
+def test_forced_rows_get_the_sampling_spread_tokendrop_rows_exact_balance(shipped):
+    """Force-balanced rows (random router logits): the busiest EP rank is the sampling spread's
+    expected maximum (routing_skew.py); token-drop rows pad every expert to capacity 1.0, so all
+    ranks carry the same load: load_imbalance = 1 exactly."""
+    from simulator.routing_skew import busiest_rank_factor
+
+    forced = V.scenario_for(case_of(shipped, "mbridge_26.04.01_DeepSeekV3_DGX-GB200_256gpu_mxfp8"))
+    m, par = forced.model, forced.parallel
+    tokens = par.micro_batch * m.seq_len * par.ep  # tp = cp = etp = 1 on this row
+    assert (par.tp, par.cp, par.expert_tp) == (1, 1, 1)
+    assert forced.expert_load_imbalance == busiest_rank_factor(m.num_experts, m.top_k, par.ep, tokens, 0.0)
+    assert 1.005 < forced.expert_load_imbalance < 1.02
+    dropped = case_of(shipped, "mbridge_25.09_DeepSeekV3_DGX-GB200_256gpu_na")
+    assert "tokendrop" in dropped.scenario["model"]["name"].lower()
+    assert V.scenario_for(dropped).expert_load_imbalance == 1.0
+    assert any("padded to capacity" in n for n in dropped.assumptions)
+
+
 def test_moe_pipeline_slots_and_racks(shipped):
     """Qwen3-235B (94 layers) at pp 4 · vp 12: 94 + embedding + loss = 96 slots, as Megatron's
     account-for-embedding/loss split makes it; 256 GB300 in 64-GPU NVLink segments."""

@@ -175,6 +175,13 @@ KEYS: dict[str, Key] = {
         "number",
         since=NEXT,
     ),
+    "model.attention_sinks": Key(
+        "a learnable softmax offset per attention head (GPT-OSS sinks; Megatron-Core softmax_type = "
+        '"learnable"): cuDNN fused attention takes it, and its gradient adds a reduction over the '
+        "backward's softmax statistics (one memory-bound op, 'attention sink grad')",
+        "boolean",
+        since=NEXT,
+    ),
     "model.moe": Key(
         "mixture of experts (balanced routing unless [model.moe] routing says dropless)",
         "table",
@@ -189,14 +196,16 @@ KEYS: dict[str, Key] = {
         "leading layers with a dense MLP (DeepSeek first_k_dense_replace)", "integer", since=NEXT
     ),
     "model.moe.routing": Key(
-        "balanced (forced / aux-loss balanced) or dropless (natural skew)",
+        "balanced (forced: random router logits, Megatron moe_router_force_load_balancing) or"
+        " dropless (a trained router's skew on real text, aux-loss-balanced ones included)",
         "string",
         allowed=_spec("ROUTING"),
         since=NEXT,
     ),
     "model.moe.load_imbalance": Key(
-        "busiest EP rank's tokens / mean (>= 1); 0: 1 when balanced, dropless: expected maximum"
-        " over the EP ranks of the experts' skew and sampling (routing_skew.py)",
+        "busiest EP rank's tokens / mean (>= 1); 0: the expected maximum over the EP ranks of the"
+        " micro-batch's sampling spread (balanced) plus the experts' skew (dropless; routing_skew.py);"
+        " 1: exact balance, every expert the same token count",
         "number",
         default="0 (from routing and layout)",
         since=NEXT,

@@ -121,11 +121,21 @@ def _model_table(run: PublishedRun, rules: SourceRules, notes: list[str]) -> dic
             arch_table, citation = known
             notes.append(f"model: {citation} (the CSV has no expert columns)")
             if "tokendrop" in lname:
+                # Megatron-Bridge apply_moe_token_drop (moe_token_drop.py:18-55@684a68616):
+                # capacity factor 1.0, moe_pad_expert_input_to_capacity = True -- every expert of
+                # every rank is padded to ceil(T·top_k/E) token rows, so every EP rank's load is
+                # the same (no sampling spread: routing_skew.py)
+                arch_table["moe"] = {**arch_table.get("moe", {}), "load_imbalance": 1.0}
                 notes.append(
-                    "moe: published as token-dropping (capacity factor); simulated with every token "
-                    "reaching top_k experts, balanced"
+                    "moe: published as token-dropping (capacity factor 1.0, padded to capacity); "
+                    "simulated with every token reaching top_k experts, load_imbalance = 1 "
+                    "(every expert padded to the same capacity)"
                 )
-            notes.append("moe: routing = balanced (the page force-balances tokens among experts)")
+            else:
+                notes.append(
+                    "moe: routing = balanced (the page force-balances tokens among experts: random "
+                    "router logits, the busiest EP rank's sampling spread)"
+                )
             seq = run.int_cell("seq_len")
             return {"name": name, **arch_table, **({"seq_len": seq} if seq else {})}
         return (
