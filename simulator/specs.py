@@ -817,6 +817,17 @@ ZERO3_COLLECTIVES = ("nccl", "flat")
 # software stacks with fitted residuals (simulator/stacks.py, efficiency.toml [stacks.*])
 STACK_NAMES = ("megatron-core", "megatron-2021", "composer-fsdp")
 ZERO3_BACKWARD_PREFETCH = ("pre", "post")
+# How q, k, v reach the attention kernel: "none" = as the layer holds them; "unpad" = through
+# flash-attn's bert_padding (unpad_input of q, k and v, pad_input of the output) around
+# flash_attn_varlen_func, as llm-foundry's flash_attn_fn does for every batch, padded or not
+# (llmfoundry/models/layers/attention.py@5e85bd62d; flash_attn/bert_padding.py@v2.4.2)
+ATTENTION_PADDING = ("none", "unpad")
+# Bias gradients of the dense linear layers (model.linear_bias): "fused" = in the wgrad GEMM's
+# epilogue (Transformer Engine: cuBLASLt BGRADB); "separate" = PyTorch nn.Linear, whose addmm
+# backward sums the output gradient over the tokens in a reduction kernel of its own
+# (tools/autograd/derivatives.yaml addmm `self: maybe_multiply(grad, beta.conj())`, summed to the
+# bias' shape)
+BIAS_GRAD_IMPLS = ("fused", "separate")
 # Megatron-Core --cuda-graph-impl (transformer_config.py `cuda_graph_impl`): none; local = MCore's
 # per-layer graphs; transformer_engine = TE make_graphed_callables per layer; full_iteration = one
 # graph for the whole forward-backward pass (the optimizer step excluded)
@@ -870,6 +881,11 @@ class KernelOptions:
     # backward (FSDP BACKWARD_PRE, FSDP2, Megatron-FSDP); "post" = issued after this layer's
     # gradients (PyTorch FSDP BACKWARD_POST, composer's default): not hidden by compute
     zero3_backward_prefetch: str = "pre"
+    # ATTENTION_PADDING: "unpad" = gather copies of q, k, v before the kernel, scatter of the output
+    # after it (simulator/program.py BERT_PADDING_BYTES)
+    attention_padding: str = "none"
+    # BIAS_GRAD_IMPLS: how the dense linear layers' bias gradients are computed (linear_bias models)
+    bias_grad: str = "fused"
     # Megatron-Core use_transformer_engine_op_fuser (Megatron-Bridge cutedsl_fused_grouped_mlp): the
     # experts' activation, its input clamps and the probability-scaled fc2 bias run inside TE's
     # fused grouped-MLP ops instead of eager PyTorch ops (simulator/program.py CLAMPED_GLU_PASSES,
@@ -915,6 +931,8 @@ class KernelOptions:
         _check_choice(
             "kernels.zero3_backward_prefetch", self.zero3_backward_prefetch, ZERO3_BACKWARD_PREFETCH
         )
+        _check_choice("kernels.attention_padding", self.attention_padding, ATTENTION_PADDING)
+        _check_choice("kernels.bias_grad", self.bias_grad, BIAS_GRAD_IMPLS)
         if self.grad_reduce_dtype:
             _check_choice("kernels.grad_reduce_dtype", self.grad_reduce_dtype, ("fp32", "bf16"))
         if self.attention:

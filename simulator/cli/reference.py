@@ -446,6 +446,22 @@ KEYS: dict[str, Key] = {
         allowed=lambda: ("pre", "post"),
         since=NEXT,
     ),
+    "kernels.attention_padding": Key(
+        "how q, k, v reach the attention kernel: none = as the layer holds them, unpad = through"
+        " flash-attn's bert_padding (gather copies of q, k, v before flash_attn_varlen_func, a"
+        " zero-filled scatter of the output after it; llm-foundry's flash_attn_fn)",
+        default='"none"',
+        allowed=lambda: ("none", "unpad"),
+        since=NEXT,
+    ),
+    "kernels.bias_grad": Key(
+        "bias gradients of the dense linear layers (model.linear_bias): fused = in the wgrad GEMM's"
+        " epilogue (Transformer Engine), separate = a reduction kernel over each layer's output"
+        " gradient (PyTorch nn.Linear; llm-foundry)",
+        default='"fused"',
+        allowed=lambda: ("fused", "separate"),
+        since=NEXT,
+    ),
     "kernels.zero3_collectives": Key(
         "ZeRO-3 parameter all-gathers and gradient reduce-scatters: nccl = NCCL on the topology"
         " (node NICs aggregated over NVLink), flat = a flat ring on each GPU's share of the node's"
