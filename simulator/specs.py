@@ -266,7 +266,7 @@ class ModelSpec:
         if self.mla is not None and not isinstance(self.mla, MLASpec):
             raise ConfigError("must be a table", key=f"{p}.mla")
         _check_int(f"{p}.moe.first_dense_layers", self.first_dense_layers, minimum=0, maximum=MAX_LAYERS)
-        _check_choice(f"{p}.moe.routing", self.routing, ROUTING)
+        _set(self, "routing", _check_choice(f"{p}.moe.routing", self.routing, ROUTING))
         _check_num(f"{p}.moe.load_imbalance", self.load_imbalance, maximum=1e3)
         if 0 < self.load_imbalance < 1:
             raise ConfigError(
@@ -274,7 +274,11 @@ class ModelSpec:
                 key=f"{p}.moe.load_imbalance",
             )
         _check_int(f"{p}.moe.max_nodes_per_token", self.max_nodes_per_token, minimum=0, maximum=MAX_GPUS)
-        _check_choice(f"{p}.moe.dispatch_dtype", self.dispatch_dtype, DISPATCH_DTYPES)
+        _set(
+            self,
+            "dispatch_dtype",
+            _check_choice(f"{p}.moe.dispatch_dtype", self.dispatch_dtype, DISPATCH_DTYPES),
+        )
         _check_int(f"{p}.mtp_layers", self.mtp_layers, minimum=0, maximum=MAX_LAYERS)
         _check_num(f"{p}.dropout", self.dropout, maximum=0.999)
         _check_str(f"{p}.name", self.name)
@@ -297,7 +301,7 @@ class ModelSpec:
         ):
             _check_bool(f"{p}.{key}", getattr(self, key))
         _check_num(f"{p}.rope_mscale", self.rope_mscale, strict=True, maximum=100.0)
-        _check_choice(f"{p}.activation", self.activation, ACTIVATIONS)
+        _set(self, "activation", _check_choice(f"{p}.activation", self.activation, ACTIVATIONS))
         gated_activation = self.activation in GATED_ACTIVATIONS
         if self.activation and self.gated_mlp != gated_activation:
             fix = "set gated_mlp = true" if gated_activation else "set gated_mlp = false"
@@ -924,19 +928,39 @@ class KernelOptions:
         _check_int("kernels.ep_comm_sms", self.ep_comm_sms, minimum=0, maximum=1024)
         _check_bool("kernels.tp_comm_async", self.tp_comm_async)
         if self.cross_entropy:
-            _check_choice("kernels.cross_entropy", self.cross_entropy, CROSS_ENTROPY_IMPLS)
-        _check_choice("kernels.zero3_collectives", self.zero3_collectives, ZERO3_COLLECTIVES)
-        if self.stack:
-            _check_choice("kernels.stack", self.stack, STACK_NAMES)
-        _check_choice(
-            "kernels.zero3_backward_prefetch", self.zero3_backward_prefetch, ZERO3_BACKWARD_PREFETCH
+            _set(
+                self,
+                "cross_entropy",
+                _check_choice("kernels.cross_entropy", self.cross_entropy, CROSS_ENTROPY_IMPLS),
+            )
+        _set(
+            self,
+            "zero3_collectives",
+            _check_choice("kernels.zero3_collectives", self.zero3_collectives, ZERO3_COLLECTIVES),
         )
-        _check_choice("kernels.attention_padding", self.attention_padding, ATTENTION_PADDING)
-        _check_choice("kernels.bias_grad", self.bias_grad, BIAS_GRAD_IMPLS)
+        if self.stack:
+            _set(self, "stack", _check_choice("kernels.stack", self.stack, STACK_NAMES))
+        _set(
+            self,
+            "zero3_backward_prefetch",
+            _check_choice(
+                "kernels.zero3_backward_prefetch", self.zero3_backward_prefetch, ZERO3_BACKWARD_PREFETCH
+            ),
+        )
+        _set(
+            self,
+            "attention_padding",
+            _check_choice("kernels.attention_padding", self.attention_padding, ATTENTION_PADDING),
+        )
+        _set(self, "bias_grad", _check_choice("kernels.bias_grad", self.bias_grad, BIAS_GRAD_IMPLS))
         if self.grad_reduce_dtype:
-            _check_choice("kernels.grad_reduce_dtype", self.grad_reduce_dtype, ("fp32", "bf16"))
+            _set(
+                self,
+                "grad_reduce_dtype",
+                _check_choice("kernels.grad_reduce_dtype", self.grad_reduce_dtype, ("fp32", "bf16")),
+            )
         if self.attention:
-            _check_choice("kernels.attention", self.attention, ATTENTION_IMPLS)
+            _set(self, "attention", _check_choice("kernels.attention", self.attention, ATTENTION_IMPLS))
         if not self.flash_attention and self.attention not in ("", "unfused"):
             raise ConfigError(
                 f"kernels.attention = {self.attention!r} contradicts kernels.flash_attention = false",

@@ -634,3 +634,50 @@ def test_unbuildable_switch_tiers_name_the_file_and_cluster_key(tmp_path: Path, 
     check_contract(code, out, err)
     assert code == 2 and out == ""
     assert str(path) in err and "key 'cluster.inter_node.tiers'" in err
+
+
+# Choice keys are accepted in any case / '-' or '_' spelling (simulator/names.py canonical). Some
+# checked the spelling but kept the user's: `attention_padding = "Unpad"` and `bias_grad =
+# "SEPARATE"` were accepted and silently simulated as "none"/"fused", `cross_entropy = "TE"` ended
+# in a KeyError (exit 1), `attention = "FA2"` in a key-less error mid-simulation and `stack =
+# "Megatron-Core"` in a wrong "no fitted residuals" refusal. Each spelling must simulate exactly as
+# the canonical one.
+SPELLED_BASE = {
+    "model": {"preset": "mixtral-8x7b", "layers": 4, "seq_len": 1024, "linear_bias": True},
+    "cluster": {"topology": "dgx-h100", "num_gpus": 16},
+    "parallel": {"tp": 2, "ep": 4, "micro_batch": 1, "global_batch": 64, "zero": 1},
+}
+SPELLED_CHOICES = (
+    ("kernels", "attention_padding", "unpad"),
+    ("kernels", "bias_grad", "separate"),
+    ("kernels", "cross_entropy", "te"),
+    ("kernels", "attention", "fa2"),
+    ("kernels", "stack", "megatron-core"),
+    ("kernels", "grad_reduce_dtype", "bf16"),
+    ("kernels", "zero3_collectives", "flat"),
+    ("kernels", "zero3_backward_prefetch", "post"),
+    ("model.moe", "routing", "dropless"),
+    ("model.moe", "dispatch_dtype", "fp8"),
+)
+
+
+@pytest.mark.parametrize(("section", "key", "value"), SPELLED_CHOICES, ids=[c[1] for c in SPELLED_CHOICES])
+def test_choice_spellings_simulate_as_the_canonical_name(section: str, key: str, value: str) -> None:
+    from simulator.loading import scenario_from_dict
+    from simulator.simulate import simulate
+
+    def step_s(spelled: str) -> tuple[float, object]:
+        data = json.loads(json.dumps(SPELLED_BASE))
+        node = data
+        for part in section.split("."):
+            node = node.setdefault(part, {})
+        node[key] = spelled
+        scn = scenario_from_dict(data)
+        return simulate(scn).report.step_time_s, getattr(
+            scn.model if section.startswith("model") else scn.kernels, key
+        )
+
+    canonical, stored = step_s(value)
+    assert stored == value
+    for spelled in (value.upper(), value.title()):
+        assert step_s(spelled) == (canonical, value), spelled
