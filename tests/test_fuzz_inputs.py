@@ -10,6 +10,7 @@ fails the test, and so does exit status 1 (`mfusim: internal error`: a bug).
 from __future__ import annotations
 
 import contextlib
+import copy
 import io
 import json
 import math
@@ -76,7 +77,50 @@ network_jitter = 0.1
 seed = 7
 """
 
-BASES = (SMALL_SCENARIO, RICH_SCENARIO)
+# A third base with this round's keys (issues 12/13): attention sinks, biases with their
+# gradients in a separate kernel, forced routing with an explicit load_imbalance, HybridEP, FP8
+# current scaling, bert_padding unpad around attention, BACKWARD_POST, and an H800 swapped onto a
+# DGX H100 network with a stated NVLink above its ports (a warned what-if) -- so the mutations
+# (deleted keys drop the cap's what-if, retyped ones reach each new check) exercise them.
+NEW_KEYS_SCENARIO = """\
+name = "new keys"
+
+[model]
+preset = "gpt-oss-120b"
+layers = 4
+seq_len = 1024
+attention_sinks = true
+linear_bias = true
+
+[model.moe]
+routing = "balanced"
+load_imbalance = 1.02
+
+[cluster]
+topology = "dgx-h100"
+num_gpus = 16
+gpu = "h800"
+
+[cluster.intra_node]
+link_GBps_per_direction = 300
+
+[parallel]
+tp = 2
+ep = 4
+global_batch = 16
+
+[precision]
+dtype = "fp8"
+fp8_recipe = "current"
+
+[kernels]
+attention_padding = "unpad"
+bias_grad = "separate"
+moe_dispatcher = "hybridep"
+zero3_backward_prefetch = "post"
+"""
+
+BASES = (SMALL_SCENARIO, RICH_SCENARIO, NEW_KEYS_SCENARIO)
 
 HOSTILE_NUMBERS: tuple[Any, ...] = (
     0,
@@ -159,6 +203,23 @@ PLAUSIBLE_STRINGS = (
     "rail-optimized",
     "nvswitch",
     "pcie",
+    "dgx-h800",
+    "dgx-b300",
+    "gb300-nvl72",
+    "h800",
+    "b300",
+    "gb300",
+    "unpad",
+    "UNPAD",
+    "separate",
+    "fused",
+    "balanced",
+    "dropless",
+    "hybridep",
+    "deepep",
+    "current",
+    "mxfp8",
+    "nvfp4",
 )
 
 
@@ -182,12 +243,16 @@ def _mutate(draw: st.DrawFn, parent: dict, key: str, kind: str) -> None:
     elif kind == "delete":
         del parent[key]
     elif kind == "retype":
-        parent[key] = draw(st.sampled_from(OTHER_TYPES))
+        parent[key] = copy.deepcopy(draw(st.sampled_from(OTHER_TYPES)))
     elif kind == "number":
         parent[key] = draw(st.sampled_from(HOSTILE_NUMBERS))
     else:
         target = parent[key] if isinstance(parent[key], dict) else parent
-        target[draw(st.sampled_from(UNKNOWN_KEYS))] = draw(st.sampled_from(HOSTILE_NUMBERS + OTHER_TYPES))
+        # a copy: a later edit inside a drawn {} must not change OTHER_TYPES (the next example's
+        # draws) nor nest that dict in itself (a RecursionError while generating)
+        target[draw(st.sampled_from(UNKNOWN_KEYS))] = copy.deepcopy(
+            draw(st.sampled_from(HOSTILE_NUMBERS + OTHER_TYPES))
+        )
 
 
 @st.composite
@@ -378,7 +443,7 @@ def test_run_flags_exit_0_or_2(argv: list[str]) -> None:
         json.loads(out)
 
 
-@pytest.mark.parametrize("base", BASES, ids=["small", "rich"])
+@pytest.mark.parametrize("base", BASES, ids=["small", "rich", "new-keys"])
 def test_fuzz_bases_are_valid(base: str) -> None:
     with tempfile.TemporaryDirectory() as folder:
         path = Path(folder) / "base.toml"
@@ -562,7 +627,7 @@ def hostile_hf_configs(draw: st.DrawFn) -> tuple[dict[str, Any], int | None, lis
         if draw(st.integers(0, 4)) == 0:
             target.pop(key, None)
         else:
-            target[key] = draw(st.sampled_from(HF_VALUES))
+            target[key] = copy.deepcopy(draw(st.sampled_from(HF_VALUES)))
     seq_len = draw(st.sampled_from((None, 256, 4096, 16384)))
     allow = draw(st.sampled_from(([], ["vision_config"], ["layer_types", "sliding_window"])))
     return cfg, seq_len, allow
