@@ -512,6 +512,24 @@ class GPUSpec:
 
 
 # ----------------------------------------------------------------------------- topology
+# The slowest link a topology or scenario may state: 1 MB/s (0.008 Gb/s), far below any NVLink,
+# PCIe or NIC. Below it a step can last ~1e299 s and its MFU underflow to 0 (fuzz audit: a
+# scenario with nic_Gbps = 1e-300 reported mfu = 0.0).
+MIN_LINK_BYTES_PER_S = 1e6
+
+
+def _check_link(key: str, bytes_per_s: float, unit_bytes_per_s: float, unit: str) -> None:
+    """A link bandwidth (stored in bytes/s) of at least MIN_LINK_BYTES_PER_S, refused in the
+    key's own unit (`unit_bytes_per_s` bytes/s per `unit`)."""
+    _check_num(key, bytes_per_s, strict=True)
+    if bytes_per_s < MIN_LINK_BYTES_PER_S:
+        raise ConfigError(
+            f"must be at least {MIN_LINK_BYTES_PER_S / unit_bytes_per_s:g} {unit} (1 MB/s), "
+            f"got {bytes_per_s / unit_bytes_per_s:g}",
+            key=key,
+        )
+
+
 @dataclass(frozen=True, slots=True)
 class IntraNodeSpec:
     fabric: str = "nvswitch"
@@ -522,7 +540,7 @@ class IntraNodeSpec:
     def __post_init__(self) -> None:
         _set(self, "fabric", _check_choice("intra_node.fabric", self.fabric, INTRA_FABRICS))
         _check_bool("intra_node.nvls", self.nvls)
-        _check_num("intra_node.link_GBps_per_direction", self.link_bandwidth_bytes_per_s, strict=True)
+        _check_link("intra_node.link_GBps_per_direction", self.link_bandwidth_bytes_per_s, GIGA, "GB/s")
         _check_num("intra_node.latency_us", self.latency_s, maximum=1.0)
 
 
@@ -554,7 +572,7 @@ class InterNodeSpec:
             )
         _check_int("inter_node.planes", self.planes, maximum=16)
         _check_int("inter_node.nics_per_node", self.nics_per_node, maximum=1024)
-        _check_num("inter_node.nic_Gbps", self.nic_bandwidth_bytes_per_s, strict=True)
+        _check_link("inter_node.nic_Gbps", self.nic_bandwidth_bytes_per_s, GIGA / 8, "Gb/s")
         _check_num("inter_node.latency_us", self.latency_s, maximum=1.0)
         _check_int("inter_node.nodes_per_leaf", self.nodes_per_leaf, maximum=MAX_GPUS)
         _check_num("inter_node.oversubscription", self.oversubscription, minimum=1.0, maximum=1e3)

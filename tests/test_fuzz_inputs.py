@@ -746,3 +746,27 @@ def test_choice_spellings_simulate_as_the_canonical_name(section: str, key: str,
     assert stored == value
     for spelled in (value.upper(), value.title()):
         assert step_s(spelled) == (canonical, value), spelled
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "unit"),
+    [
+        ("cluster.inter_node.nic_Gbps", "1e-300", "Gb/s"),
+        ("cluster.inter_node.nic_Gbps", "0.001", "Gb/s"),
+        ("cluster.intra_node.link_GBps_per_direction", "1e-300", "GB/s"),
+    ],
+)
+def test_a_subnormal_link_is_refused_by_key(tmp_path: Path, key: str, value: str, unit: str) -> None:
+    """The mutation fuzz's `1e-300` on the rich base's nic_Gbps ran a ~1.9e299 s step whose
+    MFU underflowed to 0.0 (the contract: 0 < MFU). A link below 1 MB/s is refused, in the key's
+    unit; one at the floor still reports a positive MFU."""
+    path = tmp_path / "rich.toml"
+    path.write_text(RICH_SCENARIO)
+    code, out, err = run_in_process(["run", str(path), "--set", f"{key}={value}", "--json"])
+    check_contract(code, out, err)
+    assert code == 2 and key in err and "at least" in err and unit in err
+    floor = "0.008" if unit == "Gb/s" else "0.001"
+    code, out, err = run_in_process(["run", str(path), "--set", f"{key}={floor}", "--json"])
+    assert code == 0, err
+    report = json.loads(out)
+    assert 0 < report["mfu"] <= report["hfu"] and math.isfinite(report["step_time_s"])
