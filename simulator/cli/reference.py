@@ -251,7 +251,13 @@ KEYS: dict[str, Key] = {
         "a shipped topology name or a topology TOML file", "string", default="required", allowed=_topologies
     ),
     "cluster.num_gpus": Key("GPUs in the job", "integer", default="required"),
-    "cluster.gpu": Key("override of the topology's GPU", "string", default=TOPOLOGY_NOTE, allowed=_gpus),
+    "cluster.gpu": Key(
+        "override of the topology's GPU; a topology NVLink faster than the GPU's own ports carry "
+        "(gpus.toml nvlink_GBps_per_direction, e.g. h800 on dgx-h100) is capped to them, with a warning",
+        "string",
+        default=TOPOLOGY_NOTE,
+        allowed=_gpus,
+    ),
     "cluster.gpus_per_node": Key("override of the topology's node size", "integer", default=TOPOLOGY_NOTE),
     "cluster.gpus_used_per_node": Key(
         "GPUs the job uses in each node when fewer than the node has",
@@ -564,7 +570,10 @@ TOPOLOGY_KEYS: dict[str, Key] = {
     "intra_node": Key("the fabric inside a node", "table"),
     "intra_node.fabric": Key("intra-node fabric", "string", allowed=_spec("INTRA_FABRICS")),
     "intra_node.link_GBps_per_direction": Key(
-        "NVLink/PCIe bandwidth per GPU, one direction", "number", unit="GB/s (decimal)"
+        "NVLink/PCIe bandwidth per GPU, one direction, at least 0.001 (1 MB/s); stated above the GPU's "
+        "own NVLink ports it is simulated as given (a what-if), with a warning",
+        "number",
+        unit="GB/s (decimal)",
     ),
     "intra_node.latency_us": Key(
         "per-message latency inside a node (send/recv, all-to-all rounds; NCCL collectives use NCCL's tuning latencies)",
@@ -575,7 +584,9 @@ TOPOLOGY_KEYS: dict[str, Key] = {
     "inter_node": Key("the network between nodes", "table"),
     "inter_node.fabric": Key("network layout", "string", allowed=_spec("INTER_FABRICS")),
     "inter_node.nics_per_node": Key("NICs per node", "integer"),
-    "inter_node.nic_Gbps": Key("bandwidth of one NIC, one direction", "number", unit="Gb/s (decimal, bits)"),
+    "inter_node.nic_Gbps": Key(
+        "bandwidth of one NIC, one direction, at least 0.008 (1 MB/s)", "number", unit="Gb/s (decimal, bits)"
+    ),
     "inter_node.latency_us": Key(
         "per-message latency between nodes (send/recv, all-to-all rounds; NCCL collectives use NCCL's tuning latencies)",
         "number",
