@@ -187,6 +187,17 @@ CLAMPED_GLU_PASSES = (4.0, 3, 5.0, 3)
 # negation (1), chunk's cat (2) and the sum of the two paths (3) = 10 passes in 5 kernels. (Fused
 # RoPE: 2 passes each way, what "rope" costs otherwise.)
 UNFUSED_ROPE_PASSES = (12.0, 6, 10.0, 5)
+# `[kernels] attention_padding = "unpad"`: llm-foundry's flash_attn_fn (llmfoundry/models/layers/
+# attention.py@5e85bd62d) runs every batch through flash-attn's bert_padding
+# (flash_attn/bert_padding.py@v2.4.2), padded or not. Forward: unpad_input once each for q, k and v
+# (mask sum, nonzero, max().item(), cumsum, pad: 7 small kernels on the b·s mask, then
+# IndexFirstAxis = torch.gather with a stride-0 index view: read 2 + write 2 bytes per element);
+# pad_input of the output (IndexPutFirstAxis: torch.zeros 2, output[indices] = values 2 + 2: 2
+# kernels). Backward: IndexPutFirstAxis' grad_output[indices] (2 + 2, 1 kernel); each
+# IndexFirstAxis' torch.zeros + scatter_ (2, 2 + 2: 2 kernels). Bytes per 16-bit element of the
+# (q + k + v) tensors and of the output, and kernels: (q/k/v fwd, out fwd, fwd kernels,
+# q/k/v bwd, out bwd, bwd kernels).
+BERT_PADDING_BYTES = (4.0, 6.0, 3 * 8 + 2, 6.0, 4.0, 3 * 2 + 1)
 # Attention sinks (GPT-OSS: a learnable softmax offset per head, Megatron-Core softmax_type =
 # "learnable"; Transformer Engine hands it to cuDNN, fused_attn_f16_arbitrary_seqlen.cu
 # set_sink_token / set_dsink_token). The forward adds one exp per query row inside the fused
@@ -929,6 +940,8 @@ class _Coster:
                 mem("rope", 2 * T * (q_local + kv_local) * a)
         attn_fwd, attn_bwd, attn_parts = self._attention(T, s_local, s, heads_local, q_local, v_local)
         start = len(fwd)
+        if self.scn.kernels.attention_padding == "unpad":
+            self._bert_padding(fwd, b_in, T * (q_local + 2 * kv_local), T * v_local)
         fwd.extend(attn_parts[0])
         span("core_attn", start)
         b_in.extend(attn_parts[1])
@@ -979,6 +992,18 @@ class _Coster:
             mm("fc2", T, h, f_local)
             self._tp_exit(fwd, b_in, tp_msg)
             span("mlp", start)
+        if m.linear_bias and scn.kernels.bias_grad == "separate" and m.mla is None:
+            # PyTorch nn.Linear: one reduction per biased layer over its output gradient (16-bit)
+            outs = [q_local + 2 * kv_local, h] + ([] if moe else [fc1_n, h])
+            b_w.append(
+                Segment(
+                    "compute",
+                    "bias grads (reduction)",
+                    memory_op_time_s(d, T * sum(outs) * a, kernels=len(outs)),
+                    0.0,
+                    T * sum(outs) * a,
+                )
+            )
         mem("residual add", 3 * norm_tokens * h * a)
 
         params_local = fl.layer_params_per_rank(m, par, moe).total
@@ -1342,6 +1367,19 @@ class _Coster:
         else:
             fwd.append(Segment("tp_comm", "tp allreduce", self.coll("allreduce", "tp", msg), 0.0, msg))
 
+    def _bert_padding(self, fwd: list, b_in: list, qkv_elems: float, out_elems: float) -> None:
+        """flash-attn's bert_padding around the attention kernel (BERT_PADDING_BYTES): gather
+        copies of q, k, v and the zero-filled scatter of the output, and their gradients; every
+        element is 16-bit (the layer's activations under autocast)."""
+        d = self.device
+        qf, of, kf, qb, ob, kb = BERT_PADDING_BYTES
+        f_bytes = qf * qkv_elems + of * out_elems
+        b_bytes = qb * qkv_elems + ob * out_elems
+        t_f = memory_op_time_s(d, f_bytes, kernels=int(kf))
+        t_b = memory_op_time_s(d, b_bytes, kernels=int(kb))
+        fwd.append(Segment("compute", "attention unpad/pad", t_f, 0.0, f_bytes))
+        b_in.append(Segment("compute", "attention unpad/pad bwd", t_b, 0.0, b_bytes))
+
     def _eager(self, fwd: list, b_in: list, name: str, passes: tuple, unit_bytes: float) -> None:
         """Eager elementwise ops: `passes` = (forward passes, kernels, backward passes, kernels)
         over a tensor of `unit_bytes` (or, for EXPERT_BIAS_BYTES, bytes per element times the
@@ -1364,8 +1402,10 @@ class _Coster:
         its softmax/top-k, permute (one copy per chosen expert), dispatch all-to-all over EP,
         with etp > 1 an all-gather over the expert-TP group, the grouped expert GEMMs of its
         E/ep experts (each matrix 1/etp), then the way back (reduce-scatter, combine, unpermute).
-        Balanced routing gives every expert T·top_k/E tokens; `load_imbalance` multiplies the
-        busiest rank's expert GEMMs and all-to-all (every rank waits for it at the combine).
+        The mean rank's experts see T·top_k/E tokens each; the busiest rank's factor
+        (Scenario.expert_load_imbalance: forced balancing's sampling spread, dropless routing's
+        skew, or an explicit `load_imbalance`; routing_skew.py) multiplies its expert GEMMs and
+        all-to-all (every rank waits for it at the combine).
         Returns the indices in `fwd` of the dispatcher's host sync (after the first permute,
         Megatron's "before_ep_alltoall"), of the experts' first op and of the combine's first op.
         """
@@ -1396,7 +1436,7 @@ class _Coster:
         streams = TE_GEMM_STREAMS if eager else 0
         if gather:
             fc1_s = grouped_matmul_time_s(
-                d, per_expert, fc1_n, h, experts_local, m.routing == "dropless", streams
+                d, per_expert, fc1_n, h, experts_local, m.uneven_expert_counts, streams
             )
             self._tp_entry(fwd, b_in, tp_msg, fc1_s)
         # the rows the permute reads: the rank's own tokens (alltoall, allgather), or with a flex
@@ -1426,7 +1466,7 @@ class _Coster:
                     etp_msg,
                 )
             )
-        dropless = m.routing == "dropless"
+        uneven = m.uneven_expert_counts  # random or skewed routing: unequal counts
         # the all-to-all dispatcher's second permutation: received tokens sorted by local expert
         sort_chunks = scn.kernels.moe_dispatcher == "alltoall" and experts_local > 1
         if sort_chunks:
@@ -1434,7 +1474,7 @@ class _Coster:
             self._eager(fwd, b_in, "moe sort by expert", SORT_CHUNKS_PASSES, sorted_bytes)
 
         def grouped(name: str, n: int, kk: int) -> None:
-            tt = grouped_matmul_time_s(d, per_expert, n, kk, experts_local, dropless, streams)
+            tt = grouped_matmul_time_s(d, per_expert, n, kk, experts_local, uneven, streams)
             f = 2.0 * per_expert * n * kk * experts_local
             fwd.append(Segment("compute", name, tt, f, 0.0))
             b_in.append(Segment("compute", name + " dgrad", tt, f, 0.0))
