@@ -111,6 +111,34 @@ def matmul_time_s(device: Device, m: int, n: int, k: int, count: int = 1) -> flo
     return t / (device.clock * shape * _recipe(device)) + device.launch_s
 
 
+GEMM_PASSES = ("fprop", "dgrad", "wgrad")
+
+
+def gemm_pass_shape(pass_: str, m: int, n: int, k: int) -> tuple[int, int, int]:
+    """(m, n, k) of one training pass of the layer GEMM Y[m×n] = X[m×k]·W[k×n] (m tokens):
+    the forward "fprop"; the input gradient dX = dY·Wᵀ, "dgrad": output m×k, reduction over n;
+    the weight gradient dW = Xᵀ·dY, "wgrad": output k×n, reduction over the m tokens.
+    Transformer Engine issues them as three cuBLASLt GEMMs (transformer_engine/pytorch/module/
+    linear.py @d0067d0d: general_gemm layouts "TN", "NN" and "NT"). All three do 2·m·n·k FLOPs;
+    the output tiles, waves and split-K of each follow its own shape in the kernel model. The
+    layout itself is not costed: the kernel model has no layout term, and FP8's TN-only Hopper
+    GEMMs get their transposed operands from TE's cast-transpose, charged with the fp8 cast."""
+    if pass_ == "fprop":
+        return m, n, k
+    if pass_ == "dgrad":
+        return m, k, n
+    if pass_ == "wgrad":
+        return k, n, m
+    raise ValueError(f"GEMM pass {pass_!r}: not one of {GEMM_PASSES}")
+
+
+def matmul_pass_times_s(device: Device, m: int, n: int, k: int, count: int = 1) -> tuple[float, float, float]:
+    """(fprop, dgrad, wgrad) times of `count` layer GEMMs Y[m×n] = X[m×k]·W[k×n], each pass
+    at its own shape (`gemm_pass_shape`)."""
+    fprop, dgrad, wgrad = (matmul_time_s(device, *gemm_pass_shape(p, m, n, k), count) for p in GEMM_PASSES)
+    return fprop, dgrad, wgrad
+
+
 def memory_op_time_s(device: Device, moved_bytes: float, kernels: int = 1, kind: str = "copy") -> float:
     """Memory-bound kernels (norm, activation, residual, softmax, optimizer) moving `moved_bytes`,
     at the achievable bandwidth of their kind (simulator/kernels.py MEMORY_KINDS)."""
@@ -152,7 +180,14 @@ def attention_time_s(
 
 
 def grouped_matmul_time_s(
-    device: Device, m: int, n: int, k: int, groups: int, uneven: bool = False, streams: int = 0
+    device: Device,
+    m: int,
+    n: int,
+    k: int,
+    groups: int,
+    uneven: bool = False,
+    streams: int = 0,
+    pass_: str = "fprop",
 ) -> float:
     """A grouped GEMM (Transformer Engine GroupedLinear / CUTLASS grouped GEMM: one kernel for the
     local experts of an MoE layer), `groups` GEMMs of (m_i×k)·(k×n) with mean m_i = m tokens.
@@ -174,9 +209,28 @@ def grouped_matmul_time_s(
     `streams`, so the layer pays one wave tail and one kernel latency per round of `streams`
     GEMMs instead of one for all `groups`: full rounds, then the remainder. A sum of
     non-decreasing terms, so still non-decreasing in m.
+
+    `pass_` (`gemm_pass_shape`): the training pass of the experts' Y = X·W this is. "dgrad"
+    (dX = dY·Wᵀ) keeps the m token rows as its outer dimension, its output m×k reduced over n.
+    "wgrad" (dW = Xᵀ·dY) reduces over each expert's m tokens: a k×n output per expert with a
+    short reduction (TE grouped_linear.py @d0067d0d: general_grouped_gemm layout "NT" over
+    m_splits), so the token count sets its k-loop, not its tiles. The kernel model's k-loop is
+    linear in k (no k-block quantization), so uneven routing costs the mean m there; the tokens
+    are padded to the recipe's alignment as in the forward.
     """
     if m <= 0 or n <= 0 or k <= 0 or groups <= 0:
         return 0.0
+    if pass_ == "dgrad":
+        return grouped_matmul_time_s(device, m, k, n, groups, uneven, streams)
+    if pass_ == "wgrad":
+        if 0 < streams < groups:
+            rounds, rest = divmod(groups, streams)
+            one_round = grouped_matmul_time_s(device, m, n, k, streams, pass_="wgrad")
+            return rounds * one_round + grouped_matmul_time_s(device, m, n, k, rest, pass_="wgrad")
+        need = alignment_multiple(device.dtype)
+        return matmul_time_s(device, k, n, math.ceil(m / need) * need, groups)
+    if pass_ != "fprop":
+        raise ValueError(f"GEMM pass {pass_!r}: not one of {GEMM_PASSES}")
     if 0 < streams < groups:
         rounds, rest = divmod(groups, streams)
         return rounds * grouped_matmul_time_s(device, m, n, k, streams, uneven) + grouped_matmul_time_s(
