@@ -29,6 +29,7 @@ from .costs import (
     matmul_pass_times_s,
     matmul_time_s,
     memory_op_time_s,
+    wgrad_output_bytes,
 )
 from .ep_dispatch import (
     FLEX_DISPATCHERS,
@@ -722,6 +723,15 @@ class _Coster:
         all-gather: 16-bit, or FP8 with [precision] fp8_param_gather (memory.py)."""
         return param_gather_bytes_per_param(self.scn.dtype, self.scn.fp8_param_gather)
 
+    @property
+    def wgrad_bytes(self) -> int:
+        """HBM bytes per weight-gradient element of a weight GEMM (costs.wgrad_output_bytes):
+        Megatron-Core (gradient accumulation fusion on by default) accumulates into the
+        main_grad buffer; the 2021 Megatron-LM and composer/FSDP stacks write a 16-bit gradient."""
+        k = self.scn.kernels
+        fused = k.stack in ("", "megatron-core")
+        return wgrad_output_bytes(grad_reduce_bytes_per_param(self.scn.dtype, k.grad_reduce_dtype), fused)
+
     # -- communication
     def coll(self, kind: str, axis: str, message_bytes: float, stage: int = 0) -> float:
         if message_bytes <= 0:
@@ -803,7 +813,8 @@ class _Coster:
 
         def mm(name: str, mm_m: int, mm_n: int, mm_k: int, count: int = 1) -> None:
             # forward, dgrad and wgrad each at its own GEMM shape (costs.gemm_pass_shape)
-            times = dict(zip(GEMM_PASSES, matmul_pass_times_s(d, mm_m, mm_n, mm_k, count), strict=True))
+            times_s = matmul_pass_times_s(d, mm_m, mm_n, mm_k, count, self.wgrad_bytes)
+            times = dict(zip(GEMM_PASSES, times_s, strict=True))
             f = 2.0 * mm_m * mm_n * mm_k * count
             fwd.append(Segment("compute", name, times["fprop"], f, 0.0))
             b_in.append(Segment("compute", name + " dgrad", times["dgrad"], f, 0.0))
@@ -847,7 +858,12 @@ class _Coster:
         if m.mla is not None:
             self._mla_projections(mm, mem, fwd, b_in, T, tp_msg, heads_local, span)
         else:
-            self._tp_entry(fwd, b_in, tp_msg, matmul_pass_times_s(d, T, q_local + 2 * kv_local, h)[1:])
+            self._tp_entry(
+                fwd,
+                b_in,
+                tp_msg,
+                matmul_pass_times_s(d, T, q_local + 2 * kv_local, h, 1, self.wgrad_bytes)[1:],
+            )
             mm("qkv", T, q_local + 2 * kv_local, h)
             if m.qk_norm:  # per-head RMSNorm of q and k (QK_NORM_NOTE)
                 mem("qk norm", 2 * T * (q_local + kv_local) * a, kernels=2)
@@ -893,7 +909,7 @@ class _Coster:
         else:
             f_local = m.ffn // t
             fc1_n = (2 if m.gated_mlp else 1) * f_local
-            self._tp_entry(fwd, b_in, tp_msg, matmul_pass_times_s(d, T, fc1_n, h)[1:])
+            self._tp_entry(fwd, b_in, tp_msg, matmul_pass_times_s(d, T, fc1_n, h, 1, self.wgrad_bytes)[1:])
             mm("fc1", T, fc1_n, h)
             if m.activation == "squared_relu":
                 # megatron/core/activations.py squared_relu = torch.pow(F.relu(x), 2): two eager
@@ -1150,7 +1166,7 @@ class _Coster:
         h, a = m.hidden, d.activation_bytes
         q_in = mla.q_lora_rank or h
         first_n = (mla.q_lora_rank or 0) + mla.kv_lora_rank + mla.qk_rope_head_dim
-        self._tp_entry(fwd, b_in, tp_msg, matmul_pass_times_s(d, T, first_n, h)[1:])
+        self._tp_entry(fwd, b_in, tp_msg, matmul_pass_times_s(d, T, first_n, h, 1, self.wgrad_bytes)[1:])
         if mla.q_lora_rank:
             mm("q down", T, mla.q_lora_rank, h)
             mem("q norm", 2 * T * mla.q_lora_rank * a)
@@ -1316,6 +1332,8 @@ class _Coster:
         # moe/router.py TopKRouter.gating -> moe_utils.router_gating_linear; its weight is not a
         # Transformer Engine module, so FP8/MXFP8 autocast neither quantizes nor speeds it up)
         router_device = replace(d, dtype="bf16") if d.dtype not in ("bf16", "fp16") else d
+        # its wgrad returns a new 16-bit tensor (RouterGatingLinearFunction.backward, moe_utils.py
+        # @d98e8a64), not accumulated into main_grad by the GEMM: 2 bytes per element
         t_router, t_router_d, t_router_w = matmul_pass_times_s(router_device, T_in, m.num_experts, h)
         f_router = 2.0 * T_in * m.num_experts * h
         fwd.append(Segment("compute", "router", t_router, f_router, 0.0))
@@ -1333,7 +1351,15 @@ class _Coster:
         if gather:
             fc1_s = tuple(
                 grouped_matmul_time_s(
-                    d, per_expert, fc1_n, h, experts_local, m.routing == "dropless", streams, pass_
+                    d,
+                    per_expert,
+                    fc1_n,
+                    h,
+                    experts_local,
+                    m.routing == "dropless",
+                    streams,
+                    pass_,
+                    self.wgrad_bytes,
                 )
                 for pass_ in ("dgrad", "wgrad")
             )
@@ -1368,7 +1394,9 @@ class _Coster:
         def grouped(name: str, n: int, kk: int) -> None:
             # forward, dgrad and wgrad each at its own shape (the wgrad reduces over the tokens)
             tf, td, tw = (
-                grouped_matmul_time_s(d, per_expert, n, kk, experts_local, dropless, streams, pass_)
+                grouped_matmul_time_s(
+                    d, per_expert, n, kk, experts_local, dropless, streams, pass_, self.wgrad_bytes
+                )
                 for pass_ in GEMM_PASSES
             )
             f = 2.0 * per_expert * n * kk * experts_local
@@ -1726,7 +1754,9 @@ class _Coster:
         T = par.micro_batch * m.seq_len // par.cp
         a = d.activation_bytes
         lf, lbi, lbw, lrec, lparams = layer_cost
-        t_proj, t_proj_d, t_proj_w = matmul_pass_times_s(d, T, m.hidden // par.tp, 2 * m.hidden)
+        t_proj, t_proj_d, t_proj_w = matmul_pass_times_s(
+            d, T, m.hidden // par.tp, 2 * m.hidden, 1, self.wgrad_bytes
+        )
         f_proj = 2.0 * T * (m.hidden // par.tp) * 2 * m.hidden
         norms = memory_op_time_s(d, 2 * 2 * T * m.hidden * a, kernels=2)
         log_f, log_bi, log_bw = self.logits()
@@ -1784,7 +1814,9 @@ class _Coster:
         T = par.micro_batch * m.seq_len // par.cp
         a = d.activation_bytes
         v_local = -(-m.vocab // par.tp)
-        t_mm, t_mm_d, t_mm_w = matmul_pass_times_s(output_layer_device(d), T, v_local, m.hidden)
+        t_mm, t_mm_d, t_mm_w = matmul_pass_times_s(
+            output_layer_device(d), T, v_local, m.hidden, 1, self.wgrad_bytes
+        )
         f = 2.0 * T * v_local * m.hidden
         impl = scn.kernels.cross_entropy or "unfused"
         fwd_b, fwd_k, bwd_b, bwd_k = CE_PASSES[impl]  # bytes per logit of 16-bit logits

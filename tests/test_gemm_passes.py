@@ -23,6 +23,7 @@ from simulator.costs import (
     grouped_matmul_time_s,
     matmul_pass_times_s,
     matmul_time_s,
+    wgrad_output_bytes,
 )
 from simulator.loading import load_gpu_catalog, scenario_from_dict
 from simulator.program import TE_GEMM_STREAMS, _Coster
@@ -180,13 +181,51 @@ def test_layer_dump_shows_each_pass_at_its_shape() -> None:
         m.routing == "dropless",
         TE_GEMM_STREAMS,
     )
+    assert coster.wgrad_bytes == 8  # Megatron-Core: accumulated into the fp32 main_grad
     for p, suffix in zip(GEMM_PASSES, ("", " dgrad", " wgrad"), strict=True):
-        assert segs["expert fc1" + suffix].duration_s == pytest.approx(
-            grouped_matmul_time_s(d, *args, p), rel=1e-12
-        )
+        want = grouped_matmul_time_s(d, *args, p, coster.wgrad_bytes)
+        assert segs["expert fc1" + suffix].duration_s == pytest.approx(want, rel=1e-12)
     assert segs["expert fc1 wgrad"].duration_s != segs["expert fc1"].duration_s
     q = m.heads * m.dim_per_head + 2 * m.num_kv_heads * m.dim_per_head
     T = scn.parallel.micro_batch * m.seq_len
-    want = matmul_pass_times_s(d, T, q, m.hidden)
+    want = matmul_pass_times_s(d, T, q, m.hidden, 1, coster.wgrad_bytes)
     got = tuple(segs["qkv" + s].duration_s for s in ("", " dgrad", " wgrad"))
     assert got == pytest.approx(want, rel=1e-12)
+
+
+def test_short_k_wgrad_accumulating_into_fp32_main_grad_is_its_output_traffic() -> None:
+    """A DeepSeek-V3-sized expert fc1 (7168 -> 2·2048) with 128 tokens per expert, 4 experts in
+    flight, on H100: accumulating into the fp32 main_grad (read + write, 8 bytes per element,
+    gradient accumulation fusion) its time is the kernel model's memory floor: the k×n outputs,
+    plus both operands, at the achievable HBM bandwidth, plus the kernel latency, at the sustained
+    clock, plus the launch gap; writing a 16-bit gradient instead it is several times faster."""
+    d = _device()
+    m, n, k, groups = 128, 4096, 7168, 4
+    assert wgrad_output_bytes(4, fused_accumulation=True) == 8
+    assert wgrad_output_bytes(2, fused_accumulation=True) == 4
+    assert wgrad_output_bytes(4, fused_accumulation=False) == 2
+    p = d.params
+    bw = d.gpu.hbm_bandwidth_bytes_per_s * p.memory_bw_fraction
+    moved = groups * (k * n * 8 + (k * m + m * n) * 2)
+    want = (moved / bw + p.gemm_latency_s) / d.clock + d.launch_s
+    fused = grouped_matmul_time_s(d, m, n, k, groups, pass_="wgrad", wgrad_out_bytes=8)
+    assert fused == pytest.approx(want, rel=1e-12)
+    assert fused > 3 * grouped_matmul_time_s(d, m, n, k, groups, pass_="wgrad")
+    # a long-k dense wgrad (8192 tokens) stays compute-bound: the accumulation costs it nothing
+    dense = matmul_pass_times_s(d, 8192, 4096, 4096, 1, 8)[2]
+    assert dense == matmul_pass_times_s(d, 8192, 4096, 4096)[2]
+
+
+def test_wgrad_accumulation_follows_the_stack() -> None:
+    """Megatron-Core fuses the wgrad's gradient accumulation into main_grad (fp32 by default, bf16
+    with grad_reduce_dtype = "bf16"); the 2021 Megatron-LM and composer/FSDP stacks write 16 bits."""
+    base = {"preset": "llama3-8b", "seq_len": 4096}
+    par = {"num_gpus": 8}
+
+    def coster(**kernels: str) -> _Coster:
+        scn = _scn(dict(base), dict(par), kernels=kernels) if kernels else _scn(dict(base), dict(par))
+        return _Coster(scn, default_comm_model(scn))
+
+    assert coster().wgrad_bytes == 8
+    assert coster(grad_reduce_dtype="bf16").wgrad_bytes == 4
+    assert coster(stack="composer-fsdp").wgrad_bytes == 2
