@@ -214,9 +214,11 @@ def grouped_matmul_time_s(
     Few tokens per expert cost through the tile/wave quantization of the kernel model
     (`matmul_time_s`). A group's token rows are the GEMM's outer dimension, never its leading
     one (activations are [tokens, hidden] row-major), and quantized experts are padded to the
-    recipe's alignment by TE's Fp8Padding (costed with the dispatch), so balanced routing costs
-    m rounded up to that alignment rather than an unaligned-shape penalty. Uneven routing
-    (dropless) leaves each group's last row tile on average half full: the kernel runs
+    recipe's alignment by TE's Fp8Padding (costed with the dispatch), so exactly balanced routing
+    (every expert the same count: ModelSpec.uneven_expert_counts false) costs m rounded up to that
+    alignment rather than an unaligned-shape penalty. Uneven routing (dropless, and forced
+    balancing, whose random logits spread the counts) leaves each group's last row tile on
+    average half full: the kernel runs
     m/TILE_M + 1/2 row tiles per group, costed between the neighbouring whole-tile shapes.
     Both are non-decreasing in m, so more tokens on an expert never make its GEMMs faster.
 

@@ -187,7 +187,7 @@ def layer_activation_bytes(
     `proj_saves_original_input`: the output projection keeps its 16-bit input instead of a
     quantized copy (Megatron-Core's set_save_original_input(linear_proj); see `_attention_output`).
     `imbalance`: the busiest EP rank's routed tokens / the mean (Scenario.expert_load_imbalance);
-    0 = the model's explicit `load_imbalance`, else 1 (balanced, or one EP rank)."""
+    0 = the model's explicit `load_imbalance`, else 1 (the factor on one EP rank)."""
     skew = imbalance or model.busiest_rank_load(1, 0)
     s_local = model.seq_len / cp  # tokens of a sequence on this CP rank
     sb = s_local * micro_batch

@@ -196,6 +196,17 @@ CLAMPED_GLU_PASSES = (4.0, 3, 5.0, 3)
 # negation (1), chunk's cat (2) and the sum of the two paths (3) = 10 passes in 5 kernels. (Fused
 # RoPE: 2 passes each way, what "rope" costs otherwise.)
 UNFUSED_ROPE_PASSES = (12.0, 6, 10.0, 5)
+# `[kernels] attention_padding = "unpad"`: llm-foundry's flash_attn_fn (llmfoundry/models/layers/
+# attention.py@5e85bd62d) runs every batch through flash-attn's bert_padding
+# (flash_attn/bert_padding.py@v2.4.2), padded or not. Forward: unpad_input once each for q, k and v
+# (mask sum, nonzero, max().item(), cumsum, pad: 7 small kernels on the b·s mask, then
+# IndexFirstAxis = torch.gather with a stride-0 index view: read 2 + write 2 bytes per element);
+# pad_input of the output (IndexPutFirstAxis: torch.zeros 2, output[indices] = values 2 + 2: 2
+# kernels). Backward: IndexPutFirstAxis' grad_output[indices] (2 + 2, 1 kernel); each
+# IndexFirstAxis' torch.zeros + scatter_ (2, 2 + 2: 2 kernels). Bytes per 16-bit element of the
+# (q + k + v) tensors and of the output, and kernels: (q/k/v fwd, out fwd, fwd kernels,
+# q/k/v bwd, out bwd, bwd kernels).
+BERT_PADDING_BYTES = (4.0, 6.0, 3 * 8 + 2, 6.0, 4.0, 3 * 2 + 1)
 # Attention sinks (GPT-OSS: a learnable softmax offset per head, Megatron-Core softmax_type =
 # "learnable"; Transformer Engine hands it to cuDNN, fused_attn_f16_arbitrary_seqlen.cu
 # set_sink_token / set_dsink_token). The forward adds one exp per query row inside the fused
@@ -270,6 +281,18 @@ TN_ONLY_FP8_ARCHITECTURES = ("hopper",)  # FP8 GEMM operands must be K-major bef
 # it inside the cast. quantize_with_amax skips the pass where the producer already gave the amax; not
 # modelled (counted as the plain quantize).
 FP8_CURRENT_AMAX_READ_BYTES = 2.0
+# ... and those are three kernel launches on the stream per quantized tensor, not one:
+# nvte_compute_amax_with_config, nvte_compute_scale_from_amax (a one-block kernel) and
+# nvte_quantize_v2 (quantizer.cpp Float8CurrentScalingQuantizer::quantize_impl:519-537@5671fd36,
+# TE v2.12; the same three calls at d0067d0d), each paying the kernel's fixed latency; an eager
+# GroupedLinear runs them per local expert (multi_tensor_quantize_impl quantizes each expert with
+# its own quantizer, cast.cpp:105-150@5671fd36). Delayed scaling and MXFP8 quantize in one kernel.
+FP8_CURRENT_KERNELS_PER_TENSOR = 3
+
+
+def quant_kernels_per_tensor(device: Device, fp8_recipe: str = "delayed") -> int:
+    """Kernel launches Transformer Engine runs to quantize one GEMM input for this recipe."""
+    return FP8_CURRENT_KERNELS_PER_TENSOR if device.dtype == "fp8" and fp8_recipe == "current" else 1
 
 
 def quant_bytes_per_element(device: Device, fp8_recipe: str = "delayed") -> float:
@@ -285,6 +308,34 @@ def quant_bytes_per_element(device: Device, fp8_recipe: str = "delayed") -> floa
 # EP all-to-all kernels occupy SMs while they overlap compute (DeepSeek-V3, arXiv 2412.19437
 # §3.2.1: 20 of the H800's 132 SMs for dispatch/combine); the compute they overlap runs on the
 # rest. How many: `[kernels] ep_comm_sms`, by default the dispatcher's (specs.DEFAULT_EP_COMM_SMS).
+# FLEX_PERMUTE_NOTE: the flex dispatchers (DeepEP, HybridEP) permute on the receiving side. The
+# all-to-all dispatcher permutes before sending: it reads each of its tokens once and writes a copy
+# per chosen expert, (1 + top_k) rows per token. HybridEP's dispatch kernel sends a token once per
+# destination rank into the receiver's NVLink buffer, and -- unless moe_permute_fusion_into_hybridep
+# (default False; in Megatron-Bridge only the Nemotron-H recipes set it) -- a standalone permute
+# kernel then "reads from NVLink buffer, writes to pre-allocated args output tensors" (DeepEP
+# hybrid-ep @34152ae2 csrc/hybrid_ep/executor/executor.cu dispatch_postprocess), one row per
+# (token, local expert); the combine's unpermute reads those rows and writes one per (token, source
+# rank) into the combine buffer (combine_preprocess). DeepEP writes the received tokens to recv_x and
+# Megatron-Core permutes them locally (token_dispatcher.py _DeepepManager
+# get_permuted_hidden_states_by_experts). Per token routed from a rank: (rank hits + top_k) rows,
+# rank hits being the expected destination ranks of its top-k experts (ep_dispatch.expected_groups_hit).
+# HYBRIDEP_METADATA_NOTE: before every forward dispatch (the backward reuses the cached handle)
+# HybridEP builds its routing metadata on the GPU (deepseek-ai/DeepEP branch hybrid-ep @34152ae2, the
+# commit Megatron-Bridge's docker/Dockerfile.ci pins as DEEPEP_COMMIT from v0.5.0 on;
+# csrc/hybrid_ep/hybrid_ep.cu HybridEPBuffer::metadata_preprocessing): it all-gathers every EP rank's
+# [tokens, experts] boolean routing map (executor.cu allgather_routing_map: NCCL
+# all_gather_into_tensor across nodes, a custom NVLink all-gather kernel inside one), then runs the
+# preprocessing kernel over the gathered map (writing the sparse-to-dense map, int32 per token and
+# rank, and the local-expert routing map, a boolean per received token and local expert), the
+# permute preprocessing (a cooperative kernel writing the int32 row-id map per received token and
+# local expert: extension/permute.cu permute_preprocessing) and the tokens-per-expert padding kernel
+# (executor.cu metadata_preprocess_core) -- all before the dispatch, and before its host sync in
+# the blocking mode. Costed as the EP all-gather of the maps plus those kernels' bytes.
+HYBRIDEP_METADATA_KERNELS = 3
+HYBRIDEP_SPARSE_TO_DENSE_BYTES = 4.0  # int32 per (token, rank)
+HYBRIDEP_ROW_ID_BYTES = 4.0  # int32 per (received token, local expert)
+
 # Router: fp32 logits written, read by softmax/top-k, probabilities written (Megatron's router
 # in moe_router_dtype fp32); per token and expert.
 ROUTER_BYTES_PER_LOGIT = 3 * 4
@@ -831,8 +882,9 @@ class _Coster:
                 label = "fp8 cast" if d.dtype == "fp8" else f"{d.dtype} quantize"
                 cast_in = quant * mm_m * mm_k * count
                 cast_grad = quant * mm_m * mm_n * count
-                fwd.append(Segment("compute", label, memory_op_time_s(d, cast_in), 0.0, cast_in))
-                b_in.append(Segment("compute", label, memory_op_time_s(d, cast_grad), 0.0, cast_grad))
+                qk = quant_kernels_per_tensor(d, self.scn.fp8_recipe)
+                fwd.append(Segment("compute", label, memory_op_time_s(d, cast_in, qk), 0.0, cast_in))
+                b_in.append(Segment("compute", label, memory_op_time_s(d, cast_grad, qk), 0.0, cast_grad))
 
         def mem(name: str, fwd_bytes: float, kernels: int = 1, kind: str = "") -> None:
             """A memory-bound op: `fwd_bytes` forward; backward two passes of the forward's
@@ -879,6 +931,8 @@ class _Coster:
                 mem("rope", 2 * T * (q_local + kv_local) * a)
         attn_fwd, attn_bwd, attn_parts = self._attention(T, s_local, s, heads_local, q_local, v_local)
         start = len(fwd)
+        if self.scn.kernels.attention_padding == "unpad":
+            self._bert_padding(fwd, b_in, T * (q_local + 2 * kv_local), T * v_local)
         fwd.extend(attn_parts[0])
         span("core_attn", start)
         b_in.extend(attn_parts[1])
@@ -929,6 +983,18 @@ class _Coster:
             mm("fc2", T, h, f_local)
             self._tp_exit(fwd, b_in, tp_msg)
             span("mlp", start)
+        if m.linear_bias and scn.kernels.bias_grad == "separate" and m.mla is None:
+            # PyTorch nn.Linear: one reduction per biased layer over its output gradient (16-bit)
+            outs = [q_local + 2 * kv_local, h] + ([] if moe else [fc1_n, h])
+            b_w.append(
+                Segment(
+                    "compute",
+                    "bias grads (reduction)",
+                    memory_op_time_s(d, T * sum(outs) * a, kernels=len(outs)),
+                    0.0,
+                    T * sum(outs) * a,
+                )
+            )
         mem("residual add", 3 * norm_tokens * h * a)
 
         params_local = fl.layer_params_per_rank(m, par, moe).total
@@ -1294,6 +1360,19 @@ class _Coster:
         else:
             fwd.append(Segment("tp_comm", "tp allreduce", self.coll("allreduce", "tp", msg), 0.0, msg))
 
+    def _bert_padding(self, fwd: list, b_in: list, qkv_elems: float, out_elems: float) -> None:
+        """flash-attn's bert_padding around the attention kernel (BERT_PADDING_BYTES): gather
+        copies of q, k, v and the zero-filled scatter of the output, and their gradients; every
+        element is 16-bit (the layer's activations under autocast)."""
+        d = self.device
+        qf, of, kf, qb, ob, kb = BERT_PADDING_BYTES
+        f_bytes = qf * qkv_elems + of * out_elems
+        b_bytes = qb * qkv_elems + ob * out_elems
+        t_f = memory_op_time_s(d, f_bytes, kernels=int(kf))
+        t_b = memory_op_time_s(d, b_bytes, kernels=int(kb))
+        fwd.append(Segment("compute", "attention unpad/pad", t_f, 0.0, f_bytes))
+        b_in.append(Segment("compute", "attention unpad/pad bwd", t_b, 0.0, b_bytes))
+
     def _eager(self, fwd: list, b_in: list, name: str, passes: tuple, unit_bytes: float) -> None:
         """Eager elementwise ops: `passes` = (forward passes, kernels, backward passes, kernels)
         over a tensor of `unit_bytes` (or, for EXPERT_BIAS_BYTES, bytes per element times the
@@ -1316,8 +1395,10 @@ class _Coster:
         its softmax/top-k, permute (one copy per chosen expert), dispatch all-to-all over EP,
         with etp > 1 an all-gather over the expert-TP group, the grouped expert GEMMs of its
         E/ep experts (each matrix 1/etp), then the way back (reduce-scatter, combine, unpermute).
-        Balanced routing gives every expert T·top_k/E tokens; `load_imbalance` multiplies the
-        busiest rank's expert GEMMs and all-to-all (every rank waits for it at the combine).
+        The mean rank's experts see T·top_k/E tokens each; the busiest rank's factor
+        (Scenario.expert_load_imbalance: forced balancing's sampling spread, dropless routing's
+        skew, or an explicit `load_imbalance`; routing_skew.py) multiplies its expert GEMMs and
+        all-to-all (every rank waits for it at the combine).
         Returns the indices in `fwd` of the dispatcher's host sync (after the first permute,
         Megatron's "before_ep_alltoall"), of the experts' first op and of the combine's first op.
         """
@@ -1356,7 +1437,7 @@ class _Coster:
                     fc1_n,
                     h,
                     experts_local,
-                    m.routing == "dropless",
+                    m.uneven_expert_counts,
                     streams,
                     pass_,
                     self.wgrad_bytes,
@@ -1364,7 +1445,14 @@ class _Coster:
                 for pass_ in ("dgrad", "wgrad")
             )
             self._tp_entry(fwd, b_in, tp_msg, fc1_s)
-        mem("moe permute", (1 + k) * T_in * h * a)
+        # the rows the permute reads: the rank's own tokens (alltoall, allgather), or with a flex
+        # dispatcher the tokens it received, one per (token, destination rank) (FLEX_PERMUTE_NOTE)
+        src_rows = 1.0
+        if scn.kernels.moe_dispatcher in FLEX_DISPATCHERS and par.ep > 1:
+            src_rows = self._flex_hits(self._ep_nodes())[1]
+        mem("moe permute", (src_rows + k) * T_in * h * a)
+        if scn.kernels.moe_dispatcher == "hybridep" and par.ep > 1:
+            fwd.append(self._hybridep_metadata(T_in, experts_local))
         sync = len(fwd)
         t_dispatch = t_combine = 0.0
         if par.ep > 1:
@@ -1384,7 +1472,7 @@ class _Coster:
                     etp_msg,
                 )
             )
-        dropless = m.routing == "dropless"
+        uneven = m.uneven_expert_counts  # random or skewed routing: unequal counts
         # the all-to-all dispatcher's second permutation: received tokens sorted by local expert
         sort_chunks = scn.kernels.moe_dispatcher == "alltoall" and experts_local > 1
         if sort_chunks:
@@ -1395,7 +1483,7 @@ class _Coster:
             # forward, dgrad and wgrad each at its own shape (the wgrad reduces over the tokens)
             tf, td, tw = (
                 grouped_matmul_time_s(
-                    d, per_expert, n, kk, experts_local, dropless, streams, pass_, self.wgrad_bytes
+                    d, per_expert, n, kk, experts_local, uneven, streams, pass_, self.wgrad_bytes
                 )
                 for pass_ in GEMM_PASSES
             )
@@ -1414,7 +1502,9 @@ class _Coster:
                     d.dtype in PER_EXPERT_QUANTIZE_DTYPES
                     or (d.dtype == "fp8" and self.scn.fp8_recipe == "current")
                 )
-                kernels = experts_local if per_expert_kernels else 1
+                kernels = (experts_local if per_expert_kernels else 1) * quant_kernels_per_tensor(
+                    d, self.scn.fp8_recipe
+                )
                 if per_expert_kernels and experts_local > 1:
                     label += " (per expert)"
                 fwd.append(Segment("compute", label, memory_op_time_s(d, cast_in, kernels), 0.0, cast_in))
@@ -1478,10 +1568,29 @@ class _Coster:
         if par.ep > 1:
             fwd.append(Segment("ep_comm", "ep combine", t_combine * skew, 0.0, combine_msg))
             b_in.append(Segment("ep_comm", "ep dispatch bwd", t_combine * skew, 0.0, combine_msg))
-        mem("moe unpermute", (1 + k) * T_in * h * a)
+        mem("moe unpermute", (src_rows + k) * T_in * h * a)
         if gather:
             self._tp_exit(fwd, b_in, tp_msg)
         return sync, experts, combine
+
+    def _hybridep_metadata(self, tokens: int, experts_local: int) -> Segment:
+        """HybridEP's routing metadata before a forward dispatch (HYBRIDEP_METADATA_NOTE): the EP
+        all-gather of the [tokens, experts] boolean routing maps, then the preprocessing,
+        permute-preprocessing and padding kernels over the gathered map -- each rank processes all
+        ep x tokens rows."""
+        ep = self.scn.parallel.ep
+        gathered = float(ep * tokens * self.scn.model.num_experts)  # bytes, one per (token, expert)
+        rows = ep * tokens
+        kernel_bytes = (
+            gathered  # the preprocessing kernel reads the gathered map
+            + rows * HYBRIDEP_SPARSE_TO_DENSE_BYTES  # and writes the sparse-to-dense map
+            + 2 * rows * experts_local  # the local-expert map, written, then read by the permute prep
+            + rows * experts_local * HYBRIDEP_ROW_ID_BYTES  # which writes the row-id map
+        )
+        t = self.coll("allgather", "ep", gathered) + memory_op_time_s(
+            self.device, kernel_bytes, HYBRIDEP_METADATA_KERNELS
+        )
+        return Segment("ep_comm", "hybridep routing metadata", t, 0.0, gathered)
 
     def _ep_alltoall(self, tokens: int) -> tuple[float, float, float, float, float]:
         """(dispatch bytes, combine bytes, dispatch s, combine s, backward-of-combine s) of one MoE
@@ -1510,10 +1619,9 @@ class _Coster:
         h, k = m.hidden, m.top_k
         a = self.device.activation_bytes
         elem = 1 + 4 / 128 if m.dispatch_dtype == "fp8" else a
-        span = par.ep * (par.tp * par.cp if par.dp % par.ep == 0 else 1)  # GPUs the EP group covers
         # nodes the group's ranks lie in: never more than its ranks (with tp·cp above a node's
         # GPUs every EP rank is on a node of its own)
-        nodes = min(par.ep, max(1, -(-span // topo.gpus_per_node)))
+        nodes = self._ep_nodes()
         limit = m.max_nodes_per_token
         dispatcher = self.scn.kernels.moe_dispatcher
         if dispatcher == "allgather":
@@ -1542,13 +1650,7 @@ class _Coster:
             t_c = self.coll("alltoall", "ep", combine_msg * scale)
             return dispatch_msg, combine_msg, t_d, t_c, t_c
         per_node = par.ep // nodes if nodes > 1 else par.ep  # EP ranks in one NVLink domain
-        E = m.num_experts
-        if nodes > 1 and limit and limit < nodes:  # the token's experts lie in `limit` nodes
-            node_hits = min(expected_groups_hit(E, nodes, k), float(limit))
-            rank_hits = expected_groups_hit(E * limit // nodes, limit * per_node, k)
-        else:
-            node_hits = expected_groups_hit(E, nodes, k)
-            rank_hits = expected_groups_hit(E, par.ep, k)
+        node_hits, rank_hits = self._flex_hits(nodes)
         rows = tokens * rank_hits  # (token, destination rank) pairs: rows each rank receives
         dispatch_msg, combine_msg = rows * h * elem, rows * h * a
         arch = architecture(self.scn.gpu.name)
@@ -1581,6 +1683,24 @@ class _Coster:
         t_c = leg(h * a, "combine")
         t_d_bf16 = leg(h * a, "dispatch_bf16")
         return dispatch_msg, combine_msg, t_d, t_c, t_d_bf16
+
+    def _ep_nodes(self) -> int:
+        """Nodes the EP group's ranks lie in (never more than its ranks)."""
+        par, topo = self.scn.parallel, self.scn.topology
+        span = par.ep * (par.tp * par.cp if par.dp % par.ep == 0 else 1)  # GPUs the EP group covers
+        return min(par.ep, max(1, -(-span // topo.gpus_per_node)))
+
+    def _flex_hits(self, nodes: int) -> tuple[float, float]:
+        """(nodes, ranks) a token's top-k experts reach under uniform routing, for the flex
+        dispatchers that send a token once per destination node / rank (node-limited routing:
+        its experts lie in `max_nodes_per_token` nodes)."""
+        m, par = self.scn.model, self.scn.parallel
+        k, E, limit = m.top_k, m.num_experts, m.max_nodes_per_token
+        per_node = par.ep // nodes if nodes > 1 else par.ep
+        if nodes > 1 and limit and limit < nodes:  # the token's experts lie in `limit` nodes
+            node_hits = min(expected_groups_hit(E, nodes, k), float(limit))
+            return node_hits, expected_groups_hit(E * limit // nodes, limit * per_node, k)
+        return expected_groups_hit(E, nodes, k), expected_groups_hit(E, par.ep, k)
 
     def _flex_record(self, dispatcher: str, message_bytes: float, t: float, bottleneck: str) -> float:
         """Report a DeepEP / HybridEP dispatch or combine in `collectives` (algorithm = the

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 from .errors import ConfigError
 from .names import canonical, did_you_mean
-from .routing_skew import DROPLESS_EXPERT_LOAD_CV, busiest_rank_factor
+from .routing_skew import DROPLESS_EXPERT_LOAD_CV, FORCED_EXPERT_LOAD_CV, busiest_rank_factor
 from .schedules import check_schedule, num_virtual_stages
 from .units import DAY_S, GIGA, MIN_S, YEAR_S
 
@@ -389,14 +389,23 @@ class ModelSpec:
         return self.num_kv_heads * self.dim_per_head
 
     def busiest_rank_load(self, ep: int, tokens: int) -> float:
-        """Busiest EP rank's routed tokens / the mean: the explicit `load_imbalance`, else 1 for
-        balanced routing, else the expected maximum over `ep` ranks of dropless routing's skew
-        with `tokens` distinct tokens routed into the EP group per micro-batch (routing_skew.py)."""
+        """Busiest EP rank's routed tokens / the mean: the explicit `load_imbalance`, else the
+        expected maximum over `ep` ranks with `tokens` distinct tokens routed into the EP group per
+        micro-batch -- of the sampling spread alone for balanced routing (forced: random router
+        logits), of the trained router's skew plus sampling for dropless (routing_skew.py)."""
         if self.load_imbalance:
             return self.load_imbalance
-        if self.routing == "balanced":
-            return 1.0
-        return busiest_rank_factor(self.num_experts, self.top_k, ep, tokens, DROPLESS_EXPERT_LOAD_CV)
+        cv = FORCED_EXPERT_LOAD_CV if self.routing == "balanced" else DROPLESS_EXPERT_LOAD_CV
+        return busiest_rank_factor(self.num_experts, self.top_k, ep, tokens, cv)
+
+    @property
+    def uneven_expert_counts(self) -> bool:
+        """Whether the experts' token counts differ from one another (grouped GEMMs: each expert's
+        last row tile on average half full, costs.grouped_matmul_time_s): dropless routing, and
+        forced balancing, whose random router logits spread the counts (routing_skew.py) -- all
+        but an explicit load_imbalance = 1 on balanced routing (every expert the same count, as
+        token dropping padded to capacity gives)."""
+        return self.routing == "dropless" or self.load_imbalance != 1.0
 
     @property
     def ffn(self) -> int:
@@ -808,6 +817,17 @@ ZERO3_COLLECTIVES = ("nccl", "flat")
 # software stacks with fitted residuals (simulator/stacks.py, efficiency.toml [stacks.*])
 STACK_NAMES = ("megatron-core", "megatron-2021", "composer-fsdp")
 ZERO3_BACKWARD_PREFETCH = ("pre", "post")
+# How q, k, v reach the attention kernel: "none" = as the layer holds them; "unpad" = through
+# flash-attn's bert_padding (unpad_input of q, k and v, pad_input of the output) around
+# flash_attn_varlen_func, as llm-foundry's flash_attn_fn does for every batch, padded or not
+# (llmfoundry/models/layers/attention.py@5e85bd62d; flash_attn/bert_padding.py@v2.4.2)
+ATTENTION_PADDING = ("none", "unpad")
+# Bias gradients of the dense linear layers (model.linear_bias): "fused" = in the wgrad GEMM's
+# epilogue (Transformer Engine: cuBLASLt BGRADB); "separate" = PyTorch nn.Linear, whose addmm
+# backward sums the output gradient over the tokens in a reduction kernel of its own
+# (tools/autograd/derivatives.yaml addmm `self: maybe_multiply(grad, beta.conj())`, summed to the
+# bias' shape)
+BIAS_GRAD_IMPLS = ("fused", "separate")
 # Megatron-Core --cuda-graph-impl (transformer_config.py `cuda_graph_impl`): none; local = MCore's
 # per-layer graphs; transformer_engine = TE make_graphed_callables per layer; full_iteration = one
 # graph for the whole forward-backward pass (the optimizer step excluded)
@@ -861,6 +881,11 @@ class KernelOptions:
     # backward (FSDP BACKWARD_PRE, FSDP2, Megatron-FSDP); "post" = issued after this layer's
     # gradients (PyTorch FSDP BACKWARD_POST, composer's default): not hidden by compute
     zero3_backward_prefetch: str = "pre"
+    # ATTENTION_PADDING: "unpad" = gather copies of q, k, v before the kernel, scatter of the output
+    # after it (simulator/program.py BERT_PADDING_BYTES)
+    attention_padding: str = "none"
+    # BIAS_GRAD_IMPLS: how the dense linear layers' bias gradients are computed (linear_bias models)
+    bias_grad: str = "fused"
     # Megatron-Core use_transformer_engine_op_fuser (Megatron-Bridge cutedsl_fused_grouped_mlp): the
     # experts' activation, its input clamps and the probability-scaled fc2 bias run inside TE's
     # fused grouped-MLP ops instead of eager PyTorch ops (simulator/program.py CLAMPED_GLU_PASSES,
@@ -906,6 +931,8 @@ class KernelOptions:
         _check_choice(
             "kernels.zero3_backward_prefetch", self.zero3_backward_prefetch, ZERO3_BACKWARD_PREFETCH
         )
+        _check_choice("kernels.attention_padding", self.attention_padding, ATTENTION_PADDING)
+        _check_choice("kernels.bias_grad", self.bias_grad, BIAS_GRAD_IMPLS)
         if self.grad_reduce_dtype:
             _check_choice("kernels.grad_reduce_dtype", self.grad_reduce_dtype, ("fp32", "bf16"))
         if self.attention:

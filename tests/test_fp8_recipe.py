@@ -8,11 +8,19 @@ from __future__ import annotations
 
 import pytest
 
+from simulator.comm import default_comm_model
 from simulator.costs import Device
 from simulator.errors import ConfigError
 from simulator.loading import scenario_from_dict
 from simulator.memory import proj_saves_original_input, scenario_layer_activations
-from simulator.program import FP8_CURRENT_AMAX_READ_BYTES, build_program, quant_bytes_per_element
+from simulator.program import (
+    FP8_CURRENT_AMAX_READ_BYTES,
+    FP8_CURRENT_KERNELS_PER_TENSOR,
+    _Coster,
+    build_program,
+    power_limited_device,
+    quant_bytes_per_element,
+)
 from simulator.resources import data_dir
 from simulator.validate.cases import build_case
 from simulator.validate.recipes import fp8_recipe_for
@@ -106,3 +114,53 @@ def test_validate_maps_megatron_bridge_fp8_rows_to_current_scaling() -> None:
     case = build_case(runs["mbridge_26.04_LLAMA3_70B_DGX-H100_64gpu_fp8"])
     assert case.scenario["precision"]["fp8_recipe"] == "current"
     assert any(a.startswith("precision: fp8_recipe = current") for a in case.assumptions)
+
+
+def _cast_segments(s) -> list:
+    ch = build_program(s).stages[0].chunks[0]
+    return [seg for block in (ch.forward, ch.backward) for seg in block.segments if "fp8 cast" in seg.name]
+
+
+def _moe(recipe: str):
+    return scenario_from_dict(
+        {
+            "model": {"preset": "qwen3-30b-a3b", "seq_len": 2048, "layers": 2},
+            "cluster": {"topology": "dgx-h100", "num_gpus": 8, "gpu": "h100-sxm"},
+            "parallel": {"ep": 8, "micro_batch": 1, "global_batch": 8},
+            "precision": {"dtype": "fp8", "fp8_recipe": recipe},
+        }
+    )
+
+
+@pytest.mark.parametrize("moe", [False, True])
+def test_current_scaling_launches_three_kernels_per_quantized_tensor(moe: bool) -> None:
+    """Float8CurrentScalingQuantizer::quantize_impl runs compute-amax, compute-scale and cast: three
+    kernels per tensor, each with the kernel's fixed cost, where delayed scaling runs one. Closed
+    form on every cast segment: duration = bytes / bandwidth + kernels x (latency + launch), with
+    current scaling's kernel count exactly 3x delayed's (the eager GroupedLinear quantizes each of
+    Qwen3-30B's 16 local experts apart: 48 kernels per expert cast)."""
+    s_d, s_c = (_moe(r) if moe else scn(r, topology="dgx-h100") for r in ("delayed", "current"))
+    coster = _Coster(s_c, default_comm_model(s_c))
+    dev, _ = power_limited_device(coster)
+    p = dev.params
+    bw = dev.gpu.hbm_bandwidth_bytes_per_s * p.memory_bw_fraction * p.memory_bw_scale("copy")
+    fixed = p.memory_latency_s + dev.launch_s
+    assert fixed > 0
+
+    def kernels(seg) -> float:
+        return (seg.duration_s - seg.message_bytes / bw) / fixed
+
+    segs_d, segs_c = _cast_segments(s_d), _cast_segments(s_c)
+    assert len(segs_d) == len(segs_c) > 0
+    assert any(seg.name.endswith("(per expert)") for seg in segs_c) == moe
+    for sd, sc in zip(segs_d, segs_c, strict=True):
+        k_d, k_c = kernels(sd), kernels(sc)
+        # whole kernels (consecutive casts of one pass may be merged into one segment)
+        assert k_d == pytest.approx(round(k_d), abs=1e-6) and round(k_d) >= 1
+        assert k_c == pytest.approx(round(k_c), abs=1e-6)
+        if sc.name.endswith("(per expert)"):
+            # delayed: one fused multi-tensor cast per tensor; current: three per local expert
+            assert round(k_c) == FP8_CURRENT_KERNELS_PER_TENSOR * (128 // 8) * round(k_d)
+        else:
+            assert round(k_c) == FP8_CURRENT_KERNELS_PER_TENSOR * round(k_d)
+    assert FP8_CURRENT_KERNELS_PER_TENSOR == 3

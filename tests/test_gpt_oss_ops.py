@@ -35,9 +35,17 @@ SEQ, EP = 2048, 8
 FIXTURES = Path(__file__).parent / "fixtures" / "hf"
 
 
+# load_imbalance = 1: the closed forms below count each EP rank's mean T·top_k token copies, so they
+# pin the busiest rank to the mean (forced balancing's default spread is routing_skew.py's)
 def _scn(**model: Any) -> Scenario:
     data: dict[str, Any] = {
-        "model": {"preset": "gpt-oss-120b", "seq_len": SEQ, "layers": 4, **model},
+        "model": {
+            "preset": "gpt-oss-120b",
+            "seq_len": SEQ,
+            "layers": 4,
+            "moe": {"load_imbalance": 1.0},
+            **model,
+        },
         "cluster": {"topology": "dgx-h100", "num_gpus": 8},
         "parallel": {"ep": EP, "micro_batch": 1, "global_batch": 8},
     }
@@ -180,7 +188,7 @@ def test_fused_grouped_mlp_drops_exactly_the_eager_expert_ops() -> None:
     (program.TE_MULTI_STREAM_NOTE); the rest equal."""
     eager = _segments(_scn())
     data: dict[str, Any] = {
-        "model": {"preset": "gpt-oss-120b", "seq_len": SEQ, "layers": 4},
+        "model": {"preset": "gpt-oss-120b", "seq_len": SEQ, "layers": 4, "moe": {"load_imbalance": 1.0}},
         "cluster": {"topology": "dgx-h100", "num_gpus": 8},
         "parallel": {"ep": EP, "micro_batch": 1, "global_batch": 8},
         "kernels": {"fused_grouped_mlp": True},
@@ -205,7 +213,13 @@ def test_fused_grouped_mlp_drops_exactly_the_eager_expert_ops() -> None:
 
 def _with(kernels: dict[str, Any], ep: int = EP, **model: Any) -> Scenario:
     data: dict[str, Any] = {
-        "model": {"preset": "gpt-oss-120b", "seq_len": SEQ, "layers": 4, **model},
+        "model": {
+            "preset": "gpt-oss-120b",
+            "seq_len": SEQ,
+            "layers": 4,
+            "moe": {"load_imbalance": 1.0},
+            **model,
+        },
         "cluster": {"topology": "dgx-h100", "num_gpus": 8},
         "parallel": {"ep": ep, "micro_batch": 1, "global_batch": 8},
         "kernels": kernels,
@@ -282,7 +296,7 @@ def test_quantized_experts_pad_and_unpad_unless_hybridep_padded() -> None:
 
     def qwen(dtype: str, dispatcher: str) -> Scenario:
         data: dict[str, Any] = {
-            "model": {"preset": "qwen3-30b-a3b", "seq_len": SEQ, "layers": 4},
+            "model": {"preset": "qwen3-30b-a3b", "seq_len": SEQ, "layers": 4, "moe": {"load_imbalance": 1.0}},
             "cluster": {"topology": "dgx-h100", "num_gpus": 8},
             "parallel": {"ep": EP, "micro_batch": 1, "global_batch": 8},
             "precision": {"dtype": dtype},

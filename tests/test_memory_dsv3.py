@@ -26,6 +26,7 @@ seq_len = 4096
 [model.moe]
 max_nodes_per_token = 4
 dispatch_dtype = "fp8"
+load_imbalance = 1.0  # the closed forms below hold each EP rank's mean dispatched tokens
 [cluster]
 topology = "dgx-h100"
 num_gpus = 2048

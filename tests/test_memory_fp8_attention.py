@@ -134,7 +134,14 @@ def test_fp8_recomputing_layernorm_or_moe_act_implies_a_non_delayed_recipe(
     from simulator.memory import proj_saves_original_input
 
     data: dict[str, Any] = {
-        "model": {"preset": "deepseek-v3", "seq_len": 1024, "layers": 8, "mtp_layers": 0},
+        # load_imbalance = 1: layer_activation_bytes below holds the mean rank's dispatched tokens
+        "model": {
+            "preset": "deepseek-v3",
+            "seq_len": 1024,
+            "layers": 8,
+            "mtp_layers": 0,
+            "moe": {"load_imbalance": 1.0},
+        },
         "cluster": {"topology": "dgx-h100", "num_gpus": 64},
         "parallel": {"micro_batch": 1, "global_batch": 64, "ep": 64},
         "precision": {"dtype": "fp8"},

@@ -14,10 +14,17 @@ import pytest
 from simulator import flops as F
 from simulator.comm import default_comm_model
 from simulator.costs import TILE_M, Device, grouped_matmul_time_s, matmul_time_s, memory_op_time_s
+from simulator.ep_dispatch import expected_groups_hit
 from simulator.errors import ConfigError
 from simulator.loading import load_gpu_catalog, model_from_table, model_preset, scenario_from_dict
 from simulator.memory import memory_footprint, stage_params_of_chunks
-from simulator.program import TE_GEMM_STREAMS, _Coster, build_program, quant_bytes_per_element
+from simulator.program import (
+    FP8_CURRENT_KERNELS_PER_TENSOR,
+    TE_GEMM_STREAMS,
+    _Coster,
+    build_program,
+    quant_bytes_per_element,
+)
 from simulator.schedules import chunk_layers
 from simulator.simulate import simulate
 from simulator.specs import Scenario
@@ -517,15 +524,19 @@ def test_ep_overlap_hides_only_the_excess() -> None:
 
 def test_dropless_skew_slows_expert_work() -> None:
     par = {"ep": 8, "num_gpus": 8, "global_batch": 64}
+    exact = _step(_scn({**QWEN30, "moe": {"load_imbalance": 1.0}}, dict(par)))
     bal = _step(_scn({**QWEN30, "moe": {"routing": "balanced"}}, dict(par)))
     drop = _step(_scn({**QWEN30, "moe": {"routing": "dropless"}}, dict(par)))
     skew2 = _step(_scn({**QWEN30, "moe": {"load_imbalance": 2.0}}, dict(par)))
-    assert bal.step_time_s < drop.step_time_s < skew2.step_time_s
-    # dropless: Qwen3-30B (128 experts, top-8) on EP8, 4,096 tokens per rank (routing_skew.py)
+    assert exact.step_time_s < bal.step_time_s < drop.step_time_s < skew2.step_time_s
+    # Qwen3-30B (128 experts, top-8) on EP8, 4,096 tokens per rank (routing_skew.py): forced
+    # balancing's sampling spread alone, dropless adds the trained router's skew
     factor = _scn({**QWEN30, "moe": {"routing": "dropless"}}, dict(par)).expert_load_imbalance
+    forced = _scn({**QWEN30, "moe": {"routing": "balanced"}}, dict(par)).expert_load_imbalance
     assert 1.10 < factor < 1.15
-    assert drop.breakdown_s["ep_comm"] == pytest.approx(factor * bal.breakdown_s["ep_comm"], rel=1e-9)
-    assert skew2.breakdown_s["ep_comm"] == pytest.approx(2.0 * bal.breakdown_s["ep_comm"], rel=1e-9)
+    assert 1.005 < forced < 1.01
+    for report, f in ((bal, forced), (drop, factor), (skew2, 2.0)):
+        assert report.breakdown_s["ep_comm"] == pytest.approx(f * exact.breakdown_s["ep_comm"], rel=1e-9)
 
 
 def test_fp8_dispatch_cuts_dispatch_bytes() -> None:
@@ -611,7 +622,8 @@ def test_eager_mxfp8_experts_quantize_and_multiply_per_expert(fused: bool) -> No
     (cast.cpp multi_tensor_quantize_impl: no fused multi-tensor cast for MX quantizers) and the
     GEMMs run per expert on 4 streams; TE's fused grouped MLP does neither (one kernel each).
     Bytes and FLOPs are the same either way."""
-    model = {"preset": "qwen3-30b-a3b", "seq_len": 4096}
+    # load_imbalance = 1: per_expert below is the mean rank's token copies
+    model = {"preset": "qwen3-30b-a3b", "seq_len": 4096, "moe": {"load_imbalance": 1.0}}
     par = {"ep": 8, "num_gpus": 8, "global_batch": 64, "micro_batch": 8}
     scn = _scn(
         model,
@@ -648,8 +660,10 @@ def test_eager_mxfp8_experts_quantize_and_multiply_per_expert(fused: bool) -> No
 def test_eager_fp8_expert_quantize_kernels_follow_the_recipe(recipe: str, label: str) -> None:
     """cast.cpp multi_tensor_quantize_impl fuses the experts' casts into one
     nvte_multi_cast_transpose only for delayed-scaling Float8Quantizers; current scaling quantizes
-    each expert's rows with its own kernel, like MXFP8."""
-    model = {"preset": "qwen3-30b-a3b", "seq_len": 4096}
+    each expert's rows with its own quantizer, like MXFP8, and each such quantize is three kernels
+    (amax, scale, cast: quantizer.cpp Float8CurrentScalingQuantizer::quantize_impl)."""
+    # load_imbalance = 1: per_expert below is the mean rank's token copies
+    model = {"preset": "qwen3-30b-a3b", "seq_len": 4096, "moe": {"load_imbalance": 1.0}}
     par = {"ep": 8, "num_gpus": 8, "global_batch": 64, "micro_batch": 8}
     scn = _scn(
         model,
@@ -662,7 +676,7 @@ def test_eager_fp8_expert_quantize_kernels_follow_the_recipe(recipe: str, label:
     d = Device(scn.gpu, scn.dtype)
     experts_local = scn.model.num_experts // 8
     segs = _moe_segments(scn)
-    kernels = experts_local if recipe == "current" else 1
+    kernels = experts_local * FP8_CURRENT_KERNELS_PER_TENSOR if recipe == "current" else 1
     assert segs[label], sorted(segs)
     expert_casts = [s for s in segs[label] if s.message_bytes > 0]
     for s in expert_casts:
@@ -1047,3 +1061,56 @@ def test_nvfp4_gb300_is_never_slower_than_b300() -> None:
         return simulate(scn).report.step_time_s
 
     assert step("gb300") <= step("b300")
+
+
+@pytest.mark.parametrize(("num_gpus", "ep"), [(8, 8), (16, 16)])
+def test_hybridep_builds_its_routing_metadata_before_each_forward_dispatch(num_gpus: int, ep: int) -> None:
+    """DeepEP hybrid-ep @34152ae2 HybridEPBuffer::metadata_preprocessing (HYBRIDEP_METADATA_NOTE):
+    before a forward dispatch every rank all-gathers the EP group's [tokens, experts] boolean routing
+    maps and runs three kernels over them; the backward reuses the handle. Closed form: the EP
+    all-gather of ep*T*E bytes plus the kernels' bytes (the map read, an int32 per (token, rank), the
+    local-expert map written and read, an int32 row id per (token, local expert)); placed before
+    the dispatch (the blocking dispatch's host sync waits for it); no other dispatcher has it."""
+    par = {"ep": ep, "num_gpus": num_gpus, "global_batch": 64, "micro_batch": 2}
+    scn = _scn(dict(QWEN30), dict(par), kernels={"moe_dispatcher": "hybridep"})
+    coster = _Coster(scn, default_comm_model(scn))
+    fwd, b_in, b_w, _, _ = coster.layer(True)
+    names = [s.name for s in fwd.parts]
+    meta = [s for s in fwd.parts if s.name == "hybridep routing metadata"]
+    assert len(meta) == 1 and names.index("hybridep routing metadata") < names.index("ep dispatch")
+    assert not [s for s in b_in.parts + b_w.parts if "metadata" in s.name]
+    m = scn.model
+    T, E, local = 2 * m.seq_len, m.num_experts, m.num_experts // ep
+    rows = ep * T
+    gathered = float(rows * E)
+    kernel_bytes = gathered + 4.0 * rows + 2.0 * rows * local + 4.0 * rows * local
+    want = coster.coll("allgather", "ep", gathered) + memory_op_time_s(coster.device, kernel_bytes, 3)
+    assert meta[0].category == "ep_comm"
+    assert meta[0].message_bytes == pytest.approx(gathered)
+    assert meta[0].duration_s == pytest.approx(want, rel=1e-12)
+    for other in ("alltoall", "deepep"):
+        o = _Coster(_scn(dict(QWEN30), dict(par), kernels={"moe_dispatcher": other}), default_comm_model(scn))
+        assert "hybridep routing metadata" not in [s.name for s in o.layer(True)[0].parts]
+    more = _scn(dict(QWEN30), {**par, "micro_batch": 4}, kernels={"moe_dispatcher": "hybridep"})
+    more_meta = [s for s in _moe_segments(more)["hybridep routing metadata"]]
+    assert more_meta[0].duration_s > meta[0].duration_s
+
+
+@pytest.mark.parametrize("dispatcher", ["alltoall", "deepep", "hybridep"])
+def test_flex_dispatchers_permute_the_received_tokens(dispatcher: str) -> None:
+    """FLEX_PERMUTE_NOTE: the all-to-all dispatcher permutes its own tokens before sending (read 1,
+    write top_k rows per token); HybridEP's standalone permute reads the tokens its NVLink buffer
+    received, one per (token, destination rank), and DeepEP's recv_x likewise (read rank hits,
+    write top_k). Closed form on the forward permute and unpermute bytes; with one EP rank the flex
+    dispatchers read each token once, like the all-to-all one."""
+    par = {"ep": 8, "num_gpus": 8, "global_batch": 64, "micro_batch": 1}
+    scn = _scn(dict(QWEN30), dict(par), kernels={"moe_dispatcher": dispatcher})
+    m = scn.model
+    a = Device(scn.gpu, scn.dtype).activation_bytes
+    hits = 1.0 if dispatcher == "alltoall" else expected_groups_hit(m.num_experts, 8, m.top_k)
+    assert hits == 1.0 or 5.0 < hits < 5.5  # 128 experts, top-8, 8 ranks: 5.34 ranks per token
+    segs = _moe_segments(scn)
+    for name in ("moe permute", "moe unpermute"):
+        assert segs[name][0].message_bytes == pytest.approx((hits + m.top_k) * m.seq_len * m.hidden * a)
+    one = _moe_segments(_scn(dict(QWEN30), {**par, "ep": 1}, kernels={"moe_dispatcher": dispatcher}))
+    assert one["moe permute"][0].message_bytes == pytest.approx((1 + m.top_k) * m.seq_len * m.hidden * a)

@@ -87,7 +87,12 @@ SPLITS = {
         {"pp": 4, "vp": 2, "schedule": "interleaved", "global_batch": 16},
         8,
     ),
-    "moe-ep8-pp2": ({"preset": "mixtral-8x7b"}, {"pp": 2, "ep": 8, "global_batch": 32, "zero": 1}, 16),
+    # load_imbalance = 1: the program costs the busiest EP rank's expert GEMMs, the oracle the mean
+    "moe-ep8-pp2": (
+        {"preset": "mixtral-8x7b", "moe": {"load_imbalance": 1.0}},
+        {"pp": 2, "ep": 8, "global_batch": 32, "zero": 1},
+        16,
+    ),
     "selective-tp8": (
         {"preset": "gpt3-13b"},
         {"tp": 8, "pp": 1, "global_batch": 16, "recompute": "selective"},

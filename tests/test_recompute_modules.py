@@ -172,6 +172,8 @@ def test_moe_recompute_repeats_the_dispatch() -> None:
 def test_recompute_adds_exactly_the_modules_flops(model: dict, modules: list[str]) -> None:
     """Program FLOPs (every timed kernel's) = flops.py's model + recomputed-module FLOPs."""
     ep = 8 if model["preset"] != "llama3-8b" else 1
+    if ep > 1:  # the program costs the busiest EP rank's expert GEMMs, flops.py the mean: pin it
+        model = {**model, "moe": {"load_imbalance": 1.0}}
     scn = _scn(model, {"ep": ep, "recompute": "selective", "recompute_modules": modules})
     par = scn.parallel
     program = build_program(scn)

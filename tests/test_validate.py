@@ -117,7 +117,9 @@ def test_mpt_rows(shipped):
         "nic_Gbps": 200,
     }
     s = V.scenario_for(case)
-    assert s.model.tied_embeddings and not s.model.position_embeddings
+    # the benchmark runs' MPTConfig: learned positions, no ALiBi (the README's NumParams grows by
+    # (seq_len - 2048)·d_model), biases on the linear layers (no_bias False)
+    assert s.model.tied_embeddings and s.model.position_embeddings and s.model.linear_bias
     assert s.topology.inter_node.fabric == "fat-tree"
     h100 = case_of(shipped, "mpt_H100-SXM-80GB_3b_s2048_8gpu_fp8")
     assert h100.dtype == "fp8" and "inter_node" not in h100.scenario["cluster"]
@@ -612,6 +614,24 @@ def test_moe_rows_now_simulated(shipped, run_id, preset, mtp):
     assert case.is_moe and case.scenario["model"]["preset"] == preset
     s = V.scenario_for(case)
     assert s.model.mtp_layers == mtp and s.model.routing == "balanced"  # force-balanced benchmarks
+
+
+def test_forced_rows_get_the_sampling_spread_tokendrop_rows_exact_balance(shipped):
+    """Force-balanced rows (random router logits): the busiest EP rank is the sampling spread's
+    expected maximum (routing_skew.py); token-drop rows pad every expert to capacity 1.0, so all
+    ranks carry the same load: load_imbalance = 1 exactly."""
+    from simulator.routing_skew import busiest_rank_factor
+
+    forced = V.scenario_for(case_of(shipped, "mbridge_26.04.01_DeepSeekV3_DGX-GB200_256gpu_mxfp8"))
+    m, par = forced.model, forced.parallel
+    tokens = par.micro_batch * m.seq_len * par.ep  # tp = cp = etp = 1 on this row
+    assert (par.tp, par.cp, par.expert_tp) == (1, 1, 1)
+    assert forced.expert_load_imbalance == busiest_rank_factor(m.num_experts, m.top_k, par.ep, tokens, 0.0)
+    assert 1.005 < forced.expert_load_imbalance < 1.02
+    dropped = case_of(shipped, "mbridge_25.09_DeepSeekV3_DGX-GB200_256gpu_na")
+    assert "tokendrop" in dropped.scenario["model"]["name"].lower()
+    assert V.scenario_for(dropped).expert_load_imbalance == 1.0
+    assert any("padded to capacity" in n for n in dropped.assumptions)
 
 
 def test_moe_pipeline_slots_and_racks(shipped):

@@ -196,14 +196,16 @@ KEYS: dict[str, Key] = {
         "leading layers with a dense MLP (DeepSeek first_k_dense_replace)", "integer", since=NEXT
     ),
     "model.moe.routing": Key(
-        "balanced (forced / aux-loss balanced) or dropless (natural skew)",
+        "balanced (forced: random router logits, Megatron moe_router_force_load_balancing) or"
+        " dropless (a trained router's skew on real text, aux-loss-balanced ones included)",
         "string",
         allowed=_spec("ROUTING"),
         since=NEXT,
     ),
     "model.moe.load_imbalance": Key(
-        "busiest EP rank's tokens / mean (>= 1); 0: 1 when balanced, dropless: expected maximum"
-        " over the EP ranks of the experts' skew and sampling (routing_skew.py)",
+        "busiest EP rank's tokens / mean (>= 1); 0: the expected maximum over the EP ranks of the"
+        " micro-batch's sampling spread (balanced) plus the experts' skew (dropless; routing_skew.py);"
+        " 1: exact balance, every expert the same token count",
         "number",
         default="0 (from routing and layout)",
         since=NEXT,
@@ -442,6 +444,22 @@ KEYS: dict[str, Key] = {
         " (PyTorch FSDP BACKWARD_POST, composer's default), so the gather is not hidden",
         default='"pre"',
         allowed=lambda: ("pre", "post"),
+        since=NEXT,
+    ),
+    "kernels.attention_padding": Key(
+        "how q, k, v reach the attention kernel: none = as the layer holds them, unpad = through"
+        " flash-attn's bert_padding (gather copies of q, k, v before flash_attn_varlen_func, a"
+        " zero-filled scatter of the output after it; llm-foundry's flash_attn_fn)",
+        default='"none"',
+        allowed=lambda: ("none", "unpad"),
+        since=NEXT,
+    ),
+    "kernels.bias_grad": Key(
+        "bias gradients of the dense linear layers (model.linear_bias): fused = in the wgrad GEMM's"
+        " epilogue (Transformer Engine), separate = a reduction kernel over each layer's output"
+        " gradient (PyTorch nn.Linear; llm-foundry)",
+        default='"fused"',
+        allowed=lambda: ("fused", "separate"),
         since=NEXT,
     ),
     "kernels.zero3_collectives": Key(

@@ -45,12 +45,15 @@ def release(run_id: str) -> tuple[int, ...]:
 def config_key(result: RowResult) -> tuple[Any, ...]:
     """What makes two rows the same experiment for the simulator: the scenario it simulates
     (model without its display name, cluster, split, batch, precision) and the compared metric --
-    everything but the software release and labels the scenario cannot express (e.g. a
-    '(tokendrop)' qualifier on a force-balanced benchmark). The split is the published one: a
-    release's launch recipe (EP overlap, recompute modules) is part of the release, not of the
-    configuration, so rows of different releases stay one group and their recipes are reported."""
+    everything but the software release and its MoE routing mode: a '(tokendrop)' row (padded to
+    capacity, load_imbalance = 1) stays in its force-balanced configuration's group, as the
+    release's launch recipe does. The split is the published one: a release's launch recipe (EP
+    overlap, recompute modules) is part of the release, not of the configuration, so rows of
+    different releases stay one group and their recipes are reported."""
     sc = result.case.scenario
     model = {k: v for k, v in sc.get("model", {}).items() if k != "name"}
+    moe = {k: v for k, v in model.get("moe", {}).items() if k != "load_imbalance"}
+    model = {k: v for k, v in model.items() if k != "moe"} | ({"moe": moe} if moe else {})
     parallel = result.case.published_parallel or sc.get("parallel", {})
     return (
         json.dumps(model, sort_keys=True),
