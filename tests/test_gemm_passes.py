@@ -178,7 +178,7 @@ def test_layer_dump_shows_each_pass_at_its_shape() -> None:
         2 * m.expert_ffn,
         m.hidden,
         experts_local,
-        m.routing == "dropless",
+        m.uneven_expert_counts,  # forced (random) routing: unequal per-expert counts too
         TE_GEMM_STREAMS,
     )
     assert coster.wgrad_bytes == 8  # Megatron-Core: accumulated into the fp32 main_grad
