@@ -21,7 +21,17 @@ from typing import Any
 
 from . import flops as fl
 from .comm import CommModel, bus_factor, default_comm_model
-from .costs import Device, attention_time_s, grouped_matmul_time_s, matmul_time_s, memory_op_time_s
+from .costs import (
+    GEMM_PASSES,
+    Device,
+    attention_time_s,
+    gemm_pass_shape,
+    grouped_matmul_time_s,
+    matmul_pass_times_s,
+    matmul_time_s,
+    memory_op_time_s,
+    wgrad_output_bytes,
+)
 from .ep_dispatch import (
     FLEX_DISPATCHERS,
     RDMA_TABLE_ARCHITECTURES,
@@ -800,6 +810,15 @@ class _Coster:
         all-gather: 16-bit, or FP8 with [precision] fp8_param_gather (memory.py)."""
         return param_gather_bytes_per_param(self.scn.dtype, self.scn.fp8_param_gather)
 
+    @property
+    def wgrad_bytes(self) -> int:
+        """HBM bytes per weight-gradient element of a weight GEMM (costs.wgrad_output_bytes):
+        Megatron-Core (gradient accumulation fusion on by default) accumulates into the
+        main_grad buffer; the 2021 Megatron-LM and composer/FSDP stacks write a 16-bit gradient."""
+        k = self.scn.kernels
+        fused = k.stack in ("", "megatron-core")
+        return wgrad_output_bytes(grad_reduce_bytes_per_param(self.scn.dtype, k.grad_reduce_dtype), fused)
+
     # -- communication
     def coll(self, kind: str, axis: str, message_bytes: float, stage: int = 0) -> float:
         if message_bytes <= 0:
@@ -880,16 +899,19 @@ class _Coster:
         b_w: list = []
 
         def mm(name: str, mm_m: int, mm_n: int, mm_k: int, count: int = 1) -> None:
-            tt = matmul_time_s(d, mm_m, mm_n, mm_k, count)
+            # forward, dgrad and wgrad each at its own GEMM shape (costs.gemm_pass_shape)
+            times_s = matmul_pass_times_s(d, mm_m, mm_n, mm_k, count, self.wgrad_bytes)
+            times = dict(zip(GEMM_PASSES, times_s, strict=True))
             f = 2.0 * mm_m * mm_n * mm_k * count
-            fwd.append(Segment("compute", name, tt, f, 0.0))
-            b_in.append(Segment("compute", name + " dgrad", tt, f, 0.0))
-            b_w.append(Segment("compute", name + " wgrad", tt, f, 0.0))
+            fwd.append(Segment("compute", name, times["fprop"], f, 0.0))
+            b_in.append(Segment("compute", name + " dgrad", times["dgrad"], f, 0.0))
+            b_w.append(Segment("compute", name + " wgrad", times["wgrad"], f, 0.0))
             if split_overlap:  # Transformer Engine userbuffers run these GEMMs in chunks
                 for phase, parts in (("fprop", fwd), ("dgrad", b_in)):
                     chunks = ub_gemm_chunks(name, phase, t)
                     if chunks > 1:
-                        extra = ub_split_gemm_s(d, mm_m, mm_n, mm_k, chunks) - tt
+                        pm, pn, pk = gemm_pass_shape(phase, mm_m, mm_n, mm_k)
+                        extra = ub_split_gemm_s(d, pm, pn, pk, chunks) - times[phase]
                         parts.append(Segment("compute", "tp overlap gemm split", max(0.0, extra), 0.0, 0.0))
             quant = quant_bytes_per_element(d, self.scn.fp8_recipe)
             if quant:  # Transformer Engine quantizes the GEMM input (fwd) and output grad (bwd)
@@ -924,7 +946,12 @@ class _Coster:
         if m.mla is not None:
             self._mla_projections(mm, mem, fwd, b_in, T, tp_msg, heads_local, span)
         else:
-            self._tp_entry(fwd, b_in, tp_msg, matmul_time_s(d, T, q_local + 2 * kv_local, h))
+            self._tp_entry(
+                fwd,
+                b_in,
+                tp_msg,
+                matmul_pass_times_s(d, T, q_local + 2 * kv_local, h, 1, self.wgrad_bytes)[1:],
+            )
             mm("qkv", T, q_local + 2 * kv_local, h)
             if m.qk_norm:  # per-head RMSNorm of q and k (QK_NORM_NOTE)
                 mem("qk norm", 2 * T * (q_local + kv_local) * a, kernels=2)
@@ -972,7 +999,7 @@ class _Coster:
         else:
             f_local = m.ffn // t
             fc1_n = (2 if m.gated_mlp else 1) * f_local
-            self._tp_entry(fwd, b_in, tp_msg, matmul_time_s(d, T, fc1_n, h))
+            self._tp_entry(fwd, b_in, tp_msg, matmul_pass_times_s(d, T, fc1_n, h, 1, self.wgrad_bytes)[1:])
             mm("fc1", T, fc1_n, h)
             if m.activation == "squared_relu":
                 # megatron/core/activations.py squared_relu = torch.pow(F.relu(x), 2): two eager
@@ -1240,8 +1267,8 @@ class _Coster:
         assert mla is not None
         h, a = m.hidden, d.activation_bytes
         q_in = mla.q_lora_rank or h
-        first_gemm = matmul_time_s(d, T, (mla.q_lora_rank or 0) + mla.kv_lora_rank + mla.qk_rope_head_dim, h)
-        self._tp_entry(fwd, b_in, tp_msg, first_gemm)
+        first_n = (mla.q_lora_rank or 0) + mla.kv_lora_rank + mla.qk_rope_head_dim
+        self._tp_entry(fwd, b_in, tp_msg, matmul_pass_times_s(d, T, first_n, h, 1, self.wgrad_bytes)[1:])
         if mla.q_lora_rank:
             mm("q down", T, mla.q_lora_rank, h)
             mem("q norm", 2 * T * mla.q_lora_rank * a)
@@ -1311,32 +1338,34 @@ class _Coster:
             )
         ]
 
-    def _tp_entry(self, fwd: list, b_in: list, msg: float, gemm_s: float) -> None:
+    def _tp_entry(self, fwd: list, b_in: list, msg: float, gemm_s: tuple[float, ...]) -> None:
         """Column-parallel entry (Megatron's `f` operator): with SP an AllGather forward; in
         backward Megatron's LinearWithGradAccumulationAndAsyncCommunication re-gathers the
         input (overlapped with the dgrad GEMM) and reduce-scatters the input gradient
         (overlapped with the wgrad GEMM); without SP it all-reduces the input gradient
-        asynchronously beside the wgrad GEMM. Only what outlasts its GEMM (`gemm_s`) is exposed."""
+        asynchronously beside the wgrad GEMM. Only what outlasts its GEMM (`gemm_s` = the
+        (dgrad, wgrad) times of the entry GEMM) is exposed."""
         par = self.scn.parallel
         if par.tp == 1:
             return
+        dgrad_s, wgrad_s = gemm_s
         if par.tp_comm_overlap or not self.scn.kernels.tp_comm_async:
             # hidden by _overlap_tp instead (never hide twice), or a stack without Megatron's
             # asynchronous TP backward communication (2021-22 Megatron-LM): all of it exposed
-            gemm_s = 0.0
+            dgrad_s = wgrad_s = 0.0
         if par.sequence_parallel:
             t_ag = self.coll("allgather", "tp", msg)
             t_rs = self.coll("reducescatter", "tp", msg)
             fwd.append(Segment("tp_comm", "tp allgather", t_ag, 0.0, msg))
-            b_in.append(Segment("tp_comm", "tp allgather (beside dgrad)", max(0.0, t_ag - gemm_s), 0.0, msg))
+            b_in.append(Segment("tp_comm", "tp allgather (beside dgrad)", max(0.0, t_ag - dgrad_s), 0.0, msg))
             b_in.append(
-                Segment("tp_comm", "tp reducescatter (beside wgrad)", max(0.0, t_rs - gemm_s), 0.0, msg)
+                Segment("tp_comm", "tp reducescatter (beside wgrad)", max(0.0, t_rs - wgrad_s), 0.0, msg)
             )
-            hidden = min(t_ag, gemm_s) + min(t_rs, gemm_s)
+            hidden = min(t_ag, dgrad_s) + min(t_rs, wgrad_s)
         else:
             t_ar = self.coll("allreduce", "tp", msg)
-            b_in.append(Segment("tp_comm", "tp allreduce (beside wgrad)", max(0.0, t_ar - gemm_s), 0.0, msg))
-            hidden = min(t_ar, gemm_s)
+            b_in.append(Segment("tp_comm", "tp allreduce (beside wgrad)", max(0.0, t_ar - wgrad_s), 0.0, msg))
+            hidden = min(t_ar, wgrad_s)
         if hidden > 0:
             # the NCCL kernels run beside the dgrad/wgrad GEMM on the same GPU (async_op=True in
             # megatron/core/tensor_parallel/layers.py LinearWithGradAccumulationAndAsyncCommunication
@@ -1420,11 +1449,13 @@ class _Coster:
         # moe/router.py TopKRouter.gating -> moe_utils.router_gating_linear; its weight is not a
         # Transformer Engine module, so FP8/MXFP8 autocast neither quantizes nor speeds it up)
         router_device = replace(d, dtype="bf16") if d.dtype not in ("bf16", "fp16") else d
-        t_router = matmul_time_s(router_device, T_in, m.num_experts, h)
+        # its wgrad returns a new 16-bit tensor (RouterGatingLinearFunction.backward, moe_utils.py
+        # @d98e8a64), not accumulated into main_grad by the GEMM: 2 bytes per element
+        t_router, t_router_d, t_router_w = matmul_pass_times_s(router_device, T_in, m.num_experts, h)
         f_router = 2.0 * T_in * m.num_experts * h
         fwd.append(Segment("compute", "router", t_router, f_router, 0.0))
-        b_in.append(Segment("compute", "router dgrad", t_router, f_router, 0.0))
-        b_w.append(Segment("compute", "router wgrad", t_router, f_router, 0.0))
+        b_in.append(Segment("compute", "router dgrad", t_router_d, f_router, 0.0))
+        b_w.append(Segment("compute", "router wgrad", t_router_w, f_router, 0.0))
         mem("router softmax/top-k", ROUTER_BYTES_PER_LOGIT * T_in * m.num_experts, kernels=2)
         experts_local = m.num_experts // par.ep
         routed = T_in * k * etp  # token copies this rank's experts see (after the etp gather)
@@ -1435,8 +1466,19 @@ class _Coster:
         eager = not scn.kernels.fused_grouped_mlp  # TE GroupedLinear (TE_MULTI_STREAM_NOTE)
         streams = TE_GEMM_STREAMS if eager else 0
         if gather:
-            fc1_s = grouped_matmul_time_s(
-                d, per_expert, fc1_n, h, experts_local, m.uneven_expert_counts, streams
+            fc1_s = tuple(
+                grouped_matmul_time_s(
+                    d,
+                    per_expert,
+                    fc1_n,
+                    h,
+                    experts_local,
+                    m.uneven_expert_counts,
+                    streams,
+                    pass_,
+                    self.wgrad_bytes,
+                )
+                for pass_ in ("dgrad", "wgrad")
             )
             self._tp_entry(fwd, b_in, tp_msg, fc1_s)
         # the rows the permute reads: the rank's own tokens (alltoall, allgather), or with a flex
@@ -1474,11 +1516,17 @@ class _Coster:
             self._eager(fwd, b_in, "moe sort by expert", SORT_CHUNKS_PASSES, sorted_bytes)
 
         def grouped(name: str, n: int, kk: int) -> None:
-            tt = grouped_matmul_time_s(d, per_expert, n, kk, experts_local, uneven, streams)
+            # forward, dgrad and wgrad each at its own shape (the wgrad reduces over the tokens)
+            tf, td, tw = (
+                grouped_matmul_time_s(
+                    d, per_expert, n, kk, experts_local, uneven, streams, pass_, self.wgrad_bytes
+                )
+                for pass_ in GEMM_PASSES
+            )
             f = 2.0 * per_expert * n * kk * experts_local
-            fwd.append(Segment("compute", name, tt, f, 0.0))
-            b_in.append(Segment("compute", name + " dgrad", tt, f, 0.0))
-            b_w.append(Segment("compute", name + " wgrad", tt, f, 0.0))
+            fwd.append(Segment("compute", name, tf, f, 0.0))
+            b_in.append(Segment("compute", name + " dgrad", td, f, 0.0))
+            b_w.append(Segment("compute", name + " wgrad", tw, f, 0.0))
             quant = quant_bytes_per_element(d, self.scn.fp8_recipe)
             if quant:
                 label = "fp8 cast" if d.dtype == "fp8" else f"{d.dtype} quantize"
@@ -1911,7 +1959,9 @@ class _Coster:
         T = par.micro_batch * m.seq_len // par.cp
         a = d.activation_bytes
         lf, lbi, lbw, lrec, lparams = layer_cost
-        t_proj = matmul_time_s(d, T, m.hidden // par.tp, 2 * m.hidden)
+        t_proj, t_proj_d, t_proj_w = matmul_pass_times_s(
+            d, T, m.hidden // par.tp, 2 * m.hidden, 1, self.wgrad_bytes
+        )
         f_proj = 2.0 * T * (m.hidden // par.tp) * 2 * m.hidden
         norms = memory_op_time_s(d, 2 * 2 * T * m.hidden * a, kernels=2)
         log_f, log_bi, log_bw = self.logits()
@@ -1921,10 +1971,14 @@ class _Coster:
         ]
         fwd += list(lf.parts) + list(log_f.parts)
         b_in = (
-            list(log_bi.parts) + list(lbi.parts) + [Segment("compute", "mtp proj dgrad", t_proj, f_proj, 0.0)]
+            list(log_bi.parts)
+            + list(lbi.parts)
+            + [Segment("compute", "mtp proj dgrad", t_proj_d, f_proj, 0.0)]
         )
         b_w = (
-            list(log_bw.parts) + list(lbw.parts) + [Segment("compute", "mtp proj wgrad", t_proj, f_proj, 0.0)]
+            list(log_bw.parts)
+            + list(lbw.parts)
+            + [Segment("compute", "mtp proj wgrad", t_proj_w, f_proj, 0.0)]
         )
         params = fl.mtp_params_per_rank(m, par).total
         return _Phase(tuple(fwd)), _Phase(tuple(b_in)), _Phase(tuple(b_w)), lrec, params
@@ -1965,7 +2019,9 @@ class _Coster:
         T = par.micro_batch * m.seq_len // par.cp
         a = d.activation_bytes
         v_local = -(-m.vocab // par.tp)
-        t_mm = matmul_time_s(output_layer_device(d), T, v_local, m.hidden)
+        t_mm, t_mm_d, t_mm_w = matmul_pass_times_s(
+            output_layer_device(d), T, v_local, m.hidden, 1, self.wgrad_bytes
+        )
         f = 2.0 * T * v_local * m.hidden
         impl = scn.kernels.cross_entropy or "unfused"
         fwd_b, fwd_k, bwd_b, bwd_k = CE_PASSES[impl]  # bytes per logit of 16-bit logits
@@ -1982,7 +2038,7 @@ class _Coster:
             fwd.append(Segment("tp_comm", "tp allgather", self.coll("allgather", "tp", msg), 0.0, msg))
             t_rs = self.coll("reducescatter", "tp", msg)  # beside the logits wgrad (as in _tp_entry)
             bwd_in.append(
-                Segment("tp_comm", "tp reducescatter (beside wgrad)", max(0.0, t_rs - t_mm), 0.0, msg)
+                Segment("tp_comm", "tp reducescatter (beside wgrad)", max(0.0, t_rs - t_mm_w), 0.0, msg)
             )
         fwd += [
             Segment("compute", "logits", t_mm, f, 0.0),
@@ -1990,9 +2046,9 @@ class _Coster:
         ]
         bwd_in += [
             Segment("compute", "cross-entropy bwd", t_ce_bwd, 0.0, ce_bwd_bytes),
-            Segment("compute", "logits dgrad", t_mm, f, 0.0),
+            Segment("compute", "logits dgrad", t_mm_d, f, 0.0),
         ]
-        bwd_w = [Segment("compute", "logits wgrad", t_mm, f, 0.0)]
+        bwd_w = [Segment("compute", "logits wgrad", t_mm_w, f, 0.0)]
         return _Phase(tuple(fwd)), _Phase(tuple(bwd_in)), _Phase(tuple(bwd_w))
 
 
