@@ -841,6 +841,21 @@ class VariabilitySpec:
 
 
 ATTENTION_IMPLS = ("fa2", "fa3", "cudnn", "triton", "unfused")
+# Attention kernel of today's Megatron-Core + Transformer Engine per architecture: TE's cuDNN fused
+# attention on Hopper/Blackwell, FlashAttention-2 on Ampere (no sm80 cuDNN/FA3 path in TE's
+# default priority), none on Volta (kernels.default_attention).
+DEFAULT_ATTENTION = {"volta": "unfused", "ampere": "fa2", "hopper": "cudnn", "blackwell": "cudnn"}
+# Implementations that take a learnable softmax offset (model.attention_sinks): Transformer Engine
+# disables FlashAttention for softmax_type != "vanilla" and keeps FusedAttention (cuDNN >= 9.13.1)
+# and UnfusedDotProductAttention (transformer_engine/pytorch/attention/dot_product_attention/
+# utils.py get_attention_backend, "Filter: Softmax type"@d0067d0d); llm-foundry's triton kernel
+# has no such offset either
+SINK_ATTENTION_IMPLS = ("cudnn", "unfused")
+# Implementations `attention_padding = "unpad"` runs in front of: flash-attn's bert_padding feeds
+# flash_attn_varlen_func, in llm-foundry only inside flash_attn_fn (llmfoundry/models/layers/
+# attention.py@5e85bd62d; its triton_flash_attn_fn and torch path fold the padding mask into the
+# attention bias instead); FA3 has the same varlen entry point (flash_attn_interface)
+UNPAD_ATTENTION_IMPLS = ("fa2", "fa3")
 CROSS_ENTROPY_IMPLS = ("unfused", "fused", "te", "torch")
 ZERO3_COLLECTIVES = ("nccl", "flat")
 # software stacks with fitted residuals (simulator/stacks.py, efficiency.toml [stacks.*])
@@ -1176,6 +1191,19 @@ class Scenario:
         _check_recompute_modules(self.model, self.parallel.recompute_modules)
         _check_cuda_graphs(self.model, self.parallel, self.kernels, self.memory)
         _check_ep_overlap(self.parallel, self.kernels, self.gpu)
+        _check_load_imbalance(self.model, self.parallel.ep)
+        # the attention implementation when the file names it (the GPU's default: loading.py)
+        impl = self.kernels.attention if self.kernels.flash_attention else "unfused"
+        if impl and self.model.attention_sinks:
+            check_sink_attention(impl)
+        if impl and self.kernels.attention_padding == "unpad":
+            check_unpad_attention(impl)
+        if self.kernels.bias_grad == "separate" and self.model.linear_bias and self.model.mla is not None:
+            raise ConfigError(
+                "separate bias-gradient reductions are modelled for the standard attention and MLP "
+                'projections, not MLA\'s: use "fused" or a model without [model.mla]',
+                key="kernels.bias_grad",
+            )
         if self.memory.fp8_moe_act_input and not (
             self.model.is_moe and self.dtype in ("fp8", "mxfp8", "nvfp4")
         ):
@@ -1255,6 +1283,12 @@ class Scenario:
                 f"ep_comm_overlap = true changes nothing under {par.schedule}: its paired forward and "
                 "backward chunks already hide the EP all-to-all (not Megatron-Core's combined 1F1B)"
             )
+        if self.kernels.bias_grad == "separate" and not self.model.linear_bias:
+            # PyTorch nn.Linear(bias=False) has no bias and computes no bias gradient
+            out.append(
+                'kernels.bias_grad = "separate" changes nothing: the model has no linear biases '
+                "(model.linear_bias = false), so there is no bias gradient to compute"
+            )
         pieces = num_virtual_stages(par.schedule, par.pp, par.vp)
         if not par.pipeline_layout and (self.model.layers + par.pipeline_extra_layers) % pieces:
             out.append(
@@ -1263,6 +1297,45 @@ class Scenario:
                 "equal stages: the first stages get one layer more"
             )
         return out
+
+
+def check_sink_attention(impl: str) -> None:
+    """model.attention_sinks needs an attention implementation with a learnable softmax offset
+    (SINK_ATTENTION_IMPLS); `impl` is the one the scenario runs."""
+    if impl not in SINK_ATTENTION_IMPLS:
+        raise ConfigError(
+            f"{impl!r} has no learnable softmax offset for model.attention_sinks (Transformer Engine "
+            'disables FlashAttention for it): use "cudnn" or "unfused"',
+            key="kernels.attention",
+        )
+
+
+def check_unpad_attention(impl: str) -> None:
+    """`attention_padding = "unpad"` exists only in front of a varlen flash kernel
+    (UNPAD_ATTENTION_IMPLS); `impl` is the one the scenario runs."""
+    if impl not in UNPAD_ATTENTION_IMPLS:
+        raise ConfigError(
+            "unpad is flash-attn's bert_padding around flash_attn_varlen_func (llm-foundry "
+            f'flash_attn_fn): needs kernels.attention "fa2" or "fa3", not {impl!r}',
+            key="kernels.attention_padding",
+        )
+
+
+def _check_load_imbalance(model: ModelSpec, ep: int) -> None:
+    """An explicit `load_imbalance` no layout can reach is refused: the busiest of `ep` ranks
+    holding m = num_experts/ep experts receives at most min(top_k, m) copies of each token, so its
+    share of the mean is at most ep·min(k, m)/k (routing_skew.busiest_rank_factor's own cap)."""
+    if not model.is_moe or not model.load_imbalance:
+        return
+    k, m = model.top_k, model.num_experts / ep
+    cap = ep * min(k, m) / k
+    if model.load_imbalance > cap * (1 + 1e-12):
+        raise ConfigError(
+            f"{model.load_imbalance:g} exceeds its maximum {cap:g} for ep = {ep}: the busiest rank of "
+            f"{m:g} experts gets at most min(top_k, experts per rank) = {min(k, m):g} of each token's "
+            f"{k} copies (ep·min(k, m)/k)",
+            key="model.moe.load_imbalance",
+        )
 
 
 def _check_recompute_modules(model: ModelSpec, modules: tuple[str, ...]) -> None:

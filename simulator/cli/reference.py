@@ -178,7 +178,8 @@ KEYS: dict[str, Key] = {
     "model.attention_sinks": Key(
         "a learnable softmax offset per attention head (GPT-OSS sinks; Megatron-Core softmax_type = "
         '"learnable"): cuDNN fused attention takes it, and its gradient adds a reduction over the '
-        "backward's softmax statistics (one memory-bound op, 'attention sink grad')",
+        "backward's softmax statistics (one memory-bound op, 'attention sink grad'); needs "
+        'kernels.attention "cudnn" or "unfused" (TE disables FlashAttention for it)',
         "boolean",
         since=NEXT,
     ),
@@ -205,7 +206,8 @@ KEYS: dict[str, Key] = {
     "model.moe.load_imbalance": Key(
         "busiest EP rank's tokens / mean (>= 1); 0: the expected maximum over the EP ranks of the"
         " micro-batch's sampling spread (balanced) plus the experts' skew (dropless; routing_skew.py);"
-        " 1: exact balance, every expert the same token count",
+        " 1: exact balance, every expert the same token count; at most ep·min(top_k, experts per"
+        " rank)/top_k",
         "number",
         default="0 (from routing and layout)",
         since=NEXT,
@@ -439,7 +441,8 @@ KEYS: dict[str, Key] = {
     "kernels.moe_dispatcher": Key(
         "MoE token dispatcher (Megatron-Core --moe-token-dispatcher-type alltoall|allgather, or flex"
         " with --moe-flex-dispatcher-backend deepep|hybridep); deepep/hybridep send a token once per"
-        " destination rank (per node over RDMA) at their published kernel bandwidth",
+        " destination rank (per node over RDMA) at their published kernel bandwidth; need NVLink"
+        " inside a node and deepep Ampere or newer (A100: intra-node only), hybridep Hopper or newer",
         default='"alltoall"',
         allowed=_spec("MOE_DISPATCHERS"),
         since=NEXT,
@@ -469,7 +472,7 @@ KEYS: dict[str, Key] = {
     "kernels.attention_padding": Key(
         "how q, k, v reach the attention kernel: none = as the layer holds them, unpad = through"
         " flash-attn's bert_padding (gather copies of q, k, v before flash_attn_varlen_func, a"
-        " zero-filled scatter of the output after it; llm-foundry's flash_attn_fn)",
+        " zero-filled scatter of the output after it; llm-foundry's flash_attn_fn): needs attention fa2 or fa3",
         default='"none"',
         allowed=lambda: ("none", "unpad"),
         since=NEXT,
@@ -477,7 +480,8 @@ KEYS: dict[str, Key] = {
     "kernels.bias_grad": Key(
         "bias gradients of the dense linear layers (model.linear_bias): fused = in the wgrad GEMM's"
         " epilogue (Transformer Engine), separate = a reduction kernel over each layer's output"
-        " gradient (PyTorch nn.Linear; llm-foundry)",
+        " gradient (PyTorch nn.Linear; llm-foundry); without linear biases a warning (nothing to"
+        " compute), with MLA refused (not modelled)",
         default='"fused"',
         allowed=lambda: ("fused", "separate"),
         since=NEXT,
