@@ -149,6 +149,10 @@ class KernelParams:
     # (simulator/clocks.py power_limited_clock; 1: no power-limited clock modelled)
     sustained_gemm_ratio_16bit: float = 1.0
     sustained_gemm_ratio_8bit: float = 1.0
+    # a memory-bound GEMM's achieved HBM bandwidth as a fraction of the streaming-copy bandwidth
+    # above (its operand loads and epilogue stores are tile-shaped, not one stream; 1: copy speed,
+    # or no memory-bound GEMM measured on this architecture); the GEMM memory floor (gemm_plan)
+    gemm_memory_bw_scale: float = 1.0
     # achievable bandwidth of a framework memory-bound kernel kind (MEMORY_KINDS) as a fraction of
     # the streaming-copy bandwidth above (1: measured at copy speed, or not measured on this
     # architecture); fitted to that kind's [[memory]] figures (kernels.toml)
@@ -278,8 +282,9 @@ def gemm_plan(
     peak_per_sm = gpu.peak_flop_per_s(dtype) * p.gemm_peak_fraction * scale / sms
     elt = DTYPE_BYTES[dtype]
     bw = gpu.hbm_bandwidth_bytes_per_s * p.memory_bw_fraction
-    # memory floor, and the power-limited ceiling no GEMM shape beats (the MAMF search's best)
-    t_floor = batch * ((m * k + k * n) * elt + m * n * out_bytes) / bw
+    # memory floor (at a memory-bound GEMM's bandwidth), and the power-limited ceiling no GEMM
+    # shape beats (the MAMF search's best)
+    t_floor = batch * ((m * k + k * n) * elt + m * n * out_bytes) / (bw * p.gemm_memory_bw_scale)
     t_floor = max(
         t_floor, 2.0 * batch * m * n * k / (gpu.peak_flop_per_s(dtype) * scale * p.gemm_max_fraction)
     )
