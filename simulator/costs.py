@@ -101,14 +101,60 @@ def matmul_efficiency(device: Device, m: int, n: int, k: int, count: int = 1) ->
     return 2.0 * m * n * k * count / (device.peak_flop_per_s * t)
 
 
-def matmul_time_s(device: Device, m: int, n: int, k: int, count: int = 1) -> float:
+def matmul_time_s(device: Device, m: int, n: int, k: int, count: int = 1, out_bytes: int = 2) -> float:
     """`count` independent GEMMs of (m×k)·(k×n) in one batched/grouped kernel (attention heads,
-    the local experts of an MoE layer)."""
+    the local experts of an MoE layer). `out_bytes`: HBM bytes moved per output element (2: a
+    16-bit output written; the kernel model's memory floor)."""
     if m <= 0 or n <= 0 or k <= 0 or count <= 0:
         return 0.0
     shape = min(alignment_factor(d, device.dtype) for d in (m, n, k))
-    t = kernel_model.gemm_time_s(device.gpu, device.dtype, m, n, k, count, device.params)
+    t = kernel_model.gemm_time_s(device.gpu, device.dtype, m, n, k, count, device.params, out_bytes)
     return t / (device.clock * shape * _recipe(device)) + device.launch_s
+
+
+GEMM_PASSES = ("fprop", "dgrad", "wgrad")
+
+
+def gemm_pass_shape(pass_: str, m: int, n: int, k: int) -> tuple[int, int, int]:
+    """(m, n, k) of one training pass of the layer GEMM Y[m×n] = X[m×k]·W[k×n] (m tokens):
+    the forward "fprop"; the input gradient dX = dY·Wᵀ, "dgrad": output m×k, reduction over n;
+    the weight gradient dW = Xᵀ·dY, "wgrad": output k×n, reduction over the m tokens.
+    Transformer Engine issues them as three cuBLASLt GEMMs (transformer_engine/pytorch/module/
+    linear.py @d0067d0d: general_gemm layouts "TN", "NN" and "NT"). All three do 2·m·n·k FLOPs;
+    the output tiles, waves and split-K of each follow its own shape in the kernel model. The
+    layout itself is not costed: the kernel model has no layout term, and FP8's TN-only Hopper
+    GEMMs get their transposed operands from TE's cast-transpose, charged with the fp8 cast."""
+    if pass_ == "fprop":
+        return m, n, k
+    if pass_ == "dgrad":
+        return m, k, n
+    if pass_ == "wgrad":
+        return k, n, m
+    raise ValueError(f"GEMM pass {pass_!r}: not one of {GEMM_PASSES}")
+
+
+def wgrad_output_bytes(main_grad_bytes: int, fused_accumulation: bool) -> int:
+    """HBM bytes per element a weight-gradient GEMM moves through its output. With gradient
+    accumulation fusion (Megatron-LM's default, --no-gradient-accumulation-fusion turns it off:
+    megatron/training/arguments.py @d98e8a64) the GEMM accumulates into the parameter's main_grad
+    buffer, beta = 1: it reads and writes main_grad (TE linear.py / grouped_linear.py @d0067d0d:
+    out = main_grad, accumulate = True; Megatron-Core tensor_parallel/layers.py
+    wgrad_gemm_accum_fp32 for its own linear layers), fp32 by default (memory.py
+    grad_reduce_bytes_per_param). Otherwise it writes a 16-bit gradient. A short-k expert wgrad
+    writes a whole k×n gradient per expert from a few hundred tokens: there this traffic, not the
+    math, sets its time (the kernel model's memory floor)."""
+    return 2 * main_grad_bytes if fused_accumulation else 2
+
+
+def matmul_pass_times_s(
+    device: Device, m: int, n: int, k: int, count: int = 1, wgrad_out_bytes: int = 2
+) -> tuple[float, float, float]:
+    """(fprop, dgrad, wgrad) times of `count` layer GEMMs Y[m×n] = X[m×k]·W[k×n], each pass
+    at its own shape (`gemm_pass_shape`). `wgrad_out_bytes`: HBM bytes per element of the weight
+    gradient (`wgrad_output_bytes`)."""
+    fprop, dgrad = (matmul_time_s(device, *gemm_pass_shape(p, m, n, k), count) for p in GEMM_PASSES[:2])
+    wgrad = matmul_time_s(device, *gemm_pass_shape("wgrad", m, n, k), count, wgrad_out_bytes)
+    return fprop, dgrad, wgrad
 
 
 def memory_op_time_s(device: Device, moved_bytes: float, kernels: int = 1, kind: str = "copy") -> float:
@@ -152,7 +198,15 @@ def attention_time_s(
 
 
 def grouped_matmul_time_s(
-    device: Device, m: int, n: int, k: int, groups: int, uneven: bool = False, streams: int = 0
+    device: Device,
+    m: int,
+    n: int,
+    k: int,
+    groups: int,
+    uneven: bool = False,
+    streams: int = 0,
+    pass_: str = "fprop",
+    wgrad_out_bytes: int = 2,
 ) -> float:
     """A grouped GEMM (Transformer Engine GroupedLinear / CUTLASS grouped GEMM: one kernel for the
     local experts of an MoE layer), `groups` GEMMs of (m_i×k)·(k×n) with mean m_i = m tokens.
@@ -176,9 +230,31 @@ def grouped_matmul_time_s(
     `streams`, so the layer pays one wave tail and one kernel latency per round of `streams`
     GEMMs instead of one for all `groups`: full rounds, then the remainder. A sum of
     non-decreasing terms, so still non-decreasing in m.
+
+    `pass_` (`gemm_pass_shape`): the training pass of the experts' Y = X·W this is. "dgrad"
+    (dX = dY·Wᵀ) keeps the m token rows as its outer dimension, its output m×k reduced over n.
+    "wgrad" (dW = Xᵀ·dY) reduces over each expert's m tokens: a k×n output per expert with a
+    short reduction (TE grouped_linear.py @d0067d0d: general_grouped_gemm layout "NT" over
+    m_splits), so the token count sets its k-loop, not its tiles. The kernel model's k-loop is
+    linear in k (no k-block quantization), so uneven routing costs the mean m there; the tokens
+    are padded to the recipe's alignment as in the forward. `wgrad_out_bytes`: HBM bytes per
+    element of its k×n output (`wgrad_output_bytes`).
     """
     if m <= 0 or n <= 0 or k <= 0 or groups <= 0:
         return 0.0
+    if pass_ == "dgrad":
+        return grouped_matmul_time_s(device, m, k, n, groups, uneven, streams)
+    if pass_ == "wgrad":
+        if 0 < streams < groups:
+            rounds, rest = divmod(groups, streams)
+            one_round = grouped_matmul_time_s(device, m, n, k, streams, False, 0, "wgrad", wgrad_out_bytes)
+            return rounds * one_round + grouped_matmul_time_s(
+                device, m, n, k, rest, False, 0, "wgrad", wgrad_out_bytes
+            )
+        need = alignment_multiple(device.dtype)
+        return matmul_time_s(device, k, n, math.ceil(m / need) * need, groups, wgrad_out_bytes)
+    if pass_ != "fprop":
+        raise ValueError(f"GEMM pass {pass_!r}: not one of {GEMM_PASSES}")
     if 0 < streams < groups:
         rounds, rest = divmod(groups, streams)
         return rounds * grouped_matmul_time_s(device, m, n, k, streams, uneven) + grouped_matmul_time_s(

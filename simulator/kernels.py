@@ -341,9 +341,16 @@ def saturated_gemm_flop_per_s(gpu: GPUSpec, dtype: str, params: KernelParams | N
 
 
 def gemm_time_s(
-    gpu: GPUSpec, dtype: str, m: int, n: int, k: int, batch: int = 1, params: KernelParams | None = None
+    gpu: GPUSpec,
+    dtype: str,
+    m: int,
+    n: int,
+    k: int,
+    batch: int = 1,
+    params: KernelParams | None = None,
+    out_bytes: int = 2,
 ) -> float:
-    return gemm_plan(gpu, dtype, m, n, k, batch, params).time_s
+    return gemm_plan(gpu, dtype, m, n, k, batch, params, out_bytes).time_s
 
 
 # ----------------------------------------------------------------------------- attention

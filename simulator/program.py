@@ -14,13 +14,24 @@ All micro-batches of a chunk are identical, so a layer is costed once and multip
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from . import flops as fl
 from .comm import CommModel, bus_factor, default_comm_model
-from .costs import Device, attention_time_s, grouped_matmul_time_s, matmul_time_s, memory_op_time_s
+from .costs import (
+    GEMM_PASSES,
+    Device,
+    attention_time_s,
+    gemm_pass_shape,
+    grouped_matmul_time_s,
+    matmul_pass_times_s,
+    matmul_time_s,
+    memory_op_time_s,
+    wgrad_output_bytes,
+)
 from .ep_dispatch import (
     FLEX_DISPATCHERS,
     RDMA_TABLE_ARCHITECTURES,
@@ -186,6 +197,17 @@ CLAMPED_GLU_PASSES = (4.0, 3, 5.0, 3)
 # negation (1), chunk's cat (2) and the sum of the two paths (3) = 10 passes in 5 kernels. (Fused
 # RoPE: 2 passes each way, what "rope" costs otherwise.)
 UNFUSED_ROPE_PASSES = (12.0, 6, 10.0, 5)
+# `[kernels] attention_padding = "unpad"`: llm-foundry's flash_attn_fn (llmfoundry/models/layers/
+# attention.py@5e85bd62d) runs every batch through flash-attn's bert_padding
+# (flash_attn/bert_padding.py@v2.4.2), padded or not. Forward: unpad_input once each for q, k and v
+# (mask sum, nonzero, max().item(), cumsum, pad: 7 small kernels on the b·s mask, then
+# IndexFirstAxis = torch.gather with a stride-0 index view: read 2 + write 2 bytes per element);
+# pad_input of the output (IndexPutFirstAxis: torch.zeros 2, output[indices] = values 2 + 2: 2
+# kernels). Backward: IndexPutFirstAxis' grad_output[indices] (2 + 2, 1 kernel); each
+# IndexFirstAxis' torch.zeros + scatter_ (2, 2 + 2: 2 kernels). Bytes per 16-bit element of the
+# (q + k + v) tensors and of the output, and kernels: (q/k/v fwd, out fwd, fwd kernels,
+# q/k/v bwd, out bwd, bwd kernels).
+BERT_PADDING_BYTES = (4.0, 6.0, 3 * 8 + 2, 6.0, 4.0, 3 * 2 + 1)
 # Attention sinks (GPT-OSS: a learnable softmax offset per head, Megatron-Core softmax_type =
 # "learnable"; Transformer Engine hands it to cuDNN, fused_attn_f16_arbitrary_seqlen.cu
 # set_sink_token / set_dsink_token). The forward adds one exp per query row inside the fused
@@ -513,11 +535,15 @@ class EpPair:
     forward of one micro-batch and the backward of another run together. `exposed_fraction` of the
     layer's EP communication stays on the critical path; `interference_s` is the compute slowed by
     the communication kernels' SMs while the rest runs hidden; `host_s` is the pair's CPU issue
-    time the GPU waits for (replacing the layer's own `host_bound` segments when paired)."""
+    time the GPU waits for (replacing the layer's own `host_bound` segments when paired);
+    `launch_wait_s` is how much longer the pair takes because its EP kernels, on a comm stream of
+    CUDA's default priority, wait for a compute kernel launched beside them (`combined_layer_s`
+    first_kernel_s; 0 with Megatron's high_priority_a2a_comm_stream)."""
 
     exposed_fraction: float
     interference_s: float
     host_s: float = 0.0
+    launch_wait_s: float = 0.0
 
 
 # ZeRO-3 exposure segments of a MoE layer whose passes run in F&B pairs: the pairs re-cost them
@@ -629,7 +655,14 @@ def _zero3_paired(
 
 
 def combined_layer_s(
-    attn_f: float, mlp_f: float, attn_b: float, mlp_dgrad: float, mlp_wgrad: float, comm: tuple
+    attn_f: float,
+    mlp_f: float,
+    attn_b: float,
+    mlp_dgrad: float,
+    mlp_wgrad: float,
+    comm: tuple,
+    delayed_wgrad: bool = True,
+    first_kernel_s: tuple[float, float, float, float] | None = None,
 ) -> float:
     """Seconds of one layer pair under Megatron-Core's combined 1F1B
     (models/common/model_chunk_schedule_plan.py TransformerLayerSchedulePlan.run):
@@ -642,14 +675,38 @@ def combined_layer_s(
     dispatch_bwd; the next layer starts when both streams are done. `comm` = (combine_bwd,
     dispatch_fwd, dispatch_bwd, combine_fwd) seconds; the others are the compute of the forward's
     attention (to the dispatch), its experts, the backward's attention and its expert dgrad/wgrad.
-    The expert wgrad runs as `mlp.backward_dw()` after the dgrad, so dispatch_bwd waits for the
-    dgrad only: Megatron's --delay-wgrad-compute, which its README pairs with the overlap (and
-    every Megatron-Bridge recipe with the overlap sets)."""
+    `delayed_wgrad` (Megatron's --delay-wgrad-compute): the expert wgrad runs as
+    `mlp.backward_dw()` after the dgrad node has recorded its event, so dispatch_bwd waits for the
+    dgrad only; without it `mlp.backward` computes both and dispatch_bwd waits for both
+    (models/common/utils.py `backward_dw` returns at once).
+
+    `first_kernel_s` (the comm stream at CUDA's default priority; None = high priority): the
+    durations of the first compute kernel of mlp_bwd, of the delayed wgrad, of mlp_fwd and of
+    pre_dispatch_bwd. The block scheduler does not preempt, and at equal priority a kernel's
+    pending thread blocks are dispatched in launch order, so an EP kernel launched while a compute
+    kernel holds the SMs starts when that kernel's blocks are out (taken as its end). That happens
+    where one completion on the compute stream releases both streams: the compute stream's next
+    kernel launches at once, the EP kernel only after the cross-stream event wait -- dispatch_fwd
+    behind mlp_bwd's first kernel when the forward's attention outlasts combine_bwd,
+    dispatch_bwd behind the wgrad's (or, undelayed, mlp_fwd's) first kernel when the dgrad
+    outlasts dispatch_fwd, combine_fwd behind pre_dispatch_bwd's first kernel when mlp_fwd
+    outlasts dispatch_bwd. An EP kernel that follows its own stream's predecessor launches first
+    and waits for nothing. Never shorter than the high-priority pair, nor longer than the two
+    streams run back to back (each wait is a compute kernel that runs anyway)."""
     c_b, d_f, d_b, c_f = comm
+    k_dgrad, k_wgrad, k_mlp_f, k_attn_b = first_kernel_s or (0.0, 0.0, 0.0, 0.0)
     phase1 = max(c_b, attn_f)
-    dispatch_bwd_end = max(d_f, mlp_dgrad) + d_b
-    mlp_fwd_end = max(mlp_dgrad + mlp_wgrad, d_f) + mlp_f
-    return phase1 + max(mlp_fwd_end, dispatch_bwd_end) + max(c_f, attn_b)
+    dispatch_fwd_end = (k_dgrad if attn_f > c_b else 0.0) + d_f
+    grads_end = mlp_dgrad + mlp_wgrad
+    released = mlp_dgrad if delayed_wgrad else grads_end  # the event dispatch_bwd waits for
+    if released > dispatch_fwd_end:
+        dispatch_bwd_start = released + (k_wgrad if delayed_wgrad else k_mlp_f)
+    else:
+        dispatch_bwd_start = dispatch_fwd_end
+    dispatch_bwd_end = dispatch_bwd_start + d_b
+    mlp_fwd_end = max(grads_end, dispatch_fwd_end) + mlp_f
+    combine_fwd_start = k_attn_b if mlp_fwd_end > dispatch_bwd_end else 0.0
+    return phase1 + max(mlp_fwd_end, dispatch_bwd_end) + max(combine_fwd_start + c_f, attn_b)
 
 
 @dataclass(frozen=True, slots=True)
@@ -753,6 +810,15 @@ class _Coster:
         all-gather: 16-bit, or FP8 with [precision] fp8_param_gather (memory.py)."""
         return param_gather_bytes_per_param(self.scn.dtype, self.scn.fp8_param_gather)
 
+    @property
+    def wgrad_bytes(self) -> int:
+        """HBM bytes per weight-gradient element of a weight GEMM (costs.wgrad_output_bytes):
+        Megatron-Core (gradient accumulation fusion on by default) accumulates into the
+        main_grad buffer; the 2021 Megatron-LM and composer/FSDP stacks write a 16-bit gradient."""
+        k = self.scn.kernels
+        fused = k.stack in ("", "megatron-core")
+        return wgrad_output_bytes(grad_reduce_bytes_per_param(self.scn.dtype, k.grad_reduce_dtype), fused)
+
     # -- communication
     def coll(self, kind: str, axis: str, message_bytes: float, stage: int = 0) -> float:
         if message_bytes <= 0:
@@ -833,16 +899,19 @@ class _Coster:
         b_w: list = []
 
         def mm(name: str, mm_m: int, mm_n: int, mm_k: int, count: int = 1) -> None:
-            tt = matmul_time_s(d, mm_m, mm_n, mm_k, count)
+            # forward, dgrad and wgrad each at its own GEMM shape (costs.gemm_pass_shape)
+            times_s = matmul_pass_times_s(d, mm_m, mm_n, mm_k, count, self.wgrad_bytes)
+            times = dict(zip(GEMM_PASSES, times_s, strict=True))
             f = 2.0 * mm_m * mm_n * mm_k * count
-            fwd.append(Segment("compute", name, tt, f, 0.0))
-            b_in.append(Segment("compute", name + " dgrad", tt, f, 0.0))
-            b_w.append(Segment("compute", name + " wgrad", tt, f, 0.0))
+            fwd.append(Segment("compute", name, times["fprop"], f, 0.0))
+            b_in.append(Segment("compute", name + " dgrad", times["dgrad"], f, 0.0))
+            b_w.append(Segment("compute", name + " wgrad", times["wgrad"], f, 0.0))
             if split_overlap:  # Transformer Engine userbuffers run these GEMMs in chunks
                 for phase, parts in (("fprop", fwd), ("dgrad", b_in)):
                     chunks = ub_gemm_chunks(name, phase, t)
                     if chunks > 1:
-                        extra = ub_split_gemm_s(d, mm_m, mm_n, mm_k, chunks) - tt
+                        pm, pn, pk = gemm_pass_shape(phase, mm_m, mm_n, mm_k)
+                        extra = ub_split_gemm_s(d, pm, pn, pk, chunks) - times[phase]
                         parts.append(Segment("compute", "tp overlap gemm split", max(0.0, extra), 0.0, 0.0))
             quant = quant_bytes_per_element(d, self.scn.fp8_recipe)
             if quant:  # Transformer Engine quantizes the GEMM input (fwd) and output grad (bwd)
@@ -877,7 +946,12 @@ class _Coster:
         if m.mla is not None:
             self._mla_projections(mm, mem, fwd, b_in, T, tp_msg, heads_local, span)
         else:
-            self._tp_entry(fwd, b_in, tp_msg, matmul_time_s(d, T, q_local + 2 * kv_local, h))
+            self._tp_entry(
+                fwd,
+                b_in,
+                tp_msg,
+                matmul_pass_times_s(d, T, q_local + 2 * kv_local, h, 1, self.wgrad_bytes)[1:],
+            )
             mm("qkv", T, q_local + 2 * kv_local, h)
             if m.qk_norm:  # per-head RMSNorm of q and k (QK_NORM_NOTE)
                 mem("qk norm", 2 * T * (q_local + kv_local) * a, kernels=2)
@@ -893,6 +967,8 @@ class _Coster:
                 mem("rope", 2 * T * (q_local + kv_local) * a)
         attn_fwd, attn_bwd, attn_parts = self._attention(T, s_local, s, heads_local, q_local, v_local)
         start = len(fwd)
+        if self.scn.kernels.attention_padding == "unpad":
+            self._bert_padding(fwd, b_in, T * (q_local + 2 * kv_local), T * v_local)
         fwd.extend(attn_parts[0])
         span("core_attn", start)
         b_in.extend(attn_parts[1])
@@ -923,7 +999,7 @@ class _Coster:
         else:
             f_local = m.ffn // t
             fc1_n = (2 if m.gated_mlp else 1) * f_local
-            self._tp_entry(fwd, b_in, tp_msg, matmul_time_s(d, T, fc1_n, h))
+            self._tp_entry(fwd, b_in, tp_msg, matmul_pass_times_s(d, T, fc1_n, h, 1, self.wgrad_bytes)[1:])
             mm("fc1", T, fc1_n, h)
             if m.activation == "squared_relu":
                 # megatron/core/activations.py squared_relu = torch.pow(F.relu(x), 2): two eager
@@ -943,6 +1019,18 @@ class _Coster:
             mm("fc2", T, h, f_local)
             self._tp_exit(fwd, b_in, tp_msg)
             span("mlp", start)
+        if m.linear_bias and scn.kernels.bias_grad == "separate" and m.mla is None:
+            # PyTorch nn.Linear: one reduction per biased layer over its output gradient (16-bit)
+            outs = [q_local + 2 * kv_local, h] + ([] if moe else [fc1_n, h])
+            b_w.append(
+                Segment(
+                    "compute",
+                    "bias grads (reduction)",
+                    memory_op_time_s(d, T * sum(outs) * a, kernels=len(outs)),
+                    0.0,
+                    T * sum(outs) * a,
+                )
+            )
         mem("residual add", 3 * norm_tokens * h * a)
 
         params_local = fl.layer_params_per_rank(m, par, moe).total
@@ -1179,8 +1267,8 @@ class _Coster:
         assert mla is not None
         h, a = m.hidden, d.activation_bytes
         q_in = mla.q_lora_rank or h
-        first_gemm = matmul_time_s(d, T, (mla.q_lora_rank or 0) + mla.kv_lora_rank + mla.qk_rope_head_dim, h)
-        self._tp_entry(fwd, b_in, tp_msg, first_gemm)
+        first_n = (mla.q_lora_rank or 0) + mla.kv_lora_rank + mla.qk_rope_head_dim
+        self._tp_entry(fwd, b_in, tp_msg, matmul_pass_times_s(d, T, first_n, h, 1, self.wgrad_bytes)[1:])
         if mla.q_lora_rank:
             mm("q down", T, mla.q_lora_rank, h)
             mem("q norm", 2 * T * mla.q_lora_rank * a)
@@ -1250,32 +1338,34 @@ class _Coster:
             )
         ]
 
-    def _tp_entry(self, fwd: list, b_in: list, msg: float, gemm_s: float) -> None:
+    def _tp_entry(self, fwd: list, b_in: list, msg: float, gemm_s: tuple[float, ...]) -> None:
         """Column-parallel entry (Megatron's `f` operator): with SP an AllGather forward; in
         backward Megatron's LinearWithGradAccumulationAndAsyncCommunication re-gathers the
         input (overlapped with the dgrad GEMM) and reduce-scatters the input gradient
         (overlapped with the wgrad GEMM); without SP it all-reduces the input gradient
-        asynchronously beside the wgrad GEMM. Only what outlasts its GEMM (`gemm_s`) is exposed."""
+        asynchronously beside the wgrad GEMM. Only what outlasts its GEMM (`gemm_s` = the
+        (dgrad, wgrad) times of the entry GEMM) is exposed."""
         par = self.scn.parallel
         if par.tp == 1:
             return
+        dgrad_s, wgrad_s = gemm_s
         if par.tp_comm_overlap or not self.scn.kernels.tp_comm_async:
             # hidden by _overlap_tp instead (never hide twice), or a stack without Megatron's
             # asynchronous TP backward communication (2021-22 Megatron-LM): all of it exposed
-            gemm_s = 0.0
+            dgrad_s = wgrad_s = 0.0
         if par.sequence_parallel:
             t_ag = self.coll("allgather", "tp", msg)
             t_rs = self.coll("reducescatter", "tp", msg)
             fwd.append(Segment("tp_comm", "tp allgather", t_ag, 0.0, msg))
-            b_in.append(Segment("tp_comm", "tp allgather (beside dgrad)", max(0.0, t_ag - gemm_s), 0.0, msg))
+            b_in.append(Segment("tp_comm", "tp allgather (beside dgrad)", max(0.0, t_ag - dgrad_s), 0.0, msg))
             b_in.append(
-                Segment("tp_comm", "tp reducescatter (beside wgrad)", max(0.0, t_rs - gemm_s), 0.0, msg)
+                Segment("tp_comm", "tp reducescatter (beside wgrad)", max(0.0, t_rs - wgrad_s), 0.0, msg)
             )
-            hidden = min(t_ag, gemm_s) + min(t_rs, gemm_s)
+            hidden = min(t_ag, dgrad_s) + min(t_rs, wgrad_s)
         else:
             t_ar = self.coll("allreduce", "tp", msg)
-            b_in.append(Segment("tp_comm", "tp allreduce (beside wgrad)", max(0.0, t_ar - gemm_s), 0.0, msg))
-            hidden = min(t_ar, gemm_s)
+            b_in.append(Segment("tp_comm", "tp allreduce (beside wgrad)", max(0.0, t_ar - wgrad_s), 0.0, msg))
+            hidden = min(t_ar, wgrad_s)
         if hidden > 0:
             # the NCCL kernels run beside the dgrad/wgrad GEMM on the same GPU (async_op=True in
             # megatron/core/tensor_parallel/layers.py LinearWithGradAccumulationAndAsyncCommunication
@@ -1305,6 +1395,19 @@ class _Coster:
             b_in.append(Segment("tp_comm", "tp allgather", self.coll("allgather", "tp", msg), 0.0, msg))
         else:
             fwd.append(Segment("tp_comm", "tp allreduce", self.coll("allreduce", "tp", msg), 0.0, msg))
+
+    def _bert_padding(self, fwd: list, b_in: list, qkv_elems: float, out_elems: float) -> None:
+        """flash-attn's bert_padding around the attention kernel (BERT_PADDING_BYTES): gather
+        copies of q, k, v and the zero-filled scatter of the output, and their gradients; every
+        element is 16-bit (the layer's activations under autocast)."""
+        d = self.device
+        qf, of, kf, qb, ob, kb = BERT_PADDING_BYTES
+        f_bytes = qf * qkv_elems + of * out_elems
+        b_bytes = qb * qkv_elems + ob * out_elems
+        t_f = memory_op_time_s(d, f_bytes, kernels=int(kf))
+        t_b = memory_op_time_s(d, b_bytes, kernels=int(kb))
+        fwd.append(Segment("compute", "attention unpad/pad", t_f, 0.0, f_bytes))
+        b_in.append(Segment("compute", "attention unpad/pad bwd", t_b, 0.0, b_bytes))
 
     def _eager(self, fwd: list, b_in: list, name: str, passes: tuple, unit_bytes: float) -> None:
         """Eager elementwise ops: `passes` = (forward passes, kernels, backward passes, kernels)
@@ -1346,11 +1449,13 @@ class _Coster:
         # moe/router.py TopKRouter.gating -> moe_utils.router_gating_linear; its weight is not a
         # Transformer Engine module, so FP8/MXFP8 autocast neither quantizes nor speeds it up)
         router_device = replace(d, dtype="bf16") if d.dtype not in ("bf16", "fp16") else d
-        t_router = matmul_time_s(router_device, T_in, m.num_experts, h)
+        # its wgrad returns a new 16-bit tensor (RouterGatingLinearFunction.backward, moe_utils.py
+        # @d98e8a64), not accumulated into main_grad by the GEMM: 2 bytes per element
+        t_router, t_router_d, t_router_w = matmul_pass_times_s(router_device, T_in, m.num_experts, h)
         f_router = 2.0 * T_in * m.num_experts * h
         fwd.append(Segment("compute", "router", t_router, f_router, 0.0))
-        b_in.append(Segment("compute", "router dgrad", t_router, f_router, 0.0))
-        b_w.append(Segment("compute", "router wgrad", t_router, f_router, 0.0))
+        b_in.append(Segment("compute", "router dgrad", t_router_d, f_router, 0.0))
+        b_w.append(Segment("compute", "router wgrad", t_router_w, f_router, 0.0))
         mem("router softmax/top-k", ROUTER_BYTES_PER_LOGIT * T_in * m.num_experts, kernels=2)
         experts_local = m.num_experts // par.ep
         routed = T_in * k * etp  # token copies this rank's experts see (after the etp gather)
@@ -1361,8 +1466,19 @@ class _Coster:
         eager = not scn.kernels.fused_grouped_mlp  # TE GroupedLinear (TE_MULTI_STREAM_NOTE)
         streams = TE_GEMM_STREAMS if eager else 0
         if gather:
-            fc1_s = grouped_matmul_time_s(
-                d, per_expert, fc1_n, h, experts_local, m.uneven_expert_counts, streams
+            fc1_s = tuple(
+                grouped_matmul_time_s(
+                    d,
+                    per_expert,
+                    fc1_n,
+                    h,
+                    experts_local,
+                    m.uneven_expert_counts,
+                    streams,
+                    pass_,
+                    self.wgrad_bytes,
+                )
+                for pass_ in ("dgrad", "wgrad")
             )
             self._tp_entry(fwd, b_in, tp_msg, fc1_s)
         # the rows the permute reads: the rank's own tokens (alltoall, allgather), or with a flex
@@ -1400,11 +1516,17 @@ class _Coster:
             self._eager(fwd, b_in, "moe sort by expert", SORT_CHUNKS_PASSES, sorted_bytes)
 
         def grouped(name: str, n: int, kk: int) -> None:
-            tt = grouped_matmul_time_s(d, per_expert, n, kk, experts_local, uneven, streams)
+            # forward, dgrad and wgrad each at its own shape (the wgrad reduces over the tokens)
+            tf, td, tw = (
+                grouped_matmul_time_s(
+                    d, per_expert, n, kk, experts_local, uneven, streams, pass_, self.wgrad_bytes
+                )
+                for pass_ in GEMM_PASSES
+            )
             f = 2.0 * per_expert * n * kk * experts_local
-            fwd.append(Segment("compute", name, tt, f, 0.0))
-            b_in.append(Segment("compute", name + " dgrad", tt, f, 0.0))
-            b_w.append(Segment("compute", name + " wgrad", tt, f, 0.0))
+            fwd.append(Segment("compute", name, tf, f, 0.0))
+            b_in.append(Segment("compute", name + " dgrad", td, f, 0.0))
+            b_w.append(Segment("compute", name + " wgrad", tw, f, 0.0))
             quant = quant_bytes_per_element(d, self.scn.fp8_recipe)
             if quant:
                 label = "fp8 cast" if d.dtype == "fp8" else f"{d.dtype} quantize"
@@ -1655,15 +1777,31 @@ class _Coster:
         # the backward's combine side (the combine's gradient, a dispatch-shaped all-to-all, and
         # the etp reduce-scatter's) runs first, its dispatch side after the experts
         combine_b = ep([p for p in b_in if p.name in ("ep combine bwd", "etp allgather bwd")])
-        comm = (combine_b, ep(fwd[sync:experts]), ep(b_in) - combine_b, ep(fwd[combine:]))
+        # the forward's dispatch node on the comm stream: HybridEP's routing metadata (issued
+        # before the dispatcher's host sync, fused_a2a.py HybridEPDispatch -> dispatch_with_permute)
+        # and the dispatch itself
+        comm = (combine_b, ep(fwd[:experts]), ep(b_in) - combine_b, ep(fwd[combine:]))
         total_ep = sum(comm)
         if total_ep <= 0:
             return EpPair(1.0, 0.0)
         attn_f, mlp_f = comp(fwd[:sync]), comp(fwd[sync:])
         attn_b = comp(b_in[:b_moe]) + comp(b_w[:w_moe])
         mlp_dgrad, mlp_wgrad = comp(b_in[b_moe:]), comp(b_w[w_moe:])
-        paired = combined_layer_s(attn_f, mlp_f, attn_b, mlp_dgrad, mlp_wgrad, comm)
+        delayed = self.scn.parallel.delay_wgrad_compute
+        paired_ideal = combined_layer_s(attn_f, mlp_f, attn_b, mlp_dgrad, mlp_wgrad, comm, delayed)
+        paired = paired_ideal
+        if not self.scn.kernels.ep_comm_high_priority:
+            # the first kernel of mlp_bwd, the delayed wgrad, mlp_fwd and pre_dispatch_bwd, in
+            # execution order (a backward node runs its forward's ops in reverse)
+            first = (
+                self._first_kernel_s(b_in[b_moe:][::-1]),
+                self._first_kernel_s(b_w[w_moe:][::-1]),
+                self._first_kernel_s(fwd[sync:]),
+                self._first_kernel_s(b_in[:b_moe][::-1] + b_w[:w_moe][::-1]),
+            )
+            paired = combined_layer_s(attn_f, mlp_f, attn_b, mlp_dgrad, mlp_wgrad, comm, delayed, first)
         compute = attn_f + mlp_f + attn_b + mlp_dgrad + mlp_wgrad
+        exposed_ideal = min(max(0.0, paired_ideal - compute), total_ep)
         exposed = min(max(0.0, paired - compute), total_ep)
         interference = sm_interference_s(total_ep - exposed, ep_sm_fraction(self.scn))
         # The CPU issues the pair's nodes in TransformerLayerSchedulePlan.run's order, and the
@@ -1689,13 +1827,34 @@ class _Coster:
         host = 0.0
         if ops is not None and ops.syncs:
             segment = pair_issue_s(
-                self._pair_nodes(ops, fwd, sync, (attn_f, attn_b, mlp_dgrad, mlp_wgrad), comm),
+                # (the routing metadata ran before the segment's sync: the dispatch alone after it)
+                self._pair_nodes(
+                    ops,
+                    fwd,
+                    sync,
+                    (attn_f, attn_b, mlp_dgrad, mlp_wgrad),
+                    (comm[0], ep(fwd[sync:experts]), *comm[2:]),
+                ),
                 HOST_OP_S,
                 HOST_CALL_S,
                 HOST_SYNC_S,
             )
             host = max(0.0, segment - (paired + interference))
-        return EpPair(exposed / total_ep, interference, host)
+        return EpPair(exposed_ideal / total_ep, interference, host, exposed - exposed_ideal)
+
+    def _first_kernel_s(self, parts: list) -> float:
+        """The duration of the first compute kernel of `parts` (in execution order): its first
+        non-empty compute segment, or of an eager TE GroupedLinear segment its first round of
+        TE_GEMM_STREAMS concurrent per-expert GEMMs (the later rounds launch on their streams
+        after an EP kernel waiting beside them, so at equal priority it goes first)."""
+        for p in parts:
+            if p.category not in ("compute", "recompute") or p.duration_s <= 0:
+                continue
+            if not self.scn.kernels.fused_grouped_mlp and p.name.startswith(GROUPED_GEMM_SEGMENTS):
+                groups = max(1, self.scn.model.num_experts // self.scn.parallel.ep)
+                return p.duration_s / math.ceil(groups / TE_GEMM_STREAMS)
+            return p.duration_s
+        return 0.0
 
     def _pair_nodes(
         self, ops: LayerHostOps, fwd: list, sync: int, comp_s: tuple[float, ...], comm: tuple
@@ -1746,10 +1905,22 @@ class _Coster:
         ]
         for _ in range(ops.backward_syncs):
             dgrad_next.append(PairNode("mlp_dgrad_issue", "", exp_b / 2, 0.0, sync=("attn_f", "c_b")))
+        if self.scn.parallel.delay_wgrad_compute:
+            head = [
+                PairNode("mlp_dgrad", "comp", 0.0, mlp_dgrad),
+                PairNode("d_f", "comm", ops.dispatch, d_f, calls["d_f"]),
+                PairNode("wgrad", "comp", exp_w, mlp_wgrad, calls["wgrad"]),
+            ]
+        else:
+            # `mlp.backward` runs the experts' wgrad with their dgrad (issued before the sync,
+            # queued) and the dispatch's backward waits for both; `backward_dw` returns at once
+            dgrad_next[0] = replace(dgrad_next[0], ops=dgrad_next[0].ops + exp_w)
+            head = [
+                PairNode("mlp_dgrad", "comp", 0.0, mlp_dgrad + mlp_wgrad),
+                PairNode("d_f", "comm", ops.dispatch, d_f, calls["d_f"]),
+            ]
         return [
-            PairNode("mlp_dgrad", "comp", 0.0, mlp_dgrad),
-            PairNode("d_f", "comm", ops.dispatch, d_f, calls["d_f"]),
-            PairNode("wgrad", "comp", exp_w, mlp_wgrad, calls["wgrad"]),
+            *head,
             PairNode("d_b", "comm", disp_b, d_b, calls["d_b"], ("mlp_dgrad",)),
             *experts,
             PairNode("c_f", "comm", ops.combine, c_f, calls["c_f"], ("mlp_f",)),
@@ -1788,7 +1959,9 @@ class _Coster:
         T = par.micro_batch * m.seq_len // par.cp
         a = d.activation_bytes
         lf, lbi, lbw, lrec, lparams = layer_cost
-        t_proj = matmul_time_s(d, T, m.hidden // par.tp, 2 * m.hidden)
+        t_proj, t_proj_d, t_proj_w = matmul_pass_times_s(
+            d, T, m.hidden // par.tp, 2 * m.hidden, 1, self.wgrad_bytes
+        )
         f_proj = 2.0 * T * (m.hidden // par.tp) * 2 * m.hidden
         norms = memory_op_time_s(d, 2 * 2 * T * m.hidden * a, kernels=2)
         log_f, log_bi, log_bw = self.logits()
@@ -1798,10 +1971,14 @@ class _Coster:
         ]
         fwd += list(lf.parts) + list(log_f.parts)
         b_in = (
-            list(log_bi.parts) + list(lbi.parts) + [Segment("compute", "mtp proj dgrad", t_proj, f_proj, 0.0)]
+            list(log_bi.parts)
+            + list(lbi.parts)
+            + [Segment("compute", "mtp proj dgrad", t_proj_d, f_proj, 0.0)]
         )
         b_w = (
-            list(log_bw.parts) + list(lbw.parts) + [Segment("compute", "mtp proj wgrad", t_proj, f_proj, 0.0)]
+            list(log_bw.parts)
+            + list(lbw.parts)
+            + [Segment("compute", "mtp proj wgrad", t_proj_w, f_proj, 0.0)]
         )
         params = fl.mtp_params_per_rank(m, par).total
         return _Phase(tuple(fwd)), _Phase(tuple(b_in)), _Phase(tuple(b_w)), lrec, params
@@ -1842,7 +2019,9 @@ class _Coster:
         T = par.micro_batch * m.seq_len // par.cp
         a = d.activation_bytes
         v_local = -(-m.vocab // par.tp)
-        t_mm = matmul_time_s(output_layer_device(d), T, v_local, m.hidden)
+        t_mm, t_mm_d, t_mm_w = matmul_pass_times_s(
+            output_layer_device(d), T, v_local, m.hidden, 1, self.wgrad_bytes
+        )
         f = 2.0 * T * v_local * m.hidden
         impl = scn.kernels.cross_entropy or "unfused"
         fwd_b, fwd_k, bwd_b, bwd_k = CE_PASSES[impl]  # bytes per logit of 16-bit logits
@@ -1859,7 +2038,7 @@ class _Coster:
             fwd.append(Segment("tp_comm", "tp allgather", self.coll("allgather", "tp", msg), 0.0, msg))
             t_rs = self.coll("reducescatter", "tp", msg)  # beside the logits wgrad (as in _tp_entry)
             bwd_in.append(
-                Segment("tp_comm", "tp reducescatter (beside wgrad)", max(0.0, t_rs - t_mm), 0.0, msg)
+                Segment("tp_comm", "tp reducescatter (beside wgrad)", max(0.0, t_rs - t_mm_w), 0.0, msg)
             )
         fwd += [
             Segment("compute", "logits", t_mm, f, 0.0),
@@ -1867,9 +2046,9 @@ class _Coster:
         ]
         bwd_in += [
             Segment("compute", "cross-entropy bwd", t_ce_bwd, 0.0, ce_bwd_bytes),
-            Segment("compute", "logits dgrad", t_mm, f, 0.0),
+            Segment("compute", "logits dgrad", t_mm_d, f, 0.0),
         ]
-        bwd_w = [Segment("compute", "logits wgrad", t_mm, f, 0.0)]
+        bwd_w = [Segment("compute", "logits wgrad", t_mm_w, f, 0.0)]
         return _Phase(tuple(fwd)), _Phase(tuple(bwd_in)), _Phase(tuple(bwd_w))
 
 
@@ -2232,6 +2411,13 @@ def ep_sm_fraction(scn: Scenario) -> float:
     return min(scn.kernels.ep_comm_sms_used / scn.gpu.num_sms, 1.0)
 
 
+# the combined 1F1B's EP kernels waiting behind compute kernels at the default stream priority
+EP_LAUNCH_WAIT_NAME = "ep launch behind compute (default-priority comm stream)"
+# Transformer Engine GroupedLinear's per-expert GEMM segments (grouped() in _Coster._moe): eager,
+# they run as rounds of TE_GEMM_STREAMS concurrent cuBLAS GEMMs (TE_MULTI_STREAM_NOTE)
+GROUPED_GEMM_SEGMENTS = ("expert fc1", "expert fc2")
+
+
 def _combined_pair(
     forward: Block, backward: Block, pair: EpPair, n_layers: int, zero3: Zero3Pair | None = None
 ) -> tuple[Block, Block]:
@@ -2254,9 +2440,12 @@ def _combined_pair(
         return tuple(out)
 
     slowdown = Segment("compute", "ep overlap interference", pair.interference_s * n_layers)
+    wait = Segment("ep_comm", EP_LAUNCH_WAIT_NAME, pair.launch_wait_s * n_layers)
     host = Segment("host_bound", "host issue (combined 1F1B, sync to sync)", pair.host_s * n_layers)
     transfers_f, transfers_b = _zero3_paired(zero3, pair.exposed_fraction, 0.0, pair.host_s, n_layers)
-    return Block((*scaled(forward), *transfers_f)), _block((*scaled(backward), slowdown, host, *transfers_b))
+    return Block((*scaled(forward), *transfers_f)), _block(
+        (*scaled(backward), slowdown, wait, host, *transfers_b)
+    )
 
 
 # [memory] offload_optimizer (Megatron-Core --optimizer-cpu-offload, ZeRO-Offload, Ren et al.

@@ -608,6 +608,12 @@ class ParallelConfig:
     grad_bucket_params: int = 40_000_000  # DP bucket; Megatron: max(40M, 1M*dp) parameters
     etp: int = 0  # expert tensor parallel; 0 = default: 1 with ep > 1, tp with ep = 1 (see expert_tp)
     ep_comm_overlap: bool = False  # EP all-to-all of one micro-batch hidden behind another's compute
+    # Megatron-Core --delay-wgrad-compute (TransformerConfig.delay_wgrad_compute, default False; it
+    # needs ep_comm_overlap): in the combined 1F1B the experts' weight gradients run as
+    # `mlp.backward_dw()` after the dispatch's backward is issued, so that all-to-all waits for
+    # the input gradients only (program.combined_layer_s). Megatron-Bridge's
+    # _set_moe_a2a_overlap_overrides sets it with the overlap; some recipes turn it off again.
+    delay_wgrad_compute: bool = False
     # Megatron --account-for-embedding-in-pipeline-split / --account-for-loss-in-pipeline-split:
     # the embedding (loss) counts as one layer of the first (last) virtual stage's share
     account_for_embedding_in_pipeline_split: bool = False
@@ -632,6 +638,7 @@ class ParallelConfig:
         _check_int(f"{p}.etp", self.etp, minimum=0, maximum=MAX_GPUS)
         for key in (
             "ep_comm_overlap",
+            "delay_wgrad_compute",
             "account_for_embedding_in_pipeline_split",
             "account_for_loss_in_pipeline_split",
         ):
@@ -817,6 +824,17 @@ ZERO3_COLLECTIVES = ("nccl", "flat")
 # software stacks with fitted residuals (simulator/stacks.py, efficiency.toml [stacks.*])
 STACK_NAMES = ("megatron-core", "megatron-2021", "composer-fsdp")
 ZERO3_BACKWARD_PREFETCH = ("pre", "post")
+# How q, k, v reach the attention kernel: "none" = as the layer holds them; "unpad" = through
+# flash-attn's bert_padding (unpad_input of q, k and v, pad_input of the output) around
+# flash_attn_varlen_func, as llm-foundry's flash_attn_fn does for every batch, padded or not
+# (llmfoundry/models/layers/attention.py@5e85bd62d; flash_attn/bert_padding.py@v2.4.2)
+ATTENTION_PADDING = ("none", "unpad")
+# Bias gradients of the dense linear layers (model.linear_bias): "fused" = in the wgrad GEMM's
+# epilogue (Transformer Engine: cuBLASLt BGRADB); "separate" = PyTorch nn.Linear, whose addmm
+# backward sums the output gradient over the tokens in a reduction kernel of its own
+# (tools/autograd/derivatives.yaml addmm `self: maybe_multiply(grad, beta.conj())`, summed to the
+# bias' shape)
+BIAS_GRAD_IMPLS = ("fused", "separate")
 # Megatron-Core --cuda-graph-impl (transformer_config.py `cuda_graph_impl`): none; local = MCore's
 # per-layer graphs; transformer_engine = TE make_graphed_callables per layer; full_iteration = one
 # graph for the whole forward-backward pass (the optimizer step excluded)
@@ -870,6 +888,11 @@ class KernelOptions:
     # backward (FSDP BACKWARD_PRE, FSDP2, Megatron-FSDP); "post" = issued after this layer's
     # gradients (PyTorch FSDP BACKWARD_POST, composer's default): not hidden by compute
     zero3_backward_prefetch: str = "pre"
+    # ATTENTION_PADDING: "unpad" = gather copies of q, k, v before the kernel, scatter of the output
+    # after it (simulator/program.py BERT_PADDING_BYTES)
+    attention_padding: str = "none"
+    # BIAS_GRAD_IMPLS: how the dense linear layers' bias gradients are computed (linear_bias models)
+    bias_grad: str = "fused"
     # Megatron-Core use_transformer_engine_op_fuser (Megatron-Bridge cutedsl_fused_grouped_mlp): the
     # experts' activation, its input clamps and the probability-scaled fc2 bias run inside TE's
     # fused grouped-MLP ops instead of eager PyTorch ops (simulator/program.py CLAMPED_GLU_PASSES,
@@ -885,6 +908,12 @@ class KernelOptions:
     # SMs the EP dispatch/combine kernels take from compute while overlapped (Megatron-Core
     # --moe-flex-dispatcher-num-sms); 0 = DEFAULT_EP_COMM_SMS[moe_dispatcher]
     ep_comm_sms: int = 0
+    # Megatron-Core high_priority_a2a_comm_stream (transformer_config.py, default False): the
+    # combined 1F1B's communication stream is created at CUDA's highest stream priority
+    # (pipeline_parallel/utils.py set_streams), so its kernels' thread blocks are dispatched before
+    # the pending blocks of the compute stream's kernels; at the default priority an EP kernel
+    # launched behind a running compute kernel waits for it (program.combined_layer_s)
+    ep_comm_high_priority: bool = False
 
     @property
     def ep_comm_sms_used(self) -> int:
@@ -906,6 +935,7 @@ class KernelOptions:
         )
         _set(self, "cuda_graph_modules", _check_graph_modules(self.cuda_graph_impl, self.cuda_graph_modules))
         _check_int("kernels.ep_comm_sms", self.ep_comm_sms, minimum=0, maximum=1024)
+        _check_bool("kernels.ep_comm_high_priority", self.ep_comm_high_priority)
         _check_bool("kernels.tp_comm_async", self.tp_comm_async)
         if self.cross_entropy:
             _check_choice("kernels.cross_entropy", self.cross_entropy, CROSS_ENTROPY_IMPLS)
@@ -915,6 +945,8 @@ class KernelOptions:
         _check_choice(
             "kernels.zero3_backward_prefetch", self.zero3_backward_prefetch, ZERO3_BACKWARD_PREFETCH
         )
+        _check_choice("kernels.attention_padding", self.attention_padding, ATTENTION_PADDING)
+        _check_choice("kernels.bias_grad", self.bias_grad, BIAS_GRAD_IMPLS)
         if self.grad_reduce_dtype:
             _check_choice("kernels.grad_reduce_dtype", self.grad_reduce_dtype, ("fp32", "bf16"))
         if self.attention:
@@ -1221,6 +1253,14 @@ def _check_ep_overlap(par: ParallelConfig, kern: KernelOptions, gpu: GPUSpec) ->
             f"{kern.ep_comm_sms_used} SMs for EP communication leave none of the {gpu.num_sms} SMs of "
             f"{gpu.name} to compute",
             key="kernels.ep_comm_sms",
+        )
+    if par.delay_wgrad_compute and not par.ep_comm_overlap:
+        # transformer_config.py: "overlap_moe_expert_parallel_comm must be enabled when enabling
+        # delay_wgrad_compute"
+        raise ConfigError(
+            "Megatron-Core delays the weight gradients only under the EP all-to-all overlap "
+            "(ep_comm_overlap = true)",
+            key="parallel.delay_wgrad_compute",
         )
     if not par.ep_comm_overlap or par.schedule in ("dualpipe", "dualpipev"):
         return  # DualPipe's F&B pairs hide the all-to-all by themselves: true only agrees with it

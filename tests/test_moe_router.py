@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from simulator.costs import Device, matmul_time_s
+from simulator.costs import Device, matmul_pass_times_s, matmul_time_s
 from simulator.loading import scenario_from_dict
 from simulator.program import _Coster, default_comm_model, power_limited_device
 
@@ -46,10 +46,14 @@ def test_router_is_a_16_bit_gemm_without_quantization(dtype):
     assert "quantize" not in names[i + 1] and "cast" not in names[i + 1]
     tokens = scn.parallel.micro_batch * scn.model.seq_len
     bf16 = Device(device.gpu, "bf16", device.power_clock)
-    expected = matmul_time_s(bf16, tokens, scn.model.num_experts, scn.model.hidden)
-    for parts, name in ((fwd, "router"), (b_in, "router dgrad"), (b_w, "router wgrad")):
+    # each pass at its own shape (costs.gemm_pass_shape), all three in 16 bits
+    passes = matmul_pass_times_s(bf16, tokens, scn.model.num_experts, scn.model.hidden)
+    expected = passes[0]
+    for parts, name, want in zip(
+        (fwd, b_in, b_w), ("router", "router dgrad", "router wgrad"), passes, strict=True
+    ):
         seg = next(p for p in parts if p.name == name)
-        assert seg.duration_s == pytest.approx(expected, rel=1e-12)
+        assert seg.duration_s == pytest.approx(want, rel=1e-12)
         assert seg.flops == pytest.approx(2.0 * tokens * scn.model.num_experts * scn.model.hidden)
     # and slower than the same GEMM on the 8-bit tensor cores would be
     assert expected > matmul_time_s(device, tokens, scn.model.num_experts, scn.model.hidden)

@@ -281,3 +281,101 @@ def test_fsdp_backward_post_exposes_the_backward_gathers(monkeypatch: pytest.Mon
     assert t_post - t_pre == pytest.approx(expected, rel=0.02)
     with pytest.raises(ConfigError):
         _scn(parallel=par, kernels={"zero3_backward_prefetch": "later"})
+
+
+# ----------------------------------------------------------------------------- bert_padding
+def test_attention_unpad_moves_the_bert_padding_bytes(monkeypatch: pytest.MonkeyPatch) -> None:
+    """llm-foundry's flash_attn_fn behind flash-attn's bert_padding: forward gathers q, k, v
+    (2 + 2 bytes per element each) and zero-fills + scatters the output (2 + 2 + 2); backward
+    gathers the output gradient (2 + 2) and zero-fills + scatters q, k, v's (2 + 2 + 2 each).
+    For GQA (8 of 32 kv heads) on T tokens: 4·T·(h + 2·h/4) + 6·T·h forward,
+    6·T·(h + 2·h/4) + 4·T·h backward, each at the streaming bandwidth plus one latency per
+    kernel (26 forward, 7 backward); nothing else in the layer changes."""
+    monkeypatch.setattr(P, "power_limited_device", lambda coster: (coster.device, 0.0))
+    plain = _scn(parallel={"micro_batch": 2})
+    unpad = _scn(parallel={"micro_batch": 2}, kernels={"attention_padding": "unpad"})
+    assert plain.kernels.attention_padding == "none"
+    T, h = 2 * 4096, 4096
+    qkv, out = T * (h + 2 * h // 4), T * h
+    chunk = P.build_program(unpad).stages[0].chunks[0]
+    layers = chunk.num_layers
+    assert _bytes(unpad, "attention unpad/pad") == pytest.approx((4 * qkv + 6 * out) * layers)
+    bwd_bytes = sum(s.message_bytes for s in chunk.backward.segments if s.name == "attention unpad/pad bwd")
+    assert bwd_bytes == pytest.approx((6 * qkv + 4 * out) * layers)
+    device = Device(unpad.gpu, "bf16", K.kernel_params(unpad.gpu))
+    from simulator.costs import memory_op_time_s
+
+    a, b = _segments(plain), _segments(unpad)
+    expected = memory_op_time_s(device, 4 * qkv + 6 * out, kernels=26) + memory_op_time_s(
+        device, 6 * qkv + 4 * out, kernels=7
+    )
+    assert b["attention unpad/pad"] + b["attention unpad/pad bwd"] == pytest.approx(
+        expected * layers, rel=1e-6
+    )
+    assert {k: v for k, v in b.items() if "unpad" not in k} == pytest.approx(a)
+    with pytest.raises(ConfigError):
+        _scn(kernels={"attention_padding": "varlen"})
+
+
+def test_mpt_large_scale_rows_follow_sweep_py() -> None:
+    """Only the H100 Large Scale rows that sweep.py runs with `--attn_impl flash` (1b/3b/7b/70b) go
+    through flash_attn_fn's bert_padding; its 13b/30b rows (triton) and the October 2023 tables
+    do not. The whole Large Scale table gathers with BACKWARD_PRE (sweep.py base_args)."""
+    from simulator.resources import data_dir
+    from simulator.validate.cases import build_case
+    from simulator.validate.runs import read_runs_csv
+
+    runs = {r.run_id: r for r in read_runs_csv(data_dir("scenarios") / "published" / "calibration_runs.csv")}
+
+    def kernels(run_id: str) -> tuple[str, str]:
+        k = build_case(runs[f"mpt_H100-SXM-80GB_{run_id}_bf16"]).scenario.get("kernels", {})
+        return k.get("attention_padding", "none"), k.get("zero3_backward_prefetch", "")
+
+    assert kernels("1b_s2048_512gpu") == ("unpad", "")  # SHARD_GRAD_OP: no backward gathers
+    assert kernels("70b_s2048_128gpu") == ("unpad", "pre")
+    # sweep.py's BACKWARD_PRE covers the whole Large Scale table; October 2023 rows keep composer's
+    assert kernels("13b_s2048_512gpu") == ("none", "pre")
+    assert kernels("13b_s2048_64gpu") == ("none", "post")
+    assert kernels("1b_s2048_64gpu") == ("none", "post")
+
+
+def test_separate_bias_grads_read_each_output_gradient_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """PyTorch nn.Linear's bias gradient is a reduction over its output gradient: for a dense
+    GELU layer with biases, qkv (h + 2·h/4 for 8 of 32 kv heads), attn out (h), fc1 (f) and fc2
+    (h), 2 bytes each per token, in 4 kernels; Transformer Engine fuses them into the wgrad GEMM
+    (nothing), and a model without biases has none either way."""
+    monkeypatch.setattr(P, "power_limited_device", lambda coster: (coster.device, 0.0))
+    model = {"linear_bias": True, "gated_mlp": False}
+    fused = _scn(model=model, parallel={"micro_batch": 2})
+    sep = _scn(model=model, parallel={"micro_batch": 2}, kernels={"bias_grad": "separate"})
+    no_bias = _scn(model={"gated_mlp": False}, parallel={"micro_batch": 2}, kernels={"bias_grad": "separate"})
+    assert fused.kernels.bias_grad == "fused"
+    T, h, f = 2 * 4096, 4096, 14336
+    chunk = P.build_program(sep).stages[0].chunks[0]
+    got = [s for s in chunk.backward.segments if s.name == "bias grads (reduction)"]
+    moved = T * (h + 2 * h // 4 + h + f + h) * 2
+    layers = chunk.num_layers
+    assert sum(s.message_bytes for s in got) == pytest.approx(moved * layers)
+    device = Device(sep.gpu, "bf16", K.kernel_params(sep.gpu))
+    from simulator.costs import memory_op_time_s
+
+    t = memory_op_time_s(device, moved, kernels=4)
+    assert sum(s.duration_s for s in got) == pytest.approx(t * layers)
+    assert "bias grads (reduction)" not in _segments(fused)
+    assert "bias grads (reduction)" not in _segments(no_bias)
+    with pytest.raises(ConfigError):
+        _scn(kernels={"bias_grad": "epilogue"})
+
+
+def test_mpt_rows_carry_the_benchmark_model() -> None:
+    """llm-foundry's benchmark MPTs: learned positions (no RoPE pass), biases on every nn.Linear
+    with PyTorch's separate bias-gradient reduction, tied embeddings."""
+    from simulator.resources import data_dir
+    from simulator.validate.cases import build_case
+    from simulator.validate.runs import read_runs_csv
+
+    runs = {r.run_id: r for r in read_runs_csv(data_dir("scenarios") / "published" / "calibration_runs.csv")}
+    scenario = build_case(runs["mpt_A100-SXM-80GB_7b_s65536_8gpu_bf16"]).scenario
+    model = scenario["model"]
+    assert model["position_embeddings"] and model["linear_bias"] and model["tied_embeddings"]
+    assert scenario["kernels"]["bias_grad"] == "separate"

@@ -117,7 +117,9 @@ def test_mpt_rows(shipped):
         "nic_Gbps": 200,
     }
     s = V.scenario_for(case)
-    assert s.model.tied_embeddings and not s.model.position_embeddings
+    # the benchmark runs' MPTConfig: learned positions, no ALiBi (the README's NumParams grows by
+    # (seq_len - 2048)·d_model), biases on the linear layers (no_bias False)
+    assert s.model.tied_embeddings and s.model.position_embeddings and s.model.linear_bias
     assert s.topology.inter_node.fabric == "fat-tree"
     h100 = case_of(shipped, "mpt_H100-SXM-80GB_3b_s2048_8gpu_fp8")
     assert h100.dtype == "fp8" and "inter_node" not in h100.scenario["cluster"]

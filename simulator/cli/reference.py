@@ -278,6 +278,13 @@ KEYS: dict[str, Key] = {
         " --overlap-moe-expert-parallel-comm, a combined 1F1B: pp = 1 or interleaved, ep > 1)",
         since=NEXT,
     ),
+    "parallel.delay_wgrad_compute": Key(
+        "under ep_comm_overlap: the experts' weight gradients run after the dispatch's backward is"
+        " issued, which then waits for their input gradients only (Megatron-Core --delay-wgrad-compute;"
+        " needs ep_comm_overlap)",
+        default="false",
+        since=NEXT,
+    ),
     "parallel.dp_shard": Key(
         "HSDP: ZeRO/FSDP shard group of consecutive dp ranks (dp = dp_shard x replicas)",
         default="0 (= dp, full sharding)",
@@ -438,12 +445,35 @@ KEYS: dict[str, Key] = {
         " NUM_OF_BLOCKS_DISPATCH_API), alltoall/allgather 20 (DeepSeek-V3 §3.2.1)",
         since=NEXT,
     ),
+    "kernels.ep_comm_high_priority": Key(
+        "under ep_comm_overlap: the communication stream at CUDA's highest priority (Megatron-Core"
+        " high_priority_a2a_comm_stream); false = default priority, where an EP kernel launched"
+        " beside a running compute kernel waits for it",
+        default="false",
+        since=NEXT,
+    ),
     "kernels.zero3_backward_prefetch": Key(
         "when ZeRO-3/FSDP gathers the next layer's parameters in backward: pre = beside this layer's"
         " backward (FSDP BACKWARD_PRE, FSDP2, Megatron-FSDP), post = after this layer's gradients"
         " (PyTorch FSDP BACKWARD_POST, composer's default), so the gather is not hidden",
         default='"pre"',
         allowed=lambda: ("pre", "post"),
+        since=NEXT,
+    ),
+    "kernels.attention_padding": Key(
+        "how q, k, v reach the attention kernel: none = as the layer holds them, unpad = through"
+        " flash-attn's bert_padding (gather copies of q, k, v before flash_attn_varlen_func, a"
+        " zero-filled scatter of the output after it; llm-foundry's flash_attn_fn)",
+        default='"none"',
+        allowed=lambda: ("none", "unpad"),
+        since=NEXT,
+    ),
+    "kernels.bias_grad": Key(
+        "bias gradients of the dense linear layers (model.linear_bias): fused = in the wgrad GEMM's"
+        " epilogue (Transformer Engine), separate = a reduction kernel over each layer's output"
+        " gradient (PyTorch nn.Linear; llm-foundry)",
+        default='"fused"',
+        allowed=lambda: ("fused", "separate"),
         since=NEXT,
     ),
     "kernels.zero3_collectives": Key(

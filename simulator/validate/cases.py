@@ -177,7 +177,7 @@ def _model_table(run: PublishedRun, rules: SourceRules, notes: list[str]) -> dic
                 return f"vocabulary not given and no model preset matches {name!r}"
         # Family conventions (the CSV has no column for them).
         if rules.key == "mpt" or lname.startswith("mpt"):
-            table["tied_embeddings"] = True  # MPT ties input/output embeddings; ALiBi, no learned positions
+            table["tied_embeddings"] = True  # and MPT_BENCHMARK_MODEL below
         elif any(f in lname for f in GATED_FAMILIES):
             table["gated_mlp"] = True
         elif "nemotron" in lname:
@@ -188,6 +188,14 @@ def _model_table(run: PublishedRun, rules: SourceRules, notes: list[str]) -> dic
             table["position_embeddings"] = True  # learned absolute positions
     else:
         notes.append(f"model: preset {preset!r} for the fields the row leaves empty")
+    if rules.key == "mpt":
+        # the benchmark runs' MPTConfig, not the released checkpoints' (the mpt-7b preset has ALiBi
+        # and no biases): llm-foundry configuration_mpt.py@b2a43a147 defaults, the pretrain yamls
+        # setting only attn_impl -- learned_pos_emb True (alibi False; the README's NumParams grows
+        # by (seq_len - 2048)·d_model) and no_bias False (biases on every nn.Linear: 7b's NumParams
+        # 6,658,859,008 at 2k counts them); tied embeddings
+        table.update(MPT_BENCHMARK_MODEL)
+        notes.append("model: learned positions and linear biases (llm-foundry MPTConfig defaults)")
     if rules.key == "megatron-bridge" and preset is not None and preset.startswith("llama"):
         # Megatron-Bridge builds its Llama models from the HF config (recipes/llama/llama3.py
         # AutoBridge.from_hf_pretrained): attention_dropout 0.0 from config.json and
@@ -196,6 +204,9 @@ def _model_table(run: PublishedRun, rules: SourceRules, notes: list[str]) -> dic
         table["dropout"] = 0.0
         notes.append("dropout: 0 (Megatron-Bridge Llama provider: hidden and attention dropout 0.0)")
     return table
+
+
+MPT_BENCHMARK_MODEL = {"tied_embeddings": True, "position_embeddings": True, "linear_bias": True}
 
 
 def _smallest_vp(layers: int, pp: int, num_microbatches: int) -> int:
@@ -353,11 +364,15 @@ def _apply_recipe(
     memory: dict[str, Any] = {}
     if not recipe.dense:
         parallel["ep_comm_overlap"] = recipe.ep_comm_overlap
+        if recipe.ep_comm_overlap:  # Megatron-Core allows it only with the overlap
+            parallel["delay_wgrad_compute"] = recipe.delay_wgrad_compute
     if recipe.recompute_modules:
         parallel["recompute"] = "selective"
         parallel["recompute_modules"] = list(recipe.recompute_modules)
     kernels = scenario_kernels(recipe)
     settings = [] if recipe.dense else [f"ep_comm_overlap = {str(recipe.ep_comm_overlap).lower()}"]
+    if "delay_wgrad_compute" in parallel:
+        settings.append(f"delay_wgrad_compute = {str(parallel['delay_wgrad_compute']).lower()}")
     settings.append(f"recompute_modules = {list(recipe.recompute_modules)}")
     if recipe.dense:
         settings.append(f"megatron_fsdp = {str(recipe.megatron_fsdp).lower()}")
@@ -392,19 +407,24 @@ def _kernels(
     """The source's software stack (docs/validate-assumptions.md): attention kernel, the dtype of
     the data-parallel gradient reduction, and whether TP communication overlaps the GEMMs."""
     kernels: dict[str, Any] = {}
+    where = (run.source, run.get("notes") or "", run.get("model_name") or "")
     for key in STACK_RULE_KEYS:
-        value, why = rules.stack_for(key, run.source, run.get("notes") or "", run.get("model_name") or "")
+        if key == "zero3_backward_prefetch":
+            continue  # ZeRO-3 rows only, below
+        value, why = rules.stack_for(key, *where)
         if value:
             kernels[key] = value
             notes.append(f"kernels: {key} = {value} ({why or rules.key + ' stack'})")
     if not rules.tp_comm_async and parallel["tp"] > 1:
         kernels["tp_comm_async"] = False
         notes.append(f"kernels: tp_comm_async = false ({rules.key} stack: TP collectives not overlapped)")
-    if rules.zero3_backward_prefetch and parallel["zero"] == 3:
-        kernels["zero3_backward_prefetch"] = rules.zero3_backward_prefetch
-        notes.append(
-            f"kernels: zero3_backward_prefetch = {rules.zero3_backward_prefetch} ({rules.key} stack)"
-        )
+    if rules.bias_grad:
+        kernels["bias_grad"] = rules.bias_grad
+        notes.append(f"kernels: bias_grad = {rules.bias_grad} ({rules.key} stack)")
+    prefetch, why = rules.stack_for("zero3_backward_prefetch", *where)
+    if prefetch and parallel["zero"] == 3:
+        kernels["zero3_backward_prefetch"] = prefetch
+        notes.append(f"kernels: zero3_backward_prefetch = {prefetch} ({why or rules.key + ' stack'})")
     if rules.zero3_collectives and parallel["zero"] == 3:
         kernels["zero3_collectives"] = rules.zero3_collectives
         notes.append(

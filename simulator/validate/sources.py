@@ -27,6 +27,8 @@ class StackRule:
     attention: str = ""  # attention implementation ("" = the source's)
     grad_reduce_dtype: str = ""  # gradient reduction dtype ("" = the source's)
     cross_entropy: str = ""  # loss kernel ("" = the source's)
+    attention_padding: str = ""  # q/k/v unpad/pad around the attention kernel ("" = the source's)
+    zero3_backward_prefetch: str = ""  # ZeRO-3/FSDP backward gathers ("" = the source's)
     table: str = ""
     notes: str = ""
     models: tuple[str, ...] = ()
@@ -58,6 +60,8 @@ class SourceRules:
     cross_entropy: str = ""  # loss kernel ("" = Megatron-Core's unfused default)
     zero3_collectives: str = ""  # ZeRO-3 rows: how their collectives ran ("" = nccl)
     zero3_backward_prefetch: str = ""  # ZeRO-3/FSDP backward gathers ("" = pre)
+    attention_padding: str = ""  # q/k/v unpad/pad around the attention kernel ("" = none)
+    bias_grad: str = ""  # dense linear layers' bias gradients ("" = fused)
     sharded_grad_dtype: str = ""  # ZeRO-2/3 rows: [memory] sharded_grad_dtype ("" = the buffer's)
     sharded_param_dtype: str = ""  # ZeRO-3 rows: [memory] sharded_param_dtype ("" = 16-bit + master)
     stack_rules: tuple[StackRule, ...] = ()  # per-table / per-row exceptions to the stack keys
@@ -87,7 +91,13 @@ class SourceTable:
 
 
 # the stack keys a [[source.stack_rule]] can set for some of a source's rows
-STACK_RULE_KEYS = ("attention", "grad_reduce_dtype", "cross_entropy")
+STACK_RULE_KEYS = (
+    "attention",
+    "grad_reduce_dtype",
+    "cross_entropy",
+    "attention_padding",
+    "zero3_backward_prefetch",
+)
 _RULE_KEYS = tuple(k for k in SourceRules.__dataclass_fields__ if k != "stack_rules")
 _OPTIONAL_KEYS = (
     "attention",
@@ -96,6 +106,8 @@ _OPTIONAL_KEYS = (
     "cross_entropy",
     "zero3_collectives",
     "zero3_backward_prefetch",
+    "attention_padding",
+    "bias_grad",
     "sharded_grad_dtype",
     "sharded_param_dtype",
     "stack_rule",
@@ -118,6 +130,8 @@ def _rules(table: dict[str, Any], where: str) -> SourceRules:
                 attention=str(r.get("attention", "")),
                 grad_reduce_dtype=str(r.get("grad_reduce_dtype", "")),
                 cross_entropy=str(r.get("cross_entropy", "")),
+                attention_padding=str(r.get("attention_padding", "")),
+                zero3_backward_prefetch=str(r.get("zero3_backward_prefetch", "")),
                 table=str(r.get("table", "")).lower(),
                 notes=str(r.get("notes", "")).lower(),
                 models=tuple(str(m).lower() for m in r.get("models", ())),
