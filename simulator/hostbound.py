@@ -296,6 +296,9 @@ def schedule_node_calls(scn: Scenario) -> dict[str, float]:
     free_dispatch = not flex and not _graphed(scn, "moe_preprocess")
     free_mlp = quantized or ((local > 1 or disp != "alltoall") and disp != "hybridep")
     ev, bwd, free = CALLS_PER_NODE_EVENTS, CALLS_PER_BACKWARD_NODE, CALLS_PER_FREED_INPUT
+    # backward_dw enters its stream context only with --delay-wgrad-compute (models/common/utils.py
+    # TransformerLayerNode.backward_dw returns at once without it)
+    dw = 1.0 if par.delay_wgrad_compute else 0.0
     return {
         # input detach; residual (and shared experts' output) detached into the layer state
         "attn_f": ev + 1 + 1 + shared,
@@ -309,8 +312,8 @@ def schedule_node_calls(scn: Scenario) -> dict[str, float]:
         "mlp_dgrad": ev + bwd + 1,
         "d_b": ev + bwd + 1,
         # two outputs (tokens, probabilities); the attention side's backward_dw stream context
-        "attn_b": ev + bwd + 2 + 1,
-        "wgrad": 1.0,  # the experts' backward_dw stream context
+        "attn_b": ev + bwd + 2 + dw,
+        "wgrad": dw,  # the experts' backward_dw stream context
     }
 
 

@@ -14,6 +14,7 @@ All micro-batches of a chunk are identical, so a layer is costed once and multip
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -534,11 +535,15 @@ class EpPair:
     forward of one micro-batch and the backward of another run together. `exposed_fraction` of the
     layer's EP communication stays on the critical path; `interference_s` is the compute slowed by
     the communication kernels' SMs while the rest runs hidden; `host_s` is the pair's CPU issue
-    time the GPU waits for (replacing the layer's own `host_bound` segments when paired)."""
+    time the GPU waits for (replacing the layer's own `host_bound` segments when paired);
+    `launch_wait_s` is how much longer the pair takes because its EP kernels, on a comm stream of
+    CUDA's default priority, wait for a compute kernel launched beside them (`combined_layer_s`
+    first_kernel_s; 0 with Megatron's high_priority_a2a_comm_stream)."""
 
     exposed_fraction: float
     interference_s: float
     host_s: float = 0.0
+    launch_wait_s: float = 0.0
 
 
 # ZeRO-3 exposure segments of a MoE layer whose passes run in F&B pairs: the pairs re-cost them
@@ -650,7 +655,14 @@ def _zero3_paired(
 
 
 def combined_layer_s(
-    attn_f: float, mlp_f: float, attn_b: float, mlp_dgrad: float, mlp_wgrad: float, comm: tuple
+    attn_f: float,
+    mlp_f: float,
+    attn_b: float,
+    mlp_dgrad: float,
+    mlp_wgrad: float,
+    comm: tuple,
+    delayed_wgrad: bool = True,
+    first_kernel_s: tuple[float, float, float, float] | None = None,
 ) -> float:
     """Seconds of one layer pair under Megatron-Core's combined 1F1B
     (models/common/model_chunk_schedule_plan.py TransformerLayerSchedulePlan.run):
@@ -663,14 +675,38 @@ def combined_layer_s(
     dispatch_bwd; the next layer starts when both streams are done. `comm` = (combine_bwd,
     dispatch_fwd, dispatch_bwd, combine_fwd) seconds; the others are the compute of the forward's
     attention (to the dispatch), its experts, the backward's attention and its expert dgrad/wgrad.
-    The expert wgrad runs as `mlp.backward_dw()` after the dgrad, so dispatch_bwd waits for the
-    dgrad only: Megatron's --delay-wgrad-compute, which its README pairs with the overlap (and
-    every Megatron-Bridge recipe with the overlap sets)."""
+    `delayed_wgrad` (Megatron's --delay-wgrad-compute): the expert wgrad runs as
+    `mlp.backward_dw()` after the dgrad node has recorded its event, so dispatch_bwd waits for the
+    dgrad only; without it `mlp.backward` computes both and dispatch_bwd waits for both
+    (models/common/utils.py `backward_dw` returns at once).
+
+    `first_kernel_s` (the comm stream at CUDA's default priority; None = high priority): the
+    durations of the first compute kernel of mlp_bwd, of the delayed wgrad, of mlp_fwd and of
+    pre_dispatch_bwd. The block scheduler does not preempt, and at equal priority a kernel's
+    pending thread blocks are dispatched in launch order, so an EP kernel launched while a compute
+    kernel holds the SMs starts when that kernel's blocks are out (taken as its end). That happens
+    where one completion on the compute stream releases both streams: the compute stream's next
+    kernel launches at once, the EP kernel only after the cross-stream event wait -- dispatch_fwd
+    behind mlp_bwd's first kernel when the forward's attention outlasts combine_bwd,
+    dispatch_bwd behind the wgrad's (or, undelayed, mlp_fwd's) first kernel when the dgrad
+    outlasts dispatch_fwd, combine_fwd behind pre_dispatch_bwd's first kernel when mlp_fwd
+    outlasts dispatch_bwd. An EP kernel that follows its own stream's predecessor launches first
+    and waits for nothing. Never shorter than the high-priority pair, nor longer than the two
+    streams run back to back (each wait is a compute kernel that runs anyway)."""
     c_b, d_f, d_b, c_f = comm
+    k_dgrad, k_wgrad, k_mlp_f, k_attn_b = first_kernel_s or (0.0, 0.0, 0.0, 0.0)
     phase1 = max(c_b, attn_f)
-    dispatch_bwd_end = max(d_f, mlp_dgrad) + d_b
-    mlp_fwd_end = max(mlp_dgrad + mlp_wgrad, d_f) + mlp_f
-    return phase1 + max(mlp_fwd_end, dispatch_bwd_end) + max(c_f, attn_b)
+    dispatch_fwd_end = (k_dgrad if attn_f > c_b else 0.0) + d_f
+    grads_end = mlp_dgrad + mlp_wgrad
+    released = mlp_dgrad if delayed_wgrad else grads_end  # the event dispatch_bwd waits for
+    if released > dispatch_fwd_end:
+        dispatch_bwd_start = released + (k_wgrad if delayed_wgrad else k_mlp_f)
+    else:
+        dispatch_bwd_start = dispatch_fwd_end
+    dispatch_bwd_end = dispatch_bwd_start + d_b
+    mlp_fwd_end = max(grads_end, dispatch_fwd_end) + mlp_f
+    combine_fwd_start = k_attn_b if mlp_fwd_end > dispatch_bwd_end else 0.0
+    return phase1 + max(mlp_fwd_end, dispatch_bwd_end) + max(combine_fwd_start + c_f, attn_b)
 
 
 @dataclass(frozen=True, slots=True)
@@ -1741,15 +1777,31 @@ class _Coster:
         # the backward's combine side (the combine's gradient, a dispatch-shaped all-to-all, and
         # the etp reduce-scatter's) runs first, its dispatch side after the experts
         combine_b = ep([p for p in b_in if p.name in ("ep combine bwd", "etp allgather bwd")])
-        comm = (combine_b, ep(fwd[sync:experts]), ep(b_in) - combine_b, ep(fwd[combine:]))
+        # the forward's dispatch node on the comm stream: HybridEP's routing metadata (issued
+        # before the dispatcher's host sync, fused_a2a.py HybridEPDispatch -> dispatch_with_permute)
+        # and the dispatch itself
+        comm = (combine_b, ep(fwd[:experts]), ep(b_in) - combine_b, ep(fwd[combine:]))
         total_ep = sum(comm)
         if total_ep <= 0:
             return EpPair(1.0, 0.0)
         attn_f, mlp_f = comp(fwd[:sync]), comp(fwd[sync:])
         attn_b = comp(b_in[:b_moe]) + comp(b_w[:w_moe])
         mlp_dgrad, mlp_wgrad = comp(b_in[b_moe:]), comp(b_w[w_moe:])
-        paired = combined_layer_s(attn_f, mlp_f, attn_b, mlp_dgrad, mlp_wgrad, comm)
+        delayed = self.scn.parallel.delay_wgrad_compute
+        paired_ideal = combined_layer_s(attn_f, mlp_f, attn_b, mlp_dgrad, mlp_wgrad, comm, delayed)
+        paired = paired_ideal
+        if not self.scn.kernels.ep_comm_high_priority:
+            # the first kernel of mlp_bwd, the delayed wgrad, mlp_fwd and pre_dispatch_bwd, in
+            # execution order (a backward node runs its forward's ops in reverse)
+            first = (
+                self._first_kernel_s(b_in[b_moe:][::-1]),
+                self._first_kernel_s(b_w[w_moe:][::-1]),
+                self._first_kernel_s(fwd[sync:]),
+                self._first_kernel_s(b_in[:b_moe][::-1] + b_w[:w_moe][::-1]),
+            )
+            paired = combined_layer_s(attn_f, mlp_f, attn_b, mlp_dgrad, mlp_wgrad, comm, delayed, first)
         compute = attn_f + mlp_f + attn_b + mlp_dgrad + mlp_wgrad
+        exposed_ideal = min(max(0.0, paired_ideal - compute), total_ep)
         exposed = min(max(0.0, paired - compute), total_ep)
         interference = sm_interference_s(total_ep - exposed, ep_sm_fraction(self.scn))
         # The CPU issues the pair's nodes in TransformerLayerSchedulePlan.run's order, and the
@@ -1775,13 +1827,34 @@ class _Coster:
         host = 0.0
         if ops is not None and ops.syncs:
             segment = pair_issue_s(
-                self._pair_nodes(ops, fwd, sync, (attn_f, attn_b, mlp_dgrad, mlp_wgrad), comm),
+                # (the routing metadata ran before the segment's sync: the dispatch alone after it)
+                self._pair_nodes(
+                    ops,
+                    fwd,
+                    sync,
+                    (attn_f, attn_b, mlp_dgrad, mlp_wgrad),
+                    (comm[0], ep(fwd[sync:experts]), *comm[2:]),
+                ),
                 HOST_OP_S,
                 HOST_CALL_S,
                 HOST_SYNC_S,
             )
             host = max(0.0, segment - (paired + interference))
-        return EpPair(exposed / total_ep, interference, host)
+        return EpPair(exposed_ideal / total_ep, interference, host, exposed - exposed_ideal)
+
+    def _first_kernel_s(self, parts: list) -> float:
+        """The duration of the first compute kernel of `parts` (in execution order): its first
+        non-empty compute segment, or of an eager TE GroupedLinear segment its first round of
+        TE_GEMM_STREAMS concurrent per-expert GEMMs (the later rounds launch on their streams
+        after an EP kernel waiting beside them, so at equal priority it goes first)."""
+        for p in parts:
+            if p.category not in ("compute", "recompute") or p.duration_s <= 0:
+                continue
+            if not self.scn.kernels.fused_grouped_mlp and p.name.startswith(GROUPED_GEMM_SEGMENTS):
+                groups = max(1, self.scn.model.num_experts // self.scn.parallel.ep)
+                return p.duration_s / math.ceil(groups / TE_GEMM_STREAMS)
+            return p.duration_s
+        return 0.0
 
     def _pair_nodes(
         self, ops: LayerHostOps, fwd: list, sync: int, comp_s: tuple[float, ...], comm: tuple
@@ -1832,10 +1905,22 @@ class _Coster:
         ]
         for _ in range(ops.backward_syncs):
             dgrad_next.append(PairNode("mlp_dgrad_issue", "", exp_b / 2, 0.0, sync=("attn_f", "c_b")))
+        if self.scn.parallel.delay_wgrad_compute:
+            head = [
+                PairNode("mlp_dgrad", "comp", 0.0, mlp_dgrad),
+                PairNode("d_f", "comm", ops.dispatch, d_f, calls["d_f"]),
+                PairNode("wgrad", "comp", exp_w, mlp_wgrad, calls["wgrad"]),
+            ]
+        else:
+            # `mlp.backward` runs the experts' wgrad with their dgrad (issued before the sync,
+            # queued) and the dispatch's backward waits for both; `backward_dw` returns at once
+            dgrad_next[0] = replace(dgrad_next[0], ops=dgrad_next[0].ops + exp_w)
+            head = [
+                PairNode("mlp_dgrad", "comp", 0.0, mlp_dgrad + mlp_wgrad),
+                PairNode("d_f", "comm", ops.dispatch, d_f, calls["d_f"]),
+            ]
         return [
-            PairNode("mlp_dgrad", "comp", 0.0, mlp_dgrad),
-            PairNode("d_f", "comm", ops.dispatch, d_f, calls["d_f"]),
-            PairNode("wgrad", "comp", exp_w, mlp_wgrad, calls["wgrad"]),
+            *head,
             PairNode("d_b", "comm", disp_b, d_b, calls["d_b"], ("mlp_dgrad",)),
             *experts,
             PairNode("c_f", "comm", ops.combine, c_f, calls["c_f"], ("mlp_f",)),
@@ -2326,6 +2411,13 @@ def ep_sm_fraction(scn: Scenario) -> float:
     return min(scn.kernels.ep_comm_sms_used / scn.gpu.num_sms, 1.0)
 
 
+# the combined 1F1B's EP kernels waiting behind compute kernels at the default stream priority
+EP_LAUNCH_WAIT_NAME = "ep launch behind compute (default-priority comm stream)"
+# Transformer Engine GroupedLinear's per-expert GEMM segments (grouped() in _Coster._moe): eager,
+# they run as rounds of TE_GEMM_STREAMS concurrent cuBLAS GEMMs (TE_MULTI_STREAM_NOTE)
+GROUPED_GEMM_SEGMENTS = ("expert fc1", "expert fc2")
+
+
 def _combined_pair(
     forward: Block, backward: Block, pair: EpPair, n_layers: int, zero3: Zero3Pair | None = None
 ) -> tuple[Block, Block]:
@@ -2348,9 +2440,12 @@ def _combined_pair(
         return tuple(out)
 
     slowdown = Segment("compute", "ep overlap interference", pair.interference_s * n_layers)
+    wait = Segment("ep_comm", EP_LAUNCH_WAIT_NAME, pair.launch_wait_s * n_layers)
     host = Segment("host_bound", "host issue (combined 1F1B, sync to sync)", pair.host_s * n_layers)
     transfers_f, transfers_b = _zero3_paired(zero3, pair.exposed_fraction, 0.0, pair.host_s, n_layers)
-    return Block((*scaled(forward), *transfers_f)), _block((*scaled(backward), slowdown, host, *transfers_b))
+    return Block((*scaled(forward), *transfers_f)), _block(
+        (*scaled(backward), slowdown, wait, host, *transfers_b)
+    )
 
 
 # [memory] offload_optimizer (Megatron-Core --optimizer-cpu-offload, ZeRO-Offload, Ren et al.

@@ -608,6 +608,12 @@ class ParallelConfig:
     grad_bucket_params: int = 40_000_000  # DP bucket; Megatron: max(40M, 1M*dp) parameters
     etp: int = 0  # expert tensor parallel; 0 = default: 1 with ep > 1, tp with ep = 1 (see expert_tp)
     ep_comm_overlap: bool = False  # EP all-to-all of one micro-batch hidden behind another's compute
+    # Megatron-Core --delay-wgrad-compute (TransformerConfig.delay_wgrad_compute, default False; it
+    # needs ep_comm_overlap): in the combined 1F1B the experts' weight gradients run as
+    # `mlp.backward_dw()` after the dispatch's backward is issued, so that all-to-all waits for
+    # the input gradients only (program.combined_layer_s). Megatron-Bridge's
+    # _set_moe_a2a_overlap_overrides sets it with the overlap; some recipes turn it off again.
+    delay_wgrad_compute: bool = False
     # Megatron --account-for-embedding-in-pipeline-split / --account-for-loss-in-pipeline-split:
     # the embedding (loss) counts as one layer of the first (last) virtual stage's share
     account_for_embedding_in_pipeline_split: bool = False
@@ -632,6 +638,7 @@ class ParallelConfig:
         _check_int(f"{p}.etp", self.etp, minimum=0, maximum=MAX_GPUS)
         for key in (
             "ep_comm_overlap",
+            "delay_wgrad_compute",
             "account_for_embedding_in_pipeline_split",
             "account_for_loss_in_pipeline_split",
         ):
@@ -901,6 +908,12 @@ class KernelOptions:
     # SMs the EP dispatch/combine kernels take from compute while overlapped (Megatron-Core
     # --moe-flex-dispatcher-num-sms); 0 = DEFAULT_EP_COMM_SMS[moe_dispatcher]
     ep_comm_sms: int = 0
+    # Megatron-Core high_priority_a2a_comm_stream (transformer_config.py, default False): the
+    # combined 1F1B's communication stream is created at CUDA's highest stream priority
+    # (pipeline_parallel/utils.py set_streams), so its kernels' thread blocks are dispatched before
+    # the pending blocks of the compute stream's kernels; at the default priority an EP kernel
+    # launched behind a running compute kernel waits for it (program.combined_layer_s)
+    ep_comm_high_priority: bool = False
 
     @property
     def ep_comm_sms_used(self) -> int:
@@ -922,6 +935,7 @@ class KernelOptions:
         )
         _set(self, "cuda_graph_modules", _check_graph_modules(self.cuda_graph_impl, self.cuda_graph_modules))
         _check_int("kernels.ep_comm_sms", self.ep_comm_sms, minimum=0, maximum=1024)
+        _check_bool("kernels.ep_comm_high_priority", self.ep_comm_high_priority)
         _check_bool("kernels.tp_comm_async", self.tp_comm_async)
         if self.cross_entropy:
             _check_choice("kernels.cross_entropy", self.cross_entropy, CROSS_ENTROPY_IMPLS)
@@ -1239,6 +1253,14 @@ def _check_ep_overlap(par: ParallelConfig, kern: KernelOptions, gpu: GPUSpec) ->
             f"{kern.ep_comm_sms_used} SMs for EP communication leave none of the {gpu.num_sms} SMs of "
             f"{gpu.name} to compute",
             key="kernels.ep_comm_sms",
+        )
+    if par.delay_wgrad_compute and not par.ep_comm_overlap:
+        # transformer_config.py: "overlap_moe_expert_parallel_comm must be enabled when enabling
+        # delay_wgrad_compute"
+        raise ConfigError(
+            "Megatron-Core delays the weight gradients only under the EP all-to-all overlap "
+            "(ep_comm_overlap = true)",
+            key="parallel.delay_wgrad_compute",
         )
     if not par.ep_comm_overlap or par.schedule in ("dualpipe", "dualpipev"):
         return  # DualPipe's F&B pairs hide the all-to-all by themselves: true only agrees with it

@@ -5,6 +5,8 @@ configurations Megatron-Core refuses."""
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from simulator.errors import ConfigError
 from simulator.hostbound import LayerHostOps
@@ -78,6 +80,102 @@ def test_layer_closed_form() -> None:
     assert combined_layer_s(*comp, (3.0, 7.0, 0.0, 0.0)) == pytest.approx(sum(comp))
     # the backward's dispatch waits for the expert dgrad and gates the backward attention
     assert combined_layer_s(*comp, (0.0, 0.0, 12.0, 0.0)) == pytest.approx(3.0 + 5.0 + 12.0 + 6.0)
+
+
+def test_layer_closed_form_without_delayed_wgrad() -> None:
+    """--delay-wgrad-compute off: `mlp.backward` computes the experts' wgrad with their dgrad, so
+    the backward's dispatch waits for both (models/common/utils.py backward_dw returns at once)."""
+    comp = (3.0, 4.0, 6.0, 5.0, 2.0)  # attn_f, mlp_f, attn_b, mlp dgrad, mlp wgrad
+    # the dispatch's backward (12) now starts after dgrad + wgrad (7), not after the dgrad (5)
+    assert combined_layer_s(*comp, (0.0, 0.0, 12.0, 0.0), False) == pytest.approx(3.0 + 7.0 + 12.0 + 6.0)
+    # hidden either way when short: it runs beside mlp_fwd (4)
+    assert combined_layer_s(*comp, (0.0, 0.0, 3.0, 0.0), False) == pytest.approx(sum(comp))
+    assert combined_layer_s(*comp, (0.0, 0.0, 5.0, 0.0), True) == pytest.approx(sum(comp))
+    assert combined_layer_s(*comp, (0.0, 0.0, 5.0, 0.0), False) == pytest.approx(3.0 + 7.0 + 5.0 + 6.0)
+
+
+def test_layer_closed_form_at_default_stream_priority() -> None:
+    """A comm stream of default priority: an EP kernel released by a completion on the compute
+    stream waits for the compute kernel launched at that same completion (first_kernel_s: the
+    first kernels of mlp_bwd, wgrad, mlp_fwd, pre_dispatch_bwd); one released by its own
+    stream's predecessor, or when the compute stream has nothing ready, waits for nothing."""
+    comp = (3.0, 4.0, 6.0, 5.0, 2.0)
+    first = (1.0, 0.5, 0.75, 0.25)
+    # dispatch_fwd (2) released by attn_f (3 > combine_bwd 1): behind mlp_bwd's first kernel (1),
+    # so it runs 1-3, hidden under the dgrad; dispatch_bwd (6), released by the dgrad at 5, waits
+    # for the wgrad's first kernel (0.5): 5.5-11.5, then pre_dispatch_bwd; combine_fwd (1) is
+    # released by dispatch_bwd (11.5 > mlp_fwd's end 11): no wait, hidden under the attention
+    assert combined_layer_s(*comp, (1.0, 2.0, 6.0, 1.0), True, first) == pytest.approx(3.0 + 11.5 + 6.0)
+    assert combined_layer_s(*comp, (1.0, 2.0, 6.0, 1.0), True) == pytest.approx(3.0 + 11.0 + 6.0)
+    # undelayed: released at 7 with mlp_fwd's first kernel (0.75) ready: 7.75-13.75
+    assert combined_layer_s(*comp, (1.0, 2.0, 6.0, 1.0), False, first) == pytest.approx(3.0 + 13.75 + 6.0)
+    # combine_fwd (7) released by mlp_fwd (end 11 > dispatch_bwd's 6.5): behind the attention's
+    # first kernel (0.25), 7.25 > the attention's 6
+    assert combined_layer_s(*comp, (1.0, 2.0, 1.0, 7.0), True, first) == pytest.approx(3.0 + 11.0 + 7.25)
+    # combine_bwd longer than attn_f: dispatch_fwd follows it on its own stream, no wait
+    assert combined_layer_s(*comp, (4.0, 2.0, 1.0, 1.0), True, first) == combined_layer_s(
+        *comp, (4.0, 2.0, 1.0, 1.0), True
+    )
+
+
+_d = st.floats(min_value=0.0, max_value=10.0, allow_nan=False)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.tuples(*[_d] * 5), st.tuples(*[_d] * 4), st.tuples(*[_d] * 4), st.booleans())
+def test_launch_waits_bounded(
+    comp: tuple[float, ...], comm: tuple[float, ...], frac: tuple[float, ...], delayed: bool
+) -> None:
+    """Waiting behind compute kernels never makes the pair shorter than at high priority, nor
+    longer than both streams back to back (each wait is a compute kernel that runs anyway; the
+    first kernels are no longer than their nodes); without delayed wgrad never shorter than with
+    it (at high priority)."""
+    attn_f, mlp_f, attn_b, dgrad, wgrad = comp
+    nodes = (dgrad, wgrad, mlp_f, attn_b)
+    first = tuple(min(f, n) for f, n in zip(frac, nodes, strict=True))
+    high = combined_layer_s(*comp, comm, delayed)
+    low = combined_layer_s(*comp, comm, delayed, first)  # type: ignore[arg-type]
+    eps = 1e-9
+    assert high - eps <= low <= sum(comp) + sum(comm) + eps
+    assert combined_layer_s(*comp, comm, True) <= combined_layer_s(*comp, comm, False) + eps
+    assert max(sum(comp), sum(comm)) - eps <= high
+
+
+def test_delayed_wgrad_needs_the_overlap() -> None:
+    """transformer_config.py: "overlap_moe_expert_parallel_comm must be enabled when enabling
+    delay_wgrad_compute"."""
+    with pytest.raises(ConfigError) as err:
+        _scn({"delay_wgrad_compute": True})
+    assert err.value.key == "parallel.delay_wgrad_compute"
+    assert _scn({"ep_comm_overlap": True, "delay_wgrad_compute": True}).parallel.delay_wgrad_compute
+
+
+def test_default_priority_waits_show_in_the_breakdown() -> None:
+    """The published 16-H100 HybridEP pair's layout (delayed wgrad off, default priority): the
+    backward's dispatch, released by the experts' wgrad end, waits for the first round of the
+    forward experts' fc1 GEMMs; the wait is its own ep_comm segment, zero at high priority, and
+    the step is never faster at default priority, nor slower than the step without overlap."""
+    from simulator.program import EP_LAUNCH_WAIT_NAME
+
+    par = {"ep": 16, "global_batch": 1024, "ep_comm_overlap": True}
+    kern = {"moe_dispatcher": "hybridep"}
+    low = build_program(_scn(par, kern)).stages[0].chunks[0]
+    high = build_program(_scn(par, {**kern, "ep_comm_high_priority": True})).stages[0].chunks[0]
+    assert low.backward_paired is not None and high.backward_paired is not None
+
+    def wait(block) -> float:
+        return sum(s.duration_s for s in block.segments if s.name == EP_LAUNCH_WAIT_NAME)
+
+    assert wait(low.backward_paired) > 0 and wait(high.backward_paired) == 0
+    steps = [
+        simulate(_scn(p, k)).report.step_time_s
+        for p, k in (
+            (par, {**kern, "ep_comm_high_priority": True}),
+            (par, kern),
+            ({**par, "ep_comm_overlap": False}, kern),
+        )
+    ]
+    assert steps[0] <= steps[1] <= steps[2]
 
 
 def test_sm_interference_is_the_sm_seconds_taken() -> None:

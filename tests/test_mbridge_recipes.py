@@ -55,6 +55,24 @@ def test_recipe_of_the_same_layout_is_applied(shipped):
     assert scn.kernels.cuda_graph_modules == ("attn", "moe_router", "moe_preprocess")
 
 
+def test_overlap_recipes_set_the_delayed_wgrad_and_the_comm_streams_priority(shipped):
+    """Megatron-Bridge sets delay_wgrad_compute with the EP overlap, and
+    high_priority_a2a_comm_stream from v0.5.0 with the cutedsl fused grouped MLP and the overlap
+    (scripts/performance/utils/overrides.py): 26.06 (v0.5.0) Qwen3-30B on 8 GB300 runs both, 26.04.01
+    (v0.4.2) DeepSeek-V3 on 256 B200 the overlap at the default priority; a row without the overlap
+    gets neither (Megatron-Core refuses delay_wgrad_compute without it)."""
+    new = _case(shipped, "mbridge_26.06_Qwen3_30B_a3B_DGX-GB300_8gpu_mxfp8")
+    old = _case(shipped, "mbridge_26.04.01_DeepSeekV3_DGX-B200_256gpu_mxfp8")
+    off = _case(shipped, "mbridge_26.04.01_Qwen3_30B_a3B_DGX-GB300_8gpu_mxfp8")
+    for case, high in ((new, True), (old, False)):
+        scn = V.scenario_for(case)
+        assert scn.parallel.ep_comm_overlap and scn.parallel.delay_wgrad_compute
+        assert scn.kernels.ep_comm_high_priority is high
+        assert "delay_wgrad_compute = true" in _recipe_lines(case)[0]
+    assert "delay_wgrad_compute" not in off.scenario["parallel"]
+    assert not V.scenario_for(off).parallel.delay_wgrad_compute
+
+
 def test_same_layout_in_two_containers_gets_each_containers_recipe(shipped):
     """Qwen3-30B-A3B on 8 GB300, MXFP8, ep 8, micro-batch 8, global batch 512 in both 26.04.01
     (v0.4.2: HybridEP, TE graphs of router/preprocess, no EP overlap, op fuser forced off) and

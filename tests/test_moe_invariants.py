@@ -169,6 +169,8 @@ MONOTONE = (
     ("memory", "offload_activations", 0.0, 0.5, ">=", "<="),
     ("memory", "offload_activations", 0.5, 1.0, ">=", "<="),
     ("memory", "offload_optimizer", False, True, ">=", "<="),
+    # the combined 1F1B's comm stream at the default priority: EP kernels may wait behind compute
+    ("kernels", "ep_comm_high_priority", True, False, ">=", None),
 )
 
 

@@ -378,7 +378,10 @@ def test_dualpipe_hides_the_ep_alltoall_in_its_overlapped_pairs() -> None:
     base = simulate(moe("1f1b")).report
     dual = simulate(moe("dualpipe")).report
     assert base.breakdown_s["ep_comm"] > 0
-    assert dual.breakdown_s["ep_comm"] < 0.5 * base.breakdown_s["ep_comm"]
+    # the pairs hide up to their compute; the excess stays exposed in both schedules: 0.43 of the
+    # 1F1B exposure before a2a made NCCL's InfiniBand all-to-all bytes 14% slower (P2P_NET_FRACTION),
+    # 0.51 after, the seconds hidden unchanged (0.72 s)
+    assert dual.breakdown_s["ep_comm"] < 0.55 * base.breakdown_s["ep_comm"]
     assert dual.step_time_s < base.step_time_s
     est = estimate_step(moe("dualpipe"))
     assert est.step_time_s == pytest.approx(dual.step_time_s, rel=0.01)

@@ -278,6 +278,13 @@ KEYS: dict[str, Key] = {
         " --overlap-moe-expert-parallel-comm, a combined 1F1B: pp = 1 or interleaved, ep > 1)",
         since=NEXT,
     ),
+    "parallel.delay_wgrad_compute": Key(
+        "under ep_comm_overlap: the experts' weight gradients run after the dispatch's backward is"
+        " issued, which then waits for their input gradients only (Megatron-Core --delay-wgrad-compute;"
+        " needs ep_comm_overlap)",
+        default="false",
+        since=NEXT,
+    ),
     "parallel.dp_shard": Key(
         "HSDP: ZeRO/FSDP shard group of consecutive dp ranks (dp = dp_shard x replicas)",
         default="0 (= dp, full sharding)",
@@ -436,6 +443,13 @@ KEYS: dict[str, Key] = {
         " --moe-flex-dispatcher-num-sms); the overlapped compute runs on the rest. 0 = the"
         " dispatcher's default: deepep 20 (DeepEP Buffer.num_sms), hybridep 32 (HybridEP"
         " NUM_OF_BLOCKS_DISPATCH_API), alltoall/allgather 20 (DeepSeek-V3 §3.2.1)",
+        since=NEXT,
+    ),
+    "kernels.ep_comm_high_priority": Key(
+        "under ep_comm_overlap: the communication stream at CUDA's highest priority (Megatron-Core"
+        " high_priority_a2a_comm_stream); false = default priority, where an EP kernel launched"
+        " beside a running compute kernel waits for it",
+        default="false",
         since=NEXT,
     ),
     "kernels.zero3_backward_prefetch": Key(

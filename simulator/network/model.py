@@ -10,9 +10,10 @@ after the first of each group.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
+from ..ep_dispatch import FLEX_DISPATCHERS
 from ..kernel_catalog import reduce_tail_chunks, ring_window_bytes
 from ..specs import Scenario
 from .collectives import (
@@ -241,9 +242,14 @@ class TopologyCommModel:
                 return NONE
             t = p2p.latency_s + size * p2p.seconds_per_byte
             return CollectiveCost(t, "p2p", p2p.bottleneck, size / t)
+        links = self.links
+        if kind == "alltoall" and axis == "ep" and self.scenario.kernels.moe_dispatcher in FLEX_DISPATCHERS:
+            # DeepEP / HybridEP move the EP all-to-all with their own RDMA kernels (their measured
+            # speed: simulator/ep_dispatch.py), not NCCL's send/recv: the fabric at a ring's rate
+            links = replace(links, p2p_net_fraction=1.0)
         worst: CollectiveCost | None = None
         for k in self.group_kinds(axis, stage):
-            c = best(collective_candidates(kind, k.shape, self.links, size))
+            c = best(collective_candidates(kind, k.shape, links, size))
             cost = self._to_cost(kind, k.shape.size, size, c)
             if worst is None or cost.time_s > worst.time_s:
                 worst = cost

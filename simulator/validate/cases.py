@@ -364,11 +364,15 @@ def _apply_recipe(
     memory: dict[str, Any] = {}
     if not recipe.dense:
         parallel["ep_comm_overlap"] = recipe.ep_comm_overlap
+        if recipe.ep_comm_overlap:  # Megatron-Core allows it only with the overlap
+            parallel["delay_wgrad_compute"] = recipe.delay_wgrad_compute
     if recipe.recompute_modules:
         parallel["recompute"] = "selective"
         parallel["recompute_modules"] = list(recipe.recompute_modules)
     kernels = scenario_kernels(recipe)
     settings = [] if recipe.dense else [f"ep_comm_overlap = {str(recipe.ep_comm_overlap).lower()}"]
+    if "delay_wgrad_compute" in parallel:
+        settings.append(f"delay_wgrad_compute = {str(parallel['delay_wgrad_compute']).lower()}")
     settings.append(f"recompute_modules = {list(recipe.recompute_modules)}")
     if recipe.dense:
         settings.append(f"megatron_fsdp = {str(recipe.megatron_fsdp).lower()}")

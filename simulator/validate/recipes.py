@@ -452,6 +452,11 @@ def scenario_kernels(r: Recipe) -> dict[str, Any]:
         "cuda_graph_modules": list(r.cuda_graph_modules),
         # Megatron-Core routes moe_hybridep_num_sms to moe_flex_dispatcher_num_sms: the EP kernels' SMs
         **({"ep_comm_sms": r.moe_hybridep_num_sms} if r.moe_hybridep_num_sms else {}),
+        # high_priority_a2a_comm_stream: Megatron-Bridge v0.5.0+ set_workload_base_configs
+        # (scripts/performance/utils/overrides.py@fcbb6031:242, v0.6.0 @51885cf1:370) sets it with
+        # cutedsl_fused_grouped_mlp and moe_a2a_overlap (v0.6.0's family full-iteration helpers,
+        # e.g. perf_recipes/qwen/common.py:50, on the same configs); no earlier release sets it
+        **({"ep_comm_high_priority": True} if r.ep_comm_overlap and r.fused_grouped_mlp else {}),
     }
 
 
@@ -467,6 +472,5 @@ def recorded_not_simulated(r: Recipe) -> tuple[str, ...]:
     if r.fp8_dot_product_attention:
         out.append("fp8_dot_product_attention = true")
     out.append(f"moe_shared_expert_overlap = {str(r.moe_shared_expert_overlap).lower()}")
-    # delay_wgrad_compute: Megatron-Core allows it only with the EP overlap, whose combined-1F1B model
-    # (program.combined_layer_s) is the delayed-wgrad one: simulated with ep_comm_overlap
+    # delay_wgrad_compute: simulated ([parallel] delay_wgrad_compute, validate/cases.py)
     return tuple(out)
