@@ -42,7 +42,7 @@ from typing import Any
 
 from .errors import ConfigError
 from .kernel_catalog import architecture, kernel_data
-from .specs import GPUSpec
+from .specs import DEFAULT_ATTENTION, GPUSpec
 from .units import DTYPE_BYTES
 
 ATTENTION_IMPLS = ("fa2", "fa3", "cudnn", "triton", "unfused")
@@ -213,12 +213,6 @@ def params_for_architecture(arch: str) -> KernelParams:
 
 def kernel_params(gpu: GPUSpec) -> KernelParams:
     return params_for_architecture(architecture(gpu.name))
-
-
-# Attention kernel of today's Megatron-Core + Transformer Engine per architecture: TE's cuDNN fused
-# attention on Hopper/Blackwell, FlashAttention-2 on Ampere (no sm80 cuDNN/FA3 path in TE's
-# default priority), none on Volta.
-DEFAULT_ATTENTION = {"volta": "unfused", "ampere": "fa2", "hopper": "cudnn", "blackwell": "cudnn"}
 
 
 def default_attention(gpu: GPUSpec) -> str:

@@ -25,6 +25,7 @@ from .names import canonical, did_you_mean
 from .resources import catalog_file, data_dir, scenario_names, topology_names
 from .schedules import num_virtual_stages
 from .specs import (
+    DEFAULT_ATTENTION,
     MAX_GPUS,
     DataloaderSpec,
     GPUEfficiency,
@@ -1487,13 +1488,71 @@ def scenario_from_dict(data: Mapping[str, Any], base_dir: Path | None = None, so
 
 def _check_attention_kernel(scn: Scenario) -> None:
     """FlashAttention-3 is Hopper/Blackwell code (sm90a/sm100 kernels): refused here, naming the
-    file, rather than mid-simulation (kernels.resolve_attention, which keeps the same rule)."""
+    file, rather than mid-simulation (kernels.resolve_attention, which keeps the same rule). The
+    GPU's default implementation (no kernels.attention) is checked against attention sinks and
+    unpadding here; a named one already was (Scenario)."""
     k = scn.kernels
+    arch = _architecture(scn.gpu.name)
     if k.flash_attention and k.attention == "fa3":
-        if _architecture(scn.gpu.name) not in ("hopper", "blackwell"):
+        if arch not in ("hopper", "blackwell"):
             raise ConfigError(
                 f"FlashAttention-3 needs a Hopper GPU, not {scn.gpu.name}", key="kernels.attention"
             )
+    if k.flash_attention and not k.attention:
+        impl = DEFAULT_ATTENTION.get(arch, "fa2")
+        try:
+            if scn.model.attention_sinks:
+                specs.check_sink_attention(impl)
+            if k.attention_padding == "unpad":
+                specs.check_unpad_attention(impl)
+        except ConfigError as err:
+            raise ConfigError(
+                f"{err.message} (the default attention on {scn.gpu.name}): set kernels.attention",
+                key=err.key,
+            ) from None
+    _check_dispatcher_gpu(scn, arch)
+
+
+def _check_dispatcher_gpu(scn: Scenario, arch: str) -> None:
+    """DeepEP and HybridEP run where their kernels are built for. DeepEP (README "Requirements",
+    deepseek-ai/DeepEP@b306af0^ and the hybrid-ep branch@94a9f8f6): Ampere (SM80) or Hopper-class
+    GPUs, NVLink for intra-node traffic, and on A100 intra-node only (roadmap "A100 support
+    (intranode only)"); its experimental PCIe kernel (docs/README_PCIe.md) sends all traffic
+    through the NIC, which the dispatcher model does not represent. HybridEP copies with TMA
+    (csrc/hybrid_ep/backend/hybrid_ep_backend.cuh cp.async.bulk, sm_90+; docs/README_Hybrid-EP.md
+    builds for "9.0 10.0") over NVLink."""
+    disp = scn.kernels.moe_dispatcher
+    if disp not in ("deepep", "hybridep") or scn.parallel.ep < 2:
+        return
+    key, gpu = "kernels.moe_dispatcher", scn.gpu.name
+    archs = ("ampere", "hopper", "blackwell") if disp == "deepep" else ("hopper", "blackwell")
+    if arch not in archs:
+        need = "Ampere or newer (SM80+)" if disp == "deepep" else "Hopper or newer (TMA, SM90+)"
+        raise ConfigError(f"{disp} runs on {need} GPUs, not {gpu} ({arch})", key=key)
+    if scn.topology.intra_node.fabric == "pcie":
+        raise ConfigError(
+            f"{disp} needs NVLink between a node's GPUs; this topology's intra_node fabric is PCIe",
+            key=key,
+        )
+    if disp == "deepep" and arch == "ampere" and _ep_spans_nodes(scn):
+        raise ConfigError(
+            f"DeepEP supports A100-class GPUs intra-node only; ep = {scn.parallel.ep} spans nodes "
+            f"of {scn.topology.gpus_per_node} GPUs on {gpu}",
+            key=key,
+        )
+
+
+def _ep_spans_nodes(scn: Scenario) -> bool:
+    """Whether rank 0's expert-parallel group crosses a node boundary: EP groups step like the
+    data-parallel axis (network/placement.py Placement.members) through topology.rank_order."""
+    par, topo = scn.parallel, scn.topology
+    sizes = {"tp": par.tp, "cp": par.cp, "dp": par.dp, "pp": par.pp}
+    stride, strides = 1, {}
+    for axis in topo.rank_order:
+        strides[axis] = stride
+        stride *= sizes[axis]
+    step = strides["dp"] if par.dp % par.ep == 0 else strides[topo.rank_order[0]]
+    return (par.ep - 1) * step >= topo.gpus_per_node
 
 
 def _architecture(gpu_name: str) -> str:

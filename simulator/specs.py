@@ -266,7 +266,7 @@ class ModelSpec:
         if self.mla is not None and not isinstance(self.mla, MLASpec):
             raise ConfigError("must be a table", key=f"{p}.mla")
         _check_int(f"{p}.moe.first_dense_layers", self.first_dense_layers, minimum=0, maximum=MAX_LAYERS)
-        _check_choice(f"{p}.moe.routing", self.routing, ROUTING)
+        _set(self, "routing", _check_choice(f"{p}.moe.routing", self.routing, ROUTING))
         _check_num(f"{p}.moe.load_imbalance", self.load_imbalance, maximum=1e3)
         if 0 < self.load_imbalance < 1:
             raise ConfigError(
@@ -274,7 +274,11 @@ class ModelSpec:
                 key=f"{p}.moe.load_imbalance",
             )
         _check_int(f"{p}.moe.max_nodes_per_token", self.max_nodes_per_token, minimum=0, maximum=MAX_GPUS)
-        _check_choice(f"{p}.moe.dispatch_dtype", self.dispatch_dtype, DISPATCH_DTYPES)
+        _set(
+            self,
+            "dispatch_dtype",
+            _check_choice(f"{p}.moe.dispatch_dtype", self.dispatch_dtype, DISPATCH_DTYPES),
+        )
         _check_int(f"{p}.mtp_layers", self.mtp_layers, minimum=0, maximum=MAX_LAYERS)
         _check_num(f"{p}.dropout", self.dropout, maximum=0.999)
         _check_str(f"{p}.name", self.name)
@@ -297,7 +301,7 @@ class ModelSpec:
         ):
             _check_bool(f"{p}.{key}", getattr(self, key))
         _check_num(f"{p}.rope_mscale", self.rope_mscale, strict=True, maximum=100.0)
-        _check_choice(f"{p}.activation", self.activation, ACTIVATIONS)
+        _set(self, "activation", _check_choice(f"{p}.activation", self.activation, ACTIVATIONS))
         gated_activation = self.activation in GATED_ACTIVATIONS
         if self.activation and self.gated_mlp != gated_activation:
             fix = "set gated_mlp = true" if gated_activation else "set gated_mlp = false"
@@ -508,6 +512,24 @@ class GPUSpec:
 
 
 # ----------------------------------------------------------------------------- topology
+# The slowest link a topology or scenario may state: 1 MB/s (0.008 Gb/s), far below any NVLink,
+# PCIe or NIC. Below it a step can last ~1e299 s and its MFU underflow to 0 (fuzz audit: a
+# scenario with nic_Gbps = 1e-300 reported mfu = 0.0).
+MIN_LINK_BYTES_PER_S = 1e6
+
+
+def _check_link(key: str, bytes_per_s: float, unit_bytes_per_s: float, unit: str) -> None:
+    """A link bandwidth (stored in bytes/s) of at least MIN_LINK_BYTES_PER_S, refused in the
+    key's own unit (`unit_bytes_per_s` bytes/s per `unit`)."""
+    _check_num(key, bytes_per_s, strict=True)
+    if bytes_per_s < MIN_LINK_BYTES_PER_S:
+        raise ConfigError(
+            f"must be at least {MIN_LINK_BYTES_PER_S / unit_bytes_per_s:g} {unit} (1 MB/s), "
+            f"got {bytes_per_s / unit_bytes_per_s:g}",
+            key=key,
+        )
+
+
 @dataclass(frozen=True, slots=True)
 class IntraNodeSpec:
     fabric: str = "nvswitch"
@@ -518,7 +540,7 @@ class IntraNodeSpec:
     def __post_init__(self) -> None:
         _set(self, "fabric", _check_choice("intra_node.fabric", self.fabric, INTRA_FABRICS))
         _check_bool("intra_node.nvls", self.nvls)
-        _check_num("intra_node.link_GBps_per_direction", self.link_bandwidth_bytes_per_s, strict=True)
+        _check_link("intra_node.link_GBps_per_direction", self.link_bandwidth_bytes_per_s, GIGA, "GB/s")
         _check_num("intra_node.latency_us", self.latency_s, maximum=1.0)
 
 
@@ -550,7 +572,7 @@ class InterNodeSpec:
             )
         _check_int("inter_node.planes", self.planes, maximum=16)
         _check_int("inter_node.nics_per_node", self.nics_per_node, maximum=1024)
-        _check_num("inter_node.nic_Gbps", self.nic_bandwidth_bytes_per_s, strict=True)
+        _check_link("inter_node.nic_Gbps", self.nic_bandwidth_bytes_per_s, GIGA / 8, "Gb/s")
         _check_num("inter_node.latency_us", self.latency_s, maximum=1.0)
         _check_int("inter_node.nodes_per_leaf", self.nodes_per_leaf, maximum=MAX_GPUS)
         _check_num("inter_node.oversubscription", self.oversubscription, minimum=1.0, maximum=1e3)
@@ -819,6 +841,21 @@ class VariabilitySpec:
 
 
 ATTENTION_IMPLS = ("fa2", "fa3", "cudnn", "triton", "unfused")
+# Attention kernel of today's Megatron-Core + Transformer Engine per architecture: TE's cuDNN fused
+# attention on Hopper/Blackwell, FlashAttention-2 on Ampere (no sm80 cuDNN/FA3 path in TE's
+# default priority), none on Volta (kernels.default_attention).
+DEFAULT_ATTENTION = {"volta": "unfused", "ampere": "fa2", "hopper": "cudnn", "blackwell": "cudnn"}
+# Implementations that take a learnable softmax offset (model.attention_sinks): Transformer Engine
+# disables FlashAttention for softmax_type != "vanilla" and keeps FusedAttention (cuDNN >= 9.13.1)
+# and UnfusedDotProductAttention (transformer_engine/pytorch/attention/dot_product_attention/
+# utils.py get_attention_backend, "Filter: Softmax type"@d0067d0d); llm-foundry's triton kernel
+# has no such offset either
+SINK_ATTENTION_IMPLS = ("cudnn", "unfused")
+# Implementations `attention_padding = "unpad"` runs in front of: flash-attn's bert_padding feeds
+# flash_attn_varlen_func, in llm-foundry only inside flash_attn_fn (llmfoundry/models/layers/
+# attention.py@5e85bd62d; its triton_flash_attn_fn and torch path fold the padding mask into the
+# attention bias instead); FA3 has the same varlen entry point (flash_attn_interface)
+UNPAD_ATTENTION_IMPLS = ("fa2", "fa3")
 CROSS_ENTROPY_IMPLS = ("unfused", "fused", "te", "torch")
 ZERO3_COLLECTIVES = ("nccl", "flat")
 # software stacks with fitted residuals (simulator/stacks.py, efficiency.toml [stacks.*])
@@ -938,19 +975,39 @@ class KernelOptions:
         _check_bool("kernels.ep_comm_high_priority", self.ep_comm_high_priority)
         _check_bool("kernels.tp_comm_async", self.tp_comm_async)
         if self.cross_entropy:
-            _check_choice("kernels.cross_entropy", self.cross_entropy, CROSS_ENTROPY_IMPLS)
-        _check_choice("kernels.zero3_collectives", self.zero3_collectives, ZERO3_COLLECTIVES)
-        if self.stack:
-            _check_choice("kernels.stack", self.stack, STACK_NAMES)
-        _check_choice(
-            "kernels.zero3_backward_prefetch", self.zero3_backward_prefetch, ZERO3_BACKWARD_PREFETCH
+            _set(
+                self,
+                "cross_entropy",
+                _check_choice("kernels.cross_entropy", self.cross_entropy, CROSS_ENTROPY_IMPLS),
+            )
+        _set(
+            self,
+            "zero3_collectives",
+            _check_choice("kernels.zero3_collectives", self.zero3_collectives, ZERO3_COLLECTIVES),
         )
-        _check_choice("kernels.attention_padding", self.attention_padding, ATTENTION_PADDING)
-        _check_choice("kernels.bias_grad", self.bias_grad, BIAS_GRAD_IMPLS)
+        if self.stack:
+            _set(self, "stack", _check_choice("kernels.stack", self.stack, STACK_NAMES))
+        _set(
+            self,
+            "zero3_backward_prefetch",
+            _check_choice(
+                "kernels.zero3_backward_prefetch", self.zero3_backward_prefetch, ZERO3_BACKWARD_PREFETCH
+            ),
+        )
+        _set(
+            self,
+            "attention_padding",
+            _check_choice("kernels.attention_padding", self.attention_padding, ATTENTION_PADDING),
+        )
+        _set(self, "bias_grad", _check_choice("kernels.bias_grad", self.bias_grad, BIAS_GRAD_IMPLS))
         if self.grad_reduce_dtype:
-            _check_choice("kernels.grad_reduce_dtype", self.grad_reduce_dtype, ("fp32", "bf16"))
+            _set(
+                self,
+                "grad_reduce_dtype",
+                _check_choice("kernels.grad_reduce_dtype", self.grad_reduce_dtype, ("fp32", "bf16")),
+            )
         if self.attention:
-            _check_choice("kernels.attention", self.attention, ATTENTION_IMPLS)
+            _set(self, "attention", _check_choice("kernels.attention", self.attention, ATTENTION_IMPLS))
         if not self.flash_attention and self.attention not in ("", "unfused"):
             raise ConfigError(
                 f"kernels.attention = {self.attention!r} contradicts kernels.flash_attention = false",
@@ -1134,6 +1191,19 @@ class Scenario:
         _check_recompute_modules(self.model, self.parallel.recompute_modules)
         _check_cuda_graphs(self.model, self.parallel, self.kernels, self.memory)
         _check_ep_overlap(self.parallel, self.kernels, self.gpu)
+        _check_load_imbalance(self.model, self.parallel.ep)
+        # the attention implementation when the file names it (the GPU's default: loading.py)
+        impl = self.kernels.attention if self.kernels.flash_attention else "unfused"
+        if impl and self.model.attention_sinks:
+            check_sink_attention(impl)
+        if impl and self.kernels.attention_padding == "unpad":
+            check_unpad_attention(impl)
+        if self.kernels.bias_grad == "separate" and self.model.linear_bias and self.model.mla is not None:
+            raise ConfigError(
+                "separate bias-gradient reductions are modelled for the standard attention and MLP "
+                'projections, not MLA\'s: use "fused" or a model without [model.mla]',
+                key="kernels.bias_grad",
+            )
         if self.memory.fp8_moe_act_input and not (
             self.model.is_moe and self.dtype in ("fp8", "mxfp8", "nvfp4")
         ):
@@ -1213,6 +1283,12 @@ class Scenario:
                 f"ep_comm_overlap = true changes nothing under {par.schedule}: its paired forward and "
                 "backward chunks already hide the EP all-to-all (not Megatron-Core's combined 1F1B)"
             )
+        if self.kernels.bias_grad == "separate" and not self.model.linear_bias:
+            # PyTorch nn.Linear(bias=False) has no bias and computes no bias gradient
+            out.append(
+                'kernels.bias_grad = "separate" changes nothing: the model has no linear biases '
+                "(model.linear_bias = false), so there is no bias gradient to compute"
+            )
         pieces = num_virtual_stages(par.schedule, par.pp, par.vp)
         if not par.pipeline_layout and (self.model.layers + par.pipeline_extra_layers) % pieces:
             out.append(
@@ -1221,6 +1297,45 @@ class Scenario:
                 "equal stages: the first stages get one layer more"
             )
         return out
+
+
+def check_sink_attention(impl: str) -> None:
+    """model.attention_sinks needs an attention implementation with a learnable softmax offset
+    (SINK_ATTENTION_IMPLS); `impl` is the one the scenario runs."""
+    if impl not in SINK_ATTENTION_IMPLS:
+        raise ConfigError(
+            f"{impl!r} has no learnable softmax offset for model.attention_sinks (Transformer Engine "
+            'disables FlashAttention for it): use "cudnn" or "unfused"',
+            key="kernels.attention",
+        )
+
+
+def check_unpad_attention(impl: str) -> None:
+    """`attention_padding = "unpad"` exists only in front of a varlen flash kernel
+    (UNPAD_ATTENTION_IMPLS); `impl` is the one the scenario runs."""
+    if impl not in UNPAD_ATTENTION_IMPLS:
+        raise ConfigError(
+            "unpad is flash-attn's bert_padding around flash_attn_varlen_func (llm-foundry "
+            f'flash_attn_fn): needs kernels.attention "fa2" or "fa3", not {impl!r}',
+            key="kernels.attention_padding",
+        )
+
+
+def _check_load_imbalance(model: ModelSpec, ep: int) -> None:
+    """An explicit `load_imbalance` no layout can reach is refused: the busiest of `ep` ranks
+    holding m = num_experts/ep experts receives at most min(top_k, m) copies of each token, so its
+    share of the mean is at most ep·min(k, m)/k (routing_skew.busiest_rank_factor's own cap)."""
+    if not model.is_moe or not model.load_imbalance:
+        return
+    k, m = model.top_k, model.num_experts / ep
+    cap = ep * min(k, m) / k
+    if model.load_imbalance > cap * (1 + 1e-12):
+        raise ConfigError(
+            f"{model.load_imbalance:g} exceeds its maximum {cap:g} for ep = {ep}: the busiest rank of "
+            f"{m:g} experts gets at most min(top_k, experts per rank) = {min(k, m):g} of each token's "
+            f"{k} copies (ep·min(k, m)/k)",
+            key="model.moe.load_imbalance",
+        )
 
 
 def _check_recompute_modules(model: ModelSpec, modules: tuple[str, ...]) -> None:

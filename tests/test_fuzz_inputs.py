@@ -10,6 +10,7 @@ fails the test, and so does exit status 1 (`mfusim: internal error`: a bug).
 from __future__ import annotations
 
 import contextlib
+import copy
 import io
 import json
 import math
@@ -76,7 +77,51 @@ network_jitter = 0.1
 seed = 7
 """
 
-BASES = (SMALL_SCENARIO, RICH_SCENARIO)
+# A third base with this round's keys (issues 12/13): attention sinks, biases with their
+# gradients in a separate kernel, forced routing with an explicit load_imbalance, HybridEP, FP8
+# current scaling, bert_padding unpad around attention, BACKWARD_POST, and an H800 swapped onto a
+# DGX H100 network with a stated NVLink above its ports (a warned what-if) -- so the mutations
+# (deleted keys drop the cap's what-if, retyped ones reach each new check) exercise them.
+NEW_KEYS_SCENARIO = """\
+name = "new keys"
+
+[model]
+preset = "gpt-oss-120b"
+layers = 4
+seq_len = 1024
+attention_sinks = true
+linear_bias = true
+
+[model.moe]
+routing = "balanced"
+load_imbalance = 1.02
+
+[cluster]
+topology = "dgx-h100"
+num_gpus = 16
+gpu = "h800"
+
+[cluster.intra_node]
+link_GBps_per_direction = 300
+
+[parallel]
+tp = 2
+ep = 4
+global_batch = 16
+
+[precision]
+dtype = "fp8"
+fp8_recipe = "current"
+
+[kernels]
+# "unpad" needs fa2/fa3, which have no attention sinks (test_refused_combinations.py)
+attention_padding = "none"
+bias_grad = "separate"
+moe_dispatcher = "hybridep"
+zero3_backward_prefetch = "post"
+"""
+
+BASES = (SMALL_SCENARIO, RICH_SCENARIO, NEW_KEYS_SCENARIO)
 
 HOSTILE_NUMBERS: tuple[Any, ...] = (
     0,
@@ -159,6 +204,23 @@ PLAUSIBLE_STRINGS = (
     "rail-optimized",
     "nvswitch",
     "pcie",
+    "dgx-h800",
+    "dgx-b300",
+    "gb300-nvl72",
+    "h800",
+    "b300",
+    "gb300",
+    "unpad",
+    "UNPAD",
+    "separate",
+    "fused",
+    "balanced",
+    "dropless",
+    "hybridep",
+    "deepep",
+    "current",
+    "mxfp8",
+    "nvfp4",
 )
 
 
@@ -182,12 +244,16 @@ def _mutate(draw: st.DrawFn, parent: dict, key: str, kind: str) -> None:
     elif kind == "delete":
         del parent[key]
     elif kind == "retype":
-        parent[key] = draw(st.sampled_from(OTHER_TYPES))
+        parent[key] = copy.deepcopy(draw(st.sampled_from(OTHER_TYPES)))
     elif kind == "number":
         parent[key] = draw(st.sampled_from(HOSTILE_NUMBERS))
     else:
         target = parent[key] if isinstance(parent[key], dict) else parent
-        target[draw(st.sampled_from(UNKNOWN_KEYS))] = draw(st.sampled_from(HOSTILE_NUMBERS + OTHER_TYPES))
+        # a copy: a later edit inside a drawn {} must not change OTHER_TYPES (the next example's
+        # draws) nor nest that dict in itself (a RecursionError while generating)
+        target[draw(st.sampled_from(UNKNOWN_KEYS))] = copy.deepcopy(
+            draw(st.sampled_from(HOSTILE_NUMBERS + OTHER_TYPES))
+        )
 
 
 @st.composite
@@ -378,7 +444,7 @@ def test_run_flags_exit_0_or_2(argv: list[str]) -> None:
         json.loads(out)
 
 
-@pytest.mark.parametrize("base", BASES, ids=["small", "rich"])
+@pytest.mark.parametrize("base", BASES, ids=["small", "rich", "new-keys"])
 def test_fuzz_bases_are_valid(base: str) -> None:
     with tempfile.TemporaryDirectory() as folder:
         path = Path(folder) / "base.toml"
@@ -562,7 +628,7 @@ def hostile_hf_configs(draw: st.DrawFn) -> tuple[dict[str, Any], int | None, lis
         if draw(st.integers(0, 4)) == 0:
             target.pop(key, None)
         else:
-            target[key] = draw(st.sampled_from(HF_VALUES))
+            target[key] = copy.deepcopy(draw(st.sampled_from(HF_VALUES)))
     seq_len = draw(st.sampled_from((None, 256, 4096, 16384)))
     allow = draw(st.sampled_from(([], ["vision_config"], ["layer_types", "sliding_window"])))
     return cfg, seq_len, allow
@@ -634,3 +700,75 @@ def test_unbuildable_switch_tiers_name_the_file_and_cluster_key(tmp_path: Path, 
     check_contract(code, out, err)
     assert code == 2 and out == ""
     assert str(path) in err and "key 'cluster.inter_node.tiers'" in err
+
+
+# Choice keys are accepted in any case / '-' or '_' spelling (simulator/names.py canonical). Some
+# checked the spelling but kept the user's: `attention_padding = "Unpad"` and `bias_grad =
+# "SEPARATE"` were accepted and silently simulated as "none"/"fused", `cross_entropy = "TE"` ended
+# in a KeyError (exit 1), `attention = "FA2"` in a key-less error mid-simulation and `stack =
+# "Megatron-Core"` in a wrong "no fitted residuals" refusal. Each spelling must simulate exactly as
+# the canonical one.
+SPELLED_BASE = {
+    "model": {"preset": "mixtral-8x7b", "layers": 4, "seq_len": 1024, "linear_bias": True},
+    "cluster": {"topology": "dgx-h100", "num_gpus": 16},
+    "parallel": {"tp": 2, "ep": 4, "micro_batch": 1, "global_batch": 64, "zero": 1},
+    "kernels": {"attention": "fa2"},  # attention_padding = "unpad" needs a varlen flash kernel
+}
+SPELLED_CHOICES = (
+    ("kernels", "attention_padding", "unpad"),
+    ("kernels", "bias_grad", "separate"),
+    ("kernels", "cross_entropy", "te"),
+    ("kernels", "attention", "fa2"),
+    ("kernels", "stack", "megatron-core"),
+    ("kernels", "grad_reduce_dtype", "bf16"),
+    ("kernels", "zero3_collectives", "flat"),
+    ("kernels", "zero3_backward_prefetch", "post"),
+    ("model.moe", "routing", "dropless"),
+    ("model.moe", "dispatch_dtype", "fp8"),
+)
+
+
+@pytest.mark.parametrize(("section", "key", "value"), SPELLED_CHOICES, ids=[c[1] for c in SPELLED_CHOICES])
+def test_choice_spellings_simulate_as_the_canonical_name(section: str, key: str, value: str) -> None:
+    from simulator.loading import scenario_from_dict
+    from simulator.simulate import simulate
+
+    def step_s(spelled: str) -> tuple[float, object]:
+        data = json.loads(json.dumps(SPELLED_BASE))
+        node = data
+        for part in section.split("."):
+            node = node.setdefault(part, {})
+        node[key] = spelled
+        scn = scenario_from_dict(data)
+        return simulate(scn).report.step_time_s, getattr(
+            scn.model if section.startswith("model") else scn.kernels, key
+        )
+
+    canonical, stored = step_s(value)
+    assert stored == value
+    for spelled in (value.upper(), value.title()):
+        assert step_s(spelled) == (canonical, value), spelled
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "unit"),
+    [
+        ("cluster.inter_node.nic_Gbps", "1e-300", "Gb/s"),
+        ("cluster.inter_node.nic_Gbps", "0.001", "Gb/s"),
+        ("cluster.intra_node.link_GBps_per_direction", "1e-300", "GB/s"),
+    ],
+)
+def test_a_subnormal_link_is_refused_by_key(tmp_path: Path, key: str, value: str, unit: str) -> None:
+    """The mutation fuzz's `1e-300` on the rich base's nic_Gbps ran a ~1.9e299 s step whose
+    MFU underflowed to 0.0 (the contract: 0 < MFU). A link below 1 MB/s is refused, in the key's
+    unit; one at the floor still reports a positive MFU."""
+    path = tmp_path / "rich.toml"
+    path.write_text(RICH_SCENARIO)
+    code, out, err = run_in_process(["run", str(path), "--set", f"{key}={value}", "--json"])
+    check_contract(code, out, err)
+    assert code == 2 and key in err and "at least" in err and unit in err
+    floor = "0.008" if unit == "Gb/s" else "0.001"
+    code, out, err = run_in_process(["run", str(path), "--set", f"{key}={floor}", "--json"])
+    assert code == 0, err
+    report = json.loads(out)
+    assert 0 < report["mfu"] <= report["hfu"] and math.isfinite(report["step_time_s"])

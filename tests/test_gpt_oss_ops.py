@@ -319,7 +319,8 @@ def test_attention_sinks_add_exactly_the_dsink_reduction() -> None:
     """GPT-OSS's attention sinks (program.SINK_GRAD_NOTE): cuDNN's backward graph reduces
     exp(sink - Stats) * rowsum(dO * O) over batch and queries, one memory-bound pass of 8 bytes per
     (batch, head, query) row; nothing forward, nothing else changes. The preset and the
-    config.json import both set it; other attention implementations keep it inside their kernel."""
+    config.json import both set it; TE's unfused path keeps it inside its softmax, and the flash
+    kernels (no learnable offset: TE disables FlashAttention for it) are refused."""
     from simulator.loading import model_from_table
 
     m = model_preset("gpt-oss-120b")
@@ -338,15 +339,16 @@ def test_attention_sinks_add_exactly_the_dsink_reduction() -> None:
     assert "attention sink grad (dSink)" not in without["bwd"]
     assert set(with_sinks["fwd"]) == set(without["fwd"])
     assert with_sinks["total_s"] - without["total_s"] == pytest.approx(op.duration_s, rel=1e-9)
-    fa3 = scenario_from_dict(
-        {
-            "model": {"preset": "gpt-oss-120b", "seq_len": SEQ, "layers": 4},
-            "cluster": {"topology": "dgx-h100", "num_gpus": 8},
-            "parallel": {"ep": EP, "micro_batch": 1, "global_batch": 8},
-            "kernels": {"attention": "fa3"},
-        }
-    )
-    assert "attention sink grad (dSink)" not in _segments(fa3)["bwd"]
+    table = {
+        "model": {"preset": "gpt-oss-120b", "seq_len": SEQ, "layers": 4},
+        "cluster": {"topology": "dgx-h100", "num_gpus": 8},
+        "parallel": {"ep": EP, "micro_batch": 1, "global_batch": 8},
+        "kernels": {"attention": "unfused"},
+    }
+    assert "attention sink grad (dSink)" not in _segments(scenario_from_dict(table))["bwd"]
+    with pytest.raises(ConfigError) as info:
+        scenario_from_dict({**table, "kernels": {"attention": "fa3"}})
+    assert info.value.key == "kernels.attention"
 
 
 def test_attention_sinks_add_one_host_hook() -> None:

@@ -292,8 +292,9 @@ def test_attention_unpad_moves_the_bert_padding_bytes(monkeypatch: pytest.Monkey
     6·T·(h + 2·h/4) + 4·T·h backward, each at the streaming bandwidth plus one latency per
     kernel (26 forward, 7 backward); nothing else in the layer changes."""
     monkeypatch.setattr(P, "power_limited_device", lambda coster: (coster.device, 0.0))
-    plain = _scn(parallel={"micro_batch": 2})
-    unpad = _scn(parallel={"micro_batch": 2}, kernels={"attention_padding": "unpad"})
+    # bert_padding feeds a varlen flash kernel (H100's default cuDNN attention would be refused)
+    plain = _scn(parallel={"micro_batch": 2}, kernels={"attention": "fa3"})
+    unpad = _scn(parallel={"micro_batch": 2}, kernels={"attention_padding": "unpad", "attention": "fa3"})
     assert plain.kernels.attention_padding == "none"
     T, h = 2 * 4096, 4096
     qkv, out = T * (h + 2 * h // 4), T * h

@@ -178,7 +178,8 @@ KEYS: dict[str, Key] = {
     "model.attention_sinks": Key(
         "a learnable softmax offset per attention head (GPT-OSS sinks; Megatron-Core softmax_type = "
         '"learnable"): cuDNN fused attention takes it, and its gradient adds a reduction over the '
-        "backward's softmax statistics (one memory-bound op, 'attention sink grad')",
+        "backward's softmax statistics (one memory-bound op, 'attention sink grad'); needs "
+        'kernels.attention "cudnn" or "unfused" (TE disables FlashAttention for it)',
         "boolean",
         since=NEXT,
     ),
@@ -205,7 +206,8 @@ KEYS: dict[str, Key] = {
     "model.moe.load_imbalance": Key(
         "busiest EP rank's tokens / mean (>= 1); 0: the expected maximum over the EP ranks of the"
         " micro-batch's sampling spread (balanced) plus the experts' skew (dropless; routing_skew.py);"
-        " 1: exact balance, every expert the same token count",
+        " 1: exact balance, every expert the same token count; at most ep·min(top_k, experts per"
+        " rank)/top_k",
         "number",
         default="0 (from routing and layout)",
         since=NEXT,
@@ -251,7 +253,13 @@ KEYS: dict[str, Key] = {
         "a shipped topology name or a topology TOML file", "string", default="required", allowed=_topologies
     ),
     "cluster.num_gpus": Key("GPUs in the job", "integer", default="required"),
-    "cluster.gpu": Key("override of the topology's GPU", "string", default=TOPOLOGY_NOTE, allowed=_gpus),
+    "cluster.gpu": Key(
+        "override of the topology's GPU; a topology NVLink faster than the GPU's own ports carry "
+        "(gpus.toml nvlink_GBps_per_direction, e.g. h800 on dgx-h100) is capped to them, with a warning",
+        "string",
+        default=TOPOLOGY_NOTE,
+        allowed=_gpus,
+    ),
     "cluster.gpus_per_node": Key("override of the topology's node size", "integer", default=TOPOLOGY_NOTE),
     "cluster.gpus_used_per_node": Key(
         "GPUs the job uses in each node when fewer than the node has",
@@ -433,7 +441,8 @@ KEYS: dict[str, Key] = {
     "kernels.moe_dispatcher": Key(
         "MoE token dispatcher (Megatron-Core --moe-token-dispatcher-type alltoall|allgather, or flex"
         " with --moe-flex-dispatcher-backend deepep|hybridep); deepep/hybridep send a token once per"
-        " destination rank (per node over RDMA) at their published kernel bandwidth",
+        " destination rank (per node over RDMA) at their published kernel bandwidth; need NVLink"
+        " inside a node and deepep Ampere or newer (A100: intra-node only), hybridep Hopper or newer",
         default='"alltoall"',
         allowed=_spec("MOE_DISPATCHERS"),
         since=NEXT,
@@ -463,7 +472,7 @@ KEYS: dict[str, Key] = {
     "kernels.attention_padding": Key(
         "how q, k, v reach the attention kernel: none = as the layer holds them, unpad = through"
         " flash-attn's bert_padding (gather copies of q, k, v before flash_attn_varlen_func, a"
-        " zero-filled scatter of the output after it; llm-foundry's flash_attn_fn)",
+        " zero-filled scatter of the output after it; llm-foundry's flash_attn_fn): needs attention fa2 or fa3",
         default='"none"',
         allowed=lambda: ("none", "unpad"),
         since=NEXT,
@@ -471,7 +480,8 @@ KEYS: dict[str, Key] = {
     "kernels.bias_grad": Key(
         "bias gradients of the dense linear layers (model.linear_bias): fused = in the wgrad GEMM's"
         " epilogue (Transformer Engine), separate = a reduction kernel over each layer's output"
-        " gradient (PyTorch nn.Linear; llm-foundry)",
+        " gradient (PyTorch nn.Linear; llm-foundry); without linear biases a warning (nothing to"
+        " compute), with MLA refused (not modelled)",
         default='"fused"',
         allowed=lambda: ("fused", "separate"),
         since=NEXT,
@@ -578,7 +588,10 @@ TOPOLOGY_KEYS: dict[str, Key] = {
     "intra_node": Key("the fabric inside a node", "table"),
     "intra_node.fabric": Key("intra-node fabric", "string", allowed=_spec("INTRA_FABRICS")),
     "intra_node.link_GBps_per_direction": Key(
-        "NVLink/PCIe bandwidth per GPU, one direction", "number", unit="GB/s (decimal)"
+        "NVLink/PCIe bandwidth per GPU, one direction, at least 0.001 (1 MB/s); stated above the GPU's "
+        "own NVLink ports it is simulated as given (a what-if), with a warning",
+        "number",
+        unit="GB/s (decimal)",
     ),
     "intra_node.latency_us": Key(
         "per-message latency inside a node (send/recv, all-to-all rounds; NCCL collectives use NCCL's tuning latencies)",
@@ -589,7 +602,9 @@ TOPOLOGY_KEYS: dict[str, Key] = {
     "inter_node": Key("the network between nodes", "table"),
     "inter_node.fabric": Key("network layout", "string", allowed=_spec("INTER_FABRICS")),
     "inter_node.nics_per_node": Key("NICs per node", "integer"),
-    "inter_node.nic_Gbps": Key("bandwidth of one NIC, one direction", "number", unit="Gb/s (decimal, bits)"),
+    "inter_node.nic_Gbps": Key(
+        "bandwidth of one NIC, one direction, at least 0.008 (1 MB/s)", "number", unit="Gb/s (decimal, bits)"
+    ),
     "inter_node.latency_us": Key(
         "per-message latency between nodes (send/recv, all-to-all rounds; NCCL collectives use NCCL's tuning latencies)",
         "number",
