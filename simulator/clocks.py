@@ -21,9 +21,9 @@ architecture get it times this factor, capped at the boost clock (1.0). Where it
 (Hopper, Blackwell), the factor scales that clock instead — a saturating GEMM's sustained ratio
 on the SKU is k · r_ref by the same cube law — and the fitted fraction is the non-power residual,
 the same on every SKU (counted once). This is a law with no per-chip parameter: B200 (1,000 W, 148 SMs) is the reference of Blackwell; GB200
-(1,200 W, 148 SMs, a 2.5 PF datasheet peak, i.e. an 11% higher boost clock) gets 0.956, B300
-(1,100 W on B200's 148 SMs and 2.25 PF: (1.1)^(1/3)) 1.032 and GB300 (1,400 W on GB200's 148 SMs, 2.5 PF)
-1.007 — GB300 sustains (1400/1200)^(1/3) = 5.3% more than GB200 at the same SMs and datasheet peak. Hopper and Ampere SKUs share power per
+(1,200 W, 152 SMs, a 2.5 PF datasheet peak, i.e. an 8% higher boost clock per SM) gets 0.974, B300
+(1,100 W on B200's 148 SMs and 2.25 PF: (1.1)^(1/3)) 1.032 and GB300 (1,400 W on GB200's 152 SMs, 2.5 PF)
+1.025 — GB300 sustains (1400/1200)^(1/3) = 5.3% more than GB200 at the same SMs and datasheet peak. Hopper and Ampere SKUs share power per
 SM and per-SM peak, so their factor is exactly 1. The reference SKUs are in
 simulator/catalog/kernels.toml `[clock_reference]`.
 
@@ -46,7 +46,7 @@ Achievable Matmul FLOPS (stas00/ml-engineering compute/accelerator/README.md, br
 the burst ran at 1,980 MHz and ~176 W, the sustained shape at ~1,465 / 1,374 MHz. B200 SXM BF16
 1,456.3 / 1,770.9 = 0.822 at ~994 W, FP8 2,795.7 / 3,435.2 = 0.814; burst at 1,965 MHz). On
 another SKU of the architecture r becomes k · r with k its board-power factor above
-(GB200 0.786 in BF16, B300 0.849, GB300 0.828). The shipped
+(GB200 0.801 in BF16, B300 0.849, GB300 0.843). The shipped
 GEMM figures the kernel model reproduces are bursts at the boost clock (OpenXLA's table: one
 warm-up and five timed runs per shape; MAMF: 50 warm-up and 100 timed iterations), so a training
 step's kernels run at this fraction of them. The static and memory power are taken as

@@ -12,13 +12,17 @@ small tiles (operand traffic per FLOP ∝ 1/tm + 1/tn), plus a fixed per-tile st
 `gemm_tile_overhead` k-steps (pipeline fill and epilogue). Like cuBLAS's heuristics the model
 takes the fastest of a set of tile shapes (256×128 … 64×64) and split-K factors (1–16, stream-K
 style work splitting for GEMMs with too few output tiles to fill the GPU; the partial sums cost
-a reduction through memory). A memory floor (operands + output at the achievable HBM bandwidth)
-and a fixed latency `gemm_latency_s` complete it.
+a reduction through memory). A memory floor (operands + output at `gemm_memory_bw_scale` of the
+streaming bandwidth: a memory-bound cuBLASLt GEMM moves its bytes at ~0.9 of a copy's rate) and a
+fixed latency `gemm_latency_s` complete it.
 
 Attention (FlashAttention convention, Dao 2023: FLOPs = 4·b·s²·h·d, halved when causal; backward
 2.5×): time = FLOPs / (16-bit peak · fraction(impl, pass) · s/(s + s½) · head-dim factor ·
 causal factor) + latency. The causal factor s/(s + M(1 + 2c) + 2 s½) is the diagonal tiles computed
 in full (query-tile height M) and masked at a per-implementation cost c (causal_extent).
+Triton's backward (triton.ops.flash_attention) fills the GPU either with one CTA per (batch, head),
+in waves of the SM count, or per 128-key block at the cost of dQ replicas through HBM, whichever
+is faster (_triton_backward_s).
 "unfused" composes two batched GEMMs and the softmax passes through memory (Megatron 2021).
 
 Memory-bound kernels: bytes / (HBM bandwidth · `memory_bw_fraction` · kind scale) + `memory_latency_s`
@@ -68,6 +72,7 @@ MEMORY_KINDS = (
     "cross_entropy_fused_fwd",
     "cross_entropy_fused_bwd",
 )
+TRITON_BWD_BLOCK = 128  # triton.ops.flash_attention backward: BLOCK_M = BLOCK_N = 128
 UNFUSED_SOFTMAX_PASSES = 4  # scale-mask-softmax read + write, dropout read + write (Megatron 2021)
 
 
@@ -149,6 +154,10 @@ class KernelParams:
     # (simulator/clocks.py power_limited_clock; 1: no power-limited clock modelled)
     sustained_gemm_ratio_16bit: float = 1.0
     sustained_gemm_ratio_8bit: float = 1.0
+    # a memory-bound GEMM's achieved HBM bandwidth as a fraction of the streaming-copy bandwidth
+    # above (its operand loads and epilogue stores are tile-shaped, not one stream; 1: copy speed,
+    # or no memory-bound GEMM measured on this architecture); the GEMM memory floor (gemm_plan)
+    gemm_memory_bw_scale: float = 1.0
     # achievable bandwidth of a framework memory-bound kernel kind (MEMORY_KINDS) as a fraction of
     # the streaming-copy bandwidth above (1: measured at copy speed, or not measured on this
     # architecture); fitted to that kind's [[memory]] figures (kernels.toml)
@@ -272,8 +281,9 @@ def gemm_plan(
     peak_per_sm = gpu.peak_flop_per_s(dtype) * p.gemm_peak_fraction * scale / sms
     elt = DTYPE_BYTES[dtype]
     bw = gpu.hbm_bandwidth_bytes_per_s * p.memory_bw_fraction
-    # memory floor, and the power-limited ceiling no GEMM shape beats (the MAMF search's best)
-    t_floor = batch * ((m * k + k * n) * elt + m * n * out_bytes) / bw
+    # memory floor (at a memory-bound GEMM's bandwidth), and the power-limited ceiling no GEMM
+    # shape beats (the MAMF search's best)
+    t_floor = batch * ((m * k + k * n) * elt + m * n * out_bytes) / (bw * p.gemm_memory_bw_scale)
     t_floor = max(
         t_floor, 2.0 * batch * m * n * k / (gpu.peak_flop_per_s(dtype) * scale * p.gemm_max_fraction)
     )
@@ -471,7 +481,43 @@ def attention_time_s(
     if speedup != 1.0:  # faster exponentials shorten the exposed softmax share (Blackwell Ultra)
         share = exposed_exp_share(p, eff, head_dim, pass_)
         t *= 1.0 - share + share / speedup
+    if impl == "triton" and pass_ == "bwd":
+        t = _triton_backward_s(gpu, p, t, batch, seq, skv, heads, head_dim, causal)
     return t + p.gemm_latency_s
+
+
+def _triton_backward_s(
+    gpu: GPUSpec,
+    p: KernelParams,
+    t_kernel: float,
+    batch: int,
+    seq: int,
+    skv: int,
+    heads: int,
+    head_dim: int,
+    causal: bool,
+) -> float:
+    """The Triton FlashAttention backward (triton python/triton/ops/flash_attention.py, as the
+    FlashAttention-2 benchmark runs it: benchmarks/benchmark_flash_attention.py times both
+    `sequence_parallel` settings and keeps the faster) from the time `t_kernel` of its work spread
+    evenly over the GPU.
+
+    sequence_parallel = False: one CTA per (batch, head) walks every kv block in turn (grid
+    (batch·heads, 1)), so batch·heads CTAs fill the SMs in waves: with 16k tokens of 32 heads at
+    4,096 tokens that is 128 CTAs on 108 A100 SMs, two waves for 1.2 waves of work.
+    sequence_parallel = True: one CTA per (batch, head, 128-key block) (BLOCK = 128) fills the GPU,
+    but each writes its own replica of dQ: `torch.zeros` of ceil(skv/128) dQ copies, the kernel's
+    stores into them (half when causal: a key block only reaches the queries at or after it) and
+    `dq.sum(0)` reading them back, three passes (2.5 causal) over replicas x dQ bytes at the
+    streaming bandwidth, plus two memory-bound kernels."""
+    ctas = batch * heads
+    waves = math.ceil(ctas / gpu.num_sms)
+    t_heads = t_kernel * waves * gpu.num_sms / ctas
+    replicas = math.ceil(skv / TRITON_BWD_BLOCK)
+    dq_bytes = batch * seq * heads * head_dim * 2.0
+    passes = 2.5 if causal else 3.0
+    t_seq = t_kernel + memory_time_s(gpu, passes * replicas * dq_bytes, p, kernels=2)
+    return min(t_heads, t_seq)
 
 
 def _unfused_attention_s(

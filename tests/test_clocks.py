@@ -46,9 +46,12 @@ def test_catalog_clock_factors() -> None:
     for name in ("b200", "h100-sxm", "h200", "h800", "a100-80gb", "a100-40gb"):
         assert C.power_clock_factor(gpu_by_name(name)) == pytest.approx(1.0)
     gb200, gb300 = gpu_by_name("gb200"), gpu_by_name("gb300")
-    # GB200: 1,200 W on B200's 148 SMs, datasheet 2.5 vs 2.25 PF
-    assert C.power_clock_factor(gb200) == pytest.approx(1.2 ** (1 / 3) * 2250 / 2500, rel=1e-9)
-    # GB300 against GB200: the same SMs (both ship 152; 148 here) and datasheet peak, 1,400 vs 1,200 W
+    # GB200: 1,200 W on its 152 SMs against B200's 1,000 W on 148, datasheet 2.5 vs 2.25 PF
+    per_sm_power = (1200 / 152) / (1000 / 148)
+    per_sm_peak = (2500 / 152) / (2250 / 148)
+    assert C.power_clock_factor(gb200) == pytest.approx(per_sm_power ** (1 / 3) / per_sm_peak, rel=1e-9)
+    assert gb200.num_sms == 152
+    # GB300 against GB200: the same SMs (both ship 152) and datasheet peak, 1,400 vs 1,200 W
     assert gb300.num_sms == gb200.num_sms
     ratio = C.power_clock_factor(gb300) / C.power_clock_factor(gb200)
     assert ratio == pytest.approx((1400 / 1200) ** (1 / 3), rel=1e-9)
@@ -100,7 +103,9 @@ def test_board_power_factor_is_counted_once_on_blackwell() -> None:
     # a saturating GEMM (D = 1): the SKU's MSMF / MAMF, scaled by its board power per SM
     sat = {g.name: C.power_limited_clock(1.0, r, C.power_clock_factor(g)) for g in (b200, gb200, gb300)}
     assert sat["b200"] == pytest.approx(1456.3 / 1770.9, abs=1e-4)
-    assert sat["gb200"] == pytest.approx(r * 1.2 ** (1 / 3) * 2250 / 2500, rel=1e-9)
+    # GB200: 1,200 W on 152 SMs against B200's 1,000 W on 148, per-SM datasheet rate 2500/152 vs 2250/148
+    gb200_factor = ((1200 / 152) / (1000 / 148)) ** (1 / 3) / ((2500 / 152) / (2250 / 148))
+    assert sat["gb200"] == pytest.approx(r * gb200_factor, rel=1e-9)
     # GB300 sustains 5.3% more than GB200 on the same SMs and datasheet peak (1,400 vs 1,200 W)
     assert sat["gb300"] / sat["gb200"] == pytest.approx((1400 / 1200) ** (1 / 3), rel=1e-9)
 

@@ -205,7 +205,8 @@ def test_short_k_wgrad_accumulating_into_fp32_main_grad_is_its_output_traffic() 
     assert wgrad_output_bytes(2, fused_accumulation=True) == 4
     assert wgrad_output_bytes(4, fused_accumulation=False) == 2
     p = d.params
-    bw = d.gpu.hbm_bandwidth_bytes_per_s * p.memory_bw_fraction
+    # a memory-bound GEMM's share of the streaming bandwidth (kernels.py gemm_memory_bw_scale)
+    bw = d.gpu.hbm_bandwidth_bytes_per_s * p.memory_bw_fraction * p.gemm_memory_bw_scale
     moved = groups * (k * n * 8 + (k * m + m * n) * 2)
     want = (moved / bw + p.gemm_latency_s) / d.clock + d.launch_s
     fused = grouped_matmul_time_s(d, m, n, k, groups, pass_="wgrad", wgrad_out_bytes=8)
