@@ -41,6 +41,12 @@ def reduce_tail_chunks(gpu_name: str) -> float:
     return float(table.get("nccl_reduce_tail_chunks", 0.0))
 
 
+def nic_bw_fraction(arch: str) -> float:
+    """The fraction of NIC line rate NCCL's rings reach on `arch` ([model.<arch>] nic_bw_fraction,
+    not fitted: nccl-tests over InfiniBand)."""
+    return float(kernel_data()["model"][arch]["nic_bw_fraction"])
+
+
 def nccl_latency_table() -> dict[str, Any]:
     """NCCL's tuning-model latencies ([nccl_latency], µs; NVIDIA/nccl src/graph/tuning.cc), as
     written; simulator/network/collectives.py NcclLatency.of converts them."""

@@ -14,7 +14,7 @@ import pytest
 from simulator.errors import ConfigError
 from simulator.loading import scenario_from_dict
 from simulator.network import Placement, TopologyCommModel
-from simulator.network.collectives import P2P_NET_FRACTION
+from simulator.network.collectives import alltoall_net_fraction
 from simulator.program import build_program
 from simulator.simulate import simulate
 
@@ -80,7 +80,7 @@ def test_rack_aligned_tp64_is_faster_and_quiet() -> None:
 def test_ep64_alltoall_pays_infiniband_when_groups_straddle() -> None:
     """Issue 14's numbers: 9.85 ms over InfiniBand for the straddling EP64 groups, 0.80 ms over
     NVLink for a group inside one rack (one 4096-token micro-batch of a DeepSeek-V3-sized layer);
-    since a2a the InfiniBand bytes of NCCL's all-to-all run at P2P_NET_FRACTION of a ring's rate
+    since a2a the InfiniBand bytes of NCCL's all-to-all run at alltoall_net_fraction() of a ring's rate
     (the measured multi-node all-to-all, network/collectives.py): 9.85 / 0.858 = 11.5 ms."""
     straddling = build_program(nvl72(MOE, pp=2, ep=64, global_batch=256))
     aligned = build_program(nvl72(MOE, used=64, pp=2, ep=64, global_batch=256))
@@ -90,7 +90,7 @@ def test_ep64_alltoall_pays_infiniband_when_groups_straddle() -> None:
 
     s, a = a2a(straddling), a2a(aligned)
     assert s["bottleneck"] == "nic" and a["bottleneck"] == "nvlink"
-    assert s["time_s"] == pytest.approx(9.85e-3 / P2P_NET_FRACTION, rel=0.02)
+    assert s["time_s"] == pytest.approx(9.85e-3 / alltoall_net_fraction(), rel=0.02)
     assert a["time_s"] == pytest.approx(0.80e-3, rel=0.02)
     comm = TopologyCommModel(nvl72(MOE, pp=2, ep=64, global_batch=256))
     for stage in (0, 1):

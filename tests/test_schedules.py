@@ -379,7 +379,7 @@ def test_dualpipe_hides_the_ep_alltoall_in_its_overlapped_pairs() -> None:
     dual = simulate(moe("dualpipe")).report
     assert base.breakdown_s["ep_comm"] > 0
     # the pairs hide up to their compute; the excess stays exposed in both schedules: 0.43 of the
-    # 1F1B exposure before a2a made NCCL's InfiniBand all-to-all bytes 14% slower (P2P_NET_FRACTION),
+    # 1F1B exposure before a2a made NCCL's InfiniBand all-to-all bytes 14% slower (alltoall_net_fraction),
     # 0.51 after, the seconds hidden unchanged (0.72 s)
     assert dual.breakdown_s["ep_comm"] < 0.55 * base.breakdown_s["ep_comm"]
     assert dual.step_time_s < base.step_time_s

@@ -63,6 +63,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import lru_cache
 
 from .fabric import Fabric
 from .interface import bus_factor
@@ -196,14 +197,26 @@ NVLS_CHUNK_BYTES = 128 * 1024
 # 2.17.1 (microsoft/mscclpp docs/performance-ndmv4.md @7f3f3669, "2 nodes, 8 gpus/node"): 37.80
 # (1 GiB) and 37.81 GB/s (4 GiB) busbw = algbw x 15/16, with half of each rank's bytes crossing
 # the network: 37.8 x 16/15 / 2 = 20.16 GB/s per 25 GB/s NIC, 0.806 of line rate and flat from 1
-# to 4 GiB (a bandwidth, not a latency, effect), where rings on the same NICs reach 0.94 (nccl-ib:
-# 46-48 of 50 GB/s per NDR NIC; kernels.toml nic_bw_fraction). With one peer (same page, "2 nodes,
+# to 4 GiB (a bandwidth, not a latency, effect), where rings on the same NICs reach Ampere's
+# kernels.toml nic_bw_fraction (nccl-ib: 46-48 of 50 GB/s per NDR NIC). With one peer (same page, "2 nodes,
 # 1 gpu/node") all-to-all and the ring all-gather move the same 15.48 / 15.84 GB/s: the loss comes
 # with the many peer connections (8 local ranks' QPs per NIC through PXN, 128 KiB chunks each:
 # NCCL_P2P_NET_CHUNKSIZE, NVIDIA/nccl src/init.cc @5067397c), which are not modelled in detail:
 # the fraction is measured, and applied to the network bytes of an all-to-all whose ranks have
 # more than one peer across the network (not to DeepEP / HybridEP: network/model.py).
-P2P_NET_FRACTION = (37.8 * 16 / 15 / 2 / 25.0) / 0.94
+A2A_NET_LINE_FRACTION = 37.8 * 16 / 15 / 2 / 25.0  # 0.806 of line rate, the 2 x 8 A100 row
+A2A_NET_MEASURED_ARCH = "ampere"
+
+
+@lru_cache(maxsize=1)
+def alltoall_net_fraction() -> float:
+    """NCCL's all-to-all network bytes relative to a ring's rate on the same NICs: the measured
+    line-rate fraction over the ring's fraction on the architecture it was measured on."""
+    from ..kernel_catalog import nic_bw_fraction
+
+    return A2A_NET_LINE_FRACTION / nic_bw_fraction(A2A_NET_MEASURED_ARCH)
+
+
 # tuning.cc (v2.19+) llMaxBws: the LL protocol's bus bandwidth ceiling in GB/s on one node, two
 # nodes, more nodes, per GPU generation (Blackwell = 2x Hopper); ring LL busBw = min(cap, 0.5 busBw),
 # tree LL busBw = min(cap, busBw / 3.8).
@@ -262,7 +275,7 @@ class Links:
     # is not hidden behind a send: that many chunk-times S/n at the ring's rate (0 = off)
     reduce_tail_chunks: float = 0.0
     # NCCL's all-to-all across nodes: its NIC / uplink bytes at this fraction of a ring's rate
-    p2p_net_fraction: float = P2P_NET_FRACTION
+    p2p_net_fraction: float = field(default_factory=alltoall_net_fraction)
     # NCCL's latency model of collectives (tuning.cc; kernels.toml [nccl_latency])
     nccl: NcclLatency = field(default_factory=NcclLatency.of)
 
@@ -743,7 +756,7 @@ def collective_candidates(kind: str, shape: GroupShape, links: Links, size_bytes
             t_net, neck_net = _inter_time(
                 shape, links, node_bytes, lambda u: u.members * (n - u.members) / n * S
             )
-            if n - m > 1:  # several peers across the network per rank (P2P_NET_FRACTION)
+            if n - m > 1:  # several peers across the network per rank (alltoall_net_fraction)
                 t_net /= links.p2p_net_fraction
             parts.append((t_net, neck_net))
         # each peer's S/n goes straight to it (no forwarding hops as in a ring): a pipeline of
