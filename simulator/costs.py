@@ -39,7 +39,8 @@ class Device:
     gpu: GPUSpec
     dtype: str
     # the power-limited clock of this step's kernel mix relative to the benchmarks' boost clock
-    # (simulator/clocks.py power_limited_clock; program.py sets it from one layer's activity)
+    # (simulator/clocks.py power_limited_clock; program.py sets it per pipeline stage from that
+    # stage's whole kernel mix)
     power_clock: float = 1.0
 
     @property
