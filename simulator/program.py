@@ -2137,7 +2137,9 @@ def _mix_seconds(device: Device, phases: Iterable[_Phase]) -> tuple[float, float
     the device's clock: the two sums whose ratio is the mix's tensor activity."""
     from .kernels import saturated_gemm_flop_per_s
 
-    p = device.params
+    p, clock = device.params, device.clock
+    rate = saturated_gemm_flop_per_s(device.gpu, device.dtype, p) * clock
+    rate16 = saturated_gemm_flop_per_s(device.gpu, output_layer_device(device).dtype, p) * clock
     busy_s = saturated_s = 0.0
     for phase in phases:
         for seg in phase.parts:
@@ -2146,14 +2148,13 @@ def _mix_seconds(device: Device, phases: Iterable[_Phase]) -> tuple[float, float
             busy_s += seg.duration_s
             if seg.flops <= 0:
                 continue
-            flops, dtype = seg.flops, device.dtype
             if seg.name in LOGITS_SEGMENTS:  # the output layer runs in 16-bit (output_layer_device)
-                dtype = output_layer_device(device).dtype
-            elif seg.name.startswith(ATTENTION_SEGMENT):
-                dtype = output_layer_device(device).dtype
-                if not seg.name.startswith(ATTENTION_SEGMENT + "unfused"):
-                    flops /= 2  # the segment counts the full s×s; a fused causal kernel skips half
-            saturated_s += flops / (saturated_gemm_flop_per_s(device.gpu, dtype, p) * device.clock)
+                saturated_s += seg.flops / rate16
+            elif seg.name.startswith(ATTENTION_SEGMENT):  # 16-bit, a fused causal kernel skips half
+                half = not seg.name.startswith(ATTENTION_SEGMENT + "unfused")
+                saturated_s += seg.flops / (2 if half else 1) / rate16
+            else:
+                saturated_s += seg.flops / rate
     return busy_s, saturated_s
 
 
@@ -2244,11 +2245,20 @@ def build_program(scn: Scenario, comm: CommModel | None = None) -> Program:
             costed[key] = (layer, *extras)
         return costed[key]
 
+    mixes: dict[tuple, tuple] = {}  # (kernel s, saturated s) of costed phases, kept alive by key
+
     def stage_mix(s: int) -> tuple[float, float]:
         """(kernel seconds, saturated-GEMM seconds) of stage s's whole kernel mix per micro-batch,
         costed at the boost clock: its layers, and the embedding, logits and MTP it holds."""
         layer_cost, emb, logits, mtp = stage_costs(s, boost)[:4]
         busy = saturated = 0.0
+
+        def seconds(phases: tuple) -> tuple[float, float]:
+            key = tuple(id(ph) for ph in phases)  # the costed phases are shared between stages
+            if key not in mixes:
+                mixes[key] = (_mix_seconds(boost, phases), phases)
+            return mixes[key][0]
+
         for c in range(vp):
             n_moe = sum(1 for i in layout[s][c] if m.is_moe_layer(i))
             parts: list[tuple[tuple, int]] = [
@@ -2263,7 +2273,7 @@ def build_program(scn: Scenario, comm: CommModel | None = None) -> Program:
                 if mtp is not None:
                     parts.append((mtp[:4], m.mtp_layers))
             for phases, n in parts:
-                b, t = _mix_seconds(boost, phases)
+                b, t = seconds(phases)
                 busy, saturated = busy + n * b, saturated + n * t
         return busy, saturated
 
