@@ -1197,7 +1197,9 @@ def _cluster(data: Mapping[str, Any], base_dir: Path) -> tuple[TopologySpec, int
         changes["rank_order"] = tuple(ro)
     if "gpu_speed_spread" in cluster:
         spread = cluster["gpu_speed_spread"]
-        changes["gpu_speed_spread"] = float(spread) if isinstance(spread, int) and not isinstance(spread, bool) else spread
+        changes["gpu_speed_spread"] = (
+            float(spread) if isinstance(spread, int) and not isinstance(spread, bool) else spread
+        )
     try:
         if "intra_node" in cluster:
             changes["intra_node"] = _intra_node(
