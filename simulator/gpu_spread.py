@@ -51,7 +51,6 @@ if TYPE_CHECKING:
 SPREAD_CATEGORY = "gpu_spread"
 # the categories the slowest GPU stretches: its own kernels and the idle time they cause elsewhere
 PACED_CATEGORIES = ("compute", "recompute", "bubble")
-MAX_SPREAD = 0.5  # a coefficient of variation above this makes 1 + σ·Z negative for many GPUs
 
 _GRID_STEP = 1.0e-3
 _GRID_LIMIT = 9.0  # 1 − Φ(9) ≈ 1e-19: N up to 1e6 GPUs loses nothing beyond this
