@@ -489,6 +489,15 @@ KNOB_SCENARIOS: dict[str, dict[str, Any]] = {
         "parallel": {"tp": 2, "dp": 4, "global_batch": 8, "sequence_parallel": True, "zero": 1},
         "memory": {"offload_activations": 0.5, "offload_optimizer": True},
     },
+    # the slowest-GPU wait (gpu_spread.py) over a pipeline whose stages idle behind exposed DP
+    # traffic: a faster NIC turns that traffic into bubble, which the wait must not stretch
+    "spread-interleaved-dp-gb200": {
+        "model": {"layers": 8, "hidden": 2048, "heads": 16, "kv_heads": 8, "ffn_hidden": 5632,
+                  "vocab": 32000, "seq_len": 2048, "gated_mlp": True},
+        "cluster": {"topology": "gb200-nvl72", "num_gpus": 128},
+        "parallel": {"tp": 8, "pp": 2, "vp": 2, "dp": 8, "global_batch": 32, "schedule": "interleaved",
+                     "sequence_parallel": True, "zero": 1, "overlap_grad_reduce": False},
+    },
     "nvfp4-gb300": {
         "model": {"layers": 4, "hidden": 4096, "heads": 32, "kv_heads": 8, "ffn_hidden": 14336,
                   "vocab": 128256, "seq_len": 4096, "gated_mlp": True},
@@ -553,6 +562,8 @@ def test_knob_scenarios_exercise_what_they_name() -> None:
     assert reports["fsdp-zero3-a100"].breakdown_s["dp_comm"] > 0
     assert reports["cp-long-sequence-h200"].breakdown_s["cp_comm"] >= 0
     assert reports["offload-h200"].breakdown_s["optimizer"] > 0
+    spread = reports["spread-interleaved-dp-gb200"].breakdown_s
+    assert spread["gpu_spread"] > 0 and spread["dp_comm"] > 0 and spread["bubble"] > 0
 
 
 # A loader that cannot keep up (2 workers, 20 ms a batch, one micro-batch a step: 10 ms a step).
