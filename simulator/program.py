@@ -86,6 +86,28 @@ GRAD_16BIT_COPY_BYTES_PER_PARAM = 6 - 2
 FP16_UNSCALE_BYTES_PER_PARAM = 8
 
 
+# MAIN_GRAD_HOOK_NOTE: Megatron-LM 2021-22 (stack "megatron-2021") accumulates each micro-batch's
+# weight gradients in a kernel of its own. Its weight-gradient GEMMs write a fresh 16-bit param.grad
+# (no gradient accumulation fusion: the 2021 code has none, and at the 2022 sequence-parallel merge
+# arguments.py:178-188@d898a8991d turns it off unless gradients accumulate in fp32, which fp16 does
+# not by default), and the local DDP's backward hook then runs `param.main_grad.add_(param.grad)`
+# for every parameter tensor (megatron/model/distributed.py:170-176@d898a8991d, :174@de7dc40f88,
+# the sc21 scripts' commit): read main_grad and the 16-bit grad, write main_grad, one kernel per
+# tensor, every micro-batch. (--DDP-impl torch accumulates the same way: autograd's AccumulateGrad
+# adds into the existing param.grad.) A weight used twice on one stage (tied embedding and output
+# layer) first has its two 16-bit gradients summed by autograd (read 2 + 2, write 2).
+TIED_GRAD_SUM_BYTES_PER_PARAM = 6
+
+
+def main_grad_hook_bytes_per_param(scn: Scenario) -> float:
+    """HBM bytes per parameter and micro-batch of the megatron-2021 DDP hook's main_grad add
+    (MAIN_GRAD_HOOK_NOTE); 0 for stacks whose weight-gradient GEMMs accumulate themselves."""
+    if scn.kernels.stack != "megatron-2021":
+        return 0.0
+    main = grad_reduce_bytes_per_param(scn.dtype, scn.kernels.grad_reduce_dtype)
+    return 2.0 * main + WEIGHT_BYTES
+
+
 def adam_bytes_per_param(scn: Scenario) -> float:
     """ADAM_BYTES_PER_PARAM with each moment read and written in its [memory] storage format
     (Megatron's precision-aware optimizer: BF16 moments move 2 + 2 bytes each instead of 4 + 4),
@@ -2259,6 +2281,18 @@ def build_program(scn: Scenario, comm: CommModel | None = None) -> Program:
                     expert_params += mtp_rank.expert
             if first:
                 b_in += emb_b.parts
+            hook_b = params * main_grad_hook_bytes_per_param(scn)
+            if hook_b:  # MAIN_GRAD_HOOK_NOTE: one add per parameter tensor
+                tensors = (
+                    sum(counts.values()) * (8 + 4 * m.linear_bias)
+                    + 2 * last
+                    + first * (1 + m.position_embeddings)
+                )
+                if first and last and m.tied_embeddings:
+                    hook_b += TIED_GRAD_SUM_BYTES_PER_PARAM * embed_params
+                    tensors += 1
+                t_hook = memory_op_time_s(device, hook_b, kernels=tensors)
+                b_w.append(Segment("compute", "main_grad accumulate (ddp hook)", t_hook, 0.0, hook_b))
             stage_params += params
             stage_expert_params += expert_params
             dp_grad_s: list[float] = []

@@ -62,4 +62,7 @@ def with_stack(scn: Scenario, stack: str) -> Scenario:
     # the precision recipe's GEMM efficiency is the GPU's (catalog recipes.toml), not a stack residual
     eff = replace(eff, fp4_matmul_fraction=scn.gpu.efficiency.fp4_matmul_fraction)
     gpu = replace(scn.gpu, efficiency=eff)
-    return replace(scn, topology=replace(scn.topology, gpu=gpu))
+    out = replace(scn, topology=replace(scn.topology, gpu=gpu))
+    if stack != DEFAULT_STACK:  # the stack's own kernels follow its name (program.wgrad_bytes, ...)
+        out = replace(out, kernels=replace(out.kernels, stack=stack))
+    return out
