@@ -4,6 +4,8 @@ per-micro-batch main_grad add (program.MAIN_GRAD_HOOK_NOTE, megatron/model/distr
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 import simulator.kernels as K
@@ -121,3 +123,77 @@ def test_the_hook_runs_on_every_pipeline_stage_and_no_tied_sum_apart() -> None:
     for stage in prog.stages:
         (seg,) = _hook(stage.chunks[0])
         assert seg.message_bytes == pytest.approx(stage.chunks[0].params_local * 6.0, rel=1e-12)
+
+
+def _biased(stack: str, sp: bool):
+    return scenario_from_dict(
+        {
+            "model": {
+                "name": "t",
+                "layers": 4,
+                "hidden": 4096,
+                "heads": 32,
+                "vocab": 51200,
+                "seq_len": 2048,
+                "linear_bias": True,
+            },
+            "cluster": {"topology": "dgx-a100", "num_gpus": 8},
+            "parallel": {"tp": 8, "micro_batch": 2, "global_batch": 2, "sequence_parallel": sp},
+            "precision": {"dtype": "fp16"},
+            "kernels": {
+                "attention": "unfused",
+                "bias_grad": "separate",
+                **({"stack": stack} if stack else {}),
+            },
+        }
+    )
+
+
+def _layer_segments(scn):
+    from simulator.network.model import default_comm_model
+    from simulator.program import _Coster
+
+    fwd, b_in, b_w = _Coster(scn, default_comm_model(scn)).layer(False)[:3]
+    return fwd.parts, b_in.parts, b_w.parts
+
+
+def test_megatron_2021_adds_the_qkv_bias_in_a_kernel_of_its_own() -> None:
+    """mpu/layers.py:233-235@d898a8991d: one read and one write of the qkv output, forward only
+    (the add's input gradient is the output gradient; the bias' is the reduction)."""
+    T, qkv = 2 * 2048, 3 * 4096 // 8
+    fwd, b_in, _ = _layer_segments(_biased("megatron-2021", sp=True))
+    (seg,) = [p for p in fwd if p.name == "qkv bias add (unfused)"]
+    assert seg.message_bytes == 2 * T * qkv * 2
+    assert not [p for p in b_in if p.name.startswith("qkv bias add")]
+    fwd0, _, _ = _layer_segments(_biased("", sp=True))
+    assert not [p for p in fwd0 if p.name.startswith("qkv bias add")]
+
+
+def test_row_parallel_bias_grads_reduce_over_the_sequence_parallel_shard() -> None:
+    """The attn-out and fc2 biases are added after the reduce-scatter (bias_dropout_add on the
+    [s/tp, b, h] residual): with sequence parallelism their gradients reduce over T/tp tokens."""
+    T, tp, h = 2 * 2048, 8, 4096
+    col = 3 * h // tp + 4 * h // tp
+    for sp, row_tokens in ((True, T // tp), (False, T)):
+        _, _, b_w = _layer_segments(_biased("megatron-2021", sp=sp))
+        (seg,) = [p for p in b_w if p.name == "bias grads (reduction)"]
+        assert seg.message_bytes == (T * col + row_tokens * 2 * h) * 2
+
+
+def test_narayanan21_rows_have_linear_biases_and_separate_bias_grads() -> None:
+    from simulator.validate.cases import Case, build_case
+    from simulator.validate.runs import read_runs_csv
+
+    runs = [
+        r
+        for r in read_runs_csv(
+            Path(__file__).resolve().parents[1] / "scenarios/published/calibration_runs.csv"
+        )
+        if r.run_id.startswith("narayanan21_t1")
+    ]
+    assert runs
+    for run in runs:
+        case = build_case(run)
+        assert isinstance(case, Case)
+        assert case.scenario["model"]["linear_bias"] is True
+        assert case.scenario["kernels"]["bias_grad"] == "separate"
