@@ -33,6 +33,8 @@ RANGES: dict[str, tuple[float, float]] = {
     "gemm_tile_overhead": (0.0, 512.0),
     "gemm_latency_s": (1e-6, 10e-6),
     "gemm_tile_reuse": (0.0, 128.0),
+    # p of the compute/memory p-norm (kernels.gemm_plan): 1 = no overlap (the sum), large = the max
+    "gemm_overlap_exponent": (1.0, 64.0),
     "memory_bw_fraction": (0.6, 0.95),
     "memory_latency_s": (1e-6, 10e-6),
     # a framework kernel kind's bandwidth relative to a streaming copy (kernels.py MEMORY_KINDS)

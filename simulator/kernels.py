@@ -14,7 +14,13 @@ takes the fastest of a set of tile shapes (256×128 … 64×64) and split-K fact
 style work splitting for GEMMs with too few output tiles to fill the GPU; the partial sums cost
 a reduction through memory). A memory floor (operands + output at `gemm_memory_bw_scale` of the
 streaming bandwidth: a memory-bound cuBLASLt GEMM moves its bytes at ~0.9 of a copy's rate) and a
-fixed latency `gemm_latency_s` complete it.
+fixed latency `gemm_latency_s` complete it. Near the ridge point, where a plan's main loop and its
+HBM traffic take about the same time, the two overlap imperfectly: the plan takes their p-norm
+(t_c^p + t_m^p)^(1/p) (`gemm_overlap_exponent`, fitted), 2^(1/p) of either at the ridge, the max of
+the two far from it (OpenXLA's H100 table: 4096×256×2048, 20 MB of operands and output for 4.3
+GFLOP, runs 13% below 1024×1024×2048, same FLOPs and tile count, 10 MB; the roofline is an upper
+bound that measured kernels approach only away from its corner: Williams, Waterman, Patterson
+2009, CACM 52(4)).
 
 Attention (FlashAttention convention, Dao 2023: FLOPs = 4·b·s²·h·d, halved when causal; backward
 2.5×): time = FLOPs / (16-bit peak · fraction(impl, pass) · s/(s + s½) · head-dim factor ·
@@ -181,6 +187,10 @@ class KernelParams:
     # above (its operand loads and epilogue stores are tile-shaped, not one stream; 1: copy speed,
     # or no memory-bound GEMM measured on this architecture); the GEMM memory floor (gemm_plan)
     gemm_memory_bw_scale: float = 1.0
+    # how far a GEMM's main loop hides its HBM traffic: the kernel takes (t_compute^p +
+    # t_memory^p)^(1/p) with p this exponent, below the roofline's max(t_compute, t_memory) most at
+    # the ridge point, where both are equal (2^(1/p) of either); 0: perfect overlap (the max)
+    gemm_overlap_exponent: float = 0.0
     # achievable bandwidth of a framework memory-bound kernel kind (MEMORY_KINDS) as a fraction of
     # the streaming-copy bandwidth above (1: measured at copy speed, or not measured on this
     # architecture); fitted to that kind's [[memory]] figures (kernels.toml)
@@ -305,11 +315,19 @@ def gemm_plan(
     elt = DTYPE_BYTES[dtype]
     bw = gpu.hbm_bandwidth_bytes_per_s * p.memory_bw_fraction
     # memory floor (at a memory-bound GEMM's bandwidth), and the power-limited ceiling no GEMM
-    # shape beats (the MAMF search's best)
-    t_floor = batch * ((m * k + k * n) * elt + m * n * out_bytes) / (bw * p.gemm_memory_bw_scale)
-    t_floor = max(
-        t_floor, 2.0 * batch * m * n * k / (gpu.peak_flop_per_s(dtype) * scale * p.gemm_max_fraction)
-    )
+    # shape beats (the MAMF search's best). Near the ridge point a plan's compute and memory times
+    # do not overlap perfectly (its operand pipeline has a few stages, so a stage waiting on HBM
+    # stalls the MMAs): it takes their p-norm (`gemm_overlap_exponent`), not their max
+    t_mem = batch * ((m * k + k * n) * elt + m * n * out_bytes) / (bw * p.gemm_memory_bw_scale)
+    t_ceiling = 2.0 * batch * m * n * k / (gpu.peak_flop_per_s(dtype) * scale * p.gemm_max_fraction)
+    q = p.gemm_overlap_exponent
+
+    def floor(t_compute: float) -> float:
+        big, small = max(t_compute, t_mem), min(t_compute, t_mem)
+        if q > 0 and small > 0:  # the larger times (1 + r^p)^(1/p): exactly the max when r^p < 1e-16
+            big *= (1.0 + (small / big) ** q) ** (1.0 / q)
+        return max(big, t_ceiling)
+
     best: GemmPlan | None = None
 
     def better(t: float, split_k: int) -> bool:
@@ -333,7 +351,7 @@ def gemm_plan(
             t = waves * t_tile
             if sk > 1:  # fp32 partial sums written and read back by the reduction
                 t += batch * m * n * 4 * (sk + 1) / bw + p.gemm_split_k_latency_s
-            t = max(t, t_floor) + p.gemm_latency_s
+            t = floor(t) + p.gemm_latency_s
             if better(t, sk):
                 best = GemmPlan(t, tm, tn, sk, waves)
         if split and tiles > sms and tiles % sms:
@@ -342,7 +360,7 @@ def gemm_plan(
             work = tiles * k / sms + 2 * p.gemm_tile_overhead
             t = 2.0 * tm * tn * work / (peak_per_sm * tile_eff)
             t += m * n * 4 * 2 / bw + p.gemm_split_k_latency_s
-            t = max(t, t_floor) + p.gemm_latency_s
+            t = floor(t) + p.gemm_latency_s
             if better(t, 0):
                 best = GemmPlan(t, tm, tn, 0, math.ceil(tiles / sms))
     assert best is not None

@@ -1132,6 +1132,7 @@ CLUSTER_KEYS = (
     "gpus_per_node",
     "gpus_used_per_node",
     "rank_order",
+    "gpu_speed_spread",
     "intra_node",
     "inter_node",
 )
@@ -1194,6 +1195,11 @@ def _cluster(data: Mapping[str, Any], base_dir: Path) -> tuple[TopologySpec, int
         if not isinstance(ro, list) or not all(isinstance(x, str) for x in ro):
             raise ConfigError("must be a list of axis names", key="cluster.rank_order")
         changes["rank_order"] = tuple(ro)
+    if "gpu_speed_spread" in cluster:
+        spread = cluster["gpu_speed_spread"]
+        changes["gpu_speed_spread"] = (
+            float(spread) if isinstance(spread, int) and not isinstance(spread, bool) else spread
+        )
     try:
         if "intra_node" in cluster:
             changes["intra_node"] = _intra_node(

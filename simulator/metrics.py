@@ -120,8 +120,16 @@ class StepReport:
 def step_report(
     scn: Scenario, program: Program, step_time_s: float, by_stage: tuple[dict[str, float], ...]
 ) -> StepReport:
-    """The SPEC §4 report of a step, however its time was obtained (engine or closed form)."""
+    """The SPEC §4 report of a step, however its time was obtained (engine or closed form).
+    The expected wait for the job's slowest GPU (simulator/gpu_spread.py) is added here, to both
+    paths alike, as the `gpu_spread` category of every stage."""
     from .flops import step_flops
+    from .gpu_spread import SPREAD_CATEGORY, gpu_speed_spread, slowest_gpu_factor, spread_wait_s
+
+    wait_s = spread_wait_s(by_stage, slowest_gpu_factor(gpu_speed_spread(scn), scn.num_gpus))
+    if wait_s > 0.0:
+        step_time_s += wait_s
+        by_stage = tuple({**s, SPREAD_CATEGORY: s.get(SPREAD_CATEGORY, 0.0) + wait_s} for s in by_stage)
 
     f = step_flops(
         scn.model, scn.parallel.global_batch, scn.parallel.recompute, scn.parallel.recompute_modules
@@ -156,6 +164,7 @@ def software_stack(scn: Scenario, program: Program | None = None) -> dict[str, A
     from dataclasses import asdict
 
     from .clocks import sustained_clock_fraction
+    from .gpu_spread import gpu_speed_spread, slowest_gpu_factor
     from .kernels import architecture, resolve_attention
 
     k = scn.kernels
@@ -181,5 +190,8 @@ def software_stack(scn: Scenario, program: Program | None = None) -> dict[str, A
             # the power-limited clock of the step's kernel mix (simulator/clocks.py)
             "tensor_activity": program.tensor_activity if program is not None else 0.0,
             "power_limited_clock": program.power_clock if program is not None else 1.0,
+            # per-GPU speed spread and the expected extra time of the slowest of num_gpus GPUs
+            "gpu_speed_spread": gpu_speed_spread(scn),
+            "slowest_gpu_factor": slowest_gpu_factor(gpu_speed_spread(scn), scn.num_gpus),
         },
     }

@@ -45,6 +45,7 @@ PHASES = (
     "dataloader",
     "optimizer",
     "host_bound",
+    "gpu_spread",
     "other",
     "bubble",
 )
@@ -61,6 +62,7 @@ COLORS = {
     "dataloader": "#E5B800",
     "optimizer": "#404040",
     "host_bound": "#8C564B",
+    "gpu_spread": "#BCBD22",
     "other": "#A0A0A0",
     "bubble": "#FFFFFF",
 }
@@ -77,6 +79,7 @@ LABELS = {
     "dataloader": "waiting for data",
     "optimizer": "optimizer",
     "host_bound": "waiting for the host (CPU issue)",
+    "gpu_spread": "waiting for the slowest GPU",
     "other": "other",
     "bubble": "bubble (idle)",
 }

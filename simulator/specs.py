@@ -53,6 +53,9 @@ INTRA_FABRICS = ("nvswitch", "pcie", "nvlink")
 INTER_FABRICS = ("rail-optimized", "fat-tree", "rail-only")
 RANK_AXES = ("tp", "cp", "dp", "pp")
 
+# [cluster] gpu_speed_spread (simulator/gpu_spread.py): a coefficient of variation above this makes
+# 1 + σ·Z negative for some of many GPUs
+MAX_GPU_SPEED_SPREAD = 0.5
 MAX_GPUS = 1_000_000  # larger than any cluster built; guards against typos like 1e12
 MAX_DIM = 10_000_000
 MAX_LAYERS = 100_000  # ~500x the deepest published transformer; per-layer loops stay fast
@@ -588,11 +591,16 @@ class TopologySpec:
     rank_order: tuple[str, ...] = ("tp", "cp", "dp", "pp")  # innermost first
     physical_gpus_per_node: int = 0  # GPUs a node has when fewer are used ([cluster] gpus_used_per_node)
     notes: tuple[str, ...] = field(default=(), compare=False)  # what loading changed, shown by the CLI
+    # [cluster] gpu_speed_spread: coefficient of variation of the per-GPU speed (simulator/gpu_spread.py);
+    # None = the GPU architecture's cited value (kernels.toml), 0 = every GPU equally fast
+    gpu_speed_spread: float | None = None
 
     def __post_init__(self) -> None:
         _check_str("name", self.name)
         _check_int("gpus_per_node", self.gpus_per_node, maximum=1024)
         _check_int("gpus_used_per_node", self.physical_gpus_per_node, minimum=0, maximum=1024)
+        if self.gpu_speed_spread is not None:
+            _check_num("gpu_speed_spread", self.gpu_speed_spread, maximum=MAX_GPU_SPEED_SPREAD)
         if sorted(self.rank_order) != sorted(RANK_AXES):
             raise ConfigError(
                 f"must be a permutation of {list(RANK_AXES)}; got {list(self.rank_order)}",

@@ -62,7 +62,7 @@ def with_stack(scn: Scenario, stack: str) -> Scenario:
     # the precision recipe's GEMM efficiency is the GPU's (catalog recipes.toml), not a stack residual
     eff = replace(eff, fp4_matmul_fraction=scn.gpu.efficiency.fp4_matmul_fraction)
     gpu = replace(scn.gpu, efficiency=eff)
-    out = replace(scn, topology=replace(scn.topology, gpu=gpu))
-    if stack != DEFAULT_STACK:  # the stack's own kernels follow its name (program.wgrad_bytes, ...)
-        out = replace(out, kernels=replace(out.kernels, stack=stack))
-    return out
+    # the stack's kernel choices follow it too (program.py wgrad_bytes: only Megatron-Core fuses
+    # the weight-gradient accumulation into main_grad)
+    kernels = replace(scn.kernels, stack=stack) if stack != DEFAULT_STACK else scn.kernels
+    return replace(scn, topology=replace(scn.topology, gpu=gpu), kernels=kernels)

@@ -23,6 +23,7 @@ CATEGORIES = (
     "dataloader",
     "optimizer",
     "host_bound",
+    "gpu_spread",  # the expected wait for the slowest GPU (simulator/gpu_spread.py); report-level, no spans
     "other",
 )
 MAIN_STREAM = "compute"

@@ -39,6 +39,7 @@ CATEGORY_PHRASES = {
     "recompute": "activation recomputation",
     "optimizer": "the optimizer step",
     "host_bound": "waiting for the CPU to issue kernels (host-bound MoE layers)",
+    "gpu_spread": "waiting for the slowest GPU (per-GPU speed spread)",
     "other": "other overhead",
     "compute": "compute",
 }

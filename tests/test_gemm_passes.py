@@ -64,7 +64,9 @@ def test_skinny_expert_wgrad_closed_form() -> None:
     flight): the forward's output is 1024 × 5760 per expert, the wgrad's 2880 × 5760 with a k-loop
     of only 1024 tokens. Its plan: 12·45 tiles of 256×128 per expert, 2160 CTAs on 132 SMs = 17
     waves of one 1024-step tile each (no split-K: the tiles already fill the GPU twice), plus the
-    kernel latency, at the sustained clock, plus the launch gap."""
+    kernel latency, at the sustained clock, plus the launch gap. Its HBM traffic (the operands and
+    output at a memory-bound GEMM's bandwidth, 204 MB) takes 0.4 of the main loop's time, so the
+    p-norm of the two (kernels.gemm_plan, imperfect overlap) adds only (1 + 0.4^p)^(1/p) - 1 of it."""
     d = _device()
     m, n, k, groups = 1024, 5760, 2880, 4
     wgrad = grouped_matmul_time_s(d, m, n, k, groups, pass_="wgrad")
@@ -76,7 +78,12 @@ def test_skinny_expert_wgrad_closed_form() -> None:
     assert waves == plan.waves == 17
     peak_per_sm = gpu.peak_flop_per_s("bf16") * p.gemm_peak_fraction / gpu.num_sms
     t_tile = 2.0 * 256 * 128 * (m + p.gemm_tile_overhead) / peak_per_sm
-    want = (waves * t_tile + p.gemm_latency_s) / d.clock + d.launch_s
+    bw = gpu.hbm_bandwidth_bytes_per_s * p.memory_bw_fraction * p.gemm_memory_bw_scale
+    t_mem = groups * ((k * m + m * n) * 2 + k * n * 2) / bw
+    t_main = waves * t_tile
+    assert 0.3 * t_main < t_mem < 0.5 * t_main
+    q = p.gemm_overlap_exponent
+    want = ((t_main**q + t_mem**q) ** (1 / q) + p.gemm_latency_s) / d.clock + d.launch_s
     assert wgrad == pytest.approx(want, rel=1e-12)
     fprop = grouped_matmul_time_s(d, m, n, k, groups)
     assert wgrad > 1.1 * fprop  # 17 short-k waves vs the forward's long-k tiles
@@ -198,7 +205,9 @@ def test_short_k_wgrad_accumulating_into_fp32_main_grad_is_its_output_traffic() 
     flight, on H100: accumulating into the fp32 main_grad (read + write, 8 bytes per element,
     gradient accumulation fusion) its time is the kernel model's memory floor: the k×n outputs,
     plus both operands, at the achievable HBM bandwidth, plus the kernel latency, at the sustained
-    clock, plus the launch gap; writing a 16-bit gradient instead it is several times faster."""
+    clock, plus the launch gap (its main loop, a small share of that, adds under 1e-4 of it through
+    the p-norm of compute and memory time, kernels.gemm_plan); writing a 16-bit gradient instead it
+    is several times faster."""
     d = _device()
     m, n, k, groups = 128, 4096, 7168, 4
     assert wgrad_output_bytes(4, fused_accumulation=True) == 8
@@ -210,7 +219,7 @@ def test_short_k_wgrad_accumulating_into_fp32_main_grad_is_its_output_traffic() 
     moved = groups * (k * n * 8 + (k * m + m * n) * 2)
     want = (moved / bw + p.gemm_latency_s) / d.clock + d.launch_s
     fused = grouped_matmul_time_s(d, m, n, k, groups, pass_="wgrad", wgrad_out_bytes=8)
-    assert fused == pytest.approx(want, rel=1e-12)
+    assert want <= fused <= want * (1 + 1e-4)
     assert fused > 3 * grouped_matmul_time_s(d, m, n, k, groups, pass_="wgrad")
     # a long-k dense wgrad (8192 tokens) stays compute-bound: the accumulation costs it nothing
     dense = matmul_pass_times_s(d, 8192, 4096, 4096, 1, 8)[2]

@@ -28,10 +28,10 @@ def test_every_figure_is_cited_and_positive(figures: list[K.Figure]) -> None:
 
 def test_shipped_microbenchmarks_within_tolerance(figures: list[K.Figure]) -> None:
     """Issue 12 target: every kernel within 10% of its microbenchmark. Measured today (390 checked
-    figures): 8 are not, none by more than 19.5%: A100 FP16 GEMMs of 1024-4096 (Azure's A100 is
+    figures): 7 are not, none by more than 19.5%: A100 FP16 GEMMs of 1024-4096 (Azure's A100 is
     ~20% below the shape terms A100 shares with H100: flat from 2048^3 to 4096^3 where every H100
     table climbs 20-24%), cuBLASLt MXFP8 at 16384^3 on B200 (+13% at the sustained clock), H200
-    FP8 at 1280x4096x12032 (MAMF), a skinny H100 GEMM (4096x256x2048, +11%), FlashAttention's
+    FP8 at 1280x4096x12032 (MAMF), FlashAttention's
     Triton kernel on A100 at 512 tokens and head dim 128 (+11%) and the A100 all-reduce dip at
     128 MiB (its time to 256 MiB implies 277 GB/s, above the 232 GB/s plateau). Reference-only
     figures (PyTorch eager attention, latency-bound collectives below 1 MiB, sources the model
@@ -234,9 +234,10 @@ def test_attention_rejects_unknown_implementation() -> None:
 
 
 def test_memory_bound_gemm_runs_at_its_measured_share_of_copy_bandwidth() -> None:
-    """cuBLASLt FP8 802816x192x768 (fp16 out) is memory-bound: its time is the operands and output
-    at gemm_memory_bw_scale of the streaming-copy bandwidth (azure-bench: 0.905 of it on H100),
-    plus the kernel latency; no GEMM beats a streaming copy of its bytes."""
+    """cuBLASLt FP8 802816x192x768 (fp16 out) is memory-bound: with perfect overlap its time is the
+    operands and output at gemm_memory_bw_scale of the streaming-copy bandwidth (azure-bench: 0.905
+    of it on H100), plus the kernel latency; the main loop it does not hide adds at most the
+    ridge point's 2^(1/p); no GEMM beats a streaming copy of its bytes."""
     for name in ("a100-80gb", "h100-sxm", "h200", "b200", "gb200"):
         gpu = gpu_by_name(name)
         p = K.kernel_params(gpu)
@@ -246,8 +247,10 @@ def test_memory_bound_gemm_runs_at_its_measured_share_of_copy_bandwidth() -> Non
     m, n, k = 802816, 192, 768
     moved = m * k + k * n + 2 * m * n
     copy_s = moved / (h100.hbm_bandwidth_bytes_per_s * p.memory_bw_fraction)
-    t = K.gemm_time_s(h100, "fp8", m, n, k)
+    t = K.gemm_time_s(h100, "fp8", m, n, k, params=replace(p, gemm_overlap_exponent=0.0))
     assert t == pytest.approx(copy_s / p.gemm_memory_bw_scale + p.gemm_latency_s, rel=1e-9)
+    t_p = K.gemm_time_s(h100, "fp8", m, n, k) - p.gemm_latency_s
+    assert t - p.gemm_latency_s < t_p <= 2 ** (1 / p.gemm_overlap_exponent) * (t - p.gemm_latency_s)
     for name in ("a100-80gb", "h100-sxm", "h200", "gb200"):
         gpu = gpu_by_name(name)
         q = K.kernel_params(gpu)
@@ -257,6 +260,30 @@ def test_memory_bound_gemm_runs_at_its_measured_share_of_copy_bandwidth() -> Non
                 assert K.gemm_time_s(gpu, dtype, mm, nn, kk) >= b / (
                     gpu.hbm_bandwidth_bytes_per_s * q.memory_bw_fraction
                 ), (name, dtype, mm, nn, kk)
+
+
+def test_gemm_near_the_ridge_point_overlaps_imperfectly() -> None:
+    """OpenXLA's H100 table: 4096x256x2048 (20 MB of operands and output) runs at 304.7 TFLOP/s,
+    13% below 1024x1024x2048 (10 MB, 350.0) of the same FLOPs and output tiles. With perfect
+    overlap (the roofline's max) the two cost the same; the p-norm of compute and memory time makes
+    the one near its ridge point slower, by at most 2^(1/p) of the max, and a plan far from the
+    ridge (8192^3) keeps its roofline time."""
+    h100 = gpu_by_name("h100-sxm")
+    p = K.kernel_params(h100)
+    assert 2.0 <= p.gemm_overlap_exponent <= 64.0
+    perfect = replace(p, gemm_overlap_exponent=0.0)
+
+    def tflops(m: int, n: int, k: int, params: K.KernelParams) -> float:
+        return 2.0 * m * n * k / K.gemm_time_s(h100, "bf16", m, n, k, params=params) / 1e12
+
+    assert tflops(4096, 256, 2048, perfect) == pytest.approx(tflops(1024, 1024, 2048, perfect), rel=1e-9)
+    skinny, square = tflops(4096, 256, 2048, p), tflops(1024, 1024, 2048, p)
+    assert skinny < 0.97 * square
+    assert skinny / square == pytest.approx(304.7 / 350.0, rel=TOLERANCE)
+    for m, n, k in ((4096, 256, 2048), (1024, 1024, 2048), (8192, 8192, 8192)):
+        slow, fast = 1 / tflops(m, n, k, p), 1 / tflops(m, n, k, perfect)
+        assert fast <= slow <= 2 ** (1 / p.gemm_overlap_exponent) * fast, (m, n, k)
+    assert tflops(8192, 8192, 8192, p) == pytest.approx(tflops(8192, 8192, 8192, perfect), rel=1e-6)
 
 
 def test_triton_backward_fills_the_gpu_by_heads_or_pays_dq_replicas() -> None:

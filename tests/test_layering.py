@@ -189,6 +189,7 @@ LAYERS: dict[str, int] = {
             "kernels",
             "kernel_catalog",
             "clocks",
+            "gpu_spread",
             "stacks",
             "network",
             "comm",

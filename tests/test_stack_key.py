@@ -4,6 +4,8 @@ residuals it runs with, instead of the GPU's default-stack table — the same re
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from simulator.errors import ConfigError
@@ -32,8 +34,12 @@ def test_the_key_lists_every_stack_with_residuals() -> None:
 
 @pytest.mark.parametrize("stack", ["megatron-2021", "composer-fsdp"])
 def test_stack_key_applies_the_same_residuals_as_validate(stack: str) -> None:
+    """The key applies the residuals validate maps onto a row (stacks.with_stack). The key also
+    selects the stack's kernels (a 16-bit weight gradient, not Megatron-Core's fp32 main_grad
+    accumulation: program.py wgrad_bytes), which a GEMM near its ridge point pays for
+    (kernels.gemm_plan), so both sides run the key's kernel options."""
     keyed = scn(stack=stack)
-    mapped = with_stack(scn(), stack)
+    mapped = replace(with_stack(scn(), stack), kernels=keyed.kernels)
     assert keyed.gpu.efficiency == mapped.gpu.efficiency
     assert keyed.gpu.efficiency != scn().gpu.efficiency
     assert simulate(keyed).report.step_time_s == pytest.approx(simulate(mapped).report.step_time_s, rel=1e-12)

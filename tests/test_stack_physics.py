@@ -380,3 +380,22 @@ def test_mpt_rows_carry_the_benchmark_model() -> None:
     model = scenario["model"]
     assert model["position_embeddings"] and model["linear_bias"] and model["tied_embeddings"]
     assert scenario["kernels"]["bias_grad"] == "separate"
+
+
+@pytest.mark.parametrize(
+    ("source", "stack", "wgrad_bytes"),
+    [("narayanan21", "megatron-2021", 2), ("mpt", "composer-fsdp", 2), ("nemo", "megatron-core", 8)],
+)
+def test_validate_rows_carry_their_stack_into_the_kernel_choices(
+    source: str, stack: str, wgrad_bytes: int
+) -> None:
+    """`mfusim validate` applies a source's stack: its fitted residuals AND its kernel choices.
+    Only Megatron-Core accumulates the weight gradient into an fp32 main_grad inside the GEMM
+    (4 B read + 4 B written per element); the 2021 Megatron-LM and composer/FSDP stacks write a
+    16-bit gradient (costs.wgrad_output_bytes)."""
+    from simulator.network.model import default_comm_model
+    from simulator.stacks import with_stack
+
+    scn = with_stack(_scn(gpu="a100-80gb", topology="dgx-a100"), stack)  # every stack is fitted on Ampere
+    assert scn.kernels.stack == ("" if stack == "megatron-core" else stack)
+    assert P._Coster(scn, default_comm_model(scn)).wgrad_bytes == wgrad_bytes

@@ -272,6 +272,14 @@ KEYS: dict[str, Key] = {
         "list of strings",
         default=TOPOLOGY_NOTE,
     ),
+    "cluster.gpu_speed_spread": Key(
+        "coefficient of variation of the per-GPU speed: the step waits sigma x E[max of num_gpus"
+        " normals] x its compute, recompute and bubble for the slowest GPU (breakdown gpu_spread,"
+        " simulator/gpu_spread.py); 0 = all GPUs equally fast",
+        "number, 0 to 0.5",
+        default="the architecture's (kernels.toml [gpu_speed_spread]: Hopper 0.0104, Blackwell 0.0241, else 0)",
+        since=NEXT,
+    ),
     "cluster.intra_node": Key("override of the topology's [intra_node] keys", "table", default=TOPOLOGY_NOTE),
     "cluster.inter_node": Key("override of the topology's [inter_node] keys", "table", default=TOPOLOGY_NOTE),
     # [parallel]
@@ -1148,6 +1156,8 @@ JSON_FIELDS: dict[str, dict[str, str]] = {
         "kernels.system.fp4_matmul_fraction": "NVFP4 GEMM efficiency relative to the kernel model (recipes.toml)",
         "kernels.system.tensor_activity": "tensor FLOP rate of one layer's kernels relative to a saturating GEMM, 0 where no power law applies (simulator/clocks.py)",
         "kernels.system.power_limited_clock": "clock the board power limit allows for that kernel mix, relative to the benchmarks' boost clock (simulator/clocks.py)",
+        "kernels.system.gpu_speed_spread": "coefficient of variation of the per-GPU speed ([cluster] gpu_speed_spread or the architecture's, simulator/gpu_spread.py)",
+        "kernels.system.slowest_gpu_factor": "expected extra time of the slowest of num_gpus GPUs, as a fraction of compute + recompute + bubble (sigma x E[max of N normals])",
         "breakdown_s": "seconds of the step per category, mean over pipeline stages (sums to step_time_s)",
         "breakdown_s.<category>": "seconds in this category",
         "breakdown_by_stage_s": "the same per pipeline stage (each sums to step_time_s)",

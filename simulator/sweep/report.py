@@ -29,6 +29,7 @@ SHORT = {
     "dataloader": "data",
     "optimizer": "optim",
     "host_bound": "host",
+    "gpu_spread": "slowest",
     "other": "other",
 }
 
