@@ -124,9 +124,15 @@ def has_activity_law(gpu: GPUSpec) -> bool:
     """Whether this GPU's architecture models the power-limited clock of the kernel mix (a
     measured r < 1 in kernels.toml); then the board-power factor scales that clock, not the
     fitted residual."""
+    return _has_activity_law(gpu.name)
+
+
+@lru_cache(maxsize=64)
+def _has_activity_law(name: str) -> bool:
+    # a property of the named GPU's architecture (every Device.clock asks: cached like _factor)
     from .kernel_catalog import architecture, kernel_data  # not .kernels: it imports this module
 
-    table = kernel_data()["model"].get(architecture(gpu.name), {})
+    table = kernel_data()["model"].get(architecture(name), {})
     ratios = (table.get("sustained_gemm_ratio_16bit", 1.0), table.get("sustained_gemm_ratio_8bit", 1.0))
     return min(float(r) for r in ratios) < 1.0
 

@@ -39,7 +39,8 @@ class Device:
     gpu: GPUSpec
     dtype: str
     # the power-limited clock of this step's kernel mix relative to the benchmarks' boost clock
-    # (simulator/clocks.py power_limited_clock; program.py sets it from one layer's activity)
+    # (simulator/clocks.py power_limited_clock; program.py sets it per pipeline stage from that
+    # stage's whole kernel mix)
     power_clock: float = 1.0
 
     @property
@@ -87,11 +88,6 @@ def alignment_multiple(dtype: str) -> int:
     return {"fp8": FP8_NEEDS_MULTIPLE, "mxfp8": 32, "nvfp4": 32}.get(dtype, HALF_NEEDS_MULTIPLE)
 
 
-def _recipe(device: Device) -> float:
-    """NVFP4's block-scaled GEMMs reach `fp4_matmul_fraction` of the kernel model (recipes.toml)."""
-    return device.gpu.efficiency.fp4_matmul_fraction if device.dtype == "nvfp4" else 1.0
-
-
 def matmul_efficiency(device: Device, m: int, n: int, k: int, count: int = 1) -> float:
     """Achieved fraction of the dense peak of one (batched) GEMM in a training step, launch gap
     excluded (what `matmul_time_s` charges the math)."""
@@ -109,7 +105,7 @@ def matmul_time_s(device: Device, m: int, n: int, k: int, count: int = 1, out_by
         return 0.0
     shape = min(alignment_factor(d, device.dtype) for d in (m, n, k))
     t = kernel_model.gemm_time_s(device.gpu, device.dtype, m, n, k, count, device.params, out_bytes)
-    return t / (device.clock * shape * _recipe(device)) + device.launch_s
+    return t / (device.clock * shape) + device.launch_s
 
 
 GEMM_PASSES = ("fprop", "dgrad", "wgrad")

@@ -27,10 +27,14 @@ Ampere and older have no same-protocol figure and keep 0). The mean of the concu
 (−0.6% / −2.0% against one GPU alone) is not added: a uniform level is what the fitted
 `sustained_clock_fraction` already carries. The spread is what grows with N.
 
-What is scaled: each stage's compute, recompute and bubble (the bubble is time a stage waits for
-the other stages' compute, which runs at the same pace). Exposed communication, the optimizer,
-host and data-loader waits are not. The wait is the mean over stages of σ·E[M_N] × those seconds,
-added to the step as its own breakdown category `gpu_spread`. It is exact when the slowest stage
+What is scaled: the kernels of the busiest stage (its compute and recompute) and the pipeline
+bubble they cause, i.e. max over stages of (compute + recompute) × (1 + the schedule's closed-form
+bubble fraction, schedules.bubble_closed_form_s with T_B = T_W = T_F). Exposed communication,
+the optimizer, host and data-loader waits are not. The bubble is taken from the schedule, not
+from the engine's `bubble` seconds: those also hold idle time behind other stages' exposed
+communication, which a faster network turns into bubble (a faster NIC must never lengthen the
+step). The wait σ·E[M_N] × those seconds is added to the step as its own breakdown category
+`gpu_spread`. It is exact when the slowest stage
 paces the whole step (pp = 1, or many micro-batches per pipeline); the fill and drain of a
 pipeline are paced by every stage in turn rather than the slowest, so there it is an upper
 bound, by at most σ·(E[M_N] − E[M_tp·cp]) × the bubble share (tests/test_gpu_spread.py checks
@@ -49,8 +53,9 @@ if TYPE_CHECKING:
     from .specs import Scenario
 
 SPREAD_CATEGORY = "gpu_spread"
-# the categories the slowest GPU stretches: its own kernels and the idle time they cause elsewhere
-PACED_CATEGORIES = ("compute", "recompute", "bubble")
+# the categories the slowest GPU stretches: its own kernels (and, through the schedule's bubble
+# fraction, the idle time they cause on the other stages)
+PACED_CATEGORIES = ("compute", "recompute")
 
 _GRID_STEP = 1.0e-3
 _GRID_LIMIT = 9.0  # 1 − Φ(9) ≈ 1e-19: N up to 1e6 GPUs loses nothing beyond this
@@ -101,9 +106,22 @@ def slowest_gpu_factor(spread: float, num_gpus: int) -> float:
     return spread * expected_max_std_normal(num_gpus)
 
 
-def spread_wait_s(by_stage: Sequence[Mapping[str, float]], factor: float) -> float:
-    """The step's wait for its slowest GPU: factor × the stages' mean paced seconds."""
+def bubble_fraction(schedule: str, pp: int, vp: int, m: int) -> float:
+    """The schedule's pipeline bubble as a fraction of a stage's busy time (closed form, balanced
+    stages, T_B = T_W = T_F): (p−1)/(v·m) for 1F1B / interleaved, less for the zero-bubble and
+    DualPipe schedules (schedules.bubble_closed_form_s)."""
+    from .schedules import bubble_closed_form_s
+
+    if pp <= 1 or m <= 0:
+        return 0.0
+    return max(0.0, bubble_closed_form_s(schedule, pp, vp, m, 1.0, 1.0, 1.0) / (3.0 * m))
+
+
+def spread_wait_s(by_stage: Sequence[Mapping[str, float]], factor: float, bubble: float = 0.0) -> float:
+    """The step's wait for its slowest GPU: factor × the busiest stage's paced seconds × (1 +
+    the schedule's bubble fraction `bubble`). Built only from kernel time and schedule
+    constants, so more bandwidth anywhere never lengthens it."""
     if factor <= 0.0 or not by_stage:
         return 0.0
-    paced = sum(sum(s.get(c, 0.0) for c in PACED_CATEGORIES) for s in by_stage) / len(by_stage)
-    return factor * paced
+    paced = max(sum(s.get(c, 0.0) for c in PACED_CATEGORIES) for s in by_stage)
+    return factor * paced * (1.0 + bubble)

@@ -311,7 +311,9 @@ def gemm_plan(
         return GemmPlan(0.0, 0, 0, 1, 0)
     sms = gpu.num_sms
     scale = p.gemm_fp8_scale if dtype in ("fp8", "mxfp8", "nvfp4") else 1.0  # low-precision kernels
-    peak_per_sm = gpu.peak_flop_per_s(dtype) * p.gemm_peak_fraction * scale / sms
+    # the main loop at the MMA pipe's throughput (tensor_rate_scale); the power-limited ceiling
+    # below is the chip's, at the datasheet rate
+    peak_per_sm = gpu.peak_flop_per_s(dtype) * p.gemm_peak_fraction * tensor_rate_scale(gpu, dtype, p) / sms
     elt = DTYPE_BYTES[dtype]
     bw = gpu.hbm_bandwidth_bytes_per_s * p.memory_bw_fraction
     # memory floor (at a memory-bound GEMM's bandwidth), and the power-limited ceiling no GEMM
@@ -373,6 +375,23 @@ def saturated_gemm_flop_per_s(gpu: GPUSpec, dtype: str, params: KernelParams | N
     p = params or kernel_params(gpu)
     scale = p.gemm_fp8_scale if dtype in ("fp8", "mxfp8", "nvfp4") else 1.0
     return gpu.peak_flop_per_s(dtype) * scale * p.gemm_max_fraction
+
+
+def tensor_rate_scale(gpu: GPUSpec, dtype: str, params: KernelParams) -> float:
+    """The tensor-pipe throughput of `dtype`'s GEMM main loop relative to the 16-bit kernels'
+    fraction of the dense peak: `gemm_fp8_scale` for the low-precision kernels (fitted on FP8
+    GEMMs), and for NVFP4 times the GPU's `fp4_matmul_fraction` (recipes.toml): the block-scaled
+    MMA's scale-factor loads and operand bandwidth bound its math rate below the datasheet FP4
+    peak, a throughput property of the MMA pipe (its k-loop and per-tile staging). The kernel's
+    fixed launch latency, its memory floor (operand and output bytes through HBM) and the chip's
+    power-limited ceiling (`gemm_max_fraction` of the datasheet rate, the MAMF best, which also
+    sets the saturating GEMM of `saturated_gemm_flop_per_s`) are not the pipe's and are not
+    scaled: a faster GPU of the same silicon can then never run an NVFP4 GEMM slower."""
+    if dtype not in ("fp8", "mxfp8", "nvfp4"):
+        return 1.0
+    if dtype == "nvfp4":
+        return params.gemm_fp8_scale * gpu.efficiency.fp4_matmul_fraction
+    return params.gemm_fp8_scale
 
 
 def gemm_time_s(

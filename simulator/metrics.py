@@ -124,9 +124,20 @@ def step_report(
     The expected wait for the job's slowest GPU (simulator/gpu_spread.py) is added here, to both
     paths alike, as the `gpu_spread` category of every stage."""
     from .flops import step_flops
-    from .gpu_spread import SPREAD_CATEGORY, gpu_speed_spread, slowest_gpu_factor, spread_wait_s
+    from .gpu_spread import (
+        SPREAD_CATEGORY,
+        bubble_fraction,
+        gpu_speed_spread,
+        slowest_gpu_factor,
+        spread_wait_s,
+    )
 
-    wait_s = spread_wait_s(by_stage, slowest_gpu_factor(gpu_speed_spread(scn), scn.num_gpus))
+    par = scn.parallel
+    wait_s = spread_wait_s(
+        by_stage,
+        slowest_gpu_factor(gpu_speed_spread(scn), scn.num_gpus),
+        bubble_fraction(par.schedule, par.pp, par.vp, par.num_microbatches),
+    )
     if wait_s > 0.0:
         step_time_s += wait_s
         by_stage = tuple({**s, SPREAD_CATEGORY: s.get(SPREAD_CATEGORY, 0.0) + wait_s} for s in by_stage)

@@ -773,9 +773,11 @@ class Program:
     # Megatron-Core's combined 1F1B (EP all-to-all overlap): the steady-state forwards run paired
     # with a backward of another micro-batch (schedules.combined_1f1b)
     ep_overlap: bool = False
-    # the kernel mix's tensor activity and the power-limited clock it sets (simulator/clocks.py)
+    # the kernel mix's tensor activity and the power-limited clock it sets (simulator/clocks.py):
+    # of the most power-limited stage (the highest activity, the lowest clock), and every stage's
     tensor_activity: float = 0.0
     power_clock: float = 1.0
+    stage_power_clocks: tuple[float, ...] = ()
 
     @property
     def gathers_per_step(self) -> bool:
@@ -1205,29 +1207,42 @@ class _Coster:
         if ops is None:
             return
         moe, sync, experts, combine = marks
+        par = self.scn.parallel
+        # With userbuffer TP overlap (_overlap_tp) the layer's TP traffic runs on its own stream
+        # beside the layer's kernels, its exposed remainder a share of the layer's aggregate
+        # (max(TP, GEMMs)), not of any one module. Like the ZeRO-3 transfer stream (set after
+        # this), it runs on while the GPU waits for the CPU: the forward takes max(its GPU time
+        # with that remainder, the issue pipeline of its compute kernels), not the pipeline over
+        # the remainder spread across modules -- there a faster GPU, whose shorter GEMMs hid in
+        # host-bound modules, moved exposed TP time into GPU-bound ones and made the step slower
+        # (fuzz audit: pcie-a100, tp_comm_overlap, eager MoE: 2x peak 0.1-0.7% slower).
+        beside = par.tp_comm_overlap and par.tp > 1
 
         def gpu_s(parts: list) -> float:
             return sum(p.duration_s for p in parts)
 
+        def issued_s(parts: list) -> float:
+            return sum(p.duration_s for p in parts if not (beside and p.category == "tp_comm"))
+
         rest = [
-            (ops.combine, gpu_s(fwd[combine:])),
-            (ops.attention, gpu_s(fwd[:moe])),
-            (ops.router, gpu_s(fwd[moe:sync])),
+            (ops.combine, issued_s(fwd[combine:])),
+            (ops.attention, issued_s(fwd[:moe])),
+            (ops.router, issued_s(fwd[moe:sync])),
         ]
         if ops.experts_before_act_sync:
             # a second sync inside the experts (the eager clamped GeGLU): two sync-to-sync segments,
             # each issued into an empty queue
             act = self.act_sync_index
             before = [
-                (ops.dispatch, gpu_s(fwd[sync:experts])),
-                (ops.experts_before_act_sync, gpu_s(fwd[experts:act])),
+                (ops.dispatch, issued_s(fwd[sync:experts])),
+                (ops.experts_before_act_sync, issued_s(fwd[experts:act])),
             ]
-            after = [(ops.experts - ops.experts_before_act_sync, gpu_s(fwd[act:combine])), *rest]
+            after = [(ops.experts - ops.experts_before_act_sync, issued_s(fwd[act:combine])), *rest]
             seg_s = issue_pipeline_s(before, HOST_OP_S) + issue_pipeline_s(after, HOST_OP_S)
         else:
             phases = [
-                (ops.dispatch, gpu_s(fwd[sync:experts])),
-                (ops.experts, gpu_s(fwd[experts:combine])),
+                (ops.dispatch, issued_s(fwd[sync:experts])),
+                (ops.experts, issued_s(fwd[experts:combine])),
                 *rest,
             ]
             seg_s = issue_pipeline_s(phases, HOST_OP_S)
@@ -1399,6 +1414,7 @@ class _Coster:
             # hidden by _overlap_tp instead (never hide twice), or a stack without Megatron's
             # asynchronous TP backward communication (2021-22 Megatron-LM): all of it exposed
             dgrad_s = wgrad_s = 0.0
+        wgrad_s = _beside_wgrad_s(par, wgrad_s)
         if par.sequence_parallel:
             t_ag = self.coll("allgather", "tp", msg)
             t_rs = self.coll("reducescatter", "tp", msg)
@@ -2083,8 +2099,9 @@ class _Coster:
             msg = T * m.hidden * a
             fwd.append(Segment("tp_comm", "tp allgather", self.coll("allgather", "tp", msg), 0.0, msg))
             t_rs = self.coll("reducescatter", "tp", msg)  # beside the logits wgrad (as in _tp_entry)
+            beside = _beside_wgrad_s(par, t_mm_w)
             bwd_in.append(
-                Segment("tp_comm", "tp reducescatter (beside wgrad)", max(0.0, t_rs - t_mm_w), 0.0, msg)
+                Segment("tp_comm", "tp reducescatter (beside wgrad)", max(0.0, t_rs - beside), 0.0, msg)
             )
         fwd += [
             Segment("compute", "logits", t_mm, f, 0.0),
@@ -2096,6 +2113,16 @@ class _Coster:
         ]
         bwd_w = [Segment("compute", "logits wgrad", t_mm_w, f, 0.0)]
         return _Phase(tuple(fwd)), _Phase(tuple(bwd_in)), _Phase(tuple(bwd_w))
+
+
+def _beside_wgrad_s(par: ParallelConfig, wgrad_s: float) -> float:
+    """The weight-gradient GEMM time the input gradient's asynchronous TP collective can hide
+    behind. A split backward (zero-bubble, DualPipe) defers that GEMM to its own W pass (Megatron's
+    WeightGradStore), and LinearWithGradAccumulationAndAsyncCommunication then waits on the
+    collective's handle at once: nothing of the same pass hides it (as _overlap_tp's split case).
+    Counting the deferred GEMM made a faster GPU lengthen B by what it saved in W (fuzz audit:
+    gb200-nvl72 zb-h1 tp8, 2x peak 0.013% slower)."""
+    return 0.0 if par.schedule in SPLIT_BACKWARD_SCHEDULES else wgrad_s
 
 
 def kv_local_heads(scn: Scenario) -> int:
@@ -2148,18 +2175,17 @@ def output_layer_device(device: Device) -> Device:
 
 
 ATTENTION_SEGMENT = "attention ("  # how _Coster names its attention kernels (16-bit in FP8 training)
+LOGITS_SEGMENTS = ("logits", "logits dgrad", "logits wgrad")  # _Coster.logits' GEMMs (16-bit)
 
 
-def tensor_activity(device: Device, phases: Iterable[_Phase]) -> float:
-    """The kernel mix's tensor activity D (simulator/clocks.py): the time-weighted mean over the
-    compute kernels of their tensor FLOP rate relative to a saturating GEMM of their precision
-    (the MAMF ceiling) — Σ FLOPs / saturated rate over Σ time, both at the same clock. Attention
-    runs in 16-bit even in FP8 training and a fused causal kernel executes half the s×s FLOPs its
-    segment counts; memory-bound kernels and the slowdown beside overlapped communication count
-    as time without tensor work."""
+def _mix_seconds(device: Device, phases: Iterable[_Phase]) -> tuple[float, float]:
+    """(kernel seconds, saturated-GEMM seconds of their tensor FLOPs) of a kernel mix, both at
+    the device's clock: the two sums whose ratio is the mix's tensor activity."""
     from .kernels import saturated_gemm_flop_per_s
 
-    p = device.params
+    p, clock = device.params, device.clock
+    rate = saturated_gemm_flop_per_s(device.gpu, device.dtype, p) * clock
+    rate16 = saturated_gemm_flop_per_s(device.gpu, output_layer_device(device).dtype, p) * clock
     busy_s = saturated_s = 0.0
     for phase in phases:
         for seg in phase.parts:
@@ -2168,28 +2194,50 @@ def tensor_activity(device: Device, phases: Iterable[_Phase]) -> float:
             busy_s += seg.duration_s
             if seg.flops <= 0:
                 continue
-            flops, dtype = seg.flops, device.dtype
-            if seg.name.startswith(ATTENTION_SEGMENT):
-                dtype = output_layer_device(device).dtype
-                if not seg.name.startswith(ATTENTION_SEGMENT + "unfused"):
-                    flops /= 2  # the segment counts the full s×s; a fused causal kernel skips half
-            saturated_s += flops / (saturated_gemm_flop_per_s(device.gpu, dtype, p) * device.clock)
+            if seg.name in LOGITS_SEGMENTS:  # the output layer runs in 16-bit (output_layer_device)
+                saturated_s += seg.flops / rate16
+            elif seg.name.startswith(ATTENTION_SEGMENT):  # 16-bit, a fused causal kernel skips half
+                half = not seg.name.startswith(ATTENTION_SEGMENT + "unfused")
+                saturated_s += seg.flops / (2 if half else 1) / rate16
+            else:
+                saturated_s += seg.flops / rate
+    return busy_s, saturated_s
+
+
+def tensor_activity(device: Device, phases: Iterable[_Phase]) -> float:
+    """The kernel mix's tensor activity D (simulator/clocks.py): the time-weighted mean over the
+    compute kernels of their tensor FLOP rate relative to a saturating GEMM of their precision
+    (the MAMF ceiling) — Σ FLOPs / saturated rate over Σ time, both at the same clock. Attention
+    runs in 16-bit even in FP8 training, as does the output layer (logits), and a fused causal
+    kernel executes half the s×s FLOPs its segment counts; memory-bound kernels and the slowdown
+    beside overlapped communication count as time without tensor work."""
+    busy_s, saturated_s = _mix_seconds(device, phases)
     return saturated_s / busy_s if busy_s > 0 else 0.0
 
 
-def power_limited_device(coster: _Coster) -> tuple[Device, float]:
-    """The device at the power-limited clock of this step's kernel mix, and the mix's activity:
-    one transformer layer (forward, backward, recompute) costed at the boost clock."""
+def power_limited_clock_of(device: Device, activity: float) -> float:
+    """The power-limited clock (relative to the boost clock) a kernel mix of `activity` holds on
+    this device: min(1, k · r · D^(−1/3)) (simulator/clocks.py); 1 where no ratio is measured."""
     from .clocks import power_clock_factor, power_limited_clock
 
-    device = coster.device
     ratio = device.params.sustained_gemm_ratio(device.dtype)
     if ratio >= 1.0:
+        return 1.0
+    k = power_clock_factor(device.gpu)  # the SKU's board power per SM (1 on the reference SKU)
+    return power_limited_clock(activity, ratio, k)
+
+
+def power_limited_device(coster: _Coster) -> tuple[Device, float]:
+    """The device at the power-limited clock of one transformer layer's kernel mix (forward,
+    backward, recompute) costed at the boost clock, and that mix's activity. A step's stages
+    each run at the clock of their own whole mix (`build_program`); this is the clock of a stage
+    of such layers alone."""
+    device = coster.device
+    if device.params.sustained_gemm_ratio(device.dtype) >= 1.0:
         return device, 0.0
     forward, b_in, b_w, rec, _ = coster.layer(coster.scn.model.is_moe)
     activity = tensor_activity(device, (forward, b_in, b_w, rec))
-    k = power_clock_factor(device.gpu)  # the SKU's board power per SM (1 on the reference SKU)
-    return replace(device, power_clock=power_limited_clock(activity, ratio, k)), activity
+    return replace(device, power_clock=power_limited_clock_of(device, activity)), activity
 
 
 def _repeat(phase: _Phase, n: int) -> list:
@@ -2201,7 +2249,7 @@ def build_program(scn: Scenario, comm: CommModel | None = None) -> Program:
     """Cost every stage's chunks for this scenario."""
     comm = comm or default_comm_model(scn)
     coster = _Coster(scn, comm)
-    coster.device, activity = power_limited_device(coster)
+    boost = coster.device
     par, m = scn.parallel, scn.model
     pp, vp = par.pp, par.vp
     layout = chunk_layers(
@@ -2218,14 +2266,16 @@ def build_program(scn: Scenario, comm: CommModel | None = None) -> Program:
     kinds = getattr(comm, "group_kinds", None)
     costed: dict[object, tuple] = {}
 
-    def stage_costs(s: int) -> tuple:
+    def stage_costs(s: int, device: Device) -> tuple:
         key = (
             tuple(kinds(a, s) if comm.group_size(a) > 1 else () for a in ("tp", "cp", "ep"))
             if kinds is not None
-            else ()
+            else (),
+            device.power_clock,
         )
         if key not in costed:
             coster.stage = s
+            coster.device = device
             layer = {False: coster.layer(False)}
             if m.is_moe:
                 layer[True] = coster.layer(True)
@@ -2241,18 +2291,67 @@ def build_program(scn: Scenario, comm: CommModel | None = None) -> Program:
             costed[key] = (layer, *extras)
         return costed[key]
 
+    mixes: dict[tuple, tuple] = {}  # (kernel s, saturated s) of costed phases, kept alive by key
+
+    def stage_mix(s: int) -> tuple[float, float]:
+        """(kernel seconds, saturated-GEMM seconds) of stage s's whole kernel mix per micro-batch,
+        costed at the boost clock: its layers, and the embedding, logits and MTP it holds."""
+        layer_cost, emb, logits, mtp = stage_costs(s, boost)[:4]
+        busy = saturated = 0.0
+
+        def seconds(phases: tuple) -> tuple[float, float]:
+            key = tuple(id(ph) for ph in phases)  # the costed phases are shared between stages
+            if key not in mixes:
+                mixes[key] = (_mix_seconds(boost, phases), phases)
+            return mixes[key][0]
+
+        for c in range(vp):
+            n_moe = sum(1 for i in layout[s][c] if m.is_moe_layer(i))
+            parts: list[tuple[tuple, int]] = [
+                (layer_cost[moe][:4], n)
+                for moe, n in ((False, len(layout[s][c]) - n_moe), (True, n_moe))
+                if n
+            ]
+            if prev_chunk(par.schedule, pp, vp, s, c) is None:
+                parts.append((emb, 1))
+            if next_chunk(par.schedule, pp, vp, s, c) is None:
+                parts.append((logits, 1))
+                if mtp is not None:
+                    parts.append((mtp[:4], m.mtp_layers))
+            for phases, n in parts:
+                b, t = seconds(phases)
+                busy, saturated = busy + n * b, saturated + n * t
+        return busy, saturated
+
+    # Every stage's GPUs hold the power-limited clock of their own kernel mix (simulator/clocks.py:
+    # GPU Boost's power loop averages over the kernels each GPU runs): a stage of layers, the first
+    # with the embedding, the last with the logits and loss. Costed at the boost clock for the mix,
+    # then again at each distinct stage clock (stages alike in layers and fabric share one costing).
+    # A faster memory or GPU shortens the mix's kernels and can only lower the stage's time: with
+    # D = S/T (S tensor-saturated, T total seconds at the boost clock) and the stage at
+    # T_mem + T_clocked·(D^(1/3)/(k·r)), d(stage)/d(T_mem) = 1 − (T_clocked/T)·D^(1/3)/(3·k·r) > 0
+    # for every D ≤ 1 and k·r > 1/3 (docs/calibration.md, "power-limited clock").
+    activities = [0.0] * pp
+    devices = [boost] * pp
+    if boost.params.sustained_gemm_ratio(boost.dtype) < 1.0:
+        for s in range(pp):
+            busy, saturated = stage_mix(s)
+            activities[s] = saturated / busy if busy > 0 else 0.0
+            devices[s] = replace(boost, power_clock=power_limited_clock_of(boost, activities[s]))
+
     gbytes = grad_reduce_bytes_per_param(scn.dtype, scn.kernels.grad_reduce_dtype)
     host_s = scn.gpu.efficiency.microbatch_overhead_s
     ep_overlap = ep_overlap_pairs(scn)
     bucket_params = max(par.grad_bucket_params, 1_000_000 * par.dp)  # Megatron DDP bucket rule
-    device = coster.device
     embed_params = m.vocab * m.hidden / par.tp
 
     stages = []
     for s in range(pp):
+        device = devices[s]
         layer_cost, (emb_f, emb_b), (log_f, log_bi, log_bw), mtp, ep_pair, pair_host, zero3_pair = (
-            stage_costs(s)
+            stage_costs(s, device)
         )
+        coster.device = device
         chunks = []
         stage_params = 0.0
         stage_expert_params = 0.0
@@ -2430,8 +2529,10 @@ def build_program(scn: Scenario, comm: CommModel | None = None) -> Program:
         collectives=tuple(coster.seen.values()),
         warnings=tuple(getattr(comm, "placement_warnings", lambda: [])()) + stack_hints(scn),
         ep_overlap=ep_overlap,
-        tensor_activity=activity,
-        power_clock=coster.device.power_clock,
+        # the most power-limited stage's mix and clock; every stage's in stage_power_clocks
+        tensor_activity=max(activities),
+        power_clock=min(d.power_clock for d in devices),
+        stage_power_clocks=tuple(d.power_clock for d in devices),
     )
 
 

@@ -680,15 +680,11 @@ def test_blackwell_ultra_step_is_never_slower(
     assert _step_s(spec, ultra, topology, dtype) <= _step_s(spec, base, topology, dtype) * (1 + 1e-9)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="known (issues 12/13): fp4_matmul_fraction (0.58 on SM103, 0.71 on SM100) divides the "
-    "whole NVFP4 kernel time, fixed latency and memory floor included, so a latency-bound NVFP4 "
-    "GEMM is 22% slower on B300/GB300; scaling only the tensor rate fixes it but leaves DeepGEMM "
-    "PR #348's 4096x4096x7168 cuBLAS FP4 figure 14% off the model (test_moe.py)",
-)
 @pytest.mark.parametrize(("base", "ultra", "topology"), ULTRA_PAIRS)
 def test_blackwell_ultra_nvfp4_step_is_never_slower(base: str, ultra: str, topology: str) -> None:
+    """NVFP4 on SM103 (B300/GB300) is no slower than on SM100: fp4_matmul_fraction scales the MMA
+    pipe's rate only (kernels.tensor_rate_scale), not the fixed latency or the memory floor
+    (a strict xfail while it divided the whole kernel time)."""
     assert _step_s(STEP_DENSE, ultra, topology, "nvfp4") <= _step_s(STEP_DENSE, base, topology, "nvfp4")
 
 

@@ -153,3 +153,72 @@ def test_power_clock_slows_the_tensor_kernels_only() -> None:
 def test_ampere_has_no_power_limited_clock() -> None:
     prog = P.build_program(_scn(8192, 2, 64, 28672, 8, gpu="a100-80gb", dtype="bf16"))
     assert prog.power_clock == 1.0
+
+
+def test_each_stage_holds_the_clock_of_its_own_mix() -> None:
+    """Every pipeline stage's GPUs run at the power-limited clock of their own kernel mix: a stage
+    of transformer layers alone at the one-layer clock, the first with the embedding and the last
+    with the logits and loss at the clock of theirs (GPU Boost's power loop is per GPU). One clock
+    from one layer's mix on every stage made a faster HBM slow the logits stage down."""
+    scn = scenario_from_dict(
+        {
+            "name": "pp4",
+            "model": {
+                "layers": 8,
+                "hidden": 16384,
+                "heads": 128,
+                "kv_heads": 8,
+                "ffn_hidden": 53248,
+                "vocab": 128256,
+                "seq_len": 8192,
+                "gated_mlp": True,
+            },
+            "cluster": {"topology": "dgx-h100", "num_gpus": 32},
+            "parallel": {"global_batch": 16, "tp": 8, "pp": 4, "sequence_parallel": True},
+            "precision": {"dtype": "fp8"},
+        }
+    )
+    prog = P.build_program(scn)
+    clocks = prog.stage_power_clocks
+    assert len(clocks) == 4 and all(c < 1.0 for c in clocks)
+    # the middle stages hold layers only: the one-layer clock
+    coster = P._Coster(scn, P.default_comm_model(scn))
+    layer_device, layer_activity = P.power_limited_device(coster)
+    assert clocks[1] == pytest.approx(layer_device.power_clock, rel=1e-12)
+    assert clocks[2] == clocks[1]
+    # the first and last stages: their own mix (the embedding's and the loss's memory-bound kernels
+    # lower the activity, the 16-bit logits GEMM at its own saturated rate)
+    assert clocks[0] != clocks[1] and clocks[3] != clocks[1]
+    r8 = K.params_for_architecture("hopper").sustained_gemm_ratio("fp8")
+    assert prog.power_clock == min(clocks) and prog.tensor_activity >= layer_activity
+    assert prog.power_clock == pytest.approx(C.power_limited_clock(prog.tensor_activity, r8))
+
+
+def test_faster_memory_never_slows_a_logits_heavy_stage() -> None:
+    """A faster HBM shortens memory-bound kernels, raises a mix's activity and lowers its clock,
+    but never slows the stage that runs the mix: with D = S/T the stage takes
+    T_mem + T_clocked·D^(1/3)/(k·r), whose derivative in T_mem is 1 − (T_clocked/T)·D^(1/3)/(3·k·r) > 0.
+    Checked where it bit: a large-vocabulary last stage on Blackwell, pp = 2."""
+    data = {
+        "name": "logits-heavy",
+        "model": {
+            "layers": 2,
+            "hidden": 4096,
+            "heads": 32,
+            "ffn_hidden": 128,
+            "vocab": 256000,
+            "seq_len": 2048,
+        },
+        "cluster": {"topology": "dgx-b200", "num_gpus": 2},
+        "parallel": {"pp": 2, "global_batch": 16},
+    }
+    scn = scenario_from_dict(data)
+    from simulator.simulate import simulate
+
+    base = simulate(scn).report.step_time_s
+    for factor in (1.1, 2.0, 4.0):
+        gpu = replace(scn.gpu, hbm_bandwidth_bytes_per_s=scn.gpu.hbm_bandwidth_bytes_per_s * factor)
+        faster = replace(scn, topology=replace(scn.topology, gpu=gpu))
+        prog = P.build_program(faster)
+        assert prog.stage_power_clocks[0] != prog.stage_power_clocks[1]
+        assert simulate(faster).report.step_time_s <= base * (1 + 1e-9)

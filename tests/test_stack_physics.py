@@ -61,7 +61,7 @@ def test_output_layer_stays_16_bit_under_fp8(monkeypatch: pytest.MonkeyPatch) ->
     """Megatron-Core's output layer is not a Transformer Engine module: its GEMMs cost the same in
     FP8 and BF16 training, while the transformer layers' GEMMs get faster (compared at one clock:
     the power-limited clock of the two kernel mixes differs, tests/test_power_clock.py)."""
-    monkeypatch.setattr(P, "power_limited_device", lambda coster: (coster.device, 0.0))
+    monkeypatch.setattr(P, "power_limited_clock_of", lambda device, activity: 1.0)
     bf16, fp8 = _segments(_scn(dtype="bf16")), _segments(_scn(dtype="fp8"))
     for name in ("logits", "logits dgrad", "logits wgrad"):
         assert fp8[name] == pytest.approx(bf16[name], rel=1e-12)
@@ -263,7 +263,7 @@ def test_fsdp_backward_post_exposes_the_backward_gathers(monkeypatch: pytest.Mon
     mixes (less interference time in "post") hold slightly different power-limited clocks."""
     from simulator.simulate import simulate
 
-    monkeypatch.setattr(P, "power_limited_device", lambda coster: (coster.device, 0.0))
+    monkeypatch.setattr(P, "power_limited_clock_of", lambda device, activity: 1.0)
 
     par = {"zero": 3, "micro_batch": 4}
     pre = _scn(parallel=par, kernels={"zero3_backward_prefetch": "pre"})
@@ -291,7 +291,7 @@ def test_attention_unpad_moves_the_bert_padding_bytes(monkeypatch: pytest.Monkey
     For GQA (8 of 32 kv heads) on T tokens: 4·T·(h + 2·h/4) + 6·T·h forward,
     6·T·(h + 2·h/4) + 4·T·h backward, each at the streaming bandwidth plus one latency per
     kernel (26 forward, 7 backward); nothing else in the layer changes."""
-    monkeypatch.setattr(P, "power_limited_device", lambda coster: (coster.device, 0.0))
+    monkeypatch.setattr(P, "power_limited_clock_of", lambda device, activity: 1.0)
     # bert_padding feeds a varlen flash kernel (H100's default cuDNN attention would be refused)
     plain = _scn(parallel={"micro_batch": 2}, kernels={"attention": "fa3"})
     unpad = _scn(parallel={"micro_batch": 2}, kernels={"attention_padding": "unpad", "attention": "fa3"})
@@ -345,7 +345,7 @@ def test_separate_bias_grads_read_each_output_gradient_once(monkeypatch: pytest.
     GELU layer with biases, qkv (h + 2·h/4 for 8 of 32 kv heads), attn out (h), fc1 (f) and fc2
     (h), 2 bytes each per token, in 4 kernels; Transformer Engine fuses them into the wgrad GEMM
     (nothing), and a model without biases has none either way."""
-    monkeypatch.setattr(P, "power_limited_device", lambda coster: (coster.device, 0.0))
+    monkeypatch.setattr(P, "power_limited_clock_of", lambda device, activity: 1.0)
     model = {"linear_bias": True, "gated_mlp": False}
     fused = _scn(model=model, parallel={"micro_batch": 2})
     sep = _scn(model=model, parallel={"micro_batch": 2}, kernels={"bias_grad": "separate"})

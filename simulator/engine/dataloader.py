@@ -35,8 +35,16 @@ class LoaderModel:
 
     def __init__(self, latency_s: float, workers: int, capacity: int, start_s: float, empty: bool) -> None:
         self.latency_s, self.workers, self.capacity = latency_s, workers, capacity
-        if empty:  # the buffer runs dry every step: workers busy, nothing buffered
-            self.done_s = [start_s + latency_s] * workers
+        if empty:
+            # the buffer runs dry every step: workers busy, nothing buffered, and out of phase by
+            # latency/workers. Workers that started together stay in phase only with exactly equal
+            # latencies; any spread between their loads drifts them apart, and a loader that cannot
+            # keep up has no idle worker to bring them back together. In phase, the batches came in
+            # bursts of `workers`, consecutive steps alternated short and long, and which one the
+            # engine reported depended on the step's length: a faster GPU made a loader-bound
+            # step up to 9% slower (fuzz audit). Evenly spread, the loader delivers one batch every
+            # latency/workers, its mean rate.
+            self.done_s = [start_s + latency_s * (w + 1) / workers for w in range(workers)]
             self.holding = [False] * workers
             self.buffered = 0
         else:  # the loader keeps up: buffer full, every worker holding a finished batch
