@@ -29,7 +29,7 @@ in full (query-tile height M) and masked at a per-implementation cost c (causal_
 Triton's backward (triton.ops.flash_attention) fills the GPU either with one CTA per (batch, head),
 in waves of the SM count, or per 128-key block at the cost of dQ replicas through HBM, whichever
 is faster (_triton_backward_s).
-"unfused" composes two batched GEMMs and the softmax passes through memory (Megatron 2021).
+"unfused" composes batched GEMMs with the softmax and dropout through memory (Megatron-LM 2021-22).
 
 Memory-bound kernels: bytes / (HBM bandwidth · `memory_bw_fraction` · kind scale) + `memory_latency_s`
 per kernel. The kind scale (MEMORY_KINDS; 1 for a streaming copy) is what a framework kernel reaches
@@ -79,7 +79,30 @@ MEMORY_KINDS = (
     "cross_entropy_fused_bwd",
 )
 TRITON_BWD_BLOCK = 128  # triton.ops.flash_attention backward: BLOCK_M = BLOCK_N = 128
-UNFUSED_SOFTMAX_PASSES = 4  # scale-mask-softmax read + write, dropout read + write (Megatron 2021)
+# UNFUSED_ATTENTION_NOTE: Megatron-LM's core attention before FlashAttention (CoreAttention.forward,
+# megatron/model/transformer.py:216-303@d898a8991d, the sequence-parallel merge of 2022-05-25 that
+# Korthikanti et al. 2022 ran; the same sequence in the 2021 ParallelSelfAttention), per (batch, head):
+#  fwd  baddbmm scores [sq, hd]x[hd, sk] (beta 0: the preallocated buffer is not read);
+#       FusedScaleMaskSoftmax -> scaled_upper_triang_masked_softmax when causal (fused_softmax.py:165-175:
+#       fp16/bf16, 16 < sk <= 4096, and the kernel asserts sk <= 2048; scaled_upper_triang_masked_
+#       softmax.h:131-158 loads only the row's first row+1 scores, :212-226 stores all sk of them, zeros
+#       above the diagonal), else scaled_masked_softmax (reads every score);
+#       torch.nn.Dropout(attention_dropout) on the probabilities (:262-266): PyTorch's fused
+#       native_dropout reads 2, writes the 2-byte output and a 1-byte bool mask;
+#       bmm values [sq, sk]x[sk, hd]; permute(2, 0, 1, 3).contiguous() of the context (:296): one
+#       read and one write of the [sq, hd] output;
+#  bwd  native_dropout_backward (grad x mask x scale: read 2 + 1, write 2);
+#       the softmax backward (scaled_upper_triang_masked_softmax.h:275-282 loads the output gradient
+#       and the softmax output up to the diagonal only, :319-326 stores every score, in place);
+#       bmm's two gradients: dP = dO.V^T (the scores' shape) and dV = P^T.dO; baddbmm's two: dQ = dS.K
+#       and dK = dS^T.Q (the values' shape, reduction over sk): one scores-shaped and three
+#       values-shaped GEMMs.
+# Bytes per 16-bit score of the memory-bound kernels, (read, write):
+UNFUSED_SOFTMAX_FWD_BYTES = (2.0, 2.0)  # halved read when causal (upper-triangular kernel)
+UNFUSED_SOFTMAX_BWD_BYTES = (4.0, 2.0)  # halved read when causal
+UNFUSED_DROPOUT_FWD_BYTES = 2.0 + 2.0 + 1.0  # read; write output and bool mask
+UNFUSED_DROPOUT_BWD_BYTES = 2.0 + 1.0 + 2.0  # read gradient and mask; write
+UNFUSED_CONTEXT_COPY_BYTES = 2.0 + 2.0  # per 16-bit context element: the permute's contiguous copy
 
 
 @dataclass(frozen=True, slots=True)
@@ -560,15 +583,21 @@ def _triton_backward_s(
 def _unfused_attention_s(
     gpu: GPUSpec, p: KernelParams, count: int, sq: int, skv: int, hd: int, causal: bool, pass_: str
 ) -> float:
-    """Scores GEMM, scale-mask-softmax and dropout through HBM, values GEMM (Megatron-LM 2021)."""
+    """Scores GEMM, scale-mask-softmax and dropout through HBM, values GEMM, the context's
+    contiguous copy (Megatron-LM 2021-22: UNFUSED_ATTENTION_NOTE)."""
     t_scores = gemm_time_s(gpu, "bf16", sq, skv, hd, count, p)
     t_values = gemm_time_s(gpu, "bf16", sq, hd, skv, count, p)
-    score_bytes = count * sq * skv * 2.0
-    t_soft = UNFUSED_SOFTMAX_PASSES * score_bytes / (gpu.hbm_bandwidth_bytes_per_s * p.memory_bw_fraction)
-    t_soft += 2 * p.memory_latency_s
+    scores = count * sq * skv
+    bw = gpu.hbm_bandwidth_bytes_per_s * p.memory_bw_fraction
+    read_share = 0.5 if causal else 1.0  # the upper-triangular kernel reads up to the diagonal
     if pass_ == "fwd":
-        return t_scores + t_values + t_soft
-    return 2 * (t_scores + t_values) + 2 * t_soft
+        soft_read, soft_write = UNFUSED_SOFTMAX_FWD_BYTES
+        mem_bytes = scores * (soft_read * read_share + soft_write + UNFUSED_DROPOUT_FWD_BYTES)
+        mem_bytes += count * sq * hd * UNFUSED_CONTEXT_COPY_BYTES
+        return t_scores + t_values + mem_bytes / bw + 3 * p.memory_latency_s
+    soft_read, soft_write = UNFUSED_SOFTMAX_BWD_BYTES
+    mem_bytes = scores * (soft_read * read_share + soft_write + UNFUSED_DROPOUT_BWD_BYTES)
+    return t_scores + 3 * t_values + mem_bytes / bw + 2 * p.memory_latency_s
 
 
 # ----------------------------------------------------------------------------- collectives

@@ -86,6 +86,29 @@ GRAD_16BIT_COPY_BYTES_PER_PARAM = 6 - 2
 FP16_UNSCALE_BYTES_PER_PARAM = 8
 
 
+# MAIN_GRAD_HOOK_NOTE: Megatron-LM 2021-22 (stack "megatron-2021") accumulates each micro-batch's
+# weight gradients in a kernel of its own. Its weight-gradient GEMMs write a fresh 16-bit param.grad
+# (no gradient accumulation fusion: the 2021 code has none, and at the 2022 sequence-parallel merge
+# arguments.py:178-188@d898a8991d turns it off unless gradients accumulate in fp32, which fp16 does
+# not by default), and the local DDP's backward hook then runs `param.main_grad.add_(param.grad)`
+# for every parameter tensor (megatron/model/distributed.py:170-176@d898a8991d, :174@de7dc40f88,
+# the sc21 scripts' commit): read main_grad and the 16-bit grad, write main_grad, one kernel per
+# tensor, every micro-batch. (--DDP-impl torch accumulates the same way: autograd's AccumulateGrad
+# adds into the existing param.grad.) A weight used twice on one stage (tied embedding and output
+# layer) first has its two 16-bit gradients summed by autograd (read 2 + 2, write 2). Not on the
+# stack's ZeRO-3 rows (Narayanan et al. Table 2 ran those on DeepSpeed, not Megatron's DDP).
+TIED_GRAD_SUM_BYTES_PER_PARAM = 6
+
+
+def main_grad_hook_bytes_per_param(scn: Scenario) -> float:
+    """HBM bytes per parameter and micro-batch of the megatron-2021 DDP hook's main_grad add
+    (MAIN_GRAD_HOOK_NOTE); 0 for stacks whose weight-gradient GEMMs accumulate themselves."""
+    if scn.kernels.stack != "megatron-2021" or scn.parallel.zero >= 3:
+        return 0.0  # ZeRO-3 rows ran DeepSpeed's engine, which accumulates its own shard
+    main = grad_reduce_bytes_per_param(scn.dtype, scn.kernels.grad_reduce_dtype)
+    return 2.0 * main + WEIGHT_BYTES
+
+
 def adam_bytes_per_param(scn: Scenario) -> float:
     """ADAM_BYTES_PER_PARAM with each moment read and written in its [memory] storage format
     (Megatron's precision-aware optimizer: BF16 moments move 2 + 2 bytes each instead of 4 + 4),
@@ -262,6 +285,15 @@ QUANTIZED_EXPERT_DTYPES = ("fp8", "mxfp8", "nvfp4")
 # `x + bias` as its own kernel before the residual add (dropout at p = 0 launches nothing): on the
 # attention output (linear_proj's bias) one more read and write of the [tokens, hidden] tensor.
 UNFUSED_BIAS_ADD_PASSES = (2.0, 1, 0.0, 0)
+# QKV_BIAS_ADD_NOTE: Megatron-LM 2021-22 (stack "megatron-2021") adds the qkv projection's bias
+# apart from its GEMM: LinearWithGradAccumulationAndAsyncCommunication.forward runs
+# `output = torch.matmul(total_input, weight.t())` then `output = output + bias`
+# (megatron/mpu/layers.py:233-235@d898a8991d); the 2021 ColumnParallelLinear calls F.linear on the
+# 3-D [s, b, h] input (layers.py:284@de7dc40f88), which PyTorch's at::linear of that time ran as
+# matmul then `output.add_(bias)` (addmm only for 2-D inputs). fc1's bias goes
+# into bias_gelu and the row-parallel biases into bias_dropout_add (skip_bias_add), so only qkv
+# pays it: one read and one write of its output; its gradient is the bias-grad reduction
+# (layers.py:301 `grad_output.sum(dim=0)`, kernels.bias_grad = "separate").
 # QK_NORM_NOTE: Qwen3's per-head q_norm/k_norm (Megatron-Bridge qwen3_bridge.py:52 and
 # qwen3_moe_bridge.py:52@c8101293 set qk_layernorm = True): SelfAttention applies q_layernorm and
 # k_layernorm to the query and key heads after the qkv projection, before RoPE
@@ -955,6 +987,15 @@ class _Coster:
                 matmul_pass_times_s(d, T, q_local + 2 * kv_local, h, 1, self.wgrad_bytes)[1:],
             )
             mm("qkv", T, q_local + 2 * kv_local, h)
+            if m.linear_bias and scn.kernels.stack == "megatron-2021":
+                # QKV_BIAS_ADD_NOTE: the column-parallel qkv adds its bias in a kernel of its own
+                self._eager(
+                    fwd,
+                    b_in,
+                    "qkv bias add (unfused)",
+                    UNFUSED_BIAS_ADD_PASSES,
+                    T * (q_local + 2 * kv_local) * a,
+                )
             if m.qk_norm:  # per-head RMSNorm of q and k (QK_NORM_NOTE)
                 mem("qk norm", 2 * T * (q_local + kv_local) * a, kernels=2)
             if not m.position_embeddings and m.rope_mscale != 1.0:
@@ -1022,15 +1063,20 @@ class _Coster:
             self._tp_exit(fwd, b_in, tp_msg)
             span("mlp", start)
         if m.linear_bias and scn.kernels.bias_grad == "separate" and m.mla is None:
-            # PyTorch nn.Linear: one reduction per biased layer over its output gradient (16-bit)
-            outs = [q_local + 2 * kv_local, h] + ([] if moe else [fc1_n, h])
+            # PyTorch nn.Linear: one reduction per biased layer over its output gradient (16-bit).
+            # The row-parallel layers' biases are added after the reduce-scatter, on the tokens
+            # this rank holds (Megatron-LM transformer.py:634, 681@d898a8991d: bias_dropout_add on
+            # the sequence-parallel residual): their gradients reduce over those tokens only
+            col = [q_local + 2 * kv_local] + ([] if moe else [fc1_n])
+            row = [h] + ([] if moe else [h])
+            nbytes = (T * sum(col) + norm_tokens * sum(row)) * a
             b_w.append(
                 Segment(
                     "compute",
                     "bias grads (reduction)",
-                    memory_op_time_s(d, T * sum(outs) * a, kernels=len(outs)),
+                    memory_op_time_s(d, nbytes, kernels=len(col) + len(row)),
                     0.0,
-                    T * sum(outs) * a,
+                    nbytes,
                 )
             )
         mem("residual add", 3 * norm_tokens * h * a)
@@ -2358,6 +2404,18 @@ def build_program(scn: Scenario, comm: CommModel | None = None) -> Program:
                     expert_params += mtp_rank.expert
             if first:
                 b_in += emb_b.parts
+            hook_b = params * main_grad_hook_bytes_per_param(scn)
+            if hook_b:  # MAIN_GRAD_HOOK_NOTE: one add per parameter tensor
+                tensors = (
+                    sum(counts.values()) * (8 + 4 * m.linear_bias)
+                    + 2 * last
+                    + first * (1 + m.position_embeddings)
+                )
+                if first and last and m.tied_embeddings:
+                    hook_b += TIED_GRAD_SUM_BYTES_PER_PARAM * embed_params
+                    tensors += 1
+                t_hook = memory_op_time_s(device, hook_b, kernels=tensors)
+                b_w.append(Segment("compute", "main_grad accumulate (ddp hook)", t_hook, 0.0, hook_b))
             stage_params += params
             stage_expert_params += expert_params
             dp_grad_s: list[float] = []

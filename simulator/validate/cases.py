@@ -196,6 +196,11 @@ def _model_table(run: PublishedRun, rules: SourceRules, notes: list[str]) -> dic
         # 6,658,859,008 at 2k counts them); tied embeddings
         table.update(MPT_BENCHMARK_MODEL)
         notes.append("model: learned positions and linear biases (llm-foundry MPTConfig defaults)")
+    if rules.key == "narayanan21":
+        # Megatron-LM 2021's GPT: biases on every linear layer (mpu/layers.py ColumnParallelLinear /
+        # RowParallelLinear bias=True@de7dc40f88; validate_sources.toml narayanan21 bias_grad)
+        table["linear_bias"] = True
+        notes.append("model: linear biases (Megatron-LM 2021 GPT: every linear layer has one)")
     if rules.key == "megatron-bridge" and preset is not None and preset.startswith("llama"):
         # Megatron-Bridge builds its Llama models from the HF config (recipes/llama/llama3.py
         # AutoBridge.from_hf_pretrained): attention_dropout 0.0 from config.json and
