@@ -139,6 +139,7 @@ class SimpyLoader:
         self.store.items.extend(range(state.buffered))
         self.requests_s: list[float] = []  # when stage 0 would have asked, had it never waited
         self.wait_s = 0.0
+        self.busy_until_s = [0.0] * program.dataloader_workers  # when each worker's load in hand is done
         import numpy as np
 
         self.rng: Any = np.random.default_rng(program.dataloader_seed)
@@ -148,6 +149,7 @@ class SimpyLoader:
     def _worker(self, w: int, first_s: float):
         env, latency = self.env, self.program.dataloader_latency_s
         if first_s > 0:  # finishing the batch it was loading when the step began
+            self.busy_until_s[w] = first_s
             yield env.timeout(first_s)
             self.recorder.add(0, "dataloader", f"load (worker {w})", 0.0, env.now, stream="data")
         yield self.store.put(w)
@@ -155,9 +157,16 @@ class SimpyLoader:
             cv = self.program.dataloader_jitter
             jitter = lognormal(self.rng, cv) if cv > 0 else 1.0
             start = env.now
+            self.busy_until_s[w] = start + latency * float(jitter)
             yield env.timeout(latency * float(jitter))
             self.recorder.add(0, "dataloader", f"load (worker {w})", start, env.now, stream="data")
             yield self.store.put(w)
+
+    def state_at(self, end_s: float) -> LoaderState:
+        """The loader when the next step starts at `end_s`: the batches in the buffer, and when
+        each worker's load in hand is done (0: done, putting it or holding it for a full buffer)."""
+        ready = tuple(max(0.0, t - end_s) for t in self.busy_until_s)
+        return LoaderState(len(self.store.items), ready)
 
     def take(self, stage: int, microbatch: int):
         """Stage `stage` takes one batch (a generator to `yield from`)."""

@@ -7,12 +7,13 @@ starts the step from the dataloader's steady state when there is one.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from ..program import Program, stage_orders
 from ..schedules import PAIRED_SCHEDULES
 from ..specs import VariabilitySpec
-from ..timeline import Timeline
+from ..timeline import CATEGORIES, Timeline
 from .clock import BARRIER, LocalClock, LocalMailbox, Pending, SimpyBarrier, SimpyClock, SimpyMailbox
 from .dataloader import LoaderState, SimpyLoader, steady_loader_state
 from .noise import Noise
@@ -31,6 +32,7 @@ class Replay:
     timeline: Timeline
     requests_s: tuple[float, ...] = ()
     unstalled_s: float = 0.0
+    end_state: LoaderState | None = None  # the loader when the next step starts
 
 
 def _close(recorder: Recorder, ends_s: list[float]) -> Timeline:
@@ -57,7 +59,8 @@ def replay_simpy(program: Program, noise: Noise, recorder: Recorder, loader: Loa
     timeline = _close(recorder, [st.end_s for st in stages])
     if feed is None:
         return Replay(timeline)
-    return Replay(timeline, tuple(feed.requests_s), timeline.step_time_s - feed.wait_s)
+    end = feed.state_at(timeline.step_time_s)
+    return Replay(timeline, tuple(feed.requests_s), timeline.step_time_s - feed.wait_s, end)
 
 
 def replay_local(program: Program, noise: Noise, recorder: Recorder, tight: bool = True) -> Replay:
@@ -157,4 +160,75 @@ def run_step(
         list(first.requests_s),
         first.unstalled_s,
     )
-    return replay_simpy(program, noise(), recorder(detail), state).timeline
+    return _loader_cycle_step(
+        program,
+        state,
+        len(first.requests_s),
+        lambda st, spans: replay_simpy(program, noise(), recorder(spans), st),
+        detail,
+    )
+
+
+MAX_LOADER_STEPS = 64  # consecutive steps searched for the loader's cycle
+
+
+def _same_state(a: LoaderState, b: LoaderState, tol_s: float) -> bool:
+    return a.buffered == b.buffered and all(
+        abs(x - y) <= tol_s for x, y in zip(a.worker_ready_s, b.worker_ready_s, strict=True)
+    )
+
+
+def _loader_cycle_step(
+    program: Program,
+    state: LoaderState,
+    batches: int,
+    replay: Callable[[LoaderState, bool], Replay],
+    detail: bool,
+) -> Timeline:
+    """The mean step over the loader's cycle. Steps are replayed one after another, each from
+    the loader state the previous one left, from `state` (the approximate steady state) until a
+    step starts from a state an earlier one started from: the steps in between are one whole
+    cycle. A loader-bound pipeline's steps need not all be alike (workers out of phase deliver
+    batches unevenly across steps); one of them is not the step period, and could be slower with
+    faster hardware even though the long-run period (max and + of the durations) cannot be. The
+    mean over a whole cycle is that period; the breakdown is the mean of the cycle's breakdowns,
+    so it still sums to the step time. One replay when the first step leaves the state it
+    started from (a loader that keeps up, or one whose steps are all alike)."""
+    tol_s = 1e-9 * program.dataloader_latency_s
+    starts = [state]
+    steps: list[Timeline] = []
+    first = 0
+    cycle_found = True
+    for _ in range(MAX_LOADER_STEPS):
+        done = replay(starts[-1], detail and not steps)
+        steps.append(done.timeline)
+        assert done.end_state is not None
+        seen = [j for j, s in enumerate(starts) if _same_state(s, done.end_state, tol_s)]
+        if seen:
+            first = seen[-1]
+            break
+        starts.append(done.end_state)
+    else:  # no exact cycle found: the mean over the later half (past the transient)
+        first = len(steps) // 2
+        cycle_found = False
+    cycle = steps[first:]
+    if cycle_found and len(cycle) == 1 and (first == 0 or not detail):
+        return cycle[0]
+    n = len(cycle)
+    by_stage = [t.breakdown_by_stage_s() for t in cycle]
+    mean = tuple({c: sum(b[s][c] for b in by_stage) / n for c in CATEGORIES} for s in range(program.pp))
+    step_s = sum(t.step_time_s for t in cycle) / n
+    if not cycle_found and program.dataloader_jitter == 0:
+        # Still in the transient: a loader just slower than the pipeline drains what it had
+        # buffered by a little each step, and the steps run at the pipeline's pace until it is
+        # gone (hundreds of steps near the boundary). In the long run no step is shorter than
+        # its batches' loading time over the workers; the extra time is waiting for data (stage
+        # 0; the other stages wait for stage 0: bubble).
+        bound_s = batches * program.dataloader_latency_s / program.dataloader_workers
+        if bound_s > step_s:
+            for s, cats in enumerate(mean):
+                cats["dataloader" if s == 0 else "bubble"] += bound_s - step_s
+            step_s = bound_s
+    # with spans (traces, plots): the first step's spans, the cycle's mean as the breakdown
+    spans = steps[0].spans if detail else ()
+    return Timeline(spans, step_s, program.pp, by_stage_s=mean)
