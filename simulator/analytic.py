@@ -23,7 +23,7 @@ import bisect
 from collections.abc import Callable
 
 from .comm import CommModel
-from .engine.dataloader import LoaderModel, LoaderState, steady_loader_state
+from .engine.dataloader import MAX_LOADER_STEPS, LoaderModel, LoaderState, steady_loader_state
 from .metrics import StepReport, step_report
 from .program import Block, Program, build_program, stage_orders
 from .schedules import (
@@ -83,13 +83,16 @@ def _replayed(program: Program, data_s: Callable[[float], float] | None = None) 
     return replay(program.schedule, program.pp, program.vp, m, times, hops, orders, data_s, _gates(program))
 
 
-def _fed_replay(program: Program) -> Replay:
+def _fed_replay(program: Program) -> tuple[Replay, float]:
     """The pipeline fed by the dataloader in its steady state, as the engine runs it
     (engine/replay.py `run_step`): a first pass from a full buffer gives when the first stage
     would have asked for each batch had it never waited, and the step without the waits; the
     loader alone over previous steps gives the state a step starts from (`steady_loader_state`);
     the pipeline is played again from that state. The loader is the engine's own pure model
-    (workers, bounded prefetch buffer, a worker holding its batch while the buffer is full)."""
+    (workers, bounded prefetch buffer, a worker holding its batch while the buffer is full).
+    As the engine (engine/replay.py `_loader_cycle_step`), steps are played one after another,
+    each from the loader state the previous one left, until a start state repeats; also returns
+    the mean step over that cycle (the last step's replay stands for the cycle's DP exposure)."""
     lat, workers = program.dataloader_latency_s, program.dataloader_workers
     capacity = max(1, workers * program.dataloader_prefetch)
     full = LoaderState(workers * program.dataloader_prefetch, (0.0,) * workers)
@@ -109,7 +112,26 @@ def _fed_replay(program: Program) -> Replay:
     played = _replayed(program, first_pass)
     step_s, _ = _after_pipeline(program, played, played.makespan_s)
     state = steady_loader_state(lat, workers, capacity, requests, step_s - waited_s[-1])
-    return _replayed(program, _served(LoaderModel.from_state(lat, workers, capacity, state)))
+    starts, steps_s = [state], []
+    first_in_cycle, found = 0, False
+    for _ in range(MAX_LOADER_STEPS):
+        model = LoaderModel.from_state(lat, workers, capacity, starts[-1])
+        played = _replayed(program, _served(model))
+        step_s, _ = _after_pipeline(program, played, played.makespan_s)
+        steps_s.append(step_s)
+        end = model.state(step_s)
+        seen = [j for j, s in enumerate(starts) if s.close_to(end, 1e-9 * lat)]
+        if seen:
+            first_in_cycle, found = seen[-1], True
+            break
+        starts.append(end)
+    else:
+        first_in_cycle = len(steps_s) // 2
+    cycle = steps_s[first_in_cycle:]
+    mean_s = sum(cycle) / len(cycle)
+    if not found and program.dataloader_jitter == 0:  # still draining: the loader's rate (engine)
+        mean_s = max(mean_s, len(requests) * lat / workers)
+    return played, mean_s
 
 
 def _served(loader: LoaderModel) -> Callable[[float], float]:
@@ -252,8 +274,9 @@ def estimate_program(program: Program) -> tuple[float, tuple[dict[str, float], .
     pipe_s = replayed.makespan_s if replayed is not None else _pipeline_time_s(program, per_stage)
     step_s, dp_exposed = _after_pipeline(program, replayed, pipe_s)
     if program.dataloader_latency_s > 0:
-        replayed = _fed_replay(program)
-        step_s, dp_exposed = _after_pipeline(program, replayed, replayed.makespan_s)
+        replayed, mean_s = _fed_replay(program)
+        _, dp_exposed = _after_pipeline(program, replayed, replayed.makespan_s)
+        step_s = mean_s  # the time beyond a stage's work is waiting: bubble below
 
     by_stage = []
     for st, cats, exposed in zip(program.stages, work, dp_exposed, strict=True):

@@ -28,6 +28,15 @@ class LoaderState:
     buffered: int
     worker_ready_s: tuple[float, ...]
 
+    def close_to(self, other: LoaderState, tol_s: float) -> bool:
+        """The same buffer, and every worker ready within `tol_s` of the other's."""
+        return self.buffered == other.buffered and all(
+            abs(x - y) <= tol_s for x, y in zip(self.worker_ready_s, other.worker_ready_s, strict=True)
+        )
+
+
+MAX_LOADER_STEPS = 64  # consecutive steps searched for the loader's cycle
+
 
 class LoaderModel:
     """Workers that each load one batch in `latency_s`, put it into a buffer of `capacity`

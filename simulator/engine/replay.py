@@ -15,7 +15,7 @@ from ..schedules import PAIRED_SCHEDULES
 from ..specs import VariabilitySpec
 from ..timeline import CATEGORIES, Timeline
 from .clock import BARRIER, LocalClock, LocalMailbox, Pending, SimpyBarrier, SimpyClock, SimpyMailbox
-from .dataloader import LoaderState, SimpyLoader, steady_loader_state
+from .dataloader import MAX_LOADER_STEPS, LoaderState, SimpyLoader, steady_loader_state
 from .noise import Noise
 from .quiet import QuietStage
 from .recorder import Recorder, SpanRecorder, SumRecorder
@@ -169,15 +169,6 @@ def run_step(
     )
 
 
-MAX_LOADER_STEPS = 64  # consecutive steps searched for the loader's cycle
-
-
-def _same_state(a: LoaderState, b: LoaderState, tol_s: float) -> bool:
-    return a.buffered == b.buffered and all(
-        abs(x - y) <= tol_s for x, y in zip(a.worker_ready_s, b.worker_ready_s, strict=True)
-    )
-
-
 def _loader_cycle_step(
     program: Program,
     state: LoaderState,
@@ -203,7 +194,7 @@ def _loader_cycle_step(
         done = replay(starts[-1], detail and not steps)
         steps.append(done.timeline)
         assert done.end_state is not None
-        seen = [j for j, s in enumerate(starts) if _same_state(s, done.end_state, tol_s)]
+        seen = [j for j, s in enumerate(starts) if s.close_to(done.end_state, tol_s)]
         if seen:
             first = seen[-1]
             break
