@@ -134,8 +134,9 @@ def run_step(
 
     With a dataloader, the buffer at the start of a step is what the previous steps left:
     a first pass (buffer full) gives the step period and when stage 0 asks for data; the
-    loader alone is then run over a few previous periods to find its steady state, and the
-    step is simulated again from there.
+    loader alone is then run over a few previous periods to find an approximate steady state,
+    and consecutive steps are simulated from there until they cycle; the step is the mean over
+    the cycle (`_loader_cycle_step`).
     """
     spec = variability or VariabilitySpec()
 
