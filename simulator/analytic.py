@@ -23,7 +23,7 @@ import bisect
 from collections.abc import Callable
 
 from .comm import CommModel
-from .engine.dataloader import MAX_LOADER_STEPS, LoaderModel, LoaderState, steady_loader_state
+from .engine.dataloader import LoaderModel, LoaderState, loader_cycle, steady_loader_state
 from .metrics import StepReport, step_report
 from .program import Block, Program, build_program, stage_orders
 from .schedules import (
@@ -112,21 +112,16 @@ def _fed_replay(program: Program) -> tuple[Replay, float]:
     played = _replayed(program, first_pass)
     step_s, _ = _after_pipeline(program, played, played.makespan_s)
     state = steady_loader_state(lat, workers, capacity, requests, step_s - waited_s[-1])
-    starts, steps_s = [state], []
-    first_in_cycle, found = 0, False
-    for _ in range(MAX_LOADER_STEPS):
-        model = LoaderModel.from_state(lat, workers, capacity, starts[-1])
+
+    def step(start: LoaderState) -> tuple[tuple[float, Replay], LoaderState]:
+        model = LoaderModel.from_state(lat, workers, capacity, start)
         played = _replayed(program, _served(model))
         step_s, _ = _after_pipeline(program, played, played.makespan_s)
-        steps_s.append(step_s)
-        end = model.state(step_s)
-        seen = [j for j, s in enumerate(starts) if s.close_to(end, 1e-9 * lat)]
-        if seen:
-            first_in_cycle, found = seen[-1], True
-            break
-        starts.append(end)
-    else:
-        first_in_cycle = len(steps_s) // 2
+        return (step_s, played), model.state(step_s)
+
+    results, first_in_cycle, found = loader_cycle(state, step, 1e-9 * lat)
+    steps_s = [r[0] for r in results]
+    played = results[-1][1]
     cycle = steps_s[first_in_cycle:]
     mean_s = sum(cycle) / len(cycle)
     if not found and program.dataloader_jitter == 0:  # still draining: the loader's rate (engine)

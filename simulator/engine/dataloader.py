@@ -9,8 +9,9 @@ a few previous steps, it gives the state the step starts from (`steady_loader_st
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from ..program import Program
 from .noise import lognormal
@@ -18,6 +19,8 @@ from .recorder import Recorder
 
 if TYPE_CHECKING:
     import simpy
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,6 +39,26 @@ class LoaderState:
 
 
 MAX_LOADER_STEPS = 64  # consecutive steps searched for the loader's cycle
+
+
+def loader_cycle(
+    start: LoaderState, step: Callable[[LoaderState], tuple[T, LoaderState]], tol_s: float
+) -> tuple[list[T], int, bool]:
+    """Steps played one after another, each from the loader state the previous one left, from
+    `start` until a step ends in a state an earlier step started from (within `tol_s` per
+    worker): the steps from that one on are one whole cycle. Returns every step's result, the
+    index where the cycle begins, and whether a cycle was found within MAX_LOADER_STEPS (if not,
+    the cycle is taken as the later half, past the transient). Used alike by the engine
+    (engine/replay.py) and the closed form (analytic.py)."""
+    starts, results = [start], []
+    for _ in range(MAX_LOADER_STEPS):
+        result, end = step(starts[-1])
+        results.append(result)
+        seen = [j for j, s in enumerate(starts) if s.close_to(end, tol_s)]
+        if seen:
+            return results, seen[-1], True
+        starts.append(end)
+    return results, len(results) // 2, False
 
 
 class LoaderModel:

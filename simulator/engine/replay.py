@@ -15,7 +15,7 @@ from ..schedules import PAIRED_SCHEDULES
 from ..specs import VariabilitySpec
 from ..timeline import CATEGORIES, Timeline
 from .clock import BARRIER, LocalClock, LocalMailbox, Pending, SimpyBarrier, SimpyClock, SimpyMailbox
-from .dataloader import MAX_LOADER_STEPS, LoaderState, SimpyLoader, steady_loader_state
+from .dataloader import LoaderState, SimpyLoader, loader_cycle, steady_loader_state
 from .noise import Noise
 from .quiet import QuietStage
 from .recorder import Recorder, SpanRecorder, SumRecorder
@@ -186,23 +186,13 @@ def _loader_cycle_step(
     mean over a whole cycle is that period; the breakdown is the mean of the cycle's breakdowns,
     so it still sums to the step time. One replay when the first step leaves the state it
     started from (a loader that keeps up, or one whose steps are all alike)."""
-    tol_s = 1e-9 * program.dataloader_latency_s
-    starts = [state]
-    steps: list[Timeline] = []
-    first = 0
-    cycle_found = True
-    for _ in range(MAX_LOADER_STEPS):
-        done = replay(starts[-1], detail and not steps)
-        steps.append(done.timeline)
+
+    def step(start: LoaderState) -> tuple[Timeline, LoaderState]:
+        done = replay(start, detail and start is state)
         assert done.end_state is not None
-        seen = [j for j, s in enumerate(starts) if s.close_to(done.end_state, tol_s)]
-        if seen:
-            first = seen[-1]
-            break
-        starts.append(done.end_state)
-    else:  # no exact cycle found: the mean over the later half (past the transient)
-        first = len(steps) // 2
-        cycle_found = False
+        return done.timeline, done.end_state
+
+    steps, first, cycle_found = loader_cycle(state, step, 1e-9 * program.dataloader_latency_s)
     cycle = steps[first:]
     if cycle_found and len(cycle) == 1 and (first == 0 or not detail):
         return cycle[0]
