@@ -305,6 +305,58 @@ UNFUSED_BIAS_ADD_PASSES = (2.0, 1, 0.0, 0)
 # written and read back: 5 x 2 bytes.
 CP_CORRECTION_BYTES_PER_ELEMENT = 10.0
 TN_ONLY_FP8_ARCHITECTURES = ("hopper",)  # FP8 GEMM operands must be K-major before sm100
+# TE_LAYER_NOTE: the memory-bound kernels of one Megatron-Core + Transformer Engine layer (stack
+# "megatron-core", the default), audited against Megatron-LM core_r0.8.0 (the README weak-scaling
+# and NeMo 24.07 rows) and TransformerEngine v1.7 (issue 12, teops; docs/accuracy.md "One
+# Megatron-Core + TE layer, op by op"), as (passes, kernels) over the tensor named, a pass being one
+# 16-bit copy of it. Where the generic op table differs:
+# - norm backward (TELayerNormColumnParallelLinear's tex.layernorm_bwd / rmsnorm_bwd):
+#   ln_bwd_tuned_kernel reads dz and x and writes dx and per-CTA dgamma/dbeta parts, then
+#   ln_bwd_finalize_tuned_kernel reduces the parts (common/layer_norm/ln_bwd_kernels.cuh@v1.7;
+#   rmsnorm/rmsnorm_bwd_kernels.cuh the same): 3 passes in 2 kernels, not 4.
+# - GeLU backward: F.gelu's gelu_backward (or bias_gelu_impl's bias_gelu_back,
+#   megatron/core/fusions/fused_bias_gelu.py) reads the gradient and the input and writes one:
+#   3 passes in 1 kernel, not 4 in 2.
+# - fused RoPE backward: TE's fused_apply_rotary_pos_emb (rotary_pos_embedding.py:244-246
+#   @core_r0.8.0 with apply_rope_fusion) reads the gradient and writes one: 2 passes, not 4.
+# - residual (bias-dropout-add, megatron/core/fusions/fused_bias_dropout.py@core_r0.8.0,
+#   torch.compile'd by megatron/core/jit.py on PyTorch >= 2.2): forward reads x and the residual
+#   and writes the sum (3 passes) and, with dropout, the 1-byte bool mask; backward, the sum's
+#   gradient is the incoming one for both inputs (no kernel), dropout's gradient multiplies it by
+#   the mask (read 2 + 1, write 2 bytes per element) and autograd sums the residual stream's two
+#   gradients where it forks into the next norm and the residual (read 2 + 2, write 2): 3 passes
+#   in 1 kernel without dropout, 3 + 2.5 in 2 with it -- not 6.
+# - GQA query copy: SelfAttention.get_query_key_value_tensors (attention.py:496-526@core_r0.8.0)
+#   splits the [s, b, ng, (np/ng + 2) hn] qkv output with TE's _SplitAlongDim and reshapes the
+#   query to [s, b, np, hn], which with np/ng > 1 heads per group is no view: a copy of q (read +
+#   write). Backward, _SplitAlongDim (pytorch/attention.py:1543@v1.7) returns the gradient as a view
+#   only when dq, dk, dv are adjacent slices of one buffer (MHA's packed sbh3d layout); with GQA dq
+#   comes apart from dkv and it concatenates them: read + write of q + 2 kv.
+# TE_FP8_NORM_NOTE: with delayed-scaling FP8 (the only recipe of TE 1.x), LayerNormLinear (the qkv
+# and dense fc1 inputs of the TE layer spec) runs the norm with an FP8 output -- ln_out_dtype uint8,
+# layernorm_fwd_fp8 (module/layernorm_linear.py:131-146@v1.7; :126@v1.8, :137@v1.9): read 2, write
+# 1 byte per element, no cast kernel -- and its backward transposes that FP8 output for the wgrad
+# GEMM (tex.fp8_transpose, :590@v1.7; read 1, write 1) on Hopper, whose FP8 GEMMs take K-major
+# operands only. TE Linear (proj, fc2) casts and transposes its input in one kernel
+# (fp8_cast_transpose_fused, linear.py:135@v1.7), as every GEMM input is costed otherwise.
+TE_NORM_BWD = (3.0, 2)
+GELU_BWD = (3.0, 1)
+TE_ROPE_BWD = (2.0, 1)
+RESIDUAL_FORK_ADD_PASSES = 3.0
+DROPOUT_MASK_BYTES = 1.0  # torch bool mask per element
+# EMBEDDING_GRAD_NOTE: the word-embedding weight gradient (Megatron-Core, any release): the lookup is
+# F.embedding (VocabParallelEmbedding.forward, tensor_parallel/layers.py:233-234@core_r0.8.0), whose
+# backward allocates the whole [V/tp, h] gradient as at::zeros in the 16-bit grad dtype and scatters
+# the token rows into it (pytorch aten/src/ATen/native/cuda/EmbeddingBackwardKernel.cu
+# embedding_backward_cuda_kernel@d2999467): one write of the table. The embedding is no TE module,
+# so its gradient is not accumulated in a GEMM: Megatron-Core DDP's hook adds it to main_grad
+# (distributed/distributed_data_parallel.py:221-224@core_r0.8.0: read main_grad and the grad, write
+# main_grad), every micro-batch. With the output layer tied to it on the same stage (pp = 1),
+# LanguageModule sets zero_out_wgrad (language_module.py:63-67), so the output layer's backward
+# -- whose wgrad GEMM itself accumulates into main_grad -- returns a torch.zeros dummy gradient of
+# the table (layers.py:503-514), autograd sums the two 16-bit gradients (read 2 + 2, write 2) and
+# the hook adds the sum to main_grad (zero_out_wgrad lets it through). Learned position embeddings
+# are a table of their own, the same way.
 
 
 # Current scaling ([precision] fp8_recipe = "current"): Transformer Engine's
@@ -932,7 +984,13 @@ class _Coster:
         b_in: list = []
         b_w: list = []
 
-        def mm(name: str, mm_m: int, mm_n: int, mm_k: int, count: int = 1) -> None:
+        # Megatron-Core + Transformer Engine's own kernels where they differ (TE_LAYER_NOTE)
+        te = scn.kernels.stack in ("", "megatron-core")
+        # TE's LayerNormLinear with delayed-scaling FP8 writes the norm's output in FP8 itself
+        # (TE_FP8_NORM_NOTE): its GEMM input needs no cast, only the transpose on Hopper
+        ln_fp8 = te and d.dtype == "fp8" and scn.fp8_recipe == "delayed"
+
+        def mm(name: str, mm_m: int, mm_n: int, mm_k: int, count: int = 1, ln_fused: bool = False) -> None:
             # forward, dgrad and wgrad each at its own GEMM shape (costs.gemm_pass_shape)
             times_s = matmul_pass_times_s(d, mm_m, mm_n, mm_k, count, self.wgrad_bytes)
             times = dict(zip(GEMM_PASSES, times_s, strict=True))
@@ -953,17 +1011,57 @@ class _Coster:
                 cast_in = quant * mm_m * mm_k * count
                 cast_grad = quant * mm_m * mm_n * count
                 qk = quant_kernels_per_tensor(d, self.scn.fp8_recipe)
-                fwd.append(Segment("compute", label, memory_op_time_s(d, cast_in, qk), 0.0, cast_in))
+                if ln_fused and ln_fp8:
+                    if architecture(d.gpu.name) in TN_ONLY_FP8_ARCHITECTURES:  # tex.fp8_transpose
+                        tr = 2 * HOPPER_FP8_TRANSPOSE_BYTES * mm_m * mm_k * count
+                        b_w.append(
+                            Segment("compute", "fp8 transpose (norm out)", memory_op_time_s(d, tr), 0.0, tr)
+                        )
+                else:
+                    fwd.append(Segment("compute", label, memory_op_time_s(d, cast_in, qk), 0.0, cast_in))
                 b_in.append(Segment("compute", label, memory_op_time_s(d, cast_grad, qk), 0.0, cast_grad))
 
-        def mem(name: str, fwd_bytes: float, kernels: int = 1, kind: str = "") -> None:
+        def mem(
+            name: str,
+            fwd_bytes: float,
+            kernels: int = 1,
+            kind: str = "",
+            bwd: tuple[float, int] | None = None,
+        ) -> None:
             """A memory-bound op: `fwd_bytes` forward; backward two passes of the forward's
-            kernels. `kind` (MEMORY_KINDS without its _fwd/_bwd suffix): the kernel the stack
-            runs has its own measured bandwidth in each pass."""
+            kernels, or `bwd` = (bytes as a multiple of the forward's, kernels) where the stack's
+            kernel is known (TE_LAYER_NOTE). `kind` (MEMORY_KINDS without its _fwd/_bwd suffix):
+            the kernel the stack runs has its own measured bandwidth in each pass."""
             tt = memory_op_time_s(d, fwd_bytes, kernels, f"{kind}_fwd" if kind else "copy")
-            tb = 2 * memory_op_time_s(d, fwd_bytes, kernels, f"{kind}_bwd" if kind else "copy")
+            bwd_kind = f"{kind}_bwd" if kind else "copy"
+            if bwd is None:
+                tb, bwd_bytes = 2 * memory_op_time_s(d, fwd_bytes, kernels, bwd_kind), 2 * fwd_bytes
+            else:
+                bwd_bytes = bwd[0] * fwd_bytes
+                tb = memory_op_time_s(d, bwd_bytes, bwd[1], bwd_kind)
             fwd.append(Segment("compute", name, tt, 0.0, fwd_bytes))
-            b_in.append(Segment("compute", name + " bwd", tb, 0.0, 2 * fwd_bytes))
+            b_in.append(Segment("compute", name + " bwd", tb, 0.0, bwd_bytes))
+
+        norm_bwd = (TE_NORM_BWD[0] / 2, TE_NORM_BWD[1]) if te else None
+        # a norm fused into the next GEMM's FP8 cast: read 16-bit, write 8-bit (TE_FP8_NORM_NOTE)
+        ln_fp8_bytes = norm_tokens * h * (a + 1)
+        ln_fp8_bwd = (TE_NORM_BWD[0] * norm_tokens * h * a / ln_fp8_bytes, TE_NORM_BWD[1])
+
+        def residual(name: str) -> None:
+            """Megatron's bias-dropout-add and, backward, the residual stream's fork add."""
+            elems = norm_tokens * h
+            if not te:
+                mem(name, 3 * elems * a)
+                return
+            drop = m.dropout > 0
+            fwd_b = 3 * elems * a + (DROPOUT_MASK_BYTES * elems if drop else 0.0)
+            fwd.append(Segment("compute", name, memory_op_time_s(d, fwd_b), 0.0, fwd_b))
+            bwd_b = RESIDUAL_FORK_ADD_PASSES * elems * a
+            bwd_k = 1
+            if drop:  # dropout's gradient: grad x mask x scale
+                bwd_b += (2 * a + DROPOUT_MASK_BYTES) * elems
+                bwd_k += 1
+            b_in.append(Segment("compute", name + " bwd", memory_op_time_s(d, bwd_b, bwd_k), 0.0, bwd_b))
 
         # forward segments of the modules selective recomputation can re-run, by
         # Megatron-Core --recompute-modules name: [start, end) ranges of `fwd`
@@ -975,7 +1073,10 @@ class _Coster:
         # --- attention block (Megatron column/row-parallel linear layers)
         tp_msg = T * h * a  # full-sequence activation of this micro-batch (AG output / AR buffer)
         start = len(fwd)
-        mem("input norm", 2 * norm_tokens * h * a)
+        if ln_fp8 and m.mla is None:
+            mem("input norm (fp8 out)", ln_fp8_bytes, bwd=ln_fp8_bwd)
+        else:
+            mem("input norm", 2 * norm_tokens * h * a, bwd=norm_bwd)
         span("layernorm", start)
         if m.mla is not None:
             self._mla_projections(mm, mem, fwd, b_in, T, tp_msg, heads_local, span)
@@ -986,7 +1087,7 @@ class _Coster:
                 tp_msg,
                 matmul_pass_times_s(d, T, q_local + 2 * kv_local, h, 1, self.wgrad_bytes)[1:],
             )
-            mm("qkv", T, q_local + 2 * kv_local, h)
+            mm("qkv", T, q_local + 2 * kv_local, h, ln_fused=True)
             if m.linear_bias and scn.kernels.stack == "megatron-2021":
                 # QKV_BIAS_ADD_NOTE: the column-parallel qkv adds its bias in a kernel of its own
                 self._eager(
@@ -1007,7 +1108,17 @@ class _Coster:
                     T * (q_local + kv_local) * a,
                 )
             elif not m.position_embeddings:
-                mem("rope", 2 * T * (q_local + kv_local) * a)
+                mem(
+                    "rope",
+                    2 * T * (q_local + kv_local) * a,
+                    bwd=(TE_ROPE_BWD[0] / 2, TE_ROPE_BWD[1]) if te else None,
+                )
+            if te and heads_local > kv_heads_local:
+                # GQA: the query reshape copies, the split's backward concatenates (TE_LAYER_NOTE)
+                q_b = 2 * T * q_local * a
+                qkv_b = 2 * T * (q_local + 2 * kv_local) * a
+                fwd.append(Segment("compute", "gqa query copy", memory_op_time_s(d, q_b), 0.0, q_b))
+                b_in.append(Segment("compute", "gqa qkv grad concat", memory_op_time_s(d, qkv_b), 0.0, qkv_b))
         attn_fwd, attn_bwd, attn_parts = self._attention(T, s_local, s, heads_local, q_local, v_local)
         start = len(fwd)
         if self.scn.kernels.attention_padding == "unpad":
@@ -1027,11 +1138,14 @@ class _Coster:
         self._tp_exit(fwd, b_in, tp_msg)
         if m.linear_bias and m.is_moe:  # bias_dropout_fusion off (UNFUSED_BIAS_ADD_PASSES)
             self._eager(fwd, b_in, "attn bias add (unfused)", UNFUSED_BIAS_ADD_PASSES, norm_tokens * h * a)
-        mem("residual add", 3 * norm_tokens * h * a)
+        residual("residual add")
 
         # --- MLP or MoE block
         start = len(fwd)
-        mem("post-attn norm", 2 * norm_tokens * h * a)
+        if ln_fp8 and not moe:  # MoE layers run a separate TENorm before the router
+            mem("post-attn norm (fp8 out)", ln_fp8_bytes, bwd=ln_fp8_bwd)
+        else:
+            mem("post-attn norm", 2 * norm_tokens * h * a, bwd=norm_bwd)
         span("layernorm", start)
         start = len(fwd)
         marks: tuple[int, ...] = ()
@@ -1043,7 +1157,7 @@ class _Coster:
             f_local = m.ffn // t
             fc1_n = (2 if m.gated_mlp else 1) * f_local
             self._tp_entry(fwd, b_in, tp_msg, matmul_pass_times_s(d, T, fc1_n, h, 1, self.wgrad_bytes)[1:])
-            mm("fc1", T, fc1_n, h)
+            mm("fc1", T, fc1_n, h, ln_fused=True)
             if m.activation == "squared_relu":
                 # megatron/core/activations.py squared_relu = torch.pow(F.relu(x), 2): two eager
                 # kernels forward (relu, pow: 4 passes over T x f) and four backward (pow's
@@ -1058,6 +1172,7 @@ class _Coster:
                     "swiglu" if m.gated_mlp else "gelu",
                     (3 if m.gated_mlp else 2) * T * f_local * a,
                     kind="swiglu" if swiglu else "",
+                    bwd=(GELU_BWD[0] / 2, GELU_BWD[1]) if te and not m.gated_mlp else None,
                 )
             mm("fc2", T, h, f_local)
             self._tp_exit(fwd, b_in, tp_msg)
@@ -1079,7 +1194,7 @@ class _Coster:
                     nbytes,
                 )
             )
-        mem("residual add", 3 * norm_tokens * h * a)
+        residual("residual add")
 
         params_local = fl.layer_params_per_rank(m, par, moe).total
         if par.tp_comm_overlap and par.tp > 1:
@@ -2069,11 +2184,54 @@ class _Coster:
                 3 * T * m.hidden * 4,
             )
         ]
+        if scn.kernels.stack in ("", "megatron-core"):
+            bwd += self._embedding_table_grads()
         if par.tp > 1:  # vocab-parallel embedding: partial sums reduced across TP
             msg = T * m.hidden * a
             kind = "reducescatter" if par.sequence_parallel else "allreduce"
             fwd.append(Segment("tp_comm", "embedding " + kind, self.coll(kind, "tp", msg), 0.0, msg))
         return _Phase(tuple(fwd)), _Phase(tuple(bwd))
+
+    def _embedding_table_grads(self) -> list[Segment]:
+        """Megatron-Core's per-micro-batch work on the dense embedding-table gradients
+        (EMBEDDING_GRAD_NOTE): the zero-filled 16-bit table of F.embedding's backward, the DDP
+        hook's main_grad add, and with a tied output layer on the same stage its zeros dummy
+        gradient and the autograd sum of the two."""
+        scn, d = self.scn, self.device
+        par, m = scn.parallel, scn.model
+        a = d.activation_bytes
+        words = -(-m.vocab // par.tp) * m.hidden
+        tables = [words] + ([m.seq_len * m.hidden] if m.position_embeddings else [])
+        elems = float(sum(tables))
+        out = [
+            Segment(
+                "compute",
+                "embedding grad table zero-fill",
+                memory_op_time_s(d, a * elems, len(tables)),
+                0.0,
+                a * elems,
+            )
+        ]
+        if par.zero < 3:  # Megatron FSDP shards the gradients in its own buffers
+            if m.tied_embeddings and par.pp == 1:
+                tied = (a + TIED_GRAD_SUM_BYTES_PER_PARAM) * words  # output layer's zeros, the sum
+                out.append(
+                    Segment(
+                        "compute", "tied embedding grad zeros + sum", memory_op_time_s(d, tied, 2), 0.0, tied
+                    )
+                )
+            main = grad_reduce_bytes_per_param(scn.dtype, scn.kernels.grad_reduce_dtype)
+            hook = (2 * main + a) * elems
+            out.append(
+                Segment(
+                    "compute",
+                    "embedding main_grad add (ddp hook)",
+                    memory_op_time_s(d, hook, len(tables)),
+                    0.0,
+                    hook,
+                )
+            )
+        return out
 
     def logits(self) -> tuple[_Phase, _Phase, _Phase]:
         scn, d = self.scn, self.device
