@@ -344,6 +344,13 @@ GELU_BWD = (3.0, 1)
 TE_ROPE_BWD = (2.0, 1)
 RESIDUAL_FORK_ADD_PASSES = 3.0
 DROPOUT_MASK_BYTES = 1.0  # torch bool mask per element
+# DDP_HOOK_NOTE: Megatron-Core's DDP hook adds each parameter's gradient to its main_grad
+# (distributed/distributed_data_parallel.py:215-225@core_r0.8.0) unless the parameter carries
+# grad_added_to_main_grad -- which only TE's GEMM weights set (fuse_wgrad_accumulation,
+# module/layernorm_linear.py:689-699@v1.7). TE returns the norm's dgamma (and dbeta) and the bias
+# gradients as ordinary gradients, and the router is a plain F.linear: one main_grad.add_ kernel per
+# such tensor, every micro-batch (read main_grad and the grad, write main_grad). Tiny tensors: the
+# kernel's fixed cost is what they add.
 # EMBEDDING_GRAD_NOTE: the word-embedding weight gradient (Megatron-Core, any release): the lookup is
 # F.embedding (VocabParallelEmbedding.forward, tensor_parallel/layers.py:233-234@core_r0.8.0), whose
 # backward allocates the whole [V/tp, h] gradient as at::zeros in the 16-bit grad dtype and scatters
@@ -1195,6 +1202,27 @@ class _Coster:
                 )
             )
         residual("residual add")
+
+        if te and par.zero < 3:
+            # DDP_HOOK_NOTE: the parameters whose gradient no GEMM accumulates into main_grad
+            sizes = [h, h]  # the two norms' weights
+            if m.qk_norm:
+                sizes += [m.dim_per_head, m.dim_per_head]
+            if moe:
+                sizes.append(h * m.num_experts)  # the router's weight (a plain F.linear)
+            if m.linear_bias and m.mla is None:
+                sizes += [q_local + 2 * kv_local, h] + ([] if moe else [fc1_n, h])
+            main = grad_reduce_bytes_per_param(scn.dtype, scn.kernels.grad_reduce_dtype)
+            hook_b = (2 * main + a) * float(sum(sizes))
+            b_w.append(
+                Segment(
+                    "compute",
+                    "norm/bias main_grad add (ddp hook)",
+                    memory_op_time_s(d, hook_b, kernels=len(sizes)),
+                    0.0,
+                    hook_b,
+                )
+            )
 
         params_local = fl.layer_params_per_rank(m, par, moe).total
         if par.tp_comm_overlap and par.tp > 1:

@@ -134,6 +134,9 @@ def test_each_mechanism_adds_only_its_segments() -> None:
         for name, s in {**full["fwd"], **full["bwd"]}.items()
         if "fc2 bias (eager" in name or name in ("expert fc1 bias grad", "attn bias add (unfused)")
     )
+    # and the DDP hook's main_grad adds of the attention's bias gradients (program.py DDP_HOOK_NOTE)
+    hook = "norm/bias main_grad add (ddp hook)"
+    bias_s += full["bwd"][hook].duration_s - no_bias["bwd"][hook].duration_s
     assert full["total_s"] - no_bias["total_s"] == pytest.approx(bias_s, rel=1e-9)
     swiglu = _segments(_scn(activation=""))
     clamp_s = sum(s.duration_s for name, s in {**full["fwd"], **full["bwd"]}.items() if "clamps" in name)
@@ -276,6 +279,10 @@ def test_qk_norm_costs_two_norms_of_q_and_k() -> None:
     assert with_norm["bwd"]["qk norm bwd"].message_bytes == 4 * qk_bytes
     assert "qk norm" not in without["fwd"]
     added = with_norm["fwd"]["qk norm"].duration_s + with_norm["bwd"]["qk norm bwd"].duration_s
+    # and the DDP hook's main_grad adds of the two norms' weights (program.py DDP_HOOK_NOTE)
+    hook = "norm/bias main_grad add (ddp hook)"
+    added += with_norm["bwd"][hook].duration_s - without["bwd"][hook].duration_s
+    assert with_norm["bwd"][hook].duration_s > without["bwd"][hook].duration_s
     assert with_norm["total_s"] - without["total_s"] == pytest.approx(added, rel=1e-9)
 
 

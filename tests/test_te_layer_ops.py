@@ -198,3 +198,19 @@ def test_te_op_table_moves_a_layer_by_little() -> None:
         t_te = sum(s.duration_s for parts in te[1:] for s in parts)
         t_old = sum(s.duration_s for parts in old[1:] for s in parts)
         assert abs(t_te / t_old - 1) < 0.03
+
+
+def test_ddp_hook_adds_the_gradients_no_gemm_accumulated() -> None:
+    """Megatron-Core DDP: one main_grad.add_ per norm weight (and per bias / router weight) every
+    micro-batch; TE's GEMM weights accumulate in the GEMM and are not added again."""
+    for model, extra in ((GPT, []), ({**GPT, "linear_bias": True}, [3 * 2048, 2048, 4 * 2048, 2048])):
+        c, _, _, b_w = _layer(_scn(model))
+        (hook,) = _named(b_w, "norm/bias main_grad add (ddp hook)")
+        sizes = [2048, 2048, *extra]
+        main = grad_reduce_bytes_per_param("bf16", c.scn.kernels.grad_reduce_dtype)
+        assert hook.message_bytes == (2 * main + 2) * sum(sizes)
+        assert hook.duration_s == pytest.approx(
+            memory_op_time_s(c.device, hook.message_bytes, kernels=len(sizes)), rel=1e-12
+        )
+    _, _, _, b_w_old = _layer(_scn(GPT, stack="composer-fsdp"))
+    assert not _named(b_w_old, "norm/bias main_grad add (ddp hook)")
