@@ -177,6 +177,7 @@ QUANT_BYTES_PER_ELEMENT = {"fp8": 3.0, "mxfp8": 2 + 2 * (1 + 1 / 32), "nvfp4": 2
 # memory pass beside the GEMM, no launch: an upper bound (the epilogue of a persistent GEMM overlaps
 # the next tile's math while the kernel is compute-bound).
 CUTEDSL_EPILOGUE_DTYPES = ("mxfp8",)
+CUTEDSL_EPILOGUE_ARCHITECTURES = ("blackwell",)  # is_supported: compute capability 10.x
 TE_GEMM_STREAMS = 4
 PER_EXPERT_QUANTIZE_DTYPES = ("mxfp8",)
 HOPPER_FP8_TRANSPOSE_BYTES = 1.0
@@ -1597,7 +1598,12 @@ class _Coster:
             self._eager(fwd, b_in, "moe sort by expert", SORT_CHUNKS_PASSES, sorted_bytes)
 
         # the fused grouped MLP's CuTe DSL epilogues (CUTEDSL_EPILOGUE_NOTE)
-        epilogue = not eager and d.dtype in CUTEDSL_EPILOGUE_DTYPES and m.gated_mlp
+        epilogue = (
+            not eager
+            and d.dtype in CUTEDSL_EPILOGUE_DTYPES
+            and m.gated_mlp
+            and architecture(d.gpu.name) in CUTEDSL_EPILOGUE_ARCHITECTURES
+        )
 
         def grouped(name: str, n: int, kk: int, input_cast: bool = True, grad_cast: bool = True) -> None:
             # forward, dgrad and wgrad each at its own shape (the wgrad reduces over the tokens);
