@@ -167,7 +167,8 @@ class KernelParams:
     # NVLS all-reduce's algbw as a fraction of the achieved NVLink rate (the switch reduces;
     # network/collectives.py NVLS_BW_FRACTION is the training job's prior)
     nccl_nvls_fraction: float
-    # chunk-times S/n a reduction ring's last step adds (network/collectives.py Links)
+    # chunk-times S/n an all-reduce ring adds beyond its pipeline fill (network/collectives.py Links;
+    # not reduce-scatter: nccl-tests shows none there)
     nccl_reduce_tail_chunks: float
     # extra cost of a masked (diagonal) kv position over an unmasked one in the forward, per
     # implementation: the causal mask's index compares and selects on the score tile (the
