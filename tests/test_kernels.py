@@ -27,11 +27,10 @@ def test_every_figure_is_cited_and_positive(figures: list[K.Figure]) -> None:
 
 
 def test_shipped_microbenchmarks_within_tolerance(figures: list[K.Figure]) -> None:
-    """Issue 12 target: every kernel within 10% of its microbenchmark. Measured today (390 checked
-    figures): 7 are not, none by more than 19.5%: A100 FP16 GEMMs of 1024-4096 (Azure's A100 is
-    ~20% below the shape terms A100 shares with H100: flat from 2048^3 to 4096^3 where every H100
-    table climbs 20-24%), cuBLASLt MXFP8 at 16384^3 on B200 (+13% at the sustained clock), H200
-    FP8 at 1280x4096x12032 (MAMF), FlashAttention's
+    """Issue 12 target: every kernel within 10% of its microbenchmark. Measured today (392 checked
+    figures): 5 are not, none by more than 15.5%: Azure's A100 FP16 GEMM at 4096^3 (+15%: 10%
+    below the same table's 8192^3 at the same power-saturated clock), cuBLASLt MXFP8 at 16384^3 on
+    B200 (+13% at the sustained clock), H200 FP8 at 1280x4096x12032 (MAMF), FlashAttention's
     Triton kernel on A100 at 512 tokens and head dim 128 (+11%) and the A100 all-reduce dip at
     128 MiB (its time to 256 MiB implies 277 GB/s, above the 232 GB/s plateau). Reference-only
     figures (PyTorch eager attention, latency-bound collectives below 1 MiB, sources the model
@@ -40,7 +39,7 @@ def test_shipped_microbenchmarks_within_tolerance(figures: list[K.Figure]) -> No
     outside = [f for f in checked if abs(f.error) > TOLERANCE]
     assert len(outside) <= 0.07 * len(checked), [(f.label, round(100 * f.error, 1)) for f in outside]
     worst = max(checked, key=lambda f: abs(f.error))
-    assert abs(worst.error) <= 0.21, (worst.label, worst.error)
+    assert abs(worst.error) <= 0.16, (worst.label, worst.error)
     for kind in ("gemm", "attention", "memory", "collective"):
         errors = [abs(f.error) for f in checked if f.kind == kind]
         assert errors, kind
