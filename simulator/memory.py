@@ -24,7 +24,8 @@ What one GPU holds at its peak, part by part (all in bytes):
   counted whatever the moments' dtype) and zero_grad(set_to_none) frees it at the next
   train_step's start (Megatron-Bridge 0fbfe7d training/train.py), so it counts only where it
   outweighs the activations and buffers freed by then. fp8 training keeps 16-bit weights and adds a 1-byte fp8
-  copy of each weight (Transformer Engine's cast cache); with `[precision] fp8_param_gather`
+  copy of each GEMM weight of a Transformer Engine module (TE's cast cache; not of the embedding
+  or the output layer, which are no TE modules and stay 16-bit only); with `[precision] fp8_param_gather`
   (Megatron-Core --fp8-param-gather) the GEMM weights exist only in FP8 -- no 16-bit copy --
   while the embedding and output layer stay 16-bit (weight_bytes_per_param).
 * **Activations** — Korthikanti et al. 2022 (arXiv 2205.05198) §4, Table 2, per layer and
@@ -525,7 +526,8 @@ class StageParams:
     dense: float
     expert: float
     # of `dense`: the embedding, position embedding, final norm and output layer -- no Transformer
-    # Engine GEMM weights, so they stay 16-bit under [precision] fp8_param_gather
+    # Engine GEMM weights, so FP8 training keeps them 16-bit only: no quantized copy beside them
+    # (nor, under [precision] fp8_param_gather, instead of them)
     unquantized: float = 0.0
 
 
@@ -658,8 +660,12 @@ def _model_state_bytes(
     expert_shard = max(par.expert_dp * par.shard_size // par.dp, 1)
     sharded = params.dense / d + params.expert / expert_shard  # this rank's 1/d share
     weight_bytes = weight_bytes_per_param(dtype, fp8_param_gather)
-    if fp8_param_gather and total > 0:
-        # the embedding and output layer are no TE modules: they keep their 16-bit weights
+    if total > 0:
+        # the embedding and output layer are no TE modules (Megatron-Core gpt_model.py builds them
+        # as VocabParallelEmbedding and tensor_parallel.ColumnParallelLinear; DeepSeek-V3 report
+        # §3.3.1 keeps "the embedding module, the output head" in their original precision): only
+        # their 16-bit weights -- no quantized copy beside them, and none instead of them under
+        # fp8_param_gather
         quantized_fraction = 1.0 - params.unquantized / total
         weight_bytes = weight_bytes * quantized_fraction + WEIGHT_BYTES * (1.0 - quantized_fraction)
     # fp16 keeps 16-bit gradients and the optimizer an fp32 copy of them (Megatron's "fp16 param,
