@@ -213,7 +213,9 @@ def test_e5m6_attention_output_saves_its_closed_form(tmp_path: Path) -> None:
         base = _scn(tmp_path, parallel=parallel)
         e5m6 = _scn(tmp_path, parallel=parallel, memory="e5m6_attention_output = true")
         for moe in (False, True):
-            saved = scenario_layer_activations(base, moe).stored - scenario_layer_activations(e5m6, moe).stored
+            saved = (
+                scenario_layer_activations(base, moe).stored - scenario_layer_activations(e5m6, moe).stored
+            )
             assert saved == pytest.approx(per_element * v * S)
         act0 = memory_footprint(base).parts_bytes["activations"]
         act1 = memory_footprint(e5m6).parts_bytes["activations"]
