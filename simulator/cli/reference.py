@@ -534,6 +534,11 @@ KEYS: dict[str, Key] = {
         "routed experts' SwiGLU inputs cached in FP8 for the backward (DeepSeek-V3 §3.3.4; fp8 dtypes, MoE)",
         since=NEXT,
     ),
+    "memory.e5m6_attention_output": Key(
+        "attention output (the output projection's input) kept once in E5M6, 1.5 bytes per element, "
+        "for the attention backward and the projection (DeepSeek-V3 §3.3.3; fp8 dtypes)",
+        since=NEXT,
+    ),
     "memory.exp_avg_dtype": Key(
         "storage format of Adam's first moment (Megatron --exp-avg-dtype; DeepSeek-V3: bf16)",
         allowed=_spec("MOMENT_DTYPES"),
