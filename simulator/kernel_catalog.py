@@ -35,8 +35,8 @@ def ring_window_bytes(gpu_name: str) -> float:
 
 
 def reduce_tail_chunks(gpu_name: str) -> float:
-    """Chunk-times a reduction ring's last step adds ([model.<arch>] nccl_reduce_tail_chunks,
-    fitted on reduce-scatters by rank count); 0 if absent."""
+    """Chunk-times S/n an all-reduce ring adds beyond its pipeline fill ([model.<arch>]
+    nccl_reduce_tail_chunks; reduce-scatter carries none, network/collectives.py); 0 if absent."""
     table = kernel_data()["model"].get(architecture(gpu_name), {})
     return float(table.get("nccl_reduce_tail_chunks", 0.0))
 

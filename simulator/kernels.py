@@ -10,7 +10,8 @@ GEMM (cuBLAS/CUTLASS-style): the output is cut into tiles, one CTA per tile per 
 CTA's main loop runs at `gemm_peak_fraction` of its SM's share of the dense peak, reduced for
 small tiles (operand traffic per FLOP ∝ 1/tm + 1/tn), plus a fixed per-tile staging cost of
 `gemm_tile_overhead` k-steps (pipeline fill and epilogue). Like cuBLAS's heuristics the model
-takes the fastest of a set of tile shapes (256×128 … 64×64) and split-K factors (1–16, stream-K
+takes the fastest of a set of tile shapes (256×128 … 64×64, plus the 96×128 and 160×128 of
+cuBLAS's Ampere kernels: gemm_tiles) and split-K factors (1–16, stream-K
 style work splitting for GEMMs with too few output tiles to fill the GPU; the partial sums cost
 a reduction through memory). A memory floor (operands + output at `gemm_memory_bw_scale` of the
 streaming bandwidth: a memory-bound cuBLASLt GEMM moves its bytes at ~0.9 of a copy's rate) and a
@@ -56,6 +57,17 @@ ATTENTION_PASSES = ("fwd", "bwd", "fwd+bwd")
 BWD_FLOP_RATIO = 2.5  # FlashAttention backward: 5 matmuls vs 2 forward (Dao 2023, §3)
 # (tile rows, tile cols) cuBLAS/CUTLASS pick from on Ampere/Hopper/Blackwell for 16/8-bit GEMMs.
 GEMM_TILES = ((256, 128), (128, 256), (128, 128), (128, 64), (64, 128), (64, 64))
+# Tiles an architecture's cuBLAS adds to GEMM_TILES. Ampere: cuBLAS's sm80 kernels
+# sm80_xmma_gemm_f16f16_f16f32_f32_*_tilesize96x128x32_stage4 and ..._tilesize160x128x32_stage4, the
+# ones cuBLAS (CUDA 12.6) selected for FP16 1024^3 (a grid of 88 CTAs = 11 x 8 tiles of 96x128) and
+# 2048^3 (208 = 13 x 16 of 160x128) on a 108-SM GA100 (A800 80GB PCIe; NCU captures,
+# frezcirno/Texo docs/gemm-wmma-pipeline-aligned-ncu.md@f3e0ea90 and docs/gemm-ncu-analysis.md
+# @b703e18e). Both orientations: a framework's rows x columns are cuBLAS's columns x rows when it
+# calls the column-major library on row-major tensors (PyTorch does), so the model, which does not
+# know the caller's orientation, offers each shape both ways as GEMM_TILES does.
+ARCH_GEMM_TILES: dict[str, tuple[tuple[int, int], ...]] = {
+    "ampere": ((96, 128), (128, 96), (160, 128), (128, 160)),
+}
 SPLIT_K = (1, 2, 3, 4, 6, 8, 12, 16)
 SPLIT_K_MIN_K = 256  # never split a GEMM below this many k per split
 # Memory-bound kernel kinds with their own achievable bandwidth (KernelParams *_bw_scale):
@@ -155,7 +167,8 @@ class KernelParams:
     # NVLS all-reduce's algbw as a fraction of the achieved NVLink rate (the switch reduces;
     # network/collectives.py NVLS_BW_FRACTION is the training job's prior)
     nccl_nvls_fraction: float
-    # chunk-times S/n a reduction ring's last step adds (network/collectives.py Links)
+    # chunk-times S/n an all-reduce ring adds beyond its pipeline fill (network/collectives.py Links;
+    # not reduce-scatter: nccl-tests shows none there)
     nccl_reduce_tail_chunks: float
     # extra cost of a masked (diagonal) kv position over an unmasked one in the forward, per
     # implementation: the causal mask's index compares and selects on the score tile (the
@@ -246,6 +259,11 @@ def params_for_architecture(arch: str) -> KernelParams:
 
 def kernel_params(gpu: GPUSpec) -> KernelParams:
     return params_for_architecture(architecture(gpu.name))
+
+
+def gemm_tiles(gpu: GPUSpec) -> tuple[tuple[int, int], ...]:
+    """The (tile rows, tile cols) shapes cuBLAS picks from on this GPU's architecture."""
+    return GEMM_TILES + ARCH_GEMM_TILES.get(architecture(gpu.name), ())
 
 
 def default_attention(gpu: GPUSpec) -> str:
@@ -340,7 +358,7 @@ def gemm_plan(
 
     c = p.gemm_tile_reuse  # small-tile penalty 1/(1 + c(1/tm + 1/tn)), relative to 256x128
     big = 1.0 + c * (1 / 256 + 1 / 128)
-    for tm, tn in GEMM_TILES:
+    for tm, tn in gemm_tiles(gpu):
         tile_eff = big / (1.0 + c * (1 / tm + 1 / tn))
         tiles = math.ceil(m / tm) * math.ceil(n / tn) * batch
         for sk in SPLIT_K if split else (1,):

@@ -24,7 +24,8 @@ What one GPU holds at its peak, part by part (all in bytes):
   counted whatever the moments' dtype) and zero_grad(set_to_none) frees it at the next
   train_step's start (Megatron-Bridge 0fbfe7d training/train.py), so it counts only where it
   outweighs the activations and buffers freed by then. fp8 training keeps 16-bit weights and adds a 1-byte fp8
-  copy of each weight (Transformer Engine's cast cache); with `[precision] fp8_param_gather`
+  copy of each GEMM weight of a Transformer Engine module (TE's cast cache; not of the embedding
+  or the output layer, which are no TE modules and stay 16-bit only); with `[precision] fp8_param_gather`
   (Megatron-Core --fp8-param-gather) the GEMM weights exist only in FP8 -- no 16-bit copy --
   while the embedding and output layer stay 16-bit (weight_bytes_per_param).
 * **Activations** — Korthikanti et al. 2022 (arXiv 2205.05198) §4, Table 2, per layer and
@@ -143,6 +144,10 @@ ACT_BYTES = 2  # 16-bit activations
 MASK_BYTES = 1  # dropout masks
 FP8_BYTES = 1  # fp8 copies of matmul inputs saved for backward (fp8 training)
 LSE_BYTES = 4  # FlashAttention's fp32 log-sum-exp per head and query
+# DeepSeek-V3's E5M6 (sign, 5 exponent, 6 mantissa bits: 12 bits) cache of the attention output
+# (report arXiv 2412.19437 §3.3.3 "Low-Precision Activation" (1)); its 1x128-tile power-of-2 scales
+# are left out, as the FP8 caches' scales are
+E5M6_BYTES = 1.5
 
 # --- reserved -----------------------------------------------------------------------------------
 FRAMEWORK_BYTES = 1.5 * GIB_BYTES  # CUDA context + cuBLAS workspaces + NCCL buffers (see above)
@@ -179,6 +184,7 @@ def layer_activation_bytes(
     fp8_moe_act_input: bool = False,
     proj_saves_original_input: bool = False,
     imbalance: float = 0.0,
+    e5m6_attention_output: bool = False,
 ) -> LayerActivationBytes:
     """Korthikanti et al. 2022 Table 2, generalized to GQA, gated MLPs, MoE and CP (module doc).
 
@@ -187,7 +193,9 @@ def layer_activation_bytes(
     `proj_saves_original_input`: the output projection keeps its 16-bit input instead of a
     quantized copy (Megatron-Core's set_save_original_input(linear_proj); see `_attention_output`).
     `imbalance`: the busiest EP rank's routed tokens / the mean (Scenario.expert_load_imbalance);
-    0 = the model's explicit `load_imbalance`, else 1 (the factor on one EP rank)."""
+    0 = the model's explicit `load_imbalance`, else 1 (the factor on one EP rank).
+    `e5m6_attention_output`: the attention output kept once in E5M6 ([memory] key; see
+    `_attention_output`)."""
     skew = imbalance or model.busiest_rank_load(1, 0)
     s_local = model.seq_len / cp  # tokens of a sequence on this CP rank
     sb = s_local * micro_batch
@@ -252,6 +260,7 @@ def layer_activation_bytes(
         fp8=fp8,
         flash_attention=flash_attention,
         proj_saves_original_input=proj_saves_original_input,
+        e5m6=e5m6_attention_output,
     )
     if model.mla is None:
         # Q 2q, K 2kv, V 2kv, attention output (input of the output projection) 2q
@@ -301,7 +310,7 @@ def layer_activation_bytes(
 
 
 def _attention_output(
-    width: float, *, fp8: bool, flash_attention: bool, proj_saves_original_input: bool
+    width: float, *, fp8: bool, flash_attention: bool, proj_saves_original_input: bool, e5m6: bool = False
 ) -> tuple[float, float]:
     """(kept as the output projection's input, kept beside it by the attention core) bytes per
     token of the attention output, `width` elements per token on this rank.
@@ -321,7 +330,14 @@ def _attention_output(
     mxfp8 and nvfp4, and fp8 where the scenario implies a non-delayed recipe, the function
     `proj_saves_original_input`; otherwise "fp8" counts Megatron's default, delayed scaling).
     Without FlashAttention the core's backward needs the softmax output and V, not its output:
-    only the projection's copy stays."""
+    only the projection's copy stays.
+    `e5m6` (`[memory] e5m6_attention_output`, FP8 training): DeepSeek-V3's recipe (report arXiv
+    2412.19437 §3.3.3, "Low-Precision Activation" (1): "Inputs of the Linear after the attention
+    operator. These activations are also used in the backward pass of the attention operator ...
+    We adopt a customized E5M6 data format exclusively for these activations"): one tensor of
+    E5M6_BYTES per element serving both backwards, nothing beside it."""
+    if fp8 and e5m6:
+        return E5M6_BYTES * width, 0.0
     if not fp8 or proj_saves_original_input:
         return ACT_BYTES * width, 0.0
     return FP8_BYTES * width, (ACT_BYTES * width if flash_attention else 0.0)
@@ -424,6 +440,7 @@ def scenario_layer_activations(scn: Scenario, moe: bool) -> LayerActivationBytes
         fp8_moe_act_input=scn.memory.fp8_moe_act_input,
         proj_saves_original_input=proj_saves_original_input(scn),
         imbalance=scn.expert_load_imbalance,
+        e5m6_attention_output=scn.memory.e5m6_attention_output,
     )
 
 
@@ -525,7 +542,8 @@ class StageParams:
     dense: float
     expert: float
     # of `dense`: the embedding, position embedding, final norm and output layer -- no Transformer
-    # Engine GEMM weights, so they stay 16-bit under [precision] fp8_param_gather
+    # Engine GEMM weights, so FP8 training keeps them 16-bit only: no quantized copy beside them
+    # (nor, under [precision] fp8_param_gather, instead of them)
     unquantized: float = 0.0
 
 
@@ -658,8 +676,12 @@ def _model_state_bytes(
     expert_shard = max(par.expert_dp * par.shard_size // par.dp, 1)
     sharded = params.dense / d + params.expert / expert_shard  # this rank's 1/d share
     weight_bytes = weight_bytes_per_param(dtype, fp8_param_gather)
-    if fp8_param_gather and total > 0:
-        # the embedding and output layer are no TE modules: they keep their 16-bit weights
+    if total > 0:
+        # the embedding and output layer are no TE modules (Megatron-Core gpt_model.py builds them
+        # as VocabParallelEmbedding and tensor_parallel.ColumnParallelLinear; DeepSeek-V3 report
+        # §3.3.1 keeps "the embedding module, the output head" in their original precision): only
+        # their 16-bit weights -- no quantized copy beside them, and none instead of them under
+        # fp8_param_gather
         quantized_fraction = 1.0 - params.unquantized / total
         weight_bytes = weight_bytes * quantized_fraction + WEIGHT_BYTES * (1.0 - quantized_fraction)
     # fp16 keeps 16-bit gradients and the optimizer an fp32 copy of them (Megatron's "fp16 param,

@@ -158,6 +158,26 @@ QUANT_BYTES_PER_ELEMENT = {"fp8": 3.0, "mxfp8": 2 + 2 * (1 + 1 / 32), "nvfp4": 2
 #   is not a delayed Float8Quantizer, so with_fused_kernel is false); delayed "fp8" is one fused
 #   nvte_multi_cast_transpose. NVFP4 has its own grouped path (split_quantize_nvfp4_impl, one group amax).
 # TE's fused grouped MLP (kernels.fused_grouped_mlp) runs grouped-tensor kernels instead.
+# CUTEDSL_EPILOGUE_NOTE: with MXFP8 on Blackwell the fused grouped MLP of the 26.06+ recipes (Megatron-
+# Bridge cutedsl_fused_grouped_mlp: use_transformer_engine_op_fuser, and NVTE_CUTEDSL_FUSED_GROUPED_MLP
+# = 1 from scripts/performance/perf_plugins.py:308-309@fcbb6031) runs cuDNN front-end CuTe DSL grouped
+# GEMMs whose epilogues do the elementwise work between the two GEMMs (Transformer Engine
+# transformer_engine/pytorch/ops/fused/forward_grouped_mlp.py@4220403e, the 26.06 pin:
+# ForwardGroupedMLP_CuTeGEMMSwiGLU_MXFP8, sm 10.x only): forward, grouped_gemm_glu_wrapper_sm100 writes
+# fc1's pre-activation (c_tensor, bf16, kept for backward) and the GLU output times the routing
+# probability already quantized to MXFP8, rowwise and columnwise (d_dtype float8_e4m3fn, d_tensor /
+# d_col_tensor with their scales) -- fc2's input, so no activation kernel and no fc2-input
+# quantize; backward (backward_grouped_mlp.py@4220403e, grouped_gemm_dglu_wrapper_sm100): fc2's dgrad
+# GEMM reads the saved pre-activation (c_tensor), applies the GLU derivative and the probability
+# gradient (dprob_tensor) and writes fc1's output gradient in MXFP8, rowwise and columnwise -- no
+# activation-backward kernel and no quantize of fc1's output gradient. What stays: one
+# tex.group_quantize of fc1's input (forward) and of fc2's output gradient (backward). The epilogues'
+# extra traffic (forward: the MXFP8 write of the GLU output; backward: the pre-activation read and the
+# MXFP8 write of the 2x-wide gradient instead of a 16-bit write of the narrow one) is charged as a
+# memory pass beside the GEMM, no launch: an upper bound (the epilogue of a persistent GEMM overlaps
+# the next tile's math while the kernel is compute-bound).
+CUTEDSL_EPILOGUE_DTYPES = ("mxfp8",)
+CUTEDSL_EPILOGUE_ARCHITECTURES = ("blackwell",)  # is_supported: compute capability 10.x
 TE_GEMM_STREAMS = 4
 PER_EXPERT_QUANTIZE_DTYPES = ("mxfp8",)
 HOPPER_FP8_TRANSPOSE_BYTES = 1.0
@@ -1720,8 +1740,18 @@ class _Coster:
             sorted_bytes = max(round(routed * skew), 1) * h * a
             self._eager(fwd, b_in, "moe sort by expert", SORT_CHUNKS_PASSES, sorted_bytes)
 
-        def grouped(name: str, n: int, kk: int) -> None:
-            # forward, dgrad and wgrad each at its own shape (the wgrad reduces over the tokens)
+        # the fused grouped MLP's CuTe DSL epilogues (CUTEDSL_EPILOGUE_NOTE)
+        epilogue = (
+            not eager
+            and d.dtype in CUTEDSL_EPILOGUE_DTYPES
+            and m.gated_mlp
+            and architecture(d.gpu.name) in CUTEDSL_EPILOGUE_ARCHITECTURES
+        )
+
+        def grouped(name: str, n: int, kk: int, input_cast: bool = True, grad_cast: bool = True) -> None:
+            # forward, dgrad and wgrad each at its own shape (the wgrad reduces over the tokens);
+            # input_cast / grad_cast: whether the input (forward) / output gradient (backward) is
+            # quantized by a kernel of its own (not by the previous GEMM's epilogue)
             tf, td, tw = (
                 grouped_matmul_time_s(
                     d, per_expert, n, kk, experts_local, uneven, streams, pass_, self.wgrad_bytes
@@ -1748,16 +1778,18 @@ class _Coster:
                 )
                 if per_expert_kernels and experts_local > 1:
                     label += " (per expert)"
-                fwd.append(Segment("compute", label, memory_op_time_s(d, cast_in, kernels), 0.0, cast_in))
-                b_in.append(
-                    Segment("compute", label, memory_op_time_s(d, cast_grad, kernels), 0.0, cast_grad)
-                )
+                if input_cast:
+                    fwd.append(Segment("compute", label, memory_op_time_s(d, cast_in, kernels), 0.0, cast_in))
+                if grad_cast:
+                    b_in.append(
+                        Segment("compute", label, memory_op_time_s(d, cast_grad, kernels), 0.0, cast_grad)
+                    )
 
         experts = len(fwd)
         if d.dtype in QUANTIZED_EXPERT_DTYPES and scn.kernels.moe_dispatcher != "hybridep":
             rows_bytes = per_expert * experts_local * h * a
             self._eager(fwd, b_in, "expert quantization pad/unpad", QUANT_PADDING_PASSES, rows_bytes)
-        grouped("expert fc1", fc1_n, h)
+        grouped("expert fc1", fc1_n, h, grad_cast=not epilogue)
         rows = per_expert * experts_local  # token copies through this rank's experts
         if m.linear_bias:  # fc1 bias gradient: one read of the fc1 output gradient (TE GroupedLinear)
             b_w.append(
@@ -1774,9 +1806,35 @@ class _Coster:
             self._eager(fwd, b_in, "expert act input clamps", CLAMPED_GLU_PASSES, rows * fc1_n * a)
         self.act_sync_index = len(fwd)  # the eager clamped GeGLU's host sync (hostbound.CLAMPED_GLU_OPS)
         swiglu = m.gated_mlp and not m.activation and eager  # bias_swiglu_impl (MEMORY_KINDS)
-        mem("expert act", (3 if m.gated_mlp else 2) * rows * f_local * a, kind="swiglu" if swiglu else "")
+        if epilogue:
+            # fc1's epilogue writes the GLU output in MXFP8 (rowwise and columnwise); fc2's dgrad
+            # epilogue reads the 16-bit pre-activation and writes fc1's output gradient in MXFP8
+            # instead of its own 16-bit output (CUTEDSL_EPILOGUE_NOTE)
+            mx = QUANT_BYTES_PER_ELEMENT[d.dtype] - 2  # the two MXFP8 copies with their scales
+            glu_out = mx * rows * f_local
+            dglu = (a + mx) * rows * fc1_n - a * rows * f_local
+            fwd.append(
+                Segment(
+                    "compute",
+                    "expert fc1 epilogue (GLU, quantize)",
+                    memory_op_time_s(d, glu_out, 0),
+                    0.0,
+                    glu_out,
+                )
+            )
+            b_in.append(
+                Segment(
+                    "compute",
+                    "expert fc2 dgrad epilogue (dGLU, quantize)",
+                    memory_op_time_s(d, dglu, 0),
+                    0.0,
+                    dglu,
+                )
+            )
+        else:
+            mem("expert act", (3 if m.gated_mlp else 2) * rows * f_local * a, kind="swiglu" if swiglu else "")
         span("moe_act", start)
-        grouped("expert fc2", h, f_local)
+        grouped("expert fc2", h, f_local, input_cast=not epilogue)
         if m.linear_bias and eager:
             f_b, f_ke, f_k0, b_b, b_ke, b_k0 = EXPERT_BIAS_BYTES
             passes = (f_b, f_ke * experts_local + f_k0, b_b, b_ke * experts_local + b_k0)

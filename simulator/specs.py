@@ -1038,6 +1038,10 @@ class MemoryOptions:
     # from them with [parallel] recompute_modules = ["moe_act"]. The quantize/dequantize casts
     # are not charged (memory-bound, about 3 bytes per element against the fc1/fc2 GEMMs).
     fp8_moe_act_input: bool = False
+    # DeepSeek-V3 report §3.3.3 "Low-Precision Activation" (1): the attention output (the input of
+    # the Linear after the attention operator) kept once, in the 12-bit E5M6 format, for both the
+    # attention backward and the output projection's Wgrad (memory.E5M6_BYTES); fp8 dtypes only
+    e5m6_attention_output: bool = False
     # ZeRO-2/3 gradient shard storage (SHARDED_GRAD_DTYPES): "" = the gradient buffer's dtype plus
     # the optimizer's fp32 copy of a 16-bit one; "fp32" = PyTorch FSDP's fp32 shard only
     sharded_grad_dtype: str = ""
@@ -1057,6 +1061,7 @@ class MemoryOptions:
         _check_num("memory.offload_activations", self.offload_activations, maximum=1.0)
         _check_bool("memory.offload_optimizer", self.offload_optimizer)
         _check_bool("memory.fp8_moe_act_input", self.fp8_moe_act_input)
+        _check_bool("memory.e5m6_attention_output", self.e5m6_attention_output)
         for key in ("exp_avg_dtype", "exp_avg_sq_dtype"):
             _set(self, key, _check_choice(f"memory.{key}", getattr(self, key), MOMENT_DTYPES))
         if self.sharded_grad_dtype:
@@ -1219,6 +1224,12 @@ class Scenario:
                 "memory.fp8_moe_act_input caches MoE expert activations in FP8: needs an MoE model "
                 f"and precision.dtype fp8, mxfp8 or nvfp4 (got {self.dtype})",
                 key="memory.fp8_moe_act_input",
+            )
+        if self.memory.e5m6_attention_output and self.dtype not in ("fp8", "mxfp8", "nvfp4"):
+            raise ConfigError(
+                "memory.e5m6_attention_output caches the attention output in E5M6 as FP8 training "
+                f"does (DeepSeek-V3 §3.3.3): needs precision.dtype fp8, mxfp8 or nvfp4 (got {self.dtype})",
+                key="memory.e5m6_attention_output",
             )
         if self.memory.sharded_grad_dtype and self.parallel.zero < 2:
             raise ConfigError(

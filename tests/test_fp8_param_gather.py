@@ -38,16 +38,16 @@ def scn(dtype: str, gather: bool, *, dp: int = 1, topology: str = "dgx-b200"):
 def test_weights_hand_count(dtype: str, quantized_bytes: float) -> None:
     """One GPU holds every layer: L layers of TE GEMM weights at their quantized size only, the
     untied embedding and output layer (2·V·h) and the final norm (h) at 2 bytes. Without the key
-    each weight is 2 bytes plus its quantized copies."""
+    each GEMM weight is 2 bytes plus its quantized copies; the ends (no TE modules) 2 bytes only."""
     s = scn(dtype, gather=True)
     layer = flops.layer_params_per_rank(s.model, s.parallel, False).total
     ends = 2 * V * H + H
     on = memory_footprint(s).parts_bytes["weights"]
     assert on == pytest.approx(LAYERS * layer * quantized_bytes + ends * 2.0, rel=1e-12)
     off = memory_footprint(scn(dtype, gather=False)).parts_bytes["weights"]
-    assert off == pytest.approx((LAYERS * layer + ends) * (2.0 + quantized_bytes), rel=1e-12)
+    assert off == pytest.approx(LAYERS * layer * (2.0 + quantized_bytes) + ends * 2.0, rel=1e-12)
     # the 16-bit copy of the GEMM weights is what disappears; the rest of the state is unchanged
-    assert off - on == pytest.approx(LAYERS * layer * 2.0 + ends * quantized_bytes, rel=1e-12)
+    assert off - on == pytest.approx(LAYERS * layer * 2.0, rel=1e-12)
     for part in ("grads", "optimizer", "activations"):
         assert memory_footprint(s).parts_bytes[part] == memory_footprint(scn(dtype, False)).parts_bytes[part]
 

@@ -27,20 +27,23 @@ def test_every_figure_is_cited_and_positive(figures: list[K.Figure]) -> None:
 
 
 def test_shipped_microbenchmarks_within_tolerance(figures: list[K.Figure]) -> None:
-    """Issue 12 target: every kernel within 10% of its microbenchmark. Measured today (390 checked
-    figures): 7 are not, none by more than 19.5%: A100 FP16 GEMMs of 1024-4096 (Azure's A100 is
-    ~20% below the shape terms A100 shares with H100: flat from 2048^3 to 4096^3 where every H100
-    table climbs 20-24%), cuBLASLt MXFP8 at 16384^3 on B200 (+13% at the sustained clock), H200
-    FP8 at 1280x4096x12032 (MAMF), FlashAttention's
+    """Issue 12 target: every kernel within 10% of its microbenchmark. Measured today (455 checked
+    figures): 13 are not, none by more than 15.5%: Azure's A100 FP16 GEMM at 4096^3 (+15%: 10%
+    below the same table's 8192^3 at the same power-saturated clock), cuBLASLt MXFP8 at 16384^3 on
+    B200 (+13% at the sustained clock), H200 FP8 at 1280x4096x12032 (MAMF), FlashAttention's
     Triton kernel on A100 at 512 tokens and head dim 128 (+11%) and the A100 all-reduce dip at
-    128 MiB (its time to 256 MiB implies 277 GB/s, above the 232 GB/s plateau). Reference-only
+    128 MiB (its time to 256 MiB implies 277 GB/s, above the 232 GB/s plateau), and OCI's 64-rank
+    all-to-all in one GB200 NVL72 rack at 8 GiB (+11%: its 4 and 8 GiB rows imply ~1.3 ms per call
+    beyond the bandwidth, GB300's same table ~0.7 ms; not modelled), and seven points of the
+    4-rank H100 sweeps (wh-h100x4: all-gather / reduce-scatter 4 MiB-256 MiB within -12 ... +15%,
+    all-reduce ring at 8 GiB -10.3%: the ring ramp's form, docs/calibration.md collfig). Reference-only
     figures (PyTorch eager attention, latency-bound collectives below 1 MiB, sources the model
     cannot tell apart, each with its contradicting source) are skipped."""
     checked = [f for f in figures if not f.reference_only]
     outside = [f for f in checked if abs(f.error) > TOLERANCE]
     assert len(outside) <= 0.07 * len(checked), [(f.label, round(100 * f.error, 1)) for f in outside]
     worst = max(checked, key=lambda f: abs(f.error))
-    assert abs(worst.error) <= 0.21, (worst.label, worst.error)
+    assert abs(worst.error) <= 0.16, (worst.label, worst.error)
     for kind in ("gemm", "attention", "memory", "collective"):
         errors = [abs(f.error) for f in checked if f.kind == kind]
         assert errors, kind
@@ -387,19 +390,31 @@ def test_published_dgx_a100_allreduce() -> None:
     assert r.busbw_bytes_per_s == pytest.approx(229e9, rel=0.05)
 
 
-def test_reduction_tail_lowers_reduce_scatter_more_on_fewer_ranks() -> None:
-    """A reduction ring's last reduce-copy of S/n is not hidden (OpenXLA's H100 table: reduce-
-    scatter 329, 287, 205 GB/s on 8, 4, 2 ranks while all-gather stays ~350): reduce-scatter's time
-    exceeds all-gather's by ~c S/n at the ring's rate, a share of 1/(n-1) of the ring time."""
+def test_reduce_scatter_ring_carries_no_tail_all_reduce_does() -> None:
+    """nccl-tests' ring reduce-scatter on 8 H100 runs at or above all-gather (NVIDIA/nccl#1047:
+    349-362 GB/s busbw from 1 to 8 GiB; #1281: ~360 vs ~350), so a reduce-scatter ring costs what
+    an all-gather ring of the same size does, on any rank count; the all-reduce ring keeps its
+    fitted extra c S/n at the ring's rate (a share c/(2(n-1)) of its bandwidth time)."""
     p = K.params_for_architecture("hopper")
     assert 0.0 < p.nccl_reduce_tail_chunks < 2.0
-    ratios = {}
     for n in (2, 4, 8):
-        ag = K.collective("dgx-h100", "allgather", n, 2**31)
-        rs = K.collective("dgx-h100", "reducescatter", n, 2**31)
-        ratios[n] = rs.time_s / ag.time_s - 1.0
-        assert ratios[n] == pytest.approx(p.nccl_reduce_tail_chunks / (n - 1), rel=0.1), n
-    assert ratios[2] > ratios[4] > ratios[8] > 0
+        ag = K.collective("dgx-h100", "allgather", n, 2**31, "ring")
+        rs = K.collective("dgx-h100", "reducescatter", n, 2**31, "ring")
+        assert rs.time_s == pytest.approx(ag.time_s, rel=1e-9), n
+    rs8 = K.collective("dgx-h100", "reducescatter", 8, 8 * 2**30, "ring").busbw_bytes_per_s
+    assert rs8 == pytest.approx(362.16e9, rel=TOLERANCE)  # nccl-1047, 8 GiB
+    on = K.collective("dgx-a100", "allreduce", 8, 2**31, "ring")
+    off = K.collective(
+        "dgx-a100",
+        "allreduce",
+        8,
+        2**31,
+        "ring",
+        replace(K.params_for_architecture("ampere"), nccl_reduce_tail_chunks=0.0),
+    )
+    c = K.params_for_architecture("ampere").nccl_reduce_tail_chunks
+    bw_time = 2 * 7 / 8 * 2**31 / off.busbw_bytes_per_s  # ~ the ring's time without the tail
+    assert on.time_s - off.time_s == pytest.approx(c * 2**31 / 8 * bw_time / (2 * 7 / 8 * 2**31), rel=0.1)
 
 
 def test_bandwidth_ramp_closed_form() -> None:

@@ -92,7 +92,11 @@ def test_model_state_by_hand(tmp_path: Path) -> None:
     report = memory_footprint(_scn(tmp_path))
     dense, expert = _stage0_params()
     parts = report.parts_bytes
-    assert parts["weights"] == pytest.approx(3 * (dense + expert))  # bf16 + TE's fp8 copy
+    # bf16 + TE's fp8 copy of the GEMM weights; the embedding, output head and final norm stay
+    # 16-bit only (§3.3.1: "the embedding module, the output head" in original precision; no TE
+    # modules in Megatron-Core either)
+    ends = 2 * V * H + H
+    assert parts["weights"] == pytest.approx(3 * (dense + expert) - ends)
     # FP32 gradients (§3.3.3: "gradients (used for batch size accumulation) ... in FP32"),
     # unsharded under ZeRO-1: this is why they exceed the 3-byte weights
     assert parts["grads"] == pytest.approx(4 * (dense + expert))
@@ -151,8 +155,9 @@ def test_each_report_feature_saves_its_closed_form(tmp_path: Path) -> None:
 
 
 def test_report_features_together(tmp_path: Path) -> None:
-    """All the features the simulator can express: 144.6 -> 93.6 GiB. The remaining gap to the
-    report's 80 GB is not covered by a documented feature (see CHANGELOG, issue 13)."""
+    """The report's recompute, BF16 moments and FP8 SwiGLU inputs together (the E5M6 attention
+    output: test_report_recipe_rank0_by_hand); the remaining gap to the report's 80 GB is rank 0's
+    layer split (docs/accuracy.md "DeepSeek-V3's own layout in 80 GB")."""
     before = memory_footprint(_scn(tmp_path))
     after = memory_footprint(_scn(tmp_path, FEATURES_PARALLEL, FEATURES_MEMORY))
     assert after.peak_bytes < before.peak_bytes
@@ -193,3 +198,86 @@ def test_mtp_module_on_rank_0(tmp_path: Path) -> None:
     state = 7 * (dense + expert) + 12 * (dense / 128 + expert / 2)
     act = S * (moe + 2 * 2 * H + 2 * H) + 2 * 2 * S * H + 4 * S * V
     assert with_mtp - without == pytest.approx((1 + FRAGMENTATION_FRACTION) * (state + act))
+
+
+def test_e5m6_attention_output_saves_its_closed_form(tmp_path: Path) -> None:
+    """§3.3.3 "Low-Precision Activation" (1): the attention output, the input of the Linear after
+    the attention operator, kept once in E5M6 (12 bits) for both the attention backward and the
+    output projection. Against the report's recipe (RMSNorms recomputed: Megatron's non-delayed
+    FP8, one 16-bit copy) 2 -> 1.5 bytes per element of heads·v_head_dim = 128·128 per token;
+    against the delayed recipe (16-bit copy kept by the fused core + the projection's FP8 copy)
+    2 + 1 -> 1.5. Rank 0 holds 16 x 4 + 3 layer-micro-batches and the MTP layer's one."""
+    v = 128 * 128
+    recipe = 'recompute = "selective"\nrecompute_modules = ["mla_up_proj", "layernorm"]'
+    for parallel, per_element in ((recipe, 2 - 1.5), ("", 2 + 1 - 1.5)):
+        base = _scn(tmp_path, parallel=parallel)
+        e5m6 = _scn(tmp_path, parallel=parallel, memory="e5m6_attention_output = true")
+        for moe in (False, True):
+            saved = (
+                scenario_layer_activations(base, moe).stored - scenario_layer_activations(e5m6, moe).stored
+            )
+            assert saved == pytest.approx(per_element * v * S)
+        act0 = memory_footprint(base).parts_bytes["activations"]
+        act1 = memory_footprint(e5m6).parts_bytes["activations"]
+        assert act0 - act1 == pytest.approx((16 * 4 + 3 + 1) * per_element * v * S)
+        # the model state does not move
+        for part in ("weights", "grads", "optimizer"):
+            assert memory_footprint(base).parts_bytes[part] == memory_footprint(e5m6).parts_bytes[part]
+
+
+def test_e5m6_attention_output_is_refused_outside_fp8(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="memory.e5m6_attention_output"):
+        _scn(tmp_path, memory="e5m6_attention_output = true", dtype="bf16")
+
+
+ALL_RECIPE_MEMORY = FEATURES_MEMORY + "\ne5m6_attention_output = true"
+
+
+def test_report_recipe_rank0_by_hand(tmp_path: Path) -> None:
+    """Every memory statement of the report the simulator has a key for (§3.2.3 recompute of the
+    RMSNorms and MLA up-projections; §3.3.3 BF16 moments, E5M6 attention output, FP8 SwiGLU inputs
+    with the output recomputed), rank 0 part by part from the model's dimensions: per token of a
+    dense layer the two RMSNorm inputs (2·2h), the latents' RMSNorm inputs (16-bit) and FP8
+    up-projection inputs (3·(1536 + 512)), the E5M6 attention output (1.5·128·128), the LSE
+    (4·128) and the dense SwiGLU's gate, up (16-bit) and fc2 input (FP8) (5·18432); a MoE layer
+    the same attention, the routed experts' FP8 gate and up (2·8·2048), the shared expert's
+    5·2048 and the dispatched FP8 token copies (8h)."""
+    scn = _scn(tmp_path, FEATURES_PARALLEL, ALL_RECIPE_MEMORY)
+    attention = 2 * 2 * H + 3 * (1536 + 512) + 1.5 * 128 * 128 + 4 * 128
+    dense = attention + 5 * 18432
+    moe = attention + 2 * 8 * 2048 + 5 * 2048 + 8 * H
+    assert scenario_layer_activations(scn, False).stored == pytest.approx(S * dense)
+    assert scenario_layer_activations(scn, True).stored == pytest.approx(S * moe)
+    head = 2 * 2 * S * H + 4 * S * V
+    mtp = S * (moe + 2 * 2 * H + 2 * H) + head
+    report = memory_footprint(scn)
+    parts = report.parts_bytes
+    assert parts["activations"] == pytest.approx(S * (16 * (3 * dense + moe) + 3 * moe) + head + mtp)
+    d, e = _stage0_params()
+    assert parts["weights"] == pytest.approx(3 * (d + e) - (2 * V * H + H))
+    assert parts["grads"] == pytest.approx(4 * (d + e))
+    assert parts["optimizer"] == pytest.approx(8 * (d / 128 + e / 2))
+
+
+def test_report_layout_over_80_gb_on_rank_0_only(tmp_path: Path) -> None:
+    """The report trained this layout in 80 GB (H800) but does not state how the 61 layers split
+    over the 16 stages. With the simulator's default split (the extra layers on the first stages)
+    rank 0 -- 16 micro-batches of layers 0-3, three of them dense 18432-wide MLPs, beside the
+    embedding, head and MTP module -- is the only rank over it (docs/accuracy.md). Megatron-Bridge's
+    own DeepSeek-V3 split for pp 16 (embedding + 4 layers, 4 x 14, 1 layer + MTP + loss;
+    NVIDIA-NeMo/Megatron-Bridge@067f987d recipes/deepseek/h100/deepseek_v3.py
+    _get_deepseek_v3_pipeline_layout) keeps rank 0's first chunk and takes two MoE layers out of its
+    last one: exactly 2 MoE layer-micro-batches of activations and those layers' state less."""
+    default = memory_footprint(_scn(tmp_path, FEATURES_PARALLEL, ALL_RECIPE_MEMORY))
+    assert default.stage_peak_bytes[0] > default.capacity_bytes
+    assert max(default.stage_peak_bytes[1:15]) <= default.capacity_bytes
+    layout = "pipeline_layout = [" + "4, " * 15 + "1]"
+    scn = _scn(tmp_path, FEATURES_PARALLEL + "\n" + layout, ALL_RECIPE_MEMORY)
+    megatron = memory_footprint(scn).parts_bytes
+    moe = scenario_layer_activations(scn, True).stored
+    assert default.parts_bytes["activations"] - megatron["activations"] == pytest.approx(2 * moe)
+    attn = H * 1536 + 1536 + 1536 * 128 * 192 + H * (512 + 64) + 512 + 512 * 128 * 256 + 128 * 128 * H + H
+    layer_dense, layer_expert = attn + 256 * H + 3 * H * 2048 + H, 4 * 3 * H * 2048
+    two = 2 * (layer_dense + layer_expert)
+    assert default.parts_bytes["weights"] - megatron["weights"] == pytest.approx(3 * two)
+    assert default.parts_bytes["grads"] - megatron["grads"] == pytest.approx(4 * two)

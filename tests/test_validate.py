@@ -666,6 +666,43 @@ def test_data_spread_is_reported_not_fitted(shipped):
     assert "Data spread" in V.format_report(report)
 
 
+def test_spread_floor_is_the_best_single_prediction():
+    """The floor of one group is min over c of sum |c/m - 1|: a convex piecewise-linear function,
+    so a fine grid never beats the best measurement-valued c."""
+    from simulator.validate.spread import best_constant_error_pct
+
+    assert best_constant_error_pct([100.0]) == 0.0
+    assert best_constant_error_pct([100.0, 200.0]) == pytest.approx(50.0)  # c = 100: 0 + 50%
+    assert best_constant_error_pct([100.0, 150.0, 200.0]) == pytest.approx(75.0)  # c = 150
+    ms = [5275.0, 9058.0, 10494.0, 7000.0]
+    grid = [4000.0 + 10.0 * i for i in range(800)]
+    brute = min(100.0 * sum(abs(c / m - 1.0) for m in ms) for c in grid)
+    assert best_constant_error_pct(ms) <= brute + 1e-9
+    assert best_constant_error_pct(ms) == pytest.approx(brute, rel=0.01)
+
+
+def test_spread_floor_bounds_every_simulator_from_below(shipped):
+    """Rows that simulate the very same scenario get one prediction from any simulator, so the
+    reported floor is below the MAPE of any prediction: here the fake one, and a constant."""
+    from simulator.validate.spread import spread_floor_pct
+
+    ids = [
+        "mbridge_26.06_GPTOSS120B_DGX-GB300_64gpu_mxfp8",
+        "mbridge_26.06.01_GPTOSS120B_DGX-GB300_64gpu_mxfp8",
+        "mbridge_26.08_GPTOSS120B_DGX-GB300_64gpu_mxfp8",
+    ]
+    report = V.validate_runs([shipped[i] for i in ids], fake_simulate, progress=False)
+    scenarios = {str({k: v for k, v in r.case.scenario.items() if k != "name"}) for r in report.results}
+    assert len(scenarios) == 1  # the same recipe in the three releases: one scenario
+    floor = spread_floor_pct(report.results)
+    measured = sorted(r.case.measured for r in report.results)
+    assert floor > 0
+    mape = sum(abs(r.error_pct) for r in report.results) / 3
+    assert floor <= mape + 1e-9
+    for c in measured:  # a constant prediction per scenario can at best reach the floor
+        assert floor <= 100.0 * sum(abs(c / m - 1.0) for m in measured) / 3 + 1e-9
+
+
 def test_label_and_source_tables_name_real_topologies_gpus_and_conventions():
     # the tables are data (simulator/catalog/gpu_labels.toml, validate_sources.toml): every name
     # in them must resolve, or a row would fail only when a CSV happens to use it

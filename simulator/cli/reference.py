@@ -534,6 +534,11 @@ KEYS: dict[str, Key] = {
         "routed experts' SwiGLU inputs cached in FP8 for the backward (DeepSeek-V3 §3.3.4; fp8 dtypes, MoE)",
         since=NEXT,
     ),
+    "memory.e5m6_attention_output": Key(
+        "attention output (the output projection's input) kept once in E5M6, 1.5 bytes per element, "
+        "for the attention backward and the projection (DeepSeek-V3 §3.3.3; fp8 dtypes)",
+        since=NEXT,
+    ),
     "memory.exp_avg_dtype": Key(
         "storage format of Adam's first moment (Megatron --exp-avg-dtype; DeepSeek-V3: bf16)",
         allowed=_spec("MOMENT_DTYPES"),
@@ -1312,10 +1317,14 @@ JSON_FIELDS: dict[str, dict[str, str]] = {
         "summary.moe.all.mape_pct": "mean absolute percentage error [%]",
         "summary.moe.all.rows": "rows",
         "summary.moe.all.bias_pct": "mean signed error [%] (> 0: predicted too fast / too high)",
+        "summary.moe.all.spread_floor_pct": "the MAPE no simulator can go below on these rows [%]: rows "
+        "that simulate the very same scenario but were measured apart contribute the best error a "
+        "single prediction reaches (the data's own spread), every other row 0",
         "summary.moe.newest_release": "each configuration's row from its newest container release",
         "summary.moe.newest_release.mape_pct": "mean absolute percentage error [%]",
         "summary.moe.newest_release.rows": "rows",
         "summary.moe.newest_release.bias_pct": "mean signed error [%]",
+        "summary.moe.newest_release.spread_floor_pct": "as summary.moe.all.spread_floor_pct [%]",
         "summary.moe.by_family": "per MoE model family: `all` and `newest_release` as above",
         "summary.moe.data_spread": "configurations the simulator cannot tell apart measured > 20% apart "
         "(model, gpu, num_gpus, rows, measured_min, measured_max, ratio, predicted): reported, not fitted",

@@ -45,7 +45,7 @@ LL's bus bandwidth is capped per GPU generation and node count (tuning.cc llMaxB
 NCCL's bandwidth ramp below ~1 GB (nccl-tests size sweeps, simulator/catalog/kernels.toml) is a
 pipeline fill (`ramp_s`) on ring (flat and the phases of hierarchical; each hop at its own
 link's rate, so a ring across nodes pays the NIC's rate only on its network steps) and
-all-to-all (one piece: direct peer transfers), plus a reduction ring's tail (`Links.reduce_tail_chunks`),
+all-to-all (one piece: direct peer transfers), plus an all-reduce ring's tail (`Links.reduce_tail_chunks`),
 with the window of bytes per step from the kernel model (`nccl_ring_window_bytes`;
 default_comm_model passes it). NVLS follows NCCL's own chunk schedule (`nvls_time_s`): smaller
 chunks for smaller messages, each with a fixed overhead, plus the pipeline fill of one round of
@@ -271,8 +271,9 @@ class Links:
     # None = not modelled (training jobs; `mfusim kernel` sets it)
     nvls_chunk_overhead_bytes: float | None = None
     nvls_channels: int = 16
-    # a reduction ring's last step (NCCL recvReduceCopy of the rank's own chunk into the output)
-    # is not hidden behind a send: that many chunk-times S/n at the ring's rate (0 = off)
+    # an all-reduce ring's extra time beyond its pipeline fill: that many chunk-times S/n at the
+    # ring's rate (0 = off), fitted on all-reduce ring sweeps (kernels.toml); not charged to
+    # reduce-scatter, whose nccl-tests sweep shows none (collective_candidates)
     reduce_tail_chunks: float = 0.0
     # NCCL's all-to-all across nodes: its NIC / uplink bytes at this fraction of a ring's rate
     p2p_net_fraction: float = field(default_factory=alltoall_net_fraction)
@@ -716,7 +717,11 @@ def collective_candidates(kind: str, shape: GroupShape, links: Links, size_bytes
             network_hops=inter_steps if k > 1 else None,
             intra_seconds_per_byte=1.0 / B_i,
         )
-        if kind in ("allreduce", "reducescatter") and X > 0:
+        if kind == "allreduce" and X > 0:
+            # all-reduce only: nccl-tests' ring reduce-scatter on 8 H100 runs at or above all-gather
+            # (NVIDIA/nccl#1047: 354 GB/s busbw at 2 GiB, 362 at 8 GiB; #1281: ~360 vs ~350), and
+            # NCCL's reduce-scatter ring (src/device/reduce_scatter.h runRing, 5067397c) pipelines its
+            # last recvReduceCopy chunk by chunk as all-gather does its last directRecv: no S/n tail
             fill += links.reduce_tail_chunks * (S / n) * t_ring / X
         for p in protocols:
             lat = nccl.ring_s(p, kind, n, k, hw)

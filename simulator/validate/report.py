@@ -48,6 +48,11 @@ def format_report(report: ValidationReport) -> str:
     lines.append("")
     lines.append("Mean absolute percentage error (MAPE)")
 
+    def floor(entry: Mapping[str, Any]) -> str:
+        """The data's own floor: identical scenarios measured apart (spread_floor_pct)."""
+        f = entry.get("spread_floor_pct", 0.0)
+        return f"; data-spread floor {f:.1f}%" if isinstance(f, float) and f > 0.05 else ""
+
     def row(label: str, entry: Mapping[str, Any]) -> str:
         v = entry["mape_pct"]
         text = f"{v:6.1f}%" if isinstance(v, float) and math.isfinite(v) else "     - "
@@ -67,10 +72,13 @@ def format_report(report: ValidationReport) -> str:
     moe = s["moe"]
     if moe["all"]["rows"]:
         lines.append(" mixture-of-experts rows (all releases / newest release per configuration):")
-        lines.append(row("  MoE, all releases", moe["all"]))
-        lines.append(row("  MoE, newest release per configuration", moe["newest_release"]))
+        lines.append(row("  MoE, all releases", moe["all"]) + floor(moe["all"]))
+        lines.append(
+            row("  MoE, newest release per configuration", moe["newest_release"])
+            + floor(moe["newest_release"])
+        )
         for family, entry in moe["by_family"].items():
-            lines.append(row("  " + family, entry["all"]))
+            lines.append(row("  " + family, entry["all"]) + floor(entry["all"]))
         if moe["data_spread"]:
             lines.append("")
             lines.append(

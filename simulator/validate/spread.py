@@ -103,12 +103,32 @@ def newest_per_config(results: Iterable[RowResult]) -> list[RowResult]:
     return list(best.values())
 
 
+def best_constant_error_pct(measured: list[float]) -> float:
+    """The least total |c/m − 1| (in %) any single prediction c reaches over measurements m: the
+    minimum of a convex piecewise-linear function, at one of the measurements (a weighted median,
+    weights 1/m)."""
+    return 100.0 * min(sum(abs(c / m - 1.0) for m in measured) for c in measured)
+
+
+def spread_floor_pct(rows: list[RowResult]) -> float:
+    """The MAPE no simulator can go below on `rows`: rows that simulate the very same scenario (the
+    same inputs after the release's launch recipe, so the same prediction, whatever the model) but
+    were measured apart contribute the best a single prediction can do; every other row 0."""
+    groups: dict[tuple[str, str], list[float]] = defaultdict(list)
+    for r in rows:
+        sc = {k: v for k, v in r.case.scenario.items() if k != "name"}
+        groups[(json.dumps(sc, sort_keys=True, default=str), r.case.metric)].append(r.case.measured)
+    total = sum(best_constant_error_pct(ms) for ms in groups.values() if len(ms) > 1)
+    return total / len(rows) if rows else float("nan")
+
+
 def _mape(rows: list[RowResult]) -> dict[str, Any]:
     errs = [abs(r.error_pct) for r in rows]
     return {
         "mape_pct": sum(errs) / len(errs) if errs else float("nan"),
         "rows": len(errs),
         "bias_pct": sum(r.error_pct for r in rows) / len(rows) if rows else float("nan"),
+        "spread_floor_pct": spread_floor_pct(rows),
     }
 
 
