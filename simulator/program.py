@@ -929,7 +929,7 @@ class _Coster:
         Megatron-Core (gradient accumulation fusion on by default) accumulates into the
         main_grad buffer; the 2021 Megatron-LM and composer/FSDP stacks write a 16-bit gradient."""
         k = self.scn.kernels
-        fused = k.stack in ("", "megatron-core")
+        fused = k.megatron_core
         return wgrad_output_bytes(grad_reduce_bytes_per_param(self.scn.dtype, k.grad_reduce_dtype), fused)
 
     # -- communication
@@ -1012,7 +1012,7 @@ class _Coster:
         b_w: list = []
 
         # Megatron-Core + Transformer Engine's own kernels where they differ (TE_LAYER_NOTE)
-        te = scn.kernels.stack in ("", "megatron-core")
+        te = scn.kernels.megatron_core
         # TE's LayerNormLinear with delayed-scaling FP8 writes the norm's output in FP8 itself
         # (TE_FP8_NORM_NOTE): its GEMM input needs no cast, only the transpose on Hopper
         ln_fp8 = te and d.dtype == "fp8" and scn.fp8_recipe == "delayed"
@@ -2270,7 +2270,7 @@ class _Coster:
                 3 * T * m.hidden * 4,
             )
         ]
-        if scn.kernels.stack in ("", "megatron-core"):
+        if scn.kernels.megatron_core:
             bwd += self._embedding_table_grads()
         if par.tp > 1:  # vocab-parallel embedding: partial sums reduced across TP
             msg = T * m.hidden * a

@@ -961,6 +961,12 @@ class KernelOptions:
     ep_comm_high_priority: bool = False
 
     @property
+    def megatron_core(self) -> bool:
+        """The default stack, Megatron-Core + Transformer Engine (`stack` "" or "megatron-core"):
+        the op tables the 2021 Megatron-LM and composer/FSDP stacks replace."""
+        return self.stack in ("", "megatron-core")
+
+    @property
     def ep_comm_sms_used(self) -> int:
         """SMs the EP communication kernels occupy (the key or the dispatcher's default)."""
         return self.ep_comm_sms or DEFAULT_EP_COMM_SMS[self.moe_dispatcher]
