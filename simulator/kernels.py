@@ -52,7 +52,12 @@ from .kernel_catalog import architecture, kernel_data
 from .specs import DEFAULT_ATTENTION, GPUSpec
 from .units import DTYPE_BYTES
 
-ATTENTION_IMPLS = ("fa2", "fa3", "cudnn", "triton", "unfused")
+ATTENTION_IMPLS = ("fa2", "fa3", "cudnn", "triton", "flash-attn-triton", "unfused")
+# Implementations that run another's main loop and take its fitted terms: flash-attn's own Triton
+# kernel (flash_attn/flash_attn_triton.py, which llm-foundry copies as attn_impl: triton) starts
+# from the same Triton tutorial kernel as triton.ops.flash_attention, whose published figures
+# (FlashAttention-2 paper Fig. 4) are the only ones; its backward is its own (_triton_backward_s)
+ATTENTION_PARAMS_OF = {"flash-attn-triton": "triton"}
 ATTENTION_PASSES = ("fwd", "bwd", "fwd+bwd")
 BWD_FLOP_RATIO = 2.5  # FlashAttention backward: 5 matmuls vs 2 forward (Dao 2023, §3)
 # (tile rows, tile cols) cuBLAS/CUTLASS pick from on Ampere/Hopper/Blackwell for 16/8-bit GEMMs.
@@ -218,23 +223,26 @@ class KernelParams:
         low = dtype in ("fp8", "mxfp8", "nvfp4")
         return self.sustained_gemm_ratio_8bit if low else self.sustained_gemm_ratio_16bit
 
+    def _attention(self, impl: str, term: str) -> float:
+        return float(getattr(self, f"{ATTENTION_PARAMS_OF.get(impl, impl)}_{term}"))
+
     def attention_fraction(self, impl: str, pass_: str) -> float:
-        return float(getattr(self, f"{impl}_{pass_}_fraction"))
+        return self._attention(impl, f"{pass_}_fraction")
 
     def attention_seq_half(self, impl: str, pass_: str) -> float:
-        return float(getattr(self, f"{impl}_{pass_}_seq_half"))
+        return self._attention(impl, f"{pass_}_seq_half")
 
     def attention_causal_scale(self, impl: str) -> float:
-        return float(getattr(self, f"{impl}_causal_scale"))
+        return self._attention(impl, "causal_scale")
 
     def attention_causal_mask_cost(self, impl: str) -> float:
-        return float(getattr(self, f"{impl}_causal_mask_cost"))
+        return self._attention(impl, "causal_mask_cost")
 
     def attention_head_dim_half(self, impl: str) -> float:
-        return float(getattr(self, f"{impl}_head_dim_half"))
+        return self._attention(impl, "head_dim_half")
 
     def attention_head_dim_wide(self, impl: str) -> float:
-        return float(getattr(self, f"{impl}_head_dim_wide"))
+        return self._attention(impl, "head_dim_wide")
 
     def memory_bw_scale(self, kind: str) -> float:
         """The achievable bandwidth of `kind` relative to a streaming copy (MEMORY_KINDS)."""
@@ -559,8 +567,9 @@ def attention_time_s(
     if speedup != 1.0:  # faster exponentials shorten the exposed softmax share (Blackwell Ultra)
         share = exposed_exp_share(p, eff, head_dim, pass_)
         t *= 1.0 - share + share / speedup
-    if impl == "triton" and pass_ == "bwd":
-        t = _triton_backward_s(gpu, p, t, batch, seq, skv, heads, head_dim, causal)
+    if impl in ("triton", "flash-attn-triton") and pass_ == "bwd":
+        dq = "atomic" if impl == "flash-attn-triton" else "replicas"
+        t = _triton_backward_s(gpu, p, t, batch, seq, skv, heads, head_dim, causal, dq=dq)
     return t + p.gemm_latency_s
 
 
@@ -574,6 +583,7 @@ def _triton_backward_s(
     heads: int,
     head_dim: int,
     causal: bool,
+    dq: str = "replicas",
 ) -> float:
     """The Triton FlashAttention backward (triton python/triton/ops/flash_attention.py, as the
     FlashAttention-2 benchmark runs it: benchmarks/benchmark_flash_attention.py times both
@@ -587,12 +597,31 @@ def _triton_backward_s(
     but each writes its own replica of dQ: `torch.zeros` of ceil(skv/128) dQ copies, the kernel's
     stores into them (half when causal: a key block only reaches the queries at or after it) and
     `dq.sum(0)` reading them back, three passes (2.5 causal) over replicas x dQ bytes at the
-    streaming bandwidth, plus two memory-bound kernels."""
+    streaming bandwidth, plus two memory-bound kernels.
+
+    dq = "atomic": flash-attn's own Triton kernel (flash_attn/flash_attn_triton.py@eff9fe6b, the
+    copy llm-foundry runs as attn_impl: triton), whose autotune also keeps the faster of the two
+    grids (_bwd_kernel configs SEQUENCE_PARALLEL False / True) but accumulates dQ in one fp32
+    buffer (`dq_accum`, zeroed by the config's pre_hook, `dq.copy_(dq_accum)` after): the
+    per-(batch, head) CTA adds each kv block's dQ into it with a load and a store, the per-key-block
+    CTAs with `tl.atomic_add`. Either way a 128 x head_dim fp32 tile per (query block, key block)
+    pair, issued without waiting on it (a reduction returns nothing), so it runs under the CTA's
+    matmuls: the kernel takes the longer of its math and that traffic at the streaming bandwidth
+    (an upper bound: the adds resolve in L2), then the zeroing and the copy (4 + 6 bytes per dQ
+    element). With 128-key blocks that traffic is 1 byte per 160 FLOP (causal or not), about a
+    fifth of the math's time on A100 and H100: no replicas, so the sequence-parallel grid fills
+    the GPU at any batch·heads."""
     ctas = batch * heads
     waves = math.ceil(ctas / gpu.num_sms)
     t_heads = t_kernel * waves * gpu.num_sms / ctas
     replicas = math.ceil(skv / TRITON_BWD_BLOCK)
     dq_bytes = batch * seq * heads * head_dim * 2.0
+    if dq == "atomic":
+        pairs = math.ceil(seq / TRITON_BWD_BLOCK) * replicas * (0.5 if causal else 1.0)
+        adds = batch * heads * pairs * TRITON_BWD_BLOCK * head_dim * 4.0
+        t_adds = memory_time_s(gpu, adds, p, kernels=0)
+        t_accum = memory_time_s(gpu, 5.0 * dq_bytes, p, kernels=2)  # zero 4 B, copy 4 + 2 B
+        return min(max(t_heads, 2.0 * t_adds), max(t_kernel, t_adds)) + t_accum
     passes = 2.5 if causal else 3.0
     t_seq = t_kernel + memory_time_s(gpu, passes * replicas * dq_bytes, p, kernels=2)
     return min(t_heads, t_seq)

@@ -848,7 +848,7 @@ class VariabilitySpec:
         )
 
 
-ATTENTION_IMPLS = ("fa2", "fa3", "cudnn", "triton", "unfused")
+ATTENTION_IMPLS = ("fa2", "fa3", "cudnn", "triton", "flash-attn-triton", "unfused")
 # Attention kernel of today's Megatron-Core + Transformer Engine per architecture: TE's cuDNN fused
 # attention on Hopper/Blackwell, FlashAttention-2 on Ampere (no sm80 cuDNN/FA3 path in TE's
 # default priority), none on Volta (kernels.default_attention).

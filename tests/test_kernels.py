@@ -317,6 +317,34 @@ def test_triton_backward_fills_the_gpu_by_heads_or_pays_dq_replicas() -> None:
     assert t_c < t_n
 
 
+def test_flash_attn_triton_backward_accumulates_dq_with_atomics() -> None:
+    """flash-attn's own Triton kernel (llm-foundry's attn_impl: triton) keeps the faster of the
+    same two grids, but its per-key-block grid adds dQ into one fp32 buffer instead of writing
+    ceil(s/128) replicas: with few heads and long sequences it fills the GPU at the main loop's
+    speed plus the buffer's zeroing and copy, where triton.ops pays the replicas or idles SMs."""
+    for name in ("a100-80gb", "h100-sxm"):
+        gpu = gpu_by_name(name)
+        p = K.kernel_params(gpu)
+        for seq, heads, causal in ((65536, 32, True), (16384, 16, False), (2048, 4 * gpu.num_sms, True)):
+            kw = dict(batch=1, seq=seq, heads=heads, head_dim=128, causal=causal, pass_="bwd")
+            fa = K.attention_time_s(gpu, impl="flash-attn-triton", **kw)
+            ops = K.attention_time_s(gpu, impl="triton", **kw)
+            flops = K.attention_flops(1, seq, heads, 128, causal, "bwd")
+            eff = K.fused_attention_efficiency(p, "triton", "bwd", seq, 128, causal)
+            t_loop = flops / (gpu.peak_flop_per_s("bf16") * eff)
+            accum = K.memory_time_s(gpu, 5.0 * seq * heads * 128 * 2.0, p, kernels=2)
+            # never below the main loop at full occupancy, never above triton.ops' best grid + buffer
+            assert t_loop + accum + p.gemm_latency_s <= fa * (1 + 1e-9)
+            assert fa <= ops + accum * (1 + 1e-9)
+            if heads < gpu.num_sms:  # too few CTAs for one wave per head: the atomic grid wins
+                assert fa == pytest.approx(t_loop + accum + p.gemm_latency_s, rel=1e-9)
+                assert fa < 0.8 * ops
+    # the forward is the same kernel's
+    a100 = gpu_by_name("a100-80gb")
+    kw = dict(batch=1, seq=8192, heads=32, head_dim=128, causal=True, pass_="fwd")
+    assert K.attention_time_s(a100, impl="flash-attn-triton", **kw) == K.attention_time_s(a100, impl="triton", **kw)
+
+
 def test_memory_kernel_approaches_achievable_bandwidth() -> None:
     gpu = gpu_by_name("h100-sxm")
     p = K.kernel_params(gpu)

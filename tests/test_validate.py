@@ -130,17 +130,17 @@ def test_mpt_rows(shipped):
 @pytest.mark.parametrize(
     ("run_id", "attention"),
     [
-        # 2023 tables: llm-foundry's Triton kernel with the ALiBi bias (attn_impl: triton)
-        ("mpt_A100-SXM-40GB_1b_s2048_8gpu_bf16", "triton"),
-        ("mpt_A100-SXM-80GB_760m_s65536_8gpu_bf16", "triton"),
-        ("mpt_H100-SXM-80GB_7b_s65536_8gpu_bf16", "triton"),
-        ("mpt_H100-SXM-80GB_3b_s2048_8gpu_fp8", "triton"),
+        # 2023 tables: llm-foundry's copy of flash-attn's Triton kernel (attn_impl: triton)
+        ("mpt_A100-SXM-40GB_1b_s2048_8gpu_bf16", "flash-attn-triton"),
+        ("mpt_A100-SXM-80GB_760m_s65536_8gpu_bf16", "flash-attn-triton"),
+        ("mpt_H100-SXM-80GB_7b_s65536_8gpu_bf16", "flash-attn-triton"),
+        ("mpt_H100-SXM-80GB_3b_s2048_8gpu_fp8", "flash-attn-triton"),
         # the January 2024 "Large Scale" H100 table: flash-attn 2.4.2 with ALiBi slopes for
         # 1b/3b/7b/70b, Triton for 13b/30b (llm-foundry 5e85bd62d sweep.py)
         ("mpt_H100-SXM-80GB_3b_s2048_512gpu_bf16", "fa2"),
         ("mpt_H100-SXM-80GB_70b_s2048_128gpu_bf16", "fa2"),
-        ("mpt_H100-SXM-80GB_13b_s2048_512gpu_bf16", "triton"),
-        ("mpt_H100-SXM-80GB_30b_s2048_256gpu_bf16", "triton"),
+        ("mpt_H100-SXM-80GB_13b_s2048_512gpu_bf16", "flash-attn-triton"),
+        ("mpt_H100-SXM-80GB_30b_s2048_256gpu_bf16", "flash-attn-triton"),
     ],
 )
 def test_mpt_attention_kernel_per_table(shipped, run_id, attention):
@@ -159,7 +159,7 @@ def test_stack_rule_matches_table_notes_and_model():
     assert pure.applies("any table", "Composer/FSDP ..., MP mode PURE, grad accum 3", "MPT-1b")
     assert not pure.applies("any table", "Composer/FSDP ..., MP mode DEFAULT", "MPT-1b")
     rules = V.source_rules("mosaicml/llm-foundry README")
-    assert rules.stack_for("attention", "table 'A100 40GB'", "", "MPT-3b") == ("triton", "")
+    assert rules.stack_for("attention", "table 'A100 40GB'", "", "MPT-3b") == ("flash-attn-triton", "")
     assert rules.stack_for("grad_reduce_dtype", "table 'H100 80GB BF16'", "MP mode DEFAULT", "") == (
         "fp32",
         "",

@@ -396,7 +396,7 @@ KEYS: dict[str, Key] = {
         "attention kernel; empty = today's Megatron-Core + TE on the GPU (cudnn on Hopper/Blackwell,"
         " fa2 on Ampere); speeds from published benchmarks (`mfusim kernel attention`)",
         default='""',
-        allowed=lambda: ("fa2", "fa3", "cudnn", "triton", "unfused"),
+        allowed=lambda: ("fa2", "fa3", "cudnn", "triton", "flash-attn-triton", "unfused"),
         since=NEXT,
     ),
     "kernels.grad_reduce_dtype": Key(
@@ -1140,7 +1140,7 @@ JSON_FIELDS: dict[str, dict[str, str]] = {
         "mfu_6psi": "MFU with the 6Ψ approximation (6 × parameters × tokens, no attention FLOPs)",
         "kernels": "the software stack the step was costed with (issue 12, docs/calibration.md)",
         "kernels.architecture": "GPU architecture whose kernel-model parameters apply (kernels.toml)",
-        "kernels.attention": "attention kernel used: fa2, fa3, cudnn, triton or unfused",
+        "kernels.attention": "attention kernel used: fa2, fa3, cudnn, triton, flash-attn-triton or unfused",
         "kernels.grad_reduce_dtype": "dtype of the data-parallel gradient reduction",
         "kernels.tp_comm_async": "TP backward collectives overlapped with the GEMMs",
         "kernels.cross_entropy": "loss kernel: unfused (eager passes over the logits), fused, te or torch",
