@@ -342,7 +342,9 @@ def test_flash_attn_triton_backward_accumulates_dq_with_atomics() -> None:
     # the forward is the same kernel's
     a100 = gpu_by_name("a100-80gb")
     kw = dict(batch=1, seq=8192, heads=32, head_dim=128, causal=True, pass_="fwd")
-    assert K.attention_time_s(a100, impl="flash-attn-triton", **kw) == K.attention_time_s(a100, impl="triton", **kw)
+    assert K.attention_time_s(a100, impl="flash-attn-triton", **kw) == K.attention_time_s(
+        a100, impl="triton", **kw
+    )
 
 
 def test_memory_kernel_approaches_achievable_bandwidth() -> None:

@@ -57,7 +57,9 @@ def add_parser(sub: Any) -> None:
     a.add_argument("--head-dim", type=positive_int("--head-dim", maximum=1024), required=True)
     a.add_argument("--batch", type=positive_int("--batch", maximum=2**20), default=1)
     a.add_argument("--causal", action="store_true")
-    a.add_argument("--impl", choices=("fa2", "fa3", "cudnn", "triton", "flash-attn-triton", "unfused"), default=None)
+    a.add_argument(
+        "--impl", choices=("fa2", "fa3", "cudnn", "triton", "flash-attn-triton", "unfused"), default=None
+    )
     a.add_argument("--pass", dest="pass_", choices=("fwd", "bwd", "fwd+bwd"), default="fwd")
     a.add_argument("--json", action="store_true")
 
