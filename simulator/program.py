@@ -220,6 +220,8 @@ CE_KINDS = {
     "fused": ("cross_entropy_fused_fwd", "cross_entropy_fused_bwd"),
     "te": ("copy", "copy"),
 }
+# the measured memory kind of each [kernels] norm (MEMORY_KINDS without _fwd/_bwd; "" = copy speed)
+NORM_KINDS = {"fused": "", "torch": "torch_layer_norm"}
 SQUARED_RELU_PASSES = 4  # forward passes over the MLP's inner activation (backward: twice that)
 # Elementwise work Megatron-Core runs as eager PyTorch ops, as (forward passes, forward kernels,
 # backward passes, backward kernels) over the tensor named; a pass moves one 16-bit copy of it.
@@ -1014,8 +1016,12 @@ class _Coster:
         # Megatron-Core + Transformer Engine's own kernels where they differ (TE_LAYER_NOTE)
         te = scn.kernels.megatron_core
         # TE's LayerNormLinear with delayed-scaling FP8 writes the norm's output in FP8 itself
-        # (TE_FP8_NORM_NOTE): its GEMM input needs no cast, only the transpose on Hopper
-        ln_fp8 = te and d.dtype == "fp8" and scn.fp8_recipe == "delayed"
+        # (TE_FP8_NORM_NOTE): its GEMM input needs no cast, only the transpose on Hopper. A PyTorch
+        # norm (`[kernels] norm = "torch"`) is a kernel of its own at its measured bandwidth
+        # (NORM_KINDS): neither TE's FP8 output nor TE's 3-pass backward applies to it
+        norm_kind = NORM_KINDS[scn.kernels.norm]
+        te_norm = te and not norm_kind
+        ln_fp8 = te_norm and d.dtype == "fp8" and scn.fp8_recipe == "delayed"
 
         def mm(name: str, mm_m: int, mm_n: int, mm_k: int, count: int = 1, ln_fused: bool = False) -> None:
             # forward, dgrad and wgrad each at its own GEMM shape (costs.gemm_pass_shape)
@@ -1069,7 +1075,7 @@ class _Coster:
             fwd.append(Segment("compute", name, tt, 0.0, fwd_bytes))
             b_in.append(Segment("compute", name + " bwd", tb, 0.0, bwd_bytes))
 
-        norm_bwd = (TE_NORM_BWD[0] / 2, TE_NORM_BWD[1]) if te else None
+        norm_bwd = (TE_NORM_BWD[0] / 2, TE_NORM_BWD[1]) if te_norm else None
         # a norm fused into the next GEMM's FP8 cast: read 16-bit, write 8-bit (TE_FP8_NORM_NOTE)
         ln_fp8_bytes = norm_tokens * h * (a + 1)
         ln_fp8_bwd = (TE_NORM_BWD[0] * norm_tokens * h * a / ln_fp8_bytes, TE_NORM_BWD[1])
@@ -1103,7 +1109,7 @@ class _Coster:
         if ln_fp8 and m.mla is None:
             mem("input norm (fp8 out)", ln_fp8_bytes, bwd=ln_fp8_bwd)
         else:
-            mem("input norm", 2 * norm_tokens * h * a, bwd=norm_bwd)
+            mem("input norm", 2 * norm_tokens * h * a, kind=norm_kind, bwd=norm_bwd)
         span("layernorm", start)
         if m.mla is not None:
             self._mla_projections(mm, mem, fwd, b_in, T, tp_msg, heads_local, span)
@@ -1172,7 +1178,7 @@ class _Coster:
         if ln_fp8 and not moe:  # MoE layers run a separate TENorm before the router
             mem("post-attn norm (fp8 out)", ln_fp8_bytes, bwd=ln_fp8_bwd)
         else:
-            mem("post-attn norm", 2 * norm_tokens * h * a, bwd=norm_bwd)
+            mem("post-attn norm", 2 * norm_tokens * h * a, kind=norm_kind, bwd=norm_bwd)
         span("layernorm", start)
         start = len(fwd)
         marks: tuple[int, ...] = ()
@@ -2335,9 +2341,9 @@ class _Coster:
         # each implementation's passes at its measured bandwidth (MEMORY_KINDS)
         t_ce = memory_op_time_s(d, ce_bytes, fwd_k, CE_KINDS[impl][0])
         t_ce_bwd = memory_op_time_s(d, ce_bwd_bytes, bwd_k, CE_KINDS[impl][1])
-        fwd: list[Segment] = [
-            Segment("compute", "final norm", memory_op_time_s(d, 2 * T * m.hidden * a), 0.0, 0.0)
-        ]
+        norm_kind = NORM_KINDS[scn.kernels.norm]
+        t_norm = memory_op_time_s(d, 2 * T * m.hidden * a, 1, f"{norm_kind}_fwd" if norm_kind else "copy")
+        fwd: list[Segment] = [Segment("compute", "final norm", t_norm, 0.0, 0.0)]
         bwd_in: list[Segment] = []
         if par.tp > 1 and par.sequence_parallel:
             msg = T * m.hidden * a

@@ -880,6 +880,9 @@ ATTENTION_PADDING = ("none", "unpad")
 # (tools/autograd/derivatives.yaml addmm `self: maybe_multiply(grad, beta.conj())`, summed to the
 # bias' shape)
 BIAS_GRAD_IMPLS = ("fused", "separate")
+# the layer norms' kernel: "fused" = a fused norm at streaming-copy speed (Transformer Engine, Apex);
+# "torch" = PyTorch's native LayerNorm (kernels.toml [[memory]] kind torch_layer_norm_*)
+NORM_IMPLS = ("fused", "torch")
 # Megatron-Core --cuda-graph-impl (transformer_config.py `cuda_graph_impl`): none; local = MCore's
 # per-layer graphs; transformer_engine = TE make_graphed_callables per layer; full_iteration = one
 # graph for the whole forward-backward pass (the optimizer step excluded)
@@ -938,6 +941,8 @@ class KernelOptions:
     attention_padding: str = "none"
     # BIAS_GRAD_IMPLS: how the dense linear layers' bias gradients are computed (linear_bias models)
     bias_grad: str = "fused"
+    # NORM_IMPLS: the layer norms' kernel (llm-foundry's LPLayerNorm calls PyTorch's native one)
+    norm: str = "fused"
     # Megatron-Core use_transformer_engine_op_fuser (Megatron-Bridge cutedsl_fused_grouped_mlp): the
     # experts' activation, its input clamps and the probability-scaled fc2 bias run inside TE's
     # fused grouped-MLP ops instead of eager PyTorch ops (simulator/program.py CLAMPED_GLU_PASSES,
@@ -1014,6 +1019,7 @@ class KernelOptions:
             _check_choice("kernels.attention_padding", self.attention_padding, ATTENTION_PADDING),
         )
         _set(self, "bias_grad", _check_choice("kernels.bias_grad", self.bias_grad, BIAS_GRAD_IMPLS))
+        _set(self, "norm", _check_choice("kernels.norm", self.norm, NORM_IMPLS))
         if self.grad_reduce_dtype:
             _set(
                 self,

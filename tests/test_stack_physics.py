@@ -407,3 +407,58 @@ def test_validate_rows_carry_their_stack_into_the_kernel_choices(
     scn = with_stack(_scn(gpu="a100-80gb", topology="dgx-a100"), stack)  # every stack is fitted on Ampere
     assert scn.kernels.stack == ("" if stack == "megatron-core" else stack)
     assert P._Coster(scn, default_comm_model(scn)).wgrad_bytes == wgrad_bytes
+
+
+def test_torch_layer_norm_runs_at_its_measured_bandwidth(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`[kernels] norm = "torch"` (llm-foundry's LPLayerNorm = PyTorch's native LayerNorm): the two
+    layer norms and the final norm move the same bytes as the fused default (2·T·h forward, twice
+    that backward) at the torch_layer_norm kinds' bandwidth, 0.54-0.66 of copy speed on H100 and
+    A100 (Liger-Kernel's torch.nn.LayerNorm runs, kernels.toml); nothing else in the step changes,
+    and the MPT rows take it from their source."""
+    monkeypatch.setattr(P, "power_limited_clock_of", lambda device, activity: 1.0)
+    for gpu, topo in (("h100-sxm", "dgx-h100"), ("a100-80gb", "dgx-a100")):
+        fused = _scn(parallel={"micro_batch": 2}, gpu=gpu, topology=topo)
+        torch_ln = _scn(parallel={"micro_batch": 2}, gpu=gpu, topology=topo, kernels={"norm": "torch"})
+        assert fused.kernels.norm == "fused"
+        p = K.kernel_params(torch_ln.gpu)
+        assert 0.5 < p.torch_layer_norm_bwd_bw_scale < p.torch_layer_norm_fwd_bw_scale < 0.7
+        device = Device(torch_ln.gpu, "bf16", p)
+        from simulator.costs import memory_op_time_s
+
+        moved = 2 * (2 * 4096) * 4096 * 2  # read x + write y, bf16, T = 2 x 4096 tokens
+        a, b = _segments(fused), _segments(torch_ln)
+        for name in ("input norm", "post-attn norm"):
+            layers = P.build_program(torch_ln).stages[0].chunks[0].num_layers
+            assert b[name] == pytest.approx(
+                layers * memory_op_time_s(device, moved, 1, "torch_layer_norm_fwd")
+            )
+            bwd = 2 * memory_op_time_s(device, moved, 1, "torch_layer_norm_bwd")
+            assert b[name + " bwd"] == pytest.approx(layers * bwd)
+            assert b[name] > a[name] and b[name + " bwd"] > a[name + " bwd"]
+        assert b["final norm"] == pytest.approx(memory_op_time_s(device, moved, 1, "torch_layer_norm_fwd"))
+        rest_a = {k: v for k, v in a.items() if "norm" not in k}
+        assert {k: v for k, v in b.items() if "norm" not in k} == pytest.approx(rest_a)
+    with pytest.raises(ConfigError):
+        _scn(kernels={"norm": "apex"})
+    from simulator.resources import data_dir
+    from simulator.validate.cases import build_case
+    from simulator.validate.runs import read_runs_csv
+
+    runs = {r.run_id: r for r in read_runs_csv(data_dir("scenarios") / "published" / "calibration_runs.csv")}
+    assert build_case(runs["mpt_H100-SXM-80GB_760m_s512_8gpu_bf16"]).scenario["kernels"]["norm"] == "torch"
+    assert "norm" not in build_case(runs["megatronlm_readme_h100_1.7B"]).scenario.get("kernels", {})
+
+
+def test_torch_layer_norm_replaces_transformer_engines_norm() -> None:
+    """A PyTorch norm under the default Megatron-Core + TE stack is PyTorch's kernel, not TE's: no
+    FP8 output fused into the norm (TE_FP8_NORM_NOTE; the next GEMM casts its input itself) and its
+    backward is the 4 passes of its measured kind, not TE's 3 passes in 2 kernels (TE_NORM_BWD)."""
+    te_fp8 = _segments(_scn(dtype="fp8"))
+    torch_fp8 = _segments(_scn(dtype="fp8", kernels={"norm": "torch"}))
+    assert "input norm (fp8 out)" in te_fp8 and "input norm" not in te_fp8
+    assert "input norm (fp8 out)" not in torch_fp8 and "post-attn norm (fp8 out)" not in torch_fp8
+    assert torch_fp8["fp8 cast"] > te_fp8["fp8 cast"]  # the qkv and fc1 inputs are cast again
+    te_bf16, torch_bf16 = _segments(_scn()), _segments(_scn(kernels={"norm": "torch"}))
+    for name in ("input norm", "post-attn norm"):
+        # TE: 3 passes in 2 kernels at copy speed; PyTorch: 4 passes at >= 1/0.7 of copy time each
+        assert torch_bf16[name + " bwd"] > 4 / 3 / 0.7 * te_bf16[name + " bwd"] * 0.95

@@ -494,6 +494,14 @@ KEYS: dict[str, Key] = {
         allowed=lambda: ("fused", "separate"),
         since=NEXT,
     ),
+    "kernels.norm": Key(
+        "the layer norms' kernel: fused = a fused norm at streaming-copy speed (Transformer Engine,"
+        " Apex), torch = PyTorch's native LayerNorm at its measured bandwidth (Liger-Kernel's"
+        " torch.nn.LayerNorm runs, kernels.toml; llm-foundry's LPLayerNorm)",
+        default='"fused"',
+        allowed=lambda: ("fused", "torch"),
+        since=NEXT,
+    ),
     "kernels.zero3_collectives": Key(
         "ZeRO-3 parameter all-gathers and gradient reduce-scatters: nccl = NCCL on the topology"
         " (node NICs aggregated over NVLink), flat = a flat ring on each GPU's share of the node's"

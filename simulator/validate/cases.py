@@ -426,6 +426,9 @@ def _kernels(
     if rules.bias_grad:
         kernels["bias_grad"] = rules.bias_grad
         notes.append(f"kernels: bias_grad = {rules.bias_grad} ({rules.key} stack)")
+    if rules.norm:
+        kernels["norm"] = rules.norm
+        notes.append(f"kernels: norm = {rules.norm} ({rules.key} stack)")
     prefetch, why = rules.stack_for("zero3_backward_prefetch", *where)
     if prefetch and parallel["zero"] == 3:
         kernels["zero3_backward_prefetch"] = prefetch

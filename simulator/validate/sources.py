@@ -62,6 +62,7 @@ class SourceRules:
     zero3_backward_prefetch: str = ""  # ZeRO-3/FSDP backward gathers ("" = pre)
     attention_padding: str = ""  # q/k/v unpad/pad around the attention kernel ("" = none)
     bias_grad: str = ""  # dense linear layers' bias gradients ("" = fused)
+    norm: str = ""  # the layer norms' kernel ("" = fused)
     sharded_grad_dtype: str = ""  # ZeRO-2/3 rows: [memory] sharded_grad_dtype ("" = the buffer's)
     sharded_param_dtype: str = ""  # ZeRO-3 rows: [memory] sharded_param_dtype ("" = 16-bit + master)
     stack_rules: tuple[StackRule, ...] = ()  # per-table / per-row exceptions to the stack keys
@@ -108,6 +109,7 @@ _OPTIONAL_KEYS = (
     "zero3_backward_prefetch",
     "attention_padding",
     "bias_grad",
+    "norm",
     "sharded_grad_dtype",
     "sharded_param_dtype",
     "stack_rule",
