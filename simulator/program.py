@@ -1147,11 +1147,15 @@ class _Coster:
                     bwd=(TE_ROPE_BWD[0] / 2, TE_ROPE_BWD[1]) if te else None,
                 )
             if te and heads_local > kv_heads_local:
-                # GQA: the query reshape copies, the split's backward concatenates (TE_LAYER_NOTE)
+                # GQA: the query reshape copies, the split's backward concatenates (TE_LAYER_NOTE);
+                # with `qkv_grad = "cat"` that concatenation is the "qkv grad cat" below, not twice
                 q_b = 2 * T * q_local * a
                 qkv_b = 2 * T * (q_local + 2 * kv_local) * a
                 fwd.append(Segment("compute", "gqa query copy", memory_op_time_s(d, q_b), 0.0, q_b))
-                b_in.append(Segment("compute", "gqa qkv grad concat", memory_op_time_s(d, qkv_b), 0.0, qkv_b))
+                if scn.kernels.qkv_grad != "cat":
+                    b_in.append(
+                        Segment("compute", "gqa qkv grad concat", memory_op_time_s(d, qkv_b), 0.0, qkv_b)
+                    )
         attn_fwd, attn_bwd, attn_parts = self._attention(T, s_local, s, heads_local, q_local, v_local)
         start = len(fwd)
         if self.scn.kernels.attention_padding == "unpad":
@@ -1159,6 +1163,9 @@ class _Coster:
         fwd.extend(attn_parts[0])
         span("core_attn", start)
         b_in.extend(attn_parts[1])
+        if self.scn.kernels.qkv_grad == "cat":  # torch.split's backward: at::cat of dq, dk, dv
+            cat_bytes = 2.0 * T * (q_local + 2 * kv_local) * a  # read the three, write the qkv grad
+            b_in.append(Segment("compute", "qkv grad cat", memory_op_time_s(d, cat_bytes), 0.0, cat_bytes))
         cp_hidden_f = cp_hidden_b = 0.0
         if cp > 1:
             kv_msg = 2 * b * s * kv_local * a  # K and V of the whole sequence (AG output)

@@ -462,3 +462,46 @@ def test_torch_layer_norm_replaces_transformer_engines_norm() -> None:
     for name in ("input norm", "post-attn norm"):
         # TE: 3 passes in 2 kernels at copy speed; PyTorch: 4 passes at >= 1/0.7 of copy time each
         assert torch_bf16[name + " bwd"] > 4 / 3 / 0.7 * te_bf16[name + " bwd"] * 0.95
+
+
+def test_qkv_grad_cat_reads_and_writes_the_qkv_gradient_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`[kernels] qkv_grad = "cat"` (torch.split's backward, llm-foundry): one cat kernel per layer
+    reads dq, dk, dv and writes the fused qkv gradient, 2·T·(h + 2·h/4)·2 bytes for 8 of 32 kv
+    heads, backward only; "packed" (Transformer Engine) has none, and MLA is refused."""
+    monkeypatch.setattr(P, "power_limited_clock_of", lambda device, activity: 1.0)
+    packed = _scn(parallel={"micro_batch": 2})
+    cat = _scn(parallel={"micro_batch": 2}, kernels={"qkv_grad": "cat"})
+    assert packed.kernels.qkv_grad == "packed"
+    T, h = 2 * 4096, 4096
+    moved = 2 * T * (h + 2 * h // 4) * 2
+    chunk = P.build_program(cat).stages[0].chunks[0]
+    got = [s for s in chunk.backward.segments if s.name == "qkv grad cat"]
+    assert sum(s.message_bytes for s in got) == pytest.approx(moved * chunk.num_layers)
+    assert not [s for s in chunk.forward.segments if s.name == "qkv grad cat"]
+    device = Device(cat.gpu, "bf16", K.kernel_params(cat.gpu))
+    from simulator.costs import memory_op_time_s
+
+    assert sum(s.duration_s for s in got) == pytest.approx(memory_op_time_s(device, moved) * chunk.num_layers)
+    a, b = _segments(packed), _segments(cat)
+    assert "qkv grad cat" not in a
+    # GQA under the default Megatron-Core + TE stack: TE's _SplitAlongDim already concatenates
+    # (TE_LAYER_NOTE) the same bytes; "cat" is that one concatenation, not a second one
+    assert "gqa qkv grad concat" not in b and a["gqa qkv grad concat"] == pytest.approx(b["qkv grad cat"])
+    rest = {k: v for k, v in a.items() if k != "gqa qkv grad concat"}
+    assert {k: v for k, v in b.items() if k != "qkv grad cat"} == pytest.approx(rest)
+    # MHA (TE's packed dqkv is a view) or a stack without TE's op table: "cat" adds the kernel
+    for kw in ({"model": {"kv_heads": 32}}, {"kernels": {"stack": "composer-fsdp"}}):
+        kern = kw.get("kernels", {})
+        a = _segments(_scn(parallel={"micro_batch": 2}, model=kw.get("model"), kernels=kern or None))
+        b = _segments(
+            _scn(parallel={"micro_batch": 2}, model=kw.get("model"), kernels={**kern, "qkv_grad": "cat"})
+        )
+        assert "gqa qkv grad concat" not in a and "qkv grad cat" in b
+        assert {k: v for k, v in b.items() if k != "qkv grad cat"} == pytest.approx(a)
+    with pytest.raises(ConfigError):
+        _scn(kernels={"qkv_grad": "split"})
+    mla = {"q_lora_rank": 64, "kv_lora_rank": 64, "qk_nope_head_dim": 128, "qk_rope_head_dim": 32}
+    mla_model = {"mla": {**mla, "v_head_dim": 128}, "kv_heads": 32}
+    assert _scn(model=mla_model).kernels.qkv_grad == "packed"
+    with pytest.raises(ConfigError, match="qkv_grad"):
+        _scn(model=mla_model, kernels={"qkv_grad": "cat"})

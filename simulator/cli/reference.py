@@ -502,6 +502,16 @@ KEYS: dict[str, Key] = {
         allowed=lambda: ("fused", "torch"),
         since=NEXT,
     ),
+    "kernels.qkv_grad": Key(
+        "how the attention's q, k, v gradients reach the fused qkv projection: packed = as the"
+        " stack's split does it (Transformer Engine's SplitAlongDim backward: a view on MHA's packed"
+        " dqkv, a concatenation with GQA under Megatron-Core + TE), cat ="
+        " torch.split's backward concatenates them (one cat kernel, read + write of the qkv"
+        " gradient; llm-foundry); with MLA refused (not modelled)",
+        default='"packed"',
+        allowed=lambda: ("packed", "cat"),
+        since=NEXT,
+    ),
     "kernels.zero3_collectives": Key(
         "ZeRO-3 parameter all-gathers and gradient reduce-scatters: nccl = NCCL on the topology"
         " (node NICs aggregated over NVLink), flat = a flat ring on each GPU's share of the node's"

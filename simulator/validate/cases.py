@@ -429,6 +429,9 @@ def _kernels(
     if rules.norm:
         kernels["norm"] = rules.norm
         notes.append(f"kernels: norm = {rules.norm} ({rules.key} stack)")
+    if rules.qkv_grad:
+        kernels["qkv_grad"] = rules.qkv_grad
+        notes.append(f"kernels: qkv_grad = {rules.qkv_grad} ({rules.key} stack)")
     prefetch, why = rules.stack_for("zero3_backward_prefetch", *where)
     if prefetch and parallel["zero"] == 3:
         kernels["zero3_backward_prefetch"] = prefetch

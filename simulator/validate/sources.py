@@ -63,6 +63,7 @@ class SourceRules:
     attention_padding: str = ""  # q/k/v unpad/pad around the attention kernel ("" = none)
     bias_grad: str = ""  # dense linear layers' bias gradients ("" = fused)
     norm: str = ""  # the layer norms' kernel ("" = fused)
+    qkv_grad: str = ""  # q, k, v gradients into the qkv projection's ("" = packed)
     sharded_grad_dtype: str = ""  # ZeRO-2/3 rows: [memory] sharded_grad_dtype ("" = the buffer's)
     sharded_param_dtype: str = ""  # ZeRO-3 rows: [memory] sharded_param_dtype ("" = 16-bit + master)
     stack_rules: tuple[StackRule, ...] = ()  # per-table / per-row exceptions to the stack keys
@@ -110,6 +111,7 @@ _OPTIONAL_KEYS = (
     "attention_padding",
     "bias_grad",
     "norm",
+    "qkv_grad",
     "sharded_grad_dtype",
     "sharded_param_dtype",
     "stack_rule",
