@@ -1284,6 +1284,11 @@ class _Coster:
         passes: tuple[Zero3Pass, Zero3Pass] | None = None
         serial_rs = 0.0
         ag = rs = 0.0
+        if scn.kernels.fsdp_flat_grad == "cat":
+            # PyTorch FSDP1: the parameters are views of the FlatParameter, so autograd concatenates
+            # their 16-bit (param_dtype) gradients into the flat gradient: read them, write it
+            flat = 2.0 * params_local * 2.0
+            b_w.append(Segment("compute", "fsdp flat grad cat", memory_op_time_s(d, flat), 0.0, flat))
         if zero3:
             axis = shard_axis(par)
             ag = self.zero3_coll("allgather", axis, params_local * self.param_gather_bytes)

@@ -505,3 +505,30 @@ def test_qkv_grad_cat_reads_and_writes_the_qkv_gradient_once(monkeypatch: pytest
     assert _scn(model=mla_model).kernels.qkv_grad == "packed"
     with pytest.raises(ConfigError, match="qkv_grad"):
         _scn(model=mla_model, kernels={"qkv_grad": "cat"})
+
+
+def test_fsdp1_flat_grad_cat_reads_and_writes_the_layer_gradient(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`[kernels] fsdp_flat_grad = "cat"` (PyTorch FSDP1's FlatParameter views): per layer and
+    micro-batch one cat reads the parameters' 16-bit gradients and writes the flat gradient, 4 bytes
+    per layer parameter, in the weight-gradient pass; "direct" has none, and it needs zero >= 2."""
+    monkeypatch.setattr(P, "power_limited_clock_of", lambda device, activity: 1.0)
+    from simulator.costs import memory_op_time_s
+    from simulator.network.model import default_comm_model
+
+    for zero in (2, 3):
+        par = {"micro_batch": 2, "zero": zero}
+        direct = _scn(parallel=par)
+        cat = _scn(parallel=par, kernels={"fsdp_flat_grad": "cat"})
+        assert direct.kernels.fsdp_flat_grad == "direct"
+        coster = P._Coster(cat, default_comm_model(cat))
+        fwd, b_in, b_w, _rec, params_local = coster.layer(False)
+        got = [s for s in b_w.parts if s.name == "fsdp flat grad cat"]
+        assert len(got) == 1 and got[0].message_bytes == pytest.approx(4.0 * params_local)
+        assert got[0].duration_s == pytest.approx(memory_op_time_s(coster.device, 4.0 * params_local))
+        assert not [s for s in fwd.parts + b_in.parts if s.name == "fsdp flat grad cat"]
+        a = _segments(direct)
+        assert "fsdp flat grad cat" not in a
+        b = _segments(cat)
+        assert {k: v for k, v in b.items() if k != "fsdp flat grad cat"} == pytest.approx(a)
+    with pytest.raises(ConfigError, match="fsdp_flat_grad"):
+        _scn(parallel={"zero": 1}, kernels={"fsdp_flat_grad": "cat"})

@@ -512,6 +512,15 @@ KEYS: dict[str, Key] = {
         allowed=lambda: ("packed", "cat"),
         since=NEXT,
     ),
+    "kernels.fsdp_flat_grad": Key(
+        "how a ZeRO-2/3 layer's gradient reaches the buffer that is reduce-scattered: direct ="
+        " written there (Megatron's grad buffer, FSDP2), cat = PyTorch FSDP1's FlatParameter, whose"
+        " parameters are views of the flat parameter: autograd concatenates their gradients (a"
+        " read and a write of the layer's 16-bit gradient per micro-batch); needs parallel.zero >= 2",
+        default='"direct"',
+        allowed=lambda: ("direct", "cat"),
+        since=NEXT,
+    ),
     "kernels.zero3_collectives": Key(
         "ZeRO-3 parameter all-gathers and gradient reduce-scatters: nccl = NCCL on the topology"
         " (node NICs aggregated over NVLink), flat = a flat ring on each GPU's share of the node's"

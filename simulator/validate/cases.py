@@ -436,6 +436,9 @@ def _kernels(
     if prefetch and parallel["zero"] == 3:
         kernels["zero3_backward_prefetch"] = prefetch
         notes.append(f"kernels: zero3_backward_prefetch = {prefetch} ({why or rules.key + ' stack'})")
+    if rules.fsdp_flat_grad and parallel["zero"] >= 2:
+        kernels["fsdp_flat_grad"] = rules.fsdp_flat_grad
+        notes.append(f"kernels: fsdp_flat_grad = {rules.fsdp_flat_grad} ({rules.key} stack)")
     if rules.zero3_collectives and parallel["zero"] == 3:
         kernels["zero3_collectives"] = rules.zero3_collectives
         notes.append(

@@ -64,6 +64,7 @@ class SourceRules:
     bias_grad: str = ""  # dense linear layers' bias gradients ("" = fused)
     norm: str = ""  # the layer norms' kernel ("" = fused)
     qkv_grad: str = ""  # q, k, v gradients into the qkv projection's ("" = packed)
+    fsdp_flat_grad: str = ""  # ZeRO-2/3 rows: gradients into the flat buffer ("" = direct)
     sharded_grad_dtype: str = ""  # ZeRO-2/3 rows: [memory] sharded_grad_dtype ("" = the buffer's)
     sharded_param_dtype: str = ""  # ZeRO-3 rows: [memory] sharded_param_dtype ("" = 16-bit + master)
     stack_rules: tuple[StackRule, ...] = ()  # per-table / per-row exceptions to the stack keys
@@ -112,6 +113,7 @@ _OPTIONAL_KEYS = (
     "bias_grad",
     "norm",
     "qkv_grad",
+    "fsdp_flat_grad",
     "sharded_grad_dtype",
     "sharded_param_dtype",
     "stack_rule",
