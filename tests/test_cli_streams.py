@@ -152,7 +152,7 @@ def test_signal_to_a_parallel_sweep_is_quiet(tmp_path: Path, sig: signal.Signals
     # engine on every configuration, thousands of micro-batches each: runs long enough to interrupt
     # (compute jitter: every task is simulated, no steady-state shortcut)
     path.write_text(
-        SMALL.replace("[1, 2]", "[1, 2, 4, 8]").replace("global_batch = 64", "global_batch = 8192")
+        SMALL.replace("[1, 2]", "[1, 2, 4, 8]").replace("global_batch = 64", "global_batch = 32768")
         + "[variability]\ncompute_jitter = 0.05\n"
     )
     out = tmp_path / "s.csv"

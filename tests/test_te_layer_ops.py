@@ -191,12 +191,15 @@ def test_other_stacks_keep_the_generic_op_table(stack: str) -> None:
 
 def test_te_op_table_moves_a_layer_by_little() -> None:
     """Against the generic op table (composer-fsdp's, same GPU and kernels) the audited TE layer
-    differs by its memory-bound ops only: < 3% of the layer either way."""
+    differs by its memory-bound ops only: < 3% of the layer either way. Both run on the TE
+    scenario's device, so the stacks' fitted clocks (a residual, not the op table) cancel."""
     for model in (GPT, LLAMA):
         te = _layer(_scn(model))
-        old = _layer(_scn(model, stack="composer-fsdp"))
+        c = P._Coster(_scn(model, stack="composer-fsdp"), default_comm_model(_scn(model)))
+        c.device = te[0].device
+        old = [p.parts for p in c.layer(False)[:3]]
         t_te = sum(s.duration_s for parts in te[1:] for s in parts)
-        t_old = sum(s.duration_s for parts in old[1:] for s in parts)
+        t_old = sum(s.duration_s for parts in old for s in parts)
         assert abs(t_te / t_old - 1) < 0.03
 
 
