@@ -125,6 +125,12 @@ def test_escape_sequences_in_names_are_neutralized(tmp_path: Path) -> None:
     assert json.loads(res.stdout)["name"] == "x\x1b[2J\x1b]0;t\x07y"  # JSON keeps the value, escaped
 
 
+def _default_sigint() -> None:
+    """A shell's background job starts with SIGINT ignored, and Python keeps an ignored SIGINT
+    ignored (no KeyboardInterrupt): the child gets the default disposition a terminal gives it."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def test_sigint_during_run_leaves_no_empty_outputs(small: Path, tmp_path: Path) -> None:
     big = tmp_path / "big.toml"
     big.write_text(SMALL_SCENARIO.replace("global_batch = 16", "global_batch = 4000"))
@@ -134,6 +140,7 @@ def test_sigint_during_run_leaves_no_empty_outputs(small: Path, tmp_path: Path) 
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         env=_env(),
+        preexec_fn=_default_sigint,
     )
     time.sleep(2.0)
     proc.send_signal(signal.SIGINT)
@@ -152,7 +159,7 @@ def test_signal_to_a_parallel_sweep_is_quiet(tmp_path: Path, sig: signal.Signals
     # engine on every configuration, thousands of micro-batches each: runs long enough to interrupt
     # (compute jitter: every task is simulated, no steady-state shortcut)
     path.write_text(
-        SMALL.replace("[1, 2]", "[1, 2, 4, 8]").replace("global_batch = 64", "global_batch = 32768")
+        SMALL.replace("[1, 2]", "[1, 2, 4, 8]").replace("global_batch = 64", "global_batch = 8192")
         + "[variability]\ncompute_jitter = 0.05\n"
     )
     out = tmp_path / "s.csv"
@@ -173,6 +180,7 @@ def test_signal_to_a_parallel_sweep_is_quiet(tmp_path: Path, sig: signal.Signals
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         env=_env(),
+        preexec_fn=_default_sigint,
     )
     deadline = time.monotonic() + 60
     while not (tmp_path / "s.csv.lock").exists() and time.monotonic() < deadline and proc.poll() is None:
