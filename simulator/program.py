@@ -1015,6 +1015,12 @@ class _Coster:
 
         # Megatron-Core + Transformer Engine's own kernels where they differ (TE_LAYER_NOTE)
         te = scn.kernels.megatron_core
+        # PyTorch eager (composer/FSDP): `x + y` is one add kernel, its backward passes the gradient
+        # through (autograd's AddBackward0 launches nothing) and the residual stream's fork sums
+        # two gradients (read 2 + 2, write 2 bytes per element: RESIDUAL_FORK_ADD_PASSES); F.gelu's
+        # gelu_backward reads the gradient and the input and writes one (GELU_BWD). Dropout, which
+        # torch runs as kernels of its own, keeps the generic charge.
+        eager_torch = scn.kernels.stack == "composer-fsdp"
         # TE's LayerNormLinear with delayed-scaling FP8 writes the norm's output in FP8 itself
         # (TE_FP8_NORM_NOTE): its GEMM input needs no cast, only the transpose on Hopper. A PyTorch
         # norm (`[kernels] norm = "torch"`) is a kernel of its own at its measured bandwidth
@@ -1083,7 +1089,7 @@ class _Coster:
         def residual(name: str) -> None:
             """Megatron's bias-dropout-add and, backward, the residual stream's fork add."""
             elems = norm_tokens * h
-            if not te:
+            if not (te or (eager_torch and m.dropout == 0)):
                 mem(name, 3 * elems * a)
                 return
             drop = m.dropout > 0
@@ -1212,7 +1218,7 @@ class _Coster:
                     "swiglu" if m.gated_mlp else "gelu",
                     (3 if m.gated_mlp else 2) * T * f_local * a,
                     kind="swiglu" if swiglu else "",
-                    bwd=(GELU_BWD[0] / 2, GELU_BWD[1]) if te and not m.gated_mlp else None,
+                    bwd=(GELU_BWD[0] / 2, GELU_BWD[1]) if (te or eager_torch) and not m.gated_mlp else None,
                 )
             mm("fc2", T, h, f_local)
             self._tp_exit(fwd, b_in, tp_msg)

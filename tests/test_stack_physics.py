@@ -532,3 +532,31 @@ def test_fsdp1_flat_grad_cat_reads_and_writes_the_layer_gradient(monkeypatch: py
         assert {k: v for k, v in b.items() if k != "fsdp flat grad cat"} == pytest.approx(a)
     with pytest.raises(ConfigError, match="fsdp_flat_grad"):
         _scn(parallel={"zero": 1}, kernels={"fsdp_flat_grad": "cat"})
+
+
+def _backward_bytes(scn: Scenario, name: str) -> float:
+    chunk = P.build_program(scn).stages[0].chunks[0]
+    return sum(s.message_bytes for s in chunk.backward.segments if s.name == name)
+
+
+def test_pytorch_eager_gelu_and_residual_backward_are_three_passes(monkeypatch: pytest.MonkeyPatch) -> None:
+    """composer/FSDP runs PyTorch eager: F.gelu's gelu_backward reads the gradient and the input and
+    writes one (3 passes, GELU_BWD), and `x + y`'s backward launches nothing, so a residual costs
+    only the fork's gradient sum (read 2 + 2, write 2 bytes: 3 passes), not twice its forward's 3.
+    The 2021 Megatron-LM stack keeps its generic charge; dropout under composer keeps it too."""
+    monkeypatch.setattr(P, "power_limited_clock_of", lambda device, activity: 1.0)
+    gpt = {"gated_mlp": False, "ffn_hidden": 16384, "dropout": 0.0}
+    T, h, f, layers = 4096, 4096, 16384, LLAMA["layers"]  # one sequence per micro-batch; a chunk of 4 layers
+    one = {"micro_batch": 1}
+    eager = _scn(model=gpt, parallel=one, kernels={"stack": "composer-fsdp"})
+    assert _backward_bytes(eager, "gelu bwd") == pytest.approx(3 * T * f * 2 * layers)
+    # two residual adds per layer
+    assert _backward_bytes(eager, "residual add bwd") == pytest.approx(2 * 3 * T * h * 2 * layers)
+    assert _bytes(eager, "residual add") == pytest.approx(2 * 3 * T * h * 2 * layers)
+    old = _scn(
+        model=gpt, parallel=one, kernels={"stack": "megatron-2021"}, gpu="a100-80gb", topology="dgx-a100"
+    )
+    assert _backward_bytes(old, "residual add bwd") == pytest.approx(2 * 6 * T * h * 2 * layers)
+    assert _backward_bytes(old, "gelu bwd") == pytest.approx(4 * T * f * 2 * layers)
+    dropped = _scn(model={**gpt, "dropout": 0.1}, parallel=one, kernels={"stack": "composer-fsdp"})
+    assert _backward_bytes(dropped, "residual add bwd") == pytest.approx(2 * 6 * T * h * 2 * layers)
