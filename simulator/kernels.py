@@ -85,7 +85,9 @@ SPLIT_K_MIN_K = 256  # never split a GEMM below this many k per split
 # ("native") cross-entropy (megatron/core/fusions/fused_cross_entropy.py, cross_entropy_loss_fusion
 # = True, cross_entropy_fusion_impl = "native"): the same steps as four @jit_fuser (torch.compile)
 # functions. Transformer Engine's Triton cross-entropy (cross_entropy_fusion_impl = "te") streams
-# at copy speed (simulator/program.py CE_PASSES says why).
+# at copy speed (simulator/program.py CE_PASSES says why). "torch_layer_norm_*" = PyTorch's native
+# LayerNorm (torch.nn.functional.layer_norm: one vectorized forward kernel; backward a dx kernel and
+# a gamma/beta reduction kernel), which llm-foundry's LPLayerNorm calls (`[kernels] norm = "torch"`).
 MEMORY_KINDS = (
     "copy",
     "swiglu_fwd",
@@ -94,6 +96,8 @@ MEMORY_KINDS = (
     "cross_entropy_bwd",
     "cross_entropy_fused_fwd",
     "cross_entropy_fused_bwd",
+    "torch_layer_norm_fwd",
+    "torch_layer_norm_bwd",
 )
 TRITON_BWD_BLOCK = 128  # triton.ops.flash_attention backward: BLOCK_M = BLOCK_N = 128
 # UNFUSED_ATTENTION_NOTE: Megatron-LM's core attention before FlashAttention (CoreAttention.forward,
@@ -218,6 +222,8 @@ class KernelParams:
     cross_entropy_bwd_bw_scale: float = 1.0
     cross_entropy_fused_fwd_bw_scale: float = 1.0
     cross_entropy_fused_bwd_bw_scale: float = 1.0
+    torch_layer_norm_fwd_bw_scale: float = 1.0
+    torch_layer_norm_bwd_bw_scale: float = 1.0
 
     def sustained_gemm_ratio(self, dtype: str) -> float:
         low = dtype in ("fp8", "mxfp8", "nvfp4")

@@ -220,6 +220,8 @@ CE_KINDS = {
     "fused": ("cross_entropy_fused_fwd", "cross_entropy_fused_bwd"),
     "te": ("copy", "copy"),
 }
+# the measured memory kind of each [kernels] norm (MEMORY_KINDS without _fwd/_bwd; "" = copy speed)
+NORM_KINDS = {"fused": "", "torch": "torch_layer_norm"}
 SQUARED_RELU_PASSES = 4  # forward passes over the MLP's inner activation (backward: twice that)
 # Elementwise work Megatron-Core runs as eager PyTorch ops, as (forward passes, forward kernels,
 # backward passes, backward kernels) over the tensor named; a pass moves one 16-bit copy of it.
@@ -1013,9 +1015,19 @@ class _Coster:
 
         # Megatron-Core + Transformer Engine's own kernels where they differ (TE_LAYER_NOTE)
         te = scn.kernels.megatron_core
+        # PyTorch eager (composer/FSDP): `x + y` is one add kernel, its backward passes the gradient
+        # through (autograd's AddBackward0 launches nothing) and the residual stream's fork sums
+        # two gradients (read 2 + 2, write 2 bytes per element: RESIDUAL_FORK_ADD_PASSES); F.gelu's
+        # gelu_backward reads the gradient and the input and writes one (GELU_BWD). Dropout, which
+        # torch runs as kernels of its own, keeps the generic charge.
+        eager_torch = scn.kernels.stack == "composer-fsdp"
         # TE's LayerNormLinear with delayed-scaling FP8 writes the norm's output in FP8 itself
-        # (TE_FP8_NORM_NOTE): its GEMM input needs no cast, only the transpose on Hopper
-        ln_fp8 = te and d.dtype == "fp8" and scn.fp8_recipe == "delayed"
+        # (TE_FP8_NORM_NOTE): its GEMM input needs no cast, only the transpose on Hopper. A PyTorch
+        # norm (`[kernels] norm = "torch"`) is a kernel of its own at its measured bandwidth
+        # (NORM_KINDS): neither TE's FP8 output nor TE's 3-pass backward applies to it
+        norm_kind = NORM_KINDS[scn.kernels.norm]
+        te_norm = te and not norm_kind
+        ln_fp8 = te_norm and d.dtype == "fp8" and scn.fp8_recipe == "delayed"
 
         def mm(name: str, mm_m: int, mm_n: int, mm_k: int, count: int = 1, ln_fused: bool = False) -> None:
             # forward, dgrad and wgrad each at its own GEMM shape (costs.gemm_pass_shape)
@@ -1069,7 +1081,7 @@ class _Coster:
             fwd.append(Segment("compute", name, tt, 0.0, fwd_bytes))
             b_in.append(Segment("compute", name + " bwd", tb, 0.0, bwd_bytes))
 
-        norm_bwd = (TE_NORM_BWD[0] / 2, TE_NORM_BWD[1]) if te else None
+        norm_bwd = (TE_NORM_BWD[0] / 2, TE_NORM_BWD[1]) if te_norm else None
         # a norm fused into the next GEMM's FP8 cast: read 16-bit, write 8-bit (TE_FP8_NORM_NOTE)
         ln_fp8_bytes = norm_tokens * h * (a + 1)
         ln_fp8_bwd = (TE_NORM_BWD[0] * norm_tokens * h * a / ln_fp8_bytes, TE_NORM_BWD[1])
@@ -1077,7 +1089,7 @@ class _Coster:
         def residual(name: str) -> None:
             """Megatron's bias-dropout-add and, backward, the residual stream's fork add."""
             elems = norm_tokens * h
-            if not te:
+            if not (te or (eager_torch and m.dropout == 0)):
                 mem(name, 3 * elems * a)
                 return
             drop = m.dropout > 0
@@ -1103,7 +1115,7 @@ class _Coster:
         if ln_fp8 and m.mla is None:
             mem("input norm (fp8 out)", ln_fp8_bytes, bwd=ln_fp8_bwd)
         else:
-            mem("input norm", 2 * norm_tokens * h * a, bwd=norm_bwd)
+            mem("input norm", 2 * norm_tokens * h * a, kind=norm_kind, bwd=norm_bwd)
         span("layernorm", start)
         if m.mla is not None:
             self._mla_projections(mm, mem, fwd, b_in, T, tp_msg, heads_local, span)
@@ -1141,11 +1153,15 @@ class _Coster:
                     bwd=(TE_ROPE_BWD[0] / 2, TE_ROPE_BWD[1]) if te else None,
                 )
             if te and heads_local > kv_heads_local:
-                # GQA: the query reshape copies, the split's backward concatenates (TE_LAYER_NOTE)
+                # GQA: the query reshape copies, the split's backward concatenates (TE_LAYER_NOTE);
+                # with `qkv_grad = "cat"` that concatenation is the "qkv grad cat" below, not twice
                 q_b = 2 * T * q_local * a
                 qkv_b = 2 * T * (q_local + 2 * kv_local) * a
                 fwd.append(Segment("compute", "gqa query copy", memory_op_time_s(d, q_b), 0.0, q_b))
-                b_in.append(Segment("compute", "gqa qkv grad concat", memory_op_time_s(d, qkv_b), 0.0, qkv_b))
+                if scn.kernels.qkv_grad != "cat":
+                    b_in.append(
+                        Segment("compute", "gqa qkv grad concat", memory_op_time_s(d, qkv_b), 0.0, qkv_b)
+                    )
         attn_fwd, attn_bwd, attn_parts = self._attention(T, s_local, s, heads_local, q_local, v_local)
         start = len(fwd)
         if self.scn.kernels.attention_padding == "unpad":
@@ -1153,6 +1169,9 @@ class _Coster:
         fwd.extend(attn_parts[0])
         span("core_attn", start)
         b_in.extend(attn_parts[1])
+        if self.scn.kernels.qkv_grad == "cat":  # torch.split's backward: at::cat of dq, dk, dv
+            cat_bytes = 2.0 * T * (q_local + 2 * kv_local) * a  # read the three, write the qkv grad
+            b_in.append(Segment("compute", "qkv grad cat", memory_op_time_s(d, cat_bytes), 0.0, cat_bytes))
         cp_hidden_f = cp_hidden_b = 0.0
         if cp > 1:
             kv_msg = 2 * b * s * kv_local * a  # K and V of the whole sequence (AG output)
@@ -1172,7 +1191,7 @@ class _Coster:
         if ln_fp8 and not moe:  # MoE layers run a separate TENorm before the router
             mem("post-attn norm (fp8 out)", ln_fp8_bytes, bwd=ln_fp8_bwd)
         else:
-            mem("post-attn norm", 2 * norm_tokens * h * a, bwd=norm_bwd)
+            mem("post-attn norm", 2 * norm_tokens * h * a, kind=norm_kind, bwd=norm_bwd)
         span("layernorm", start)
         start = len(fwd)
         marks: tuple[int, ...] = ()
@@ -1199,7 +1218,7 @@ class _Coster:
                     "swiglu" if m.gated_mlp else "gelu",
                     (3 if m.gated_mlp else 2) * T * f_local * a,
                     kind="swiglu" if swiglu else "",
-                    bwd=(GELU_BWD[0] / 2, GELU_BWD[1]) if te and not m.gated_mlp else None,
+                    bwd=(GELU_BWD[0] / 2, GELU_BWD[1]) if (te or eager_torch) and not m.gated_mlp else None,
                 )
             mm("fc2", T, h, f_local)
             self._tp_exit(fwd, b_in, tp_msg)
@@ -1271,6 +1290,11 @@ class _Coster:
         passes: tuple[Zero3Pass, Zero3Pass] | None = None
         serial_rs = 0.0
         ag = rs = 0.0
+        if scn.kernels.fsdp_flat_grad == "cat":
+            # PyTorch FSDP1: the parameters are views of the FlatParameter, so autograd concatenates
+            # their 16-bit (param_dtype) gradients into the flat gradient: read them, write it
+            flat = 2.0 * params_local * 2.0
+            b_w.append(Segment("compute", "fsdp flat grad cat", memory_op_time_s(d, flat), 0.0, flat))
         if zero3:
             axis = shard_axis(par)
             ag = self.zero3_coll("allgather", axis, params_local * self.param_gather_bytes)
@@ -2335,9 +2359,9 @@ class _Coster:
         # each implementation's passes at its measured bandwidth (MEMORY_KINDS)
         t_ce = memory_op_time_s(d, ce_bytes, fwd_k, CE_KINDS[impl][0])
         t_ce_bwd = memory_op_time_s(d, ce_bwd_bytes, bwd_k, CE_KINDS[impl][1])
-        fwd: list[Segment] = [
-            Segment("compute", "final norm", memory_op_time_s(d, 2 * T * m.hidden * a), 0.0, 0.0)
-        ]
+        norm_kind = NORM_KINDS[scn.kernels.norm]
+        t_norm = memory_op_time_s(d, 2 * T * m.hidden * a, 1, f"{norm_kind}_fwd" if norm_kind else "copy")
+        fwd: list[Segment] = [Segment("compute", "final norm", t_norm, 0.0, 0.0)]
         bwd_in: list[Segment] = []
         if par.tp > 1 and par.sequence_parallel:
             msg = T * m.hidden * a

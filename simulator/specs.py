@@ -880,6 +880,21 @@ ATTENTION_PADDING = ("none", "unpad")
 # (tools/autograd/derivatives.yaml addmm `self: maybe_multiply(grad, beta.conj())`, summed to the
 # bias' shape)
 BIAS_GRAD_IMPLS = ("fused", "separate")
+# the layer norms' kernel: "fused" = a fused norm at streaming-copy speed (Transformer Engine, Apex);
+# "torch" = PyTorch's native LayerNorm (kernels.toml [[memory]] kind torch_layer_norm_*)
+NORM_IMPLS = ("fused", "torch")
+# the q, k, v gradients into the fused qkv projection's: "packed" = as the stack's own split does it
+# (Transformer Engine's _SplitAlongDim backward returns a view on MHA's packed dqkv; with GQA the
+# Megatron-Core + TE op table charges the concatenation it does then, program.py TE_LAYER_NOTE);
+# "cat" = torch.split's backward concatenates them (aten split_with_sizes_backward: one cat
+# kernel; llm-foundry)
+QKV_GRAD_IMPLS = ("packed", "cat")
+# ZeRO-2/3 sharded data parallelism, how each layer's gradient reaches the buffer that is
+# reduce-scattered: "direct" = written there (Megatron's grad buffer, FSDP2's per-parameter
+# DTensors); "cat" = PyTorch FSDP1's FlatParameter: the module's parameters are split + view views of
+# the flat parameter, so autograd concatenates their gradients into the flat gradient
+# (split_with_sizes_backward -> at::cat), one read and one write of the layer's 16-bit gradient
+FSDP_FLAT_GRAD_IMPLS = ("direct", "cat")
 # Megatron-Core --cuda-graph-impl (transformer_config.py `cuda_graph_impl`): none; local = MCore's
 # per-layer graphs; transformer_engine = TE make_graphed_callables per layer; full_iteration = one
 # graph for the whole forward-backward pass (the optimizer step excluded)
@@ -938,6 +953,12 @@ class KernelOptions:
     attention_padding: str = "none"
     # BIAS_GRAD_IMPLS: how the dense linear layers' bias gradients are computed (linear_bias models)
     bias_grad: str = "fused"
+    # NORM_IMPLS: the layer norms' kernel (llm-foundry's LPLayerNorm calls PyTorch's native one)
+    norm: str = "fused"
+    # QKV_GRAD_IMPLS: how the attention's q, k, v gradients reach the fused qkv projection
+    qkv_grad: str = "packed"
+    # FSDP_FLAT_GRAD_IMPLS: how a sharded (ZeRO-2/3) layer's gradient reaches its flat buffer
+    fsdp_flat_grad: str = "direct"
     # Megatron-Core use_transformer_engine_op_fuser (Megatron-Bridge cutedsl_fused_grouped_mlp): the
     # experts' activation, its input clamps and the probability-scaled fc2 bias run inside TE's
     # fused grouped-MLP ops instead of eager PyTorch ops (simulator/program.py CLAMPED_GLU_PASSES,
@@ -1014,6 +1035,13 @@ class KernelOptions:
             _check_choice("kernels.attention_padding", self.attention_padding, ATTENTION_PADDING),
         )
         _set(self, "bias_grad", _check_choice("kernels.bias_grad", self.bias_grad, BIAS_GRAD_IMPLS))
+        _set(self, "norm", _check_choice("kernels.norm", self.norm, NORM_IMPLS))
+        _set(self, "qkv_grad", _check_choice("kernels.qkv_grad", self.qkv_grad, QKV_GRAD_IMPLS))
+        _set(
+            self,
+            "fsdp_flat_grad",
+            _check_choice("kernels.fsdp_flat_grad", self.fsdp_flat_grad, FSDP_FLAT_GRAD_IMPLS),
+        )
         if self.grad_reduce_dtype:
             _set(
                 self,
@@ -1222,6 +1250,18 @@ class Scenario:
                 "separate bias-gradient reductions are modelled for the standard attention and MLP "
                 'projections, not MLA\'s: use "fused" or a model without [model.mla]',
                 key="kernels.bias_grad",
+            )
+        if self.kernels.fsdp_flat_grad == "cat" and self.parallel.zero < 2:
+            raise ConfigError(
+                "a flat-parameter gradient concatenation needs sharded data parallelism (FSDP:"
+                ' parallel.zero 2 or 3): use "direct" or set parallel.zero',
+                key="kernels.fsdp_flat_grad",
+            )
+        if self.kernels.qkv_grad == "cat" and self.model.mla is not None:
+            raise ConfigError(
+                "the qkv gradient concatenation is modelled for a fused q, k, v projection, not"
+                ' MLA\'s low-rank projections: use "packed" or a model without [model.mla]',
+                key="kernels.qkv_grad",
             )
         if self.memory.fp8_moe_act_input and not (
             self.model.is_moe and self.dtype in ("fp8", "mxfp8", "nvfp4")

@@ -717,6 +717,8 @@ SPELLED_BASE = {
 SPELLED_CHOICES = (
     ("kernels", "attention_padding", "unpad"),
     ("kernels", "bias_grad", "separate"),
+    ("kernels", "norm", "torch"),
+    ("kernels", "qkv_grad", "cat"),
     ("kernels", "cross_entropy", "te"),
     ("kernels", "attention", "fa2"),
     ("kernels", "stack", "megatron-core"),

@@ -27,7 +27,7 @@ def test_every_figure_is_cited_and_positive(figures: list[K.Figure]) -> None:
 
 
 def test_shipped_microbenchmarks_within_tolerance(figures: list[K.Figure]) -> None:
-    """Issue 12 target: every kernel within 10% of its microbenchmark. Measured today (455 checked
+    """Issue 12 target: every kernel within 10% of its microbenchmark. Measured today (467 checked
     figures): 13 are not, none by more than 15.5%: Azure's A100 FP16 GEMM at 4096^3 (+15%: 10%
     below the same table's 8192^3 at the same power-saturated clock), cuBLASLt MXFP8 at 16384^3 on
     B200 (+13% at the sustained clock), H200 FP8 at 1280x4096x12032 (MAMF), FlashAttention's
@@ -48,6 +48,20 @@ def test_shipped_microbenchmarks_within_tolerance(figures: list[K.Figure]) -> No
         errors = [abs(f.error) for f in checked if f.kind == kind]
         assert errors, kind
         assert sum(errors) / len(errors) <= 0.06, (kind, sum(errors) / len(errors))
+
+
+def test_torch_layer_norm_figures_within_tolerance(figures: list[K.Figure]) -> None:
+    """PyTorch's native LayerNorm (`[kernels] norm = "torch"`, llm-foundry's LPLayerNorm): every
+    checked Liger-Kernel torch.nn.LayerNorm run (A100 and H100, forward and backward, x + y >= 134
+    MB: 12 of the 20 shipped) within 10%, and slower than a streaming copy of the same bytes."""
+    ln = [f for f in figures if f.kind == "memory" and "torch_layer_norm" in f.label]
+    checked = [f for f in ln if not f.reference_only]
+    assert len(ln) == 20 and len(checked) == 12
+    for f in checked:
+        assert abs(f.error) <= TOLERANCE, (f.gpu, f.label, f.error)
+    for gpu in ("h100-sxm", "a100-80gb"):
+        p = K.kernel_params(gpu_by_name(gpu))
+        assert 0.5 < p.torch_layer_norm_bwd_bw_scale < p.torch_layer_norm_fwd_bw_scale < 0.7, gpu
 
 
 def test_sustained_figures_use_the_power_limited_clock(figures: list[K.Figure]) -> None:

@@ -407,3 +407,156 @@ def test_validate_rows_carry_their_stack_into_the_kernel_choices(
     scn = with_stack(_scn(gpu="a100-80gb", topology="dgx-a100"), stack)  # every stack is fitted on Ampere
     assert scn.kernels.stack == ("" if stack == "megatron-core" else stack)
     assert P._Coster(scn, default_comm_model(scn)).wgrad_bytes == wgrad_bytes
+
+
+def test_torch_layer_norm_runs_at_its_measured_bandwidth(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`[kernels] norm = "torch"` (llm-foundry's LPLayerNorm = PyTorch's native LayerNorm): the two
+    layer norms and the final norm move the same bytes as the fused default (2·T·h forward, twice
+    that backward) at the torch_layer_norm kinds' bandwidth, 0.54-0.66 of copy speed on H100 and
+    A100 (Liger-Kernel's torch.nn.LayerNorm runs, kernels.toml); nothing else in the step changes,
+    and the MPT rows take it from their source."""
+    monkeypatch.setattr(P, "power_limited_clock_of", lambda device, activity: 1.0)
+    for gpu, topo in (("h100-sxm", "dgx-h100"), ("a100-80gb", "dgx-a100")):
+        fused = _scn(parallel={"micro_batch": 2}, gpu=gpu, topology=topo)
+        torch_ln = _scn(parallel={"micro_batch": 2}, gpu=gpu, topology=topo, kernels={"norm": "torch"})
+        assert fused.kernels.norm == "fused"
+        p = K.kernel_params(torch_ln.gpu)
+        assert 0.5 < p.torch_layer_norm_bwd_bw_scale < p.torch_layer_norm_fwd_bw_scale < 0.7
+        device = Device(torch_ln.gpu, "bf16", p)
+        from simulator.costs import memory_op_time_s
+
+        moved = 2 * (2 * 4096) * 4096 * 2  # read x + write y, bf16, T = 2 x 4096 tokens
+        a, b = _segments(fused), _segments(torch_ln)
+        for name in ("input norm", "post-attn norm"):
+            layers = P.build_program(torch_ln).stages[0].chunks[0].num_layers
+            assert b[name] == pytest.approx(
+                layers * memory_op_time_s(device, moved, 1, "torch_layer_norm_fwd")
+            )
+            bwd = 2 * memory_op_time_s(device, moved, 1, "torch_layer_norm_bwd")
+            assert b[name + " bwd"] == pytest.approx(layers * bwd)
+            assert b[name] > a[name] and b[name + " bwd"] > a[name + " bwd"]
+        assert b["final norm"] == pytest.approx(memory_op_time_s(device, moved, 1, "torch_layer_norm_fwd"))
+        rest_a = {k: v for k, v in a.items() if "norm" not in k}
+        assert {k: v for k, v in b.items() if "norm" not in k} == pytest.approx(rest_a)
+    with pytest.raises(ConfigError):
+        _scn(kernels={"norm": "apex"})
+    from simulator.resources import data_dir
+    from simulator.validate.cases import build_case
+    from simulator.validate.runs import read_runs_csv
+
+    runs = {r.run_id: r for r in read_runs_csv(data_dir("scenarios") / "published" / "calibration_runs.csv")}
+    assert build_case(runs["mpt_H100-SXM-80GB_760m_s512_8gpu_bf16"]).scenario["kernels"]["norm"] == "torch"
+    assert "norm" not in build_case(runs["megatronlm_readme_h100_1.7B"]).scenario.get("kernels", {})
+
+
+def test_torch_layer_norm_replaces_transformer_engines_norm() -> None:
+    """A PyTorch norm under the default Megatron-Core + TE stack is PyTorch's kernel, not TE's: no
+    FP8 output fused into the norm (TE_FP8_NORM_NOTE; the next GEMM casts its input itself) and its
+    backward is the 4 passes of its measured kind, not TE's 3 passes in 2 kernels (TE_NORM_BWD)."""
+    te_fp8 = _segments(_scn(dtype="fp8"))
+    torch_fp8 = _segments(_scn(dtype="fp8", kernels={"norm": "torch"}))
+    assert "input norm (fp8 out)" in te_fp8 and "input norm" not in te_fp8
+    assert "input norm (fp8 out)" not in torch_fp8 and "post-attn norm (fp8 out)" not in torch_fp8
+    assert torch_fp8["fp8 cast"] > te_fp8["fp8 cast"]  # the qkv and fc1 inputs are cast again
+    te_bf16, torch_bf16 = _segments(_scn()), _segments(_scn(kernels={"norm": "torch"}))
+    for name in ("input norm", "post-attn norm"):
+        # TE: 3 passes in 2 kernels at copy speed; PyTorch: 4 passes at >= 1/0.7 of copy time each
+        assert torch_bf16[name + " bwd"] > 4 / 3 / 0.7 * te_bf16[name + " bwd"] * 0.95
+
+
+def test_qkv_grad_cat_reads_and_writes_the_qkv_gradient_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`[kernels] qkv_grad = "cat"` (torch.split's backward, llm-foundry): one cat kernel per layer
+    reads dq, dk, dv and writes the fused qkv gradient, 2·T·(h + 2·h/4)·2 bytes for 8 of 32 kv
+    heads, backward only; "packed" (Transformer Engine) has none, and MLA is refused."""
+    monkeypatch.setattr(P, "power_limited_clock_of", lambda device, activity: 1.0)
+    packed = _scn(parallel={"micro_batch": 2})
+    cat = _scn(parallel={"micro_batch": 2}, kernels={"qkv_grad": "cat"})
+    assert packed.kernels.qkv_grad == "packed"
+    T, h = 2 * 4096, 4096
+    moved = 2 * T * (h + 2 * h // 4) * 2
+    chunk = P.build_program(cat).stages[0].chunks[0]
+    got = [s for s in chunk.backward.segments if s.name == "qkv grad cat"]
+    assert sum(s.message_bytes for s in got) == pytest.approx(moved * chunk.num_layers)
+    assert not [s for s in chunk.forward.segments if s.name == "qkv grad cat"]
+    device = Device(cat.gpu, "bf16", K.kernel_params(cat.gpu))
+    from simulator.costs import memory_op_time_s
+
+    assert sum(s.duration_s for s in got) == pytest.approx(memory_op_time_s(device, moved) * chunk.num_layers)
+    a, b = _segments(packed), _segments(cat)
+    assert "qkv grad cat" not in a
+    # GQA under the default Megatron-Core + TE stack: TE's _SplitAlongDim already concatenates
+    # (TE_LAYER_NOTE) the same bytes; "cat" is that one concatenation, not a second one
+    assert "gqa qkv grad concat" not in b and a["gqa qkv grad concat"] == pytest.approx(b["qkv grad cat"])
+    rest = {k: v for k, v in a.items() if k != "gqa qkv grad concat"}
+    assert {k: v for k, v in b.items() if k != "qkv grad cat"} == pytest.approx(rest)
+    # MHA (TE's packed dqkv is a view) or a stack without TE's op table: "cat" adds the kernel
+    for kw in ({"model": {"kv_heads": 32}}, {"kernels": {"stack": "composer-fsdp"}}):
+        kern = kw.get("kernels", {})
+        a = _segments(_scn(parallel={"micro_batch": 2}, model=kw.get("model"), kernels=kern or None))
+        b = _segments(
+            _scn(parallel={"micro_batch": 2}, model=kw.get("model"), kernels={**kern, "qkv_grad": "cat"})
+        )
+        assert "gqa qkv grad concat" not in a and "qkv grad cat" in b
+        assert {k: v for k, v in b.items() if k != "qkv grad cat"} == pytest.approx(a)
+    with pytest.raises(ConfigError):
+        _scn(kernels={"qkv_grad": "split"})
+    mla = {"q_lora_rank": 64, "kv_lora_rank": 64, "qk_nope_head_dim": 128, "qk_rope_head_dim": 32}
+    mla_model = {"mla": {**mla, "v_head_dim": 128}, "kv_heads": 32}
+    assert _scn(model=mla_model).kernels.qkv_grad == "packed"
+    with pytest.raises(ConfigError, match="qkv_grad"):
+        _scn(model=mla_model, kernels={"qkv_grad": "cat"})
+
+
+def test_fsdp1_flat_grad_cat_reads_and_writes_the_layer_gradient(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`[kernels] fsdp_flat_grad = "cat"` (PyTorch FSDP1's FlatParameter views): per layer and
+    micro-batch one cat reads the parameters' 16-bit gradients and writes the flat gradient, 4 bytes
+    per layer parameter, in the weight-gradient pass; "direct" has none, and it needs zero >= 2."""
+    monkeypatch.setattr(P, "power_limited_clock_of", lambda device, activity: 1.0)
+    from simulator.costs import memory_op_time_s
+    from simulator.network.model import default_comm_model
+
+    for zero in (2, 3):
+        par = {"micro_batch": 2, "zero": zero}
+        direct = _scn(parallel=par)
+        cat = _scn(parallel=par, kernels={"fsdp_flat_grad": "cat"})
+        assert direct.kernels.fsdp_flat_grad == "direct"
+        coster = P._Coster(cat, default_comm_model(cat))
+        fwd, b_in, b_w, _rec, params_local = coster.layer(False)
+        got = [s for s in b_w.parts if s.name == "fsdp flat grad cat"]
+        assert len(got) == 1 and got[0].message_bytes == pytest.approx(4.0 * params_local)
+        assert got[0].duration_s == pytest.approx(memory_op_time_s(coster.device, 4.0 * params_local))
+        assert not [s for s in fwd.parts + b_in.parts if s.name == "fsdp flat grad cat"]
+        a = _segments(direct)
+        assert "fsdp flat grad cat" not in a
+        b = _segments(cat)
+        assert {k: v for k, v in b.items() if k != "fsdp flat grad cat"} == pytest.approx(a)
+    with pytest.raises(ConfigError, match="fsdp_flat_grad"):
+        _scn(parallel={"zero": 1}, kernels={"fsdp_flat_grad": "cat"})
+
+
+def _backward_bytes(scn: Scenario, name: str) -> float:
+    chunk = P.build_program(scn).stages[0].chunks[0]
+    return sum(s.message_bytes for s in chunk.backward.segments if s.name == name)
+
+
+def test_pytorch_eager_gelu_and_residual_backward_are_three_passes(monkeypatch: pytest.MonkeyPatch) -> None:
+    """composer/FSDP runs PyTorch eager: F.gelu's gelu_backward reads the gradient and the input and
+    writes one (3 passes, GELU_BWD), and `x + y`'s backward launches nothing, so a residual costs
+    only the fork's gradient sum (read 2 + 2, write 2 bytes: 3 passes), not twice its forward's 3.
+    The 2021 Megatron-LM stack keeps its generic charge; dropout under composer keeps it too."""
+    monkeypatch.setattr(P, "power_limited_clock_of", lambda device, activity: 1.0)
+    gpt = {"gated_mlp": False, "ffn_hidden": 16384, "dropout": 0.0}
+    T, h, f, layers = 4096, 4096, 16384, LLAMA["layers"]  # one sequence per micro-batch; a chunk of 4 layers
+    one = {"micro_batch": 1}
+    eager = _scn(model=gpt, parallel=one, kernels={"stack": "composer-fsdp"})
+    assert _backward_bytes(eager, "gelu bwd") == pytest.approx(3 * T * f * 2 * layers)
+    # two residual adds per layer
+    assert _backward_bytes(eager, "residual add bwd") == pytest.approx(2 * 3 * T * h * 2 * layers)
+    assert _bytes(eager, "residual add") == pytest.approx(2 * 3 * T * h * 2 * layers)
+    old = _scn(
+        model=gpt, parallel=one, kernels={"stack": "megatron-2021"}, gpu="a100-80gb", topology="dgx-a100"
+    )
+    assert _backward_bytes(old, "residual add bwd") == pytest.approx(2 * 6 * T * h * 2 * layers)
+    assert _backward_bytes(old, "gelu bwd") == pytest.approx(4 * T * f * 2 * layers)
+    dropped = _scn(model={**gpt, "dropout": 0.1}, parallel=one, kernels={"stack": "composer-fsdp"})
+    assert _backward_bytes(dropped, "residual add bwd") == pytest.approx(2 * 6 * T * h * 2 * layers)

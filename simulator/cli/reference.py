@@ -494,6 +494,33 @@ KEYS: dict[str, Key] = {
         allowed=lambda: ("fused", "separate"),
         since=NEXT,
     ),
+    "kernels.norm": Key(
+        "the layer norms' kernel: fused = a fused norm at streaming-copy speed (Transformer Engine,"
+        " Apex), torch = PyTorch's native LayerNorm at its measured bandwidth (Liger-Kernel's"
+        " torch.nn.LayerNorm runs, kernels.toml; llm-foundry's LPLayerNorm)",
+        default='"fused"',
+        allowed=lambda: ("fused", "torch"),
+        since=NEXT,
+    ),
+    "kernels.qkv_grad": Key(
+        "how the attention's q, k, v gradients reach the fused qkv projection: packed = as the"
+        " stack's split does it (Transformer Engine's SplitAlongDim backward: a view on MHA's packed"
+        " dqkv, a concatenation with GQA under Megatron-Core + TE), cat ="
+        " torch.split's backward concatenates them (one cat kernel, read + write of the qkv"
+        " gradient; llm-foundry); with MLA refused (not modelled)",
+        default='"packed"',
+        allowed=lambda: ("packed", "cat"),
+        since=NEXT,
+    ),
+    "kernels.fsdp_flat_grad": Key(
+        "how a ZeRO-2/3 layer's gradient reaches the buffer that is reduce-scattered: direct ="
+        " written there (Megatron's grad buffer, FSDP2), cat = PyTorch FSDP1's FlatParameter, whose"
+        " parameters are views of the flat parameter: autograd concatenates their gradients (a"
+        " read and a write of the layer's 16-bit gradient per micro-batch); needs parallel.zero >= 2",
+        default='"direct"',
+        allowed=lambda: ("direct", "cat"),
+        since=NEXT,
+    ),
     "kernels.zero3_collectives": Key(
         "ZeRO-3 parameter all-gathers and gradient reduce-scatters: nccl = NCCL on the topology"
         " (node NICs aggregated over NVLink), flat = a flat ring on each GPU's share of the node's"

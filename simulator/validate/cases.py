@@ -195,7 +195,7 @@ def _model_table(run: PublishedRun, rules: SourceRules, notes: list[str]) -> dic
         # by (seq_len - 2048)·d_model) and no_bias False (biases on every nn.Linear: 7b's NumParams
         # 6,658,859,008 at 2k counts them); tied embeddings
         table.update(MPT_BENCHMARK_MODEL)
-        notes.append("model: learned positions and linear biases (llm-foundry MPTConfig defaults)")
+        notes.append("model: learned positions, linear biases, no dropout (llm-foundry MPTConfig defaults)")
     if rules.key == "narayanan21":
         # Megatron-LM 2021's GPT: biases on every linear layer (mpu/layers.py ColumnParallelLinear /
         # RowParallelLinear bias=True@de7dc40f88; validate_sources.toml narayanan21 bias_grad)
@@ -211,7 +211,15 @@ def _model_table(run: PublishedRun, rules: SourceRules, notes: list[str]) -> dic
     return table
 
 
-MPT_BENCHMARK_MODEL = {"tied_embeddings": True, "position_embeddings": True, "linear_bias": True}
+# dropout 0: MPTConfig's resid_pdrop and emb_pdrop and attn_config's attn_pdrop default to 0.0
+# (llmfoundry/models/mpt/configuration_mpt.py, layers/blocks.py MPTBlock resid_pdrop = 0.0), which
+# the benchmark yamls do not set: no dropout kernels or masks (mfusim's default is Megatron's 0.1)
+MPT_BENCHMARK_MODEL = {
+    "tied_embeddings": True,
+    "position_embeddings": True,
+    "linear_bias": True,
+    "dropout": 0.0,
+}
 
 
 def _smallest_vp(layers: int, pp: int, num_microbatches: int) -> int:
@@ -426,10 +434,19 @@ def _kernels(
     if rules.bias_grad:
         kernels["bias_grad"] = rules.bias_grad
         notes.append(f"kernels: bias_grad = {rules.bias_grad} ({rules.key} stack)")
+    if rules.norm:
+        kernels["norm"] = rules.norm
+        notes.append(f"kernels: norm = {rules.norm} ({rules.key} stack)")
+    if rules.qkv_grad:
+        kernels["qkv_grad"] = rules.qkv_grad
+        notes.append(f"kernels: qkv_grad = {rules.qkv_grad} ({rules.key} stack)")
     prefetch, why = rules.stack_for("zero3_backward_prefetch", *where)
     if prefetch and parallel["zero"] == 3:
         kernels["zero3_backward_prefetch"] = prefetch
         notes.append(f"kernels: zero3_backward_prefetch = {prefetch} ({why or rules.key + ' stack'})")
+    if rules.fsdp_flat_grad and parallel["zero"] >= 2:
+        kernels["fsdp_flat_grad"] = rules.fsdp_flat_grad
+        notes.append(f"kernels: fsdp_flat_grad = {rules.fsdp_flat_grad} ({rules.key} stack)")
     if rules.zero3_collectives and parallel["zero"] == 3:
         kernels["zero3_collectives"] = rules.zero3_collectives
         notes.append(

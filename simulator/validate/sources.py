@@ -62,6 +62,9 @@ class SourceRules:
     zero3_backward_prefetch: str = ""  # ZeRO-3/FSDP backward gathers ("" = pre)
     attention_padding: str = ""  # q/k/v unpad/pad around the attention kernel ("" = none)
     bias_grad: str = ""  # dense linear layers' bias gradients ("" = fused)
+    norm: str = ""  # the layer norms' kernel ("" = fused)
+    qkv_grad: str = ""  # q, k, v gradients into the qkv projection's ("" = packed)
+    fsdp_flat_grad: str = ""  # ZeRO-2/3 rows: gradients into the flat buffer ("" = direct)
     sharded_grad_dtype: str = ""  # ZeRO-2/3 rows: [memory] sharded_grad_dtype ("" = the buffer's)
     sharded_param_dtype: str = ""  # ZeRO-3 rows: [memory] sharded_param_dtype ("" = 16-bit + master)
     stack_rules: tuple[StackRule, ...] = ()  # per-table / per-row exceptions to the stack keys
@@ -108,6 +111,9 @@ _OPTIONAL_KEYS = (
     "zero3_backward_prefetch",
     "attention_padding",
     "bias_grad",
+    "norm",
+    "qkv_grad",
+    "fsdp_flat_grad",
     "sharded_grad_dtype",
     "sharded_param_dtype",
     "stack_rule",
