@@ -1021,6 +1021,11 @@ class _Coster:
         # gelu_backward reads the gradient and the input and writes one (GELU_BWD). Dropout, which
         # torch runs as kernels of its own, keeps the generic charge.
         eager_torch = scn.kernels.stack == "composer-fsdp"
+        # Megatron-LM 2021 (docs/accuracy.md "Megatron-LM 2021-22 op by op"): bias_gelu_back reads
+        # the gradient and the input and writes one (model/fused_bias_gelu.py:28-55@de7dc40f88), and
+        # bias_dropout_add's backward is dropout's grad x mask (transformer.py:495-521) beside the
+        # residual stream's fork sum: the counts of the TE path, dropout included
+        megatron_2021 = scn.kernels.stack == "megatron-2021"
         # TE's LayerNormLinear with delayed-scaling FP8 writes the norm's output in FP8 itself
         # (TE_FP8_NORM_NOTE): its GEMM input needs no cast, only the transpose on Hopper. A PyTorch
         # norm (`[kernels] norm = "torch"`) is a kernel of its own at its measured bandwidth
@@ -1089,7 +1094,7 @@ class _Coster:
         def residual(name: str) -> None:
             """Megatron's bias-dropout-add and, backward, the residual stream's fork add."""
             elems = norm_tokens * h
-            if not (te or (eager_torch and m.dropout == 0)):
+            if not (te or megatron_2021 or (eager_torch and m.dropout == 0)):
                 mem(name, 3 * elems * a)
                 return
             drop = m.dropout > 0
@@ -1218,7 +1223,9 @@ class _Coster:
                     "swiglu" if m.gated_mlp else "gelu",
                     (3 if m.gated_mlp else 2) * T * f_local * a,
                     kind="swiglu" if swiglu else "",
-                    bwd=(GELU_BWD[0] / 2, GELU_BWD[1]) if (te or eager_torch) and not m.gated_mlp else None,
+                    bwd=(GELU_BWD[0] / 2, GELU_BWD[1])
+                    if (te or eager_torch or megatron_2021) and not m.gated_mlp
+                    else None,
                 )
             mm("fc2", T, h, f_local)
             self._tp_exit(fwd, b_in, tp_msg)

@@ -543,7 +543,8 @@ def test_pytorch_eager_gelu_and_residual_backward_are_three_passes(monkeypatch: 
     """composer/FSDP runs PyTorch eager: F.gelu's gelu_backward reads the gradient and the input and
     writes one (3 passes, GELU_BWD), and `x + y`'s backward launches nothing, so a residual costs
     only the fork's gradient sum (read 2 + 2, write 2 bytes: 3 passes), not twice its forward's 3.
-    The 2021 Megatron-LM stack keeps its generic charge; dropout under composer keeps it too."""
+    Megatron-LM 2021's fused bias_gelu and bias_dropout_add count the same; dropout under composer
+    (torch's own dropout kernels) keeps the generic charge."""
     monkeypatch.setattr(P, "power_limited_clock_of", lambda device, activity: 1.0)
     gpt = {"gated_mlp": False, "ffn_hidden": 16384, "dropout": 0.0}
     T, h, f, layers = 4096, 4096, 16384, LLAMA["layers"]  # one sequence per micro-batch; a chunk of 4 layers
@@ -553,10 +554,13 @@ def test_pytorch_eager_gelu_and_residual_backward_are_three_passes(monkeypatch: 
     # two residual adds per layer
     assert _backward_bytes(eager, "residual add bwd") == pytest.approx(2 * 3 * T * h * 2 * layers)
     assert _bytes(eager, "residual add") == pytest.approx(2 * 3 * T * h * 2 * layers)
+    # Megatron-LM 2021: bias_gelu_back 3 passes; bias_dropout_add's backward at dropout 0.1 is the
+    # fork sum (3 passes of 2 bytes) and grad x mask (read 2 + 1, write 2 bytes per element)
+    drop = {**gpt, "dropout": 0.1}
     old = _scn(
-        model=gpt, parallel=one, kernels={"stack": "megatron-2021"}, gpu="a100-80gb", topology="dgx-a100"
+        model=drop, parallel=one, kernels={"stack": "megatron-2021"}, gpu="a100-80gb", topology="dgx-a100"
     )
-    assert _backward_bytes(old, "residual add bwd") == pytest.approx(2 * 6 * T * h * 2 * layers)
-    assert _backward_bytes(old, "gelu bwd") == pytest.approx(4 * T * f * 2 * layers)
+    assert _backward_bytes(old, "gelu bwd") == pytest.approx(3 * T * f * 2 * layers)
+    assert _backward_bytes(old, "residual add bwd") == pytest.approx(2 * (3 * 2 + 5) * T * h * layers)
     dropped = _scn(model={**gpt, "dropout": 0.1}, parallel=one, kernels={"stack": "composer-fsdp"})
     assert _backward_bytes(dropped, "residual add bwd") == pytest.approx(2 * 6 * T * h * 2 * layers)
