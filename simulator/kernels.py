@@ -614,7 +614,7 @@ def _triton_backward_s(
     pair, issued without waiting on it (a reduction returns nothing), so it runs under the CTA's
     matmuls: the kernel takes the longer of its math and that traffic at the streaming bandwidth
     (an upper bound: the adds resolve in L2), then the zeroing and the copy (4 + 6 bytes per dQ
-    element). With 128-key blocks that traffic is 1 byte per 160 FLOP (causal or not), about a
+    element). With 128-key blocks that traffic is 1 byte per 320 FLOP (causal or not), about a
     fifth of the math's time on A100 and H100: no replicas, so the sequence-parallel grid fills
     the GPU at any batch·heads."""
     ctas = batch * heads
