@@ -49,10 +49,9 @@ from typing import Any
 
 from .errors import ConfigError
 from .kernel_catalog import architecture, kernel_data
-from .specs import DEFAULT_ATTENTION, GPUSpec
+from .specs import ATTENTION_IMPLS, DEFAULT_ATTENTION, GPUSpec
 from .units import DTYPE_BYTES
 
-ATTENTION_IMPLS = ("fa2", "fa3", "cudnn", "triton", "flash-attn-triton", "unfused")
 # Implementations that run another's main loop and take its fitted terms: flash-attn's own Triton
 # kernel (flash_attn/flash_attn_triton.py, which llm-foundry copies as attn_impl: triton) starts
 # from the same Triton tutorial kernel as triton.ops.flash_attention, whose published figures

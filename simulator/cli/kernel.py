@@ -19,7 +19,7 @@ import sys
 from typing import Any
 
 from ..errors import ConfigError
-from ..kernels import MEMORY_KINDS
+from ..kernels import ATTENTION_IMPLS, MEMORY_KINDS
 from .common import int_flag, positive_float, positive_int, print_json
 
 COLLECTIVES = ("allreduce", "allgather", "reducescatter", "alltoall")
@@ -57,9 +57,7 @@ def add_parser(sub: Any) -> None:
     a.add_argument("--head-dim", type=positive_int("--head-dim", maximum=1024), required=True)
     a.add_argument("--batch", type=positive_int("--batch", maximum=2**20), default=1)
     a.add_argument("--causal", action="store_true")
-    a.add_argument(
-        "--impl", choices=("fa2", "fa3", "cudnn", "triton", "flash-attn-triton", "unfused"), default=None
-    )
+    a.add_argument("--impl", choices=ATTENTION_IMPLS, default=None)
     a.add_argument("--pass", dest="pass_", choices=("fwd", "bwd", "fwd+bwd"), default="fwd")
     a.add_argument("--json", action="store_true")
 

@@ -396,7 +396,7 @@ KEYS: dict[str, Key] = {
         "attention kernel; empty = today's Megatron-Core + TE on the GPU (cudnn on Hopper/Blackwell,"
         " fa2 on Ampere); speeds from published benchmarks (`mfusim kernel attention`)",
         default='""',
-        allowed=lambda: ("fa2", "fa3", "cudnn", "triton", "flash-attn-triton", "unfused"),
+        allowed=_spec("ATTENTION_IMPLS"),
         since=NEXT,
     ),
     "kernels.grad_reduce_dtype": Key(
@@ -419,7 +419,7 @@ KEYS: dict[str, Key] = {
         " logit, gradient in place; Megatron-Bridge performance scripts), torch = PyTorch"
         " F.cross_entropy under bf16 autocast (fp32 log_softmax + nll_loss; llm-foundry)",
         default='""',
-        allowed=lambda: ("unfused", "fused", "te", "torch"),
+        allowed=_spec("CROSS_ENTROPY_IMPLS"),
         since=NEXT,
     ),
     "kernels.fused_grouped_mlp": Key(
