@@ -69,6 +69,7 @@ from .schedules import (
     stage_tasks,
 )
 from .specs import ModelSpec, ParallelConfig, Scenario
+from .units import DTYPE_BYTES
 
 ADAM_BYTES_PER_PARAM = (
     34  # fused Adam: fp32 grad r(4) + master r/w(8) + m r/w(8) + v r/w(8) + 16-bit param w(2) + grad zero(4)
@@ -1015,17 +1016,14 @@ class _Coster:
 
         # Megatron-Core + Transformer Engine's own kernels where they differ (TE_LAYER_NOTE)
         te = scn.kernels.megatron_core
-        # PyTorch eager (composer/FSDP): `x + y` is one add kernel, its backward passes the gradient
-        # through (autograd's AddBackward0 launches nothing) and the residual stream's fork sums
-        # two gradients (read 2 + 2, write 2 bytes per element: RESIDUAL_FORK_ADD_PASSES); F.gelu's
-        # gelu_backward reads the gradient and the input and writes one (GELU_BWD). Dropout, which
-        # torch runs as kernels of its own, keeps the generic charge.
-        eager_torch = scn.kernels.stack == "composer-fsdp"
-        # Megatron-LM 2021 (docs/accuracy.md "Megatron-LM 2021-22 op by op"): bias_gelu_back reads
-        # the gradient and the input and writes one (model/fused_bias_gelu.py:28-55@de7dc40f88), and
-        # bias_dropout_add's backward is dropout's grad x mask (transformer.py:495-521) beside the
-        # residual stream's fork sum: the counts of the TE path, dropout included
-        megatron_2021 = scn.kernels.stack == "megatron-2021"
+        # Every stack's GeLU backward reads the gradient and the input and writes one (GELU_BWD:
+        # TE / Megatron-Core bias_gelu_back, Megatron-LM 2021's model/fused_bias_gelu.py:28-55
+        # @de7dc40f88, PyTorch's gelu_backward), and every stack's residual backward is the residual
+        # stream's fork sum (RESIDUAL_FORK_ADD_PASSES) plus, with dropout, grad x mask: Megatron's
+        # fused bias_dropout_add (core fused_bias_dropout.py; 2021 transformer.py:495-521), PyTorch's
+        # `x + y` (AddBackward0 launches nothing). The exception: PyTorch eager (composer/FSDP) with
+        # dropout runs torch's own dropout kernels beside the add, costed generically.
+        torch_dropout = scn.kernels.stack == "composer-fsdp" and m.dropout > 0
         # TE's LayerNormLinear with delayed-scaling FP8 writes the norm's output in FP8 itself
         # (TE_FP8_NORM_NOTE): its GEMM input needs no cast, only the transpose on Hopper. A PyTorch
         # norm (`[kernels] norm = "torch"`) is a kernel of its own at its measured bandwidth
@@ -1094,7 +1092,7 @@ class _Coster:
         def residual(name: str) -> None:
             """Megatron's bias-dropout-add and, backward, the residual stream's fork add."""
             elems = norm_tokens * h
-            if not (te or megatron_2021 or (eager_torch and m.dropout == 0)):
+            if torch_dropout:
                 mem(name, 3 * elems * a)
                 return
             drop = m.dropout > 0
@@ -1223,9 +1221,7 @@ class _Coster:
                     "swiglu" if m.gated_mlp else "gelu",
                     (3 if m.gated_mlp else 2) * T * f_local * a,
                     kind="swiglu" if swiglu else "",
-                    bwd=(GELU_BWD[0] / 2, GELU_BWD[1])
-                    if (te or eager_torch or megatron_2021) and not m.gated_mlp
-                    else None,
+                    bwd=None if m.gated_mlp else (GELU_BWD[0] / 2, GELU_BWD[1]),
                 )
             mm("fc2", T, h, f_local)
             self._tp_exit(fwd, b_in, tp_msg)
@@ -1300,8 +1296,10 @@ class _Coster:
         if scn.kernels.fsdp_flat_grad == "cat":
             # PyTorch FSDP1: the parameters are views of the FlatParameter, so autograd concatenates
             # their 16-bit (param_dtype) gradients into the flat gradient: read them, write it
-            flat = 2.0 * params_local * 2.0
-            b_w.append(Segment("compute", "fsdp flat grad cat", memory_op_time_s(d, flat), 0.0, flat))
+            flat_bytes = 2 * params_local * DTYPE_BYTES["bf16"]  # read the gradients, write the flat one
+            b_w.append(
+                Segment("compute", "fsdp flat grad cat", memory_op_time_s(d, flat_bytes), 0.0, flat_bytes)
+            )
         if zero3:
             axis = shard_axis(par)
             ag = self.zero3_coll("allgather", axis, params_local * self.param_gather_bytes)

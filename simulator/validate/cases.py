@@ -431,15 +431,11 @@ def _kernels(
     if not rules.tp_comm_async and parallel["tp"] > 1:
         kernels["tp_comm_async"] = False
         notes.append(f"kernels: tp_comm_async = false ({rules.key} stack: TP collectives not overlapped)")
-    if rules.bias_grad:
-        kernels["bias_grad"] = rules.bias_grad
-        notes.append(f"kernels: bias_grad = {rules.bias_grad} ({rules.key} stack)")
-    if rules.norm:
-        kernels["norm"] = rules.norm
-        notes.append(f"kernels: norm = {rules.norm} ({rules.key} stack)")
-    if rules.qkv_grad:
-        kernels["qkv_grad"] = rules.qkv_grad
-        notes.append(f"kernels: qkv_grad = {rules.qkv_grad} ({rules.key} stack)")
+    for key in ("bias_grad", "norm", "qkv_grad"):  # the source's op-table keys, every row
+        value = getattr(rules, key)
+        if value:
+            kernels[key] = value
+            notes.append(f"kernels: {key} = {value} ({rules.key} stack)")
     prefetch, why = rules.stack_for("zero3_backward_prefetch", *where)
     if prefetch and parallel["zero"] == 3:
         kernels["zero3_backward_prefetch"] = prefetch
