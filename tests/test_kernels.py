@@ -818,6 +818,7 @@ def test_kernel_command_json_keys_and_errors(tmp_path) -> None:  # noqa: ANN001
         (("gemm", "--gpu", "nope", "--m", "1", "--n", "1", "--k", "1"), "--gpu"),
         (("gemm", "--gpu", "h100-sxm", "--m", "0", "--n", "1", "--k", "1"), "--m"),
         (("gemm", "--gpu", "h100-sxm", "--m", "64", "--n", "64", "--k", "64", "--dtype", "mxfp8"), "--dtype"),
+        (("gemm", "--gpu", "h100-sxm", "--m", "64", "--n", "64", "--k", "64", "--dtype", "nvfp4"), "--dtype"),
     ):
         code, _, err = run(*argv)
         assert code == 2 and flag in err and len(err.strip().splitlines()) == 1, (argv, err)
@@ -827,3 +828,11 @@ def test_kernel_command_json_keys_and_errors(tmp_path) -> None:  # noqa: ANN001
     mx = json.loads(run("gemm", *shape, "--dtype", "mxfp8")[1])
     fp8 = json.loads(run("gemm", *shape, "--dtype", "fp8")[1])
     assert mx["dtype"] == "mxfp8" and fp8["time_s"] <= mx["time_s"] <= 1.01 * fp8["time_s"]
+    # NVFP4 as a training step costs it: the FP4 peak times the GPU's fp4_matmul_fraction
+    # (recipes.toml), so faster than FP8 at a compute-bound shape but below the 2x datasheet ratio
+    from simulator.kernels import gemm_time_s
+    from simulator.loading import gpu_by_name
+
+    fp4 = json.loads(run("gemm", *shape, "--dtype", "nvfp4")[1])
+    assert fp4["dtype"] == "nvfp4" and 0.5 * fp8["time_s"] < fp4["time_s"] < fp8["time_s"]
+    assert fp4["time_s"] == pytest.approx(gemm_time_s(gpu_by_name("b200"), "nvfp4", 8192, 8192, 8192))

@@ -44,9 +44,10 @@ def add_parser(sub: Any) -> None:
     g.add_argument("--batch", type=positive_int("--batch", maximum=2**20), default=1)
     g.add_argument(
         "--dtype",
-        choices=("bf16", "fp16", "fp8", "mxfp8"),
+        choices=("bf16", "fp16", "fp8", "mxfp8", "nvfp4"),
         default="bf16",
-        help="mxfp8: block-scaled FP8 (Blackwell), as a training step with precision.dtype mxfp8 costs it",
+        help="mxfp8 / nvfp4: block-scaled FP8 / FP4 (Blackwell), as a training step with that "
+        "precision.dtype costs its GEMMs",
     )
     g.add_argument("--json", action="store_true")
 
