@@ -117,3 +117,21 @@ def test_forcing_nvls_is_not_nvlstree() -> None:
     assert K.collective("dgx-h100", "allreduce", 16, GiB, algorithm="nvlstree").algorithm == "nvlstree/Simple"
     with pytest.raises(ConfigError):
         K.collective("dgx-h100", "allreduce", 16, GiB, algorithm="nvls")
+
+
+@pytest.mark.parametrize("topology", ["dgx-h100", "dgx-a100"])
+@pytest.mark.parametrize("kind", ["allreduce", "allgather", "reducescatter"])
+@pytest.mark.parametrize("nodes", [2, 4, 16])
+def test_multi_node_ring_never_above_the_nodes_nic_aggregate(topology: str, kind: str, nodes: int) -> None:
+    """A ring (NCCL_ALGO=Ring) crosses each node boundary once per channel: each node sends the
+    whole bf·S through its NICs, so its bus bandwidth stays under the node's NICs at the kernel
+    model's NIC efficiency (8 x 50 GB/s x 0.94 on DGX H100), at every size; NVLSTree is the one
+    all-reduce that may exceed it on two nodes (above)."""
+    scn = make(topology, 8 * nodes)
+    inter = scn.topology.inter_node
+    aggregate = (
+        inter.nics_per_node * inter.nic_bandwidth_bytes_per_s * K.kernel_params(scn.gpu).nic_bw_fraction
+    )
+    for size in (MiB, 64 * MiB, GiB, 8 * GiB):
+        r = K.collective(topology, kind, 8 * nodes, size, algorithm="ring")
+        assert r.busbw_bytes_per_s <= aggregate * (1 + 1e-9), (size, r.busbw_bytes_per_s / 1e9)
