@@ -23,7 +23,8 @@ from ..kernels import ATTENTION_IMPLS, MEMORY_KINDS
 from .common import int_flag, positive_float, positive_int, print_json
 
 COLLECTIVES = ("allreduce", "allgather", "reducescatter", "alltoall")
-COLLECTIVE_ALGOS = ("ring", "tree", "nvls", "pat", "hierarchical", "p2p")  # = kernels.COLLECTIVE_ALGORITHMS
+# = kernels.COLLECTIVE_ALGORITHMS
+COLLECTIVE_ALGOS = ("ring", "tree", "nvls", "nvlstree", "pat", "hierarchical", "p2p")
 KINDS = ("gemm", "attention", "memory", *COLLECTIVES)
 MAX_DIM = 2**24  # one GEMM dimension / sequence length: beyond any real kernel
 
