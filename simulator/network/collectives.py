@@ -205,6 +205,20 @@ NVLS_BW_FRACTION_BLACKWELL = NVLS_BW_FRACTION * 0.74 / 0.85
 # NVLS_NCHANNELS_SM100_NVL 24) and the default chunk (NCCL_NVLS_CHUNKSIZE 128 KiB).
 NVLS_CHANNELS = {"hopper": 16, "blackwell": 24}
 NVLS_CHUNK_BYTES = 128 * 1024
+# NCCL's tree pipeline (tree_fill_s): per-protocol buffers (src/init.cc DEFAULT_LL_BUFFSIZE =
+# 8 lines x 512 threads x NCCL_STEPS x 16 B, DEFAULT_LL128_BUFFSIZE = 120 x 640 x NCCL_STEPS x 8 B,
+# DEFAULT_BUFFSIZE 4 MiB; v2.26.2-1 and 5067397c), NCCL_STEPS = 8 (src/include/device.h), and
+# threads x per-thread bytes below which a call drops a channel (topoGetAlgoInfo:
+# NCCL_LL_MAX_NTHREADS 512 x NCCL_LL_THREAD_THRESHOLD 8, NCCL_LL128_MAX_NTHREADS 640 x 8,
+# NCCL_SIMPLE_MAX_NTHREADS 512 x 64).
+NCCL_STEPS = 8
+NCCL_BUFFER_BYTES = {"LL": 8 * 512 * 8 * 16, "LL128": 120 * 640 * 8 * 8, "Simple": 1 << 22}
+TREE_THREADS_THRESHOLD = {"LL": (512, 8), "LL128": (640, 8), "Simple": (512, 64)}
+# The channels a multi-node tree runs on: NCCL runs twice its search channels (sjeaugey,
+# NVIDIA/nccl#1041: "Execution channels are typically 2x the search channels"), 16 on H100 nodes
+# ("the default number of SMs is 16 ... Tree would require 32 SMs", NVIDIA/nccl#1649; "Trees [0]
+# ... [15]" in the 2 x 8 H100 logs of NVIDIA/nccl#1357, "Channel 15/16" in #1453).
+NCCL_TREE_CHANNELS = 16
 # NCCL's NVLSTree all-reduce (k > 1 nodes, NVLS inside each): its bus bandwidth per NVLS channel
 # on two nodes and on more, GB/s (src/graph/tuning.cc perChMaxNVLSTreeBws, index2 = nNodes <= 2 ?
 # nNodes - 1 : 2; NVIDIA/nccl 5067397c, the same since v2.19). NCCL takes busBw = nChannels x
@@ -659,6 +673,69 @@ def ramp_s(
     return piece * (net * seconds_per_byte + (hops - net) * intra_seconds_per_byte)
 
 
+def tree_channels(size_bytes: float, p: Protocol) -> int:
+    """The channels NCCL runs a tree call on (src/enqueue.cc topoGetAlgoInfo, v2.26.2-1 and
+    5067397c): NCCL_TREE_CHANNELS, one fewer while the message is under channels x threads x
+    the protocol's per-thread threshold (src/include/device.h, src/graph/tuning.cc
+    threadThresholds: LL 512 threads x 8 B, LL128 640 x 8 B, Simple 512 x 64 B)."""
+    threads, threshold = TREE_THREADS_THRESHOLD[p.name]
+    nc = NCCL_TREE_CHANNELS
+    while nc >= 2 and size_bytes < nc * threads * threshold:
+        nc -= 1
+    return nc
+
+
+def tree_chunk_bytes(p: Protocol, size_bytes: float, channels: int, n: int, k: int) -> int:
+    """NCCL's tree chunk (src/enqueue.cc calcCollChunking, v2.26.2-1 and 5067397c): a step of
+    the protocol's buffer (buffSize / NCCL_STEPS; one step per chunk on a tree), LL's half of
+    it, LL128's 120 of 128 bytes; LL128 halves it (not below 128 KiB) while a channel's share
+    holds fewer than nstepsLL128 x 64 / ppn chunks, then (not below 32 KiB) fewer than
+    nstepsLL128 x 16 / ppn, with nstepsLL128 = 1 + floor(log2 k) + 0.1 ppn (integer
+    division of the bytes, as NCCL's)."""
+    c = NCCL_BUFFER_BYTES[p.name] // NCCL_STEPS
+    if p.name == "LL":
+        return c // 2
+    if p.name == "Simple":
+        return c
+    c = c // 16 * 15
+    ppn = n / k
+    steps = 1 + _log2i(k) + 0.1 * ppn
+    per_channel = int(size_bytes) // channels
+    while per_channel // c < steps * 64 / ppn and c > 131072:
+        c //= 2
+    while per_channel // c < steps * 16 / ppn and c > 32768:
+        c //= 2
+    return c
+
+
+def tree_fill_s(
+    p: Protocol, size_bytes: float, n: int, k: int, intra_seconds_per_byte: float, net_seconds_per_byte: float
+) -> float:
+    """A multi-node tree all-reduce's pipeline fill: NCCL's tree kernel (src/device/all_reduce.h
+    runTreeSplit) streams chunk after chunk up the tree (reduce) and down it (broadcast) at
+    once, every channel a chunk at a time, so the first piece (a chunk per channel,
+    `tree_channels` x `tree_chunk_bytes`, at most the message) crosses all 2((m-1) +
+    floor(log2 k)) hops of NCCL's tree (the chain of a node's m GPUs over NVLink, then
+    floor(log2 k) network levels; the depth NCCL's latency model counts, tuning.cc) before the
+    last one streams: the fill is the other hops' time for that piece, each at its own link's
+    rate (as `ramp_s` does for a ring)."""
+    if size_bytes <= 0 or k < 2:
+        return 0.0
+    nc = tree_channels(size_bytes, p)
+    piece = min(float(nc * tree_chunk_bytes(p, size_bytes, nc, n, k)), size_bytes)
+    m = n // k
+    net_hops = 2 * _log2i(k)
+    hops = 2 * (m - 1) + net_hops
+    return ramp_s(
+        hops,
+        piece,
+        piece,
+        net_seconds_per_byte,
+        network_hops=net_hops,
+        intra_seconds_per_byte=intra_seconds_per_byte,
+    )
+
+
 def nvls_chunk_bytes(size_bytes: float, concurrent_ops: int) -> int:
     """NCCL's NVLS chunk for a message (src/enqueue.cc, calcCollChunking, the same in 2.18):
     128 KiB, halved to 64 KiB below 64 x ops x chunk, 32 KiB below 8 x, 16 KiB below 2 x, with
@@ -687,15 +764,37 @@ def nvls_time_s(links: Links, n: int, size_bytes: float) -> float:
     return links.nccl.nvls_s + stream + fill
 
 
-def nvls_stream_fill_s(links: Links, n: int, size_bytes: float) -> tuple[float, float]:
+def nvls_tree_chunk_bytes(size_bytes: float, concurrent_ops: int, num_nodes: int) -> int:
+    """NCCL's NVLSTree chunk for a message (src/enqueue.cc calcCollChunking, NCCL_ALGO_NVLS_TREE;
+    the same rule in v2.26.2-1 and 5067397c): NCCL_NVLS_CHUNKSIZE (128 KiB), at most
+    nvlsTreeMaxChunkSize (64 KiB on 4 or more nodes, else the chunk: src/transport/nvls.cc
+    ncclNvlsTuning), then 64 KiB below 4 x ops x chunk and 32 KiB below 1 x ops x chunk, with
+    ops = NVLS channels x heads working at once. (Its 256 / 128 KiB steps only cut larger
+    chunks.)"""
+    c = min(NVLS_CHUNK_BYTES, 65536 if num_nodes >= 4 else NVLS_CHUNK_BYTES)
+    if size_bytes < 32 * concurrent_ops * c and c > 262144:
+        c = 262144
+    if size_bytes < 16 * concurrent_ops * c and c > 131072:
+        c = 131072
+    if size_bytes < 4 * concurrent_ops * c and c > 65536:
+        c = 65536
+    if size_bytes < concurrent_ops * c and c > 32768:
+        c = 32768
+    return c
+
+
+def nvls_stream_fill_s(
+    links: Links, n: int, size_bytes: float, chunk_bytes: int | None = None
+) -> tuple[float, float]:
     """`nvls_time_s` less its latency, as (streaming time, pipeline fill); fill 0 without the
-    chunk model."""
+    chunk model. `chunk_bytes`: NCCL's chunk when not the one-node NVLS schedule's
+    (`nvls_chunk_bytes`; NVLSTree cuts its own, `nvls_tree_chunk_bytes`)."""
     B = links.intra_bytes_per_s * links.nvls_fraction
     c0 = links.nvls_chunk_overhead_bytes
     if c0 is None:
         return size_bytes / B, 0.0
     ops = links.nvls_channels * n
-    c = nvls_chunk_bytes(size_bytes, ops)
+    c = nvls_chunk_bytes(size_bytes, ops) if chunk_bytes is None else chunk_bytes
     fill = 2 * ops * c / B * size_bytes / (size_bytes + ops * c)
     return size_bytes / B * (1 + c0 / c), fill
 
@@ -764,8 +863,15 @@ def collective_candidates(kind: str, shape: GroupShape, links: Links, size_bytes
             (2 * S / B_i if m > 1 else 0.0, intra),
             _inter_time(shape, links, 2 * S, lambda u: u.tree_crossings * S / 2),
         ]
+        # pipeline fill (tree_fill_s): the first piece crosses the tree's 2((m-1) + floor(log2 k))
+        # hops, NVLink hops at NVLink's rate and network hops at the NICs' (the bytes one node
+        # sends per tree byte: the stream's network time per byte of its 2S)
+        t_net_tree = parts[1][0]
         for p in protocols:
-            add("tree", p, nccl.tree_s(p, n, k, hw), parts, TREE_BW_FRACTION, bus_bytes=2 * S)
+            fill = tree_fill_s(p, S, n, k, 1.0 / B_i, t_net_tree / (2 * S) if S > 0 else 0.0)
+            f_fill = TREE_LL_BW_FRACTION if p.name == "LL" else p.bandwidth_fraction * TREE_BW_FRACTION
+            lat = nccl.tree_s(p, n, k, hw) + fill / f_fill
+            add("tree", p, lat, parts, TREE_BW_FRACTION, bus_bytes=2 * S)
     if kind == "allreduce" and k == 1 and links.nvls and n > 1:
         B_nvls = B_i * links.nvls_fraction
         out.append(Candidate(nvls_time_s(links, n, S), "nvls/Simple", intra, S / B_nvls))
@@ -827,7 +933,8 @@ def _nvls_tree(shape: GroupShape, links: Links, S: float) -> Candidate:
     Latency: NcclLatency.nvls_tree_s."""
     n, k, m = shape.size, shape.num_nodes, shape.members_per_node
     heads = min(m, shape.nics_per_node)
-    t_intra, fill_intra = nvls_stream_fill_s(links, m, S)
+    chunk = nvls_tree_chunk_bytes(S, links.nvls_channels * heads, k)
+    t_intra, fill_intra = nvls_stream_fill_s(links, m, S, chunk)
     node_bytes = S if k == 2 else 2 * S
     t_net, neck_net = _inter_time(shape, links, node_bytes, lambda u: u.tree_crossings * S / 2)
     cap = heads * links.nvls_tree_max_bytes_per_s[0 if k <= 2 else 1]
@@ -835,10 +942,18 @@ def _nvls_tree(shape: GroupShape, links: Links, S: float) -> Candidate:
     t_bw, neck = max(
         (t_intra, links.intra_name), (t_net, neck_net), (t_cap, "nvlstree-cap"), key=lambda x: x[0]
     )
-    # pipeline fill: the NVLS reduce / broadcast stages' (nvls_stream_fill_s) and, as a ring's
-    # (ramp_s), the first piece of each head's share (S/heads, at most the window) crossing the
-    # 2·floor(log2 k) network hops of its tree (up, then down) at the head's NIC rate
-    fill_net = ramp_s(2 * _log2i(k) + 1, S / heads, links.ring_window_bytes, t_net * heads / node_bytes)
+    # pipeline fill: the NVLS reduce / broadcast stages' (nvls_stream_fill_s, with NVLSTree's
+    # chunk) and, as a ring's (ramp_s), the first piece of each head's share crossing the
+    # 2·floor(log2 k) network hops of its tree (up, then down). That piece is one chunk per NVLS
+    # channel (the head sends chunk `headRank` of each channel's loop through its own NIC:
+    # src/device/all_reduce.h, NVLS_TREE), at most S/heads. Channel c runs tree c % 2
+    # (src/graph/connect.cc, nvls.treeUp = treeUp[c%2]): on two nodes, where the trees are each
+    # other's mirror, half the channels go up one direction of the link while the other half go up
+    # the other, which is the stream's S per node and direction (against 2S beyond two nodes, where
+    # an interior node takes two children's pieces), so a hop moves the piece at the stream's
+    # NIC time per byte of 2S per head
+    piece = min(float(links.nvls_channels * chunk), S / heads)
+    fill_net = ramp_s(2 * _log2i(k) + 1, piece, piece, t_net * heads / (2 * S) if S > 0 else 0.0)
     lat = links.nccl.nvls_tree_s(k)
     t = lat + t_bw + fill_intra + fill_net
     return Candidate(t, "nvlstree/Simple", "latency" if lat > t_bw else neck, t_bw)
@@ -880,7 +995,14 @@ def _hierarchical(
                 intra_t, intra_label = nvls_t, "nvls"
         if kind == "allreduce":
             ring_t = max(t_ring / f, node_bytes / cap_k) + fill_inter / f + nccl.ring_s(p, kind, k, k, hw)
-            tree_t = max(t_tree / (f * TREE_BW_FRACTION), 2 * S / cap_k) + nccl.tree_s(p, k, k, hw)
+            # each rail's tree (one rank per node, S/m bytes) fills as the flat tree does
+            rail_fill = tree_fill_s(p, S / m, k, k, 0.0, m * t_tree / (2 * S) if S > 0 else 0.0)
+            f_fill = TREE_LL_BW_FRACTION if p.name == "LL" else f * TREE_BW_FRACTION
+            tree_t = (
+                max(t_tree / (f * TREE_BW_FRACTION), 2 * S / cap_k)
+                + rail_fill / f_fill
+                + nccl.tree_s(p, k, k, hw)
+            )
             if ring_t <= tree_t:
                 inter_t, inter_label, neck = ring_t, "ring", neck_ring
             else:
