@@ -877,7 +877,8 @@ def collective_candidates(kind: str, shape: GroupShape, links: Links, size_bytes
         out.append(Candidate(nvls_time_s(links, n, S), "nvls/Simple", intra, S / B_nvls))
     if kind == "allreduce" and k > 1 and links.nvls and min(m, shape.nics_per_node) >= 2:
         out.append(_nvls_tree(shape, links, S))
-    if kind in ("allreduce", "allgather", "reducescatter") and k > 1 and m > 1:
+    nvls_tree = kind == "allreduce" and k > 1 and links.nvls and min(m, shape.nics_per_node) >= 2
+    if kind in ("allreduce", "allgather", "reducescatter") and k > 1 and m > 1 and not nvls_tree:
         out.extend(_hierarchical(kind, shape, links, S, protocols))
     if kind in ("allgather", "reducescatter") and k > 1 and m == 1:
         X = (n - 1) / n * S
