@@ -19,17 +19,21 @@ ncclTopoGetAlgoTime, v2.8-2.30): every (algorithm, protocol) pair is costed and 
 taken, as NCCL does per call.
 - ring (all kinds): NCCL's steps: nsteps = 2(n-1) for AllReduce, n-1 for AllGather/ReduceScatter,
   of which 2(k-1) / (k-1) cross the network; each rank sends bf·S through its links.
-- double binary tree (AllReduce, k > 1): 2S per node at 0.92 of the ring's bus bandwidth (tuning.cc: tree busBw *= 0.92, algBw = busBw/2).
+- double binary tree (AllReduce, k > 1): 2S per node at 0.92 of the ring's bus bandwidth (tuning.cc: tree busBw *= 0.92, algBw = busBw/2),
+  plus its pipeline fill (`tree_fill_s`: one chunk per channel, NCCL's chunk schedule, across the
+  tree's 2((m-1) + floor(log2 k)) hops).
 - NVLS (AllReduce inside one NVSwitch-3+ node, `intra_node.nvls`): the switch reduces and
   multicasts, each GPU sends and receives S once (not 2(n-1)/n·S).
 - NVLSTree (AllReduce across k > 1 NVLS nodes, NCCL >= 2.18, Simple): NVLS inside each node and
   a double binary tree over the nodes per head (a GPU with its own NIC), the stages pipelined
   chunk by chunk, so the slowest of NVLS, the NICs (2S per node and direction, S on two nodes)
-  and NCCL's own ceiling (heads x perChMaxNVLSTreeBw) sets the rate (`_nvls_tree`).
+  and NCCL's own ceiling (heads x perChMaxNVLSTreeBw) sets the rate (`_nvls_tree`); its fill
+  follows NCCL's NVLSTree chunk schedule (`nvls_tree_chunk_bytes`).
 - hierarchical (AllReduce, AllGather, ReduceScatter across nodes): intra-node reduce-scatter ->
   inter-node allreduce (ring or tree) among the m rails -> intra-node all-gather, the phases in
   sequence (not an NCCL algorithm: a bound for fabrics NCCL's flat ring / tree serve badly); with
-  NVLS the two intra-node phases run on the switch.
+  NVLS the two intra-node phases run on the switch. Not offered for an all-reduce where NVLSTree
+  is (NCCL's own hierarchical all-reduce on NVLS nodes).
 - PAT (AllGather/ReduceScatter with one rank per node, NCCL >= 2.23, Simple only): 0.75 of the
   ring's bandwidth.
 - All-to-All: n-1 send/recv rounds (a hop latency each), all bytes in flight at once, bytes per
@@ -60,9 +64,11 @@ Not modelled: NCCL's "plateau effect of ring" (tuning.cc: multi-node Simple ring
 latency x 1.4; the ramp covers the sub-plateau region), NCCL's 2 µs network post overhead on AMD
 hosts (the host CPU is not a topology input: every host gets the 1 µs default), whether the one-node ramp's window holds on multi-node rings at mid sizes (the
 one InfiniBand ring sweep found, with non-default CTAs, says it charges far too much there:
-docs/calibration.md "NVLSTree"), NCCL's per-size tree correction table, the ramp of tree and
-hierarchical algorithms, per-channel LL128/tree caps (ring / tree channel counts are not
-modelled; NVLSTree's channels are its heads), CollNet/SHARP in-network reduction.
+docs/calibration.md "NVLSTree"), NCCL's per-size tree correction table (a tuner-side
+correction; the tree's fill is modelled instead), the choice by NCCL's own tuner (the fastest
+modelled candidate is taken: NCCL's graph bandwidths are not modelled), per-channel LL128/tree
+caps (ring channel counts are not modelled; a multi-node tree runs on NCCL_TREE_CHANNELS, NVLSTree
+on its NVLS channels and heads), CollNet/SHARP in-network reduction.
 """
 
 from __future__ import annotations
