@@ -674,7 +674,7 @@ class CollectiveResult:
     bottleneck: str
 
 
-COLLECTIVE_ALGORITHMS = ("ring", "tree", "nvls", "pat", "hierarchical", "p2p")
+COLLECTIVE_ALGORITHMS = ("ring", "tree", "nvls", "nvlstree", "pat", "hierarchical", "p2p")
 
 
 def collective(
@@ -742,8 +742,11 @@ def collective(
             raise ConfigError(
                 f"algorithm {algorithm!r}: expected one of {', '.join(COLLECTIVE_ALGORITHMS)}", key="--algo"
             )
+        # the candidate's algorithm name up to its protocol or phases ("nvls" is not "nvlstree")
         allowed = [
-            c for c in model.candidates(kind, axis, message_bytes) if c.algorithm.startswith(algorithm)
+            c
+            for c in model.candidates(kind, axis, message_bytes)
+            if c.algorithm.split("/")[0].split("(")[0] == algorithm
         ]
         if not allowed:
             raise ConfigError(f"NCCL has no {algorithm} {kind} on {gpus} GPUs of {topology}", key="--algo")

@@ -128,6 +128,9 @@ def test_catalog_is_nccls_table() -> None:
         assert lat.hop_s[("net", algo)] == pytest.approx(tuple(x * US for x in NET[algo]))
     assert lat.hop_s[("pci", "ring")] == pytest.approx(tuple(x * US for x in PCI_RING))
     assert lat.nvls_s == pytest.approx(25.0 * US)
+    # NVLSTree (Simple only, base latency 0): NVLink 25 µs, NET 20.9 µs
+    assert lat.hop_s[("nvlink", "nvls_tree")][2] == pytest.approx(25.0 * US)
+    assert lat.hop_s[("net", "nvls_tree")][2] == pytest.approx(20.9 * US)
 
 
 @pytest.mark.parametrize("kind", ["allreduce", "allgather", "reducescatter", "alltoall"])

@@ -23,7 +23,8 @@ from ..kernels import ATTENTION_IMPLS, MEMORY_KINDS
 from .common import int_flag, positive_float, positive_int, print_json
 
 COLLECTIVES = ("allreduce", "allgather", "reducescatter", "alltoall")
-COLLECTIVE_ALGOS = ("ring", "tree", "nvls", "pat", "hierarchical", "p2p")  # = kernels.COLLECTIVE_ALGORITHMS
+# = kernels.COLLECTIVE_ALGORITHMS
+COLLECTIVE_ALGOS = ("ring", "tree", "nvls", "nvlstree", "pat", "hierarchical", "p2p")
 KINDS = ("gemm", "attention", "memory", *COLLECTIVES)
 MAX_DIM = 2**24  # one GEMM dimension / sequence length: beyond any real kernel
 
@@ -44,9 +45,10 @@ def add_parser(sub: Any) -> None:
     g.add_argument("--batch", type=positive_int("--batch", maximum=2**20), default=1)
     g.add_argument(
         "--dtype",
-        choices=("bf16", "fp16", "fp8", "mxfp8"),
+        choices=("bf16", "fp16", "fp8", "mxfp8", "nvfp4"),
         default="bf16",
-        help="mxfp8: block-scaled FP8 (Blackwell), as a training step with precision.dtype mxfp8 costs it",
+        help="mxfp8 / nvfp4: block-scaled FP8 / FP4 (Blackwell), as a training step with that "
+        "precision.dtype costs its GEMMs",
     )
     g.add_argument("--json", action="store_true")
 

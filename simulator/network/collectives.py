@@ -22,9 +22,14 @@ taken, as NCCL does per call.
 - double binary tree (AllReduce, k > 1): 2S per node at 0.92 of the ring's bus bandwidth (tuning.cc: tree busBw *= 0.92, algBw = busBw/2).
 - NVLS (AllReduce inside one NVSwitch-3+ node, `intra_node.nvls`): the switch reduces and
   multicasts, each GPU sends and receives S once (not 2(n-1)/n·S).
+- NVLSTree (AllReduce across k > 1 NVLS nodes, NCCL >= 2.18, Simple): NVLS inside each node and
+  a double binary tree over the nodes per head (a GPU with its own NIC), the stages pipelined
+  chunk by chunk, so the slowest of NVLS, the NICs (2S per node and direction, S on two nodes)
+  and NCCL's own ceiling (heads x perChMaxNVLSTreeBw) sets the rate (`_nvls_tree`).
 - hierarchical (AllReduce, AllGather, ReduceScatter across nodes): intra-node reduce-scatter ->
   inter-node allreduce (ring or tree) among the m rails -> intra-node all-gather, the phases in
-  sequence; with NVLS the two intra-node phases run on the switch (NCCL's NVLS-tree).
+  sequence (not an NCCL algorithm: a bound for fabrics NCCL's flat ring / tree serve badly); with
+  NVLS the two intra-node phases run on the switch.
 - PAT (AllGather/ReduceScatter with one rank per node, NCCL >= 2.23, Simple only): 0.75 of the
   ring's bandwidth.
 - All-to-All: n-1 send/recv rounds (a hop latency each), all bytes in flight at once, bytes per
@@ -36,7 +41,8 @@ latency. Latency is NCCL's own model (`NcclLatency`, tuning.cc ncclTopoTuneModel
 in simulator/catalog/kernels.toml [nccl_latency], cited there): a base latency per (algorithm,
 protocol) plus a latency per step on each kind of hop (NVLink, PCI, network) — a ring pays
 (nsteps - nInterSteps)·intra + nInterSteps·inter, a tree 2·((n/k - 1)·intra + floor(log2 k)·inter),
-NVLS its NVLink NVLS latency, PAT its log and per-rank terms. The hierarchical algorithm's phases
+NVLS its NVLink NVLS latency, NVLSTree its NVLink NVLSTree hop plus 2·floor(log2 k) network
+NVLSTree hops, PAT its log and per-rank terms. The hierarchical algorithm's phases
 pay the latency of the ring / tree / NVLS of their own shape (m ranks on a node, one rank per node
 on each rail). Send/recv and the rounds of an all-to-all (not in NCCL's tuning model) pay the
 topology's hop latency (`intra_node` / `inter_node` `latency_us`), scaled for LL by NCCL's ring
@@ -52,10 +58,11 @@ chunks for smaller messages, each with a fixed overhead, plus the pipeline fill 
 chunks (kernel model only: `nccl_nvls_chunk_overhead_bytes`).
 Not modelled: NCCL's "plateau effect of ring" (tuning.cc: multi-node Simple ring all-reduce
 latency x 1.4; the ramp covers the sub-plateau region), NCCL's 2 µs network post overhead on AMD
-hosts (the host CPU is not a topology input: every host gets the 1 µs default), whether the one-node ramp's window holds on multi-node rings at mid sizes (no
-InfiniBand sweep found; docs/calibration.md "Multi-node rings"), NCCL's per-size tree correction table, the ramp of tree and hierarchical
-algorithms, per-channel LL128/tree caps (channel counts are not modelled), CollNet/SHARP
-in-network reduction.
+hosts (the host CPU is not a topology input: every host gets the 1 µs default), whether the one-node ramp's window holds on multi-node rings at mid sizes (the
+one InfiniBand ring sweep found, with non-default CTAs, says it charges far too much there:
+docs/calibration.md "NVLSTree"), NCCL's per-size tree correction table, the ramp of tree and
+hierarchical algorithms, per-channel LL128/tree caps (ring / tree channel counts are not
+modelled; NVLSTree's channels are its heads), CollNet/SHARP in-network reduction.
 """
 
 from __future__ import annotations
@@ -166,6 +173,13 @@ class NcclLatency:
         """NVLS inside one NVSwitch domain: NCCL sets its latency to the NVLink NVLS hop."""
         return self.hop_s[("nvlink", "nvls")][SIMPLE.index]
 
+    def nvls_tree_s(self, k: int) -> float:
+        """NVLSTree all-reduce over k nodes (Simple only; its base latency is 0): the NVLink
+        NVLSTree hop plus 2·floor(log2 k) network NVLSTree hops (tuning.cc; an InfiniBand NIC
+        adds no graph latencyInter: src/transport/net_ib/init.cc sets props->latency = 0)."""
+        i = SIMPLE.index
+        return self.hop_s[("nvlink", "nvls_tree")][i] + 2 * _log2i(k) * self.hop_s[("net", "nvls_tree")][i]
+
     def p2p_ratio(self, p: Protocol, hw: str) -> float:
         """A protocol's ring step latency relative to Simple's on that hop (scales the topology's
         send/recv hop latency for all-to-all rounds)."""
@@ -191,6 +205,13 @@ NVLS_BW_FRACTION_BLACKWELL = NVLS_BW_FRACTION * 0.74 / 0.85
 # NVLS_NCHANNELS_SM100_NVL 24) and the default chunk (NCCL_NVLS_CHUNKSIZE 128 KiB).
 NVLS_CHANNELS = {"hopper": 16, "blackwell": 24}
 NVLS_CHUNK_BYTES = 128 * 1024
+# NCCL's NVLSTree all-reduce (k > 1 nodes, NVLS inside each): its bus bandwidth per NVLS channel
+# on two nodes and on more, GB/s (src/graph/tuning.cc perChMaxNVLSTreeBws, index2 = nNodes <= 2 ?
+# nNodes - 1 : 2; NVIDIA/nccl 5067397c, the same since v2.19). NCCL takes busBw = nChannels x
+# min(intraBw, interBw, this), and an NVLS graph has one channel per head: a GPU with a NIC of its
+# own, at most one per GPU (src/graph/search.cc: "NVLS search only tries to find NIC:GPU
+# combinations to compute the heads"); 8 on a DGX H100 (8 x 57.7 = 462, 8 x 45.5 = 364 GB/s).
+NVLS_TREE_MAX_GBPS_PER_HEAD = {"hopper": (57.7, 45.5), "blackwell": (96.0, 80.0)}
 # NCCL's all-to-all across nodes (grouped send/recv, PXN through the peer rail's GPU) reaches a
 # smaller fraction of the NICs' line rate than its rings do when each rank has several peers
 # across the network: nccl-tests alltoall_perf on 2 x 8 A100 over 8 HDR 200 Gb/s rails, NCCL
@@ -264,6 +285,8 @@ class Links:
     nvls: bool
     nvls_fraction: float
     ll_max_bytes_per_s: tuple[float, float, float]  # LL ceiling on 1, 2, >2 nodes
+    # NVLSTree's bus-bandwidth ceiling per head on 2 and on more nodes (0: no NVLSTree)
+    nvls_tree_max_bytes_per_s: tuple[float, float] = (0.0, 0.0)
     # NCCL's bandwidth ramp (see `ramp_s`): bytes per step up to which the ring's / NVLS's extra
     # pipeline-fill time grows; 0 = not modelled (training jobs; `mfusim kernel` sets them)
     ring_window_bytes: float = 0.0
@@ -319,6 +342,9 @@ class Links:
             if nvls_fraction is not None
             else (NVLS_BW_FRACTION_BLACKWELL if generation == "blackwell" else NVLS_BW_FRACTION),
             ll_max_bytes_per_s=tuple(x * 1e9 for x in LL_MAX_GBPS[generation]),  # type: ignore[arg-type]
+            nvls_tree_max_bytes_per_s=tuple(  # type: ignore[arg-type]
+                x * 1e9 for x in NVLS_TREE_MAX_GBPS_PER_HEAD.get(generation, (0.0, 0.0))
+            ),
             ring_window_bytes=ring_window_bytes,
             nvls_chunk_overhead_bytes=nvls_chunk_overhead_bytes,
             nvls_channels=NVLS_CHANNELS.get(generation, 16),
@@ -657,15 +683,21 @@ def nvls_time_s(links: Links, n: int, size_bytes: float) -> float:
     stages fill a pipeline of one round of chunks, 2 x ops x c / B, of which a message smaller than
     the round pays its share S / (S + ops x c). Reproduces nccl-tests' NVLS sweeps on 8 H100/H200
     (azure-bench, kernels.toml) from 1 MiB up: the bandwidth climbs in steps at NCCL's chunk sizes."""
+    stream, fill = nvls_stream_fill_s(links, n, size_bytes)
+    return links.nccl.nvls_s + stream + fill
+
+
+def nvls_stream_fill_s(links: Links, n: int, size_bytes: float) -> tuple[float, float]:
+    """`nvls_time_s` less its latency, as (streaming time, pipeline fill); fill 0 without the
+    chunk model."""
     B = links.intra_bytes_per_s * links.nvls_fraction
     c0 = links.nvls_chunk_overhead_bytes
-    lat = links.nccl.nvls_s
     if c0 is None:
-        return lat + size_bytes / B
+        return size_bytes / B, 0.0
     ops = links.nvls_channels * n
     c = nvls_chunk_bytes(size_bytes, ops)
     fill = 2 * ops * c / B * size_bytes / (size_bytes + ops * c)
-    return lat + size_bytes / B * (1 + c0 / c) + fill
+    return size_bytes / B * (1 + c0 / c), fill
 
 
 def collective_candidates(kind: str, shape: GroupShape, links: Links, size_bytes: float) -> list[Candidate]:
@@ -737,6 +769,8 @@ def collective_candidates(kind: str, shape: GroupShape, links: Links, size_bytes
     if kind == "allreduce" and k == 1 and links.nvls and n > 1:
         B_nvls = B_i * links.nvls_fraction
         out.append(Candidate(nvls_time_s(links, n, S), "nvls/Simple", intra, S / B_nvls))
+    if kind == "allreduce" and k > 1 and links.nvls and min(m, shape.nics_per_node) >= 2:
+        out.append(_nvls_tree(shape, links, S))
     if kind in ("allreduce", "allgather", "reducescatter") and k > 1 and m > 1:
         out.extend(_hierarchical(kind, shape, links, S, protocols))
     if kind in ("allgather", "reducescatter") and k > 1 and m == 1:
@@ -777,6 +811,37 @@ def collective_candidates(kind: str, shape: GroupShape, links: Links, size_bytes
             lat = nccl.launch_s(p) + hops
             add("p2p", p, lat + fill / p.bandwidth_fraction, parts, bus_bytes=(n - 1) / n * S)
     return out
+
+
+def _nvls_tree(shape: GroupShape, links: Links, S: float) -> Candidate:
+    """NCCL's NVLSTree all-reduce across k > 1 NVLS nodes (NCCL >= 2.18; Simple only): inside each
+    node the switch reduces and multicasts (NVLS), each of the node's heads (a GPU with its own
+    NIC) runs a double binary tree over the nodes on its share, and NCCL's kernel pipelines the
+    three chunk by chunk (src/device/all_reduce.h, NVLS_TREE: scatter / reduce / tree-up /
+    tree-down / broadcast warps work at once), so the slowest stage sets the rate, not their sum:
+    - NVLS: each GPU moves S through the switch as in one node (`nvls_time_s`, less its latency);
+    - network: per node and direction 2S (interior in one tree, leaf in the other), S on two nodes,
+      where each node is the root of one tree (tuning.cc "Handle 2 node case of NVLSTree": interBw
+      x 2), through the node's NICs as the flat tree's bytes;
+    - NCCL's own ceiling, heads x perChMaxNVLSTreeBw of bus bandwidth (NVLS_TREE_MAX_GBPS_PER_HEAD).
+    Latency: NcclLatency.nvls_tree_s."""
+    n, k, m = shape.size, shape.num_nodes, shape.members_per_node
+    heads = min(m, shape.nics_per_node)
+    t_intra, fill_intra = nvls_stream_fill_s(links, m, S)
+    node_bytes = S if k == 2 else 2 * S
+    t_net, neck_net = _inter_time(shape, links, node_bytes, lambda u: u.tree_crossings * S / 2)
+    cap = heads * links.nvls_tree_max_bytes_per_s[0 if k <= 2 else 1]
+    t_cap = bus_factor("allreduce", n) * S / cap if cap > 0 else 0.0
+    t_bw, neck = max(
+        (t_intra, links.intra_name), (t_net, neck_net), (t_cap, "nvlstree-cap"), key=lambda x: x[0]
+    )
+    # pipeline fill: the NVLS reduce / broadcast stages' (nvls_stream_fill_s) and, as a ring's
+    # (ramp_s), the first piece of each head's share (S/heads, at most the window) crossing the
+    # 2·floor(log2 k) network hops of its tree (up, then down) at the head's NIC rate
+    fill_net = ramp_s(2 * _log2i(k) + 1, S / heads, links.ring_window_bytes, t_net * heads / node_bytes)
+    lat = links.nccl.nvls_tree_s(k)
+    t = lat + t_bw + fill_intra + fill_net
+    return Candidate(t, "nvlstree/Simple", "latency" if lat > t_bw else neck, t_bw)
 
 
 def _hierarchical(
