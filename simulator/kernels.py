@@ -273,6 +273,11 @@ class KernelParams:
 @lru_cache(maxsize=16)
 def params_for_architecture(arch: str) -> KernelParams:
     table = kernel_data()["model"][arch]
+    if float(table.get("activity_law", 1.0)) not in (0.0, 1.0):
+        raise ConfigError(
+            f"kernels.toml [model.{arch}] activity_law = {table['activity_law']!r}: expected 0 or 1",
+            key="activity_law",
+        )
     return KernelParams(
         **{
             f.name: float(table[f.name])

@@ -181,6 +181,20 @@ def test_ampere_training_steps_keep_the_boost_clock_of_the_mix() -> None:
     assert not C.has_activity_law(gpu_by_name("a100-80gb"))
     prog = P.build_program(_scn(8192, 2, 64, 28672, 8, gpu="a100-80gb", dtype="bf16"))
     assert prog.power_clock == 1.0 and prog.tensor_activity == 0.0  # the law is not evaluated
+    # a switch, not a weight: anything but 0 or 1 is refused
+    from simulator import kernel_catalog
+    from simulator.errors import ConfigError
+
+    data = kernel_catalog.kernel_data()
+    bad = {**data, "model": {**data["model"], "ampere": {**data["model"]["ampere"], "activity_law": 0.5}}}
+    K.params_for_architecture.cache_clear()
+    try:
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(K, "kernel_data", lambda: bad)
+            with pytest.raises(ConfigError, match="activity_law"):
+                K.params_for_architecture("ampere")
+    finally:
+        K.params_for_architecture.cache_clear()
     # Hopper and Blackwell apply it: their training ratio is the measured one
     for arch in ("hopper", "blackwell"):
         q = K.params_for_architecture(arch)
