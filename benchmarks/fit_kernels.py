@@ -112,6 +112,7 @@ FIT: dict[str, tuple[str, ...]] = {
             # clock = "sustained" figures, so fitting them would fit a clock to the kernel table
             "sustained_gemm_ratio_16bit",
             "sustained_gemm_ratio_8bit",
+            "activity_law",  # a model switch per architecture, not a fitted term
             # its only figures (Liger-Kernel's Megatron SwiGLU backward) are reference_only
             # (kernels.toml says why): no figure constrains it, it stays 1 (copy speed)
             "swiglu_bwd_bw_scale",
@@ -305,6 +306,7 @@ def fit_kernel_parameters(base: dict[str, KernelParams], group: str | None) -> d
             "gemm_max_fraction",
             "sustained_gemm_ratio_16bit",
             "sustained_gemm_ratio_8bit",
+            "activity_law",
             "attention_exp_mma_ratio",
             # a kind's bandwidth scale is measured per architecture (H100; A100 for PyTorch's
             # LayerNorm): not borrowed

@@ -134,7 +134,7 @@ def _has_activity_law(name: str) -> bool:
 
     table = kernel_data()["model"].get(architecture(name), {})
     ratios = (table.get("sustained_gemm_ratio_16bit", 1.0), table.get("sustained_gemm_ratio_8bit", 1.0))
-    return min(float(r) for r in ratios) < 1.0
+    return bool(float(table.get("activity_law", 1.0))) and min(float(r) for r in ratios) < 1.0
 
 
 def sustained_clock_fraction(gpu: GPUSpec) -> float:

@@ -204,6 +204,13 @@ class KernelParams:
     # (simulator/clocks.py power_limited_clock; 1: no power-limited clock modelled)
     sustained_gemm_ratio_16bit: float = 1.0
     sustained_gemm_ratio_8bit: float = 1.0
+    # whether a training step's clock follows the activity law of simulator/clocks.py with the
+    # ratios above (1), or the power-limited clock stays inside the stack's fitted
+    # sustained_clock_fraction as on an architecture without a measured ratio (0). The ratios
+    # always set the clock of a power-saturated microbenchmark (kernels.toml clock = "sustained");
+    # the law in training is a model choice validated per architecture against the training rows
+    # (docs/calibration.md "kmiss": off on Ampere, where it worsens the A100 fits)
+    activity_law: float = 1.0
     # a memory-bound GEMM's achieved HBM bandwidth as a fraction of the streaming-copy bandwidth
     # above (its operand loads and epilogue stores are tile-shaped, not one stream; 1: copy speed,
     # or no memory-bound GEMM measured on this architecture); the GEMM memory floor (gemm_plan)
@@ -227,6 +234,11 @@ class KernelParams:
     def sustained_gemm_ratio(self, dtype: str) -> float:
         low = dtype in ("fp8", "mxfp8", "nvfp4")
         return self.sustained_gemm_ratio_8bit if low else self.sustained_gemm_ratio_16bit
+
+    def training_gemm_ratio(self, dtype: str) -> float:
+        """The ratio a training step's activity law uses: 1 (no power-limited clock of the mix)
+        where the architecture does not apply the law (`activity_law` 0)."""
+        return self.sustained_gemm_ratio(dtype) if self.activity_law else 1.0
 
     def _attention(self, impl: str, term: str) -> float:
         return float(getattr(self, f"{ATTENTION_PARAMS_OF.get(impl, impl)}_{term}"))
@@ -261,6 +273,11 @@ class KernelParams:
 @lru_cache(maxsize=16)
 def params_for_architecture(arch: str) -> KernelParams:
     table = kernel_data()["model"][arch]
+    if float(table.get("activity_law", 1.0)) not in (0.0, 1.0):
+        raise ConfigError(
+            f"kernels.toml [model.{arch}] activity_law = {table['activity_law']!r}: expected 0 or 1",
+            key="activity_law",
+        )
     return KernelParams(
         **{
             f.name: float(table[f.name])

@@ -2493,7 +2493,7 @@ def power_limited_clock_of(device: Device, activity: float) -> float:
     this device: min(1, k · r · D^(−1/3)) (simulator/clocks.py); 1 where no ratio is measured."""
     from .clocks import power_clock_factor, power_limited_clock
 
-    ratio = device.params.sustained_gemm_ratio(device.dtype)
+    ratio = device.params.training_gemm_ratio(device.dtype)
     if ratio >= 1.0:
         return 1.0
     k = power_clock_factor(device.gpu)  # the SKU's board power per SM (1 on the reference SKU)
@@ -2506,7 +2506,7 @@ def power_limited_device(coster: _Coster) -> tuple[Device, float]:
     each run at the clock of their own whole mix (`build_program`); this is the clock of a stage
     of such layers alone."""
     device = coster.device
-    if device.params.sustained_gemm_ratio(device.dtype) >= 1.0:
+    if device.params.training_gemm_ratio(device.dtype) >= 1.0:
         return device, 0.0
     forward, b_in, b_w, rec, _ = coster.layer(coster.scn.model.is_moe)
     activity = tensor_activity(device, (forward, b_in, b_w, rec))
@@ -2606,7 +2606,7 @@ def build_program(scn: Scenario, comm: CommModel | None = None) -> Program:
     # for every D ≤ 1 and k·r > 1/3 (docs/calibration.md, "power-limited clock").
     activities = [0.0] * pp
     devices = [boost] * pp
-    if boost.params.sustained_gemm_ratio(boost.dtype) < 1.0:
+    if boost.params.training_gemm_ratio(boost.dtype) < 1.0:
         for s in range(pp):
             busy, saturated = stage_mix(s)
             activities[s] = saturated / busy if busy > 0 else 0.0

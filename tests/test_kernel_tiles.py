@@ -69,7 +69,11 @@ def test_azure_a100_small_gemms_within_tolerance() -> None:
     figures = {
         f.label: f for f in K.shipped_figures(kinds=("gemm",)) if f.gpu == "a100-80gb" and "azure" in f.source
     }
-    for label, measured in (("gemm fp16 1x1024x1024x1024", 119.4), ("gemm fp16 1x2048x2048x2048", 221.8)):
+    # compared at their sustained clock (kernels.toml clock = "sustained": 10,000 warm-up iterations)
+    for label, measured in (
+        ("gemm fp16 1x1024x1024x1024 sustained", 119.4),
+        ("gemm fp16 1x2048x2048x2048 sustained", 221.8),
+    ):
         f = figures[label]
         assert f.measured == measured and not f.reference_only
         assert abs(f.error) <= TOLERANCE, (label, f.error)

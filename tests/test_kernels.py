@@ -28,8 +28,7 @@ def test_every_figure_is_cited_and_positive(figures: list[K.Figure]) -> None:
 
 def test_shipped_microbenchmarks_within_tolerance(figures: list[K.Figure]) -> None:
     """Issue 12 target: every kernel within 10% of its microbenchmark. Measured today (481 checked
-    figures): 9 are not, none by more than 15.5%: Azure's A100 FP16 GEMM at 4096^3 (+15%: 10%
-    below the same table's 8192^3 at the same power-saturated clock), cuBLASLt MXFP8 at 16384^3 on
+    figures): 8 are not, none by more than 15.5%: cuBLASLt MXFP8 at 16384^3 on
     B200 (+13% at the sustained clock), H200 FP8 at 1280x4096x12032 (MAMF), FlashAttention's
     Triton kernel on A100 at 512 tokens and head dim 128 (+11%), the A100 all-reduce dip at
     128 MiB (its time to 256 MiB implies 277 GB/s, above the 232 GB/s plateau), the 8-H100 ring
@@ -67,20 +66,27 @@ def test_sustained_figures_use_the_power_limited_clock(figures: list[K.Figure]) 
     """A power-saturated figure (clock = "sustained") is compared with the burst prediction at the
     clock its own tensor activity D holds (simulator/clocks.py): on B200, the clock reference SKU,
     min(1, r · D^(-1/3)) with r the 8-bit sustained/burst ratio of the MAMF/MSMF pair and D the
-    burst rate over the MAMF ceiling; a GEMM at the ceiling runs exactly at r."""
-    b200 = gpu_by_name("b200")
-    r = K.kernel_params(b200).sustained_gemm_ratio_8bit
-    assert 0.7 < r < 0.9
-    sustained = [f for f in figures if f.label.endswith(" sustained") and f.gpu == "b200"]
-    assert len(sustained) >= 3
-    for f in sustained:
-        _, dtype, shape, _ = f.label.split(" ")
-        b, m, n, k = (int(x) for x in shape.split("x"))
-        burst = 2.0 * b * m * n * k / K.gemm_time_s(b200, dtype, m, n, k, b) / 1e12
-        d = burst / (K.saturated_gemm_flop_per_s(b200, dtype) / 1e12)
-        assert 0.0 < d <= 1.0 + 1e-9, f.label
-        assert f.predicted == pytest.approx(burst * min(1.0, r * d ** (-1 / 3)), rel=1e-9), f.label
-        assert f.predicted <= burst * (1 + 1e-12)  # the power limit never speeds a kernel up
+    burst rate over the MAMF ceiling; a GEMM at the ceiling runs exactly at r. On A100 (Azure's
+    superbench rows, 10,000 warm-up iterations) the 16-bit r of [model.ampere]: the small shapes'
+    activity stays below r^3 and they keep the boost clock."""
+    for name, bits, count in (("b200", "8bit", 3), ("a100-80gb", "16bit", 8)):
+        gpu = gpu_by_name(name)
+        r = getattr(K.kernel_params(gpu), f"sustained_gemm_ratio_{bits}")
+        assert 0.7 < r < 0.95
+        sustained = [f for f in figures if f.label.endswith(" sustained") and f.gpu == name]
+        assert len(sustained) == count
+        boost = 0
+        for f in sustained:
+            _, dtype, shape, _ = f.label.split(" ")
+            b, m, n, k = (int(x) for x in shape.split("x"))
+            burst = 2.0 * b * m * n * k / K.gemm_time_s(gpu, dtype, m, n, k, b) / 1e12
+            d = burst / (K.saturated_gemm_flop_per_s(gpu, dtype) / 1e12)
+            assert 0.0 < d <= 1.0 + 1e-9, f.label
+            assert f.predicted == pytest.approx(burst * min(1.0, r * d ** (-1 / 3)), rel=1e-9), f.label
+            assert f.predicted <= burst * (1 + 1e-12)  # the power limit never speeds a kernel up
+            boost += f.predicted == pytest.approx(burst, rel=1e-12)
+        if name == "a100-80gb":  # 1024^3, 1024x2145x1024, 802816x192x768 (memory-bound)
+            assert boost == 3
 
 
 def test_reference_only_figures_say_why(figures: list[K.Figure]) -> None:

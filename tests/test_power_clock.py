@@ -51,9 +51,29 @@ def test_ratios_are_the_published_msmf_over_mamf() -> None:
     assert b.sustained_gemm_ratio("bf16") == pytest.approx(1456.3 / 1770.9, abs=1e-4)
     assert b.sustained_gemm_ratio("fp8") == pytest.approx(2795.7 / 3435.2, abs=1e-4)
     assert b.sustained_gemm_ratio("mxfp8") == b.sustained_gemm_ratio("fp8")  # 8-bit tensor cores
-    # not measured for these architectures: no power-limited clock
-    for arch in ("ampere", "volta"):
-        assert K.params_for_architecture(arch).sustained_gemm_ratio("bf16") == 1.0
+    # not measured on Volta: no power-limited clock
+    assert K.params_for_architecture("volta").sustained_gemm_ratio("bf16") == 1.0
+
+
+def test_ampere_ratio_is_the_ga100_sustained_over_burst_pair_at_400_w() -> None:
+    """No A100 MSMF is published. frezcirno/Texo docs/gemm-wmma-large.md@207e7ab8 times one cuBLAS
+    FP16 4096^3 kernel on an A800 80GB PCIe (GA100, 108 SMs, 1,410 MHz boost like A100 SXM4, 300 W)
+    both ways: 551.072 us in one launch at the boost clock, 650.967 us warmed. Inverting the law
+    f = r · D^(-1/3) at that GEMM's modelled activity D gives the 300 W board's r; the 400 W SXM4
+    board sustains (400/300)^(1/3) more (the cube law of clocks.py at equal SMs and peak)."""
+    a100 = gpu_by_name("a100-80gb")
+    t = K.gemm_time_s(a100, "fp16", 4096, 4096, 4096)
+    d = 2.0 * 4096**3 / t / K.saturated_gemm_flop_per_s(a100, "fp16")
+    assert 0.9 < d < 1.0
+    r_300w = (551.072 / 650.967) * d ** (1 / 3)
+    r = K.params_for_architecture("ampere").sustained_gemm_ratio("bf16")
+    assert r == pytest.approx(r_300w * (400.0 / 300.0) ** (1 / 3), abs=5e-4)
+    assert a100.board_power_w == 400.0
+    # the law reproduces the pair it came from, scaled back to the 300 W board
+    f_300w = C.power_limited_clock(d, r, (300.0 / 400.0) ** (1 / 3))
+    assert f_300w == pytest.approx(551.072 / 650.967, abs=5e-4)
+    # both A100 SKUs: 400 W on 108 SMs at the same peak, the reference's clock
+    assert C.power_clock_factor(gpu_by_name("a100-40gb")) == pytest.approx(1.0)
 
 
 # ----------------------------------------------------------------------------- activity
@@ -150,9 +170,35 @@ def test_power_clock_slows_the_tensor_kernels_only() -> None:
     assert memory_op_time_s(slow, 1e9) == memory_op_time_s(fast, 1e9)
 
 
-def test_ampere_has_no_power_limited_clock() -> None:
+def test_ampere_training_steps_keep_the_boost_clock_of_the_mix() -> None:
+    """Ampere's measured ratio sets only the power-saturated microbenchmarks' clock: the activity
+    law is off there (`activity_law` 0, kernels.toml says why), so an A100 training step's clock
+    stays inside its fitted residual, as before the ratio was measured -- even for a 70B-wide
+    layer, whose mix (tensor activity 0.87 > r^3 = 0.78) the law would slow by 3.6%."""
+    p = K.params_for_architecture("ampere")
+    assert p.sustained_gemm_ratio("bf16") < 1.0
+    assert p.training_gemm_ratio("bf16") == 1.0
+    assert not C.has_activity_law(gpu_by_name("a100-80gb"))
     prog = P.build_program(_scn(8192, 2, 64, 28672, 8, gpu="a100-80gb", dtype="bf16"))
-    assert prog.power_clock == 1.0
+    assert prog.power_clock == 1.0 and prog.tensor_activity == 0.0  # the law is not evaluated
+    # a switch, not a weight: anything but 0 or 1 is refused
+    from simulator import kernel_catalog
+    from simulator.errors import ConfigError
+
+    data = kernel_catalog.kernel_data()
+    bad = {**data, "model": {**data["model"], "ampere": {**data["model"]["ampere"], "activity_law": 0.5}}}
+    K.params_for_architecture.cache_clear()
+    try:
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(K, "kernel_data", lambda: bad)
+            with pytest.raises(ConfigError, match="activity_law"):
+                K.params_for_architecture("ampere")
+    finally:
+        K.params_for_architecture.cache_clear()
+    # Hopper and Blackwell apply it: their training ratio is the measured one
+    for arch in ("hopper", "blackwell"):
+        q = K.params_for_architecture(arch)
+        assert q.training_gemm_ratio("fp8") == q.sustained_gemm_ratio("fp8") < 1.0
 
 
 def test_each_stage_holds_the_clock_of_its_own_mix() -> None:
