@@ -93,14 +93,14 @@ def test_more_nic_or_nvlink_bandwidth_is_never_slower(nodes: int) -> None:
 
 
 def test_published_two_and_four_node_h100_allreduce() -> None:
-    """nccl-tests-309's rows are in the catalog, checked from 1 MiB but for the two 4 MiB rows
-    (treeramp: the tree's and NVLSTree's pipeline fill), and within 10%: 2 nodes 450.37 GB/s at
-    1 GiB, 4 nodes 358.51."""
+    """nccl-tests-309's rows are in the catalog, checked from 256 MiB and, since treeramp (the
+    tree's and NVLSTree's pipeline fill), at 64 / 128 MiB on 2 nodes and 1 / 64 / 128 MiB on 4,
+    and within 10%: 2 nodes 450.37 GB/s at 1 GiB, 4 nodes 358.51."""
     rows = [
         f for f in K.shipped_figures(kinds=("collective",)) if f.source.startswith("nccl-tests-309 (qoofyk")
     ]
     checked = [f for f in rows if not f.reference_only]
-    assert len(rows) == 24 and len(checked) == 22
+    assert len(rows) == 24 and len(checked) == 19
     for f in checked:
         assert abs(f.error) <= 0.10, (f.label, f.error)
     assert K.collective("dgx-h100", "allreduce", 16, GiB).busbw_bytes_per_s / 1e9 == pytest.approx(

@@ -724,13 +724,23 @@ def tree_fill_s(
     floor(log2 k)) hops of NCCL's tree (the chain of a node's m GPUs over NVLink, then
     floor(log2 k) network levels; the depth NCCL's latency model counts, tuning.cc) before the
     last one streams: the fill is the other hops' time for that piece, each at its own link's
-    rate (as `ramp_s` does for a ring)."""
+    rate (as `ramp_s` does for a ring).
+
+    Only Simple stores and forwards whole chunks on every hop (src/device/prims_simple.h: a
+    receiver waits for the step's tail before it forwards). LL and LL128 carry a flag in every
+    line and forward each warp's slice as soon as its lines arrive (prims_ll128.h GenericOp /
+    recvReduceSendCopy, prims_ll.h), so their NVLink hops add only NCCL's per-hop latency
+    (tuning.cc, in `NcclLatency.tree_s`); what still moves chunk by chunk is the network hop,
+    whose proxy posts a step once the GPU has written it (src/proxy.cc, transport/net.cc): for
+    LL / LL128 the pipeline is the 2 floor(log2 k) network hops."""
     if size_bytes <= 0 or k < 2:
         return 0.0
     nc = tree_channels(size_bytes, p)
     piece = min(float(nc * tree_chunk_bytes(p, size_bytes, nc, n, k)), size_bytes)
     m = n // k
     net_hops = 2 * _log2i(k)
+    if p.name != "Simple":
+        return ramp_s(net_hops, piece, piece, net_seconds_per_byte)
     hops = 2 * (m - 1) + net_hops
     return ramp_s(
         hops,
