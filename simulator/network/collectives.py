@@ -21,7 +21,7 @@ taken, as NCCL does per call.
   of which 2(k-1) / (k-1) cross the network; each rank sends bf·S through its links.
 - double binary tree (AllReduce, k > 1): 2S per node at 0.92 of the ring's bus bandwidth (tuning.cc: tree busBw *= 0.92, algBw = busBw/2),
   plus its pipeline fill (`tree_fill_s`: one chunk per channel, NCCL's chunk schedule, across the
-  tree's 2((m-1) + floor(log2 k)) hops).
+  tree's 2((m-1) + floor(log2 k)) hops for Simple, its network hops for LL / LL128).
 - NVLS (AllReduce inside one NVSwitch-3+ node, `intra_node.nvls`): the switch reduces and
   multicasts, each GPU sends and receives S once (not 2(n-1)/n·S).
 - NVLSTree (AllReduce across k > 1 NVLS nodes, NCCL >= 2.18, Simple): NVLS inside each node and
