@@ -28,6 +28,7 @@ from simulator.stacks import stack_of_source
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
+ACCURACY_TOML = ROOT / "simulator" / "catalog" / "accuracy.toml"
 
 
 def _calibrate_module():
@@ -243,6 +244,39 @@ def accuracy_blocks(report: V.ValidationReport, roles: dict[str, str]) -> dict[s
     }
 
 
+def accuracy_toml(report: V.ValidationReport) -> str:
+    """simulator/catalog/accuracy.toml: per (GPU architecture, dense | moe, precision class) the
+    validated rows' count, mean absolute and mean signed error -- what `mfusim run` reports as
+    `accuracy` for a scenario of that group (simulator/describe.py accuracy_summary)."""
+    from simulator.describe import accuracy_group_of
+    from simulator.validate.runner import scenario_for
+
+    groups: dict[tuple[str, str, str], list[float]] = {}
+    for r in report.results:
+        scn = scenario_for(r.case)
+        groups.setdefault(accuracy_group_of(scn.gpu.name, scn.model.is_moe, scn.dtype), []).append(
+            r.error_pct
+        )
+    lines = [
+        "# Written by benchmarks/accuracy_report.py from `mfusim validate` on the shipped published runs",
+        "# (scenarios/published/calibration_runs.csv; docs/accuracy.md). Do not edit by hand.",
+        "# [architecture.kind.precision]: rows simulated, mean absolute error (mape_pct) and mean signed",
+        "# error (bias_pct, + = predicted faster than measured) of the throughput each source publishes, per",
+        "# GPU architecture, dense or mixture-of-experts model, and precision class (16bit: bf16/fp16, fp8:",
+        "# fp8/mxfp8, fp4: nvfp4).",
+        "# `mfusim run` reports its scenario's group as `accuracy` (simulator/describe.py).",
+    ]
+    for (arch, kind, precision), errors in sorted(groups.items()):
+        lines += [
+            "",
+            f"[{arch}.{kind}.{precision}]",
+            f"rows = {len(errors)}",
+            f"mape_pct = {_mape(errors):.1f}",
+            f"bias_pct = {_bias(errors):.1f}",
+        ]
+    return "\n".join(lines) + "\n"
+
+
 def calibration_blocks() -> dict[str, str]:
     C = _calibrate_module()
     data = tomllib.loads(catalog_file("efficiency.toml").read_text(encoding="utf-8"))
@@ -306,10 +340,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     report = V.validate_runs(runs, V.default_simulate(), csv_path=str(csv_path), progress=False)
     acc = accuracy_blocks(report, roles)
     cal = calibration_blocks()
+    table = accuracy_toml(report)
     if args.check:
         for name, body in {**acc, **cal}.items():
             print(f"## {name}\n{body}\n")
+        print(table)
         return 0
+    ACCURACY_TOML.write_text(table, encoding="utf-8")
+    print(f"wrote {ACCURACY_TOML}")
     for path, blocks in ((DOCS / "accuracy.md", acc), (DOCS / "calibration.md", cal)):
         path.write_text(replace_blocks(path.read_text(encoding="utf-8"), blocks, str(path)), encoding="utf-8")
         print(f"wrote {path}")

@@ -3,9 +3,28 @@ sequence length, mfusim version and the scenario's warnings. A pure function of 
 
 from __future__ import annotations
 
+import tomllib
+from functools import lru_cache
 from typing import Any
 
+from .resources import catalog_file
 from .specs import Scenario
+
+# Precision classes of the accuracy table (simulator/catalog/accuracy.toml): what a published run's
+# dtype is grouped under
+PRECISION_CLASS = {
+    "bf16": "16bit",
+    "fp16": "16bit",
+    "fp32": "16bit",
+    "fp8": "fp8",
+    "mxfp8": "fp8",
+    "nvfp4": "fp4",
+}
+ACCURACY_NOTE = (
+    "mean absolute / signed error of `mfusim validate` on the shipped published runs of this GPU "
+    "architecture, model kind and precision class (docs/accuracy.md); bias > 0: predicted faster "
+    "than measured"
+)
 
 
 def model_summary(scn: Scenario) -> dict[str, Any]:
@@ -14,6 +33,47 @@ def model_summary(scn: Scenario) -> dict[str, Any]:
     from .flops import model_summary as summary
 
     return summary(scn.model, scn.expert_load_imbalance)
+
+
+@lru_cache(maxsize=1)
+def accuracy_table() -> dict[str, Any]:
+    """simulator/catalog/accuracy.toml (written by benchmarks/accuracy_report.py), parsed once."""
+    with open(catalog_file("accuracy.toml"), "rb") as fh:
+        return tomllib.load(fh)
+
+
+def accuracy_group_of(gpu_name: str, is_moe: bool, dtype: str) -> tuple[str, str, str]:
+    """(architecture, "dense" | "moe", precision class) a run is judged with; architecture
+    "other" for a GPU outside the catalog (a user's topology file)."""
+    from .kernel_catalog import kernel_data
+
+    arch = str(kernel_data()["architectures"].get(gpu_name, "other"))
+    return arch, "moe" if is_moe else "dense", PRECISION_CLASS.get(dtype, dtype)
+
+
+def accuracy_summary(scn: Scenario) -> dict[str, Any]:
+    """`accuracy`: how far the model lands from measured throughput on comparable published runs
+    (the validation set's group of this scenario; rows 0 where it has none)."""
+    arch, kind, precision = accuracy_group_of(scn.gpu.name, scn.model.is_moe, scn.dtype)
+    group = accuracy_table().get(arch, {}).get(kind, {}).get(precision)
+    out: dict[str, Any] = {"group": f"{arch} {kind} {precision}", "rows": 0}
+    if group:
+        out.update(
+            rows=int(group["rows"]), mape_pct=float(group["mape_pct"]), bias_pct=float(group["bias_pct"])
+        )
+    out["note"] = ACCURACY_NOTE
+    return out
+
+
+def accuracy_line(scn: Scenario) -> str:
+    """The text report's line for `accuracy_summary`."""
+    acc = accuracy_summary(scn)
+    if not acc["rows"]:
+        return f"accuracy: no published {acc['group']} run in the validation set (docs/accuracy.md)"
+    return (
+        f"accuracy: mean error {acc['mape_pct']:.1f}% (bias {acc['bias_pct']:+.1f}%) on "
+        f"{acc['rows']} published {acc['group']} runs (docs/accuracy.md)"
+    )
 
 
 def scenario_summary(scn: Scenario, warnings: tuple[str, ...] | list[str] | None = None) -> dict[str, Any]:
@@ -26,6 +86,7 @@ def scenario_summary(scn: Scenario, warnings: tuple[str, ...] | list[str] | None
         "topology": scn.topology.name,
         "dtype": scn.dtype,
         "seq_len": scn.model.seq_len,
+        "accuracy": accuracy_summary(scn),
         "mfusim_version": __version__,
         "warnings": list(scn.warnings() if warnings is None else warnings),
     }

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from .describe import accuracy_line
 from .metrics import StepReport
 from .specs import Scenario
 from .timeline import CATEGORIES
@@ -109,6 +110,7 @@ def format_report(scn: Scenario, r: StepReport) -> str:
         f"{r.model_tflops_per_gpu:.1f} model TFLOP/s per GPU",
         f"  ({METRICS_LINE})",
         f"  step time {r.step_time_s:.4g} s     {r.tokens_per_s:,.0f} tokens/s ({r.tokens_per_s_per_gpu:,.1f} per GPU)",
+        f"  {accuracy_line(scn)}",
     ]
     if r.memory is not None:
         mem = r.memory

@@ -1135,6 +1135,15 @@ COMMON_JSON_FIELDS: dict[str, str] = {
     "topology": "topology name",
     "dtype": "training dtype",
     "seq_len": "sequence length [tokens]",
+    "accuracy": (
+        "how far the model lands from measured throughput on comparable published runs: `mfusim validate`'s"
+        " rows of this GPU architecture, model kind and precision class (simulator/catalog/accuracy.toml)"
+    ),
+    "accuracy.group": "architecture, dense or moe, and precision class (16bit, fp8, fp4)",
+    "accuracy.rows": "published runs in the group (0: none; then no error is given)",
+    "accuracy.mape_pct": "their mean absolute error [%]",
+    "accuracy.bias_pct": "their mean signed error [%] (> 0: the model predicted faster than measured)",
+    "accuracy.note": "what the figures are",
     "mfusim_version": "the mfusim version that produced this output",
     "warnings": "what the simulation approximated or assumed (also printed on stderr)",
 }
