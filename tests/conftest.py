@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
+import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 from hypothesis import settings
@@ -18,6 +21,21 @@ from simulator.specs import Scenario
 # no earlier run saw (a found counterexample becomes an explicit @example instead).
 settings.register_profile("mfusim", derandomize=True, database=None)
 settings.load_profile("mfusim")
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def load_benchmark(stem: str, module_name: str | None = None) -> ModuleType:
+    """benchmarks/<stem>.py as a module (the scripts are not a package), registered under
+    `module_name` so that its dataclasses resolve their module by name."""
+    name = module_name or stem
+    spec = importlib.util.spec_from_file_location(name, ROOT / "benchmarks" / f"{stem}.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
 
 # A small, valid scenario: quick to load and (once the engine exists) to simulate.
 SMALL_SCENARIO = """\

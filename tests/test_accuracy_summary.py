@@ -4,8 +4,6 @@ simulator/catalog/accuracy.toml written by benchmarks/accuracy_report.py)."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 import tomllib
 from pathlib import Path
 
@@ -17,19 +15,13 @@ from simulator.loading import load_scenario
 from simulator.resources import catalog_file, published_runs_csv
 from simulator.run import format_report
 from simulator.simulate import simulate
+from tests.conftest import load_benchmark
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def _report_module():
-    spec = importlib.util.spec_from_file_location(
-        "accuracy_report", ROOT / "benchmarks" / "accuracy_report.py"
-    )
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod
-    spec.loader.exec_module(mod)
-    return mod
+    return load_benchmark("accuracy_report")
 
 
 def test_groups_of_shipped_gpus_and_user_gpus():

@@ -4,23 +4,16 @@ PyTorch is not a project dependency)."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+from tests.conftest import load_benchmark
 
 
 def _load():
-    spec = importlib.util.spec_from_file_location("device_probe", ROOT / "benchmarks" / "device_probe.py")
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules["device_probe"] = mod
-    spec.loader.exec_module(mod)
-    return mod
+    return load_benchmark("device_probe")
 
 
 def test_unknown_section_is_refused(tmp_path: Path) -> None:

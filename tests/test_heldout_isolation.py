@@ -8,28 +8,20 @@ the simulator's own closed form.
 from __future__ import annotations
 
 import csv
-import importlib.util
-import sys
 import tomllib
 from pathlib import Path
 
 import pytest
 
 import mfusim
+from tests.conftest import load_benchmark
 
 ROOT = Path(__file__).resolve().parent.parent
 HELDOUT = ROOT / "scenarios" / "heldout"
 
 
 def _report_module():
-    spec = importlib.util.spec_from_file_location(
-        "mfusim_heldout_report", ROOT / "benchmarks" / "heldout_report.py"
-    )
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("heldout_report", "mfusim_heldout_report")
 
 
 def _runs() -> dict[str, dict]:

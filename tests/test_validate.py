@@ -7,7 +7,6 @@ and test this module only; `test_engine_smoke` runs the real engine on two rows 
 from __future__ import annotations
 
 import csv
-import importlib.util
 import io
 from pathlib import Path
 
@@ -17,7 +16,7 @@ from simulator import cli, flops
 from simulator import validate as V
 from simulator.errors import ConfigError
 from simulator.resources import published_runs_csv
-from tests.conftest import fake_simulate
+from tests.conftest import fake_simulate, load_benchmark
 
 
 @pytest.fixture(scope="module")
@@ -439,15 +438,7 @@ def test_engine_smoke(shipped):
 
 # ----------------------------------------------------------------------------- calibration script
 def _calibrate_module():
-    path = Path(__file__).resolve().parents[1] / "benchmarks" / "calibrate.py"
-    spec = importlib.util.spec_from_file_location("mfusim_calibrate", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    import sys
-
-    sys.modules[spec.name] = module  # dataclasses resolve their module by name
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("calibrate", "mfusim_calibrate")
 
 
 def test_calibration_pieces(tmp_path, shipped):
