@@ -53,6 +53,9 @@ from .specs import Scenario
 # calls with hooks and TE's Python quantizer objects, the upper half of the range.
 HOST_OP_S = 20e-6
 HOST_OP_RANGE_S = (5e-6, 25e-6)
+# A plain PyTorch call from Python (a torch function or Tensor method through the ATen dispatcher
+# and autograd, no nn.Module hooks, no TE quantizer): the middle of the same cited range.
+TORCH_OP_S = sum(HOST_OP_RANGE_S) / 2
 # The dispatcher's sync: small device-to-host copies on a side stream and an event wait; the
 # CPU wakes only after the GPU has drained its queue up to the copy (one PCIe round trip plus
 # the event's wake-up, ~10-20 us).

@@ -43,6 +43,7 @@ from .hostbound import (
     HOST_CALL_S,
     HOST_OP_S,
     HOST_SYNC_S,
+    TORCH_OP_S,
     LayerHostOps,
     PairNode,
     issue_pipeline_s,
@@ -254,6 +255,16 @@ UNFUSED_ROPE_PASSES = (12.0, 6, 10.0, 5)
 # (q + k + v) tensors and of the output, and kernels: (q/k/v fwd, out fwd, fwd kernels,
 # q/k/v bwd, out bwd, bwd kernels).
 BERT_PADDING_BYTES = (4.0, 6.0, 3 * 8 + 2, 6.0, 4.0, 3 * 2 + 1)
+# unpad_input also waits on the GPU twice per call (bert_padding.py@v2.4.2:109-110): torch.nonzero
+# needs its output's size on the host and `seqlens_in_batch.max().item()` copies the longest
+# sequence back. From the first of the six syncs (q, k, v) until flash_attn_varlen_func is issued
+# the GPU runs only the tiny mask kernels, so it idles for the syncs' round trips and the host's
+# torch calls after the first sync: unpad of q: max, cumsum, pad, gather (IndexFirstAxis); of k
+# and v: sum, nonzero, max, cumsum, pad, gather each; the varlen kernel call = 17. Every forward
+# pass of the layer runs them, a full recompute again (the backward has no sync: the indices are
+# saved). (device-to-host syncs, torch calls after the first) per forward.
+BERT_PADDING_HOST = (6, 17)
+UNPAD_HOST_SEGMENT = "attention unpad host syncs"
 # Attention sinks (GPT-OSS: a learnable softmax offset per head, Megatron-Core softmax_type =
 # "learnable"; Transformer Engine hands it to cuDNN, fused_attn_f16_arbitrary_seqlen.cu
 # set_sink_token / set_dsink_token). The forward adds one exp per query row inside the fused
@@ -1661,6 +1672,10 @@ class _Coster:
         t_f = memory_op_time_s(d, f_bytes, kernels=int(kf))
         t_b = memory_op_time_s(d, b_bytes, kernels=int(kb))
         fwd.append(Segment("compute", "attention unpad/pad", t_f, 0.0, f_bytes))
+        syncs, calls = BERT_PADDING_HOST
+        fwd.append(
+            Segment("host_bound", UNPAD_HOST_SEGMENT, syncs * HOST_SYNC_S + calls * TORCH_OP_S, 0.0, 0.0)
+        )
         b_in.append(Segment("compute", "attention unpad/pad bwd", t_b, 0.0, b_bytes))
 
     def _eager(self, fwd: list, b_in: list, name: str, passes: tuple, unit_bytes: float) -> None:

@@ -326,6 +326,35 @@ def test_attention_unpad_moves_the_bert_padding_bytes(monkeypatch: pytest.Monkey
         _scn(kernels={"attention_padding": "varlen"})
 
 
+def test_attention_unpad_waits_for_its_host_syncs() -> None:
+    """bert_padding's unpad_input syncs the host twice per call (torch.nonzero, .max().item()) for
+    q, k and v: the GPU idles for the six syncs' round trips and the 17 torch calls issued after
+    the first, once per layer forward and again in a full recompute (the backward has no sync);
+    host time, not kernel time, so it is `host_bound` and outside the tensor activity."""
+    from simulator.hostbound import HOST_OP_RANGE_S, HOST_SYNC_S, TORCH_OP_S
+
+    assert HOST_OP_RANGE_S[0] < TORCH_OP_S < HOST_OP_RANGE_S[1]
+    per_forward = 6 * HOST_SYNC_S + 17 * TORCH_OP_S
+    kernels = {"attention_padding": "unpad", "attention": "fa3"}
+    for recompute, passes in (("none", 1), ("full", 2)):
+        scn = _scn(parallel={"micro_batch": 2, "recompute": recompute}, kernels=kernels)
+        chunk = P.build_program(scn).stages[0].chunks[0]
+        host = [
+            s
+            for block in (chunk.forward, chunk.backward)
+            for s in block.segments
+            if s.name == P.UNPAD_HOST_SEGMENT
+        ]
+        assert host and all(s.category == "host_bound" and s.flops == 0 for s in host)
+        assert sum(s.duration_s for s in host) == pytest.approx(passes * per_forward * chunk.num_layers)
+    plain = P.build_program(_scn(parallel={"micro_batch": 2}, kernels={"attention": "fa3"}))
+    assert not any(
+        s.name == P.UNPAD_HOST_SEGMENT
+        for block in (plain.stages[0].chunks[0].forward, plain.stages[0].chunks[0].backward)
+        for s in block.segments
+    )
+
+
 def test_mpt_large_scale_rows_follow_sweep_py() -> None:
     """Only the H100 Large Scale rows that sweep.py runs with `--attn_impl flash` (1b/3b/7b/70b) go
     through flash_attn_fn's bert_padding; its 13b/30b rows (triton) and the October 2023 tables
