@@ -15,7 +15,7 @@ from .specs import Scenario
 PRECISION_CLASS = {
     "bf16": "16bit",
     "fp16": "16bit",
-    "fp32": "16bit",
+    "fp32": "fp32",  # no published FP32 training run: a group of its own, without figures
     "fp8": "fp8",
     "mxfp8": "fp8",
     "nvfp4": "fp4",

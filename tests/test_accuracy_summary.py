@@ -31,7 +31,8 @@ def test_groups_of_shipped_gpus_and_user_gpus():
     # a GPU from a user's topology file is not judged by another chip's record
     assert accuracy_group_of("my-own-gpu", False, "bf16")[0] == "other"
     assert "other" not in accuracy_table()
-    assert set(PRECISION_CLASS.values()) == {"16bit", "fp8", "fp4"}
+    assert set(PRECISION_CLASS.values()) == {"16bit", "fp8", "fp4", "fp32"}
+    assert "fp32" not in accuracy_table().get("ampere", {}).get("dense", {})
 
 
 def test_run_reports_its_group_from_the_table():
