@@ -23,7 +23,8 @@ PRECISION_CLASS = {
 ACCURACY_NOTE = (
     "mean absolute / signed error of `mfusim validate` on the shipped published runs of this GPU "
     "architecture, model kind and precision class (docs/accuracy.md); bias > 0: predicted faster "
-    "than measured"
+    "than measured. These are the runs the model is calibrated on (half of each group fitted, half "
+    "held out); published runs outside them err more, mostly optimistic (docs/accuracy.md, held-out runs)"
 )
 
 
@@ -72,7 +73,7 @@ def accuracy_line(scn: Scenario) -> str:
         return f"accuracy: no published {acc['group']} run in the validation set (docs/accuracy.md)"
     return (
         f"accuracy: mean error {acc['mape_pct']:.1f}% (bias {acc['bias_pct']:+.1f}%) on "
-        f"{acc['rows']} published {acc['group']} runs (docs/accuracy.md)"
+        f"{acc['rows']} published {acc['group']} calibration runs (docs/accuracy.md)"
     )
 
 

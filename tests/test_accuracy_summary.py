@@ -42,7 +42,7 @@ def test_run_reports_its_group_from_the_table():
     assert acc["group"] == "ampere dense 16bit" and acc["rows"] == row["rows"] > 100
     assert acc["mape_pct"] == row["mape_pct"] and acc["bias_pct"] == row["bias_pct"]
     text = format_report(scn, simulate(scn).report)
-    assert f"on {row['rows']} published ampere dense 16bit runs" in text
+    assert f"on {row['rows']} published ampere dense 16bit calibration runs" in text
 
 
 def test_a_group_without_published_runs_gives_no_figure(tmp_path):
