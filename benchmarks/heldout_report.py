@@ -2,8 +2,11 @@
 """Held-out published runs: predicted vs measured (issue 12). TEST ONLY, never fitted.
 
     python benchmarks/heldout_report.py                 # print the table and the mean/max errors
-    python benchmarks/heldout_report.py --write-docs    # also rewrite docs/accuracy.md's heldout block
+    python benchmarks/heldout_report.py --write-docs    # also rewrite docs/accuracy.md's heldout blocks
+                                                        # (scenarios/heldout and scenarios/heldout_automodel)
     python benchmarks/heldout_report.py --dir DIR       # another directory of scenarios + measured.toml
+                                                        # (scenarios/heldout_automodel: NeMo AutoModel's
+                                                        # published MoE and dense benchmarks)
     python benchmarks/heldout_report.py --set kernels.stack=megatron-2021 --only a100
                                                         # a what-if on the runs of one GPU
 
@@ -32,10 +35,13 @@ from simulator.overrides import parse_override
 
 ROOT = Path(__file__).resolve().parents[1]
 HELDOUT = ROOT / "scenarios" / "heldout"
+AUTOMODEL = ROOT / "scenarios" / "heldout_automodel"
+# docs/accuracy.md block of each held-out directory --write-docs rewrites
+DOC_BLOCKS = ((HELDOUT, "heldout"), (AUTOMODEL, "heldout-automodel"))
 ACCURACY_MD = ROOT / "docs" / "accuracy.md"
 KINDS = ("step_time_s", "mfu", "hfu_tflops_megatron", "tokens_per_s_per_gpu")
 # Categories shown in the table (share of the predicted step).
-SHOWN = ("compute", "recompute", "tp_comm", "pp_comm", "dp_comm", "bubble", "optimizer")
+SHOWN = ("compute", "recompute", "tp_comm", "pp_comm", "dp_comm", "ep_comm", "bubble", "optimizer")
 
 
 @dataclass(frozen=True)
@@ -46,6 +52,7 @@ class HeldoutRow:
     predicted_step_s: float
     measured_step_s: float
     predicted_mfu: float
+    moe: bool
     shares: dict[str, float]
     assumptions: tuple[str, ...]
 
@@ -104,6 +111,7 @@ def evaluate(directory: Path, overrides: Sequence[str] = (), only_gpu: str = "")
                 predicted_step_s=step,
                 measured_step_s=measured_step_s(info["measured_kind"], float(info["measured"]), path, report),
                 predicted_mfu=report.mfu,
+                moe=scenario.model.num_experts > 0,
                 shares={k: report.breakdown_s[k] / step for k in SHOWN},
                 assumptions=tuple(info.get("assumptions", ())),
             )
@@ -116,6 +124,8 @@ def summary(rows: Sequence[HeldoutRow]) -> list[tuple[str, int, float, float, fl
         ("Korthikanti et al. 2022 Table 5", [r for r in rows if r.run_id.startswith("korthikanti22_")]),
         ("clean (fully published configuration)", [r for r in rows if r.clean]),
         ("all, incl. assumption-heavy", list(rows)),
+        ("mixture of experts", [r for r in rows if r.moe]),
+        ("dense", [r for r in rows if not r.moe] if any(r.moe for r in rows) else []),
     )
     out = []
     for name, sel in groups:
@@ -167,20 +177,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--only", default="", metavar="GPU", help="runs whose GPU name contains this")
     args = ap.parse_args(argv)
     if args.write_docs and (args.set or args.only or args.dir != HELDOUT):
-        print("--write-docs writes the default table only (no --set, --only or --dir)", file=sys.stderr)
+        print("--write-docs writes the default tables only (no --set, --only or --dir)", file=sys.stderr)
         return 2
     for text in args.set:
         parse_override(text)  # a malformed KEY=VALUE fails here, before any run
-    rows = evaluate(args.dir, args.set, args.only)
-    table = markdown(rows)
-    print(table, end="")
-    if args.write_docs:
-        text = ACCURACY_MD.read_text(encoding="utf-8")
-        pattern = re.compile(r"(<!-- generated: heldout -->\n)(.*?)(<!-- end: heldout -->)", re.DOTALL)
+    if not args.write_docs:
+        print(markdown(evaluate(args.dir, args.set, args.only)), end="")
+        return 0
+    text = ACCURACY_MD.read_text(encoding="utf-8")
+    for directory, block in DOC_BLOCKS:
+        table = markdown(evaluate(directory))
+        print(f"{directory.relative_to(ROOT)}:\n{table}")
+        pattern = re.compile(rf"(<!-- generated: {block} -->\n)(.*?)(<!-- end: {block} -->)", re.DOTALL)
         if not pattern.search(text):
-            print(f"{ACCURACY_MD}: no <!-- generated: heldout --> block", file=sys.stderr)
+            print(f"{ACCURACY_MD}: no <!-- generated: {block} --> block", file=sys.stderr)
             return 2
-        ACCURACY_MD.write_text(pattern.sub(lambda m: m.group(1) + table + m.group(3), text), encoding="utf-8")
+        text = pattern.sub(lambda m, t=table: m.group(1) + t + m.group(3), text)
+    ACCURACY_MD.write_text(text, encoding="utf-8")
     return 0
 
 

@@ -21,6 +21,8 @@ DeepEP / HybridEP kernels move it (issue 13).
   buffer one slot per token of the group). The expected ranks and nodes a token reaches are
   taken under uniform routing (`expected_groups_hit`): Megatron-Core's forced balancing draws
   random router logits (--moe-router-force-load-balancing, every Megatron-Bridge perf recipe).
+  `routing = "round_robin"` (NeMo AutoModel's benchmark gate) puts a token's experts side by side
+  instead (`round_robin_groups_hit`).
 
 The kernels' own speed inside one NVLink domain is a published measurement, not the fabric's:
 `DISPATCHER_ALGBW_GBPS`. DeepEP's intranode kernels copy with SM loads/stores and scale with the
@@ -33,6 +35,7 @@ fabric's rate from 16 SMs on.
 from __future__ import annotations
 
 import bisect
+import math
 
 # Algorithm bandwidth, GB/s -- received token bytes per rank / time -- of (BF16 dispatch, FP8
 # dispatch, combine) by EP ranks inside one NVLink domain and SMs given to the kernels. Source:
@@ -94,6 +97,26 @@ def expected_groups_hit(num_experts: int, groups: int, top_k: int) -> float:
     for i in range(top_k):
         miss *= max(num_experts - per - i, 0.0) / (num_experts - i)
     return groups * (1.0 - miss)
+
+
+def round_robin_groups_hit(num_experts: int, groups: int, top_k: int) -> float:
+    """Mean number of `groups` equal, contiguous expert groups (ranks or nodes: Megatron-Core and
+    NeMo AutoModel give EP rank r the experts [r·E/ep, (r+1)·E/ep)) that a token's `top_k` experts
+    fall in under round-robin routing, token t -> experts (t·k + j) mod E, j < k. That is NeMo
+    AutoModel's FakeBalancedGate with noise 0, the gate of its published MoE benchmarks
+    (NVIDIA-NeMo/Automodel nemo_automodel/components/moe/layers.py@89e3a9fd, `indices =
+    arange(n_tokens * k).view(-1, k) % n_exp`; docs/performance-summary.md: "Fake balanced gate is
+    enabled"). A token's experts are adjacent, so they share one or two ranks and usually one
+    node, where uniform routing reaches `expected_groups_hit` of them. The starts t·k mod E run
+    through the multiples of gcd(k, E) equally often; the mean is over those."""
+    if groups <= 1:
+        return 1.0
+    step = math.gcd(top_k, num_experts)
+    starts = range(0, num_experts, step)
+    hit = 0
+    for s in starts:
+        hit += len({((s + j) % num_experts) * groups // num_experts for j in range(top_k)})
+    return hit / len(starts)
 
 
 def _interp(points: dict[int, tuple[float, float, float]], sms: int, col: int) -> float:

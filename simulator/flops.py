@@ -149,7 +149,7 @@ def model_summary(m: ModelSpec, load_imbalance: float = 0.0) -> dict[str, object
             "layer_interval": m.moe_layer_interval,
             "routing": m.routing,
             "load_imbalance": load_imbalance or m.busiest_rank_load(1, 0),
-            "max_nodes_per_token": m.max_nodes_per_token,
+            "max_nodes_per_token": m.node_limit,
             "dispatch_dtype": m.dispatch_dtype,
         }
     if m.mla is not None:

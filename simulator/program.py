@@ -38,6 +38,7 @@ from .ep_dispatch import (
     TABLE_ARCHITECTURES,
     expected_groups_hit,
     kernel_algbw_bytes_per_s,
+    round_robin_groups_hit,
 )
 from .hostbound import (
     HOST_CALL_S,
@@ -1965,7 +1966,7 @@ class _Coster:
         # nodes the group's ranks lie in: never more than its ranks (with tp·cp above a node's
         # GPUs every EP rank is on a node of its own)
         nodes = self._ep_nodes()
-        limit = m.max_nodes_per_token
+        limit = m.node_limit
         dispatcher = self.scn.kernels.moe_dispatcher
         if dispatcher == "allgather":
             # MoEAllGatherTokenDispatcher: every rank gathers all hidden states of the TP x EP
@@ -2034,11 +2035,13 @@ class _Coster:
         return min(par.ep, max(1, -(-span // topo.gpus_per_node)))
 
     def _flex_hits(self, nodes: int) -> tuple[float, float]:
-        """(nodes, ranks) a token's top-k experts reach under uniform routing, for the flex
+        """(nodes, ranks) a token's top-k experts reach under uniform (or round-robin) routing, for the flex
         dispatchers that send a token once per destination node / rank (node-limited routing:
         its experts lie in `max_nodes_per_token` nodes)."""
         m, par = self.scn.model, self.scn.parallel
-        k, E, limit = m.top_k, m.num_experts, m.max_nodes_per_token
+        k, E, limit = m.top_k, m.num_experts, m.node_limit
+        if m.routing == "round_robin":  # adjacent experts
+            return round_robin_groups_hit(E, nodes, k), round_robin_groups_hit(E, par.ep, k)
         per_node = par.ep // nodes if nodes > 1 else par.ep
         if nodes > 1 and limit and limit < nodes:  # the token's experts lie in `limit` nodes
             node_hits = min(expected_groups_hit(E, nodes, k), float(limit))

@@ -14,6 +14,8 @@ spread L_r, and the busiest rank is the expected maximum over the ep ranks:
   number of times, variance k·p·(1−p)·(E−k)/(E−1) with p = m/E (`token_rank_variance`); over N
   tokens the rank's CV is sqrt((1−p)·(E−k) / ((E−1)·N·k·p)).
 
+`routing = "round_robin"` (NeMo AutoModel's benchmark gate, ep_dispatch.round_robin_groups_hit)
+gives every expert the same count: busiest rank = mean, no spread.
 `routing = "balanced"` is Megatron-Core's forced balancing and has the sampling spread only
 (`FORCED_EXPERT_LOAD_CV` = 0): with `moe_router_force_load_balancing` the router replaces its
 logits by `apply_random_logits` (megatron/core/transformer/moe/router.py:861-863), RandomSTE's

@@ -17,7 +17,7 @@ from .schedules import check_schedule, num_virtual_stages
 from .units import DAY_S, GIGA, MIN_S, YEAR_S
 
 DTYPES = ("bf16", "fp16", "fp8", "mxfp8", "nvfp4")
-ROUTING = ("balanced", "dropless")
+ROUTING = ("balanced", "dropless", "round_robin")
 DISPATCH_DTYPES = ("bf16", "fp8")
 # MLP activation when it is not the gated_mlp default (SwiGLU, else GELU): "squared_relu" is
 # Nemotron-4's relu(x)^2, which Megatron-Core runs as two eager PyTorch ops; "clamped_quick_geglu"
@@ -251,7 +251,7 @@ class ModelSpec:
     shared_expert_ffn_hidden: int = 0
     moe_layer_interval: int = 1  # every k-th layer is MoE when num_experts > 0
     first_dense_layers: int = 0  # leading layers with a dense MLP (DeepSeek first_k_dense_replace)
-    routing: str = "balanced"  # balanced | dropless
+    routing: str = "balanced"  # balanced | dropless | round_robin
     load_imbalance: float = (
         0.0  # busiest EP rank's tokens / mean; 0 -> from routing + layout (busiest_rank_load)
     )
@@ -399,11 +399,20 @@ class ModelSpec:
         """Busiest EP rank's routed tokens / the mean: the explicit `load_imbalance`, else the
         expected maximum over `ep` ranks with `tokens` distinct tokens routed into the EP group per
         micro-batch -- of the sampling spread alone for balanced routing (forced: random router
-        logits), of the trained router's skew plus sampling for dropless (routing_skew.py)."""
+        logits), of the trained router's skew plus sampling for dropless (routing_skew.py); exactly 1
+        for round-robin routing (every expert the same count)."""
         if self.load_imbalance:
             return self.load_imbalance
+        if self.routing == "round_robin":  # every expert, hence every rank, the same count
+            return 1.0
         cv = FORCED_EXPERT_LOAD_CV if self.routing == "balanced" else DROPLESS_EXPERT_LOAD_CV
         return busiest_rank_factor(self.num_experts, self.top_k, ep, tokens, cv)
+
+    @property
+    def node_limit(self) -> int:
+        """Nodes a token's experts may span (0 = any): `max_nodes_per_token`, a learned router's
+        limit, which round-robin routing -- a gate that replaces the router -- does not apply."""
+        return 0 if self.routing == "round_robin" else self.max_nodes_per_token
 
     @property
     def uneven_expert_counts(self) -> bool:
@@ -411,7 +420,10 @@ class ModelSpec:
         last row tile on average half full, costs.grouped_matmul_time_s): dropless routing, and
         forced balancing, whose random router logits spread the counts (routing_skew.py) -- all
         but an explicit load_imbalance = 1 on balanced routing (every expert the same count, as
-        token dropping padded to capacity gives)."""
+        token dropping padded to capacity gives) and round-robin routing without an explicit
+        load_imbalance above 1."""
+        if self.routing == "round_robin":
+            return self.load_imbalance > 1.0
         return self.routing == "dropless" or self.load_imbalance != 1.0
 
     @property

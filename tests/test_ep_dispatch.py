@@ -8,7 +8,12 @@ from math import comb
 import numpy as np
 import pytest
 
-from simulator.ep_dispatch import DISPATCHER_ALGBW_GBPS, expected_groups_hit, kernel_algbw_bytes_per_s
+from simulator.ep_dispatch import (
+    DISPATCHER_ALGBW_GBPS,
+    expected_groups_hit,
+    kernel_algbw_bytes_per_s,
+    round_robin_groups_hit,
+)
 from simulator.loading import scenario_from_dict
 from simulator.program import build_program
 from simulator.simulate import simulate
@@ -31,6 +36,34 @@ def test_expected_groups_match_sampled_routing() -> None:
         picks = np.argsort(rng.random((20000, experts)), axis=1)[:, :k] // (experts // groups)
         sampled = np.mean([len(set(row)) for row in picks])
         assert expected_groups_hit(experts, groups, k) == pytest.approx(sampled, rel=0.01)
+
+
+def test_round_robin_groups_match_the_automodel_gate() -> None:
+    """NeMo AutoModel's FakeBalancedGate (noise 0) routes token t to experts (t·k + j) mod E: run
+    that formula over 10,000 tokens, place experts on ranks contiguously (e // (E/g)), count the
+    distinct ranks per token. DeepSeek-V3 on EP64: 4 experts per rank, a token's 8 adjacent experts
+    on exactly 2 ranks of one node (uniform routing: 7.2 ranks, 5.3 of 8 nodes)."""
+    for experts, groups, k in (
+        (256, 64, 8),
+        (256, 8, 8),
+        (128, 8, 8),
+        (384, 32, 8),
+        (128, 64, 4),
+        (60, 4, 6),
+    ):
+        per = experts // groups
+        counted = np.mean([len({((t * k + j) % experts) // per for j in range(k)}) for t in range(10_000)])
+        assert round_robin_groups_hit(experts, groups, k) == pytest.approx(counted, rel=1e-3)
+    assert round_robin_groups_hit(256, 64, 8) == 2.0
+    assert round_robin_groups_hit(256, 8, 8) == 1.0
+    assert round_robin_groups_hit(384, 32, 8) == pytest.approx(4 / 3)  # 12 per rank: 1, 2, 1 ranks
+    assert round_robin_groups_hit(256, 1, 8) == 1.0
+    # adjacency never reaches more groups than uniform routing does
+    for experts in (16, 64, 128, 256, 384):
+        for groups in (2, 4, 8, 16, 32):
+            for k in (1, 2, 4, 8):
+                rr = round_robin_groups_hit(experts, groups, k)
+                assert 1.0 <= rr <= expected_groups_hit(experts, groups, k) + 1e-9
 
 
 def test_table_interpolates_in_sms_and_agrees_with_the_guide() -> None:
@@ -200,3 +233,46 @@ def test_ep_group_strided_past_a_node_has_one_rank_per_node(dispatcher: str) -> 
     assert 0 < ep_s < float("inf")
     step = simulate(scn).report.step_time_s
     assert 0 < step < float("inf")
+
+
+def _automodel_dsv3(routing: str, **moe: object) -> Scenario:
+    """NeMo AutoModel's DeepSeek-V3 benchmark layout (docs/performance-summary.md: 256 H100, PP4
+    VP8 EP64, FSDP 64, HybridEP), with the gate under test."""
+    return scenario_from_dict(
+        {
+            "name": "dsv3-automodel",
+            "model": {"preset": "deepseek-v3", "seq_len": 4096, "moe": {"routing": routing, **moe}},
+            "cluster": {"topology": "dgx-h100", "num_gpus": 256},
+            "parallel": {"pp": 4, "vp": 8, "ep": 64, "micro_batch": 1, "global_batch": 512, "zero": 3},
+            "precision": {"dtype": "bf16"},
+            "kernels": {"moe_dispatcher": "hybridep"},
+        }
+    )
+
+
+def test_round_robin_routing_crosses_ib_once_per_token() -> None:
+    """Round-robin routing puts a token's 8 experts on 2 adjacent ranks of one node: HybridEP sends
+    it over RDMA to one node and over NVLink to 2 ranks, where DeepSeek-V3's node-limited router
+    reaches 4 nodes and 7.4 ranks -- the dispatch shrinks by about the node ratio, never more;
+    the experts' load is exact (busiest rank = mean)."""
+    rr, bal = _automodel_dsv3("round_robin"), _automodel_dsv3("balanced")
+    seg_rr, seg_bal = _ep_segments(rr), _ep_segments(bal)
+    # the preset's learned router is node-limited: 8 experts within 4 of the 8 nodes (32 ranks)
+    assert seg_rr["ep dispatch"][1] / seg_bal["ep dispatch"][1] == pytest.approx(
+        2.0 / expected_groups_hit(128, 32, 8)
+    )
+    ratio = seg_rr["ep dispatch"][0] / seg_bal["ep dispatch"][0]
+    assert ratio < 0.5
+    assert ratio >= 0.9 / 4
+    assert rr.model.busiest_rank_load(64, 4096 * 64) == 1.0
+    assert not rr.model.uneven_expert_counts
+    assert simulate(rr).report.step_time_s < simulate(bal).report.step_time_s
+
+
+def test_round_robin_routing_ignores_the_routers_node_limit() -> None:
+    """The preset's node limit (DeepSeek-V3: 4 nodes) belongs to its learned router; the
+    round-robin gate replaces that router, so setting the limit explicitly changes nothing."""
+    base = simulate(_automodel_dsv3("round_robin")).report.step_time_s
+    assert simulate(_automodel_dsv3("round_robin", max_nodes_per_token=2)).report.step_time_s == base
+    assert _automodel_dsv3("round_robin").model.node_limit == 0
+    assert _automodel_dsv3("balanced").model.node_limit == 4

@@ -18,20 +18,23 @@ from tests.conftest import load_benchmark
 
 ROOT = Path(__file__).resolve().parent.parent
 HELDOUT = ROOT / "scenarios" / "heldout"
+AUTOMODEL = ROOT / "scenarios" / "heldout_automodel"
+HELDOUT_DIRS = (HELDOUT, AUTOMODEL)
 
 
 def _report_module():
     return load_benchmark("heldout_report", "mfusim_heldout_report")
 
 
-def _runs() -> dict[str, dict]:
-    return tomllib.loads((HELDOUT / "measured.toml").read_text(encoding="utf-8"))["runs"]
+def _runs(directory: Path = HELDOUT) -> dict[str, dict]:
+    return tomllib.loads((directory / "measured.toml").read_text(encoding="utf-8"))["runs"]
 
 
-def test_every_heldout_scenario_has_a_measurement_and_back() -> None:
-    files = {p.stem for p in HELDOUT.glob("*.toml") if p.stem != "measured"}
-    assert files == set(_runs())
-    for info in _runs().values():
+@pytest.mark.parametrize("directory", HELDOUT_DIRS, ids=lambda p: p.name)
+def test_every_heldout_scenario_has_a_measurement_and_back(directory: Path) -> None:
+    files = {p.stem for p in directory.glob("*.toml") if p.stem != "measured"}
+    assert files == set(_runs(directory))
+    for info in _runs(directory).values():
         assert info["measured"] > 0 and info["source"]
 
 
@@ -40,8 +43,9 @@ def test_heldout_runs_are_not_calibration_rows() -> None:
         rows = list(csv.DictReader(fh))
     ids = {row["id"] for row in rows}
     sources = " ".join(row["source"] + " " + row["notes"] for row in rows)
-    assert not ids & set(_runs())
-    # none of the held-out papers is a calibration source
+    for directory in HELDOUT_DIRS:
+        assert not ids & set(_runs(directory))
+    # none of the held-out papers or pages is a calibration source
     for key in (
         "2205.05198",
         "2406.11704",
@@ -50,8 +54,9 @@ def test_heldout_runs_are_not_calibration_rows() -> None:
         "2211.05100",
         "2204.06745",
         "2401.02385",
+        "automodel",
     ):
-        assert key not in sources
+        assert key not in sources.lower()
 
 
 @pytest.mark.parametrize(
@@ -83,7 +88,7 @@ def test_megatron_throughput_formula_is_the_simulators_hardware_flops() -> None:
 def test_error_sign_convention() -> None:
     """error = measured step / predicted step − 1 = (predicted − measured) / measured throughput."""
     module = _report_module()
-    row = module.HeldoutRow("x", True, "s", 2.0, 2.5, 0.5, {}, ())
+    row = module.HeldoutRow("x", True, "s", 2.0, 2.5, 0.5, False, {}, ())
     assert row.error == pytest.approx(0.25)
 
 
@@ -101,3 +106,16 @@ def test_measured_conventions_agree_with_the_report() -> None:
     # a what-if that a run refuses (a stack without a fit on Hopper) skips that run only
     h100 = module.evaluate(HELDOUT, overrides=["kernels.stack=megatron-2021"], only_gpu="h100")
     assert h100 == []
+
+
+def test_automodel_moe_runs_use_the_benchmarks_gate() -> None:
+    """Every MoE scenario of the AutoModel set says what its benchmark ran: FakeBalancedGate
+    (round_robin) and FSDP2's fp32 shards; the report tells MoE from dense."""
+    module = _report_module()
+    rows = module.evaluate(AUTOMODEL)
+    assert {r.moe for r in rows} == {True, False}
+    for path in AUTOMODEL.glob("*gpu.toml"):
+        scenario = mfusim.load_scenario(path)
+        assert scenario.memory.sharded_param_dtype == "fp32"
+        if scenario.model.num_experts:
+            assert scenario.model.routing == "round_robin"

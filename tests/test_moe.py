@@ -53,6 +53,8 @@ PUBLISHED = [
     # OpenAI gpt-oss model card (2025-08-05) Table 1: 116.83B total, 5.13B active per token
     # (unembedding counted, embedding not)
     ("gpt-oss-120b", 116.83e9, 0.01e9, 5.13e9, 0.01e9, False),
+    # same card, Table 1: gpt-oss-20b 20.91B total, 3.61B active
+    ("gpt-oss-20b", 20.91e9, 0.01e9, 3.61e9, 0.01e9, False),
     # Mistral AI Mixtral 8x22B announcement (2024-04-17): 141B total, 39B active
     ("mixtral-8x22b", 141e9, 1e9, 39e9, 1e9, True),
     # Kimi K2 model card (moonshotai/Kimi-K2-Instruct): 1T total, 32B activated, counted as

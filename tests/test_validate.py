@@ -780,3 +780,49 @@ def test_rows_that_ran_but_do_not_fit_are_reported(shipped):
     plain = V.validate_runs(runs, fake_simulate, progress=False)  # no memory report: nothing counted
     assert plain.summary()["memory_disagreements"]["rows"] == 0
     assert [r.predicted for r in plain.results] == [r.predicted for r in report.results]
+
+
+def _automodel_case(model_name: str, ep: str, gpus: str, dp: str, pp: str = "1") -> V.Case:
+    """A row as the NeMo AutoModel performance summary publishes it (no recompute, routing or
+    dispatcher cells; EP blank for the GPT-OSS rows)."""
+    cells = {
+        "id": "automodel_" + model_name.lower().replace(" ", "_"),
+        "source": "NVIDIA-NeMo/Automodel docs/performance-summary.md (NeMo AutoModel)",
+        "model_name": model_name,
+        "gpu": "H100-SXM-80GB",
+        "num_gpus": gpus,
+        "tp": "1",
+        "pp": pp,
+        "dp": dp,
+        "ep": ep,
+        "seq_len": "4096",
+        "micro_batch": "1",
+        "global_batch": str(8 * int(dp)),
+        "zero_or_dist_opt": "fsdp",
+        "precision": "bf16",
+        "tokens_per_s": "1000",
+    }
+    case = V.build_case(V.PublishedRun(line=2, cells=cells))
+    assert isinstance(case, V.Case)
+    return case
+
+
+def test_automodel_rows_run_the_benchmarks_gate_dispatcher_and_recompute() -> None:
+    """The AutoModel rules (validate_sources.toml, from its benchmark recipes): FakeBalancedGate ->
+    round_robin routing, DeepEP, full recompute, FSDP2's fp32 shards, no DeepSeek MTP module, and
+    EP over every data-parallel rank where the table leaves it blank."""
+    dsv3 = V.scenario_for(_automodel_case("DeepSeek V3 671B", "64", "256", "64", pp="4"))
+    assert dsv3.model.routing == "round_robin" and dsv3.model.mtp_layers == 0
+    assert dsv3.kernels.moe_dispatcher == "deepep"
+    assert dsv3.parallel.recompute == "full" and dsv3.parallel.ep == 64
+    assert dsv3.memory.sharded_param_dtype == "fp32"
+    oss = V.scenario_for(_automodel_case("GPT-OSS 20B", "", "8", "8"))
+    assert oss.model.num_experts == 32 and oss.parallel.ep == 8
+    qwen = V.scenario_for(_automodel_case("Qwen3 MoE 30B", "8", "8", "8"))
+    assert qwen.model.num_experts == 128 and qwen.model.top_k == 8
+    # a Megatron-Bridge row keeps Megatron's forced balancing and its MTP module
+    mb = V.build_case(
+        next(r for r in V.read_runs_csv(published_runs_csv()) if "DeepSeekV3_DGX-GB200" in r.run_id)
+    )
+    assert isinstance(mb, V.Case)
+    assert V.scenario_for(mb).model.routing == "balanced"

@@ -184,7 +184,7 @@ KEYS: dict[str, Key] = {
         since=NEXT,
     ),
     "model.moe": Key(
-        "mixture of experts (balanced routing unless [model.moe] routing says dropless)",
+        "mixture of experts (balanced routing unless [model.moe] routing says dropless or round_robin)",
         "table",
         default="dense model",
     ),
@@ -197,8 +197,11 @@ KEYS: dict[str, Key] = {
         "leading layers with a dense MLP (DeepSeek first_k_dense_replace)", "integer", since=NEXT
     ),
     "model.moe.routing": Key(
-        "balanced (forced: random router logits, Megatron moe_router_force_load_balancing) or"
-        " dropless (a trained router's skew on real text, aux-loss-balanced ones included)",
+        "balanced (forced: random router logits, Megatron moe_router_force_load_balancing),"
+        " dropless (a trained router's skew on real text, aux-loss-balanced ones included) or"
+        " round_robin (token t to experts t·k … t·k+k−1 mod E, NeMo AutoModel's benchmark"
+        " FakeBalancedGate: exact balance, a token's experts on adjacent ranks; ignores"
+        " max_nodes_per_token)",
         "string",
         allowed=_spec("ROUTING"),
         since=NEXT,

@@ -61,6 +61,11 @@ KNOWN_ARCHITECTURES: tuple[tuple[str, dict[str, Any], str], ...] = (
         "preset qwen3-30b-a3b (Qwen/Qwen3-30B-A3B config.json)",
     ),
     (
+        r"qwen3[-_ ]?moe[-_ ]?30b",
+        {"preset": "qwen3-30b-a3b"},
+        "preset qwen3-30b-a3b (Qwen/Qwen3-30B-A3B config.json; NeMo AutoModel names it 'Qwen3 MoE 30B')",
+    ),
+    (
         r"qwen3[-_ ]?235b[-_ ]?a22b",
         {"preset": "qwen3-235b-a22b"},
         "preset qwen3-235b-a22b (Qwen/Qwen3-235B-A22B config.json)",
@@ -77,6 +82,12 @@ KNOWN_ARCHITECTURES: tuple[tuple[str, dict[str, Any], str], ...] = (
         "TFLOP/s per token match the '(w/ MTP)' rows)",
     ),
     (r"kimi[-_ ]?k2", {"preset": "kimi-k2"}, "preset kimi-k2 (moonshotai/Kimi-K2-Instruct config.json)"),
+    (
+        r"gpt[-_ ]?oss[-_ ]?20b",
+        {"preset": "gpt-oss-20b"},
+        "preset gpt-oss-20b (openai/gpt-oss-20b config.json); its 128-token sliding window on every "
+        "other layer is not modeled",
+    ),
     (
         r"gpt[-_ ]?oss[-_ ]?120b",
         {"preset": "gpt-oss-120b"},

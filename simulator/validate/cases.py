@@ -120,6 +120,9 @@ def _model_table(run: PublishedRun, rules: SourceRules, notes: list[str]) -> dic
         if known is not None:
             arch_table, citation = known
             notes.append(f"model: {citation} (the CSV has no expert columns)")
+            if not rules.mtp and arch_table.get("preset") == "deepseek-v3" and "mtp_layers" not in arch_table:
+                arch_table["mtp_layers"] = 0
+                notes.append(f"model: no MTP module ({rules.key} does not build it)")
             if "tokendrop" in lname:
                 # Megatron-Bridge apply_moe_token_drop (moe_token_drop.py:18-55@684a68616):
                 # capacity factor 1.0, moe_pad_expert_input_to_capacity = True -- every expert of
@@ -131,6 +134,9 @@ def _model_table(run: PublishedRun, rules: SourceRules, notes: list[str]) -> dic
                     "simulated with every token reaching top_k experts, load_imbalance = 1 "
                     "(every expert padded to the same capacity)"
                 )
+            elif rules.moe_routing:
+                arch_table["moe"] = {**arch_table.get("moe", {}), "routing": rules.moe_routing}
+                notes.append(f"moe: routing = {rules.moe_routing} ({rules.key} benchmarks' gate)")
             else:
                 notes.append(
                     "moe: routing = balanced (the page force-balances tokens among experts: random "
@@ -428,6 +434,9 @@ def _kernels(
         if value:
             kernels[key] = value
             notes.append(f"kernels: {key} = {value} ({why or rules.key + ' stack'})")
+    if rules.moe_dispatcher and parallel.get("ep", 1) > 1:
+        kernels["moe_dispatcher"] = rules.moe_dispatcher
+        notes.append(f"kernels: moe_dispatcher = {rules.moe_dispatcher} ({rules.key} stack)")
     if not rules.tp_comm_async and parallel["tp"] > 1:
         kernels["tp_comm_async"] = False
         notes.append(f"kernels: tp_comm_async = false ({rules.key} stack: TP collectives not overlapped)")
@@ -517,12 +526,18 @@ def _parallel(
         notes.append(
             "overlap_grad_reduce: false (Megatron-LM 2021 reduced gradients after the backward pass)"
         )
+    ep = run.int_cell("ep") or 1
+    if ep == 1 and rules.moe_dispatcher and "moe" in model and dp > 1 and not run.get("ep"):
+        # a flex dispatcher (DeepEP) runs expert parallelism: the benchmark recipes spread the
+        # experts over every data-parallel rank (NeMo AutoModel's GPT-OSS recipes: ep_size = dp)
+        ep = dp
+        notes.append(f"ep: not stated with {rules.moe_dispatcher} -> {ep} (every data-parallel rank)")
     parallel: dict[str, Any] = {
         "tp": tp,
         "pp": pp,
         "dp": dp,
         "cp": cp,
-        "ep": run.int_cell("ep") or 1,
+        "ep": ep,
         "vp": vp,
         "micro_batch": micro_batch,
         "global_batch": global_batch,

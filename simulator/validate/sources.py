@@ -67,6 +67,9 @@ class SourceRules:
     fsdp_flat_grad: str = ""  # ZeRO-2/3 rows: gradients into the flat buffer ("" = direct)
     sharded_grad_dtype: str = ""  # ZeRO-2/3 rows: [memory] sharded_grad_dtype ("" = the buffer's)
     sharded_param_dtype: str = ""  # ZeRO-3 rows: [memory] sharded_param_dtype ("" = 16-bit + master)
+    moe_routing: str = ""  # MoE rows: [model.moe] routing ("" = balanced, Megatron's forced balancing)
+    moe_dispatcher: str = ""  # MoE rows with ep > 1: [kernels] moe_dispatcher ("" = alltoall)
+    mtp: bool = True  # the architecture's MTP module is trained (False: the stack does not build it)
     stack_rules: tuple[StackRule, ...] = ()  # per-table / per-row exceptions to the stack keys
 
     def stack_for(self, key: str, source: str, notes: str, model_name: str) -> tuple[str, str]:
@@ -116,6 +119,9 @@ _OPTIONAL_KEYS = (
     "fsdp_flat_grad",
     "sharded_grad_dtype",
     "sharded_param_dtype",
+    "moe_routing",
+    "moe_dispatcher",
+    "mtp",
     "stack_rule",
 )
 
