@@ -36,7 +36,7 @@ from .schedules import (
     replay,
 )
 from .specs import Scenario
-from .timeline import CATEGORIES
+from .timeline import CATEGORIES, repeat_runs_by_stage
 
 REPLAYED_SCHEDULES = (*SPLIT_BACKWARD_SCHEDULES, "interleaved")  # zb-h1, zb-v, dualpipe, dualpipev
 
@@ -285,4 +285,5 @@ def estimate_program(program: Program) -> tuple[float, tuple[dict[str, float], .
         by_stage.append(cats)
     for cats in by_stage:  # keep every stage summing to the (possibly raised) step time
         cats["bubble"] += step_s - sum(cats.values())
-    return step_s, tuple(by_stage)
+    optimizer_s = tuple(st.optimizer_s for st in program.stages)
+    return repeat_runs_by_stage(step_s, tuple(by_stage), optimizer_s, program.pipeline_runs)

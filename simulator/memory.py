@@ -486,7 +486,7 @@ def inflight_layer_microbatches(
     EP all-to-all overlap (Megatron-Core's combined 1F1B): one layer more than without it, see
     `_combined_1f1b_extra`.
     """
-    p, m, v = par.pp, par.num_microbatches, par.vp
+    p, m, v = par.pp, par.microbatches_per_run, par.vp
     if par.schedule in CHUNK_WEIGHTED_SCHEDULES:
         weights = chunk_layer_counts or [stage_layers / v] * v
         return peak_inflight(stage_tasks(par.schedule, p, v, m, stage), weights)
@@ -516,7 +516,7 @@ def _combined_1f1b_extra(par: ParallelConfig) -> int:
 def _held_microbatches(par: ParallelConfig, stage: int, extra: int) -> float:
     """Chunk-micro-batches in flight (in micro-batches of the whole stage) with `extra` more
     warm-up forwards: 1F1B min(p - i + extra, m), interleaved Megatron's warm-up count + 1."""
-    p, m, v = par.pp, par.num_microbatches, par.vp
+    p, m, v = par.pp, par.microbatches_per_run, par.vp
     if v > 1 and par.schedule == "interleaved":
         return min(2 * (p - stage - 1) + (v - 1) * p + 1 + extra, m * v) / v
     return float(min(p - stage + extra, m))
@@ -525,7 +525,7 @@ def _held_microbatches(par: ParallelConfig, stage: int, extra: int) -> float:
 def inflight_microbatches(par: ParallelConfig, stage: int) -> float:
     """Micro-batches in flight on a stage (for its per-micro-batch buffers): with the EP
     all-to-all overlap one more warm-up forward (`_combined_1f1b_extra`)."""
-    p, m, v = par.pp, par.num_microbatches, par.vp
+    p, m, v = par.pp, par.microbatches_per_run, par.vp
     if par.schedule in ("zb-h1", "zb-v", "dualpipe", "dualpipev"):
         return peak_inflight(stage_tasks(par.schedule, p, v, m, stage)) / v
     if par.schedule == "gpipe":
@@ -782,7 +782,7 @@ def memory_footprint(scn: Scenario) -> MemoryReport:
                 for c in chunks
             ]
             activations = peak_inflight(
-                stage_tasks(par.schedule, p, par.vp, par.num_microbatches, i), chunk_bytes
+                stage_tasks(par.schedule, p, par.vp, par.microbatches_per_run, i), chunk_bytes
             )
         else:
             # 1F1B, interleaved, GPipe: every layer of the stage holds the same micro-batches

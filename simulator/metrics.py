@@ -87,6 +87,12 @@ class StepReport:
                 "micro_batch": par.micro_batch,
                 "global_batch": par.global_batch,
                 "num_microbatches": par.num_microbatches,
+                # gradient accumulation as pipeline runs: only when the scenario sets local_batch
+                **(
+                    {"local_batch": par.local_batch, "pipeline_runs": par.pipeline_runs}
+                    if par.local_batch
+                    else {}
+                ),
                 "schedule": par.schedule,
                 "recompute": par.recompute,
                 "sequence_parallel": par.sequence_parallel,
@@ -136,7 +142,7 @@ def step_report(
     wait_s = spread_wait_s(
         by_stage,
         slowest_gpu_factor(gpu_speed_spread(scn), scn.num_gpus),
-        bubble_fraction(par.schedule, par.pp, par.vp, par.num_microbatches),
+        bubble_fraction(par.schedule, par.pp, par.vp, par.microbatches_per_run),
     )
     if wait_s > 0.0:
         step_time_s += wait_s

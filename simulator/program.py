@@ -849,7 +849,7 @@ class Program:
     """Everything the engine needs, in seconds; no cost model left to consult."""
 
     stages: tuple[StageProgram, ...]
-    num_microbatches: int
+    num_microbatches: int  # of one pipeline run (the whole step unless pipeline_runs > 1)
     pp: int
     vp: int
     schedule: str
@@ -863,7 +863,11 @@ class Program:
     dataloader_seed: int = 0
     collectives: tuple[dict, ...] = field(default=())
     warnings: tuple[str, ...] = ()  # placement advice from the comm model (groups across racks)
-    reshard_after_forward: bool = True  # ZeRO-3: False = parameters gathered once per step
+    reshard_after_forward: bool = True  # ZeRO-3: False = parameters gathered once per run
+    # pipeline runs per step ([parallel] local_batch): the engine replays one run of
+    # `num_microbatches` micro-batches (its gradient reduction and, ZeRO-3 without resharding,
+    # its parameter gathers included) and repeats it (engine/replay.py repeat_runs)
+    pipeline_runs: int = 1
     # Megatron-Core's combined 1F1B (EP all-to-all overlap): the steady-state forwards run paired
     # with a backward of another micro-batch (schedules.combined_1f1b)
     ep_overlap: bool = False
@@ -970,6 +974,22 @@ class _Coster:
                 "bus_bandwidth_bytes_per_s": cost.bus_bandwidth_bytes_per_s,
             }
         return cost.time_s
+
+    def zero3_param_coll(
+        self, kind: str, dense: float, expert: float, bytes_per_param: float, stage: int = 0
+    ) -> float:
+        """A ZeRO-3 gather or reduce-scatter of `dense` parameters over the shard group and of
+        `expert` (routed-expert) parameters over their own shard group (`expert_shard_axis`):
+        two collectives one after the other on the transfer stream, or one when the experts
+        share the dense parameters' group; none for experts no other rank shares."""
+        axis = shard_axis(self.scn.parallel)
+        expert_axis = expert_shard_axis(self.scn.parallel)
+        if expert_axis == axis:
+            return self.zero3_coll(kind, axis, (dense + expert) * bytes_per_param, stage)
+        t = self.zero3_coll(kind, axis, dense * bytes_per_param, stage)
+        if expert_axis is not None:
+            t += self.zero3_coll(kind, expert_axis, expert * bytes_per_param, stage)
+        return t
 
     def zero3_coll(self, kind: str, axis: str, message_bytes: float, stage: int = 0) -> float:
         """A ZeRO-3 parameter all-gather or gradient reduce-scatter over the shard group: NCCL on
@@ -1313,12 +1333,14 @@ class _Coster:
                 Segment("compute", "fsdp flat grad cat", memory_op_time_s(d, flat_bytes), 0.0, flat_bytes)
             )
         if zero3:
-            axis = shard_axis(par)
-            ag = self.zero3_coll("allgather", axis, params_local * self.param_gather_bytes)
-            rs = self.zero3_coll(
+            layer_params = fl.layer_params_per_rank(m, par, moe)
+            dense_local, expert_local = layer_params.total - layer_params.expert, layer_params.expert
+            ag = self.zero3_param_coll("allgather", dense_local, expert_local, self.param_gather_bytes)
+            rs = self.zero3_param_coll(
                 "reducescatter",
-                axis,
-                params_local * grad_reduce_bytes_per_param(scn.dtype, scn.kernels.grad_reduce_dtype),
+                dense_local,
+                expert_local,
+                grad_reduce_bytes_per_param(scn.dtype, scn.kernels.grad_reduce_dtype),
             )
             grad_bytes = grad_reduce_bytes_per_param(scn.dtype, scn.kernels.grad_reduce_dtype)
             if grad_bytes > d.activation_bytes:  # FSDP casts the unsharded 16-bit grads to the
@@ -2715,7 +2737,7 @@ def build_program(scn: Scenario, comm: CommModel | None = None) -> Program:
             dp_param_b: list[float] = []
             if par.dp > 1 and par.zero == 3:
                 dp_grad_s, dp_param_s, dp_grad_b, dp_param_b = _fsdp_step_collectives(
-                    coster, par, params, gbytes, bucket_params, s
+                    coster, par, params, gbytes, bucket_params, s, expert_params
                 )
             if par.dp > 1 and par.zero < 3 and par.dp_replicas > 1:  # HSDP-sharded optimizer
                 dp_grad_s, dp_param_s, dp_grad_b, dp_param_b = _fsdp_step_collectives(
@@ -2804,7 +2826,8 @@ def build_program(scn: Scenario, comm: CommModel | None = None) -> Program:
     dl = scn.dataloader
     return Program(
         stages=tuple(stages),
-        num_microbatches=par.num_microbatches,
+        num_microbatches=par.microbatches_per_run,
+        pipeline_runs=par.pipeline_runs,
         pp=pp,
         vp=vp,
         schedule=par.schedule,
@@ -2921,8 +2944,31 @@ def shard_axis(par: ParallelConfig) -> str:
     return "dp" if par.dp_replicas == 1 else "dp_shard"
 
 
+def expert_shard_axis(par: ParallelConfig) -> str | None:
+    """The group ZeRO-3 shards the routed experts over: the expert-data-parallel group ("edp",
+    the ranks that hold the same experts), None when that is one rank (nothing to shard), else
+    the dense parameters' shard group.
+
+    NeMo AutoModel (NVIDIA-NeMo/Automodel@89e3a9fd nemo_automodel/components/moe/parallelizer.py
+    apply_fsdp) wraps each MoE block's experts in their own `fully_shard` over the `ep_shard`
+    mesh (dp_shard / ep ranks) and, when that mesh is a single rank, leaves them out of FSDP
+    altogether (`ignored_params`); memory.py shards them the same way (`expert_shard`). An
+    expert group without an axis of its own (HSDP replicas, ep not dividing dp, tp·cp ≠ etp)
+    and ep = 1 keep the experts with the dense parameters."""
+    own = par.ep > 1 and par.dp % par.ep == 0 and par.expert_dp == par.dp // par.ep
+    if not own or par.dp_replicas > 1:
+        return shard_axis(par)
+    return "edp" if par.expert_dp > 1 else None
+
+
 def _fsdp_step_collectives(
-    coster: _Coster, par: ParallelConfig, params: float, grad_bytes: int, bucket_params: float, stage: int
+    coster: _Coster,
+    par: ParallelConfig,
+    params: float,
+    grad_bytes: int,
+    bucket_params: float,
+    stage: int,
+    expert_params: float = 0.0,
 ) -> tuple[list[float], list[float], list[float], list[float]]:
     """Per-step DP collectives of a chunk, per bucket, for sharded state (ZeRO-1/2, HSDP, and
     ZeRO-3 whose per-layer traffic is costed in the layers):
@@ -2941,18 +2987,26 @@ def _fsdp_step_collectives(
     gathers: list[float] = []
     grads_bytes: list[float] = []  # message bytes per GPU (the reduce-scatter's, else the all-reduce's)
     gathers_bytes: list[float] = []
-    for n_params in _buckets(params, bucket_params):
-        t = 0.0
-        if not per_layer:
-            t += coster.zero3_coll("reducescatter", axis, n_params * grad_bytes, stage)
-        if replicas > 1:
-            t += coster.coll("allreduce", "dp_replicate", n_params * grad_bytes / shard, stage)
-        if t > 0:
-            grads.append(t)
-            grads_bytes.append(n_params * grad_bytes / (1 if not per_layer else shard))
-        if not per_layer:
-            gathers.append(coster.zero3_coll("allgather", axis, n_params * coster.param_gather_bytes, stage))
-            gathers_bytes.append(n_params * coster.param_gather_bytes)
+    # ZeRO-3's routed experts over their own shard group (expert_shard_axis), the rest over axis
+    expert_axis = expert_shard_axis(par) if par.zero == 3 else axis
+    groups: list[tuple[float, str]] = [(params, axis)]
+    if expert_params > 0 and expert_axis != axis:
+        groups = [(params - expert_params, axis)] + ([(expert_params, expert_axis)] if expert_axis else [])
+    for n_group, group_axis in groups:
+        for n_params in _buckets(n_group, bucket_params):
+            t = 0.0
+            if not per_layer:
+                t += coster.zero3_coll("reducescatter", group_axis, n_params * grad_bytes, stage)
+            if replicas > 1:
+                t += coster.coll("allreduce", "dp_replicate", n_params * grad_bytes / shard, stage)
+            if t > 0:
+                grads.append(t)
+                grads_bytes.append(n_params * grad_bytes / (1 if not per_layer else shard))
+            if not per_layer:
+                gathers.append(
+                    coster.zero3_coll("allgather", group_axis, n_params * coster.param_gather_bytes, stage)
+                )
+                gathers_bytes.append(n_params * coster.param_gather_bytes)
     return grads, gathers, grads_bytes, gathers_bytes
 
 

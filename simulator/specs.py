@@ -672,6 +672,13 @@ class ParallelConfig:
     # backward (FSDP2's default); false keeps a stage's gathered parameters (and accumulates
     # unsharded gradients) across its micro-batches: one gather and one reduce-scatter per step
     reshard_after_forward: bool = True
+    # gradient accumulation as whole pipeline runs (torch.distributed.pipelining: NeMo AutoModel's
+    # step_scheduler.local_batch_size, torchtitan's training.local_batch_size): sequences per
+    # data-parallel rank in one `schedule.step()`; the step runs global_batch / (local_batch·dp)
+    # of them one after another, each filling and draining the pipeline and reducing the
+    # gradients of its micro-batches (PipelineStage's last backward). 0 = the whole step in one
+    # run (Megatron-Core: every micro-batch of the step in one pipeline schedule)
+    local_batch: int = 0
 
     def __post_init__(self) -> None:
         p = "parallel"
@@ -709,6 +716,7 @@ class ParallelConfig:
                 key=f"{p}.pipeline_layout",
             )
         _check_bool(f"{p}.reshard_after_forward", self.reshard_after_forward)
+        _check_int(f"{p}.local_batch", self.local_batch, minimum=0, maximum=100 * MAX_DIM)
         if self.dp_shard and self.dp % self.dp_shard:
             raise ConfigError(
                 f"must divide dp = {self.dp} (dp = dp_shard x replicas); got {self.dp_shard}",
@@ -730,6 +738,8 @@ class ParallelConfig:
                 f" = {self.micro_batch * self.dp}; got {self.global_batch}",
                 key=f"{p}.global_batch",
             )
+        if self.local_batch:
+            self._check_local_batch()
         if self.schedule in TWO_CHUNK_SCHEDULES:
             if self.vp > 2:
                 raise ConfigError(
@@ -737,7 +747,7 @@ class ParallelConfig:
                     key=f"{p}.vp",
                 )
             object.__setattr__(self, "vp", 2)  # normalized: the schedule's two chunks
-            why = _schedule_problem(self.schedule, self.pp, self.num_microbatches)
+            why = _schedule_problem(self.schedule, self.pp, self.microbatches_per_run)
             if why:
                 raise ConfigError(why, key=f"{p}.global_batch" if "micro-batches" in why else f"{p}.pp")
         elif self.vp > 1:
@@ -748,26 +758,65 @@ class ParallelConfig:
                     f"vp = {self.vp} needs schedule = 'interleaved'; got {self.schedule!r}",
                     key=f"{p}.schedule",
                 )
-            if self.num_microbatches % self.pp:
+            if self.microbatches_per_run % self.pp:
                 raise ConfigError(
                     f"the interleaved schedule needs the number of micro-batches "
-                    f"({self.num_microbatches}) to be a multiple of pp ({self.pp})",
-                    key=f"{p}.global_batch",
+                    f"({self.microbatches_per_run}{' per pipeline run' if self.local_batch else ''}) "
+                    f"to be a multiple of pp ({self.pp})",
+                    key=f"{p}.local_batch" if self.local_batch else f"{p}.global_batch",
                 )
         elif self.schedule == "interleaved" and self.pp > 1:
             raise ConfigError("schedule 'interleaved' needs vp > 1", key=f"{p}.vp")
-        tasks = self.pp * self.vp * self.num_microbatches
+        tasks = self.pp * self.vp * self.microbatches_per_run
         if tasks > MAX_PIPELINE_TASKS:
             raise ConfigError(
-                f"pp*vp*micro-batches = {self.pp}*{self.vp}*{self.num_microbatches} = {tasks:,} pipeline "
+                f"pp*vp*micro-batches = {self.pp}*{self.vp}*{self.microbatches_per_run} = {tasks:,} pipeline "
                 f"tasks per step, over the simulator's budget of {MAX_PIPELINE_TASKS:,}; "
                 "raise micro_batch or lower global_batch",
                 key=f"{p}.global_batch",
             )
 
+    def _check_local_batch(self) -> None:
+        p = "parallel"
+        if self.pp == 1:
+            raise ConfigError(
+                "pipeline runs need pp > 1: without a pipeline, gradient accumulation is the loop "
+                "over micro-batches itself (leave local_batch = 0)",
+                key=f"{p}.local_batch",
+            )
+        if self.local_batch % self.micro_batch:
+            raise ConfigError(
+                f"must be a multiple of micro_batch = {self.micro_batch}; got {self.local_batch}",
+                key=f"{p}.local_batch",
+            )
+        if self.global_batch % (self.local_batch * self.dp):
+            raise ConfigError(
+                f"global_batch = {self.global_batch} must be a multiple of local_batch*dp = "
+                f"{self.local_batch}*{self.dp} = {self.local_batch * self.dp}",
+                key=f"{p}.local_batch",
+            )
+        if self.zero in (1, 2):
+            raise ConfigError(
+                "pipeline runs are torch.distributed.pipelining's gradient accumulation, with DDP "
+                f"(zero = 0) or FSDP (zero = 3); got zero = {self.zero}",
+                key=f"{p}.local_batch",
+            )
+
     @property
     def num_microbatches(self) -> int:
+        """Micro-batches per data-parallel rank in the whole step (all pipeline runs)."""
         return self.global_batch // (self.micro_batch * self.dp)
+
+    @property
+    def microbatches_per_run(self) -> int:
+        """Micro-batches in one pipeline run (one schedule from fill to drain): all of the
+        step's, or local_batch / micro_batch with gradient accumulation as pipeline runs."""
+        return self.local_batch // self.micro_batch if self.local_batch else self.num_microbatches
+
+    @property
+    def pipeline_runs(self) -> int:
+        """Pipeline runs per step, one after another (1 unless `local_batch` is set)."""
+        return self.num_microbatches // self.microbatches_per_run
 
     @property
     def recomputed_modules(self) -> tuple[str, ...]:
@@ -1249,6 +1298,16 @@ class Scenario:
         check_parallel_fits(self.model, self.parallel, self.num_gpus)
         _check_recompute_modules(self.model, self.parallel.recompute_modules)
         _check_cuda_graphs(self.model, self.parallel, self.kernels, self.memory)
+        if self.parallel.pipeline_runs > 1 and (
+            not self.variability.is_deterministic or self.dataloader.microbatch_latency_s > 0
+        ):
+            # the step repeats one replayed run (engine/replay.py repeat_runs): exact only when
+            # every run is the same
+            raise ConfigError(
+                f"{self.parallel.pipeline_runs} pipeline runs per step are replayed as one run repeated, "
+                "which needs a deterministic step: no [variability] and no dataloader latency",
+                key="parallel.local_batch",
+            )
         _check_ep_overlap(self.parallel, self.kernels, self.gpu)
         _check_load_imbalance(self.model, self.parallel.ep)
         # the attention implementation when the file names it (the GPU's default: loading.py)
@@ -1350,9 +1409,10 @@ class Scenario:
                 f"gpus_used_per_node = {self.topology.gpus_per_node}: {idle} of "
                 f"{self.topology.physical_gpus_per_node} GPUs per node stay idle"
             )
-        if par.pp > 1 and par.num_microbatches < par.pp:
+        if par.pp > 1 and par.microbatches_per_run < par.pp:
             out.append(
-                f"only {par.num_microbatches} micro-batches for pp = {par.pp}: "
+                f"only {par.microbatches_per_run} micro-batches"
+                f"{' per pipeline run' if par.local_batch else ''} for pp = {par.pp}: "
                 "the pipeline never fills (bubble > 50%)"
             )
         if par.ep_comm_overlap and par.schedule in ("dualpipe", "dualpipev"):

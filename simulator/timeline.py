@@ -9,7 +9,7 @@ dataloader) for traces and plots; they are not summed into the breakdown.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 CATEGORIES = (
     "compute",
@@ -67,3 +67,58 @@ class Timeline:
             if s.stream == MAIN_STREAM:
                 out[s.stage][s.category] += s.duration_s
         return out
+
+
+def repeat_runs_by_stage(
+    step_time_s: float,
+    by_stage: tuple[dict[str, float], ...],
+    optimizer_s: tuple[float, ...],
+    runs: int,
+) -> tuple[float, tuple[dict[str, float], ...]]:
+    """A step of `runs` identical pipeline runs from the seconds of one run that ends with the
+    optimizer (torch.distributed.pipelining's gradient accumulation: one `schedule.step()` per
+    local batch, then one optimizer step; `[parallel] local_batch`).
+
+    A run ends when its last stage has drained and reduced its gradients (the pipeline-wide sync
+    before the optimizer): the next run's first forward on stage 0 waits for stage 0's own last
+    backward, and every later stage for stage 0's output, so runs do not overlap. Each stage's
+    tail after that sync -- its optimizer and the wait for the slowest stage's optimizer -- comes
+    once per step; everything before it `runs` times:
+        step = runs·(T − O) + O,  O = the largest optimizer time."""
+    if runs <= 1:
+        return step_time_s, by_stage
+    top = max(optimizer_s, default=0.0)
+    step = runs * (step_time_s - top) + top
+    out = []
+    for cats, opt in zip(by_stage, optimizer_s, strict=True):
+        tail = {"optimizer": min(opt, cats.get("optimizer", 0.0))}
+        tail["bubble"] = min(top - tail["optimizer"], cats.get("bubble", 0.0))
+        new = {k: runs * v - (runs - 1) * tail.get(k, 0.0) for k, v in cats.items()}
+        new["bubble"] = new.get("bubble", 0.0) + step - sum(new.values())  # tiles [0, step]
+        out.append(new)
+    return step, tuple(out)
+
+
+def repeat_runs(timeline: Timeline, optimizer_s: tuple[float, ...], runs: int, microbatches: int) -> Timeline:
+    """`repeat_runs_by_stage` for a replayed timeline: its spans before the pipeline-wide sync
+    repeated `runs` times one after another (micro-batch numbers shifted by `microbatches` per
+    run), the tail after the sync (optimizer, wait for step end) kept once, at the end."""
+    if runs <= 1:
+        return timeline
+    step, by_stage = repeat_runs_by_stage(
+        timeline.step_time_s, tuple(timeline.breakdown_by_stage_s()), optimizer_s, runs
+    )
+    if not timeline.spans:
+        return Timeline((), step, timeline.num_stages, by_stage_s=by_stage, slack_s=timeline.slack_s)
+    sync = timeline.step_time_s - max(optimizer_s, default=0.0)
+    spans = []
+    for r in range(runs):
+        last = r == runs - 1
+        shift = r * sync
+        for s in timeline.spans:
+            if not last and s.start_s >= sync:
+                continue
+            mb = s.microbatch + r * microbatches if s.microbatch >= 0 else s.microbatch
+            end = s.end_s if last else min(s.end_s, sync)
+            spans.append(replace(s, start_s=s.start_s + shift, end_s=end + shift, microbatch=mb))
+    return Timeline(tuple(spans), step, timeline.num_stages, slack_s=timeline.slack_s)

@@ -757,7 +757,7 @@ def expected_bubble_s(report: StepReport) -> float:
     if par.pp <= 1:
         return 0.0
     work = sum(report.breakdown_s.get(c, 0.0) for c in WORK_CATEGORIES)
-    m = par.num_microbatches
+    m = par.microbatches_per_run
     share = bubble_closed_form_s(par.schedule, par.pp, par.vp, m, 1.0, 1.0, 1.0) / (3.0 * m)
     return share * work
 

@@ -313,6 +313,14 @@ KEYS: dict[str, Key] = {
         "ZeRO-3/FSDP: re-gather parameters each micro-batch (true) or keep them for the step (false)",
         since=NEXT,
     ),
+    "parallel.local_batch": Key(
+        "gradient accumulation as whole pipeline runs (torch.distributed.pipelining: AutoModel's"
+        " step_scheduler.local_batch_size, torchtitan's training.local_batch_size): sequences per"
+        " dp rank in one run; the step runs global_batch/(local_batch*dp) runs one after another,"
+        " each filling and draining the pipeline and reducing its gradients; needs pp > 1",
+        default="0 (the whole step in one run, Megatron-Core)",
+        since=NEXT,
+    ),
     "parallel.account_for_embedding_in_pipeline_split": Key(
         "the embedding counts as one layer when splitting layers over stages (Megatron flag)", since=NEXT
     ),

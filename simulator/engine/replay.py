@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from ..program import Program, stage_orders
 from ..schedules import PAIRED_SCHEDULES
 from ..specs import VariabilitySpec
-from ..timeline import CATEGORIES, Timeline
+from ..timeline import CATEGORIES, Timeline, repeat_runs
 from .clock import BARRIER, LocalClock, LocalMailbox, Pending, SimpyBarrier, SimpyClock, SimpyMailbox
 from .dataloader import LoaderState, SimpyLoader, loader_cycle, steady_loader_state
 from .noise import Noise
@@ -137,7 +137,23 @@ def run_step(
     loader alone is then run over a few previous periods to find an approximate steady state,
     and consecutive steps are simulated from there until they cycle; the step is the mean over
     the cycle (`_loader_cycle_step`).
+
+    With `program.pipeline_runs` > 1 the replayed run is repeated (timeline.repeat_runs).
     """
+    timeline = _run_once(program, variability, group_size, replicas, detail, compress)
+    optimizer_s = tuple(st.optimizer_s for st in program.stages)
+    return repeat_runs(timeline, optimizer_s, program.pipeline_runs, program.num_microbatches)
+
+
+def _run_once(
+    program: Program,
+    variability: VariabilitySpec | None,
+    group_size: int,
+    replicas: int,
+    detail: bool,
+    compress: bool,
+) -> Timeline:
+    """One pipeline run of `program` (the whole step unless pipeline_runs > 1)."""
     spec = variability or VariabilitySpec()
 
     def recorder(spans: bool) -> Recorder:
