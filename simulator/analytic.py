@@ -216,10 +216,16 @@ def _after_pipeline(program: Program, replayed: Replay | None, pipe_s: float) ->
     pipeline time `pipe_s`) a stage finishes its exposed gradient reduction and ZeRO gathers,
     all stages sync, then the optimizer runs."""
     ends, dp_exposed = [], []
+    # torch.distributed.pipelining (grad_reduce_waits): each chunk's last backward waits for its
+    # reduction before sending on, so the last micro-batch's backward, which passes every chunk
+    # of every stage, is delayed by all of them
+    chain = sum(sum(c.grad_bucket_s) for st in program.stages for c in st.chunks)
     for s, st in enumerate(program.stages):
         grads = sum(sum(c.grad_bucket_s) for c in st.chunks)
         last_bwd = st.chunks[0].backward.duration_s if st.chunks else 0.0
-        if replayed is not None and program.overlap_grad_reduce:
+        if program.grad_reduce_waits:
+            exposed = grads
+        elif replayed is not None and program.overlap_grad_reduce:
             exposed = _grad_exposed_s(program, s, replayed)
         elif program.overlap_grad_reduce:
             last_bucket = max((c.grad_bucket_s[-1] for c in st.chunks if c.grad_bucket_s), default=0.0)
@@ -239,7 +245,7 @@ def _after_pipeline(program: Program, replayed: Replay | None, pipe_s: float) ->
                 exposed += total_ag
         dp_exposed.append(exposed + waits)
         stage_end_s = replayed.end_s[s][-1] if replayed is not None and replayed.end_s[s] else pipe_s
-        ends.append(stage_end_s + exposed)
+        ends.append(stage_end_s + (chain if program.grad_reduce_waits else exposed))
     return max(ends) + max(st.optimizer_s for st in program.stages), dp_exposed
 
 

@@ -274,7 +274,8 @@ def _style_gantt_axes(ax: Axes, timeline: Timeline, report: StepReport, unit_s: 
     bubble = report.breakdown_s.get("bubble", 0.0) / report.step_time_s if report.step_time_s > 0 else 0.0
     par = report.parallel
     ax.set_title(
-        f"Pipeline timeline: pp={par.pp}, vp={par.vp}, {par.num_microbatches} micro-batches, "
+        f"Pipeline timeline: pp={par.pp}, vp={par.vp}, {par.num_microbatches} micro-batches"
+        f"{f' in {par.pipeline_runs} runs' if par.pipeline_runs > 1 else ''}, "
         f"schedule {par.schedule}  |  bubble {_pct(bubble)} of the step",
         fontsize=10,
     )

@@ -868,6 +868,12 @@ class Program:
     # `num_microbatches` micro-batches (its gradient reduction and, ZeRO-3 without resharding,
     # its parameter gathers included) and repeats it (engine/replay.py repeat_runs)
     pipeline_runs: int = 1
+    # torch.distributed.pipelining ([parallel] local_batch set): after a chunk's last backward in
+    # a run the stage launches the chunk's gradient reduction (ZeRO-3: then, DDP: as the backward
+    # produces it) and its compute stream waits for it before anything else, the send of that
+    # backward's input gradient included (PipelineStage run_post_backward /
+    # _root_post_backward_final_callback; engine/stage.py StageProcess._reduce_and_wait)
+    grad_reduce_waits: bool = False
     # Megatron-Core's combined 1F1B (EP all-to-all overlap): the steady-state forwards run paired
     # with a backward of another micro-batch (schedules.combined_1f1b)
     ep_overlap: bool = False
@@ -2828,6 +2834,7 @@ def build_program(scn: Scenario, comm: CommModel | None = None) -> Program:
         stages=tuple(stages),
         num_microbatches=par.microbatches_per_run,
         pipeline_runs=par.pipeline_runs,
+        grad_reduce_waits=par.local_batch > 0,
         pp=pp,
         vp=vp,
         schedule=par.schedule,

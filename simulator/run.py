@@ -103,6 +103,7 @@ def format_report(scn: Scenario, r: StepReport) -> str:
         + (f" · ep {par.ep}" if par.ep > 1 else "")
         + ";  "
         + batch_arithmetic(par.micro_batch, par.num_microbatches, par.dp, par.global_batch)
+        + (f" in {par.pipeline_runs} pipeline runs" if par.pipeline_runs > 1 else "")
         + "; "
         + ", ".join(flags),
         "",

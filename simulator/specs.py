@@ -676,8 +676,9 @@ class ParallelConfig:
     # step_scheduler.local_batch_size, torchtitan's training.local_batch_size): sequences per
     # data-parallel rank in one `schedule.step()`; the step runs global_batch / (local_batch·dp)
     # of them one after another, each filling and draining the pipeline and reducing the
-    # gradients of its micro-batches (PipelineStage's last backward). 0 = the whole step in one
-    # run (Megatron-Core: every micro-batch of the step in one pipeline schedule)
+    # gradients of its micro-batches at each chunk's last backward, where the stage then waits for
+    # them (PipelineStage; program.Program.grad_reduce_waits). 0 = the whole step in one run
+    # (Megatron-Core: every micro-batch of the step in one pipeline schedule)
     local_batch: int = 0
 
     def __post_init__(self) -> None:
@@ -800,6 +801,23 @@ class ParallelConfig:
                 "pipeline runs are torch.distributed.pipelining's gradient accumulation, with DDP "
                 f"(zero = 0) or FSDP (zero = 3); got zero = {self.zero}",
                 key=f"{p}.local_batch",
+            )
+        if not self.overlap_grad_reduce:
+            # torch.distributed.pipelining reduces a chunk's gradients at its last backward of the
+            # run and waits for them there (Program.grad_reduce_waits): no switch to defer them
+            raise ConfigError(
+                "with local_batch (torch.distributed.pipelining) each chunk's gradients are reduced "
+                "at its last backward of the run, and the stage waits for them: leave "
+                "overlap_grad_reduce = true",
+                key=f"{p}.overlap_grad_reduce",
+            )
+        if self.zero == 3 and not self.reshard_after_forward and not self.overlap_param_gather:
+            # the gathers would wait until after the optimizer, once per step; FSDP2 gathers each
+            # run's parameters at its first forward (the engine's overlapped gathers)
+            raise ConfigError(
+                "with pipeline runs, FSDP gathers each run's parameters at its first forward: "
+                "overlap_param_gather = false (gathers after the optimizer) has no meaning here",
+                key=f"{p}.overlap_param_gather",
             )
 
     @property

@@ -50,7 +50,7 @@ def test_runs_follow_the_closed_form_of_one_run() -> None:
     """dp = 8, global 256, local 8: 4 runs of 8 micro-batches. Each run is the one-run step of a
     global batch of local·dp = 64 without its optimizer tail: T = 4·(T₁ − O) + O."""
     runs = build_program(scn(local_batch=8))
-    one = build_program(scn(global_batch=64))
+    one = build_program(scn(global_batch=64, local_batch=8))
     assert (runs.num_microbatches, runs.pipeline_runs) == (8, 4)
     assert (one.num_microbatches, one.pipeline_runs) == (8, 1)
     assert runs.stages == one.stages  # the same costs per micro-batch
@@ -69,8 +69,8 @@ def test_runs_follow_the_closed_form_of_one_run() -> None:
 
 def test_runs_repeat_the_bubble_and_keep_one_optimizer_step() -> None:
     runs = run_step(build_program(scn(local_batch=8))).breakdown_by_stage_s()
-    one = run_step(build_program(scn(global_batch=64))).breakdown_by_stage_s()
-    whole = run_step(build_program(scn()))  # the same 32 micro-batches in one run
+    one = run_step(build_program(scn(global_batch=64, local_batch=8))).breakdown_by_stage_s()
+    whole = run_step(build_program(scn(local_batch=32)))  # the same 32 micro-batches in one run
     for r, o, w in zip(runs, one, whole.breakdown_by_stage_s(), strict=True):
         assert r["optimizer"] == pytest.approx(o["optimizer"], rel=1e-12)  # once per step
         assert r["compute"] == pytest.approx(4 * o["compute"], rel=1e-12)
@@ -89,11 +89,26 @@ def test_more_runs_per_step_are_slower() -> None:
     assert times[0] < times[-1]
 
 
-def test_one_run_is_the_default() -> None:
-    """local_batch = global_batch / dp is Megatron's single schedule."""
-    a = run_step(build_program(scn(local_batch=32))).step_time_s
-    b = run_step(build_program(scn())).step_time_s
-    assert a == b
+def test_each_chunk_waits_for_its_reduction_before_sending_on() -> None:
+    """torch.distributed.pipelining, one run (local_batch = global_batch / dp), 1F1B, ZeRO-3
+    without resharding: a chunk's last backward reduce-scatters its gradients and the compute
+    stream, with the send of that backward's input gradient queued on it, waits for them. The
+    last micro-batch's backward passes stage p-1 ... 0, each holding it for its own
+    reduce-scatter RS_s; stage 0 then waits for RS_0. Megatron's schedule with the reduction
+    after the backward (overlap_grad_reduce = false) holds only stage 0's own:
+        T_torch − T_megatron = RS_1 + … + RS_{p−1}."""
+    kw = {"zero": 3, "reshard_after_forward": False}
+    torch_pp = build_program(scn(local_batch=32, **kw))
+    megatron = build_program(scn(overlap_grad_reduce=False, **kw))
+    assert torch_pp.pipeline_runs == 1 and torch_pp.grad_reduce_waits and not megatron.grad_reduce_waits
+    rs = [sum(sum(c.grad_bucket_s) for c in st.chunks) for st in torch_pp.stages]
+    assert min(rs) > 0
+    gap = run_step(torch_pp).step_time_s - run_step(megatron).step_time_s
+    assert gap == pytest.approx(sum(rs[1:]), rel=1e-9)
+    # the closed form charges the whole chain
+    a_torch, _ = estimate_program(torch_pp)
+    a_meg, _ = estimate_program(megatron)
+    assert a_torch > a_meg
 
 
 def test_spans_repeat_each_run() -> None:
@@ -114,9 +129,9 @@ def test_zero3_without_resharding_gathers_and_reduces_once_per_run() -> None:
     """FSDP2 under torch.distributed.pipelining (reshard_after_forward = false): the parameters
     are gathered and the gradients reduce-scattered in every run -- the per-run collectives
     are the one-run step's, four times."""
-    kw = {"zero": 3, "reshard_after_forward": False, "overlap_grad_reduce": False}
+    kw = {"zero": 3, "reshard_after_forward": False}
     runs = run_step(build_program(scn(local_batch=8, **kw))).breakdown_by_stage_s()
-    one = run_step(build_program(scn(global_batch=64, **kw))).breakdown_by_stage_s()
+    one = run_step(build_program(scn(global_batch=64, local_batch=8, **kw))).breakdown_by_stage_s()
     for r, o in zip(runs, one, strict=True):
         assert o["dp_comm"] > 0
         assert r["dp_comm"] == pytest.approx(4 * o["dp_comm"], rel=1e-12)
@@ -131,6 +146,11 @@ def test_zero3_without_resharding_gathers_and_reduces_once_per_run() -> None:
         ({"zero": 1, "local_batch": 8}, "parallel.local_batch"),  # Megatron's optimizer: one run
         ({"vp": 2, "local_batch": 2}, "parallel.local_batch"),  # interleaving: pp | run's micro-batches
         ({"local_batch": -1}, "parallel.local_batch"),
+        ({"local_batch": 8, "overlap_grad_reduce": False}, "parallel.overlap_grad_reduce"),
+        (
+            {"local_batch": 8, "zero": 3, "reshard_after_forward": False, "overlap_param_gather": False},
+            "parallel.overlap_param_gather",
+        ),
     ],
 )
 def test_refused(parallel: dict, key: str) -> None:
@@ -175,3 +195,24 @@ def test_zero3_gathers_experts_over_their_own_group_only() -> None:
             assert "edp" not in gathers
         else:
             assert gathers["edp"] == pytest.approx(lp.expert * per, rel=1e-12)
+
+
+@pytest.mark.parametrize("zero", [0, 3])
+def test_quiet_loop_and_simpy_replay_agree_on_the_waits(zero: int) -> None:
+    """The waiting reduction runs the same in the engine's three paths: the tight quiet loop,
+    StageProcess under a local clock (bit for bit), and simpy time."""
+    from simulator.engine.noise import Noise
+    from simulator.engine.recorder import SumRecorder
+    from simulator.engine.replay import replay_local, replay_simpy
+    from simulator.specs import VariabilitySpec
+
+    kw = {"zero": zero} | ({"reshard_after_forward": False} if zero == 3 else {})
+    program = build_program(scn(local_batch=16, vp=2, **kw))
+    quiet = Noise.for_spec(VariabilitySpec(), 1, 1)
+    tight = replay_local(program, quiet, SumRecorder(program.pp)).timeline
+    general = replay_local(program, quiet, SumRecorder(program.pp), tight=False).timeline
+    assert tight.step_time_s == general.step_time_s
+    assert tight.breakdown_by_stage_s() == general.breakdown_by_stage_s()
+    simpy = replay_simpy(program, quiet, SumRecorder(program.pp), None).timeline
+    assert simpy.step_time_s == pytest.approx(tight.step_time_s, rel=1e-12)
+    assert any(st["dp_comm"] > 0 for st in tight.breakdown_by_stage_s())

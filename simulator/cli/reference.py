@@ -317,7 +317,8 @@ KEYS: dict[str, Key] = {
         "gradient accumulation as whole pipeline runs (torch.distributed.pipelining: AutoModel's"
         " step_scheduler.local_batch_size, torchtitan's training.local_batch_size): sequences per"
         " dp rank in one run; the step runs global_batch/(local_batch*dp) runs one after another,"
-        " each filling and draining the pipeline and reducing its gradients; needs pp > 1",
+        " each filling and draining the pipeline; a chunk's last backward of a run waits for its"
+        " gradient reduction before sending on; needs pp > 1",
         default="0 (the whole step in one run, Megatron-Core)",
         since=NEXT,
     ),

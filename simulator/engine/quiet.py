@@ -126,9 +126,11 @@ class QuietStage(StageProcess):
         if forward:
             yield from self._gather_wait(self.gathers.wait_after_s(task.chunk, clock.now), task.chunk)
             self.gathers.seen.add(task.chunk)
+        if not forward and self.program.grad_reduce_waits:
+            yield from self._reduce_and_wait(task.chunk, start, end)  # before the send
         if msg >= 0:
             deliver(clock.mailbox, msg, clock.now + transfer_s, transfer_s)
-        if not forward:
+        if not forward and not self.program.grad_reduce_waits:
             self._reduce_grads(task.chunk, start, end)
 
     def _kind_table(self, split: set[tuple[int, int]]) -> tuple[dict[str, list[_Quiet]], list[int]]:

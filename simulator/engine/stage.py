@@ -169,9 +169,13 @@ class StageProcess:
             if task.phase == "F" and self.gathers.first_done_s:
                 yield from self._gather_wait(self.gathers.wait_after_s(task.chunk, clock.now), task.chunk)
                 self.gathers.seen.add(task.chunk)
+            reduce = plan.grads_final and bool(self.st.chunks[task.chunk].grad_bucket_s)
+            waits = reduce and self.program.grad_reduce_waits
+            if waits:  # the send is queued behind the wait (torch.distributed.pipelining)
+                yield from self._reduce_and_wait(task.chunk, start, end)
             if plan.send is not None:
                 self._post(plan)
-            if plan.grads_final and self.st.chunks[task.chunk].grad_bucket_s:
+            if reduce and not waits:
                 self._reduce_grads(task.chunk, start, end)
         yield from self._finish()
 
@@ -219,12 +223,30 @@ class StageProcess:
         self.clock.post(key, d)
 
     def _reduce_grads(self, chunk: int, start: float, end: float) -> None:
-        """With overlap, a chunk's gradient buckets are reduced as its last backward produces them."""
+        """With overlap, a chunk's gradient buckets are reduced as its last backward produces them;
+        under torch.distributed.pipelining with FSDP (ZeRO-3) only after it: PipelineStage calls
+        each FSDP group's post_backward once the chunk's backward has returned."""
         ch = self.st.chunks[chunk]
         buckets = ch.grad_bucket_s
         n = len(buckets)
-        times = [start + (end - start) * (j + 1) / n for j in range(n)]
+        if self.program.grad_reduce_waits and self.program.zero == 3:
+            times = [end] * n
+        else:
+            times = [start + (end - start) * (j + 1) / n for j in range(n)]
         self.dp.launch(buckets, times, "grad reduce", chunk, ch.grad_bucket_bytes)
+
+    def _reduce_and_wait(self, chunk: int, start: float, end: float):
+        """torch.distributed.pipelining (Program.grad_reduce_waits): the chunk's last backward of
+        the run reduces its gradients and the compute stream waits for them
+        (FSDP's _root_post_backward_final_callback, DDP's finalize) before anything else runs
+        on it -- the send of this backward's input gradient, queued after, included."""
+        self._reduce_grads(chunk, start, end)
+        t0 = self.clock.now
+        if self.dp.free_s > t0:
+            yield from self._hold(self.dp.free_s - t0)
+            self.rec.add(
+                self.s, "dp_comm", "grad reduce (run's last backward waits)", t0, self.clock.now, chunk=chunk
+            )
 
     # ------------------------------------------------------------------ end of step
     def _finish(self):
