@@ -802,18 +802,23 @@ def memory_footprint(scn: Scenario) -> MemoryReport:
         if holds_output:
             activations += output_inputs + logits + mtp_act
         buffers = comm
+        # routed experts no other rank shares (expert-data-parallel group of one: dp = ep) are
+        # not sharded, so never gathered: their weights and gradients are the rank's own
+        # (`_model_state_bytes`; NeMo AutoModel leaves them out of FSDP, program.expert_shard_axis)
+        gathered_expert = 1.0 if par.expert_dp * par.shard_size // par.dp > 1 else 0.0
         if par.zero >= 3 and n_layers and not par.reshard_after_forward:
             # FSDP with reshard_after_forward = false (and gradient sync on the last micro-batch
             # only, as torch.distributed.pipelining does): the stage's gathered 16-bit weights
             # and its unsharded fp32 gradient accumulators stay for the whole step
-            total = params.dense + params.expert
+            total = params.dense + gathered_expert * params.expert
             buffers += (WEIGHT_BYTES + (FP16_GRAD_BYTES if scn.dtype == "fp16" else GRAD_BYTES)) * total
         elif par.zero >= 3 and n_layers:
             # FSDP prefetch: the current and the next layer's full (unsharded) weights, or the
             # gathered embedding / output layer when that is larger
             layer = flops.layer_params_per_rank(model, par, n_moe > 0)  # the largest of its layers
+            gathered = layer.total - (1.0 - gathered_expert) * layer.expert
             embedding = model.vocab * model.hidden / t if holds_embedding or holds_output else 0.0
-            buffers += WEIGHT_BYTES * max(2 * layer.total, embedding)
+            buffers += WEIGHT_BYTES * max(2 * gathered, embedding)
         # Megatron's optimizer step runs after the last backward, when the activations and the
         # per-micro-batch buffers are freed: its fp32 gradient shard raises the peak only where it
         # outweighs them (NVIDIA/Megatron-LM d7288711 distrib_optimizer.py

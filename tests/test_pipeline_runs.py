@@ -216,3 +216,20 @@ def test_quiet_loop_and_simpy_replay_agree_on_the_waits(zero: int) -> None:
     simpy = replay_simpy(program, quiet, SumRecorder(program.pp), None).timeline
     assert simpy.step_time_s == pytest.approx(tight.step_time_s, rel=1e-12)
     assert any(st["dp_comm"] > 0 for st in tight.breakdown_by_stage_s())
+
+
+@pytest.mark.parametrize("reshard", [True, False])
+def test_unshared_experts_take_no_gather_buffers(reshard: bool) -> None:
+    """ZeRO-3 memory: experts no other rank holds (ep = dp) are never gathered, so their size
+    does not change the gather buffers (prefetched layers, or without resharding the stage's
+    gathered weights and gradient accumulators); experts shared by 4 ranks (ep = dp/4) are."""
+    from simulator.memory import memory_footprint
+
+    def buffers(ep: int, expert_ffn: int) -> float:
+        model = {**MOE, "moe": {**MOE["moe"], "expert_ffn_hidden": expert_ffn}}
+        s = scn(model, 64, tp=1, pp=1, ep=ep, micro_batch=1, global_batch=64, zero=3)
+        s = dataclasses.replace(s, parallel=dataclasses.replace(s.parallel, reshard_after_forward=reshard))
+        return memory_footprint(s).parts_bytes["buffers"]
+
+    assert buffers(64, 4096) == buffers(64, 2048)
+    assert buffers(16, 4096) > buffers(16, 2048)
