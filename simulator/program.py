@@ -981,20 +981,35 @@ class _Coster:
             }
         return cost.time_s
 
+    @property
+    def expert_grad_bytes(self) -> int:
+        """Bytes per routed-expert gradient element on the DP wire: `[kernels]
+        expert_grad_reduce_dtype`, else the other gradients' (grad_reduce_bytes_per_param)."""
+        k = self.scn.kernels
+        return grad_reduce_bytes_per_param(self.scn.dtype, k.expert_grad_reduce_dtype or k.grad_reduce_dtype)
+
     def zero3_param_coll(
-        self, kind: str, dense: float, expert: float, bytes_per_param: float, stage: int = 0
+        self,
+        kind: str,
+        dense: float,
+        expert: float,
+        bytes_per_param: float,
+        stage: int = 0,
+        expert_bytes_per_param: float | None = None,
     ) -> float:
         """A ZeRO-3 gather or reduce-scatter of `dense` parameters over the shard group and of
         `expert` (routed-expert) parameters over their own shard group (`expert_shard_axis`):
         two collectives one after the other on the transfer stream, or one when the experts
-        share the dense parameters' group; none for experts no other rank shares."""
+        share the dense parameters' group; none for experts no other rank shares. The experts'
+        elements weigh `expert_bytes_per_param` (default: `bytes_per_param`)."""
         axis = shard_axis(self.scn.parallel)
         expert_axis = expert_shard_axis(self.scn.parallel)
+        eb = bytes_per_param if expert_bytes_per_param is None else expert_bytes_per_param
         if expert_axis == axis:
-            return self.zero3_coll(kind, axis, (dense + expert) * bytes_per_param, stage)
+            return self.zero3_coll(kind, axis, dense * bytes_per_param + expert * eb, stage)
         t = self.zero3_coll(kind, axis, dense * bytes_per_param, stage)
         if expert_axis is not None:
-            t += self.zero3_coll(kind, expert_axis, expert * bytes_per_param, stage)
+            t += self.zero3_coll(kind, expert_axis, expert * eb, stage)
         return t
 
     def zero3_coll(self, kind: str, axis: str, message_bytes: float, stage: int = 0) -> float:
@@ -1342,16 +1357,18 @@ class _Coster:
             layer_params = fl.layer_params_per_rank(m, par, moe)
             dense_local, expert_local = layer_params.total - layer_params.expert, layer_params.expert
             ag = self.zero3_param_coll("allgather", dense_local, expert_local, self.param_gather_bytes)
-            rs = self.zero3_param_coll(
-                "reducescatter",
-                dense_local,
-                expert_local,
-                grad_reduce_bytes_per_param(scn.dtype, scn.kernels.grad_reduce_dtype),
-            )
             grad_bytes = grad_reduce_bytes_per_param(scn.dtype, scn.kernels.grad_reduce_dtype)
-            if grad_bytes > d.activation_bytes:  # FSDP casts the unsharded 16-bit grads to the
-                # reduce dtype before the reduce-scatter (PyTorch FSDP MixedPrecision.reduce_dtype)
-                cast = params_local * (d.activation_bytes + grad_bytes)
+            rs = self.zero3_param_coll(
+                "reducescatter", dense_local, expert_local, grad_bytes, 0, self.expert_grad_bytes
+            )
+            # FSDP casts the unsharded 16-bit grads to the reduce dtype before the reduce-scatter
+            # (PyTorch FSDP MixedPrecision.reduce_dtype), each group in its own
+            cast = sum(
+                n * (d.activation_bytes + b)
+                for n, b in ((dense_local, grad_bytes), (expert_local, self.expert_grad_bytes))
+                if b > d.activation_bytes
+            )
+            if cast > 0:
                 b_w.append(Segment("compute", "fsdp grad cast", memory_op_time_s(d, cast), 0.0, cast))
         if marks:
             self._host_bound(fwd, b_in, b_w, marks)
@@ -2743,7 +2760,7 @@ def build_program(scn: Scenario, comm: CommModel | None = None) -> Program:
             dp_param_b: list[float] = []
             if par.dp > 1 and par.zero == 3:
                 dp_grad_s, dp_param_s, dp_grad_b, dp_param_b = _fsdp_step_collectives(
-                    coster, par, params, gbytes, bucket_params, s, expert_params
+                    coster, par, params, gbytes, bucket_params, s, expert_params, coster.expert_grad_bytes
                 )
             if par.dp > 1 and par.zero < 3 and par.dp_replicas > 1:  # HSDP-sharded optimizer
                 dp_grad_s, dp_param_s, dp_grad_b, dp_param_b = _fsdp_step_collectives(
@@ -2767,12 +2784,13 @@ def build_program(scn: Scenario, comm: CommModel | None = None) -> Program:
                     if group == "edp" and edp_ratio == 0:
                         continue
                     ratio, axis = (edp_ratio, edp_axis) if group == "edp" else (1.0, "dp")
+                    gb = coster.expert_grad_bytes if group == "edp" else gbytes
                     for n_params in _buckets(n_all, bucket_params):
-                        dp_grad_b.append(n_params * gbytes)
+                        dp_grad_b.append(n_params * gb)
                         if par.zero == 0:
-                            dp_grad_s.append(ratio * coster.coll("allreduce", axis, n_params * gbytes, s))
+                            dp_grad_s.append(ratio * coster.coll("allreduce", axis, n_params * gb, s))
                         else:
-                            dp_grad_s.append(ratio * coster.coll("reducescatter", axis, n_params * gbytes, s))
+                            dp_grad_s.append(ratio * coster.coll("reducescatter", axis, n_params * gb, s))
                             dp_param_s.append(
                                 ratio
                                 * coster.coll("allgather", axis, n_params * coster.param_gather_bytes, s)
@@ -2976,6 +2994,7 @@ def _fsdp_step_collectives(
     bucket_params: float,
     stage: int,
     expert_params: float = 0.0,
+    expert_grad_bytes: int | None = None,
 ) -> tuple[list[float], list[float], list[float], list[float]]:
     """Per-step DP collectives of a chunk, per bucket, for sharded state (ZeRO-1/2, HSDP, and
     ZeRO-3 whose per-layer traffic is costed in the layers):
@@ -2996,19 +3015,22 @@ def _fsdp_step_collectives(
     gathers_bytes: list[float] = []
     # ZeRO-3's routed experts over their own shard group (expert_shard_axis), the rest over axis
     expert_axis = expert_shard_axis(par) if par.zero == 3 else axis
-    groups: list[tuple[float, str]] = [(params, axis)]
-    if expert_params > 0 and expert_axis != axis:
-        groups = [(params - expert_params, axis)] + ([(expert_params, expert_axis)] if expert_axis else [])
-    for n_group, group_axis in groups:
+    eb = grad_bytes if expert_grad_bytes is None else expert_grad_bytes
+    groups: list[tuple[float, str, int]] = [(params, axis, grad_bytes)]
+    if expert_params > 0 and (expert_axis != axis or eb != grad_bytes):
+        groups = [(params - expert_params, axis, grad_bytes)]
+        if expert_axis is not None:
+            groups.append((expert_params, expert_axis, eb))
+    for n_group, group_axis, gb in groups:
         for n_params in _buckets(n_group, bucket_params):
             t = 0.0
             if not per_layer:
-                t += coster.zero3_coll("reducescatter", group_axis, n_params * grad_bytes, stage)
+                t += coster.zero3_coll("reducescatter", group_axis, n_params * gb, stage)
             if replicas > 1:
-                t += coster.coll("allreduce", "dp_replicate", n_params * grad_bytes / shard, stage)
+                t += coster.coll("allreduce", "dp_replicate", n_params * gb / shard, stage)
             if t > 0:
                 grads.append(t)
-                grads_bytes.append(n_params * grad_bytes / (1 if not per_layer else shard))
+                grads_bytes.append(n_params * gb / (1 if not per_layer else shard))
             if not per_layer:
                 gathers.append(
                     coster.zero3_coll("allgather", group_axis, n_params * coster.param_gather_bytes, stage)

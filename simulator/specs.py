@@ -1010,6 +1010,10 @@ class KernelOptions:
     attention: str = ""
     # "" = fp32 for bf16/fp8 training (Megatron-LM's main_grad), "bf16" = --grad-reduce-in-bf16
     grad_reduce_dtype: str = ""
+    # the routed experts' own reduction dtype where the framework gives them their own FSDP
+    # wrapper: "" = grad_reduce_dtype. NeMo AutoModel's apply_fsdp@89e3a9fd wraps the experts in
+    # `fully_shard` with no mixed-precision policy, so they reduce in their bf16 dtype
+    expert_grad_reduce_dtype: str = ""
     tp_comm_async: bool = True  # TP backward collectives beside the dgrad/wgrad GEMMs (Megatron-Core)
     # "" = "unfused": Megatron-Core's vocab-parallel cross-entropy in eager PyTorch ops
     # (cross_entropy_loss_fusion = False); "fused" = its fused "native" kernels (fusion True,
@@ -1121,12 +1125,9 @@ class KernelOptions:
             "fsdp_flat_grad",
             _check_choice("kernels.fsdp_flat_grad", self.fsdp_flat_grad, FSDP_FLAT_GRAD_IMPLS),
         )
-        if self.grad_reduce_dtype:
-            _set(
-                self,
-                "grad_reduce_dtype",
-                _check_choice("kernels.grad_reduce_dtype", self.grad_reduce_dtype, ("fp32", "bf16")),
-            )
+        for key in ("grad_reduce_dtype", "expert_grad_reduce_dtype"):
+            if getattr(self, key):
+                _set(self, key, _check_choice(f"kernels.{key}", getattr(self, key), ("fp32", "bf16")))
         if self.attention:
             _set(self, "attention", _check_choice("kernels.attention", self.attention, ATTENTION_IMPLS))
         if not self.flash_attention and self.attention not in ("", "unfused"):

@@ -233,3 +233,32 @@ def test_unshared_experts_take_no_gather_buffers(reshard: bool) -> None:
 
     assert buffers(64, 4096) == buffers(64, 2048)
     assert buffers(16, 4096) > buffers(16, 2048)
+
+
+@pytest.mark.parametrize("reshard", [True, False])
+def test_expert_grad_reduce_dtype_halves_only_the_experts_reduce_scatter(reshard: bool) -> None:
+    """`[kernels] expert_grad_reduce_dtype = "bf16"` (AutoModel's experts: fully_shard without a
+    mixed-precision policy): the experts' reduce-scatter carries 2 bytes per element, the dense
+    parameters' stays fp32 (4 bytes)."""
+    base = moe_scn(16)
+    lp = layer_params_per_rank(base.model, base.parallel, True)
+
+    def rs_bytes(expert_dtype: str) -> dict[str, list[float]]:
+        s = dataclasses.replace(
+            base,
+            parallel=dataclasses.replace(base.parallel, reshard_after_forward=reshard),
+            kernels=dataclasses.replace(base.kernels, expert_grad_reduce_dtype=expert_dtype),
+        )
+        out: dict[str, list[float]] = {}
+        for c in build_program(s).collectives:
+            if c["kind"] == "reducescatter":
+                out.setdefault(c["group"], []).append(c["message_bytes"])
+        return out
+
+    fp32, bf16 = rs_bytes(""), rs_bytes("bf16")
+    assert sum(bf16["edp"]) == pytest.approx(sum(fp32["edp"]) / 2, rel=1e-12)
+    assert sorted(bf16["dp"]) == pytest.approx(sorted(fp32["dp"]), rel=1e-12)
+    if reshard:  # a layer's messages: exactly its parameters
+        assert fp32["edp"] == pytest.approx([4 * lp.expert], rel=1e-12)
+        dense = 4 * (lp.total - lp.expert)
+        assert any(abs(m - dense) <= 1e-9 * dense for m in fp32["dp"])

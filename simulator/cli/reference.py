@@ -418,6 +418,13 @@ KEYS: dict[str, Key] = {
         allowed=lambda: ("fp32", "bf16"),
         since=NEXT,
     ),
+    "kernels.expert_grad_reduce_dtype": Key(
+        "dtype of the routed experts' data-parallel gradient reduction; empty = grad_reduce_dtype;"
+        " bf16 = NeMo AutoModel's expert fully_shard without a mixed-precision policy",
+        default='""',
+        allowed=lambda: ("fp32", "bf16"),
+        since=NEXT,
+    ),
     "kernels.tp_comm_async": Key(
         "tensor-parallel backward collectives beside the GEMMs (Megatron-Core); false = all exposed"
         " (Megatron-LM 2021)",
