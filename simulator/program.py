@@ -1370,6 +1370,8 @@ class _Coster:
             )
             if cast > 0:
                 b_w.append(Segment("compute", "fsdp grad cast", memory_op_time_s(d, cast), 0.0, cast))
+        if par.zero == 3 and par.shard_size > 1 and not par.reshard_after_forward:
+            b_w.append(self._fsdp_grad_accumulate(moe))
         if marks:
             self._host_bound(fwd, b_in, b_w, marks)
         if zero3:
@@ -1423,6 +1425,30 @@ class _Coster:
         if marks and par.schedule in PAIRED_SCHEDULES:
             self.pair_host = self._pair_host(fwd, list(recompute.parts), b_in, b_w)
         return _Phase(tuple(fwd)), _Phase(tuple(b_in)), _Phase(tuple(b_w)), recompute, params_local
+
+    def _fsdp_grad_accumulate(self, moe: bool) -> Segment:
+        """FSDP without resharding keeps a layer's gradients unsharded across the micro-batches
+        of a run and reduce-scatters them once (gradient sync off until the run's last backward).
+        PyTorch FSDP2 (torch/distributed/fsdp/_fully_shard/_fsdp_param.py, torch 2.8) does it in
+        each micro-batch's post-backward: with a reduce dtype wider than the 16-bit gradient the
+        first micro-batch casts it (`to_accumulated_grad_if_needed`: read 16-bit, write the
+        reduce dtype) and every later one adds it (`accumulate_unsharded_grad_if_needed`: read
+        both, write the accumulator); otherwise autograd adds each later micro-batch's 16-bit
+        gradient into `.grad` in place (read two, write one) -- as it does for routed experts
+        outside FSDP (expert_shard_axis None). Per micro-batch: the mean over the run's m."""
+        scn, par = self.scn, self.scn.parallel
+        d = self.device
+        a = d.activation_bytes
+        m_run = par.microbatches_per_run
+        later = (m_run - 1) / m_run
+        lp = fl.layer_params_per_rank(scn.model, par, moe)
+        dense_g = grad_reduce_bytes_per_param(scn.dtype, scn.kernels.grad_reduce_dtype)
+        expert_g = self.expert_grad_bytes if expert_shard_axis(par) is not None else a
+        moved = 0.0
+        for n, g in ((lp.total - lp.expert, dense_g), (lp.expert, expert_g)):
+            # first: a + g; later: a + 2g (mean a + g + g·later); 16-bit: 3a on the later ones
+            moved += n * (a + g + g * later) if g > a else n * 3 * a * later
+        return Segment("compute", "fsdp grad accumulate", memory_op_time_s(d, moved), 0.0, moved)
 
     def _pair_host(self, fwd: list, rec: list, b_in: list, b_w: list) -> PairHost | None:
         """This MoE layer's `PairHost` for DualPipe's F&B pairs: the CPU issue time of its passes'

@@ -262,3 +262,21 @@ def test_expert_grad_reduce_dtype_halves_only_the_experts_reduce_scatter(reshard
         assert fp32["edp"] == pytest.approx([4 * lp.expert], rel=1e-12)
         dense = 4 * (lp.total - lp.expert)
         assert any(abs(m - dense) <= 1e-9 * dense for m in fp32["dp"])
+
+
+@pytest.mark.parametrize(("local_batch", "m_run"), [(8, 8), (32, 32)])
+def test_fsdp_accumulates_unsharded_gradients_each_micro_batch(local_batch: int, m_run: int) -> None:
+    """FSDP2 without resharding, gradient sync off until a run's last backward: the first
+    micro-batch casts each 16-bit gradient to the fp32 accumulator (2 + 4 bytes per element),
+    every later one adds into it (2 + 4 + 4): per micro-batch the mean, 6 + 4·(m−1)/m bytes per
+    parameter of the layer, in every backward; nothing of the kind with resharding (the
+    gradients are reduce-scattered each micro-batch)."""
+    s = scn(zero=3, reshard_after_forward=False, local_batch=local_batch)
+    ch = build_program(s).stages[1].chunks[0]
+    acc = [g for g in ch.backward.segments if g.name == "fsdp grad accumulate"]
+    n = layer_params_per_rank(s.model, s.parallel, False).total
+    assert sum(g.message_bytes for g in acc) == pytest.approx(
+        ch.num_layers * n * (6 + 4 * (m_run - 1) / m_run), rel=1e-12
+    )
+    resharded = build_program(scn(zero=3)).stages[1].chunks[0]
+    assert not [g for g in resharded.backward.segments if g.name == "fsdp grad accumulate"]
