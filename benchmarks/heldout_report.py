@@ -3,10 +3,12 @@
 
     python benchmarks/heldout_report.py                 # print the table and the mean/max errors
     python benchmarks/heldout_report.py --write-docs    # also rewrite docs/accuracy.md's heldout blocks
-                                                        # (scenarios/heldout and scenarios/heldout_automodel)
+                                                        # (scenarios/heldout, heldout_automodel, heldout_torchtitan)
     python benchmarks/heldout_report.py --dir DIR       # another directory of scenarios + measured.toml
                                                         # (scenarios/heldout_automodel: NeMo AutoModel's
-                                                        # published MoE and dense benchmarks)
+                                                        # published MoE and dense benchmarks;
+                                                        # scenarios/heldout_torchtitan: PyTorch
+                                                        # torchtitan's Llama 3 benchmarks)
     python benchmarks/heldout_report.py --set kernels.stack=megatron-2021 --only a100
                                                         # a what-if on the runs of one GPU
 
@@ -36,8 +38,9 @@ from simulator.overrides import parse_override
 ROOT = Path(__file__).resolve().parents[1]
 HELDOUT = ROOT / "scenarios" / "heldout"
 AUTOMODEL = ROOT / "scenarios" / "heldout_automodel"
+TORCHTITAN = ROOT / "scenarios" / "heldout_torchtitan"
 # docs/accuracy.md block of each held-out directory --write-docs rewrites
-DOC_BLOCKS = ((HELDOUT, "heldout"), (AUTOMODEL, "heldout-automodel"))
+DOC_BLOCKS = ((HELDOUT, "heldout"), (AUTOMODEL, "heldout-automodel"), (TORCHTITAN, "heldout-torchtitan"))
 ACCURACY_MD = ROOT / "docs" / "accuracy.md"
 KINDS = ("step_time_s", "mfu", "hfu_tflops_megatron", "tokens_per_s_per_gpu")
 # Categories shown in the table (share of the predicted step).

@@ -19,7 +19,8 @@ from tests.conftest import load_benchmark
 ROOT = Path(__file__).resolve().parent.parent
 HELDOUT = ROOT / "scenarios" / "heldout"
 AUTOMODEL = ROOT / "scenarios" / "heldout_automodel"
-HELDOUT_DIRS = (HELDOUT, AUTOMODEL)
+TORCHTITAN = ROOT / "scenarios" / "heldout_torchtitan"
+HELDOUT_DIRS = (HELDOUT, AUTOMODEL, TORCHTITAN)
 
 
 def _report_module():
@@ -55,6 +56,7 @@ def test_heldout_runs_are_not_calibration_rows() -> None:
         "2204.06745",
         "2401.02385",
         "automodel",
+        "torchtitan",
     ):
         assert key not in sources.lower()
 
@@ -119,3 +121,32 @@ def test_automodel_moe_runs_use_the_benchmarks_gate() -> None:
         assert scenario.memory.sharded_param_dtype == "fp32"
         if scenario.model.num_experts:
             assert scenario.model.routing == "round_robin"
+
+
+def test_torchtitan_runs_say_what_torchtitan_ran() -> None:
+    """Every torchtitan scenario runs the stack validate's torchtitan rule names (validate_sources.toml):
+    FSDP2 (zero 3) with its fp32 gradient shard, full AC (its selective AC is not modelled), SDPA's
+    FlashAttention-2, F.cross_entropy, Float8 as dynamic (current) scaling, and under pipeline
+    parallelism the parameters kept gathered for the step; every run is measured in tokens/s per GPU
+    as torchtitan's TPS/GPU, and the report covers them all."""
+    from simulator.validate import source_rules
+
+    rules = source_rules("pytorch/torchtitan")
+    runs = _runs(TORCHTITAN)
+    rows = _report_module().evaluate(TORCHTITAN)
+    assert {r.run_id for r in rows} == set(runs)
+    for run_id, info in runs.items():
+        assert info["measured_kind"] == "tokens_per_s_per_gpu" and "torchtitan" in info["source"]
+        scenario = mfusim.load_scenario(TORCHTITAN / f"{run_id}.toml")
+        par = scenario.parallel
+        assert par.zero == rules.zero and par.recompute == "full"
+        assert par.recompute not in rules.recompute_not_modelled
+        assert par.reshard_after_forward == (par.pp == 1)
+        assert scenario.kernels.attention == rules.attention
+        assert scenario.kernels.cross_entropy == rules.cross_entropy
+        assert scenario.memory.sharded_grad_dtype == rules.sharded_grad_dtype
+        if scenario.dtype == "fp8":
+            assert scenario.fp8_recipe == rules.fp8_recipe
+        if not scenario.fp8_param_gather:
+            assert scenario.memory.sharded_param_dtype == rules.sharded_param_dtype
+        assert par.sequence_parallel == (par.tp > 1)
