@@ -150,3 +150,26 @@ def test_torchtitan_runs_say_what_torchtitan_ran() -> None:
         if not scenario.fp8_param_gather:
             assert scenario.memory.sharded_param_dtype == rules.sharded_param_dtype
         assert par.sequence_parallel == (par.tp > 1)
+
+
+def test_gpu_whatif_follows_the_clock_law_and_does_not_leak() -> None:
+    """heldout_report's Grand Teton what-if: at the catalog's own figures it is the plain simulation;
+    less board power or HBM bandwidth never makes a step faster; a GEMM-bound step (bf16 70B, TP 8)
+    loses its clock as the cube law says -- the power-limited clock falls by (500/700)^(1/3) where it
+    is below the boost clock -- and the patched SKU factor is gone after the call."""
+    module = _report_module()
+    scenario = mfusim.load_scenario(TORCHTITAN / "asynctp_llama3_70b_bf16_256gpu.toml")
+    plain = mfusim.simulate(scenario)
+    same = module.simulate_on(
+        scenario, scenario.gpu.board_power_w, scenario.gpu.hbm_bandwidth_bytes_per_s / 1e12
+    )
+    assert same.step_time_s == pytest.approx(plain.step_time_s, rel=1e-12)
+    low_power = module.simulate_on(scenario, board_power_w=500.0)
+    low_hbm = module.simulate_on(scenario, hbm_TBps=2.4)
+    assert low_power.step_time_s > plain.step_time_s and low_hbm.step_time_s >= plain.step_time_s
+    clock = plain.to_dict()["kernels"]["system"]["power_limited_clock"]
+    assert clock < 1.0
+    assert low_power.to_dict()["kernels"]["system"]["power_limited_clock"] == pytest.approx(
+        clock * (500.0 / scenario.gpu.board_power_w) ** (1 / 3), rel=1e-9
+    )
+    assert mfusim.simulate(scenario).step_time_s == pytest.approx(plain.step_time_s, rel=1e-12)
