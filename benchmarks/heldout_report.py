@@ -43,16 +43,11 @@ ROOT = Path(__file__).resolve().parents[1]
 HELDOUT = ROOT / "scenarios" / "heldout"
 AUTOMODEL = ROOT / "scenarios" / "heldout_automodel"
 TORCHTITAN = ROOT / "scenarios" / "heldout_torchtitan"
-# torchtitan's runs were on Meta's Grand Teton H100: 500 W power limit, HBM2e at 2.4 TB/s (the sources'
-# Hardware sections, benchmarks/llama3_h100_202412_torchtitan.md@820504e2); the catalog has the 700 W
-# HBM3 part only, so their docs section also shows this what-if (simulate_on)
-GRAND_TETON = {"board_power_w": 500.0, "hbm_TBps": 2.4}
 # docs/accuracy.md blocks --write-docs rewrites: (directory, block name, GPU what-if of simulate_on)
 DOC_BLOCKS: tuple[tuple[Path, str, dict[str, float]], ...] = (
     (HELDOUT, "heldout", {}),
     (AUTOMODEL, "heldout-automodel", {}),
     (TORCHTITAN, "heldout-torchtitan", {}),
-    (TORCHTITAN, "heldout-torchtitan-grand-teton", GRAND_TETON),
 )
 ACCURACY_MD = ROOT / "docs" / "accuracy.md"
 KINDS = ("step_time_s", "mfu", "hfu_tflops_megatron", "tokens_per_s_per_gpu")

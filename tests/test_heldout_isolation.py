@@ -158,7 +158,8 @@ def test_gpu_whatif_follows_the_clock_law_and_does_not_leak() -> None:
     loses its clock as the cube law says -- the power-limited clock falls by (500/700)^(1/3) where it
     is below the boost clock -- and the patched SKU factor is gone after the call."""
     module = _report_module()
-    scenario = mfusim.load_scenario(TORCHTITAN / "asynctp_llama3_70b_bf16_256gpu.toml")
+    path = TORCHTITAN / "asynctp_llama3_70b_bf16_256gpu.toml"
+    scenario = mfusim.load_scenario(path, ["cluster.gpu=h100-sxm"])  # the 700 W HBM3 part
     plain = mfusim.simulate(scenario)
     same = module.simulate_on(
         scenario, scenario.gpu.board_power_w, scenario.gpu.hbm_bandwidth_bytes_per_s / 1e12
@@ -173,3 +174,17 @@ def test_gpu_whatif_follows_the_clock_law_and_does_not_leak() -> None:
         clock * (500.0 / scenario.gpu.board_power_w) ** (1 / 3), rel=1e-9
     )
     assert mfusim.simulate(scenario).step_time_s == pytest.approx(plain.step_time_s, rel=1e-12)
+
+
+def test_grand_teton_catalog_gpu_is_the_whatif() -> None:
+    """The catalog's h100-sxm-96gb (Grand Teton: 500 W, 2.4 TB/s; the torchtitan sources' Hardware
+    section) is h100-sxm with those two figures: the same step as heldout_report's what-if on the
+    700 W part, and slower than it."""
+    module = _report_module()
+    path = TORCHTITAN / "asynctp_llama3_70b_bf16_256gpu.toml"
+    teton = mfusim.load_scenario(path)
+    assert teton.gpu.name == "h100-sxm-96gb"
+    h100 = mfusim.load_scenario(path, ["cluster.gpu=h100-sxm"])
+    whatif = module.simulate_on(h100, board_power_w=500.0, hbm_TBps=2.4)
+    assert mfusim.simulate(teton).step_time_s == pytest.approx(whatif.step_time_s, rel=1e-9)
+    assert mfusim.simulate(teton).step_time_s > mfusim.simulate(h100).step_time_s

@@ -539,8 +539,12 @@ def test_gpu_labels(label, topology):
 def test_unsupported_gpu_labels():
     for label in ("TPU v4", "H100 PCIe", "MI300X"):
         assert isinstance(V.gpu_mapping(label), str)
-    teton = V.gpu_mapping("H100-SXM-96GB-HBM2e (500W, Grand Teton)")  # simulated, flagged optimistic
-    assert isinstance(teton, V.GPUMapping) and teton.topology == "dgx-h100" and "optimistic" in teton.note
+    teton = V.gpu_mapping("H100-SXM-96GB-HBM2e (500W, Grand Teton)")  # its own catalog part
+    assert isinstance(teton, V.GPUMapping) and teton.topology == "dgx-h100" and teton.gpu == "h100-sxm-96gb"
+    from simulator.loading import gpu_by_name
+
+    part = gpu_by_name("h100-sxm-96gb")
+    assert part.board_power_w == 500.0 and part.hbm_bandwidth_bytes_per_s == pytest.approx(2.4e12)
 
 
 def test_other_sources_rules_and_torchtitan_flops():
