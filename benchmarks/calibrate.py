@@ -81,9 +81,9 @@ SUBSET_RULE = (
 DEFAULT_STACK_TABLES: tuple[tuple[str, tuple[str, ...], str, str, str | None], ...] = (
     (
         "hopper",
-        ("h100-sxm", "h200", "h800"),
+        ("h100-sxm", "h200", "h800", "h100-sxm-96gb"),
         "megatron-core/hopper",
-        "fitted (H200/H800: same GH100 die)",
+        "fitted (H200/H800/H100-96GB: same GH100 die)",
         None,
     ),
     (

@@ -19,7 +19,8 @@ from tests.conftest import load_benchmark
 ROOT = Path(__file__).resolve().parent.parent
 HELDOUT = ROOT / "scenarios" / "heldout"
 AUTOMODEL = ROOT / "scenarios" / "heldout_automodel"
-HELDOUT_DIRS = (HELDOUT, AUTOMODEL)
+TORCHTITAN = ROOT / "scenarios" / "heldout_torchtitan"
+HELDOUT_DIRS = (HELDOUT, AUTOMODEL, TORCHTITAN)
 
 
 def _report_module():
@@ -55,6 +56,7 @@ def test_heldout_runs_are_not_calibration_rows() -> None:
         "2204.06745",
         "2401.02385",
         "automodel",
+        "torchtitan",
     ):
         assert key not in sources.lower()
 
@@ -119,3 +121,70 @@ def test_automodel_moe_runs_use_the_benchmarks_gate() -> None:
         assert scenario.memory.sharded_param_dtype == "fp32"
         if scenario.model.num_experts:
             assert scenario.model.routing == "round_robin"
+
+
+def test_torchtitan_runs_say_what_torchtitan_ran() -> None:
+    """Every torchtitan scenario runs the stack validate's torchtitan rule names (validate_sources.toml):
+    FSDP2 (zero 3) with its fp32 gradient shard, full AC (its selective AC is not modelled), SDPA's
+    FlashAttention-2, F.cross_entropy, Float8 as dynamic (current) scaling, and under pipeline
+    parallelism the parameters kept gathered for the step; every run is measured in tokens/s per GPU
+    as torchtitan's TPS/GPU, and the report covers them all."""
+    from simulator.validate import source_rules
+
+    rules = source_rules("pytorch/torchtitan")
+    runs = _runs(TORCHTITAN)
+    rows = _report_module().evaluate(TORCHTITAN)
+    assert {r.run_id for r in rows} == set(runs)
+    for run_id, info in runs.items():
+        assert info["measured_kind"] == "tokens_per_s_per_gpu" and "torchtitan" in info["source"]
+        scenario = mfusim.load_scenario(TORCHTITAN / f"{run_id}.toml")
+        par = scenario.parallel
+        assert par.zero == rules.zero and par.recompute == "full"
+        assert par.recompute not in rules.recompute_not_modelled
+        assert par.reshard_after_forward == (par.pp == 1)
+        assert scenario.kernels.attention == rules.attention
+        assert scenario.kernels.cross_entropy == rules.cross_entropy
+        assert scenario.memory.sharded_grad_dtype == rules.sharded_grad_dtype
+        if scenario.dtype == "fp8":
+            assert scenario.fp8_recipe == rules.fp8_recipe
+        if not scenario.fp8_param_gather:
+            assert scenario.memory.sharded_param_dtype == rules.sharded_param_dtype
+        assert par.sequence_parallel == (par.tp > 1)
+
+
+def test_gpu_whatif_follows_the_clock_law_and_does_not_leak() -> None:
+    """heldout_report's Grand Teton what-if: at the catalog's own figures it is the plain simulation;
+    less board power or HBM bandwidth never makes a step faster; a GEMM-bound step (bf16 70B, TP 8)
+    loses its clock as the cube law says -- the power-limited clock falls by (500/700)^(1/3) where it
+    is below the boost clock -- and the patched SKU factor is gone after the call."""
+    module = _report_module()
+    path = TORCHTITAN / "asynctp_llama3_70b_bf16_256gpu.toml"
+    scenario = mfusim.load_scenario(path, ["cluster.gpu=h100-sxm"])  # the 700 W HBM3 part
+    plain = mfusim.simulate(scenario)
+    same = module.simulate_on(
+        scenario, scenario.gpu.board_power_w, scenario.gpu.hbm_bandwidth_bytes_per_s / 1e12
+    )
+    assert same.step_time_s == pytest.approx(plain.step_time_s, rel=1e-12)
+    low_power = module.simulate_on(scenario, board_power_w=500.0)
+    low_hbm = module.simulate_on(scenario, hbm_TBps=2.4)
+    assert low_power.step_time_s > plain.step_time_s and low_hbm.step_time_s >= plain.step_time_s
+    clock = plain.to_dict()["kernels"]["system"]["power_limited_clock"]
+    assert clock < 1.0
+    assert low_power.to_dict()["kernels"]["system"]["power_limited_clock"] == pytest.approx(
+        clock * (500.0 / scenario.gpu.board_power_w) ** (1 / 3), rel=1e-9
+    )
+    assert mfusim.simulate(scenario).step_time_s == pytest.approx(plain.step_time_s, rel=1e-12)
+
+
+def test_grand_teton_catalog_gpu_is_the_whatif() -> None:
+    """The catalog's h100-sxm-96gb (Grand Teton: 500 W, 2.4 TB/s; the torchtitan sources' Hardware
+    section) is h100-sxm with those two figures: the same step as heldout_report's what-if on the
+    700 W part, and slower than it."""
+    module = _report_module()
+    path = TORCHTITAN / "asynctp_llama3_70b_bf16_256gpu.toml"
+    teton = mfusim.load_scenario(path)
+    assert teton.gpu.name == "h100-sxm-96gb"
+    h100 = mfusim.load_scenario(path, ["cluster.gpu=h100-sxm"])
+    whatif = module.simulate_on(h100, board_power_w=500.0, hbm_TBps=2.4)
+    assert mfusim.simulate(teton).step_time_s == pytest.approx(whatif.step_time_s, rel=1e-9)
+    assert mfusim.simulate(teton).step_time_s > mfusim.simulate(h100).step_time_s

@@ -539,8 +539,12 @@ def test_gpu_labels(label, topology):
 def test_unsupported_gpu_labels():
     for label in ("TPU v4", "H100 PCIe", "MI300X"):
         assert isinstance(V.gpu_mapping(label), str)
-    teton = V.gpu_mapping("H100-SXM-96GB-HBM2e (500W, Grand Teton)")  # simulated, flagged optimistic
-    assert isinstance(teton, V.GPUMapping) and teton.topology == "dgx-h100" and "optimistic" in teton.note
+    teton = V.gpu_mapping("H100-SXM-96GB-HBM2e (500W, Grand Teton)")  # its own catalog part
+    assert isinstance(teton, V.GPUMapping) and teton.topology == "dgx-h100" and teton.gpu == "h100-sxm-96gb"
+    from simulator.loading import gpu_by_name
+
+    part = gpu_by_name("h100-sxm-96gb")
+    assert part.board_power_w == 500.0 and part.hbm_bandwidth_bytes_per_s == pytest.approx(2.4e12)
 
 
 def test_other_sources_rules_and_torchtitan_flops():
@@ -826,3 +830,54 @@ def test_automodel_rows_run_the_benchmarks_gate_dispatcher_and_recompute() -> No
     )
     assert isinstance(mb, V.Case)
     assert V.scenario_for(mb).model.routing == "balanced"
+
+
+def _torchtitan_row(recompute: str, pp: str = "1", precision: str = "fp8") -> V.Case | V.Unusable:
+    """A row as torchtitan's benchmarks publish one (benchmarks/llama3_h100_202412_torchtitan.md
+    @820504e2: TP, PP, FSDP, local batch, the AC mode, Float8 or not)."""
+    tp, dp = "8", str(64 // int(pp))
+    cells = {
+        "id": "torchtitan_llama3_405b",
+        "source": "pytorch/torchtitan benchmarks/llama3_h100_202412_torchtitan.md",
+        "model_name": "Llama 3.1 405B",
+        "gpu": "H100-SXM-80GB",
+        "num_gpus": "512",
+        "tp": tp,
+        "pp": pp,
+        "dp": dp,
+        "seq_len": "8192",
+        "micro_batch": "4",
+        "global_batch": str(4 * 8 * int(dp)),
+        "zero_or_dist_opt": "fsdp",
+        "recompute": recompute,
+        "precision": precision,
+        "tokens_per_s": "100",
+    }
+    return V.build_case(V.PublishedRun(line=2, cells=cells))
+
+
+def test_torchtitan_rows_run_its_stack_and_refuse_its_selective_ac() -> None:
+    """validate's torchtitan rule follows what torchtitan ran (validate_sources.toml, cited there):
+    its selective AC (op policy: keeps SDPA and every other matmul output; layer policy: every k-th
+    block) is not mfusim's Megatron attention-core recompute, so a selective or unstated (its default
+    is selective) recompute is refused, naming the reason; full AC rows run FSDP2's fp32 shards,
+    F.cross_entropy on .float() logits, SDPA's FA2, Float8's dynamic (current) scaling and, under
+    pipeline parallelism, parameters kept gathered for the step (reshard_after_forward false)."""
+    for cell in ("selective", ""):
+        refused = _torchtitan_row(cell)
+        assert isinstance(refused, V.Unusable), cell
+        assert "selective" in refused.reason and "torchtitan" in refused.reason
+    case = _torchtitan_row("full", pp="8")
+    assert isinstance(case, V.Case) and case.source_key == "torchtitan"
+    scn = V.scenario_for(case)
+    assert scn.parallel.recompute == "full" and scn.parallel.zero == 3
+    assert not scn.parallel.reshard_after_forward
+    assert scn.kernels.attention == "fa2" and scn.kernels.cross_entropy == "torch"
+    assert scn.memory.sharded_param_dtype == "fp32" and scn.memory.sharded_grad_dtype == "fp32"
+    assert scn.fp8_recipe == "current"
+    flat = _torchtitan_row("full", precision="bf16")
+    assert isinstance(flat, V.Case)
+    assert V.scenario_for(flat).parallel.reshard_after_forward  # FSDP2 without PP reshards
+    # the Llama 3 paper's rule is unchanged: FSDP kept after forward, no activation checkpointing
+    paper = V.source_rules("Dubey et al. 2024, The Llama 3 Herd of Models")
+    assert paper.zero == 2 and paper.recompute == "none" and not paper.recompute_not_modelled

@@ -308,6 +308,9 @@ def build_case(run: PublishedRun) -> Case | Unusable:
         if fp8_recipe_note:
             notes.append(fp8_recipe_note)
             precision["fp8_recipe"] = "current"
+    if rules.fp8_recipe and dtype == "fp8" and "fp8_recipe" not in precision:
+        precision["fp8_recipe"] = rules.fp8_recipe
+        notes.append(f"precision: fp8_recipe = {rules.fp8_recipe} ({rules.key} stack)")
     cluster = _cluster(run, mapping, num_gpus, notes)
     if is_moe and mapping.topology == "gb200-nvl72" and num_gpus >= 128 and num_gpus % 64 == 0:
         cluster["gpus_used_per_node"] = 64
@@ -549,6 +552,12 @@ def _parallel(
         "overlap_param_gather": True,
         "tp_comm_overlap": tp_comm_overlap,
     }
+    if zero == 3 and pp > 1 and not rules.reshard_after_forward_if_pp:
+        parallel["reshard_after_forward"] = False
+        notes.append(
+            f"reshard_after_forward: false ({rules.key} stack: FSDP2 under pipeline parallelism keeps the "
+            "stage's parameters gathered for the step and reduce-scatters its gradients once)"
+        )
     if slots:
         parallel["account_for_embedding_in_pipeline_split"] = True
         parallel["account_for_loss_in_pipeline_split"] = True
@@ -649,10 +658,13 @@ def _recompute(run: PublishedRun, rules: SourceRules, notes: list[str]) -> str:
     parsed = parse_recompute(run.get("recompute"))
     if parsed is None:
         raise _Refused(f"recompute {run.get('recompute')!r} is not one of none, selective, full")
-    if parsed:
-        return parsed
-    notes.append(f"recompute: not stated -> {rules.recompute} ({rules.key} default)")
-    return rules.recompute
+    recompute = parsed or rules.recompute
+    if recompute in rules.recompute_not_modelled:
+        stated = "" if parsed else " (not stated: the source's default)"
+        raise _Refused(f"recompute {recompute!r}{stated}: {rules.recompute_not_modelled_why}")
+    if not parsed:
+        notes.append(f"recompute: not stated -> {rules.recompute} ({rules.key} default)")
+    return recompute
 
 
 def _sequence_parallel(run: PublishedRun, rules: SourceRules, tp: int, notes: list[str]) -> bool:

@@ -70,6 +70,11 @@ class SourceRules:
     moe_routing: str = ""  # MoE rows: [model.moe] routing ("" = balanced, Megatron's forced balancing)
     moe_dispatcher: str = ""  # MoE rows with ep > 1: [kernels] moe_dispatcher ("" = alltoall)
     mtp: bool = True  # the architecture's MTP module is trained (False: the stack does not build it)
+    # recompute modes that mean something else in this stack than in mfusim (rows refused, naming why)
+    recompute_not_modelled: tuple[str, ...] = ()
+    recompute_not_modelled_why: str = ""
+    reshard_after_forward_if_pp: bool = True  # ZeRO-3 rows with pp > 1: [parallel] reshard_after_forward
+    fp8_recipe: str = ""  # fp8 rows: [precision] fp8_recipe ("" = delayed)
     stack_rules: tuple[StackRule, ...] = ()  # per-table / per-row exceptions to the stack keys
 
     def stack_for(self, key: str, source: str, notes: str, model_name: str) -> tuple[str, str]:
@@ -122,6 +127,10 @@ _OPTIONAL_KEYS = (
     "moe_routing",
     "moe_dispatcher",
     "mtp",
+    "recompute_not_modelled",
+    "recompute_not_modelled_why",
+    "reshard_after_forward_if_pp",
+    "fp8_recipe",
     "stack_rule",
 )
 
@@ -151,6 +160,10 @@ def _rules(table: dict[str, Any], where: str) -> SourceRules:
             )
         )
     kw = {k: table[k] for k in _RULE_KEYS if k in table}
+    if "recompute_not_modelled" in kw:
+        kw["recompute_not_modelled"] = tuple(kw["recompute_not_modelled"])
+        if not kw.get("recompute_not_modelled_why"):
+            raise ValueError(f"{where}: recompute_not_modelled needs recompute_not_modelled_why")
     return SourceRules(**kw, stack_rules=tuple(rules))
 
 
