@@ -543,6 +543,9 @@ def test_unsupported_gpu_labels():
     assert isinstance(teton, V.GPUMapping) and teton.topology == "dgx-h100" and teton.gpu == "h100-sxm-96gb"
     from simulator.loading import gpu_by_name
 
+    # the platform alone is not the part: Llama 3 trained on 700 W 80 GB H100s in Grand Teton servers
+    llama3 = V.gpu_mapping("H100 80GB HBM3 700W Grand Teton")
+    assert isinstance(llama3, V.GPUMapping) and llama3.gpu is None and llama3.topology == "dgx-h100"
     part = gpu_by_name("h100-sxm-96gb")
     assert part.board_power_w == 500.0 and part.hbm_bandwidth_bytes_per_s == pytest.approx(2.4e12)
 
