@@ -543,6 +543,9 @@ def test_unsupported_gpu_labels():
     assert isinstance(teton, V.GPUMapping) and teton.topology == "dgx-h100" and teton.gpu == "h100-sxm-96gb"
     from simulator.loading import gpu_by_name
 
+    # the platform alone is not the part: Llama 3 trained on 700 W 80 GB H100s in Grand Teton servers
+    llama3 = V.gpu_mapping("H100 80GB HBM3 700W Grand Teton")
+    assert isinstance(llama3, V.GPUMapping) and llama3.gpu is None and llama3.topology == "dgx-h100"
     part = gpu_by_name("h100-sxm-96gb")
     assert part.board_power_w == 500.0 and part.hbm_bandwidth_bytes_per_s == pytest.approx(2.4e12)
 
@@ -821,7 +824,11 @@ def test_automodel_rows_run_the_benchmarks_gate_dispatcher_and_recompute() -> No
     assert dsv3.parallel.recompute == "full" and dsv3.parallel.ep == 64
     assert dsv3.memory.sharded_param_dtype == "fp32"
     oss = V.scenario_for(_automodel_case("GPT-OSS 20B", "", "8", "8"))
-    assert oss.model.num_experts == 32 and oss.parallel.ep == 8
+    assert oss.model.num_experts == 32 and oss.parallel.ep == 8 and oss.parallel.recompute == "full"
+    # a per-model rule: the GPT-OSS 120B recipe turns activation checkpointing off
+    big = _automodel_case("GPT-OSS 120B", "", "64", "64")
+    assert V.scenario_for(big).parallel.recompute == "none" and V.scenario_for(big).parallel.ep == 64
+    assert any("activation_checkpointing false" in a for a in big.assumptions)
     qwen = V.scenario_for(_automodel_case("Qwen3 MoE 30B", "8", "8", "8"))
     assert qwen.model.num_experts == 128 and qwen.model.top_k == 8
     # a Megatron-Bridge row keeps Megatron's forced balancing and its MTP module

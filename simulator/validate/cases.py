@@ -658,12 +658,15 @@ def _recompute(run: PublishedRun, rules: SourceRules, notes: list[str]) -> str:
     parsed = parse_recompute(run.get("recompute"))
     if parsed is None:
         raise _Refused(f"recompute {run.get('recompute')!r} is not one of none, selective, full")
-    recompute = parsed or rules.recompute
+    default, why = rules.stack_for(
+        "recompute", run.source, run.get("notes") or "", run.get("model_name") or ""
+    )
+    recompute = parsed or default
     if recompute in rules.recompute_not_modelled:
         stated = "" if parsed else " (not stated: the source's default)"
         raise _Refused(f"recompute {recompute!r}{stated}: {rules.recompute_not_modelled_why}")
     if not parsed:
-        notes.append(f"recompute: not stated -> {rules.recompute} ({rules.key} default)")
+        notes.append(f"recompute: not stated -> {default} ({why or rules.key + ' default'})")
     return recompute
 
 

@@ -29,6 +29,7 @@ class StackRule:
     cross_entropy: str = ""  # loss kernel ("" = the source's)
     attention_padding: str = ""  # q/k/v unpad/pad around the attention kernel ("" = the source's)
     zero3_backward_prefetch: str = ""  # ZeRO-3/FSDP backward gathers ("" = the source's)
+    recompute: str = ""  # recomputation when the row's cell is empty ("" = the source's)
     table: str = ""
     notes: str = ""
     models: tuple[str, ...] = ()
@@ -109,6 +110,8 @@ STACK_RULE_KEYS = (
     "attention_padding",
     "zero3_backward_prefetch",
 )
+# the other keys a [[source.stack_rule]] can set for some of a source's rows (not [kernels] keys)
+ROW_RULE_KEYS = ("recompute",)
 _RULE_KEYS = tuple(k for k in SourceRules.__dataclass_fields__ if k != "stack_rules")
 _OPTIONAL_KEYS = (
     "attention",
@@ -143,8 +146,8 @@ def _rules(table: dict[str, Any], where: str) -> SourceRules:
         raise ValueError(f"{where}.flop_convention: unknown {table['flop_convention']!r}")
     rules = []
     for i, r in enumerate(table.get("stack_rule", ())):
-        unknown = set(r) - {*STACK_RULE_KEYS, "table", "notes", "models", "note"}
-        if unknown or not any(r.get(k) for k in STACK_RULE_KEYS):
+        unknown = set(r) - {*STACK_RULE_KEYS, *ROW_RULE_KEYS, "table", "notes", "models", "note"}
+        if unknown or not any(r.get(k) for k in (*STACK_RULE_KEYS, *ROW_RULE_KEYS)):
             raise ValueError(f"{where}.stack_rule[{i}]: unknown {sorted(unknown)} or nothing set")
         rules.append(
             StackRule(
@@ -153,6 +156,7 @@ def _rules(table: dict[str, Any], where: str) -> SourceRules:
                 cross_entropy=str(r.get("cross_entropy", "")),
                 attention_padding=str(r.get("attention_padding", "")),
                 zero3_backward_prefetch=str(r.get("zero3_backward_prefetch", "")),
+                recompute=str(r.get("recompute", "")),
                 table=str(r.get("table", "")).lower(),
                 notes=str(r.get("notes", "")).lower(),
                 models=tuple(str(m).lower() for m in r.get("models", ())),
