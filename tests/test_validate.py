@@ -882,9 +882,12 @@ def test_torchtitan_rows_run_its_stack_and_refuse_its_selective_ac() -> None:
     assert scn.kernels.attention == "fa2" and scn.kernels.cross_entropy == "torch"
     assert scn.memory.sharded_param_dtype == "fp32" and scn.memory.sharded_grad_dtype == "fp32"
     assert scn.fp8_recipe == "current"
+    # torch.distributed.pipelining: one schedule per step, PipelineStage's blocking reduce-scatter
+    assert scn.parallel.local_batch == scn.parallel.global_batch // scn.parallel.dp
     flat = _torchtitan_row("full", precision="bf16")
     assert isinstance(flat, V.Case)
     assert V.scenario_for(flat).parallel.reshard_after_forward  # FSDP2 without PP reshards
+    assert V.scenario_for(flat).parallel.local_batch == 0  # no pipeline: Megatron-style accumulation
     # the Llama 3 paper's rule is unchanged: FSDP kept after forward, no activation checkpointing
     paper = V.source_rules("Dubey et al. 2024, The Llama 3 Herd of Models")
     assert paper.zero == 2 and paper.recompute == "none" and not paper.recompute_not_modelled

@@ -558,6 +558,13 @@ def _parallel(
             f"reshard_after_forward: false ({rules.key} stack: FSDP2 under pipeline parallelism keeps the "
             "stage's parameters gathered for the step and reduce-scatters its gradients once)"
         )
+    if zero == 3 and pp > 1 and rules.pipeline_stage_if_pp:
+        parallel["local_batch"] = global_batch // dp
+        notes.append(
+            f"local_batch: {global_batch // dp} ({rules.key} stack: one torch.distributed.pipelining schedule "
+            "per step; its PipelineStage reduce-scatters a chunk's gradients after the chunk's last "
+            "backward and waits)"
+        )
     if slots:
         parallel["account_for_embedding_in_pipeline_split"] = True
         parallel["account_for_loss_in_pipeline_split"] = True

@@ -74,6 +74,9 @@ class SourceRules:
     # recompute modes that mean something else in this stack than in mfusim (rows refused, naming why)
     recompute_not_modelled: tuple[str, ...] = ()
     recompute_not_modelled_why: str = ""
+    # ZeRO-3 rows with pp > 1: one torch.distributed.pipelining schedule per step (PipelineStage
+    # semantics: [parallel] local_batch = global_batch / dp)
+    pipeline_stage_if_pp: bool = False
     reshard_after_forward_if_pp: bool = True  # ZeRO-3 rows with pp > 1: [parallel] reshard_after_forward
     fp8_recipe: str = ""  # fp8 rows: [precision] fp8_recipe ("" = delayed)
     stack_rules: tuple[StackRule, ...] = ()  # per-table / per-row exceptions to the stack keys
@@ -133,6 +136,7 @@ _OPTIONAL_KEYS = (
     "recompute_not_modelled",
     "recompute_not_modelled_why",
     "reshard_after_forward_if_pp",
+    "pipeline_stage_if_pp",
     "fp8_recipe",
     "stack_rule",
 )
