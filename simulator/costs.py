@@ -42,6 +42,14 @@ class Device:
     # (simulator/clocks.py power_limited_clock; program.py sets it per pipeline stage from that
     # stage's whole kernel mix)
     power_clock: float = 1.0
+    # [precision] fp8_recipe of an "fp8" device: "blockwise" runs its GEMMs as blockwise-scaled
+    # kernels (`gemm_dtype`, kernels.BLOCKWISE_PROMOTION_NOTE)
+    fp8_recipe: str = "delayed"
+
+    @property
+    def gemm_dtype(self) -> str:
+        """The kernel dtype of this device's layer GEMMs (kernels.gemm_plan)."""
+        return "fp8_blockwise" if self.dtype == "fp8" and self.fp8_recipe == "blockwise" else self.dtype
 
     @property
     def peak_flop_per_s(self) -> float:
@@ -104,7 +112,7 @@ def matmul_time_s(device: Device, m: int, n: int, k: int, count: int = 1, out_by
     if m <= 0 or n <= 0 or k <= 0 or count <= 0:
         return 0.0
     shape = min(alignment_factor(d, device.dtype) for d in (m, n, k))
-    t = kernel_model.gemm_time_s(device.gpu, device.dtype, m, n, k, count, device.params, out_bytes)
+    t = kernel_model.gemm_time_s(device.gpu, device.gemm_dtype, m, n, k, count, device.params, out_bytes)
     return t / (device.clock * shape) + device.launch_s
 
 

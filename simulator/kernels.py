@@ -232,7 +232,7 @@ class KernelParams:
     torch_layer_norm_bwd_bw_scale: float = 1.0
 
     def sustained_gemm_ratio(self, dtype: str) -> float:
-        low = dtype in ("fp8", "mxfp8", "nvfp4")
+        low = dtype in LOW_PRECISION_GEMM_DTYPES
         return self.sustained_gemm_ratio_8bit if low else self.sustained_gemm_ratio_16bit
 
     def training_gemm_ratio(self, dtype: str) -> float:
@@ -329,6 +329,35 @@ def memory_time_s(
 
 
 # ----------------------------------------------------------------------------- GEMM
+# GEMM kernel dtypes that run on the 8-bit (or 4-bit) tensor-core path: `gemm_fp8_scale` applies.
+# "fp8_blockwise": an "fp8" GEMM under [precision] fp8_recipe = "blockwise" (costs.Device.gemm_dtype).
+LOW_PRECISION_GEMM_DTYPES = ("fp8", "mxfp8", "nvfp4", "fp8_blockwise")
+# BLOCKWISE_PROMOTION_NOTE: a blockwise-scaled FP8 GEMM on Hopper (DeepSeek-V3, arXiv 2412.19437
+# §3.3.2; DeepGEMM; cuBLAS 12.9 CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F / BLK128x128_32F, which
+# Transformer Engine calls: common/gemm/cublaslt_gemm.cu@d0067d0d) accumulates each 128-deep k-block
+# in the WGMMA's registers, then promotes it on the CUDA cores: acc += partial x (scale_a x scale_b),
+# one FP32 FMA per accumulator element per k-block. Per k-block of a tm x tn tile that is
+# tm*tn FMAs at BLOCKWISE_FP32_FMA_PER_SM_CLOCK against 2*tm*tn*128 MMA FLOPs at the SM's FP8 rate
+# (1,978.9 TFLOP/s dense / (132 SMs x 1.83 GHz) = 8,192 FLOP/clock): 1/4 of the MMA time
+# (`blockwise_promotion_ratio`). With two consumer warpgroups one promotes while the other's WGMMA
+# runs ("while one warpgroup performs the promotion operation, the other is able to execute the MMA
+# operation", §3.3.2), so below 1 the promotion is hidden and the main loop keeps the per-tensor
+# FP8 rate; what the scales add is their bytes (units.DTYPE_BYTES["fp8_blockwise"]: 4 per 128
+# elements of the 1x128 operand) in the memory floor. DeepGEMM's H800 tables (kernels.toml,
+# deepgemm) are reproduced this way at training shapes.
+BLOCKWISE_K_BLOCK = 128  # elements of K per scale (N_C = 128, §3.3.2)
+BLOCKWISE_FP32_FMA_PER_SM_CLOCK = 128  # FP32 cores per Hopper SM (NVIDIA H100 whitepaper, GH100 SM)
+HOPPER_FP8_FLOP_PER_SM_CLOCK = 8192  # dense FP8 tensor-core FLOPs per SM and clock (GH100)
+
+
+def blockwise_promotion_ratio() -> float:
+    """CUDA-core promotion time over tensor-core MMA time per k-block of a blockwise-scaled FP8
+    GEMM tile on Hopper (BLOCKWISE_PROMOTION_NOTE); independent of the tile shape."""
+    fma_clocks = 1.0 / BLOCKWISE_FP32_FMA_PER_SM_CLOCK  # per accumulator element
+    mma_clocks = 2.0 * BLOCKWISE_K_BLOCK / HOPPER_FP8_FLOP_PER_SM_CLOCK
+    return fma_clocks / mma_clocks
+
+
 @dataclass(frozen=True, slots=True)
 class GemmPlan:
     """The tile and split-K choice of the fastest plan, and its time."""
@@ -358,7 +387,7 @@ def gemm_plan(
     if m <= 0 or n <= 0 or k <= 0 or batch <= 0:
         return GemmPlan(0.0, 0, 0, 1, 0)
     sms = gpu.num_sms
-    scale = p.gemm_fp8_scale if dtype in ("fp8", "mxfp8", "nvfp4") else 1.0  # low-precision kernels
+    scale = p.gemm_fp8_scale if dtype in LOW_PRECISION_GEMM_DTYPES else 1.0  # low-precision kernels
     # the main loop at the MMA pipe's throughput (tensor_rate_scale); the power-limited ceiling
     # below is the chip's, at the datasheet rate
     peak_per_sm = gpu.peak_flop_per_s(dtype) * p.gemm_peak_fraction * tensor_rate_scale(gpu, dtype, p) / sms
@@ -421,7 +450,7 @@ def saturated_gemm_flop_per_s(gpu: GPUSpec, dtype: str, params: KernelParams | N
     """The best GEMM rate of this dtype at the benchmarks' boost clock: the MAMF ceiling (the
     reference a kernel's tensor activity is measured against, simulator/clocks.py)."""
     p = params or kernel_params(gpu)
-    scale = p.gemm_fp8_scale if dtype in ("fp8", "mxfp8", "nvfp4") else 1.0
+    scale = p.gemm_fp8_scale if dtype in LOW_PRECISION_GEMM_DTYPES else 1.0
     return gpu.peak_flop_per_s(dtype) * scale * p.gemm_max_fraction
 
 
@@ -435,7 +464,7 @@ def tensor_rate_scale(gpu: GPUSpec, dtype: str, params: KernelParams) -> float:
     power-limited ceiling (`gemm_max_fraction` of the datasheet rate, the MAMF best, which also
     sets the saturating GEMM of `saturated_gemm_flop_per_s`) are not the pipe's and are not
     scaled: a faster GPU of the same silicon can then never run an NVFP4 GEMM slower."""
-    if dtype not in ("fp8", "mxfp8", "nvfp4"):
+    if dtype not in LOW_PRECISION_GEMM_DTYPES:
         return 1.0
     if dtype == "nvfp4":
         return params.gemm_fp8_scale * gpu.efficiency.fp4_matmul_fraction

@@ -143,6 +143,12 @@ OPTIMIZER_BYTES = 12  # fp32 master weights + Adam m + Adam v (Rajbhandari et al
 ACT_BYTES = 2  # 16-bit activations
 MASK_BYTES = 1  # dropout masks
 FP8_BYTES = 1  # fp8 copies of matmul inputs saved for backward (fp8 training)
+# ... and under [precision] fp8_recipe = "blockwise" the saved column-wise copy (the wgrad GEMM's
+# operand) carries one fp32 scale per 1x128 tile (Transformer Engine Float8BlockwiseQTensor,
+# program.FP8_BLOCKWISE_QUANT_BYTES_PER_ELEMENT). The 128x128-block weight cache stays at
+# FP8_WEIGHT_CACHE_BYTES: its scales are 4 / 16384 bytes per element, and its Hopper column-wise
+# copy is left out as per-tensor FP8's transpose is (weight_bytes_per_param).
+FP8_BLOCKWISE_SAVED_BYTES = FP8_BYTES + 4 / 128
 LSE_BYTES = 4  # FlashAttention's fp32 log-sum-exp per head and query
 # DeepSeek-V3's E5M6 (sign, 5 exponent, 6 mantissa bits: 12 bits) cache of the attention output
 # (report arXiv 2412.19437 §3.3.3 "Low-Precision Activation" (1)); its 1x128-tile power-of-2 scales
@@ -179,6 +185,7 @@ def layer_activation_bytes(
     flash_attention: bool = True,
     moe: bool = False,
     fp8: bool = False,
+    fp8_saved_bytes: float = FP8_BYTES,
     etp: int = 1,
     recompute_modules: tuple[str, ...] = (),
     fp8_moe_act_input: bool = False,
@@ -206,7 +213,7 @@ def layer_activation_bytes(
     kv_rank = model.dim_per_head * max(model.num_kv_heads / t, 1.0)
     # inputs of the four matmuls are kept in fp8 when training in fp8 (Transformer Engine saves
     # the fp8 casts for the weight-gradient GEMMs); everything else stays 16-bit
-    mm = FP8_BYTES if fp8 else ACT_BYTES
+    mm = fp8_saved_bytes if fp8 else ACT_BYTES
     if moe:
         # the busiest EP rank's experts see top_k·imbalance copies of each of its T/t tokens
         # (balanced routing: T·top_k/E per expert, E/ep experts per rank -- not all E experts);
@@ -401,17 +408,22 @@ def logit_bytes(cross_entropy: str) -> float:
     return 2.0 if cross_entropy == "te" else 4.0
 
 
+def saved_fp8_bytes_per_element(scn: Scenario) -> float:
+    """Bytes per element of a GEMM input saved for backward in a quantized step."""
+    return FP8_BLOCKWISE_SAVED_BYTES if scn.dtype == "fp8" and scn.fp8_recipe == "blockwise" else FP8_BYTES
+
+
 def proj_saves_original_input(scn: Scenario) -> bool:
     """Whether the attention output projection keeps its 16-bit input instead of an FP8 copy
     (`_attention_output`). Megatron-Core (781e765818, core 0.15) sets it for every non-delayed FP8
     recipe and for FP4, with TE >= 2.6: the simulator's mxfp8 and nvfp4, and fp8 with
-    `[precision] fp8_recipe = "current"`. Its "fp8" is per-tensor
+    `[precision] fp8_recipe = "current"` or "blockwise". Its "fp8" is otherwise per-tensor
     scaling, delayed (Megatron's default: a copy kept) or current -- but Megatron-Core refuses
     `layernorm` and `moe_act` recomputation under delayed scaling ("Delayed scaling does not
     support moe_act and layernorm recompute for fp8", transformer_config.py, with the same TE
     minimum), so an fp8 scenario recomputing either runs a non-delayed recipe and saves the
     original input too."""
-    if scn.dtype in ("mxfp8", "nvfp4") or (scn.dtype == "fp8" and scn.fp8_recipe == "current"):
+    if scn.dtype in ("mxfp8", "nvfp4") or (scn.dtype == "fp8" and scn.fp8_recipe in ("current", "blockwise")):
         return True
     par = scn.parallel
     return (
@@ -435,6 +447,7 @@ def scenario_layer_activations(scn: Scenario, moe: bool) -> LayerActivationBytes
         flash_attention=scn.kernels.flash_attention,
         moe=moe,
         fp8=scn.dtype in ("fp8", "mxfp8", "nvfp4"),
+        fp8_saved_bytes=saved_fp8_bytes_per_element(scn),
         etp=par.expert_tp,
         recompute_modules=par.recomputed_modules,
         fp8_moe_act_input=scn.memory.fp8_moe_act_input,
@@ -739,7 +752,7 @@ def memory_footprint(scn: Scenario) -> MemoryReport:
     # (2·2h), the projection M's input (2h, a linear input), one layer like the last main layer,
     # and the shared output head's inputs and logits again
     mtp_layer = moe_act if model.is_moe_layer(model.layers - 1) else dense_act
-    mm = FP8_BYTES if scn.dtype in ("fp8", "mxfp8", "nvfp4") else ACT_BYTES
+    mm = saved_fp8_bytes_per_element(scn) if scn.dtype in ("fp8", "mxfp8", "nvfp4") else ACT_BYTES
     mtp_act = model.mtp_layers * (
         mtp_layer.stored * kept + (2 * ACT_BYTES + 2 * mm) * sbh / sp_div + output_inputs + logits
     )

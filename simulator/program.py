@@ -417,6 +417,26 @@ FP8_CURRENT_AMAX_READ_BYTES = 2.0
 FP8_CURRENT_KERNELS_PER_TENSOR = 3
 
 
+# Blockwise scaling ([precision] fp8_recipe = "blockwise", Hopper): Transformer Engine's
+# Float8BlockQuantizer::quantize (pytorch/csrc/quantizer.cpp@5671fd36) is one nvte_quantize_v2 call;
+# for the 1x128 activation and gradient tiles that is quantize_transpose_vector_blockwise
+# (common/transpose/quantize_transpose_vector_blockwise.cu@5671fd36), one kernel that reads the
+# 16-bit tensor once and writes the row-wise FP8 copy with one fp32 scale per 1x128 tile and the
+# column-wise (transposed) copy with its own scale per 128 elements of a column -- the two copies are
+# quantized separately from the 16-bit source, since their 1-D blocks cover different elements
+# (TE docs/features/low_precision_training/fp8_blockwise_scaling/fp8_blockwise_scaling.rst@d0067d0d,
+# "Handling transposes"): 2 + 2 x (1 + 4/128) bytes per element. The block amax is taken inside the
+# kernel (no amax pass, no scale kernel: "does not need any scale synchronization"). Forward it
+# quantizes the GEMM input (row-wise for fprop, column-wise kept for wgrad), backward the output
+# gradient (row-wise for dgrad, column-wise for wgrad), as TE's Linear does for every recipe.
+# The 128x128 weight blocks (quantize_transpose_square_blockwise) are quantized once per weight
+# update like per-tensor FP8's cached weight casts, which the layer costing does not charge either.
+FP8_BLOCKWISE_QUANT_BYTES_PER_ELEMENT = 2 + 2 * (1 + 4 / 128)
+# The recipes whose eager GroupedLinear quantizes each local expert with its own kernel(s)
+# (multi_tensor_quantize_impl fuses only delayed-scaling Float8Quantizers: cast.cpp:105-150@5671fd36)
+PER_EXPERT_FP8_RECIPES = ("current", "blockwise")
+
+
 def quant_kernels_per_tensor(device: Device, fp8_recipe: str = "delayed") -> int:
     """Kernel launches Transformer Engine runs to quantize one GEMM input for this recipe."""
     return FP8_CURRENT_KERNELS_PER_TENSOR if device.dtype == "fp8" and fp8_recipe == "current" else 1
@@ -424,6 +444,8 @@ def quant_kernels_per_tensor(device: Device, fp8_recipe: str = "delayed") -> int
 
 def quant_bytes_per_element(device: Device, fp8_recipe: str = "delayed") -> float:
     """HBM bytes moved per GEMM-input element to quantize it for this recipe on this GPU."""
+    if device.dtype == "fp8" and fp8_recipe == "blockwise":
+        return FP8_BLOCKWISE_QUANT_BYTES_PER_ELEMENT  # both copies written by the one kernel
     quant = QUANT_BYTES_PER_ELEMENT.get(device.dtype, 0.0)
     if device.dtype == "fp8" and fp8_recipe == "current":
         quant += FP8_CURRENT_AMAX_READ_BYTES
@@ -940,7 +962,7 @@ class _Coster:
     act_sync_index: int = 0  # where in the last MoE layer's forward the activation's host sync sits
 
     def __post_init__(self) -> None:
-        self.device = Device(self.scn.gpu, self.scn.dtype)
+        self.device = Device(self.scn.gpu, self.scn.dtype, fp8_recipe=self.scn.fp8_recipe)
 
     @property
     def param_gather_bytes(self) -> float:
@@ -1887,7 +1909,7 @@ class _Coster:
                 )
                 per_expert_kernels = eager and (
                     d.dtype in PER_EXPERT_QUANTIZE_DTYPES
-                    or (d.dtype == "fp8" and self.scn.fp8_recipe == "current")
+                    or (d.dtype == "fp8" and self.scn.fp8_recipe in PER_EXPERT_FP8_RECIPES)
                 )
                 kernels = (experts_local if per_expert_kernels else 1) * quant_kernels_per_tensor(
                     d, self.scn.fp8_recipe

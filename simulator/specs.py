@@ -520,6 +520,10 @@ class GPUSpec:
             # on Blackwell (NVIDIA Blackwell architecture technical brief, "block-scaled FP8")
             "mxfp8": self.peak_fp8_flop_per_s if self.peak_fp4_flop_per_s > 0 else 0.0,
             "nvfp4": self.peak_fp4_flop_per_s,
+            # blockwise-scaled FP8 (1x128 / 128x128 fp32 scales, DeepSeek-V3 §3.3): the FP8 tensor
+            # cores at the FP8 rate with the scales applied on the CUDA cores (Hopper, cuBLAS 12.9+ /
+            # DeepGEMM); Blackwell-class parts (an FP4 peak) run it as MXFP8 (specs.FP8_RECIPES)
+            "fp8_blockwise": self.peak_fp8_flop_per_s if self.peak_fp4_flop_per_s <= 0 else 0.0,
         }.get(dtype, 0.0)
         if peak <= 0:
             raise ConfigError(f"GPU {self.name} has no dense {dtype} peak", key="precision.dtype")
@@ -1269,8 +1273,15 @@ FP8_PARAM_DTYPES = ("fp8", "mxfp8")
 # [precision] fp8_recipe: how per-tensor "fp8" picks its scale (Megatron-Core --fp8-recipe; Transformer
 # Engine recipes): "delayed" (DelayedScaling, Megatron-Core's default: the scale from an amax history,
 # updated inside the cast) or "current" (Float8CurrentScaling: the tensor's own amax first, then the
-# cast; Megatron-Bridge's bf16_with_fp8_current_scaling_mixed preset)
-FP8_RECIPES = ("delayed", "current")
+# cast; Megatron-Bridge's bf16_with_fp8_current_scaling_mixed preset) or "blockwise" (Float8BlockScaling,
+# Megatron-Core --fp8-recipe blockwise, DeepSeek-V3's scheme, arXiv 2412.19437 §3.3: 1x128 activation
+# and gradient tiles, 128x128 weight blocks, fp32 scales; transformer_engine/common/recipe/__init__.py
+# @d0067d0d). Blockwise is Hopper-only here: TE runs it natively on SM 9.0 only and emulates it with
+# MXFP8 on Blackwell (docs/features/low_precision_training/fp8_blockwise_scaling/
+# fp8_blockwise_scaling.rst@d0067d0d "Supported devices"; use precision.dtype "mxfp8" there) and
+# refuses it below SM 9.0 (pytorch/quantization.py _compute_fp8_block_scaling_support)
+FP8_RECIPES = ("delayed", "current", "blockwise")
+FP8_BLOCKWISE_ARCHITECTURES = ("hopper",)
 
 
 @dataclass(frozen=True, slots=True)
@@ -1307,6 +1318,23 @@ class Scenario:
                 f'precision.dtype "fp8" (got {self.dtype}; mxfp8 and nvfp4 carry their own block scales)',
                 key="precision.fp8_recipe",
             )
+        if self.fp8_recipe == "blockwise":
+            from .kernel_catalog import architecture
+
+            arch = architecture(self.gpu.name)
+            if arch not in FP8_BLOCKWISE_ARCHITECTURES:
+                raise ConfigError(
+                    f'precision.fp8_recipe "blockwise" runs natively on Hopper only (got {self.gpu.name}, '
+                    f"{arch}): Transformer Engine emulates it with MXFP8 on Blackwell (use precision.dtype "
+                    '"mxfp8") and needs SM 9.0 or newer',
+                    key="precision.fp8_recipe",
+                )
+            if self.fp8_param_gather:
+                raise ConfigError(
+                    'precision.fp8_recipe "blockwise" with precision.fp8_param_gather (Float8BlockwiseQTensor '
+                    "parameters, a compact-format all-gather with its block scales) is not modelled",
+                    key="precision.fp8_recipe",
+                )
         if self.fp8_param_gather and self.dtype not in FP8_PARAM_DTYPES:
             raise ConfigError(
                 "precision.fp8_param_gather keeps the weights in FP8 only: needs precision.dtype "

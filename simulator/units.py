@@ -74,4 +74,16 @@ def s_to_ns(seconds: float) -> int:
 # Bytes per element of each training dtype (weights/activations as stored).
 # MXFP8: 1 byte + one E8M0 scale per 32 elements (OCP Microscaling Formats spec v1.0);
 # NVFP4: 4 bits + one E4M3 scale per 16 elements (NVIDIA, "Pretraining LLMs with NVFP4", arXiv 2509.25149).
-DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 1, "mxfp8": 1 + 1 / 32, "nvfp4": 0.5 + 1 / 16}
+# fp8_blockwise (a kernel dtype, not a precision.dtype: "fp8" GEMMs under [precision] fp8_recipe =
+# "blockwise"): 1 byte + one fp32 scale per 1x128 tile of the activation / gradient operand
+# (Transformer Engine Float8BlockScaling; the weight's 128x128 blocks carry 4 / 16384 bytes, counted
+# as the 1x128 operand's: an upper bound of 0.03% of its bytes)
+DTYPE_BYTES = {
+    "fp32": 4,
+    "bf16": 2,
+    "fp16": 2,
+    "fp8": 1,
+    "mxfp8": 1 + 1 / 32,
+    "nvfp4": 0.5 + 1 / 16,
+    "fp8_blockwise": 1 + 4 / 128,
+}

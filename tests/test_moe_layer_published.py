@@ -52,6 +52,22 @@ MOE_PERF_H100_BF16_MS = {
 # window of a few ms after a long GEMM; the baselines' own regression band is 2%) and faster by 5%
 BAND = (0.95, 1.15)
 
+# The same layers in FP8 with Transformer Engine's blockwise recipe (test_cases.py: fp8="e4m3",
+# fp8_recipe="blockwise"; __main__.py runs them under fp8="hybrid", fp8_recipe="blockwise": E4M3
+# forward, E5M2 gradients, the same bytes), baseline.json@cf39a4ddcf, ms
+MOE_PERF_H100_FP8_BLOCKWISE_MS = {
+    ("mixtral", "alltoall"): (3.7876319885253906, 6.618246412277221),
+    ("mixtral", "deepep"): (4.101150441169739, 6.82720000743866),
+    ("mixtral", "hybridep"): (3.7007392168045046, 6.57167682647705),
+    ("deepseek", "alltoall"): (7.609272027015686, 10.126460886001587),
+}
+# model / published for the blockwise FP8 layers: mfusim is 4-14% fast here (0.86-0.93 forward,
+# 0.89-0.96 backward) where it is 1-11% slow in BF16 -- its blockwise GEMMs run at the per-tensor
+# FP8 rate (kernels.BLOCKWISE_PROMOTION_NOTE: DeepGEMM's H800 tables support that, cuBLAS's
+# block-scaled Hopper kernels, which TE runs, have no published table), so it credits FP8 more gain
+# than these layers show (docs/accuracy.md, "One MoE layer against Megatron-LM's moe_perf")
+FP8_BLOCKWISE_BAND = (0.82, 1.10)
+
 PROXIES: dict[str, dict[str, Any]] = {
     # test_cases.py MIXTRAL_PROXY
     "mixtral": {"preset": "mixtral-8x7b"},
@@ -72,14 +88,14 @@ NOT_MOE = ("input norm", "qkv", "qk norm", "rope", "gqa", "attention", "attn out
 NOT_MOE += ("post-attn norm", "norm/bias main_grad")
 
 
-def _scn(proxy: str, dispatcher: str) -> Scenario:
+def _scn(proxy: str, dispatcher: str, precision: dict[str, Any] | None = None) -> Scenario:
     model = {**PROXIES[proxy], "seq_len": 4096, "layers": 1}
     model["moe"] = {**model.get("moe", {}), "routing": "balanced"}  # moe_router_force_load_balancing
     data: dict[str, Any] = {
         "model": model,
         "cluster": {"topology": "dgx-h100", "num_gpus": 8},
         "parallel": {"ep": 8, "dp": 8, "micro_batch": 1, "global_batch": 8},
-        "precision": {"dtype": "bf16"},
+        "precision": precision or {"dtype": "bf16"},
         "kernels": {"moe_dispatcher": dispatcher},
     }
     return scenario_from_dict(data)
@@ -110,6 +126,20 @@ def test_moe_layer_matches_megatron_moe_perf(case: tuple[str, str]) -> None:
     assert not any(n.startswith(("attention", "qkv")) for n in names)
     assert BAND[0] <= fwd / fwd_pub <= BAND[1], f"forward {fwd:.2f} ms vs published {fwd_pub:.2f} ms"
     assert BAND[0] <= bwd / bwd_pub <= BAND[1], f"backward {bwd:.2f} ms vs published {bwd_pub:.2f} ms"
+
+
+@pytest.mark.parametrize("case", sorted(MOE_PERF_H100_FP8_BLOCKWISE_MS))
+def test_blockwise_fp8_moe_layer_against_moe_perf(case: tuple[str, str]) -> None:
+    """The FP8 layers of the same benchmark, TE's Float8BlockScaling (`[precision] fp8_recipe =
+    "blockwise"`): within FP8_BLOCKWISE_BAND of the published times. mfusim's FP8 / BF16 ratio is
+    0.70-0.76 on Mixtral and 0.86-0.96 on DeepSeek alltoall against the published 0.85-0.88 and
+    0.97-1.07: it credits blockwise FP8 more gain than these layers show (docs/accuracy.md)."""
+    fwd_pub, bwd_pub = MOE_PERF_H100_FP8_BLOCKWISE_MS[case]
+    fwd, bwd, names = _moe_layer_ms(_scn(*case, {"dtype": "fp8", "fp8_recipe": "blockwise"}))
+    assert "fp8 cast" in names or "fp8 cast (per expert)" in names
+    lo, hi = FP8_BLOCKWISE_BAND
+    assert lo <= fwd / fwd_pub <= hi, f"forward {fwd:.2f} ms vs published {fwd_pub:.2f} ms"
+    assert lo <= bwd / bwd_pub <= hi, f"backward {bwd:.2f} ms vs published {bwd_pub:.2f} ms"
 
 
 def test_expert_gemms_are_most_of_the_large_shape_layer() -> None:

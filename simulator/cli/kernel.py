@@ -45,10 +45,11 @@ def add_parser(sub: Any) -> None:
     g.add_argument("--batch", type=positive_int("--batch", maximum=2**20), default=1)
     g.add_argument(
         "--dtype",
-        choices=("bf16", "fp16", "fp8", "mxfp8", "nvfp4"),
+        choices=("bf16", "fp16", "fp8", "mxfp8", "nvfp4", "fp8_blockwise"),
         default="bf16",
         help="mxfp8 / nvfp4: block-scaled FP8 / FP4 (Blackwell), as a training step with that "
-        "precision.dtype costs its GEMMs",
+        "precision.dtype costs its GEMMs; fp8_blockwise: FP8 with 1x128 / 128x128 fp32 block scales "
+        '(Hopper), as precision.dtype "fp8" with fp8_recipe "blockwise" costs them',
     )
     g.add_argument("--json", action="store_true")
 
@@ -101,6 +102,12 @@ def kernel_result(args: argparse.Namespace) -> dict[str, Any]:
     kind = args.kind
     if kind == "gemm":
         gpu = _gpu(args.gpu)
+        if args.dtype == "fp8_blockwise" and K.architecture(gpu.name) != "hopper":
+            raise ConfigError(
+                f"fp8_blockwise GEMMs run natively on Hopper only, not {gpu.name} (Blackwell runs the "
+                "recipe as MXFP8: --dtype mxfp8)",
+                key="--dtype",
+            )
         try:
             gpu.peak_flop_per_s(args.dtype)  # refuses a dtype the GPU lacks
         except ConfigError as exc:
