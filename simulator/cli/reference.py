@@ -381,8 +381,11 @@ KEYS: dict[str, Key] = {
         "how per-tensor fp8 picks its scales (Megatron-Core --fp8-recipe): delayed = from an amax"
         " history, updated inside the cast (Megatron-Core's default); current = each tensor's own amax"
         " first (Transformer Engine Float8CurrentScaling: one more 16-bit read per quantized"
-        " element; the attention output projection keeps its 16-bit input, no FP8 copy); needs"
-        " dtype fp8",
+        " element; the attention output projection keeps its 16-bit input, no FP8 copy); blockwise ="
+        " Transformer Engine Float8BlockScaling / DeepSeek-V3 (1x128 activation and gradient tiles,"
+        " 128x128 weight blocks, fp32 scales: one quantize kernel writing both FP8 copies with"
+        " their scales, GEMMs as blockwise-scaled kernels; Hopper only, refused with"
+        " fp8_param_gather); needs dtype fp8",
         "string",
         default="delayed",
         allowed=_spec("FP8_RECIPES"),
