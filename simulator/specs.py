@@ -1281,7 +1281,6 @@ FP8_PARAM_DTYPES = ("fp8", "mxfp8")
 # fp8_blockwise_scaling.rst@d0067d0d "Supported devices"; use precision.dtype "mxfp8" there) and
 # refuses it below SM 9.0 (pytorch/quantization.py _compute_fp8_block_scaling_support)
 FP8_RECIPES = ("delayed", "current", "blockwise")
-FP8_BLOCKWISE_ARCHITECTURES = ("hopper",)
 
 
 @dataclass(frozen=True, slots=True)
@@ -1319,14 +1318,12 @@ class Scenario:
                 key="precision.fp8_recipe",
             )
         if self.fp8_recipe == "blockwise":
-            from .kernel_catalog import architecture
-
-            arch = architecture(self.gpu.name)
-            if arch not in FP8_BLOCKWISE_ARCHITECTURES:
+            # Hopper-class: FP8 tensor cores and no FP4 (block-scaled) ones (GPUSpec.peak_flop_per_s)
+            if self.gpu.peak_fp8_flop_per_s <= 0 or self.gpu.peak_fp4_flop_per_s > 0:
                 raise ConfigError(
-                    f'precision.fp8_recipe "blockwise" runs natively on Hopper only (got {self.gpu.name}, '
-                    f"{arch}): Transformer Engine emulates it with MXFP8 on Blackwell (use precision.dtype "
-                    '"mxfp8") and needs SM 9.0 or newer',
+                    f'precision.fp8_recipe "blockwise" runs natively on Hopper only (got {self.gpu.name}): '
+                    'Transformer Engine emulates it with MXFP8 on Blackwell (use precision.dtype "mxfp8") '
+                    "and needs SM 9.0 or newer",
                     key="precision.fp8_recipe",
                 )
             if self.fp8_param_gather:
