@@ -783,6 +783,20 @@ def test_kernel_command_json_keys_and_errors(tmp_path) -> None:  # noqa: ANN001
     cases = {
         ("gemm", "--gpu", "h100-sxm", "--m", "8192", "--n", "8192", "--k", "8192", "--json"): ("tflops",),
         (
+            "gemm",
+            "--gpu",
+            "h800",
+            "--m",
+            "4096",
+            "--n",
+            "7168",
+            "--k",
+            "2048",
+            "--dtype",
+            "fp8_blockwise",
+            "--json",
+        ): ("tflops",),
+        (
             "attention",
             "--gpu",
             "a100-80gb",
@@ -826,6 +840,14 @@ def test_kernel_command_json_keys_and_errors(tmp_path) -> None:  # noqa: ANN001
         (("gemm", "--gpu", "h100-sxm", "--m", "0", "--n", "1", "--k", "1"), "--m"),
         (("gemm", "--gpu", "h100-sxm", "--m", "64", "--n", "64", "--k", "64", "--dtype", "mxfp8"), "--dtype"),
         (("gemm", "--gpu", "h100-sxm", "--m", "64", "--n", "64", "--k", "64", "--dtype", "nvfp4"), "--dtype"),
+        (
+            ("gemm", "--gpu", "b200", "--m", "64", "--n", "64", "--k", "64", "--dtype", "fp8_blockwise"),
+            "--dtype",
+        ),
+        (
+            ("gemm", "--gpu", "a100-80gb", "--m", "64", "--n", "64", "--k", "64", "--dtype", "fp8_blockwise"),
+            "--dtype",
+        ),
     ):
         code, _, err = run(*argv)
         assert code == 2 and flag in err and len(err.strip().splitlines()) == 1, (argv, err)
