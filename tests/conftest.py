@@ -214,3 +214,16 @@ def fake_simulate(scenario: Scenario) -> FakeReport:
     sf = flops.step_flops(scenario.model, scenario.parallel.global_batch, scenario.parallel.recompute)
     t = sf.hardware / (scenario.num_gpus * scenario.peak_flop_per_s * 0.5)
     return FakeReport(step_time_s=t, mfu=sf.model / (t * scenario.num_gpus * scenario.peak_flop_per_s))
+
+
+# A small MoE model for layout tests (4 layers, 64 experts of 2,048, top-4): tests/test_expert_dp.py,
+# tests/test_pipeline_runs.py
+SMALL_MOE_MODEL = {
+    "name": "moe",
+    "layers": 4,
+    "hidden": 2048,
+    "heads": 16,
+    "vocab": 32000,
+    "seq_len": 4096,
+    "moe": {"num_experts": 64, "top_k": 4, "expert_ffn_hidden": 2048},
+}

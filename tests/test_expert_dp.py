@@ -11,16 +11,9 @@ from simulator.loading import scenario_from_dict
 from simulator.network import Placement, default_comm_model
 from simulator.network.interface import bus_factor
 from simulator.program import build_program
+from tests.conftest import SMALL_MOE_MODEL
 
-MOE = {
-    "name": "moe",
-    "layers": 4,
-    "hidden": 2048,
-    "heads": 16,
-    "vocab": 32000,
-    "seq_len": 4096,
-    "moe": {"num_experts": 64, "top_k": 4, "expert_ffn_hidden": 2048},
-}
+MOE = SMALL_MOE_MODEL
 
 
 def scn(ep: int, num_gpus: int = 64):

@@ -25,17 +25,10 @@ from simulator.loading import scenario_from_dict
 from simulator.memory import param_gather_bytes_per_param
 from simulator.program import build_program, expert_shard_axis, shard_axis
 from simulator.specs import ParallelConfig
+from tests.conftest import SMALL_MOE_MODEL
 
 MODEL = {"name": "t", "layers": 16, "hidden": 4096, "heads": 32, "vocab": 32000, "seq_len": 2048}
-MOE = {
-    "name": "moe",
-    "layers": 4,
-    "hidden": 2048,
-    "heads": 16,
-    "vocab": 32000,
-    "seq_len": 4096,
-    "moe": {"num_experts": 64, "top_k": 4, "expert_ffn_hidden": 2048},
-}
+MOE = SMALL_MOE_MODEL
 
 
 def scn(model: dict | None = None, num_gpus: int = 256, **parallel: object):
