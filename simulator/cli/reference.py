@@ -357,7 +357,11 @@ KEYS: dict[str, Key] = {
     "parallel.zero": Key("ZeRO stage: 0 none, 1 optimizer, 2 + gradients, 3 + parameters (FSDP)"),
     "parallel.overlap_grad_reduce": Key("DP gradient reduction overlapped with the backward pass"),
     "parallel.overlap_param_gather": Key("ZeRO-1/2 parameter all-gather overlapped with the forward pass"),
-    "parallel.tp_comm_overlap": Key("TP communication overlapped with GEMMs (Megatron tp-comm-overlap)"),
+    "parallel.tp_comm_overlap": Key(
+        "TP communication overlapped with GEMMs (Megatron tp-comm-overlap: Transformer Engine userbuffers);"
+        " not PyTorch's async TP, which gained about half as much in torchtitan's published runs"
+        " (docs/limits.md)"
+    ),
     "parallel.grad_bucket_params": Key(
         "DP gradient bucket size; Megatron uses max(this, 1M·dp)", unit="parameters"
     ),
