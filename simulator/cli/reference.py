@@ -289,7 +289,11 @@ KEYS: dict[str, Key] = {
     "parallel.tp": Key("tensor-parallel size"),
     "parallel.pp": Key("pipeline-parallel stages"),
     "parallel.dp": Key("data-parallel replicas", default="num_gpus / (tp·pp·cp)"),
-    "parallel.cp": Key("context-parallel size (sequence split across GPUs)"),
+    "parallel.cp": Key(
+        "context-parallel size (sequence split across GPUs; Transformer Engine's load-balanced ring,"
+        " K/V exchange hidden behind attention -- PyTorch's experimental context_parallel costs far"
+        " more: docs/limits.md)"
+    ),
     "parallel.ep": Key("expert-parallel size (MoE)"),
     "parallel.etp": Key("expert tensor-parallel size", default="0 (1 with ep > 1, else tp)", since=NEXT),
     "parallel.ep_comm_overlap": Key(
@@ -344,7 +348,11 @@ KEYS: dict[str, Key] = {
         "pipeline schedule", default="1f1b (interleaved when vp > 1)", allowed=_spec("SCHEDULES")
     ),
     "parallel.sequence_parallel": Key("Megatron sequence parallelism (with tp > 1)"),
-    "parallel.recompute": Key("activation recomputation", allowed=_spec("RECOMPUTE")),
+    "parallel.recompute": Key(
+        "activation recomputation (selective = Megatron-Core's modules, recompute_modules; not"
+        " torchtitan's op-level selective policy)",
+        allowed=_spec("RECOMPUTE"),
+    ),
     "parallel.recompute_modules": Key(
         "selective recomputation: the Megatron-Core modules re-run in backward (--recompute-modules); "
         '[] = Megatron\'s default ["core_attn"]; needs recompute = "selective"; memory drops what '
