@@ -11,9 +11,6 @@
                                                         # torchtitan's Llama 3 benchmarks)
     python benchmarks/heldout_report.py --set kernels.stack=megatron-2021 --only a100
                                                         # a what-if on the runs of one GPU
-    python benchmarks/heldout_report.py --dir scenarios/heldout_torchtitan --board-power-w 500 --hbm-TBps 2.4
-                                                        # the GPU's board power / HBM bandwidth
-                                                        # (Grand Teton H100), not scenario keys
 
 Reads every `<id>.toml` of scenarios/heldout/ (default) and the source's measurement from that
 directory's measured.toml, runs each scenario as `mfusim run` would (defaults of the GPU's tables,
@@ -26,7 +23,6 @@ calibration code reads this directory (tests/test_heldout_isolation.py).
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import re
 import statistics
 import sys
@@ -43,11 +39,11 @@ ROOT = Path(__file__).resolve().parents[1]
 HELDOUT = ROOT / "scenarios" / "heldout"
 AUTOMODEL = ROOT / "scenarios" / "heldout_automodel"
 TORCHTITAN = ROOT / "scenarios" / "heldout_torchtitan"
-# docs/accuracy.md blocks --write-docs rewrites: (directory, block name, GPU what-if of simulate_on)
-DOC_BLOCKS: tuple[tuple[Path, str, dict[str, float]], ...] = (
-    (HELDOUT, "heldout", {}),
-    (AUTOMODEL, "heldout-automodel", {}),
-    (TORCHTITAN, "heldout-torchtitan", {}),
+# docs/accuracy.md blocks --write-docs rewrites: (directory, block name)
+DOC_BLOCKS: tuple[tuple[Path, str], ...] = (
+    (HELDOUT, "heldout"),
+    (AUTOMODEL, "heldout-automodel"),
+    (TORCHTITAN, "heldout-torchtitan"),
 )
 ACCURACY_MD = ROOT / "docs" / "accuracy.md"
 KINDS = ("step_time_s", "mfu", "hfu_tflops_megatron", "tokens_per_s_per_gpu")
@@ -96,40 +92,13 @@ def measured_step_s(kind: str, value: float, path: Path, report: mfusim.StepRepo
     raise SystemExit(f"{path}: measured_kind {kind!r} is not one of {', '.join(KINDS)}")
 
 
-def simulate_on(
-    scenario: mfusim.Scenario, board_power_w: float = 0.0, hbm_TBps: float = 0.0
-) -> mfusim.StepReport:
-    """Simulate the scenario on its GPU with another rated board power and/or HBM bandwidth (0 = as
-    the catalog has it): a what-if for parts the catalog lacks, e.g. torchtitan's Grand Teton H100
-    (500 W, HBM2e 2.4 TB/s). Not scenario keys. The bandwidth goes into the GPU spec (memory-bound
-    kernels follow it); the power goes through the clock law of simulator/clocks.py, whose SKU
-    factor (board power per SM, a property of the catalog entry) scales as power^(1/3) -- patched
-    for this call only, since the simulator reads it by the SKU's name."""
-    from unittest import mock
-
-    from simulator import clocks
-
-    if hbm_TBps:
-        gpu = dataclasses.replace(scenario.gpu, hbm_bandwidth_bytes_per_s=hbm_TBps * 1e12)
-        scenario = dataclasses.replace(scenario, topology=dataclasses.replace(scenario.topology, gpu=gpu))
-    if not board_power_w:
-        return mfusim.simulate(scenario)
-    scale = (board_power_w / scenario.gpu.board_power_w) ** clocks.CLOCK_POWER_EXPONENT
-    catalog_factor = clocks.power_clock_factor
-    with mock.patch.object(clocks, "power_clock_factor", lambda gpu: catalog_factor(gpu) * scale):
-        return mfusim.simulate(scenario)
-
-
 def evaluate(
     directory: Path,
     overrides: Sequence[str] = (),
     only_gpu: str = "",
-    board_power_w: float = 0.0,
-    hbm_TBps: float = 0.0,
 ) -> list[HeldoutRow]:
     """Every run of `directory` (`overrides`: KEY=VALUE texts applied as `--set` would;
-    `only_gpu`: runs whose GPU name contains it; `board_power_w`, `hbm_TBps`: the GPU what-if
-    of `simulate_on`)."""
+    `only_gpu`: runs whose GPU name contains it)."""
     meta = tomllib.loads((directory / "measured.toml").read_text(encoding="utf-8"))["runs"]
     rows = []
     for run_id, info in meta.items():
@@ -143,7 +112,7 @@ def evaluate(
             except ConfigError as exc:
                 print(f"{run_id}: skipped ({exc})", file=sys.stderr)
                 continue
-        report = simulate_on(scenario, board_power_w, hbm_TBps)
+        report = mfusim.simulate(scenario)
         step = report.step_time_s
         rows.append(
             HeldoutRow(
@@ -217,28 +186,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--write-docs", action="store_true", help="rewrite the heldout block of docs/accuracy.md")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="what-if on every run")
     ap.add_argument("--only", default="", metavar="GPU", help="runs whose GPU name contains this")
-    ap.add_argument(
-        "--board-power-w", type=float, default=0.0, help="what-if: the GPU's rated board power (W)"
-    )
-    ap.add_argument("--hbm-TBps", type=float, default=0.0, help="what-if: the GPU's HBM bandwidth (TB/s)")
     args = ap.parse_args(argv)
-    if args.write_docs and (
-        args.set or args.only or args.dir != HELDOUT or args.board_power_w or args.hbm_TBps
-    ):
-        print(
-            "--write-docs writes the default tables only (no --set, --only, --dir or GPU what-if)",
-            file=sys.stderr,
-        )
+    if args.write_docs and (args.set or args.only or args.dir != HELDOUT):
+        print("--write-docs writes the default tables only (no --set, --only or --dir)", file=sys.stderr)
         return 2
     for text in args.set:
         parse_override(text)  # a malformed KEY=VALUE fails here, before any run
     if not args.write_docs:
-        rows = evaluate(args.dir, args.set, args.only, args.board_power_w, args.hbm_TBps)
+        rows = evaluate(args.dir, args.set, args.only)
         print(markdown(rows), end="")
         return 0
     text = ACCURACY_MD.read_text(encoding="utf-8")
-    for directory, block, gpu_whatif in DOC_BLOCKS:
-        table = markdown(evaluate(directory, **gpu_whatif))
+    for directory, block in DOC_BLOCKS:
+        table = markdown(evaluate(directory))
         print(f"{directory.relative_to(ROOT)}:\n{table}")
         pattern = re.compile(rf"(<!-- generated: {block} -->\n)(.*?)(<!-- end: {block} -->)", re.DOTALL)
         if not pattern.search(text):
