@@ -39,11 +39,13 @@ ROOT = Path(__file__).resolve().parents[1]
 HELDOUT = ROOT / "scenarios" / "heldout"
 AUTOMODEL = ROOT / "scenarios" / "heldout_automodel"
 TORCHTITAN = ROOT / "scenarios" / "heldout_torchtitan"
+NEMO = ROOT / "scenarios" / "heldout_nemo"  # NeMo 25.04 / 25.07 performance summaries (GB200)
 # docs/accuracy.md blocks --write-docs rewrites: (directory, block name)
 DOC_BLOCKS: tuple[tuple[Path, str], ...] = (
     (HELDOUT, "heldout"),
     (AUTOMODEL, "heldout-automodel"),
     (TORCHTITAN, "heldout-torchtitan"),
+    (NEMO, "heldout-nemo"),
 )
 ACCURACY_MD = ROOT / "docs" / "accuracy.md"
 KINDS = ("step_time_s", "mfu", "hfu_tflops_megatron", "tokens_per_s_per_gpu")

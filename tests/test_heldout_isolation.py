@@ -20,7 +20,8 @@ ROOT = Path(__file__).resolve().parent.parent
 HELDOUT = ROOT / "scenarios" / "heldout"
 AUTOMODEL = ROOT / "scenarios" / "heldout_automodel"
 TORCHTITAN = ROOT / "scenarios" / "heldout_torchtitan"
-HELDOUT_DIRS = (HELDOUT, AUTOMODEL, TORCHTITAN)
+NEMO = ROOT / "scenarios" / "heldout_nemo"
+HELDOUT_DIRS = (HELDOUT, AUTOMODEL, TORCHTITAN, NEMO)
 
 
 def _report_module():
@@ -57,8 +58,14 @@ def test_heldout_runs_are_not_calibration_rows() -> None:
         "2401.02385",
         "automodel",
         "torchtitan",
+        "nemo-framework/user-guide",
+        "nemo 25.07",
     ):
         assert key not in sources.lower()
+    # the CSV's NeMo 25.04 rows are the long-sequence table only, never the 25.04 pre-training summary
+    for row in rows:
+        if "25.04" in row["source"]:
+            assert "performance_long_sequence" in row["source"], row["id"]
 
 
 @pytest.mark.parametrize(
@@ -176,3 +183,35 @@ def test_grand_teton_part_follows_the_clock_law() -> None:
     assert clock * law <= slowed < clock * law * 1.02
     assert teton.gpu.hbm_bandwidth_bytes_per_s == pytest.approx(2.4e12)
     assert teton.gpu.peak_bf16_flop_per_s == h100.gpu.peak_bf16_flop_per_s
+
+
+def test_nemo_runs_say_what_the_nemo_recipes_ran(capsys) -> None:
+    """Every NeMo 25.04 / 25.07 scenario runs (`mfusim run` exits 0), has its measurement, and states
+    what every NeMo 2 performance recipe of those releases ran (scripts/performance at v2.3.0 / v2.4.0):
+    FP8 per-tensor current scaling (the page), bf16 gradient reduction, Transformer Engine's
+    cross-entropy, no recompute, the distributed optimizer or Megatron-FSDP; the MoE runs' token
+    dropping padded to capacity (MegatronTokenDropCallback) as balanced routing with every expert
+    at the same count, through the alltoall dispatcher. The report covers every run."""
+    from simulator.cli import main
+
+    runs = _runs(NEMO)
+    rows = {r.run_id: r for r in _report_module().evaluate(NEMO)}
+    assert set(rows) == set(runs)
+    assert {r.moe for r in rows.values()} == {True, False}
+    for run_id, info in runs.items():
+        path = NEMO / f"{run_id}.toml"
+        assert main(["run", str(path)]) == 0
+        assert info["measured_kind"] == "tokens_per_s_per_gpu"
+        release = "25.04" if run_id.startswith("nemo2504_") else "25.07"
+        assert run_id.startswith(("nemo2504_", "nemo2507_")) and f"NeMo {release}" in info["source"]
+        scenario = mfusim.load_scenario(path)
+        assert scenario.gpu.name == "gb200"
+        assert scenario.dtype == "fp8" and scenario.fp8_recipe == "current"
+        assert scenario.kernels.grad_reduce_dtype == "bf16" and scenario.kernels.cross_entropy == "te"
+        assert scenario.parallel.recompute == "none" and scenario.parallel.zero in (1, 3)
+        if scenario.model.num_experts:
+            assert scenario.model.routing == "balanced" and scenario.model.load_imbalance == 1.0
+            assert scenario.kernels.moe_dispatcher == "alltoall"
+            assert not info["clean"]  # the CUDA-graph approximation (no graphed expert part)
+        assert rows[run_id].predicted_step_s > 0
+    capsys.readouterr()
