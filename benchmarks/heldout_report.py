@@ -3,7 +3,8 @@
 
     python benchmarks/heldout_report.py                 # print the table and the mean/max errors
     python benchmarks/heldout_report.py --write-docs    # also rewrite docs/accuracy.md's heldout blocks
-                                                        # (scenarios/heldout, heldout_automodel, heldout_torchtitan)
+                                                        # (scenarios/heldout, heldout_automodel, heldout_torchtitan,
+                                                        # heldout_nemo_2024)
     python benchmarks/heldout_report.py --dir DIR       # another directory of scenarios + measured.toml
                                                         # (scenarios/heldout_automodel: NeMo AutoModel's
                                                         # published MoE and dense benchmarks;
@@ -40,12 +41,14 @@ HELDOUT = ROOT / "scenarios" / "heldout"
 AUTOMODEL = ROOT / "scenarios" / "heldout_automodel"
 TORCHTITAN = ROOT / "scenarios" / "heldout_torchtitan"
 NEMO = ROOT / "scenarios" / "heldout_nemo"  # NeMo 25.04 / 25.07 performance summaries (GB200)
+NEMO_2024 = ROOT / "scenarios" / "heldout_nemo_2024"  # NeMo 25.02's performance summary (24.09/24.12: none)
 # docs/accuracy.md blocks --write-docs rewrites: (directory, block name)
 DOC_BLOCKS: tuple[tuple[Path, str], ...] = (
     (HELDOUT, "heldout"),
     (AUTOMODEL, "heldout-automodel"),
     (TORCHTITAN, "heldout-torchtitan"),
     (NEMO, "heldout-nemo"),
+    (NEMO_2024, "heldout-nemo-2024"),
 )
 ACCURACY_MD = ROOT / "docs" / "accuracy.md"
 KINDS = ("step_time_s", "mfu", "hfu_tflops_megatron", "tokens_per_s_per_gpu")
