@@ -225,7 +225,31 @@ CE_KINDS = {
 }
 # the measured memory kind of each [kernels] norm (MEMORY_KINDS without _fwd/_bwd; "" = copy speed)
 NORM_KINDS = {"fused": "", "torch": "torch_layer_norm"}
-SQUARED_RELU_PASSES = 4  # forward passes over the MLP's inner activation (backward: twice that)
+# SQUARED_RELU_NOTE: Nemotron-4's relu(x)^2 over the [tokens, ffn/tp] fc1 output, by `[kernels]
+# squared_relu` (specs.SQUARED_RELU_IMPLS), as (forward passes, kernels, backward passes, kernels),
+# a pass moving one 16-bit copy of that tensor.
+# "eager": torch.pow(F.relu(x), 2) as plain PyTorch ops, NeMo 2's NemotronConfig activation
+#   (nemo/collections/llm/fn/activation.py@v2.2.0 and @v2.3.0, "# @torch.jit.script # remove until
+#   we have serialization"). Forward relu and pow: 2 + 2 passes in 2 kernels. Backward: autograd's
+#   pow_backward is `grad * (exp * self.pow(exp - 1))` (pytorch torch/csrc/autograd/
+#   FunctionsManual.cpp@002ca671), and self.pow(1.0) is `out.copy_(base)` (aten/src/ATen/native/
+#   Pow.cpp@c5f36d75 pow_Tensor_Scalar_out): the copy 2, the scalar product 2, the product with the
+#   gradient 3; relu's threshold_backward reads the gradient and the saved output, writes one: 3.
+#   10 passes in 4 kernels. Liger-Kernel's H100 timings of these eager ops (benchmark/data/
+#   all_benchmark_data.csv@ead96b61, relu_squared provider torch = relu then torch.square, which
+#   ATen runs as at::pow(self, 2); M = 4096, N = 4096 / 8192 / 16384, bf16): backward 0.1263 /
+#   0.2355 / 0.4527 ms against forward 0.0532 / 0.0979 / 0.1855 ms, ratios 2.37 / 2.40 / 2.44:
+#   the 10 : 4 passes at one bandwidth (2.5), not twice the forward's bytes (2.0).
+# "compiled": the same function under @jit_fuser = torch.compile (PyTorch >= 2.2), as Megatron-Core
+#   defines it (megatron/training/activations.py@core_r0.8.0, megatron/core/activations.py@
+#   core_v0.14.0; megatron/core/jit.py) and NeMo 1's megatron models, whose activation_to_func maps
+#   "squared-relu" to nemo/collections/nlp/modules/common/megatron/utils.py squared_relu (@jit_fuser
+#   = torch.compile, v2.0.0rc0 .. v2.3.0): Inductor fuses each direction into one pointwise kernel,
+#   forward read x and write y (2 passes), backward read the output gradient and one saved tensor,
+#   write the input gradient (3). Liger-Kernel's fused Triton relu_squared, one kernel each way, runs
+#   those 2 and 3 passes at the eager forward's bandwidth (same CSV, provider liger, N = 16384:
+#   0.0944 / 0.1371 ms, 2.84 / 2.94 TB/s; eager forward 2.89 TB/s).
+SQUARED_RELU_PASSES = {"eager": (4.0, 2, 10.0, 4), "compiled": (2.0, 1, 3.0, 1)}
 # Elementwise work Megatron-Core runs as eager PyTorch ops, as (forward passes, forward kernels,
 # backward passes, backward kernels) over the tensor named; a pass moves one 16-bit copy of it.
 # GPT-OSS's clamped quick-GeGLU (activation = "clamped_quick_geglu"): weighted_bias_quick_geglu_impl
@@ -1283,10 +1307,9 @@ class _Coster:
             self._tp_entry(fwd, b_in, tp_msg, matmul_pass_times_s(d, T, fc1_n, h, 1, self.wgrad_bytes)[1:])
             mm("fc1", T, fc1_n, h, ln_fused=True)
             if m.activation == "squared_relu":
-                # megatron/core/activations.py squared_relu = torch.pow(F.relu(x), 2): two eager
-                # kernels forward (relu, pow: 4 passes over T x f) and four backward (pow's
-                # 2*x and its product with the gradient, relu's threshold_backward: 8 passes)
-                mem("squared-relu (unfused)", SQUARED_RELU_PASSES * T * f_local * a, kernels=2)
+                # relu(x)^2 eager or torch.compile'd (SQUARED_RELU_NOTE)
+                impl = scn.kernels.squared_relu
+                self._eager(fwd, b_in, f"squared-relu ({impl})", SQUARED_RELU_PASSES[impl], T * f_local * a)
             else:
                 if m.activation == "clamped_quick_geglu":
                     self._eager(fwd, b_in, "glu input clamps", CLAMPED_GLU_PASSES, T * fc1_n * a)

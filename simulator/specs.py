@@ -20,7 +20,7 @@ DTYPES = ("bf16", "fp16", "fp8", "mxfp8", "nvfp4")
 ROUTING = ("balanced", "dropless", "round_robin")
 DISPATCH_DTYPES = ("bf16", "fp8")
 # MLP activation when it is not the gated_mlp default (SwiGLU, else GELU): "squared_relu" is
-# Nemotron-4's relu(x)^2, which Megatron-Core runs as two eager PyTorch ops; "clamped_quick_geglu"
+# Nemotron-4's relu(x)^2 (its kernels: `[kernels] squared_relu`, SQUARED_RELU_IMPLS); "clamped_quick_geglu"
 # is GPT-OSS's gated quick-GELU with clamped inputs (x_glu <= 7, |x_linear| <= 7, +1 on the linear
 # half: Megatron-Bridge GPTOSSBridge activation_func_clamp_value = 7.0, glu_linear_offset = 1.0)
 ACTIVATIONS = ("", "squared_relu", "clamped_quick_geglu")
@@ -978,6 +978,12 @@ QKV_GRAD_IMPLS = ("packed", "cat")
 # the flat parameter, so autograd concatenates their gradients into the flat gradient
 # (split_with_sizes_backward -> at::cat), one read and one write of the layer's 16-bit gradient
 FSDP_FLAT_GRAD_IMPLS = ("direct", "cat")
+# How a squared-ReLU MLP (model.activation = "squared_relu") runs relu(x)^2 (simulator/program.py
+# SQUARED_RELU_NOTE): "compiled" = under @jit_fuser (torch.compile on PyTorch >= 2.2), one fused
+# kernel each way, as Megatron-Core (megatron/core/activations.py, megatron/training/activations.py)
+# and NeMo 1's megatron models define it; "eager" = torch.pow(F.relu(x), 2) as plain PyTorch ops,
+# NeMo 2's NemotronConfig activation (nemo/collections/llm/fn/activation.py)
+SQUARED_RELU_IMPLS = ("compiled", "eager")
 # Megatron-Core --cuda-graph-impl (transformer_config.py `cuda_graph_impl`): none; local = MCore's
 # per-layer graphs; transformer_engine = TE make_graphed_callables per layer; full_iteration = one
 # graph for the whole forward-backward pass (the optimizer step excluded)
@@ -1046,6 +1052,8 @@ class KernelOptions:
     qkv_grad: str = "packed"
     # FSDP_FLAT_GRAD_IMPLS: how a sharded (ZeRO-2/3) layer's gradient reaches its flat buffer
     fsdp_flat_grad: str = "direct"
+    # SQUARED_RELU_IMPLS: the kernels of a squared-ReLU MLP's activation
+    squared_relu: str = "compiled"
     # Megatron-Core use_transformer_engine_op_fuser (Megatron-Bridge cutedsl_fused_grouped_mlp): the
     # experts' activation, its input clamps and the probability-scaled fc2 bias run inside TE's
     # fused grouped-MLP ops instead of eager PyTorch ops (simulator/program.py CLAMPED_GLU_PASSES,
@@ -1128,6 +1136,11 @@ class KernelOptions:
             self,
             "fsdp_flat_grad",
             _check_choice("kernels.fsdp_flat_grad", self.fsdp_flat_grad, FSDP_FLAT_GRAD_IMPLS),
+        )
+        _set(
+            self,
+            "squared_relu",
+            _check_choice("kernels.squared_relu", self.squared_relu, SQUARED_RELU_IMPLS),
         )
         for key in ("grad_reduce_dtype", "expert_grad_reduce_dtype"):
             if getattr(self, key):

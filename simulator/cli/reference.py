@@ -154,7 +154,7 @@ KEYS: dict[str, Key] = {
     "model.position_embeddings": Key("learned absolute positions (GPT-2/3); false = rotary", "boolean"),
     "model.activation": Key(
         'MLP activation when not the default (SwiGLU if gated_mlp, else GELU): "squared_relu" '
-        "(Nemotron-4; Megatron-Core runs it as two unfused PyTorch ops) or "
+        "(Nemotron-4; its kernels: kernels.squared_relu) or "
         '"clamped_quick_geglu" (GPT-OSS, gated: its input clamps run unfused)',
         "string",
         default='""',
@@ -544,6 +544,15 @@ KEYS: dict[str, Key] = {
         " gradient; llm-foundry); with MLA refused (not modelled)",
         default='"packed"',
         allowed=lambda: ("packed", "cat"),
+        since=NEXT,
+    ),
+    "kernels.squared_relu": Key(
+        'how a squared-ReLU MLP (model.activation = "squared_relu") runs relu(x)^2: compiled = under'
+        " torch.compile, one fused kernel each way (2 passes over the fc1 output forward, 3 backward;"
+        " Megatron-Core's and NeMo 1's squared_relu, @jit_fuser), eager = torch.pow(F.relu(x), 2) as"
+        " PyTorch ops (4 passes in 2 kernels forward, 10 in 4 backward; NeMo 2's NemotronConfig)",
+        default='"compiled"',
+        allowed=lambda: ("compiled", "eager"),
         since=NEXT,
     ),
     "kernels.fsdp_flat_grad": Key(
