@@ -2751,6 +2751,8 @@ def build_program(scn: Scenario, comm: CommModel | None = None) -> Program:
     ep_overlap = ep_overlap_pairs(scn)
     bucket_params = max(par.grad_bucket_params, 1_000_000 * par.dp)  # Megatron DDP bucket rule
     embed_params = m.vocab * m.hidden / par.tp
+    # the first chunk's embedding parameters (word and learned position tables), one DP bucket
+    embedding_params = embed_params + (m.seq_len * m.hidden if m.position_embeddings else 0)
 
     stages = []
     for s in range(pp):
@@ -2856,7 +2858,12 @@ def build_program(scn: Scenario, comm: CommModel | None = None) -> Program:
                         continue
                     ratio, axis = (edp_ratio, edp_axis) if group == "edp" else (1.0, "dp")
                     gb = coster.expert_grad_bytes if group == "edp" else gbytes
-                    for n_params in _buckets(n_all, bucket_params):
+                    # EMBEDDING_BUCKET_NOTE: the chunk holding the embedding reduces it last, in a
+                    # bucket of its own size, and gathers that bucket first
+                    emb = embedding_params if group == "dp" and first and scn.kernels.megatron_core else 0.0
+                    buckets = _buckets_embedding_last(n_all, emb, bucket_params)
+                    gathers_at = len(dp_param_s)
+                    for n_params in buckets:
                         dp_grad_b.append(n_params * gb)
                         if par.zero == 0:
                             dp_grad_s.append(ratio * coster.coll("allreduce", axis, n_params * gb, s))
@@ -2867,6 +2874,9 @@ def build_program(scn: Scenario, comm: CommModel | None = None) -> Program:
                                 * coster.coll("allgather", axis, n_params * coster.param_gather_bytes, s)
                             )
                             dp_param_b.append(n_params * coster.param_gather_bytes)
+                    if emb > 0 and par.zero > 0 and buckets:  # forward order: the embedding's first
+                        dp_param_s.insert(gathers_at, dp_param_s.pop())
+                        dp_param_b.insert(gathers_at, dp_param_b.pop())
             forward, backward = _block(fwd), _block(rec + b_in + b_w)
             paired: tuple[Block | None, Block | None] = (None, None)
             # MoE layers of this chunk in an F&B pair (the MTP layers copy the last one)
@@ -3111,6 +3121,28 @@ def _fsdp_step_collectives(
 
 
 MAX_BUCKETS_PER_CHUNK = 1000  # beyond this, equal buckets: the overlap no longer changes
+
+
+# EMBEDDING_BUCKET_NOTE: Megatron-Core's DDP never splits a parameter across buckets. It walks the
+# parameters in reverse registration order (backward order) and closes a bucket after the parameter
+# that brings it to bucket_size (megatron/core/distributed/param_and_grad_buffer.py@core_v0.12.0
+# `for param in params[::-1]`, `(param_end_index - bucket_start_index) >= bucket_size`), so the
+# word embedding -- registered first -- lands in the last bucket together with whatever the
+# previous bucket left, and that bucket is as large as the embedding table. Its gradient exists only
+# after the chunk's whole backward (the embedding's backward runs after the first layer's), so its
+# reduction starts at the end of the backward; with overlap_param_gather it is also the first
+# bucket the next forward needs: the first forward pre-hook dispatches its all-gather and waits
+# (distributed_data_parallel.py forward pre-hook -> finish_param_sync, which dispatches the
+# bucket's all-gather when not yet dispatched). Every other bucket is the rule's even split.
+def _buckets_embedding_last(params: float, embedding: float, bucket_params: float) -> list[float]:
+    """A chunk's DP buckets in backward order; with `embedding` > 0 (the chunk holding the
+    embedding) the last one carries the embedding tables plus the partial bucket before them."""
+    if embedding <= 0 or embedding >= params:
+        return _buckets(params, bucket_params)
+    head = _buckets(params - embedding, bucket_params)
+    if head and head[-1] < bucket_params:
+        return head[:-1] + [head[-1] + embedding]
+    return head + [embedding]
 
 
 def _buckets(params: float, bucket_params: float) -> list[float]:

@@ -639,3 +639,42 @@ def test_pytorch_eager_gelu_and_residual_backward_are_three_passes(monkeypatch: 
     assert _backward_bytes(old, "residual add bwd") == pytest.approx(2 * (3 * 2 + 5) * T * h * layers)
     dropped = _scn(model={**gpt, "dropout": 0.1}, parallel=one, kernels={"stack": "composer-fsdp"})
     assert _backward_bytes(dropped, "residual add bwd") == pytest.approx(2 * 6 * T * h * 2 * layers)
+
+
+# ----------------------------------------------------------------------------- DP buckets
+def test_embedding_bucket_is_last_and_whole() -> None:
+    """EMBEDDING_BUCKET_NOTE: Megatron-Core closes a bucket only after the parameter that fills it,
+    so the embedding table (registered first, reduced last) shares the last bucket with the
+    partial one before it; the other buckets are the rule's even split."""
+    bucket = 40e6
+    assert P._buckets_embedding_last(1000e6, 0.0, bucket) == P._buckets(1000e6, bucket)
+    out = P._buckets_embedding_last(1000e6, 525e6, bucket)
+    assert sum(out) == pytest.approx(1000e6, rel=1e-12)
+    assert out[:-1] == [bucket] * 11 and out[-1] == pytest.approx(475e6 - 11 * bucket + 525e6, rel=1e-12)
+    # a whole number of buckets before it: the embedding is a bucket of its own
+    assert P._buckets_embedding_last(400e6 + 525e6, 525e6, bucket)[-1] == pytest.approx(525e6, rel=1e-12)
+    assert P._buckets_embedding_last(100e6, 200e6, bucket) == P._buckets(100e6, bucket)
+
+
+def test_embedding_bucket_reduces_last_and_gathers_first() -> None:
+    """On the chunk holding the embedding, the last gradient reduce-scatter and the first param
+    all-gather move the [V/tp, h] table (plus the partial bucket before it) in one collective;
+    composer's FSDP stack keeps the even split."""
+    par = {"micro_batch": 1, "zero": 1, "overlap_grad_reduce": True, "overlap_param_gather": True}
+    scn = _scn(parallel=par, num_gpus=16, topology="dgx-h100")
+    m, p = scn.model, scn.parallel
+    coster = P._Coster(scn, default_comm_model(scn))
+    chunk = P.build_program(scn).stages[0].chunks[0]
+    words = m.vocab * m.hidden / p.tp
+    bucket = max(p.grad_bucket_params, 1_000_000 * p.dp)
+    buckets = P._buckets_embedding_last(chunk.params_local, words, bucket)
+    assert buckets[-1] >= words
+    gbytes = chunk.grad_bucket_bytes[-1] / buckets[-1]
+    assert chunk.grad_bucket_s[-1] == pytest.approx(
+        coster.coll("reducescatter", "dp", buckets[-1] * gbytes), rel=1e-9
+    )
+    assert chunk.param_gather_bytes[0] == pytest.approx(buckets[-1] * coster.param_gather_bytes, rel=1e-12)
+    assert chunk.grad_bucket_s[-1] > 5 * chunk.grad_bucket_s[0]
+    fsdp = _scn(parallel={**par, "zero": 2}, num_gpus=16, kernels={"stack": "composer-fsdp"})
+    even = P.build_program(fsdp).stages[0].chunks[0]
+    assert max(even.grad_bucket_bytes) == pytest.approx(even.grad_bucket_bytes[0], rel=1e-12)
