@@ -3,8 +3,8 @@
 
     python benchmarks/heldout_report.py                 # print the table and the mean/max errors
     python benchmarks/heldout_report.py --write-docs    # also rewrite docs/accuracy.md's heldout blocks
-                                                        # (scenarios/heldout, heldout_automodel, heldout_torchtitan,
-                                                        # heldout_nemo_2024)
+                                                        # (one per DOC_BLOCKS directory, and the
+                                                        # heldout-overview table over all of them)
     python benchmarks/heldout_report.py --dir DIR       # another directory of scenarios + measured.toml
                                                         # (scenarios/heldout_automodel: NeMo AutoModel's
                                                         # published MoE and dense benchmarks;
