@@ -259,3 +259,22 @@ def test_nemo_2024_models_match_the_published_flops() -> None:
         per_token = report.model_flops_per_step / (scenario.parallel.global_batch * scenario.model.seq_len)
         published = info["published_tflops_per_gpu"] * 1e12 / info["measured"]
         assert per_token == pytest.approx(published, rel=0.015), run_id
+
+
+def test_overview_sums_the_sets_it_is_given() -> None:
+    """The docs overview: one line per set plus the pooled line, means of |error| over exactly the
+    rows named (clean / all / dense / MoE), signed mean with its sign; every DOC_BLOCKS set named."""
+    mod = _report_module()
+
+    def row(run_id: str, err: float, clean: bool, moe: bool) -> object:
+        return mod.HeldoutRow(run_id, clean, "src", 1.0, 1.0 + err, 0.5, moe, {}, ())
+
+    a = [row("a1", 0.10, True, False), row("a2", -0.30, False, True)]
+    b = [row("b1", 0.20, True, False)]
+    text = mod.overview([("set A", a), ("set B", b)])
+    lines = text.strip().splitlines()
+    assert len(lines) == 2 + 2 + 1
+    assert lines[2].startswith("| set A | 2 | 10.0% (1) | 20.0% (2) | -10.0% | 10.0% (1) | 30.0% (1) |")
+    assert lines[3].startswith("| set B | 1 | 20.0% (1) | 20.0% (1) | +20.0% | 20.0% (1) | – |")
+    assert lines[4].startswith("| **every held-out run** | 3 | 15.0% (2) | 20.0% (3) | +0.0% |")
+    assert {block for _, block in mod.DOC_BLOCKS} <= set(mod.SET_NAMES)
