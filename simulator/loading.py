@@ -625,9 +625,20 @@ def hf_config_fields(path: Path) -> dict[str, Any]:
             f"{', '.join(EXACT_HF_MODEL_TYPES)} exactly and read this one by their common keys"
             + (f"; keys it did not read: {listed}" if unread else "")
         )
+        if not act:
+            out["_features"].append(NO_ACTIVATION_NOTE)
     out["_windows"] = {k: get(k) for k in ("sliding_window", "attention_chunk_size") if _is_int(get(k))}
     out["_layer_windows"] = _layer_windows(get("layer_types"))
     return out
+
+
+# A generically read config.json without hidden_act/activation_function: the MLP width is read
+# but not whether it is gated, so it is taken as the plain two-matrix MLP (said, and dropped when
+# the scenario's [model] gated_mlp decides it).
+NO_ACTIVATION_NOTE = (
+    "no hidden_act/activation_function: the MLP is read as a plain two-matrix GELU MLP "
+    "(set [model] gated_mlp = true for SwiGLU)"
+)
 
 
 # config.json keys about experts that the import reads, or knows change no FLOP, byte or layout
@@ -936,6 +947,8 @@ def model_from_table(table: Mapping[str, Any], base_dir: Path) -> ModelSpec:
     if "name" in table:
         name = table["name"]
     if hf is not None:
+        if "gated_mlp" in table:
+            hf["_features"] = [f for f in hf.get("_features", []) if f != NO_ACTIVATION_NOTE]
         notes = _resolve_unmodeled(hf, values.get("seq_len"), tuple(allow), hf_file) + notes
     elif allow:
         raise ConfigError("only meaningful with hf_config", key="model.allow_unmodeled")

@@ -412,6 +412,20 @@ def _memory_levers(scn: Scenario) -> Iterator[_Variant]:
         )
 
 
+def _light_recompute_modules(scn: Scenario) -> tuple[str, ...]:
+    """Megatron-Core's recompute modules that re-run no weight GEMM of the layer's own width:
+    the layer norms, the attention core, MLA's up-projections (small low-rank GEMMs whose outputs
+    are the widest tensors of an MLA layer) and the MoE activation -- the memory levers DeepSeek-V3
+    used (report §3.2.3) short of full recomputation; only those the model has."""
+    m = scn.model
+    out = ["core_attn", "layernorm"]
+    if m.mla is not None:
+        out.append("mla_up_proj")
+    if m.is_moe:
+        out.append("moe_act")
+    return tuple(out)
+
+
 def _fit_levers(scn: Scenario) -> Iterator[_Variant]:
     """Ways to make an out-of-memory configuration fit (offered only when the baseline does not):
     recomputation, a deeper pipeline, a higher ZeRO stage, sequence parallelism, offloading."""
@@ -426,6 +440,16 @@ def _fit_levers(scn: Scenario) -> Iterator[_Variant]:
             addr,
             lambda mode=mode: _par(scn, recompute=mode),  # type: ignore[misc]
             note="recomputes activations in the backward pass",
+        )
+    light = _light_recompute_modules(scn)
+    if par.recompute != "full" and not set(light) <= set(par.recomputed_modules):
+        yield _Variant(
+            "fit_recompute_light",
+            "light selective recomputation",
+            f"parallel.recompute {par.recompute} -> selective, recompute_modules -> {list(light)}",
+            addr,
+            lambda: _par(scn, recompute="selective", recompute_modules=light),
+            note="re-runs norms, attention cores and activations, not the GEMMs (DeepSeek-V3 §3.2.3 style)",
         )
     if par.dp % 2 == 0 and scn.model.layers >= 2 * par.pp * par.vp:
         yield _Variant(

@@ -397,3 +397,35 @@ def test_hf_config_of_another_model_type_says_what_it_did_not_read(tmp_path: Pat
     assert "rope_theta" not in said[0] and "routed_scaling_factor" not in said[0]  # no effect on a step
     llama = load_scenario(_hf_scenario(tmp_path / "llama", LLAMA_CONFIG))
     assert not [w for w in llama.warnings() if "as such" in w]
+
+
+OLMOE_CONFIG = {  # allenai/OLMoE-1B-7B-0924 config.json, hidden_act dropped
+    "model_type": "olmoe",
+    "hidden_size": 2048,
+    "intermediate_size": 1024,
+    "num_attention_heads": 16,
+    "num_key_value_heads": 16,
+    "num_hidden_layers": 16,
+    "num_experts": 64,
+    "num_experts_per_tok": 8,
+    "vocab_size": 50304,
+    "tie_word_embeddings": False,
+}
+
+
+def test_generic_import_without_an_activation_key_says_how_it_read_the_mlp(tmp_path: Path) -> None:
+    """With no hidden_act the import cannot tell a gated MLP from a plain one: it reads the plain
+    one and says so (OLMoE's experts are SwiGLU: 4.77B read, 6.92B published with gated_mlp), and
+    the note goes once the scenario decides with [model] gated_mlp."""
+    plain = load_scenario(_hf_scenario(tmp_path / "a", OLMOE_CONFIG, extra_model="seq_len = 4096"))
+    assert not plain.model.gated_mlp
+    assert [w for w in plain.warnings() if "no hidden_act" in w and "gated_mlp = true" in w]
+    gated = load_scenario(
+        _hf_scenario(tmp_path / "b", OLMOE_CONFIG, extra_model="seq_len = 4096\ngated_mlp = true")
+    )
+    assert gated.model.gated_mlp and not [w for w in gated.warnings() if "no hidden_act" in w]
+    assert F.total_params(gated.model) == pytest.approx(6.92e9, rel=0.005)
+    with_act = load_scenario(
+        _hf_scenario(tmp_path / "c", {**OLMOE_CONFIG, "hidden_act": "silu"}, extra_model="seq_len = 4096")
+    )
+    assert with_act.model.gated_mlp and not [w for w in with_act.warnings() if "no hidden_act" in w]

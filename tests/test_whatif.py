@@ -10,7 +10,7 @@ import pytest
 from simulator.cli import main, scenario_path
 from simulator.loading import load_scenario, scenario_from_dict
 from simulator.specs import Scenario
-from simulator.whatif import analyze, candidate_variants, lever_phrase, padded_shapes, whatif
+from simulator.whatif import _Variant, analyze, candidate_variants, lever_phrase, padded_shapes, whatif
 
 SMALL_MODEL = {"preset": "gpt3-175b", "layers": 24, "hidden": 2048, "heads": 16, "seq_len": 2048}
 
@@ -238,3 +238,45 @@ def test_vp_lever_of_an_interleaved_baseline_does_not_repeat_the_schedule() -> N
     scn = replace(scn, parallel=replace(scn.parallel, vp=2, schedule="interleaved"))
     changes = [v.change for v in candidate_variants(scn) if v.key.startswith("interleave_vp") and v.build]
     assert changes and all("interleaved -> interleaved" not in c and "schedule" not in c for c in changes)
+
+
+def test_light_selective_recompute_lever_sits_between_selective_and_full() -> None:
+    """For an out-of-memory MLA + MoE model the fit levers include Megatron-Core's light modules
+    (norms, attention core, MLA up-projections, MoE activation: what DeepSeek-V3 recomputes, report
+    §3.2.3): less memory than the default selective set, less recompute time than full."""
+    from simulator.memory import memory_footprint
+    from simulator.simulate import simulate
+
+    base = scn(
+        {
+            "name": "dsv3-slice",
+            "model": {"preset": "deepseek-v3", "layers": 8, "seq_len": 4096},
+            "cluster": {"topology": "dgx-h100", "num_gpus": 64},
+            "parallel": {"tp": 1, "pp": 2, "ep": 32, "micro_batch": 1, "global_batch": 64},
+            "memory": {"headroom_gib": 60.0},
+        }
+    )
+    from simulator.whatif import fit_variants
+
+    variants = {v.key: v for v in fit_variants(base)}
+    assert not memory_footprint(base).fits
+    light = _built(variants["fit_recompute_light"])
+    assert light.parallel.recompute_modules == ("core_attn", "layernorm", "mla_up_proj", "moe_act")
+    sel, full = _built(variants["fit_recompute_selective"]), _built(variants["fit_recompute_full"])
+    mem = {k: memory_footprint(s).peak_bytes for k, s in (("light", light), ("sel", sel), ("full", full))}
+    assert mem["full"] < mem["light"] < mem["sel"] < memory_footprint(base).peak_bytes
+    step = {k: simulate(s).report.step_time_s for k, s in (("light", light), ("full", full))}
+    assert step["light"] < step["full"]
+    # dense models get the norms and the attention core only; full recomputation offers nothing
+    dense = scn({**BUBBLE_HEAVY, "memory": {"headroom_gib": 79.5}})
+    dv = {v.key: v for v in fit_variants(dense)}
+    assert _built(dv["fit_recompute_light"]).parallel.recompute_modules == ("core_attn", "layernorm")
+    full_dense = scn({**BUBBLE_HEAVY, "parallel": {**BUBBLE_HEAVY["parallel"], "recompute": "full"}})
+    assert "fit_recompute_light" not in {v.key for v in fit_variants(full_dense)}
+
+
+def _built(variant: _Variant) -> Scenario:
+    assert variant.build is not None
+    out = variant.build()
+    assert isinstance(out, Scenario)
+    return out
