@@ -230,6 +230,14 @@ class KernelParams:
     cross_entropy_fused_bwd_bw_scale: float = 1.0
     torch_layer_norm_fwd_bw_scale: float = 1.0
     torch_layer_norm_bwd_bw_scale: float = 1.0
+    # FlashAttention-2's tensor-core rate relative to the architecture's peak (multiplies its
+    # fwd/bwd fractions): flash-attn 2.x issues the warp-level sm80 mma.sync on every GPU
+    # (csrc/flash_attn/src/kernel_traits.h MMA_Atom<SM80_16x8x16_...>, flash-attention@0251105a),
+    # and Blackwell doubles the per-SM BF16 rate to 8,192 FLOP/clk only through tcgen05.mma
+    # (FlashAttention-4, arXiv 2603.05451, Sec. 2), so FA2 keeps Hopper's 4,096: 0.5 on Blackwell,
+    # where the fractions are Hopper's (borrowed); 1 elsewhere. Checked, not fitted: cudnn-frontend's
+    # B200 and GB300 flash_attention rows (kernels.toml, kfig4)
+    fa2_mma_rate_scale: float = 1.0
 
     def sustained_gemm_ratio(self, dtype: str) -> float:
         low = dtype in LOW_PRECISION_GEMM_DTYPES
@@ -244,7 +252,8 @@ class KernelParams:
         return float(getattr(self, f"{ATTENTION_PARAMS_OF.get(impl, impl)}_{term}"))
 
     def attention_fraction(self, impl: str, pass_: str) -> float:
-        return self._attention(impl, f"{pass_}_fraction")
+        scale = self.fa2_mma_rate_scale if ATTENTION_PARAMS_OF.get(impl, impl) == "fa2" else 1.0
+        return self._attention(impl, f"{pass_}_fraction") * scale
 
     def attention_seq_half(self, impl: str, pass_: str) -> float:
         return self._attention(impl, f"{pass_}_seq_half")
