@@ -9,7 +9,9 @@
                                                         # (scenarios/heldout_automodel: NeMo AutoModel's
                                                         # published MoE and dense benchmarks;
                                                         # scenarios/heldout_torchtitan: PyTorch
-                                                        # torchtitan's Llama 3 benchmarks)
+                                                        # torchtitan's Llama 3 benchmarks;
+                                                        # scenarios/heldout_moe: MoE runs from papers,
+                                                        # reports and the Megatron-Core MoE README)
     python benchmarks/heldout_report.py --set kernels.stack=megatron-2021 --only a100
                                                         # a what-if on the runs of one GPU
 
@@ -42,6 +44,7 @@ AUTOMODEL = ROOT / "scenarios" / "heldout_automodel"
 TORCHTITAN = ROOT / "scenarios" / "heldout_torchtitan"
 NEMO = ROOT / "scenarios" / "heldout_nemo"  # NeMo 25.04 / 25.07 performance summaries (GB200)
 NEMO_2024 = ROOT / "scenarios" / "heldout_nemo_2024"  # NeMo 25.02's performance summary (24.09/24.12: none)
+MOE = ROOT / "scenarios" / "heldout_moe"  # MoE runs from papers, reports and the Megatron-Core MoE README
 # docs/accuracy.md blocks --write-docs rewrites: (directory, block name)
 DOC_BLOCKS: tuple[tuple[Path, str], ...] = (
     (HELDOUT, "heldout"),
@@ -49,6 +52,7 @@ DOC_BLOCKS: tuple[tuple[Path, str], ...] = (
     (TORCHTITAN, "heldout-torchtitan"),
     (NEMO, "heldout-nemo"),
     (NEMO_2024, "heldout-nemo-2024"),
+    (MOE, "heldout-moe"),
 )
 # One line per set in the overview block ("heldout-overview"): what each directory holds.
 SET_NAMES: dict[str, str] = {
@@ -57,6 +61,7 @@ SET_NAMES: dict[str, str] = {
     "heldout-torchtitan": "torchtitan Llama 3 benchmarks (FSDP2, async TP, CP, PP; H100)",
     "heldout-nemo": "NeMo 25.04 / 25.07 performance summaries (GB200)",
     "heldout-nemo-2024": "NeMo 25.02 performance summary (B200, H100)",
+    "heldout-moe": "MoE papers and reports (Megatron-Core MoE README, DeepSeek-V2 / V3 reports; H100, H800)",
 }
 ACCURACY_MD = ROOT / "docs" / "accuracy.md"
 KINDS = ("step_time_s", "mfu", "hfu_tflops_megatron", "tokens_per_s_per_gpu")
