@@ -727,18 +727,26 @@ def collective(
     message_bytes: float,
     algorithm: str | None = None,
     params: KernelParams | None = None,
+    gpus_per_node: int | None = None,
 ) -> CollectiveResult:
     """One NCCL collective of `message_bytes` (nccl-tests size convention) on `gpus` GPUs of the
     named topology, placed on consecutive GPUs (one node first), costed by simulator/network.
     `algorithm` (as NCCL_ALGO forces it: ring, tree, nvls, ...) restricts the choice to that
-    algorithm's protocols; None = NCCL's fastest."""
+    algorithm's protocols; None = NCCL's fastest. `gpus_per_node`: ranks on only that many GPUs
+    of each node ([cluster] gpus_used_per_node: e.g. 4 of an NVL72 rack's 72, a partition of one
+    tray per rack); None = whole nodes."""
     from dataclasses import replace
 
     from .comm import bus_factor
-    from .loading import load_topology, scenario_from_dict
+    from .loading import load_topology, scenario_from_dict, use_gpus_per_node
     from .network import TopologyCommModel
 
     topo = load_topology(topology)
+    if gpus_per_node is not None:
+        try:
+            topo = use_gpus_per_node(topo, gpus_per_node)
+        except ConfigError as err:
+            raise ConfigError(err.message, key="--gpus-per-node") from None
     if gpus < 2:
         raise ConfigError(f"--gpus {gpus}: a collective needs at least 2 GPUs", key="--gpus")
     if gpus > topo.gpus_per_node and gpus % topo.gpus_per_node:
@@ -757,7 +765,11 @@ def collective(
                 "vocab": 1024,
                 "seq_len": 16,
             },
-            "cluster": {"topology": topology, "num_gpus": gpus},
+            "cluster": {
+                "topology": topology,
+                "num_gpus": gpus,
+                **({"gpus_used_per_node": gpus_per_node} if gpus_per_node is not None else {}),
+            },
             "parallel": {
                 "tp": gpus if axis == "tp" else 1,
                 "global_batch": 1 if axis == "tp" else gpus,
@@ -916,11 +928,19 @@ def shipped_figures(
     for row in data.get("collective", []) if "collective" in kinds else []:
         algo = row.get("algorithm")
         topo_gpu = load_topology(row["topology"]).gpu
+        per_node = row.get("gpus_per_node")
         res = collective(
-            row["topology"], row["kind"], int(row["gpus"]), float(row["bytes"]), algo, params(topo_gpu)
+            row["topology"],
+            row["kind"],
+            int(row["gpus"]),
+            float(row["bytes"]),
+            algo,
+            params(topo_gpu),
+            None if per_node is None else int(per_node),
         )
         label = (
-            f"{row['kind']} {row['topology']} x{row['gpus']} {row['bytes']:.3g} B{' ' + algo if algo else ''}"
+            f"{row['kind']} {row['topology']} x{row['gpus']}{f' ({per_node}/node)' if per_node else ''}"
+            f" {row['bytes']:.3g} B{' ' + algo if algo else ''}"
         )
         out.append(
             Figure(
