@@ -120,6 +120,8 @@ FIT: dict[str, tuple[str, ...]] = {
             "torch_layer_norm_fwd_bw_scale",
             # not fitted: measured per architecture (kernels.toml, azure-bench 802816x192x768)
             "gemm_memory_bw_scale",
+            # not fitted: FA2's mma.sync rate over the peak, from the instruction rates (KernelParams)
+            "fa2_mma_rate_scale",
         )
         and f.name not in COLLECTIVE_FIT
         and not f.name.startswith("triton")
@@ -315,6 +317,8 @@ def fit_kernel_parameters(base: dict[str, KernelParams], group: str | None) -> d
             *(f.name for f in fields(KernelParams) if f.name.endswith("_bw_scale")),
             "fa2_fwd_wide_head_block",
             "fa2_bwd_wide_head_block",
+            # Blackwell's is its own (tcgen05 vs mma.sync), never Hopper's 1
+            "fa2_mma_rate_scale",
         }
         borrowed = {
             f.name: getattr(base[parent], f.name)

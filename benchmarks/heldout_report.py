@@ -3,13 +3,15 @@
 
     python benchmarks/heldout_report.py                 # print the table and the mean/max errors
     python benchmarks/heldout_report.py --write-docs    # also rewrite docs/accuracy.md's heldout blocks
-                                                        # (scenarios/heldout, heldout_automodel, heldout_torchtitan,
-                                                        # heldout_nemo_2024)
+                                                        # (one per DOC_BLOCKS directory, and the
+                                                        # heldout-overview table over all of them)
     python benchmarks/heldout_report.py --dir DIR       # another directory of scenarios + measured.toml
                                                         # (scenarios/heldout_automodel: NeMo AutoModel's
                                                         # published MoE and dense benchmarks;
                                                         # scenarios/heldout_torchtitan: PyTorch
-                                                        # torchtitan's Llama 3 benchmarks)
+                                                        # torchtitan's Llama 3 benchmarks;
+                                                        # scenarios/heldout_moe: MoE runs from papers,
+                                                        # reports and the Megatron-Core MoE README)
     python benchmarks/heldout_report.py --set kernels.stack=megatron-2021 --only a100
                                                         # a what-if on the runs of one GPU
 
@@ -42,6 +44,7 @@ AUTOMODEL = ROOT / "scenarios" / "heldout_automodel"
 TORCHTITAN = ROOT / "scenarios" / "heldout_torchtitan"
 NEMO = ROOT / "scenarios" / "heldout_nemo"  # NeMo 25.04 / 25.07 performance summaries (GB200)
 NEMO_2024 = ROOT / "scenarios" / "heldout_nemo_2024"  # NeMo 25.02's performance summary (24.09/24.12: none)
+MOE = ROOT / "scenarios" / "heldout_moe"  # MoE runs from papers, reports and the Megatron-Core MoE README
 # docs/accuracy.md blocks --write-docs rewrites: (directory, block name)
 DOC_BLOCKS: tuple[tuple[Path, str], ...] = (
     (HELDOUT, "heldout"),
@@ -49,7 +52,17 @@ DOC_BLOCKS: tuple[tuple[Path, str], ...] = (
     (TORCHTITAN, "heldout-torchtitan"),
     (NEMO, "heldout-nemo"),
     (NEMO_2024, "heldout-nemo-2024"),
+    (MOE, "heldout-moe"),
 )
+# One line per set in the overview block ("heldout-overview"): what each directory holds.
+SET_NAMES: dict[str, str] = {
+    "heldout": "papers and technical reports (Megatron-LM 2022, Nemotron-4, Llama 3, MT-NLG, BLOOM, NeoX, TinyLlama)",
+    "heldout-automodel": "NeMo AutoModel benchmarks (FSDP2 + TE + DeepEP, H100)",
+    "heldout-torchtitan": "torchtitan Llama 3 benchmarks (FSDP2, async TP, CP, PP; H100)",
+    "heldout-nemo": "NeMo 25.04 / 25.07 performance summaries (GB200)",
+    "heldout-nemo-2024": "NeMo 25.02 performance summary (B200, H100)",
+    "heldout-moe": "MoE papers and reports (Megatron-Core MoE README, DeepSeek-V2 / V3 reports; H100, H800)",
+}
 ACCURACY_MD = ROOT / "docs" / "accuracy.md"
 KINDS = ("step_time_s", "mfu", "hfu_tflops_megatron", "tokens_per_s_per_gpu")
 # Categories shown in the table (share of the predicted step).
@@ -183,6 +196,41 @@ def markdown(rows: Sequence[HeldoutRow]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def overview(sets: Sequence[tuple[str, Sequence[HeldoutRow]]]) -> str:
+    """One line per held-out set: runs, clean runs' and all runs' mean |error|, the mean signed
+    error, and dense / MoE where the set has both; a last line over every run."""
+
+    def cell(sel: Sequence[HeldoutRow]) -> str:
+        return f"{100 * statistics.fmean(abs(r.error) for r in sel):.1f}% ({len(sel)})" if sel else "–"
+
+    lines = [
+        "| set | runs | clean: mean abs (n) | all: mean abs | mean signed | dense | MoE |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    every: list[HeldoutRow] = []
+    for name, rows in sets:
+        every += rows
+        lines.append(
+            f"| {name} | {len(rows)} | {cell([r for r in rows if r.clean])} | {cell(rows)} | "
+            f"{100 * statistics.fmean(r.error for r in rows):+.1f}% | {cell([r for r in rows if not r.moe])} | "
+            f"{cell([r for r in rows if r.moe])} |"
+        )
+    lines.append(
+        f"| **every held-out run** | {len(every)} | {cell([r for r in every if r.clean])} | {cell(every)} | "
+        f"{100 * statistics.fmean(r.error for r in every):+.1f}% | {cell([r for r in every if not r.moe])} | "
+        f"{cell([r for r in every if r.moe])} |"
+    )
+    return "\n".join(lines) + "\n"
+
+
+def _replace_block(text: str, block: str, table: str) -> str | None:
+    pattern = re.compile(rf"(<!-- generated: {block} -->\n)(.*?)(<!-- end: {block} -->)", re.DOTALL)
+    if not pattern.search(text):
+        print(f"{ACCURACY_MD}: no <!-- generated: {block} --> block", file=sys.stderr)
+        return None
+    return pattern.sub(lambda m: m.group(1) + table + m.group(3), text)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument(
@@ -201,15 +249,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         rows = evaluate(args.dir, args.set, args.only)
         print(markdown(rows), end="")
         return 0
-    text = ACCURACY_MD.read_text(encoding="utf-8")
+    text: str | None = ACCURACY_MD.read_text(encoding="utf-8")
+    sets = []
     for directory, block in DOC_BLOCKS:
-        table = markdown(evaluate(directory))
+        rows = evaluate(directory)
+        sets.append((SET_NAMES[block], rows))
+        table = markdown(rows)
         print(f"{directory.relative_to(ROOT)}:\n{table}")
-        pattern = re.compile(rf"(<!-- generated: {block} -->\n)(.*?)(<!-- end: {block} -->)", re.DOTALL)
-        if not pattern.search(text):
-            print(f"{ACCURACY_MD}: no <!-- generated: {block} --> block", file=sys.stderr)
-            return 2
-        text = pattern.sub(lambda m, t=table: m.group(1) + t + m.group(3), text)
+        text = _replace_block(text, block, table) if text is not None else None
+    table = overview(sets)
+    print(table)
+    text = _replace_block(text, "heldout-overview", table) if text is not None else None
+    if text is None:
+        return 2
     ACCURACY_MD.write_text(text, encoding="utf-8")
     return 0
 

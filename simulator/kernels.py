@@ -230,6 +230,14 @@ class KernelParams:
     cross_entropy_fused_bwd_bw_scale: float = 1.0
     torch_layer_norm_fwd_bw_scale: float = 1.0
     torch_layer_norm_bwd_bw_scale: float = 1.0
+    # FlashAttention-2's tensor-core rate relative to the architecture's peak (multiplies its
+    # fwd/bwd fractions): flash-attn 2.x issues the warp-level sm80 mma.sync on every GPU
+    # (csrc/flash_attn/src/kernel_traits.h MMA_Atom<SM80_16x8x16_...>, flash-attention@0251105a),
+    # and Blackwell doubles the per-SM BF16 rate to 8,192 FLOP/clk only through tcgen05.mma
+    # (FlashAttention-4, arXiv 2603.05451, Sec. 2), so FA2 keeps Hopper's 4,096: 0.5 on Blackwell,
+    # where the fractions are Hopper's (borrowed); 1 elsewhere. Checked, not fitted: cudnn-frontend's
+    # B200 and GB300 flash_attention rows (kernels.toml, kfig4)
+    fa2_mma_rate_scale: float = 1.0
 
     def sustained_gemm_ratio(self, dtype: str) -> float:
         low = dtype in LOW_PRECISION_GEMM_DTYPES
@@ -244,7 +252,8 @@ class KernelParams:
         return float(getattr(self, f"{ATTENTION_PARAMS_OF.get(impl, impl)}_{term}"))
 
     def attention_fraction(self, impl: str, pass_: str) -> float:
-        return self._attention(impl, f"{pass_}_fraction")
+        scale = self.fa2_mma_rate_scale if ATTENTION_PARAMS_OF.get(impl, impl) == "fa2" else 1.0
+        return self._attention(impl, f"{pass_}_fraction") * scale
 
     def attention_seq_half(self, impl: str, pass_: str) -> float:
         return self._attention(impl, f"{pass_}_seq_half")
@@ -718,18 +727,26 @@ def collective(
     message_bytes: float,
     algorithm: str | None = None,
     params: KernelParams | None = None,
+    gpus_per_node: int | None = None,
 ) -> CollectiveResult:
     """One NCCL collective of `message_bytes` (nccl-tests size convention) on `gpus` GPUs of the
     named topology, placed on consecutive GPUs (one node first), costed by simulator/network.
     `algorithm` (as NCCL_ALGO forces it: ring, tree, nvls, ...) restricts the choice to that
-    algorithm's protocols; None = NCCL's fastest."""
+    algorithm's protocols; None = NCCL's fastest. `gpus_per_node`: ranks on only that many GPUs
+    of each node ([cluster] gpus_used_per_node: e.g. 4 of an NVL72 rack's 72, a partition of one
+    tray per rack); None = whole nodes."""
     from dataclasses import replace
 
     from .comm import bus_factor
-    from .loading import load_topology, scenario_from_dict
+    from .loading import load_topology, scenario_from_dict, use_gpus_per_node
     from .network import TopologyCommModel
 
     topo = load_topology(topology)
+    if gpus_per_node is not None:
+        try:
+            topo = use_gpus_per_node(topo, gpus_per_node)
+        except ConfigError as err:
+            raise ConfigError(err.message, key="--gpus-per-node") from None
     if gpus < 2:
         raise ConfigError(f"--gpus {gpus}: a collective needs at least 2 GPUs", key="--gpus")
     if gpus > topo.gpus_per_node and gpus % topo.gpus_per_node:
@@ -748,7 +765,11 @@ def collective(
                 "vocab": 1024,
                 "seq_len": 16,
             },
-            "cluster": {"topology": topology, "num_gpus": gpus},
+            "cluster": {
+                "topology": topology,
+                "num_gpus": gpus,
+                **({"gpus_used_per_node": gpus_per_node} if gpus_per_node is not None else {}),
+            },
             "parallel": {
                 "tp": gpus if axis == "tp" else 1,
                 "global_batch": 1 if axis == "tp" else gpus,
@@ -907,11 +928,19 @@ def shipped_figures(
     for row in data.get("collective", []) if "collective" in kinds else []:
         algo = row.get("algorithm")
         topo_gpu = load_topology(row["topology"]).gpu
+        per_node = row.get("gpus_per_node")
         res = collective(
-            row["topology"], row["kind"], int(row["gpus"]), float(row["bytes"]), algo, params(topo_gpu)
+            row["topology"],
+            row["kind"],
+            int(row["gpus"]),
+            float(row["bytes"]),
+            algo,
+            params(topo_gpu),
+            None if per_node is None else int(per_node),
         )
         label = (
-            f"{row['kind']} {row['topology']} x{row['gpus']} {row['bytes']:.3g} B{' ' + algo if algo else ''}"
+            f"{row['kind']} {row['topology']} x{row['gpus']}{f' ({per_node}/node)' if per_node else ''}"
+            f" {row['bytes']:.3g} B{' ' + algo if algo else ''}"
         )
         out.append(
             Figure(

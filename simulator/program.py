@@ -694,6 +694,98 @@ def ub_split_gemm_s(device: Device, m: int, n: int, k: int, chunks: int) -> floa
     return chunks / c * matmul_time_s(device, c * rows, n, k)
 
 
+# Which GEMM each of a layer's TP collectives overlaps under Transformer Engine's default
+# userbuffer methods (module/base.py initialize_ub, unchanged v1.7 @4e7caa1c .. v2.2 @c55e425a),
+# per transformer-layer GEMM: the forward AllGather feeds qkv/fc1 (ring_exchange), the forward
+# ReduceScatter drains attn out/fc2 (pipeline); in the backward the AllGather of the output
+# gradient feeds the attn out/fc2 dgrad (ring_exchange), the re-gather of the normed input runs
+# beside the qkv/fc1 dgrad and the input gradient's ReduceScatter beside the qkv/fc1 wgrad
+# (bulk). Each overlap call ends with the main stream waiting for its own comm and GEMM streams
+# (comm_gemm_overlap.cpp split_overlap_ag / split_overlap_rs / bulk_overlap @c55e425a), so a
+# collective hides behind its own GEMM only.
+UB_AG_FEEDS = ("qkv", "fc1")
+UB_RS_DRAINS = ("attn out", "fc2")
+
+
+# UB_FP8_AG_NOTE: with FP8, Transformer Engine's userbuffers hold the AllGathered tensors in FP8
+# (initialize_ub: fp8_buf for the all-gather layers qkv_fprop, qkv_dgrad, proj_dgrad, fc1_fprop,
+# fc1_dgrad, fc2_dgrad; a uint8 buffer when use_fp8 and fp8_buf, module/base.py @v1.7
+# 4e7caa1c / @v2.2 c55e425a): the normed input and the output gradient are gathered as one-byte
+# FP8, the ReduceScatters (proj/fc2 fprop, qkv/fc1 wgrad) stay 16-bit. Per-tensor FP8 only
+# (delayed / current scaling); other recipes keep the 16-bit message.
+def ub_fp8_allgather(scn: Scenario) -> bool:
+    """True when the layer's userbuffer AllGathers move one-byte FP8 (UB_FP8_AG_NOTE)."""
+    par = scn.parallel
+    return (
+        par.tp_comm_overlap
+        and par.tp > 1
+        and par.sequence_parallel
+        and scn.dtype == "fp8"
+        and scn.fp8_recipe in ("delayed", "current")
+    )
+
+
+def _gemm_near(parts: list, i: int, step: int) -> Segment | None:
+    """The first GEMM (a compute segment with FLOPs) from parts[i] on in direction `step`."""
+    j = i + step
+    while 0 <= j < len(parts):
+        if parts[j].category == "compute" and parts[j].flops > 0:
+            return parts[j]
+        j += step
+    return None
+
+
+def ub_tp_pair(parts: list, compute_parts: list, i: int, backward: bool) -> tuple[str, Segment] | None:
+    """(userbuffer method, the GEMM it overlaps) of the TP collective parts[i], or None when no
+    userbuffer GEMM is beside it. The layer lists a column-parallel GEMM's collectives before it
+    and a row-parallel GEMM's after it (_tp_entry / _tp_exit), in both passes."""
+    name = parts[i].name
+    if not backward:
+        if "allgather" in name:
+            g = _gemm_near(parts, i, 1)
+            return ("ring_exchange", g) if g is not None and g.name in UB_AG_FEEDS else None
+        if "reducescatter" in name:
+            g = _gemm_near(parts, i, -1)
+            return ("pipeline", g) if g is not None and g.name in UB_RS_DRAINS else None
+        return None
+    if "(beside dgrad)" in name or "(beside wgrad)" in name:
+        g = _gemm_near(parts, i, 1)
+        if g is None or g.name not in tuple(n + " dgrad" for n in UB_AG_FEEDS):
+            return None
+        if "(beside dgrad)" in name:
+            return ("bulk", g)
+        wgrad = g.name.removesuffix(" dgrad") + " wgrad"
+        w = next((p for p in compute_parts if p.name == wgrad and p.flops > 0), None)
+        # a split backward defers the wgrad GEMM: the ReduceScatter then has only the dgrad's
+        return ("bulk", w if w is not None else g)
+    if "allgather" in name:
+        g = _gemm_near(parts, i, -1)
+        return (
+            ("ring_exchange", g)
+            if g is not None and g.name in tuple(n + " dgrad" for n in UB_RS_DRAINS)
+            else None
+        )
+    return None
+
+
+def ub_exposed_s(method: str, comm_s: float, gemm_s: float, tp: int) -> float:
+    """The part of a TP collective of `comm_s` left exposed beside its GEMM of `gemm_s`.
+    ring_exchange (comm_gemm_overlap.cpp split_overlap_ag): tp GEMM chunks, the first on the
+    local shard, each of the tp - 1 sends beside one chunk; the last chunk has no send beside it,
+    so the gather hides behind (tp - 1)/tp of the GEMM. pipeline (split_overlap_rs): the GEMM in
+    UB_PIPELINE_SPLITS chunks, chunk i's ReduceScatter beside chunk i+1's GEMM; the last chunk's
+    ReduceScatter has no GEMM beside it ("a 1x ReduceScatter chunk remains exposed",
+    Megatron-Bridge docs/performance-guide.md @e577829e; NeMo communication_overlap.rst @8cfedd72:
+    "exposes one reduce-scatter chunk"). bulk (bulk_overlap): the whole collective beside the
+    whole GEMM."""
+    if method == "ring_exchange":
+        return max(0.0, comm_s - gemm_s * (tp - 1) / tp)
+    if method == "pipeline":
+        s = UB_PIPELINE_SPLITS
+        return comm_s / s + max(0.0, (comm_s - gemm_s) * (s - 1) / s)
+    return max(0.0, comm_s - gemm_s)
+
+
 def sm_interference_s(hidden_s: float, sm_fraction: float) -> float:
     """Compute time lost to communication kernels that hold `sm_fraction` of the SMs for
     `hidden_s` seconds beside it: compute of C s at full speed advances only (1 - f)·h of its
@@ -1213,6 +1305,8 @@ class _Coster:
 
         # --- attention block (Megatron column/row-parallel linear layers)
         tp_msg = T * h * a  # full-sequence activation of this micro-batch (AG output / AR buffer)
+        # userbuffer AllGathers of a per-tensor FP8 layer move FP8 (UB_FP8_AG_NOTE)
+        ub_ag_msg = T * h * 1.0 if ub_fp8_allgather(scn) else tp_msg
         start = len(fwd)
         if ln_fp8 and m.mla is None:
             mem("input norm (fp8 out)", ln_fp8_bytes, bwd=ln_fp8_bwd)
@@ -1227,6 +1321,7 @@ class _Coster:
                 b_in,
                 tp_msg,
                 matmul_pass_times_s(d, T, q_local + 2 * kv_local, h, 1, self.wgrad_bytes)[1:],
+                ub_ag_msg,
             )
             mm("qkv", T, q_local + 2 * kv_local, h, ln_fused=True)
             if m.linear_bias and scn.kernels.stack == "megatron-2021":
@@ -1283,7 +1378,7 @@ class _Coster:
             b_in.append(Segment("cp_comm", "cp dkv ring", max(0.0, t_bwd - attn_bwd), 0.0, kv_msg))
             cp_hidden_f, cp_hidden_b = min(t_kv, attn_fwd), min(t_bwd, attn_bwd)
         mm("attn out", T, h, v_local)
-        self._tp_exit(fwd, b_in, tp_msg)
+        self._tp_exit(fwd, b_in, tp_msg, ub_ag_msg)
         if m.linear_bias and m.is_moe:  # bias_dropout_fusion off (UNFUSED_BIAS_ADD_PASSES)
             self._eager(fwd, b_in, "attn bias add (unfused)", UNFUSED_BIAS_ADD_PASSES, norm_tokens * h * a)
         residual("residual add")
@@ -1304,7 +1399,9 @@ class _Coster:
         else:
             f_local = m.ffn // t
             fc1_n = (2 if m.gated_mlp else 1) * f_local
-            self._tp_entry(fwd, b_in, tp_msg, matmul_pass_times_s(d, T, fc1_n, h, 1, self.wgrad_bytes)[1:])
+            self._tp_entry(
+                fwd, b_in, tp_msg, matmul_pass_times_s(d, T, fc1_n, h, 1, self.wgrad_bytes)[1:], ub_ag_msg
+            )
             mm("fc1", T, fc1_n, h, ln_fused=True)
             if m.activation == "squared_relu":
                 # relu(x)^2 eager or torch.compile'd (SQUARED_RELU_NOTE)
@@ -1322,7 +1419,7 @@ class _Coster:
                     bwd=None if m.gated_mlp else (GELU_BWD[0] / 2, GELU_BWD[1]),
                 )
             mm("fc2", T, h, f_local)
-            self._tp_exit(fwd, b_in, tp_msg)
+            self._tp_exit(fwd, b_in, tp_msg, ub_ag_msg)
             span("mlp", start)
         if m.linear_bias and scn.kernels.bias_grad == "separate" and m.mla is None:
             # PyTorch nn.Linear: one reduction per biased layer over its output gradient (16-bit).
@@ -1372,7 +1469,7 @@ class _Coster:
             # slot (Qi et al. 2023 §2): the input-gradient pass's TP traffic hides behind its own
             # GEMMs only -- else a faster GPU shortening W lengthened B on the critical path
             split = par.schedule in SPLIT_BACKWARD_SCHEDULES
-            b_in = self._overlap_tp(b_in, b_in if split else b_in + b_w, cp_hidden_b)
+            b_in = self._overlap_tp(b_in, b_in if split else b_in + b_w, cp_hidden_b, backward=True)
         if moe and ep_overlap_pairs(scn):
             self.ep_pair = self._ep_pair(fwd, b_in, b_w, marks, b_moe, w_moe)
         # --- ZeRO-3 / FSDP: gather weights before use, reduce-scatter grads after. They run on
@@ -1612,21 +1709,42 @@ class _Coster:
         b_in.insert(0, Segment("other", names[1], max(0.0, t_copy - bwd_s), 0.0, stored))
         return t_copy
 
-    def _overlap_tp(self, parts: list, compute_parts: list, taken_s: float = 0.0) -> list:
-        """TP communication overlapped with the layer's GEMMs (Megatron/Transformer Engine
-        userbuffers, `--tp-comm-overlap`): only what exceeds the GEMM time stays exposed;
-        the hidden part slows the GEMMs by the GPU's `overlap_slowdown` (SM/memory sharing).
-        `taken_s`: kernel time already hiding another transfer (the CP ring behind attention),
-        not counted twice."""
-        tp_s = sum(p.duration_s for p in parts if p.category == "tp_comm")
-        gemm_s = sum(p.duration_s for p in compute_parts if p.category == "compute" and p.flops > 0)
-        gemm_s = max(0.0, gemm_s - taken_s)
-        if tp_s <= 0:
+    def _overlap_tp(
+        self, parts: list, compute_parts: list, taken_s: float = 0.0, backward: bool = False
+    ) -> list:
+        """TP communication overlapped with GEMMs by Transformer Engine userbuffers
+        (`--tp-comm-overlap`). Each userbuffer overlap is bound to one GEMM (ub_tp_pair), so a
+        collective hides only behind its own GEMM, as its method allows (ub_exposed_s): what a
+        large GEMM leaves idle does not hide a small GEMM's collective. TP traffic with no
+        userbuffer GEMM beside it (a MoE layer's dispatcher gather, MLA's projections) keeps the
+        pooled treatment against the GEMM time the pairs leave. The hidden part slows the GEMMs
+        by the GPU's `overlap_slowdown` (SM/memory sharing). `taken_s`: kernel time already
+        hiding another transfer (the CP ring behind attention), not counted twice."""
+        tp_idx = [i for i, p in enumerate(parts) if p.category == "tp_comm" and p.duration_s > 0]
+        if not tp_idx:
             return parts
-        exposed = max(0.0, tp_s - gemm_s)
-        hidden = tp_s - exposed
-        keep = exposed / tp_s
-        out = [replace(p, duration_s=p.duration_s * keep) if p.category == "tp_comm" else p for p in parts]
+        tp = self.scn.parallel.tp
+        gemm_s = sum(p.duration_s for p in compute_parts if p.category == "compute" and p.flops > 0)
+        exposed: dict[int, float] = {}
+        pooled: list[int] = []
+        used_s: dict[str, float] = {}
+        for i in tp_idx:
+            pair = ub_tp_pair(parts, compute_parts, i, backward)
+            if pair is None:
+                pooled.append(i)
+                continue
+            method, gemm = pair
+            free_s = max(0.0, gemm.duration_s - used_s.get(gemm.name, 0.0))
+            t = parts[i].duration_s
+            exposed[i] = ub_exposed_s(method, t, free_s, tp)
+            used_s[gemm.name] = used_s.get(gemm.name, 0.0) + min(free_s, t - exposed[i])
+        # the rest hides behind what the pairs left of the layer's GEMM time
+        pool_s = max(0.0, gemm_s - taken_s - sum(used_s.values()))
+        pool_tp_s = sum(parts[i].duration_s for i in pooled)
+        for i in pooled:
+            exposed[i] = parts[i].duration_s * max(0.0, pool_tp_s - pool_s) / pool_tp_s
+        hidden = sum(parts[i].duration_s - exposed[i] for i in tp_idx)
+        out = [replace(p, duration_s=exposed[i]) if i in exposed else p for i, p in enumerate(parts)]
         out.append(
             Segment(
                 "compute",
@@ -1719,13 +1837,16 @@ class _Coster:
             )
         ]
 
-    def _tp_entry(self, fwd: list, b_in: list, msg: float, gemm_s: tuple[float, ...]) -> None:
+    def _tp_entry(
+        self, fwd: list, b_in: list, msg: float, gemm_s: tuple[float, ...], ag_msg: float | None = None
+    ) -> None:
         """Column-parallel entry (Megatron's `f` operator): with SP an AllGather forward; in
         backward Megatron's LinearWithGradAccumulationAndAsyncCommunication re-gathers the
         input (overlapped with the dgrad GEMM) and reduce-scatters the input gradient
         (overlapped with the wgrad GEMM); without SP it all-reduces the input gradient
         asynchronously beside the wgrad GEMM. Only what outlasts its GEMM (`gemm_s` = the
-        (dgrad, wgrad) times of the entry GEMM) is exposed."""
+        (dgrad, wgrad) times of the entry GEMM) is exposed. `ag_msg`: the AllGathers' bytes when
+        they differ from `msg` (userbuffers' FP8 gathers, UB_FP8_AG_NOTE)."""
         par = self.scn.parallel
         if par.tp == 1:
             return
@@ -1736,10 +1857,11 @@ class _Coster:
             dgrad_s = wgrad_s = 0.0
         wgrad_s = _beside_wgrad_s(par, wgrad_s)
         if par.sequence_parallel:
-            t_ag = self.coll("allgather", "tp", msg)
+            ag = msg if ag_msg is None else ag_msg
+            t_ag = self.coll("allgather", "tp", ag)
             t_rs = self.coll("reducescatter", "tp", msg)
-            fwd.append(Segment("tp_comm", "tp allgather", t_ag, 0.0, msg))
-            b_in.append(Segment("tp_comm", "tp allgather (beside dgrad)", max(0.0, t_ag - dgrad_s), 0.0, msg))
+            fwd.append(Segment("tp_comm", "tp allgather", t_ag, 0.0, ag))
+            b_in.append(Segment("tp_comm", "tp allgather (beside dgrad)", max(0.0, t_ag - dgrad_s), 0.0, ag))
             b_in.append(
                 Segment("tp_comm", "tp reducescatter (beside wgrad)", max(0.0, t_rs - wgrad_s), 0.0, msg)
             )
@@ -1764,9 +1886,9 @@ class _Coster:
                 )
             )
 
-    def _tp_exit(self, fwd: list, b_in: list, msg: float) -> None:
+    def _tp_exit(self, fwd: list, b_in: list, msg: float, ag_msg: float | None = None) -> None:
         """Row-parallel exit: SP ReduceScatter forward / AllGather backward (or the forward
-        AllReduce of Megatron's `g` operator without SP)."""
+        AllReduce of Megatron's `g` operator without SP); `ag_msg` as in _tp_entry."""
         par = self.scn.parallel
         if par.tp == 1:
             return
@@ -1774,7 +1896,8 @@ class _Coster:
             fwd.append(
                 Segment("tp_comm", "tp reducescatter", self.coll("reducescatter", "tp", msg), 0.0, msg)
             )
-            b_in.append(Segment("tp_comm", "tp allgather", self.coll("allgather", "tp", msg), 0.0, msg))
+            ag = msg if ag_msg is None else ag_msg
+            b_in.append(Segment("tp_comm", "tp allgather", self.coll("allgather", "tp", ag), 0.0, ag))
         else:
             fwd.append(Segment("tp_comm", "tp allreduce", self.coll("allreduce", "tp", msg), 0.0, msg))
 

@@ -22,7 +22,8 @@ AUTOMODEL = ROOT / "scenarios" / "heldout_automodel"
 TORCHTITAN = ROOT / "scenarios" / "heldout_torchtitan"
 NEMO = ROOT / "scenarios" / "heldout_nemo"
 NEMO_2024 = ROOT / "scenarios" / "heldout_nemo_2024"
-HELDOUT_DIRS = (HELDOUT, AUTOMODEL, TORCHTITAN, NEMO, NEMO_2024)
+MOE = ROOT / "scenarios" / "heldout_moe"
+HELDOUT_DIRS = (HELDOUT, AUTOMODEL, TORCHTITAN, NEMO, NEMO_2024, MOE)
 
 
 def _report_module():
@@ -61,6 +62,9 @@ def test_heldout_runs_are_not_calibration_rows() -> None:
         "torchtitan",
         "nemo-framework/user-guide",
         "nemo 25.07",
+        "2412.19437",
+        "2405.04434",
+        "transformer/moe/readme",
     ):
         assert key not in sources.lower()
     # the CSV's NeMo 25.04 rows are the long-sequence table only, never the 25.04 pre-training summary
@@ -259,3 +263,54 @@ def test_nemo_2024_models_match_the_published_flops() -> None:
         per_token = report.model_flops_per_step / (scenario.parallel.global_batch * scenario.model.seq_len)
         published = info["published_tflops_per_gpu"] * 1e12 / info["measured"]
         assert per_token == pytest.approx(published, rel=0.015), run_id
+
+
+def test_moe_papers_runs_simulate_with_their_measurement(capsys) -> None:
+    """Every scenario of the MoE papers/reports set runs (`mfusim run` exits 0), is a mixture of
+    experts, has its published measurement, and the report covers it. The derived measurements
+    reproduce their sources: Megatron's FLOP counter at 0b981f9c53 (training.py
+    num_floating_point_operations, full s², no router) turns 438 TFLOP/s into the Mixtral row's
+    tokens/s; 180K / 172.8K GPU hours per trillion tokens into the DeepSeek rows'. The DeepSeek-V3
+    run carries the report's stated recipe (§3.2-3.3)."""
+    from simulator.cli import main
+
+    runs = _runs(MOE)
+    rows = {r.run_id: r for r in _report_module().evaluate(MOE)}
+    assert set(rows) == set(runs) and len(runs) >= 3
+    for run_id, info in runs.items():
+        assert main(["run", str(MOE / f"{run_id}.toml")]) == 0
+        assert info["measured_kind"] in ("mfu", "tokens_per_s_per_gpu", "step_time_s")
+        assert rows[run_id].moe and rows[run_id].predicted_step_s > 0 and rows[run_id].measured_step_s > 0
+        assert info["clean"] is False or not info.get("assumptions")
+    capsys.readouterr()
+    # Mixtral 8x7B: 12·s·L·h²·[(1 + g/a + s/h)·1 + (F/h)·k·3/2 + V/(2Lh)] FLOP per sequence
+    s, layers, h, a, g, f, k, v = 4096, 32, 4096, 32, 8, 14336, 2, 32000
+    per_token = 12 * layers * h * h * ((1 + g / a + s / h) + (f / h) * k * 1.5 + v / (2 * layers * h))
+    assert runs["mcore08_mixtral_8x7b_64gpu"]["measured"] == pytest.approx(438e12 / per_token, rel=1e-3)
+    mixtral = mfusim.load_scenario(MOE / "mcore08_mixtral_8x7b_64gpu.toml")
+    assert (mixtral.model.hidden, mixtral.model.layers, mixtral.model.vocab) == (h, layers, v)
+    assert runs["deepseek_v3_report_2048gpu"]["measured"] == pytest.approx(1e12 / (180_000 * 3600), rel=1e-4)
+    assert runs["deepseek_v2_report_h800"]["measured"] == pytest.approx(1e12 / (172_800 * 3600), rel=1e-4)
+    v3 = mfusim.load_scenario(MOE / "deepseek_v3_report_2048gpu.toml")
+    assert v3.gpu.name == "h800" and v3.parallel.schedule == "dualpipe" and v3.parallel.tp == 1
+    assert (v3.parallel.pp, v3.parallel.ep, v3.parallel.zero) == (16, 64, 1)
+    assert v3.dtype == "fp8" and v3.fp8_recipe == "blockwise" and v3.model.max_nodes_per_token == 4
+
+
+def test_overview_sums_the_sets_it_is_given() -> None:
+    """The docs overview: one line per set plus the pooled line, means of |error| over exactly the
+    rows named (clean / all / dense / MoE), signed mean with its sign; every DOC_BLOCKS set named."""
+    mod = _report_module()
+
+    def row(run_id: str, err: float, clean: bool, moe: bool) -> object:
+        return mod.HeldoutRow(run_id, clean, "src", 1.0, 1.0 + err, 0.5, moe, {}, ())
+
+    a = [row("a1", 0.10, True, False), row("a2", -0.30, False, True)]
+    b = [row("b1", 0.20, True, False)]
+    text = mod.overview([("set A", a), ("set B", b)])
+    lines = text.strip().splitlines()
+    assert len(lines) == 2 + 2 + 1
+    assert lines[2].startswith("| set A | 2 | 10.0% (1) | 20.0% (2) | -10.0% | 10.0% (1) | 30.0% (1) |")
+    assert lines[3].startswith("| set B | 1 | 20.0% (1) | 20.0% (1) | +20.0% | 20.0% (1) | – |")
+    assert lines[4].startswith("| **every held-out run** | 3 | 15.0% (2) | 20.0% (3) | +0.0% |")
+    assert {block for _, block in mod.DOC_BLOCKS} <= set(mod.SET_NAMES)

@@ -10,6 +10,7 @@ import pytest
 from simulator import kernels as K
 from simulator.errors import ConfigError
 from simulator.loading import gpu_by_name, load_gpu_catalog
+from simulator.specs import GPUSpec
 
 TOLERANCE = 0.10
 
@@ -27,8 +28,12 @@ def test_every_figure_is_cited_and_positive(figures: list[K.Figure]) -> None:
 
 
 def test_shipped_microbenchmarks_within_tolerance(figures: list[K.Figure]) -> None:
-    """Issue 12 target: every kernel within 10% of its microbenchmark. Measured today (495 checked
-    figures): 11 are not, none by more than 15.5%: cuBLASLt MXFP8 at 16384^3 on
+    """Issue 12 target: every kernel within 10% of its microbenchmark. Measured today (550 checked
+    figures): 17 are not, none by more than 15.5%. Added by kfig4 (docs/calibration.md "kfig4"):
+    TransformerEngine's B300 BF16 15872x4096x4096 (-15.5%: ran at the burst clock), flash-attn 2.7.4
+    backward at 4k tokens on B200 / GB300 (+12.7 / +11.8%: Hopper's borrowed sequence ramp), cuDNN
+    9.13 forward at 32k on B200 (-10.7%), OpenXLA's sm_100 all-to-all on 8 B200 (+11.4%) and
+    all-gather on 4 (+15.5%: fewer ranks, lower busbw, as on H100). Earlier: cuBLASLt MXFP8 at 16384^3 on
     B200 (+13% at the sustained clock), H200 FP8 at 1280x4096x12032 (MAMF), DeepGEMM's blockwise
     FP8 on H800 at 4096x7168x16384 (-12%: above the cuBLAS MAMF ceiling) and its two grouped K = 2048
     shapes (+10.2%; tests/test_fp8_blockwise.py), FlashAttention's
@@ -48,6 +53,36 @@ def test_shipped_microbenchmarks_within_tolerance(figures: list[K.Figure]) -> No
         errors = [abs(f.error) for f in checked if f.kind == kind]
         assert errors, kind
         assert sum(errors) / len(errors) <= 0.06, (kind, sum(errors) / len(errors))
+
+
+def test_fa2_on_blackwell_keeps_hoppers_mma_sync_rate(figures: list[K.Figure]) -> None:
+    """flash-attn 2.x issues the sm80 mma.sync on every GPU (KernelParams.fa2_mma_rate_scale);
+    Blackwell's doubled tensor rate needs tcgen05. cudnn-sdpa-913 (kernels.toml) measures it on B200
+    with the Llama-3.1-405B shapes: flash-attn 2.7.4 plateaus at ~441 TFLOP/s forward where cuDNN
+    9.13 reaches ~1,380, a ratio above 3 (on H100 the fa3-paper's FA2 reaches ~60% of cuDNN). Every
+    checked flash-attn 2.7.4 figure of 8k tokens or more, on B200 and GB300, within 10%."""
+    b200, h100 = gpu_by_name("b200"), gpu_by_name("h100-sxm")
+    pb, ph = K.kernel_params(b200), K.kernel_params(h100)
+    assert ph.fa2_mma_rate_scale == 1.0 and pb.fa2_mma_rate_scale == 0.5
+    for pass_ in ("fwd", "bwd"):
+        assert pb.attention_fraction("fa2", pass_) == pytest.approx(
+            0.5 * getattr(pb, f"fa2_{pass_}_fraction")
+        )
+        assert pb.attention_fraction("cudnn", pass_) == getattr(pb, f"cudnn_{pass_}_fraction")
+
+    def tflops(gpu: GPUSpec, impl: str) -> float:
+        t = K.attention_time_s(
+            gpu, batch=1, seq=65536, heads=128, head_dim=128, causal=True, impl=impl, pass_="fwd"
+        )
+        return K.attention_flops(1, 65536, 128, 128, True, "fwd") / t / 1e12
+
+    assert 2.5 < tflops(b200, "cudnn") / tflops(b200, "fa2") < 4.0  # measured 1382 / 441 = 3.1
+    assert tflops(b200, "fa2") < 1.3 * tflops(h100, "fa2")  # per SM and clock no faster than Hopper
+    fa2 = [f for f in figures if "flash-attn 2.7.4" in f.source and not f.reference_only]
+    long = [f for f in fa2 if int(f.label.split(" s")[1].split()[0]) >= 8192]
+    assert len(fa2) >= 12 and len(long) >= 10
+    for f in long:
+        assert abs(f.error) <= TOLERANCE, (f.gpu, f.label, f.error)
 
 
 def test_torch_layer_norm_figures_within_tolerance(figures: list[K.Figure]) -> None:

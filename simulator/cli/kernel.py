@@ -5,7 +5,8 @@ kernel as the kernel model (simulator/kernels.py) costs it.
     mfusim kernel attention --gpu a100-80gb --seq 8192 --heads 32 --head-dim 128 [--batch 1]
                             [--causal] [--impl fa2|fa3|cudnn|unfused] [--pass fwd|bwd|fwd+bwd] [--json]
     mfusim kernel memory --gpu h100-sxm --bytes 1e9 [--kind swiglu_bwd] [--json]
-    mfusim kernel allreduce --topology dgx-h100 --gpus 8 --bytes 1e9 [--algo ring|nvls|...] [--json]
+    mfusim kernel allreduce --topology dgx-h100 --gpus 8 --bytes 1e9 [--algo ring|nvls|...]
+                            [--gpus-per-node 4] [--json]
 
 JSON keys: `time_s`, and `tflops` (compute), `GBps` (memory), `algbw_GBps` and `busbw_GBps`
 (collectives, nccl-tests conventions), plus the inputs and the model's choices. The kernel alone,
@@ -87,6 +88,12 @@ def add_parser(sub: Any) -> None:
             default=None,
             help="the algorithm NCCL_ALGO would force (default: NCCL's fastest choice)",
         )
+        c.add_argument(
+            "--gpus-per-node",
+            type=int_flag("--gpus-per-node", 1, 1_000_000),
+            default=None,
+            help="ranks on only this many GPUs of each node (default: whole nodes)",
+        )
         c.add_argument("--json", action="store_true")
 
 
@@ -164,7 +171,10 @@ def kernel_result(args: argparse.Namespace) -> dict[str, Any]:
             "GBps": args.bytes / t / 1e9,
         }
     try:
-        res = K.collective(args.topology, kind, args.gpus, args.bytes, getattr(args, "algo", None))
+        per_node = getattr(args, "gpus_per_node", None)
+        res = K.collective(
+            args.topology, kind, args.gpus, args.bytes, getattr(args, "algo", None), gpus_per_node=per_node
+        )
     except ConfigError as err:
         if err.key in ("topology", "cluster.topology"):  # name the flag the user typed
             raise ConfigError(err.message, key="--topology") from None
@@ -173,6 +183,7 @@ def kernel_result(args: argparse.Namespace) -> dict[str, Any]:
         "kernel": kind,
         "topology": args.topology,
         "gpus": args.gpus,
+        **({"gpus_per_node": per_node} if per_node is not None else {}),
         "bytes": args.bytes,
         "time_s": res.time_s,
         "algbw_GBps": res.algbw_bytes_per_s / 1e9,
@@ -200,6 +211,8 @@ def _text(r: dict[str, Any]) -> str:
         detail = f"{r['GBps']:.1f} GB/s"
     else:
         head = f"{kind} {r['bytes']:.4g} B on {r['gpus']} GPUs of {r['topology']}"
+    if "gpus_per_node" in r:
+        head += f" ({r['gpus_per_node']} per node)"
         detail = (
             f"algbw {r['algbw_GBps']:.1f} GB/s, busbw {r['busbw_GBps']:.1f} GB/s "
             f"({r['algorithm']}, bottleneck {r['bottleneck'] or '-'})"

@@ -227,10 +227,16 @@ TREE_THREADS_THRESHOLD = {"LL": (512, 8), "LL128": (640, 8), "Simple": (512, 64)
 NCCL_TREE_CHANNELS = 16
 # NCCL's NVLSTree all-reduce (k > 1 nodes, NVLS inside each): its bus bandwidth per NVLS channel
 # on two nodes and on more, GB/s (src/graph/tuning.cc perChMaxNVLSTreeBws, index2 = nNodes <= 2 ?
-# nNodes - 1 : 2; NVIDIA/nccl 5067397c, the same since v2.19). NCCL takes busBw = nChannels x
-# min(intraBw, interBw, this), and an NVLS graph has one channel per head: a GPU with a NIC of its
-# own, at most one per GPU (src/graph/search.cc: "NVLS search only tries to find NIC:GPU
-# combinations to compute the heads"); 8 on a DGX H100 (8 x 57.7 = 462, 8 x 45.5 = 364 GB/s).
+# nNodes - 1 : 2; NVIDIA/nccl 5067397c). The table appeared in v2.28.3-1 (Blackwell beyond two
+# nodes 43.1 there, 80.0 at 5067397c); v2.19-v2.27 price NVLSTree as nChannels x min(bwIntra,
+# bwInter on two nodes, bwInter / 2 on more), no per-channel cap (tuning.cc, v2.26.2-1 line 252).
+# NCCL takes busBw = nChannels x min(intraBw, interBw, this), and an NVLS graph has one channel per
+# head: a GPU with a NIC of its own, at most one per GPU and at most NCCL_MAX_NVLS_ARITY = 32
+# (src/include/device.h; src/graph/search.cc: "NVLS search only tries to find NIC:GPU
+# combinations to compute the heads", maxChannels = min(NCCL_MAX_NVLS_ARITY, GPUs)); 8 on a DGX
+# H100 (8 x 57.7 = 462, 8 x 45.5 = 364 GB/s). `_nvls_tree` takes every GPU with a NIC as a head
+# (72 on an NVL72 rack, not NCCL's 32: the network stage is far from binding either way;
+# docs/calibration.md "mnnvl").
 NVLS_TREE_MAX_GBPS_PER_HEAD = {"hopper": (57.7, 45.5), "blackwell": (96.0, 80.0)}
 # NCCL's all-to-all across nodes (grouped send/recv, PXN through the peer rail's GPU) reaches a
 # smaller fraction of the NICs' line rate than its rings do when each rank has several peers
