@@ -114,6 +114,7 @@ def scenario_dicts(draw: st.DrawFn, variability: bool = False) -> dict[str, Any]
             "workers": draw(st.integers(1, 4)),
             "prefetch": draw(st.integers(0, 4)),
         }
+    draw_new_keys(draw, data)
     if variability:
         data["variability"] = {
             "compute_jitter": draw(st.sampled_from((0.0, 0.05, 0.3))),
@@ -124,6 +125,107 @@ def scenario_dicts(draw: st.DrawFn, variability: bool = False) -> dict[str, Any]
         }
         data.setdefault("dataloader", {})["jitter"] = draw(st.sampled_from((0.0, 0.3)))
     return data
+
+
+# Keys added in round 2 (schema 0.2.0), drawn over their legal values (and a few the loader must
+# refuse with a ConfigError naming the key, which `build` then skips): the whole-step invariants
+# must hold for each of them, not only for the keys the strategies knew first.
+ATTENTION_IMPLS = ("fa2", "fa3", "cudnn", "triton", "flash-attn-triton", "unfused")
+GRAPH_MODULE_LISTS: tuple[list[str], ...] = (
+    [], ["attn"], ["mlp"], ["attn", "mlp"], ["moe_router"], ["moe_router", "moe_preprocess"], ["attn", "moe_router"]
+)
+MOMENT_DTYPES = ("fp32", "fp32", "bf16", "fp16", "fp8")
+
+
+def draw_new_keys(draw: st.DrawFn, data: dict[str, Any]) -> None:
+    """Round 2's keys of [parallel], [precision], [kernels], [memory] and the 96 GB H100 onto a drawn
+    scenario (dense or MoE; `data` must carry model, cluster, parallel and precision)."""
+    par, model, cluster = data["parallel"], data["model"], data["cluster"]
+    dp, zero = par["dp"], par["zero"]
+    if cluster["topology"] == "dgx-h100" and cluster.get("gpu", "h100-sxm") == "h100-sxm" and draw(st.booleans()):
+        cluster["gpu"] = "h100-sxm-96gb"
+    hopper_up = cluster["topology"] not in ("dgx-a100", "dgx-a100-40gb", "pcie-a100")
+    # [parallel]: HSDP shard group, ZeRO-3 keeping gathered parameters, gradient accumulation as
+    # whole pipeline runs (torch.distributed.pipelining), Megatron's pipeline-split accounting
+    if zero and draw(st.booleans()):
+        par["dp_shard"] = draw(st.sampled_from(_divisors(dp, (1, 2, 4, 8))))
+    if zero == 3 and draw(st.booleans()):
+        par["reshard_after_forward"] = False
+    micro_batches = par["global_batch"] // (par["micro_batch"] * dp)
+    if par["pp"] > 1 and zero in (0, 3) and draw(st.integers(0, 2)) == 0:
+        # torch.distributed.pipelining (DDP or FSDP) reduces each chunk's gradients in the run
+        runs = draw(st.sampled_from(_divisors(micro_batches, (1, 2, 4))))
+        par["local_batch"] = par["micro_batch"] * micro_batches // runs
+        par["overlap_grad_reduce"] = draw(st.sampled_from((True, True, True, False)))
+    for key in ("account_for_embedding_in_pipeline_split", "account_for_loss_in_pipeline_split"):
+        if par["pp"] > 1 and draw(st.integers(0, 3)) == 0:
+            par[key] = True
+    if par["recompute"] == "selective" and draw(st.booleans()):
+        modules = ["core_attn", "layernorm", "mlp"] + (["moe", "moe_act", "shared_experts"] if "moe" in model else [])
+        par["recompute_modules"] = draw(st.lists(st.sampled_from(modules), min_size=1, max_size=3, unique=True))
+    # [precision]: FP8 recipes and FP8-only weights on Hopper and later
+    prec = data["precision"]
+    if hopper_up and prec["dtype"] in ("bf16", "fp16") and draw(st.integers(0, 2)) == 0:
+        prec["dtype"] = "fp8"
+    if prec["dtype"] == "fp8":
+        blackwell = cluster["topology"].startswith(("dgx-b", "gb"))  # blockwise: Hopper only
+        prec["fp8_recipe"] = draw(st.sampled_from(("delayed", "current") + (() if blackwell else ("blockwise",))))
+    if prec["dtype"] in ("fp8", "mxfp8") and prec.get("fp8_recipe") != "blockwise" and draw(st.booleans()):
+        prec["fp8_param_gather"] = True
+    # [kernels]
+    kernels: dict[str, Any] = {}
+    if draw(st.booleans()):
+        kernels["attention"] = draw(st.sampled_from(ATTENTION_IMPLS))
+    if draw(st.booleans()):
+        kernels["cross_entropy"] = draw(st.sampled_from(("unfused", "fused", "te", "torch")))
+    if draw(st.integers(0, 3)) == 0:
+        kernels["grad_reduce_dtype"] = draw(st.sampled_from(("fp32", "bf16")))
+    if draw(st.integers(0, 3)) == 0:
+        kernels["norm"] = "torch"
+    if "mla" not in model and draw(st.integers(0, 3)) == 0:
+        kernels["qkv_grad"] = "cat"
+    if zero >= 2 and draw(st.booleans()):
+        kernels["fsdp_flat_grad"] = "cat"
+    if zero == 3 and draw(st.booleans()):
+        kernels["zero3_backward_prefetch"] = draw(st.sampled_from(("pre", "post")))
+        kernels["zero3_collectives"] = draw(st.sampled_from(("nccl", "flat")))
+    if not model.get("gated_mlp") and draw(st.integers(0, 3)) == 0:
+        model["activation"] = "squared_relu"
+        kernels["squared_relu"] = draw(st.sampled_from(("compiled", "eager")))
+    impl = draw(st.sampled_from(("none", "none", "local", "transformer_engine", "full_iteration")))
+    offload = data.get("memory", {}).get("offload_activations", 0.0) > 0  # no graphs (Megatron-Core)
+    legal_impl = impl == "full_iteration" or par["recompute"] != "full"
+    if impl != "none" and ((legal_impl and not offload) or draw(st.integers(0, 3)) == 0):
+        kernels["cuda_graph_impl"] = impl
+        if impl != "full_iteration":
+            # [] (the whole layer) and 'moe' are refused for dropless MoE layers, 'mlp' without dense
+            # MLPs, 'moe_router' without MoE layers: mostly the legal lists, sometimes any
+            dense_mlp = "moe" not in model or model["moe"].get("first_dense_layers", 0) > 0
+            legal = [
+                mods
+                for mods in GRAPH_MODULE_LISTS
+                if (mods or "moe" not in model)
+                and ("mlp" not in mods or dense_mlp)
+                and (not any(m.startswith("moe") for m in mods) or "moe" in model)
+            ]
+            kernels["cuda_graph_modules"] = draw(
+                st.sampled_from(legal if draw(st.integers(0, 4)) else GRAPH_MODULE_LISTS)
+            )
+    if kernels:
+        data["kernels"] = kernels
+    # [memory]: moment formats, FSDP's fp32 shards, DeepSeek-V3's FP8/E5M6 activations
+    memory: dict[str, Any] = data.setdefault("memory", {})
+    if draw(st.booleans()):
+        memory["exp_avg_dtype"] = draw(st.sampled_from(MOMENT_DTYPES))
+        memory["exp_avg_sq_dtype"] = draw(st.sampled_from(MOMENT_DTYPES))
+    if zero >= 2 and draw(st.booleans()):
+        memory["sharded_grad_dtype"] = "fp32"
+    if zero == 3 and draw(st.booleans()):
+        memory["sharded_param_dtype"] = "fp32"
+    if prec["dtype"] not in ("bf16", "fp16") and draw(st.integers(0, 2)) == 0:
+        memory["e5m6_attention_output"] = True
+    if not memory:
+        del data["memory"]
 
 
 def build(data: dict[str, Any]) -> Scenario:

@@ -21,7 +21,7 @@ from typing import Any
 
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
-from test_invariants import check_report
+from test_invariants import check_report, draw_new_keys
 
 from simulator.errors import ConfigError
 from simulator.loading import scenario_from_dict
@@ -124,7 +124,39 @@ def moe_scenarios(draw: st.DrawFn) -> dict[str, Any]:
             "offload_activations": draw(st.sampled_from((0.0, 0.25, 1.0))),
             "offload_optimizer": draw(st.booleans()),
         }
+    draw_new_keys(draw, data)
+    draw_new_moe_keys(draw, data)
     return data
+
+
+def draw_new_moe_keys(draw: st.DrawFn, data: dict[str, Any]) -> None:
+    """Round 2's MoE keys: round-robin routing, the expert gradients' reduction dtype, the token
+    dispatchers with their SMs and stream priority, TE's fused grouped MLP, the delayed expert wgrad
+    and DeepSeek-V3's FP8 expert activation inputs."""
+    moe, par = data["model"]["moe"], data["parallel"]
+    if draw(st.integers(0, 3)) == 0:
+        moe["routing"] = "round_robin"  # exact balance: a load_imbalance above 1 is refused
+        if draw(st.integers(0, 3)):
+            moe.pop("load_imbalance", None)
+    kernels: dict[str, Any] = data.setdefault("kernels", {})
+    if draw(st.booleans()):
+        kernels["expert_grad_reduce_dtype"] = draw(st.sampled_from(("fp32", "bf16")))
+    if draw(st.booleans()):
+        kernels["moe_dispatcher"] = draw(st.sampled_from(("alltoall", "allgather", "deepep", "hybridep")))
+    if draw(st.booleans()):
+        kernels["ep_comm_sms"] = draw(st.sampled_from((0, 8, 20, 32, 64)))
+    if par["ep_comm_overlap"]:
+        kernels["ep_comm_high_priority"] = draw(st.booleans())
+        par["delay_wgrad_compute"] = draw(st.booleans())
+    if draw(st.booleans()):
+        kernels["fused_grouped_mlp"] = True
+    if kernels.get("cuda_graph_impl") == "full_iteration" and draw(st.integers(0, 3)):
+        # one graph per step: only HybridEP with a per-rank token budget has no host sync
+        kernels["moe_dispatcher"], kernels["fused_grouped_mlp"] = "hybridep", True
+    if data["precision"]["dtype"] != "bf16" and draw(st.booleans()):
+        data.setdefault("memory", {})["fp8_moe_act_input"] = True
+    if not kernels:
+        del data["kernels"]
 
 
 SETTINGS = settings(
