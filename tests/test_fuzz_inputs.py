@@ -23,6 +23,8 @@ import pytest
 from conftest import SMALL_SCENARIO, dump_toml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from test_invariants import scenario_dicts
+from test_moe_invariants import moe_scenarios
 
 from simulator.cli import main
 
@@ -121,7 +123,106 @@ moe_dispatcher = "hybridep"
 zero3_backward_prefetch = "post"
 """
 
-BASES = (SMALL_SCENARIO, RICH_SCENARIO, NEW_KEYS_SCENARIO)
+# Two bases with round 2's keys (the first: torch.distributed.pipelining runs under HSDP with
+# FSDP's fp32 shards, blockwise FP8, E5M6, low-precision moments, per-layer CUDA graphs on the 96 GB
+# H100; the second: round-robin routing behind HybridEP with TE's fused grouped MLP in one
+# full-iteration graph, MXFP8 weights gathered in FP8, the EP overlap with delayed expert wgrads) --
+# so deleting, retyping or tweaking each of them reaches its check.
+ROUND2_DENSE_SCENARIO = """\
+name = "round 2 dense"
+
+[model]
+preset = "llama3-8b"
+layers = 8
+seq_len = 1024
+
+[cluster]
+topology = "dgx-h100"
+num_gpus = 16
+gpu = "h100-sxm-96gb"
+
+[parallel]
+tp = 2
+pp = 2
+dp = 4
+micro_batch = 1
+global_batch = 32
+local_batch = 4
+zero = 3
+dp_shard = 2
+reshard_after_forward = false
+overlap_grad_reduce = true
+overlap_param_gather = true
+account_for_loss_in_pipeline_split = true
+recompute = "selective"
+recompute_modules = ["core_attn", "mlp"]
+
+[precision]
+dtype = "fp8"
+fp8_recipe = "blockwise"
+
+[kernels]
+attention = "fa3"
+cross_entropy = "te"
+norm = "torch"
+zero3_backward_prefetch = "post"
+fsdp_flat_grad = "cat"
+cuda_graph_impl = "local"
+cuda_graph_modules = ["attn", "mlp"]
+
+[memory]
+exp_avg_dtype = "bf16"
+exp_avg_sq_dtype = "fp16"
+sharded_grad_dtype = "fp32"
+sharded_param_dtype = "fp32"
+e5m6_attention_output = true
+"""
+
+ROUND2_MOE_SCENARIO = """\
+name = "round 2 moe"
+
+[model]
+preset = "qwen3-30b-a3b"
+layers = 4
+seq_len = 1024
+
+[model.moe]
+routing = "round_robin"
+
+[cluster]
+topology = "dgx-b200"
+num_gpus = 16
+
+[parallel]
+tp = 1
+ep = 8
+micro_batch = 1
+global_batch = 32
+ep_comm_overlap = true
+delay_wgrad_compute = true
+recompute = "selective"
+recompute_modules = ["moe_act"]
+zero = 1
+
+[precision]
+dtype = "mxfp8"
+fp8_param_gather = true
+
+[kernels]
+moe_dispatcher = "hybridep"
+fused_grouped_mlp = true
+cuda_graph_impl = "full_iteration"
+expert_grad_reduce_dtype = "bf16"
+ep_comm_sms = 24
+ep_comm_high_priority = true
+cross_entropy = "fused"
+
+[memory]
+fp8_moe_act_input = true
+exp_avg_sq_dtype = "bf16"
+"""
+
+BASES = (SMALL_SCENARIO, RICH_SCENARIO, NEW_KEYS_SCENARIO, ROUND2_DENSE_SCENARIO, ROUND2_MOE_SCENARIO)
 
 HOSTILE_NUMBERS: tuple[Any, ...] = (
     0,
@@ -221,6 +322,28 @@ PLAUSIBLE_STRINGS = (
     "current",
     "mxfp8",
     "nvfp4",
+    # round 2's choice values
+    "round_robin",
+    "blockwise",
+    "delayed",
+    "allgather",
+    "alltoall",
+    "local",
+    "transformer_engine",
+    "full_iteration",
+    "compiled",
+    "eager",
+    "fa3",
+    "cudnn",
+    "te",
+    "torch",
+    "post",
+    "flat",
+    "cat",
+    "h100-sxm-96gb",
+    "zb-v",
+    "dualpipe",
+    "dualpipev",
 )
 
 
@@ -233,6 +356,8 @@ def _tweak(draw: st.DrawFn, value: Any) -> Any:
         return draw(st.sampled_from((value * 2, value / 2, 0.0, 1.0)))
     if isinstance(value, str):
         return draw(st.sampled_from(PLAUSIBLE_STRINGS))
+    if isinstance(value, list):  # module lists (cuda_graph_modules, recompute_modules): one less, one more
+        return draw(st.sampled_from((value[:-1], value[1:], [*value, "moe"], [*value, "moe_router"], [*value, *value])))
     return value
 
 
@@ -310,6 +435,18 @@ def check_contract(code: int, out: str, err: str) -> None:
         assert "error" in lines[0]
 
 
+def check_report_json(report: dict[str, Any]) -> None:
+    """The invariants a simulated step's JSON keeps (test_invariants.check_report on the report
+    object): a finite positive step its breakdown adds up to, 0 < MFU <= HFU <= 1, memory parts >= 0."""
+    step = report["step_time_s"]
+    assert step > 0 and math.isfinite(step)
+    assert math.isclose(sum(report["breakdown_s"].values()), step, rel_tol=1e-6), report["breakdown_s"]
+    assert 0 < report["mfu"] <= report["hfu"] <= 1, (report["mfu"], report["hfu"])
+    memory = report["memory"]
+    assert memory["parts_gib"] and all(v >= 0 for v in memory["parts_gib"].values()), memory
+    assert all(v > 0 for v in memory.get("peak_gib_by_stage", [])), memory
+
+
 FUZZ_SETTINGS = settings(
     max_examples=150,
     deadline=None,
@@ -329,8 +466,7 @@ def test_mutated_scenarios_exit_0_or_2(content: bytes) -> None:
     check_contract(code, out, err)
     if code == 0:
         report = json.loads(out)  # valid: exactly one JSON object on stdout
-        assert report["step_time_s"] > 0 and math.isfinite(report["step_time_s"])
-        assert 0 < report["mfu"] <= 1
+        check_report_json(report)
     else:
         assert out == ""
         assert "fuzzed.toml" in err  # the message names the file
@@ -444,7 +580,7 @@ def test_run_flags_exit_0_or_2(argv: list[str]) -> None:
         json.loads(out)
 
 
-@pytest.mark.parametrize("base", BASES, ids=["small", "rich", "new-keys"])
+@pytest.mark.parametrize("base", BASES, ids=["small", "rich", "new-keys", "round2-dense", "round2-moe"])
 def test_fuzz_bases_are_valid(base: str) -> None:
     with tempfile.TemporaryDirectory() as folder:
         path = Path(folder) / "base.toml"
@@ -774,3 +910,27 @@ def test_a_subnormal_link_is_refused_by_key(tmp_path: Path, key: str, value: str
     assert code == 0, err
     report = json.loads(out)
     assert 0 < report["mfu"] <= report["hfu"] and math.isfinite(report["step_time_s"])
+
+
+# ----------------------------------------------------------------------------- drawn scenarios as files
+@settings(
+    max_examples=40,
+    deadline=None,
+    derandomize=True,
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+@given(data=st.one_of(scenario_dicts(), moe_scenarios()))
+def test_drawn_scenario_files_exit_0_or_2(data: dict[str, Any]) -> None:
+    """The invariant strategies' scenarios (every round 2 key, tests/test_invariants.py
+    draw_new_keys) as TOML files through `mfusim run --json`: a simulated step keeps the report's
+    invariants in its JSON, a refused one is one error line naming the key, never a traceback."""
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "drawn.toml"
+        path.write_text(dump_toml(data))
+        code, out, err = run_in_process(["run", str(path), "--json"])
+    check_contract(code, out, err)
+    if code == 0:
+        check_report_json(json.loads(out))
+    else:
+        assert "key '" in err and "drawn.toml" in err, err

@@ -256,6 +256,10 @@ def check_report(scn: Scenario, report: Any) -> None:
         assert math.isclose(sum(stage.values()), step, rel_tol=1e-6), (sum(stage.values()), step)
     assert len(report.breakdown_by_stage_s) == scn.parallel.pp
     assert math.isclose(sum(report.breakdown_s.values()), step, rel_tol=1e-6)
+    # memory: every part of the most loaded GPU non-negative, every stage's peak positive
+    if report.memory is not None:
+        assert all(v >= 0 for v in report.memory.parts_bytes.values()), report.memory.parts_bytes
+        assert all(b > 0 for b in report.memory.stage_peak_bytes), report.memory.stage_peak_bytes
     # utilizations
     assert 0 < report.mfu <= report.hfu <= 1, (report.mfu, report.hfu)
     # MFU and HFU count the FLOPs of flops.py (not a number the report carries for itself):
