@@ -357,7 +357,11 @@ def _tweak(draw: st.DrawFn, value: Any) -> Any:
     if isinstance(value, str):
         return draw(st.sampled_from(PLAUSIBLE_STRINGS))
     if isinstance(value, list):  # module lists (cuda_graph_modules, recompute_modules): one less, one more
-        return draw(st.sampled_from((value[:-1], value[1:], [*value, "moe"], [*value, "moe_router"], [*value, *value])))
+        return draw(
+            st.sampled_from(
+                (value[:-1], value[1:], [*value, "moe"], [*value, "moe_router"], [*value, *value])
+            )
+        )
     return value
 
 

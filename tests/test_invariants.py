@@ -132,7 +132,13 @@ def scenario_dicts(draw: st.DrawFn, variability: bool = False) -> dict[str, Any]
 # must hold for each of them, not only for the keys the strategies knew first.
 ATTENTION_IMPLS = ("fa2", "fa3", "cudnn", "triton", "flash-attn-triton", "unfused")
 GRAPH_MODULE_LISTS: tuple[list[str], ...] = (
-    [], ["attn"], ["mlp"], ["attn", "mlp"], ["moe_router"], ["moe_router", "moe_preprocess"], ["attn", "moe_router"]
+    [],
+    ["attn"],
+    ["mlp"],
+    ["attn", "mlp"],
+    ["moe_router"],
+    ["moe_router", "moe_preprocess"],
+    ["attn", "moe_router"],
 )
 MOMENT_DTYPES = ("fp32", "fp32", "bf16", "fp16", "fp8")
 
@@ -142,7 +148,11 @@ def draw_new_keys(draw: st.DrawFn, data: dict[str, Any]) -> None:
     scenario (dense or MoE; `data` must carry model, cluster, parallel and precision)."""
     par, model, cluster = data["parallel"], data["model"], data["cluster"]
     dp, zero = par["dp"], par["zero"]
-    if cluster["topology"] == "dgx-h100" and cluster.get("gpu", "h100-sxm") == "h100-sxm" and draw(st.booleans()):
+    if (
+        cluster["topology"] == "dgx-h100"
+        and cluster.get("gpu", "h100-sxm") == "h100-sxm"
+        and draw(st.booleans())
+    ):
         cluster["gpu"] = "h100-sxm-96gb"
     hopper_up = cluster["topology"] not in ("dgx-a100", "dgx-a100-40gb", "pcie-a100")
     # [parallel]: HSDP shard group, ZeRO-3 keeping gathered parameters, gradient accumulation as
@@ -161,15 +171,21 @@ def draw_new_keys(draw: st.DrawFn, data: dict[str, Any]) -> None:
         if par["pp"] > 1 and draw(st.integers(0, 3)) == 0:
             par[key] = True
     if par["recompute"] == "selective" and draw(st.booleans()):
-        modules = ["core_attn", "layernorm", "mlp"] + (["moe", "moe_act", "shared_experts"] if "moe" in model else [])
-        par["recompute_modules"] = draw(st.lists(st.sampled_from(modules), min_size=1, max_size=3, unique=True))
+        modules = ["core_attn", "layernorm", "mlp"] + (
+            ["moe", "moe_act", "shared_experts"] if "moe" in model else []
+        )
+        par["recompute_modules"] = draw(
+            st.lists(st.sampled_from(modules), min_size=1, max_size=3, unique=True)
+        )
     # [precision]: FP8 recipes and FP8-only weights on Hopper and later
     prec = data["precision"]
     if hopper_up and prec["dtype"] in ("bf16", "fp16") and draw(st.integers(0, 2)) == 0:
         prec["dtype"] = "fp8"
     if prec["dtype"] == "fp8":
         blackwell = cluster["topology"].startswith(("dgx-b", "gb"))  # blockwise: Hopper only
-        prec["fp8_recipe"] = draw(st.sampled_from(("delayed", "current") + (() if blackwell else ("blockwise",))))
+        prec["fp8_recipe"] = draw(
+            st.sampled_from(("delayed", "current") + (() if blackwell else ("blockwise",)))
+        )
     if prec["dtype"] in ("fp8", "mxfp8") and prec.get("fp8_recipe") != "blockwise" and draw(st.booleans()):
         prec["fp8_param_gather"] = True
     # [kernels]

@@ -194,7 +194,7 @@ def test_moe_report_invariants(data: dict[str, Any]) -> None:
     assume(_run(data) is not None)
 
 
-# (section, key, less, more, step time with `more` is >=, <= or unordered, memory >=, <= or unordered)
+# (section, key, less, more, step time with `more` is >=, <= or unordered (None), memory likewise)
 MONOTONE = (
     ("model.moe", "load_imbalance", 1.0, 2.0, ">=", ">="),
     ("model.moe", "dispatch_dtype", "bf16", "fp8", "<=", None),
@@ -203,6 +203,19 @@ MONOTONE = (
     ("memory", "offload_optimizer", False, True, ">=", "<="),
     # the combined 1F1B's comm stream at the default priority: EP kernels may wait behind compute
     ("kernels", "ep_comm_high_priority", True, False, ">=", None),
+    # round 2: state kept in fewer bytes needs no more memory, a narrower reduction no more time
+    ("memory", "fp8_moe_act_input", False, True, None, "<="),
+    # (not e5m6_attention_output: its 1.5 B replace the projection's 1 B FP8 copy plus the core's
+    # 2 B output, but with core_attn recomputed only the 1 B copy was kept -- more memory, rightly)
+    ("memory", "exp_avg_dtype", "fp32", "bf16", None, "<="),
+    ("memory", "exp_avg_sq_dtype", "fp32", "fp8", None, "<="),
+    ("precision", "fp8_param_gather", False, True, None, "<="),
+    ("kernels", "expert_grad_reduce_dtype", "fp32", "bf16", "<=", "<="),
+    # ZeRO-3 keeping the gathered parameters for the step needs more memory. Its time is left
+    # unordered: the per-step buckets' last reduce-scatter is exposed after the last backward,
+    # while the per-layer (resharding) path hides each layer's transfer behind that layer's own
+    # pass, its last one included (program.py _Coster.layer; the fuzz found steps 0.4% apart)
+    ("parallel", "reshard_after_forward", True, False, None, ">="),
 )
 
 
@@ -217,7 +230,7 @@ def test_moe_keys_move_time_and_memory_the_right_way(data: dict[str, Any], which
     t_lo, t_hi = r_lo.step_time_s, r_hi.step_time_s
     if time_rel == ">=":
         assert t_hi >= t_lo * (1 - 1e-9), (key, less, more, t_lo, t_hi)
-    else:
+    elif time_rel == "<=":
         assert t_hi <= t_lo * (1 + 1e-9), (key, less, more, t_lo, t_hi)
     if mem_rel == ">=":
         assert m_hi >= m_lo * (1 - 1e-9), (key, less, more, m_lo, m_hi)
