@@ -452,6 +452,36 @@ def test_faster_gpu_never_slower_with_a_slow_loader() -> None:
     assert simulate(_faster_gpu(scn)).report.step_time_s <= base * (1 + 1e-9)
 
 
+# Found by the round 2 fuzz (2000+ examples of test_faster_hardware_never_slower, fp8 now drawn on
+# Hopper): a loader-bound FP8 step with TP 8 x CP 2 and userbuffer TP overlap gets 1.53 ns slower
+# with twice the NIC bandwidth, at every loader latency (5, 20, 50 ms) and on H200 too; without
+# the loader, without CP or without tp_comm_overlap it does not. Every pass gets shorter
+# (build_program: F 1.35392 -> 1.35314 ms), so the loader replay's step, latency + the part
+# of the step after the batch arrives, takes a part that grew: the faster CP ring removes the
+# exposed TP all-reduce but adds 83 ns of "tp overlap interference". Not fixed in the fuzzkeys
+# lane (a cost-code question for the TP-overlap owner); strict, so the fix flips it.
+LOADER_TP_CP_FP8 = {
+    "model": {
+        "layers": 2, "hidden": 256, "heads": 8, "kv_heads": 1, "ffn_hidden": 512, "vocab": 1000,
+        "seq_len": 256, "gated_mlp": False,
+    },
+    "cluster": {"topology": "dgx-h100", "num_gpus": 16},
+    "parallel": {
+        "tp": 8, "cp": 2, "micro_batch": 2, "global_batch": 2, "schedule": "gpipe",
+        "overlap_grad_reduce": False, "overlap_param_gather": False, "tp_comm_overlap": True,
+    },
+    "precision": {"dtype": "fp8"},
+    "dataloader": {"microbatch_latency_ms": 20.0, "workers": 1, "prefetch": 0},
+}  # fmt: skip
+
+
+@pytest.mark.xfail(strict=True, reason="1.53 ns slower with a faster NIC (loader-bound, TP overlap, CP)")
+def test_faster_nic_never_slower_loader_bound_tp_overlap_cp() -> None:
+    scn = build(LOADER_TP_CP_FP8)
+    base = simulate(scn).report.step_time_s
+    assert simulate(_faster_nic(scn)).report.step_time_s <= base * (1 + 1e-9)
+
+
 def test_steady_state_step_respects_loader_throughput() -> None:
     scn = build(LOADER_BOUND)
     dl = scn.dataloader
