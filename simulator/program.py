@@ -2197,7 +2197,8 @@ class _Coster:
             (
                 b_in,
                 b0,
-                sum(sg.duration_s for sg in b_in[bs:be]) + (0.0 if split_w else sum(sg.duration_s for sg in b_w[ws:we])),
+                sum(sg.duration_s for sg in b_in[bs:be])
+                + (0.0 if split_w else sum(sg.duration_s for sg in b_w[ws:we])),
                 "shared expert overlap interference bwd",
             ),
         )
