@@ -99,7 +99,6 @@ class StepReport:
                 "zero": par.zero,
                 "etp": par.expert_tp,
                 "ep_comm_overlap": par.ep_comm_overlap,
-                "shared_expert_overlap": par.shared_expert_overlap,
                 "pipeline_layout": list(par.pipeline_layout),
             },
             "step_time_s": self.step_time_s,
