@@ -3043,17 +3043,31 @@ def build_program(scn: Scenario, comm: CommModel | None = None) -> Program:
                     emb = embedding_params if group == "dp" and first and scn.kernels.megatron_core else 0.0
                     buckets = _buckets_embedding_last(n_all, emb, bucket_params)
                     gathers_at = len(dp_param_s)
-                    for n_params in buckets:
+                    # FP8 parameter gather moves Transformer Engine's Float8Tensor weights at one
+                    # byte; the embedding, output layer and final norm are plain 16-bit tensors
+                    # (memory.py counts them so): the output layer's in the first bucket of the
+                    # backward order, the embedding's in the last
+                    wide = [0.0] * len(buckets)
+                    if group == "dp" and buckets and coster.param_gather_bytes < WEIGHT_BYTES:
+                        if first:
+                            wide[-1] = min(embedding_params, buckets[-1])
+                        if last:  # the output layer fills the buckets its gradients open
+                            head = m.hidden + (0 if m.tied_embeddings and holds_embedding else embed_params)
+                            for i, n_params in enumerate(buckets):
+                                take = min(head, n_params - wide[i])
+                                wide[i] += take
+                                head -= take
+                                if head <= 0:
+                                    break
+                    for i, n_params in enumerate(buckets):
                         dp_grad_b.append(n_params * gb)
+                        gather_b = (n_params - wide[i]) * coster.param_gather_bytes + wide[i] * WEIGHT_BYTES
                         if par.zero == 0:
                             dp_grad_s.append(ratio * coster.coll("allreduce", axis, n_params * gb, s))
                         else:
                             dp_grad_s.append(ratio * coster.coll("reducescatter", axis, n_params * gb, s))
-                            dp_param_s.append(
-                                ratio
-                                * coster.coll("allgather", axis, n_params * coster.param_gather_bytes, s)
-                            )
-                            dp_param_b.append(n_params * coster.param_gather_bytes)
+                            dp_param_s.append(ratio * coster.coll("allgather", axis, gather_b, s))
+                            dp_param_b.append(gather_b)
                     if emb > 0 and par.zero > 0 and buckets:  # forward order: the embedding's first
                         dp_param_s.insert(gathers_at, dp_param_s.pop())
                         dp_param_b.insert(gathers_at, dp_param_b.pop())

@@ -678,3 +678,29 @@ def test_embedding_bucket_reduces_last_and_gathers_first() -> None:
     fsdp = _scn(parallel={**par, "zero": 2}, num_gpus=16, kernels={"stack": "composer-fsdp"})
     even = P.build_program(fsdp).stages[0].chunks[0]
     assert max(even.grad_bucket_bytes) == pytest.approx(even.grad_bucket_bytes[0], rel=1e-12)
+
+
+def test_fp8_param_gather_moves_the_embedding_at_16_bits() -> None:
+    """[precision] fp8_param_gather gathers Transformer Engine's Float8Tensor weights at one byte;
+    the word embedding is a plain 16-bit parameter (no TE module) and is gathered at two, so the
+    first gathered bucket (the embedding's) moves (partial)·1 + (V/tp·h)·2 bytes; the middle
+    buckets are TE weights only."""
+    from simulator.memory import WEIGHT_BYTES
+
+    par = {"micro_batch": 1, "zero": 1, "overlap_grad_reduce": True, "overlap_param_gather": True}
+    base = _scn(parallel=par, num_gpus=16, topology="dgx-h100", dtype="fp8")
+    scn = replace(base, fp8_param_gather=True)
+    m, p = scn.model, scn.parallel
+    chunk = P.build_program(scn).stages[0].chunks[0]
+    words = m.vocab * m.hidden / p.tp
+    bucket = max(p.grad_bucket_params, 1_000_000 * p.dp)
+    last = P._buckets_embedding_last(chunk.params_local, words, bucket)[-1]
+    assert chunk.param_gather_bytes[0] == pytest.approx(
+        (last - words) * 1.0 + words * WEIGHT_BYTES, rel=1e-12
+    )
+    assert len(chunk.param_gather_bytes) > 3
+    assert chunk.param_gather_bytes[-1] == pytest.approx(bucket * 1.0, rel=1e-12)  # TE weights: 1 byte
+    head = m.hidden + (0 if m.tied_embeddings else words)  # final norm and output layer, 16-bit
+    assert sum(chunk.param_gather_bytes) == pytest.approx(
+        (chunk.params_local - words - head) * 1.0 + (words + head) * WEIGHT_BYTES, rel=1e-12
+    )
