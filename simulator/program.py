@@ -161,6 +161,26 @@ QUANT_BYTES_PER_ELEMENT = {"fp8": 3.0, "mxfp8": 2 + 2 * (1 + 1 / 32), "nvfp4": 2
 #   is not a delayed Float8Quantizer, so with_fused_kernel is false); delayed "fp8" is one fused
 #   nvte_multi_cast_transpose. NVFP4 has its own grouped path (split_quantize_nvfp4_impl, one group amax).
 # TE's fused grouped MLP (kernels.fused_grouped_mlp) runs grouped-tensor kernels instead.
+# SHARED_OVERLAP_NOTE: Megatron-Core --moe-shared-expert-overlap ([parallel] shared_expert_overlap;
+# Megatron-LM @a2d7d6748a9a, 2025-12-31). moe_layer.py hands the SharedExpertMLP to the all-to-all
+# dispatcher (set_shared_experts) instead of running it before the router. Forward
+# (token_dispatcher.py MoEAlltoAllTokenDispatcher): dispatch_preprocess calls pre_forward_comm, which
+# makes the shared expert's own stream wait for the main stream once (the router's input is ready) and
+# queues the SP all-gather / gate there; after the dispatch all-to-all is issued dispatch_postprocess
+# queues fc1 + activation, after the combine all-to-all is issued combine_postprocess queues fc2 and
+# the SP reduce-scatter (shared_experts.py linear_fc1_forward_and_act, linear_fc2_forward,
+# post_forward_comm), all on that side stream; only get_output, after the combine's unpermute, makes
+# the main stream wait for it. So the shared expert's GEMMs may run anywhere beside the main stream's
+# dispatch all-to-all, expert GEMMs and combine all-to-all of the same micro-batch: the comm it hides
+# is at most its own compute, and compute beside compute gains nothing. Backward: autograd runs each
+# node on its forward stream, and set_tensor_grad_fn_sequence_sr gives the all-to-all outputs' and the
+# side-stream tensors' grad_fns the highest sequence number, so the all-to-alls' backwards are issued
+# first and the shared expert's dgrad and wgrad (one TE Linear backward each) run beside them. Costed
+# per pass as exposed EP comm = max(0, comm - shared) (_shared_expert_overlap) plus the SM
+# interference of the hidden part (sm_interference_s at ep_sm_fraction, as the EP overlap): never
+# slower than off while the EP kernels hold fewer than all SMs (specs refuses all). The zero-bubble
+# schedules defer the weight gradients (W), so their backward hides behind the shared dgrad only.
+# Not costed: the shared expert's TP all-gather/reduce-scatter also moving to the side stream.
 # CUTEDSL_EPILOGUE_NOTE: with MXFP8 on Blackwell the fused grouped MLP of the 26.06+ recipes (Megatron-
 # Bridge cutedsl_fused_grouped_mlp: use_transformer_engine_op_fuser, and NVTE_CUTEDSL_FUSED_GROUPED_MLP
 # = 1 from scripts/performance/perf_plugins.py:308-309@fcbb6031) runs cuDNN front-end CuTe DSL grouped
@@ -1949,6 +1969,7 @@ class _Coster:
         """
         scn, d = self.scn, self.device
         m, par = scn.model, scn.parallel
+        f0, b0 = len(fwd), len(b_in)  # this layer's segments start here
         a = d.activation_bytes
         h, k = m.hidden, m.top_k
         etp = par.expert_tp
@@ -2123,12 +2144,14 @@ class _Coster:
             f_b, f_ke, f_k0, b_b, b_ke, b_k0 = EXPERT_BIAS_BYTES
             passes = (f_b, f_ke * experts_local + f_k0, b_b, b_ke * experts_local + b_k0)
             self._eager(fwd, b_in, "expert fc2 bias (eager, per expert)", passes, rows * h)
+        shared = (0, 0, 0, 0, 0, 0)  # [start, end) of the shared expert's fwd, b_in, b_w segments
         if m.shared_expert_ffn_hidden:
             fs = m.shared_expert_ffn_hidden // par.tp
-            start = len(fwd)
+            start, sb, sw = len(fwd), len(b_in), len(b_w)
             mm("shared fc1", T, (2 if m.gated_mlp else 1) * fs, h)
             mm("shared fc2", T, h, fs)
             span("shared_experts", start)
+            shared = (start, len(fwd), sb, len(b_in), sw, len(b_w))
         combine = len(fwd)
         if sort_chunks:
             self._eager(fwd, b_in, "moe unsort by expert", SORT_CHUNKS_PASSES, rows * h * a)
@@ -2154,7 +2177,41 @@ class _Coster:
         mem("moe unpermute", (src_rows + k) * T_in * h * a)
         if gather:
             self._tp_exit(fwd, b_in, tp_msg)
+        if par.shared_expert_overlap:
+            self._shared_expert_overlap(fwd, b_in, b_w, f0, b0, shared)
         return sync, experts, combine
+
+    def _shared_expert_overlap(
+        self, fwd: list, b_in: list, b_w: list, f0: int, b0: int, shared: tuple[int, ...]
+    ) -> None:
+        """Megatron-Core --moe-shared-expert-overlap (SHARED_OVERLAP_NOTE): in each pass the
+        layer's EP communication (segments from f0 / b0 on) keeps only its excess over the shared
+        expert's compute on the side stream, max(0, comm - shared); the hidden part slows the
+        compute by the SM interference the EP overlap charges (sm_interference_s)."""
+        fs, fe, bs, be, ws, we = shared
+        # the backward's shared GEMMs: dgrad and wgrad run together (one autograd node on the
+        # side stream) unless a zero-bubble schedule defers the weight gradients
+        split_w = self.scn.parallel.schedule in SPLIT_BACKWARD_SCHEDULES
+        passes = (
+            (fwd, f0, sum(sg.duration_s for sg in fwd[fs:fe]), "shared expert overlap interference"),
+            (
+                b_in,
+                b0,
+                sum(sg.duration_s for sg in b_in[bs:be])
+                + (0.0 if split_w else sum(sg.duration_s for sg in b_w[ws:we])),
+                "shared expert overlap interference bwd",
+            ),
+        )
+        for parts, first, shared_s, name in passes:
+            comm_s = sum(sg.duration_s for sg in parts[first:] if sg.category == "ep_comm")
+            hidden_s = min(comm_s, shared_s)
+            if hidden_s <= 0.0:
+                continue
+            keep = (comm_s - hidden_s) / comm_s
+            for i in range(first, len(parts)):
+                if parts[i].category == "ep_comm":
+                    parts[i] = replace(parts[i], duration_s=parts[i].duration_s * keep)
+            parts.append(Segment("compute", name, sm_interference_s(hidden_s, ep_sm_fraction(self.scn))))
 
     def _hybridep_metadata(self, tokens: int, experts_local: int) -> Segment:
         """HybridEP's routing metadata before a forward dispatch (HYBRIDEP_METADATA_NOTE): the EP

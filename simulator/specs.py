@@ -660,6 +660,11 @@ class ParallelConfig:
     # the input gradients only (program.combined_layer_s). Megatron-Bridge's
     # _set_moe_a2a_overlap_overrides sets it with the overlap; some recipes turn it off again.
     delay_wgrad_compute: bool = False
+    # Megatron-Core --moe-shared-expert-overlap (TransformerConfig.moe_shared_expert_overlap, default
+    # False): the shared expert's fc1/activation/fc2 run on a side stream beside the token
+    # dispatcher's all-to-alls of the same micro-batch (moe/shared_experts.py SharedExpertMLP,
+    # moe/token_dispatcher.py MoEAlltoAllTokenDispatcher @a2d7d674; program.SHARED_OVERLAP_NOTE)
+    shared_expert_overlap: bool = False
     # Megatron --account-for-embedding-in-pipeline-split / --account-for-loss-in-pipeline-split:
     # the embedding (loss) counts as one layer of the first (last) virtual stage's share
     account_for_embedding_in_pipeline_split: bool = False
@@ -693,6 +698,7 @@ class ParallelConfig:
         for key in (
             "ep_comm_overlap",
             "delay_wgrad_compute",
+            "shared_expert_overlap",
             "account_for_embedding_in_pipeline_split",
             "account_for_loss_in_pipeline_split",
         ):
@@ -1366,6 +1372,7 @@ class Scenario:
                 key="parallel.local_batch",
             )
         _check_ep_overlap(self.parallel, self.kernels, self.gpu)
+        _check_shared_expert_overlap(self.model, self.parallel, self.kernels)
         _check_load_imbalance(self.model, self.parallel.ep)
         # the attention implementation when the file names it (the GPU's default: loading.py)
         impl = self.kernels.attention if self.kernels.flash_attention else "unfused"
@@ -1548,6 +1555,55 @@ def _check_recompute_modules(model: ModelSpec, modules: tuple[str, ...]) -> None
         has, what = need.get(name, (True, ""))
         if not has:
             raise ConfigError(f"{name!r} recomputes nothing in {what}", key="parallel.recompute_modules")
+
+
+def _check_shared_expert_overlap(model: ModelSpec, par: ParallelConfig, kern: KernelOptions) -> None:
+    """`shared_expert_overlap` as Megatron-Core accepts --moe-shared-expert-overlap
+    (transformer_config.py __post_init__ @a2d7d6748a9a): only with the "alltoall" token
+    dispatcher ("moe_shared_expert_overlap only works with alltoall token dispatcher"), not with
+    "shared_experts" recomputed ("shared_experts recompute cannot work with
+    --moe-shared-expert-overlap"), not with --overlap-moe-expert-parallel-comm ("disable
+    moe_shared_expert_overlap when enabling overlap_moe_expert_parallel_comm"). Refused besides
+    where the simulator has nothing to cost or cannot cost it: no shared expert, no expert
+    parallelism (ep = 1: no all-to-all to hide behind), and DualPipe's own F&B pairs."""
+    if not par.shared_expert_overlap:
+        return
+    key = "parallel.shared_expert_overlap"
+    if not (model.is_moe and model.shared_expert_ffn_hidden):
+        raise ConfigError(
+            "overlaps the shared expert with the all-to-all; this model has no shared expert "
+            "([model.moe] shared_expert_ffn_hidden)",
+            key=key,
+        )
+    if kern.moe_dispatcher != "alltoall":
+        raise ConfigError(
+            'Megatron-Core runs the shared-expert overlap only with the "alltoall" token dispatcher, '
+            f"not {kern.moe_dispatcher!r}",
+            key=key,
+        )
+    if par.ep_comm_overlap:
+        raise ConfigError(
+            "Megatron-Core refuses the shared-expert overlap together with the EP all-to-all "
+            "overlap (ep_comm_overlap = true)",
+            key=key,
+        )
+    if par.recompute == "selective" and "shared_experts" in par.recomputed_modules:
+        raise ConfigError(
+            "Megatron-Core refuses the shared-expert overlap with 'shared_experts' in recompute_modules",
+            key=key,
+        )
+    if par.ep < 2:
+        raise ConfigError(
+            "hides the EP all-to-all behind the shared expert; with ep = 1 there is none to hide "
+            "(the simulator costs only that overlap)",
+            key=key,
+        )
+    if par.schedule in ("dualpipe", "dualpipev"):
+        raise ConfigError(
+            f"{par.schedule} already hides the all-to-all behind its paired F&B; the shared-expert "
+            "overlap inside it is not costed",
+            key=key,
+        )
 
 
 def _check_ep_overlap(par: ParallelConfig, kern: KernelOptions, gpu: GPUSpec) -> None:

@@ -308,6 +308,14 @@ KEYS: dict[str, Key] = {
         default="false",
         since=NEXT,
     ),
+    "parallel.shared_expert_overlap": Key(
+        "the shared expert's GEMMs on a side stream beside the same micro-batch's EP all-to-alls:"
+        " only the all-to-all's excess over them stays exposed, plus the EP kernels' SM interference"
+        " (Megatron-Core --moe-shared-expert-overlap; alltoall dispatcher, ep > 1, a shared expert,"
+        " not with ep_comm_overlap or 'shared_experts' recomputed)",
+        default="false",
+        since=NEXT,
+    ),
     "parallel.dp_shard": Key(
         "HSDP: ZeRO/FSDP shard group of consecutive dp ranks (dp = dp_shard x replicas)",
         default="0 (= dp, full sharding)",

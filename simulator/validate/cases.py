@@ -388,6 +388,8 @@ def _apply_recipe(
         parallel["ep_comm_overlap"] = recipe.ep_comm_overlap
         if recipe.ep_comm_overlap:  # Megatron-Core allows it only with the overlap
             parallel["delay_wgrad_compute"] = recipe.delay_wgrad_compute
+        if recipe.moe_shared_expert_overlap:  # [parallel] shared_expert_overlap (off by default)
+            parallel["shared_expert_overlap"] = True
     if recipe.recompute_modules:
         parallel["recompute"] = "selective"
         parallel["recompute_modules"] = list(recipe.recompute_modules)
@@ -395,6 +397,8 @@ def _apply_recipe(
     settings = [] if recipe.dense else [f"ep_comm_overlap = {str(recipe.ep_comm_overlap).lower()}"]
     if "delay_wgrad_compute" in parallel:
         settings.append(f"delay_wgrad_compute = {str(parallel['delay_wgrad_compute']).lower()}")
+    if not recipe.dense:
+        settings.append(f"shared_expert_overlap = {str(recipe.moe_shared_expert_overlap).lower()}")
     settings.append(f"recompute_modules = {list(recipe.recompute_modules)}")
     if recipe.dense:
         settings.append(f"megatron_fsdp = {str(recipe.megatron_fsdp).lower()}")

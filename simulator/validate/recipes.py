@@ -471,6 +471,6 @@ def recorded_not_simulated(r: Recipe) -> tuple[str, ...]:
         )
     if r.fp8_dot_product_attention:
         out.append("fp8_dot_product_attention = true")
-    out.append(f"moe_shared_expert_overlap = {str(r.moe_shared_expert_overlap).lower()}")
-    # delay_wgrad_compute: simulated ([parallel] delay_wgrad_compute, validate/cases.py)
+    # delay_wgrad_compute, moe_shared_expert_overlap: simulated ([parallel] delay_wgrad_compute,
+    # shared_expert_overlap; validate/cases.py)
     return tuple(out)
