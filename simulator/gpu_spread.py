@@ -117,11 +117,27 @@ def bubble_fraction(schedule: str, pp: int, vp: int, m: int) -> float:
     return max(0.0, bubble_closed_form_s(schedule, pp, vp, m, 1.0, 1.0, 1.0) / (3.0 * m))
 
 
+# Idle time in which a stage's GPUs wait for input data: a slower GPU finishes its kernels inside it
+# instead of delaying the step (each GPU's loader, not its neighbours' kernels, paces a
+# loader-bound step).
+SLACK_CATEGORIES = ("dataloader",)
+
+
 def spread_wait_s(by_stage: Sequence[Mapping[str, float]], factor: float, bubble: float = 0.0) -> float:
-    """The step's wait for its slowest GPU: factor × the busiest stage's paced seconds × (1 +
-    the schedule's bubble fraction `bubble`). Built only from kernel time and schedule
-    constants, so more bandwidth anywhere never lengthens it."""
+    """The step's wait for its slowest GPU: over the stages, factor × the stage's paced seconds
+    × (1 + the schedule's bubble fraction `bubble`), less the time the stage already waits for
+    its data (SLACK_CATEGORIES), which the slower GPU's extra kernel time fills first. The paced
+    seconds include the slowdown charged on hidden communication, which grows when more
+    bandwidth hides more of it; the pass itself then shortens by more than that, and in a
+    loader-bound step the data wait grows by what the pass lost, so more bandwidth anywhere
+    never lengthens the step through this wait."""
     if factor <= 0.0 or not by_stage:
         return 0.0
-    paced = max(sum(s.get(c, 0.0) for c in PACED_CATEGORIES) for s in by_stage)
-    return factor * paced * (1.0 + bubble)
+    return max(
+        0.0,
+        max(
+            factor * sum(s.get(c, 0.0) for c in PACED_CATEGORIES) * (1.0 + bubble)
+            - sum(s.get(c, 0.0) for c in SLACK_CATEGORIES)
+            for s in by_stage
+        ),
+    )

@@ -24,6 +24,7 @@ from simulator.gpu_spread import (
     expected_max_std_normal,
     gpu_speed_spread,
     slowest_gpu_factor,
+    spread_wait_s,
 )
 from simulator.loading import scenario_from_dict
 from simulator.simulate import simulate
@@ -126,3 +127,14 @@ def test_bad_values_are_refused_naming_the_key(bad: object) -> None:
     with pytest.raises(ConfigError) as err:
         scenario_from_dict(hopper(2, gpu_speed_spread=bad))
     assert err.value.key == "cluster.gpu_speed_spread"
+
+
+def test_spread_wait_fills_the_data_wait_first() -> None:
+    """A stage that already waits for its data absorbs the slowest GPU's extra kernel time: the
+    wait is factor × paced × (1 + bubble) less that stage's data wait, never negative, the
+    busiest remainder over the stages."""
+    f = 0.01
+    stages = [{"compute": 1.0, "dataloader": 0.004}, {"compute": 0.8, "recompute": 0.1}]
+    assert spread_wait_s(stages, f) == pytest.approx(max(0.01 - 0.004, 0.009))
+    assert spread_wait_s([{"compute": 1.0, "dataloader": 0.5}], f) == 0.0
+    assert spread_wait_s([{"compute": 1.0, "dataloader": 0.002}], f, bubble=0.5) == pytest.approx(0.013)

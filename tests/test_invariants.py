@@ -475,8 +475,10 @@ LOADER_TP_CP_FP8 = {
 }  # fmt: skip
 
 
-@pytest.mark.xfail(strict=True, reason="1.53 ns slower with a faster NIC (loader-bound, TP overlap, CP)")
 def test_faster_nic_never_slower_loader_bound_tp_overlap_cp() -> None:
+    """Found by the round 2 fuzz: the faster CP ring let more TP traffic hide, whose GEMM
+    slowdown raised the slowest-GPU wait (gpu_spread.py) by 1.53 ns while the loader absorbed the
+    shorter pass; that wait now fills the stage's data wait first (SLACK_CATEGORIES)."""
     scn = build(LOADER_TP_CP_FP8)
     base = simulate(scn).report.step_time_s
     assert simulate(_faster_nic(scn)).report.step_time_s <= base * (1 + 1e-9)
