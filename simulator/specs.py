@@ -1490,6 +1490,30 @@ class Scenario:
                 'kernels.bias_grad = "separate" changes nothing: the model has no linear biases '
                 "(model.linear_bias = false), so there is no bias gradient to compute"
             )
+        k = self.kernels
+        if not self.model.is_moe:
+            # expert-only switches on a dense model: accepted (a sweep may share one [kernels]
+            # table between dense and MoE models) but said, as bias_grad is
+            moe_only = [
+                name
+                for name, on in (
+                    ("ep_comm_sms", k.ep_comm_sms != 0),
+                    ("ep_comm_high_priority", k.ep_comm_high_priority),
+                    ("expert_grad_reduce_dtype", k.expert_grad_reduce_dtype != ""),
+                    ("fused_grouped_mlp", k.fused_grouped_mlp),
+                )
+                if on
+            ]
+            if moe_only:
+                out.append(
+                    f"kernels.{', kernels.'.join(moe_only)} change{'s' if len(moe_only) == 1 else ''} "
+                    "nothing: the model has no experts"
+                )
+        if k.squared_relu != "compiled" and self.model.activation != "squared_relu":
+            out.append(
+                f'kernels.squared_relu = "{k.squared_relu}" changes nothing: the model\'s MLP is not '
+                'squared ReLU (model.activation = "squared_relu")'
+            )
         pieces = num_virtual_stages(par.schedule, par.pp, par.vp)
         if not par.pipeline_layout and (self.model.layers + par.pipeline_extra_layers) % pieces:
             out.append(

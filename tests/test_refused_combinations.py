@@ -203,3 +203,31 @@ def test_load_imbalance_below_one_refused(write_file, run_cli) -> None:
     data = moe_scenario(2)
     data["model"]["moe"]["load_imbalance"] = 0.5
     refused(data, "model.moe.load_imbalance", write_file, run_cli)
+
+
+# ------------------------------------------------------------------ switches that need experts
+@pytest.mark.parametrize(
+    "kernels",
+    [
+        {"ep_comm_sms": 16},
+        {"ep_comm_high_priority": True},
+        {"expert_grad_reduce_dtype": "bf16"},
+        {"fused_grouped_mlp": True},
+    ],
+)
+def test_expert_switches_on_a_dense_model_warn_and_change_nothing(
+    kernels: dict[str, Any], write_file
+) -> None:
+    """Legal (one [kernels] table may serve dense and MoE scenarios) and without effect on a dense
+    model: one warning line naming the key, the same step (found by the fuzzkeys lane)."""
+    base = load_scenario(write_file(dump_toml(scenario())))
+    scn = load_scenario(write_file(dump_toml(scenario(kernels=kernels)), name="k.toml"))
+    (key,) = kernels
+    warned = [w for w in scn.warnings() if f"kernels.{key}" in w]
+    assert len(warned) == 1 and "no experts" in warned[0]
+    assert simulate(scn).step_time_s == simulate(base).step_time_s
+
+
+def test_squared_relu_kernel_without_squared_relu_warns(write_file) -> None:
+    scn = load_scenario(write_file(dump_toml(scenario(kernels={"squared_relu": "eager"}))))
+    assert [w for w in scn.warnings() if 'kernels.squared_relu = "eager" changes nothing' in w]
