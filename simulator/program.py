@@ -177,8 +177,9 @@ QUANT_BYTES_PER_ELEMENT = {"fp8": 3.0, "mxfp8": 2 + 2 * (1 + 1 / 32), "nvfp4": 2
 # side-stream tensors' grad_fns the highest sequence number, so the all-to-alls' backwards are issued
 # first and the shared expert's dgrad and wgrad (one TE Linear backward each) run beside them. Costed
 # per pass as exposed EP comm = max(0, comm - shared) (_shared_expert_overlap) plus the SM
-# interference of the hidden part (sm_interference_s at ep_sm_fraction, as the EP overlap): never
-# slower than off while the EP kernels hold fewer than all SMs (specs refuses all). The zero-bubble
+# interference of the hidden part (sm_interference_s at ep_sm_fraction, as the EP overlap): each
+# pass is never slower than off while the EP kernels hold fewer than all SMs (specs refuses all);
+# the step can give a little back through the host-issue pipeline (docs/accuracy.md). The zero-bubble
 # schedules defer the weight gradients (W), so their backward hides behind the shared dgrad only.
 # Not costed: the shared expert's TP all-gather/reduce-scatter also moving to the side stream.
 # CUTEDSL_EPILOGUE_NOTE: with MXFP8 on Blackwell the fused grouped MLP of the 26.06+ recipes (Megatron-
