@@ -853,6 +853,24 @@ def test_kernel_command_json_keys_and_errors(tmp_path) -> None:  # noqa: ANN001
         code, out, _ = run(*argv)
         data = json.loads(out)
         assert code == 0 and data["time_s"] > 0 and all(data[k] > 0 for k in keys), argv
+        # the same command without --json: two lines, the rate the JSON gives (the collective
+        # text once lost its detail line behind the --gpus-per-node branch)
+        code, text, err = run(*argv[:-1])
+        unit = "TFLOP/s" if "tflops" in keys else ("GB/s" if "GBps" in keys else "busbw")
+        assert code == 0 and not err and len(text.splitlines()) == 2 and unit in text, argv
+    per_node = (
+        "allreduce",
+        "--topology",
+        "gb200-nvl72",
+        "--gpus",
+        "12",
+        "--gpus-per-node",
+        "4",
+        "--bytes",
+        "1e9",
+    )
+    code, text, err = run(*per_node)
+    assert code == 0 and not err and "(4 per node)" in text and "busbw" in text
     for argv, flag in (
         (
             (

@@ -211,8 +211,8 @@ def _text(r: dict[str, Any]) -> str:
         detail = f"{r['GBps']:.1f} GB/s"
     else:
         head = f"{kind} {r['bytes']:.4g} B on {r['gpus']} GPUs of {r['topology']}"
-    if "gpus_per_node" in r:
-        head += f" ({r['gpus_per_node']} per node)"
+        if "gpus_per_node" in r:
+            head += f" ({r['gpus_per_node']} per node)"
         detail = (
             f"algbw {r['algbw_GBps']:.1f} GB/s, busbw {r['busbw_GBps']:.1f} GB/s "
             f"({r['algorithm']}, bottleneck {r['bottleneck'] or '-'})"
