@@ -726,6 +726,8 @@ def ub_split_gemm_s(device: Device, m: int, n: int, k: int, chunks: int) -> floa
 # collective hides behind its own GEMM only.
 UB_AG_FEEDS = ("qkv", "fc1")
 UB_RS_DRAINS = ("attn out", "fc2")
+UB_AG_FEEDS_DGRAD = tuple(n + " dgrad" for n in UB_AG_FEEDS)  # the bulk overlaps' GEMMs
+UB_RS_DRAINS_DGRAD = tuple(n + " dgrad" for n in UB_RS_DRAINS)  # the backward ring exchanges'
 
 
 # UB_FP8_AG_NOTE: with FP8, Transformer Engine's userbuffers hold the AllGathered tensors in FP8
@@ -771,7 +773,7 @@ def ub_tp_pair(parts: list, compute_parts: list, i: int, backward: bool) -> tupl
         return None
     if "(beside dgrad)" in name or "(beside wgrad)" in name:
         g = _gemm_near(parts, i, 1)
-        if g is None or g.name not in tuple(n + " dgrad" for n in UB_AG_FEEDS):
+        if g is None or g.name not in UB_AG_FEEDS_DGRAD:
             return None
         if "(beside dgrad)" in name:
             return ("bulk", g)
@@ -781,11 +783,7 @@ def ub_tp_pair(parts: list, compute_parts: list, i: int, backward: bool) -> tupl
         return ("bulk", w if w is not None else g)
     if "allgather" in name:
         g = _gemm_near(parts, i, -1)
-        return (
-            ("ring_exchange", g)
-            if g is not None and g.name in tuple(n + " dgrad" for n in UB_RS_DRAINS)
-            else None
-        )
+        return ("ring_exchange", g) if g is not None and g.name in UB_RS_DRAINS_DGRAD else None
     return None
 
 
