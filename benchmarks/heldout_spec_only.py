@@ -6,6 +6,8 @@
                                                         # `mfusim run --json` (exit status, one JSON
                                                         # object, the same step time) (~1 min)
     python benchmarks/heldout_spec_only.py --no-attribution   # skip the drop-one-key runs
+    python benchmarks/heldout_spec_only.py --write-docs # also rewrite docs/accuracy.md's
+                                                        # heldout-spec-only block (~10 s)
 
 The acceptance checks turn published runs into scenarios "per SPEC §1" and run them with `mfusim
 run --json`. Our held-out scenarios (scenarios/heldout*/) also state mfusim-specific keys
@@ -141,7 +143,8 @@ SPEC_KEYS: dict[str, Any] = {
     "sweep": None,
 }
 MOVE_POINTS = 0.03  # runs whose SPEC-only error differs from the full one by more than this
-KEY_POINTS = 0.005  # a dropped key shown as a mover when it alone moves the error by this much
+KEY_POINTS = 0.005
+GIVEN_BACK = " (given back)"  # a mover measured as SPEC-only + that key (refused when dropped alone)  # a dropped key shown as a mover when it alone moves the error by this much
 
 
 def spec_only(
@@ -184,6 +187,18 @@ def without(data: Mapping[str, Any], dotted: str) -> dict[str, Any]:
     return out
 
 
+def with_key(reduced: Mapping[str, Any], raw: Mapping[str, Any], dotted: str) -> dict[str, Any]:
+    """A deep copy of `reduced` with the one key `dotted` of `raw` given back."""
+    out = copy.deepcopy(dict(reduced))
+    parts = dotted.split(".")
+    table, source = out, raw
+    for part in parts[:-1]:
+        table = table.setdefault(part, {})
+        source = source[part]
+    table[parts[-1]] = copy.deepcopy(source[parts[-1]])
+    return out
+
+
 @dataclass(frozen=True)
 class SpecRow:
     set_name: str
@@ -196,7 +211,7 @@ class SpecRow:
     dropped: tuple[str, ...]
     movers: tuple[tuple[str, float], ...]  # (dropped key, its own error change), largest first
     spec_step_s: float | None  # the SPEC-only prediction (None: failed)
-    full_fits: bool  # memory.fits of the full scenario
+    full_fits: bool | None  # memory.fits of the full scenario
     spec_fits: bool | None  # and of the SPEC-only one
     memory_keys: tuple[str, ...]  # dropped keys that alone change memory.fits
 
@@ -207,6 +222,10 @@ class SpecRow:
 
 def _simulate(data: Mapping[str, Any], directory: Path, source: str) -> mfusim.StepReport:
     return mfusim.simulate(scenario_from_dict(data, base_dir=directory, source=source))
+
+
+def _fits(report: mfusim.StepReport) -> bool | None:
+    return None if report.memory is None else report.memory.fits
 
 
 def _predicted_step(data: Mapping[str, Any], directory: Path, source: str) -> float:
@@ -232,7 +251,7 @@ def evaluate_set(directory: Path, set_name: str, attribute: bool = True) -> list
         failure = ""
         try:
             spec_report = _simulate(reduced, directory, str(path))
-            spec_step, spec_fits = spec_report.step_time_s, spec_report.memory.fits
+            spec_step, spec_fits = spec_report.step_time_s, _fits(spec_report)
             spec_error = measured / spec_step - 1.0
         except ConfigError as exc:
             failure = f"refused: {exc}"
@@ -240,19 +259,34 @@ def evaluate_set(directory: Path, set_name: str, attribute: bool = True) -> list
             failure = f"{type(exc).__name__}: {exc}"
         movers: list[tuple[str, float]] = []
         memory_keys: list[str] = []
-        fits_flip = spec_fits is not None and spec_fits != report.memory.fits
+        fits_flip = spec_fits is not None and spec_fits != _fits(report)
         moved = spec_error is None or abs(spec_error - full_error) > MOVE_POINTS
         if attribute and (moved or fits_flip):
             for key in dropped:
                 try:
                     one = _simulate(without(raw, key), directory, str(path))
-                except Exception as exc:  # noqa: BLE001
-                    print(f"{run_id}: without {key}: {type(exc).__name__}: {exc}", file=sys.stderr)
+                except ConfigError as exc:
+                    # refused alone (another stated key needs it): measured from the SPEC-only
+                    # side instead, the SPEC-only scenario with this one key given back
+                    print(
+                        f"{run_id}: without {key} alone: {exc}; measured as SPEC-only + {key}",
+                        file=sys.stderr,
+                    )
+                    if moved and spec_error is not None:
+                        try:
+                            back = (
+                                measured / _predicted_step(with_key(reduced, raw, key), directory, str(path))
+                                - 1
+                            )
+                        except ConfigError:
+                            continue
+                        if abs(spec_error - back) >= KEY_POINTS:
+                            movers.append((key + GIVEN_BACK, spec_error - back))
                     continue
                 err = measured / one.step_time_s - 1.0
                 if moved and abs(err - full_error) >= KEY_POINTS:
                     movers.append((key, err - full_error))
-                if one.memory.fits != report.memory.fits:
+                if _fits(one) != _fits(report):
                     memory_keys.append(key)
             movers.sort(key=lambda m: -abs(m[1]))
         rows.append(
@@ -267,7 +301,7 @@ def evaluate_set(directory: Path, set_name: str, attribute: bool = True) -> list
                 dropped=tuple(dropped),
                 movers=tuple(movers),
                 spec_step_s=spec_step,
-                full_fits=report.memory.fits,
+                full_fits=_fits(report),
                 spec_fits=spec_fits,
                 memory_keys=tuple(memory_keys),
             )
@@ -315,9 +349,10 @@ def run_table(rows: Sequence[SpecRow]) -> str:
         "| --- | --- | ---: | ---: | ---: | --- |",
     ]
     for r in rows:
-        movers = ", ".join(f"`{k}` {100 * d:+.1f}" for k, d in r.movers) or (
-            "–" if not r.failure else r.failure
-        )
+        movers = ", ".join(
+            f"`{k.removesuffix(GIVEN_BACK)}`{GIVEN_BACK if k.endswith(GIVEN_BACK) else ''} {100 * d:+.1f}"
+            for k, d in r.movers
+        ) or ("–" if not r.failure else r.failure)
         lines.append(
             f"| {r.set_name} | `{r.run_id}` | {_pct(r.full_error)} | {_pct(r.spec_error)} | "
             f"{100 * r.moved:+.1f} | {movers} |"
@@ -351,21 +386,24 @@ def summary_table(rows: Sequence[SpecRow], sets: Sequence[str]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def dropped_counts(rows: Sequence[SpecRow]) -> str:
-    """Each dropped key: in how many runs, and in how many it moved the run by itself."""
+def dropped_counts(rows: Sequence[SpecRow], movers_only: bool = False) -> str:
+    """Each dropped key: in how many runs, and in how many it moved the run by itself
+    (`movers_only`: the keys that move at least one run)."""
     seen: dict[str, int] = {}
     moving: dict[str, list[float]] = {}
     for r in rows:
         for k in r.dropped:
             seen[k] = seen.get(k, 0) + 1
         for k, d in r.movers:
-            moving.setdefault(k, []).append(d)
+            moving.setdefault(k.removesuffix(GIVEN_BACK), []).append(d)
     lines = [
         "| dropped key | runs stating it | runs it moves alone | largest move (points) |",
         "| --- | ---: | ---: | ---: |",
     ]
     for k in sorted(seen, key=lambda k: (-len(moving.get(k, [])), -seen[k], k)):
         ds = moving.get(k, [])
+        if movers_only and not ds:
+            continue
         big = max(ds, key=abs) if ds else 0.0
         lines.append(
             f"| `{k}` | {seen[k]} | {len(ds)} | {100 * big:+.1f} |"
@@ -375,6 +413,33 @@ def dropped_counts(rows: Sequence[SpecRow]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def memory_lines(rows: Sequence[SpecRow]) -> list[str]:
+    out = []
+    for r in rows:
+        if r.spec_fits is not None and r.spec_fits != r.full_fits:
+            why = ", ".join(f"`{k}`" for k in r.memory_keys) or "no single key"
+            out.append(f"{r.set_name} `{r.run_id}`: full {r.full_fits}, SPEC-only {r.spec_fits} ({why})")
+    return out
+
+
+def docs_block(rows: Sequence[SpecRow], sets: Sequence[str]) -> str:
+    """docs/accuracy.md's heldout-spec-only block: the summary, the runs that move, what they move on."""
+    moved = [r for r in rows if r.failure or abs(r.moved) > MOVE_POINTS]
+    text = summary_table(rows, sets) + "\nRuns that move by more than 3 points:\n\n" + run_table(moved)
+    text += "\n" + dropped_counts(rows, movers_only=True)
+    flips = memory_lines(rows)
+    if flips:
+        text += "\nmemory.fits changed (full -> SPEC-only; the dropped key that alone flips it):\n\n"
+        text += "".join(f"- {line}\n" for line in flips)
+    failed = [r for r in rows if r.failure]
+    text += "\n" + (
+        "".join(f"- failed: {r.set_name} `{r.run_id}`: {r.failure}\n" for r in failed)
+        if failed
+        else "Every SPEC-only scenario loads and runs (no refusal, no exception).\n"
+    )
+    return text
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument(
@@ -382,29 +447,41 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     ap.add_argument("--no-attribution", action="store_true", help="skip the drop-one-key runs")
     ap.add_argument("--dir", type=Path, action="append", default=[], help="only these held-out directories")
+    ap.add_argument(
+        "--write-docs", action="store_true", help="rewrite docs/accuracy.md's heldout-spec-only block"
+    )
     args = ap.parse_args(argv)
+    if args.write_docs and (args.dir or args.no_attribution):
+        print("--write-docs writes the whole table (no --dir, no --no-attribution)", file=sys.stderr)
+        return 2
     blocks = [(d, b) for d, b in DOC_BLOCKS if not args.dir or d.resolve() in {p.resolve() for p in args.dir}]
     rows: list[SpecRow] = []
     for directory, block in blocks:
         rows += evaluate_set(directory, block, attribute=not args.no_attribution)
+    sets = [b for _, b in blocks]
     print(run_table(rows))
-    print(summary_table(rows, [b for _, b in blocks]))
+    print(summary_table(rows, sets))
     print(dropped_counts(rows))
-    for r in rows:
-        if r.spec_fits is not None and r.spec_fits != r.full_fits:
-            why = ", ".join(f"`{k}`" for k in r.memory_keys) or "no single key"
-            print(f"memory.fits {r.set_name}/{r.run_id}: full {r.full_fits}, SPEC-only {r.spec_fits} ({why})")
+    for line in memory_lines(rows):
+        print(f"memory.fits {line}")
     failed = [r for r in rows if r.failure]
     for r in failed:
         print(f"SPEC-only {r.set_name}/{r.run_id}: {r.failure}")
     if args.cli:
-        directories = dict((b, d) for d, b in blocks)
+        directories = {b: d for d, b in blocks}
         for r in rows:
             why = cli_check(directories[r.set_name], r)
             if why:
                 print(f"mfusim run --json, SPEC-only {r.set_name}/{r.run_id}: {why}")
                 failed.append(r)
     print(f"set names: {'; '.join(f'{b} = {SET_NAMES[b]}' for _, b in blocks)}")
+    if args.write_docs:
+        text = _REPORT._replace_block(
+            _REPORT.ACCURACY_MD.read_text(encoding="utf-8"), "heldout-spec-only", docs_block(rows, sets)
+        )
+        if text is None:
+            return 2
+        _REPORT.ACCURACY_MD.write_text(text, encoding="utf-8")
     return 1 if failed else 0
 
 

@@ -1491,6 +1491,10 @@ def scenario_from_dict(data: Mapping[str, Any], base_dir: Path | None = None, so
         num_gpus=num_gpus,
         parallel=parallel,
         dtype=precision.get("dtype", "bf16"),
+        # Megatron-Core's defaults (Megatron-LM@d98e8a64 transformer_config.py:594 fp8_recipe =
+        # "delayed", passed to TE as DelayedScaling on every GPU, fp8_utils.py:771; arguments.py:2016
+        # --fp8-param-gather off). Megatron-Bridge's MixedPrecisionConfig defaults to "tensorwise"
+        # and its FP8 presets gather in FP8 (docs/accuracy.md, "What the checker sees")
         fp8_param_gather=precision.get("fp8_param_gather", False),
         fp8_recipe=precision.get("fp8_recipe", "delayed"),
         dataloader=dataloader,

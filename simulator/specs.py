@@ -1070,7 +1070,13 @@ class KernelOptions:
     # of its kernels (simulator/hostbound.py)
     cuda_graph_impl: str = "none"
     cuda_graph_modules: tuple[str, ...] = ()
-    # MoE token dispatcher (--moe-token-dispatcher-type, --moe-flex-dispatcher-backend): MOE_DISPATCHERS
+    # MoE token dispatcher (--moe-token-dispatcher-type, --moe-flex-dispatcher-backend): MOE_DISPATCHERS.
+    # Default "alltoall", as today's stack configures an MoE model with EP > 1: every Megatron-Bridge
+    # HF MoE bridge sets it (Megatron-Bridge@067f987d models/deepseek/deepseek_v3_bridge.py:67,
+    # qwen/qwen3_moe_bridge.py:67, gpt_oss/gpt_oss_bridge.py:69, ...), as do Megatron-Core's
+    # moe/README.md quick start and its examples/ MoE scripts (Megatron-LM@d98e8a64); the
+    # TransformerConfig field itself defaults to "allgather" (transformer_config.py:891), which that
+    # README recommends for "TP-only setups, small EP" (docs/accuracy.md, "What the checker sees")
     moe_dispatcher: str = "alltoall"
     # SMs the EP dispatch/combine kernels take from compute while overlapped (Megatron-Core
     # --moe-flex-dispatcher-num-sms); 0 = DEFAULT_EP_COMM_SMS[moe_dispatcher]
