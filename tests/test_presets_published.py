@@ -214,6 +214,7 @@ def test_dense_architecture_switches(
 UNMODELED = {
     "bloom-176b": ("ALiBi", "LayerNorm after the word embedding"),
     "gpt-neox-20b": ("parallel attention + MLP",),
+    "opt-175b": ("attention dropout 0",),
     "mistral-7b": ("sliding window",),
     "llama4-scout": ("attention chunks", "NoPE layers"),
     "qwen2-57b-a14b": ("shared expert's sigmoid output gate",),
