@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from simulator import flops as F
+from simulator.errors import ConfigError
 from simulator.loading import model_from_table, model_preset, scenario_from_dict
 from simulator.simulate import simulate
 
@@ -64,6 +65,12 @@ PUBLISHED: list[tuple[str, float, float, float | None, float, bool]] = [
     # DeepSeek-V2 paper Appendix B (DeepSeek-V2-Lite): 15.7B total, 2.4B activated; only the
     # DeepSeek convention (no input embedding: 2.45B) gives it (with it: 2.66B)
     ("deepseek-v2-lite", 15.7e9, 0.1e9, 2.4e9, 0.1e9, False),
+    # OLMoE (arXiv 2409.02060) Table 1: 6.9B total, 1.3B active (both embeddings: 1.28B; without
+    # the input one 1.18B would miss it)
+    ("olmoe-1b-7b", 6.9e9, 0.1e9, 1.3e9, 0.1e9, True),
+    # Databricks, "Introducing DBRX" (2024-03-27) / model card: 132B total, 36B active (36.47B with
+    # both embeddings, 35.85B without the input one: both round to 36B)
+    ("dbrx", 132e9, 1e9, 36e9, 1e9, True),
 ]
 
 # non-embedding parameters where the source gives them apart
@@ -97,6 +104,8 @@ ADDED = (
     "llama4-scout",
     "deepseek-v2",
     "deepseek-v2-lite",
+    "olmoe-1b-7b",
+    "dbrx",
 )
 
 
@@ -215,6 +224,7 @@ UNMODELED = {
     "bloom-176b": ("ALiBi", "LayerNorm after the word embedding"),
     "gpt-neox-20b": ("parallel attention + MLP",),
     "opt-175b": ("attention dropout 0",),
+    "dbrx": ("clip_qkv",),
     "mistral-7b": ("sliding window",),
     "llama4-scout": ("attention chunks", "NoPE layers"),
     "qwen2-57b-a14b": ("shared expert's sigmoid output gate",),
@@ -252,6 +262,8 @@ SMOKE = {
     "llama4-scout": {"num_gpus": 32, "tp": 4, "ep": 8},
     "deepseek-v2": {"num_gpus": 64, "pp": 8, "ep": 8},
     "deepseek-v2-lite": {"num_gpus": 8, "ep": 8},
+    "olmoe-1b-7b": {"num_gpus": 8, "ep": 8},
+    "dbrx": {"num_gpus": 32, "tp": 4, "ep": 8},
 }
 
 
@@ -278,3 +290,13 @@ def test_preset_simulates(preset: str) -> None:
     assert report.step_time_s > 0 and 0.05 < report.mfu < 0.8
     # every token of the step is the preset's model: the FLOPs are its own
     assert report.model_flops_per_step == pytest.approx(64 * F.model_flops_per_sequence(scn.model), rel=1e-9)
+
+
+def test_hf_import_dbrx_refused() -> None:
+    """DBRX's config.json (n_layers, d_model, n_heads; its 16 experts, top-4 and KV heads in nested
+    ffn_config / attn_config tables) is refused, never read as a dense MHA model: the dbrx preset
+    is the exact model."""
+    with pytest.raises(ConfigError) as info:
+        model_from_table({"hf_config": "dbrx.json", "seq_len": 4096}, FIXTURES)
+    assert info.value.key == "model.hf_config" and "dbrx.json" in str(info.value.file)
+    assert (model_preset("dbrx").num_experts, model_preset("dbrx").num_kv_heads) == (16, 8)
