@@ -450,6 +450,13 @@ class ModelSpec:
 
 
 # ----------------------------------------------------------------------------- GPU
+# The physical range of GPUEfficiency.expert_gemm_overhead_s (docs/calibration.md, "Level 2"): 0 (a
+# host far ahead of the GPU hides all of the path's per-GEMM work) to 35 us, the largest published
+# per-GEMM cost of the multi-stream call (NVIDIA/TransformerEngine#3134: 0.267 ms for 8 GEMMs, 33 us
+# each including the GEMM, from an idle GPU) to the next 5 us.
+EXPERT_GEMM_OVERHEAD_RANGE_S = (0.0, 35e-6)
+
+
 @dataclass(frozen=True, slots=True)
 class GPUEfficiency:
     """System-level residuals of a training job on one GPU type (level 2 of the calibration,
@@ -465,6 +472,12 @@ class GPUEfficiency:
     # NVFP4 GEMMs' achieved efficiency relative to the kernel model's FP8-class one (16-element block
     # scales, the recipe's BF16-kept layers): recipes.toml (issue 13), 1 = not calibrated
     fp4_matmul_fraction: float = 1.0
+    # Time per eager per-expert GEMM of Transformer Engine GroupedLinear's multi-stream cuBLASLt path
+    # (each local expert's fc1 and fc2, forward, dgrad and wgrad; program.EXPERT_GEMM_OVERHEAD_NOTE),
+    # in series on the compute stream; not charged on the fused grouped MLP, in a CUDA graph of the
+    # MoE layer, or on dense layers. Fitted on the MoE rows per stack and architecture within
+    # EXPERT_GEMM_OVERHEAD_RANGE_S (docs/calibration.md); the default is the prior, its middle.
+    expert_gemm_overhead_s: float = 17.5e-6
 
     def __post_init__(self) -> None:
         _check_num(
@@ -475,6 +488,7 @@ class GPUEfficiency:
         _check_num("gpu.efficiency.microbatch_overhead_s", self.microbatch_overhead_s)
         _check_num("gpu.efficiency.overlap_slowdown", self.overlap_slowdown, maximum=1.0)
         _check_num("gpu.efficiency.fp4_matmul_fraction", self.fp4_matmul_fraction, strict=True, maximum=1.0)
+        _check_num("gpu.efficiency.expert_gemm_overhead_s", self.expert_gemm_overhead_s)
 
 
 @dataclass(frozen=True, slots=True)
