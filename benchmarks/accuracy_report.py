@@ -293,8 +293,13 @@ def calibration_blocks() -> dict[str, str]:
     def rng(p) -> str:
         return f"{fmt(p, p.low)} – {fmt(p, p.high)}"
 
-    header = ["stack / architecture"] + [f"`{p.name}`" for p in params] + ["fit / held-out MAPE"]
-    rows = [["physical range"] + [rng(p) for p in params] + [""]]
+    moe_p = C.MOE_PARAM  # the MoE stage's residual (groups with MoE rows only)
+    header = (
+        ["stack / architecture"]
+        + [f"`{p.name}`" for p in params]
+        + ["fit / held-out MAPE", f"`{moe_p.name}`", "MoE fit / held-out MAPE"]
+    )
+    rows = [["physical range"] + [rng(p) for p in params] + ["", rng(moe_p), ""]]
     for stack, arch, _ in C.FIT_PLAN:
         table = data.get("stacks", {}).get(stack, {}).get(arch)
         if not table:
@@ -304,16 +309,30 @@ def calibration_blocks() -> dict[str, str]:
             text,
         )
         errors = f"{m.group(3)}% / {m.group(4)}% ({m.group(1)} / {m.group(2)} rows)" if m else "–"
-        cells = []
-        for p in params:
-            v = float(table[p.name])
+
+        def cell(p, v: float) -> str:
             frac = (v - p.low) / (p.high - p.low)
-            mark = " **(at a bound)**" if frac < 0.01 or frac > 0.99 else ""
-            cells.append(fmt(p, v) + mark)
-        rows.append([f"{stack} / {arch}"] + cells + [errors])
+            return fmt(p, v) + (" **(at a bound)**" if frac < 0.01 or frac > 0.99 else "")
+
+        cells = [cell(p, float(table[p.name])) for p in params]
+        moe = re.search(
+            rf"\[stacks\.{re.escape(stack)}\.{arch}\](?:\n(?!\[).*)*?\n{re.escape(C.MOE_BLOCK_START)}.*"
+            r"(?:\n(?!\[).*)*?\n# (\d+) fit rows, (\d+) held-out rows; MAPE \(engine\) fit ([\d.]+)% .*?held out ([\d.]+)%",
+            text,
+        )
+        if moe_p.name in table and moe:
+            moe_cells = [
+                cell(moe_p, float(table[moe_p.name])),
+                f"{moe.group(3)}% / {moe.group(4)}% ({moe.group(1)} / {moe.group(2)} rows)",
+            ]
+        else:
+            moe_cells = ["– (no MoE rows: the prior)", ""]
+        rows.append([f"{stack} / {arch}"] + cells + [errors] + moe_cells)
     default = data["default"]
     rows.append(
-        ["default (stacks not in the data)"] + [fmt(p, float(default[p.name])) for p in params] + [""]
+        ["default (stacks not in the data)"]
+        + [fmt(p, float(default[p.name])) for p in params]
+        + ["", fmt(moe_p, float(default[moe_p.name])), ""]
     )
     return {"fitted": _table(header, rows)}
 
