@@ -1591,7 +1591,7 @@ def stack_residuals(stack: str, gpu_name: str) -> tuple[str, dict[str, Any] | No
 
 def with_kernels_stack(scn: Scenario) -> Scenario:
     """`[kernels] stack`: the GPU's system residuals (sustained clock, launch gap, host overhead,
-    NCCL fraction, overlap slowdown) from that stack's fit on the GPU's architecture instead of
+    NCCL fraction, overlap slowdown, the eager expert GEMM residual) from that stack's fit on the GPU's architecture instead of
     the default stack's per-GPU table; refused when the stack was not fitted there. The precision
     recipe's GEMM fraction stays the GPU's (it is not a stack residual)."""
     stack = scn.kernels.stack
@@ -1602,7 +1602,12 @@ def with_kernels_stack(scn: Scenario) -> Scenario:
             key="kernels.stack",
         )
     names = {f.name for f in fields(GPUEfficiency)} - {"fp4_matmul_fraction"}
-    eff = replace(scn.gpu.efficiency, **{k: v for k, v in table.items() if k in names})
+    # a residual the stack was not fitted for (expert_gemm_overhead_s of a stack without MoE rows)
+    # takes the prior, GPUEfficiency's default, as stacks.with_stack does for validate
+    eff = replace(
+        GPUEfficiency(**{k: v for k, v in table.items() if k in names}),
+        fp4_matmul_fraction=scn.gpu.efficiency.fp4_matmul_fraction,
+    )
     gpu = replace(scn.gpu, efficiency=eff)
     return replace(scn, topology=replace(scn.topology, gpu=gpu))
 

@@ -2087,11 +2087,11 @@ class _Coster:
             fwd.append(Segment("compute", name, tf, f, 0.0))
             b_in.append(Segment("compute", name + " dgrad", td, f, 0.0))
             b_w.append(Segment("compute", name + " wgrad", tw, f, 0.0))
-            if overhead > 0:
-                label = f"{EXPERT_GEMM_OVERHEAD_NAME} ({name.removeprefix('expert ')})"
-                fwd.append(Segment("compute", label, overhead))
-                b_in.append(Segment("compute", label + " dgrad", overhead))
-                b_w.append(Segment("compute", label + " wgrad", overhead))
+            if overhead > 0:  # "eager expert GEMM overhead (fc1)", "(fc1 dgrad)", "(fc1 wgrad)"
+                short = name.removeprefix("expert ")
+                fwd.append(Segment("compute", f"{EXPERT_GEMM_OVERHEAD_NAME} ({short})", overhead))
+                b_in.append(Segment("compute", f"{EXPERT_GEMM_OVERHEAD_NAME} ({short} dgrad)", overhead))
+                b_w.append(Segment("compute", f"{EXPERT_GEMM_OVERHEAD_NAME} ({short} wgrad)", overhead))
             quant = quant_bytes_per_element(d, self.scn.fp8_recipe)
             if quant:
                 label = "fp8 cast" if d.dtype == "fp8" else f"{d.dtype} quantize"
