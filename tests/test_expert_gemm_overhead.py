@@ -247,3 +247,24 @@ def test_full_fit_writes_both_stages_and_moe_only_replaces_them(tmp_path) -> Non
     section = text[start : text.index("\n[", start)]
     assert section.count(C.MOE_BLOCK_START) == 1 and section.count("expert_gemm_overhead_s =") == 1
     assert tomllib.loads(text)["h100-sxm"]["expert_gemm_overhead_s"] == pytest.approx(12e-6)
+
+
+def test_recomputed_experts_pay_their_forward_residual_again() -> None:
+    """`recompute_modules = ["moe"]` re-runs the experts' eager forward: its two GroupedLinear
+    calls, and so their per-GEMM residual, once more (as recompute)."""
+    data: dict[str, Any] = {
+        "model": {"preset": "qwen3-30b-a3b", "seq_len": SEQ, "layers": 4, "moe": {"load_imbalance": 1.0}},
+        "cluster": {"topology": "dgx-b200", "num_gpus": 8},
+        "parallel": {"ep": EP, "micro_batch": MB, "global_batch": 8 * MB, "recompute": "selective"},
+        "precision": {"dtype": "mxfp8"},
+        "kernels": {"moe_dispatcher": "hybridep"},
+    }
+    data["parallel"]["recompute_modules"] = ["moe"]
+    x = 20e-6
+    scn = _with(scenario_from_dict(data), x)
+    coster = _Coster(scn, default_comm_model(scn))
+    coster.stage = 0
+    rec = coster.layer(True)[3]
+    again = [p for p in rec.parts if p.name.startswith(EXPERT_GEMM_OVERHEAD_NAME)]
+    assert {p.category for p in again} == {"recompute"}
+    assert sum(p.duration_s for p in again) == pytest.approx(2 * (scn.model.num_experts // EP) * x)
