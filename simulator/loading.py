@@ -1510,17 +1510,16 @@ def scenario_from_dict(data: Mapping[str, Any], base_dir: Path | None = None, so
 
 
 def _check_attention_kernel(scn: Scenario) -> None:
-    """FlashAttention-3 is Hopper/Blackwell code (sm90a/sm100 kernels): refused here, naming the
-    file, rather than mid-simulation (kernels.resolve_attention, which keeps the same rule). The
+    """A fused attention kernel on an architecture it has no kernels for (specs.ATTENTION_ARCHS:
+    FlashAttention-3 off Hopper/Blackwell, FlashAttention-2 and cuDNN's on Volta) is refused here,
+    naming the file, rather than mid-simulation (kernels.resolve_attention, which keeps the same rule). The
     GPU's default implementation (no kernels.attention) is checked against attention sinks and
     unpadding here; a named one already was (Scenario)."""
     k = scn.kernels
     arch = _architecture(scn.gpu.name)
-    if k.flash_attention and k.attention == "fa3":
-        if arch not in ("hopper", "blackwell"):
-            raise ConfigError(
-                f"FlashAttention-3 needs a Hopper GPU, not {scn.gpu.name}", key="kernels.attention"
-            )
+    if k.flash_attention and k.attention:
+        specs.check_attention_arch(k.attention, arch, scn.gpu.name, "kernels.attention")
+    specs.check_dtype_arch(scn.dtype, arch, scn.gpu.name, "precision.dtype")
     if k.flash_attention and not k.attention:
         impl = DEFAULT_ATTENTION.get(arch, "fa2")
         try:
