@@ -1457,6 +1457,16 @@ def scenario_from_dict(data: Mapping[str, Any], base_dir: Path | None = None, so
 
     precision = _table(data, "precision", "")
     _check_keys(precision, ("dtype", "fp8_param_gather", "fp8_recipe"), "precision")
+    # SPEC's default is bf16; a GPU without BF16 tensor cores (V100) runs FP16 instead, said once,
+    # rather than refusing a scenario that never asked for BF16 (specs.NO_BF16_ARCHS)
+    default_dtype = "bf16"
+    if "dtype" not in precision and _architecture(topology.gpu.name) in specs.NO_BF16_ARCHS:
+        default_dtype = "fp16"
+        topology = replace(
+            topology,
+            notes=topology.notes
+            + (f"precision.dtype not given: fp16 ({topology.gpu.name} has no BF16 tensor cores)",),
+        )
 
     dl = _table(data, "dataloader", "")
     _check_keys(dl, ("microbatch_latency_ms", "workers", "prefetch", "jitter", "seed"), "dataloader")
@@ -1490,7 +1500,7 @@ def scenario_from_dict(data: Mapping[str, Any], base_dir: Path | None = None, so
         topology=topology,
         num_gpus=num_gpus,
         parallel=parallel,
-        dtype=precision.get("dtype", "bf16"),
+        dtype=precision.get("dtype", default_dtype),
         # Megatron-Core's defaults (Megatron-LM@d98e8a64 transformer_config.py:594 fp8_recipe =
         # "delayed", passed to TE as DelayedScaling on every GPU, fp8_utils.py:771; arguments.py:2016
         # --fp8-param-gather off). Megatron-Bridge's MixedPrecisionConfig defaults to "tensorwise"

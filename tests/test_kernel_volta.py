@@ -65,6 +65,12 @@ def test_fused_attention_on_volta_is_refused_when_the_scenario_loads() -> None:
     with pytest.raises(ConfigError) as err:
         scenario_from_dict({**spec, "precision": {"dtype": "bf16"}})
     assert err.value.key == "precision.dtype" and "BF16" in err.value.message
+    # no dtype given: SPEC's bf16 default becomes fp16 on a GPU without BF16 tensor cores, said once
+    no_dtype = {k: v for k, v in spec.items() if k != "precision"}
+    scn = scenario_from_dict(no_dtype)
+    assert scn.dtype == "fp16" and any("no BF16 tensor cores" in w for w in scn.warnings())
+    a100 = scenario_from_dict({**no_dtype, "cluster": {"topology": "dgx-a100", "num_gpus": 8}})
+    assert a100.dtype == "bf16" and not any("BF16" in w for w in a100.warnings())
 
 
 def test_bf16_gemm_is_refused_on_volta_and_fp16_is_its_default() -> None:
