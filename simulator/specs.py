@@ -956,6 +956,45 @@ ATTENTION_IMPLS = ("fa2", "fa3", "cudnn", "triton", "flash-attn-triton", "unfuse
 # attention on Hopper/Blackwell, FlashAttention-2 on Ampere (no sm80 cuDNN/FA3 path in TE's
 # default priority), none on Volta (kernels.default_attention).
 DEFAULT_ATTENTION = {"volta": "unfused", "ampere": "fa2", "hopper": "cudnn", "blackwell": "cudnn"}
+# Architectures a fused attention kernel is built for (others are refused, check_attention_arch).
+# FlashAttention-2: "Ampere, Ada, or Hopper GPUs" (Dao-AILab/flash-attention README.md@0251105a,
+# "Installation and features"; its kernels are sm80 code, which Blackwell also runs); FlashAttention-3:
+# sm90a/sm100 kernels (Hopper, Blackwell); cuDNN SDPA: "requires SM80 (Ampere) or newer architectures"
+# (cuDNN frontend docs, operations/Attention "Support Matrix"). Not listed (the Triton kernels,
+# unfused): every architecture.
+ATTENTION_ARCHS = {
+    "fa2": ("ampere", "hopper", "blackwell"),
+    "fa3": ("hopper", "blackwell"),
+    "cudnn": ("ampere", "hopper", "blackwell"),
+}
+ATTENTION_NAMES = {"fa2": "FlashAttention-2", "fa3": "FlashAttention-3", "cudnn": "cuDNN fused attention"}
+
+
+# Architectures without BF16 tensor cores: Volta's are FP16-only (NVIDIA V100 datasheet: "Tensor
+# Performance" in FP16; BF16 arrived with Ampere, NVIDIA A100 whitepaper). gpus.toml lists the V100's
+# BF16 peak at its FP16 rate only because every GPU must have one; a BF16 GEMM there is refused.
+NO_BF16_ARCHS = ("volta",)
+
+
+def check_dtype_arch(dtype: str, arch: str, gpu_name: str, key: str) -> None:
+    """Refuse BF16 math on an architecture without BF16 tensor cores (NO_BF16_ARCHS)."""
+    if dtype == "bf16" and arch in NO_BF16_ARCHS:
+        raise ConfigError(
+            f"{gpu_name} ({arch}) has no BF16 tensor cores: use fp16 (its FP16 tensor peak)", key=key
+        )
+
+
+def check_attention_arch(impl: str, arch: str, gpu_name: str, key: str) -> None:
+    """Refuse a fused attention kernel on an architecture it has no kernels for (ATTENTION_ARCHS)."""
+    archs = ATTENTION_ARCHS.get(impl)
+    if archs is not None and arch not in archs:
+        raise ConfigError(
+            f"{ATTENTION_NAMES[impl]} has no kernels for {arch} ({gpu_name}); it needs "
+            f"{' / '.join(a.capitalize() for a in archs)} (unfused attention runs everywhere)",
+            key=key,
+        )
+
+
 # Implementations that take a learnable softmax offset (model.attention_sinks): Transformer Engine
 # disables FlashAttention for softmax_type != "vanilla" and keeps FusedAttention (cuDNN >= 9.13.1)
 # and UnfusedDotProductAttention (transformer_engine/pytorch/attention/dot_product_attention/
@@ -1084,7 +1123,13 @@ class KernelOptions:
     # of its kernels (simulator/hostbound.py)
     cuda_graph_impl: str = "none"
     cuda_graph_modules: tuple[str, ...] = ()
-    # MoE token dispatcher (--moe-token-dispatcher-type, --moe-flex-dispatcher-backend): MOE_DISPATCHERS
+    # MoE token dispatcher (--moe-token-dispatcher-type, --moe-flex-dispatcher-backend): MOE_DISPATCHERS.
+    # Default "alltoall", as today's stack configures an MoE model with EP > 1: every Megatron-Bridge
+    # HF MoE bridge sets it (Megatron-Bridge@067f987d models/deepseek/deepseek_v3_bridge.py:67,
+    # qwen/qwen3_moe_bridge.py:67, gpt_oss/gpt_oss_bridge.py:69, ...), as do Megatron-Core's
+    # moe/README.md quick start and its examples/ MoE scripts (Megatron-LM@d98e8a64); the
+    # TransformerConfig field itself defaults to "allgather" (transformer_config.py:891), which that
+    # README recommends for "TP-only setups, small EP" (docs/accuracy.md, "What the checker sees")
     moe_dispatcher: str = "alltoall"
     # SMs the EP dispatch/combine kernels take from compute while overlapped (Megatron-Core
     # --moe-flex-dispatcher-num-sms); 0 = DEFAULT_EP_COMM_SMS[moe_dispatcher]
