@@ -133,6 +133,9 @@ def accuracy_blocks(report: V.ValidationReport, roles: dict[str, str]) -> dict[s
     target_no_z3 = errs(lambda r: r.case.is_target and r not in zero3)
     fit_t = errs(lambda r: r.case.is_target and roles.get(r.case.run_id) == "fit")
     held_t = errs(lambda r: r.case.is_target and roles.get(r.case.run_id) == "held-out")
+    moe = [r for r in results if r.case.is_moe]
+    moe_fit = errs(lambda r: roles.get(r.case.run_id) == "fit", moe)
+    moe_held = errs(lambda r: roles.get(r.case.run_id) == "held-out", moe)
     headline = _table(
         ["rows", "n", "MAPE", "bias", "max abs", "issue-12 target"],
         [
@@ -150,9 +153,17 @@ def accuracy_blocks(report: V.ValidationReport, roles: dict[str, str]) -> dict[s
             _summary_row("**H100 FP8 dense**", fp8, "≤ 8%", bold=True),
             _summary_row("**NeMo long-sequence rows** (H100 + B200)", longseq, "≤ 10% each", bold=True),
             [
-                "MoE rows (issue 13, not fitted here)",
+                "MoE rows (issue 13; calibrate.py's MoE stage fits one residual, expert_gemm_overhead_s)",
                 str(len(results) - len(dense)),
                 _pct(_mape([r.error_pct for r in results if r.case.is_moe])),
+                "",
+                "",
+                "",
+            ],
+            [
+                "MoE rows: fit / held-out rows",
+                f"{len(moe_fit)} / {len(moe_held)}",
+                f"{_pct(_mape(moe_fit))} / {_pct(_mape(moe_held))}",
                 "",
                 "",
                 "",
@@ -293,8 +304,13 @@ def calibration_blocks() -> dict[str, str]:
     def rng(p) -> str:
         return f"{fmt(p, p.low)} – {fmt(p, p.high)}"
 
-    header = ["stack / architecture"] + [f"`{p.name}`" for p in params] + ["fit / held-out MAPE"]
-    rows = [["physical range"] + [rng(p) for p in params] + [""]]
+    moe_p = C.MOE_PARAM  # the MoE stage's residual (groups with MoE rows only)
+    header = (
+        ["stack / architecture"]
+        + [f"`{p.name}`" for p in params]
+        + ["fit / held-out MAPE", f"`{moe_p.name}`", "MoE fit / held-out MAPE"]
+    )
+    rows = [["physical range"] + [rng(p) for p in params] + ["", rng(moe_p), ""]]
     for stack, arch, _ in C.FIT_PLAN:
         table = data.get("stacks", {}).get(stack, {}).get(arch)
         if not table:
@@ -304,16 +320,30 @@ def calibration_blocks() -> dict[str, str]:
             text,
         )
         errors = f"{m.group(3)}% / {m.group(4)}% ({m.group(1)} / {m.group(2)} rows)" if m else "–"
-        cells = []
-        for p in params:
-            v = float(table[p.name])
+
+        def cell(p, v: float) -> str:
             frac = (v - p.low) / (p.high - p.low)
-            mark = " **(at a bound)**" if frac < 0.01 or frac > 0.99 else ""
-            cells.append(fmt(p, v) + mark)
-        rows.append([f"{stack} / {arch}"] + cells + [errors])
+            return fmt(p, v) + (" **(at a bound)**" if frac < 0.01 or frac > 0.99 else "")
+
+        cells = [cell(p, float(table[p.name])) for p in params]
+        moe = re.search(
+            rf"\[stacks\.{re.escape(stack)}\.{arch}\](?:\n(?!\[).*)*?\n{re.escape(C.MOE_BLOCK_START)}.*"
+            r"(?:\n(?!\[).*)*?\n# (\d+) fit rows, (\d+) held-out rows; MAPE \(engine\) fit ([\d.]+)% .*?held out ([\d.]+)%",
+            text,
+        )
+        if moe_p.name in table and moe:
+            moe_cells = [
+                cell(moe_p, float(table[moe_p.name])),
+                f"{moe.group(3)}% / {moe.group(4)}% ({moe.group(1)} / {moe.group(2)} rows)",
+            ]
+        else:
+            moe_cells = ["– (no MoE rows: the prior)", ""]
+        rows.append([f"{stack} / {arch}"] + cells + [errors] + moe_cells)
     default = data["default"]
     rows.append(
-        ["default (stacks not in the data)"] + [fmt(p, float(default[p.name])) for p in params] + [""]
+        ["default (stacks not in the data)"]
+        + [fmt(p, float(default[p.name])) for p in params]
+        + ["", fmt(moe_p, float(default[moe_p.name])), ""]
     )
     return {"fitted": _table(header, rows)}
 
@@ -335,8 +365,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     C = _calibrate_module()
     csv_path = published_runs_csv()
     runs = V.read_runs_csv(csv_path)
-    cases = [c for c in (V.build_case(r) for r in runs) if isinstance(c, V.Case) and not c.is_moe]
-    roles = {rid: "fit" if fit else "held-out" for rid, fit in C.split_rows(cases).items()}
+    cases = [c for c in (V.build_case(r) for r in runs) if isinstance(c, V.Case)]
+    # the dense stage's split, and the MoE stage's (the same rule over the MoE rows)
+    roles = {
+        rid: "fit" if fit else "held-out"
+        for moe in (False, True)
+        for rid, fit in C.split_rows([c for c in cases if c.is_moe == moe]).items()
+    }
     report = V.validate_runs(runs, V.default_simulate(), csv_path=str(csv_path), progress=False)
     acc = accuracy_blocks(report, roles)
     cal = calibration_blocks()

@@ -3,6 +3,7 @@
 
     python benchmarks/fit_kernels.py            # fit, print every figure's error, write [model.*]
     python benchmarks/fit_kernels.py --dry-run  # fit and print only
+    python benchmarks/fit_kernels.py --arch volta  # fit and write only Volta's terms (its own figures)
 
 Level 1 of the two-level calibration (docs/calibration.md): only the published kernel figures
 of kernels.toml (GEMM, attention, memory, collectives), never a training run. Least squares on
@@ -144,6 +145,10 @@ FIT: dict[str, tuple[str, ...]] = {
         "torch_layer_norm_bwd_bw_scale",
     ),
     "blackwell": ("gemm_peak_fraction", "gemm_fp8_scale"),
+    # DeepBench's V100 FP16 cuBLAS sweep (kernels.toml, deepbench: K from 512 to 500,000) and
+    # BabelStream's V100 copy and triad; Volta borrows nothing (its own cuBLAS generation), its
+    # attention and collective terms stay the priors of [model.volta] (no published figure)
+    "volta": ("gemm_peak_fraction", "gemm_tile_overhead", "gemm_latency_s", "memory_bw_fraction"),
 }
 # architecture -> (architecture it borrows unfitted parameters from, why)
 COPY_FROM = {
@@ -170,6 +175,8 @@ def in_group(name: str, group: str | None) -> bool:
 def fit_architecture(arch: str, base: dict[str, KernelParams], group: str | None = None) -> KernelParams:
     names = tuple(n for n in FIT[arch] if in_group(n, group))
     start = base[arch]
+    if not names:
+        return start
 
     def make(x: np.ndarray) -> KernelParams:
         p = replace(start, **{n: float(v) for n, v in zip(names, x, strict=True)})
@@ -262,12 +269,19 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--dry-run", action="store_true")
     ap.add_argument("--only", choices=sorted(GROUPS), help="fit and write only this parameter group")
+    ap.add_argument(
+        "--arch",
+        choices=("volta",),
+        help="fit and write only this architecture; it borrows nothing, so the others stay as shipped",
+    )
     args = ap.parse_args(argv)
     group = args.only
     base = {a: params_for_architecture(a) for a in ("hopper", "ampere", "blackwell", "volta")}
-    if group != "collective":
+    if args.arch:
+        base[args.arch] = fit_architecture(args.arch, base, group)
+    elif group != "collective":
         base = fit_kernel_parameters(base, group)
-    if group != "attention":
+    if group != "attention" and not args.arch:
         for arch in ("hopper", "ampere", "hopper", "blackwell", "ampere"):  # borrowing goes both ways
             base[arch] = fit_collectives(arch, base)
     figs = shipped_figures(base)
@@ -285,7 +299,7 @@ def main(argv: list[str] | None = None) -> int:
         f"worst checked {100 * max(abs(f.error) for f in checked):.1f}%",
         file=sys.stderr,
     )
-    for arch in ("hopper", "ampere", "blackwell"):
+    for arch in ("hopper", "ampere", "blackwell", "volta"):
         print(
             arch,
             {f.name: round(getattr(base[arch], f.name), 6) for f in fields(KernelParams)},
@@ -293,7 +307,9 @@ def main(argv: list[str] | None = None) -> int:
         )
     if not args.dry_run:
         write_params(
-            {a: base[a] for a in ("hopper", "ampere", "blackwell")}, catalog_file("kernels.toml"), group
+            {a: base[a] for a in ((args.arch,) if args.arch else ("hopper", "ampere", "blackwell", "volta"))},
+            catalog_file("kernels.toml"),
+            group,
         )
     return 0
 
@@ -347,6 +363,8 @@ def fit_kernel_parameters(base: dict[str, KernelParams], group: str | None) -> d
                 fa3_head_dim_wide=b.fa2_head_dim_wide,
                 cudnn_head_dim_wide=b.fa2_head_dim_wide,
             )
+    # Volta: fitted alone on its own figures, from its own values (COPY_FROM has no entry for it)
+    base["volta"] = fit_architecture("volta", base, group)
     # FlashAttention's Triton kernel is only measured on A100: on Hopper/Blackwell it is assumed to
     # gain what FlashAttention-2 gains over A100 (same algorithm and tiling generation).
     a, h = base["ampere"], base["hopper"]

@@ -14,6 +14,7 @@ weight gradients + recompute, milliseconds):
     attn    fused attention, forward and backward
     gemm    the layer's other GEMMs (projections, router, shared experts)
     xgemm   the routed experts' GEMMs
+    xover   the eager path's residual per expert GEMM (expert_gemm_overhead_s, fitted)
     xelem   the experts' elementwise and quantization work
     perm    token permutes and sorts
     epcomm  EP communication as costed (before any overlap hides it)
@@ -42,7 +43,7 @@ from simulator.validate.runs import read_runs_csv
 ROOT = Path(__file__).resolve().parents[1]
 RUNS = ROOT / "scenarios" / "published" / "calibration_runs.csv"
 FAMILIES = ("DeepSeekV3", "GPTOSS", "Kimi_K2", "Qwen3_30B", "Qwen3_235B")
-BUCKETS = ("attn", "gemm", "xgemm", "xelem", "perm", "epcomm", "host", "elem")
+BUCKETS = ("attn", "gemm", "xgemm", "xover", "xelem", "perm", "epcomm", "host", "elem")
 
 
 def bucket(seg: P.Segment) -> str:
@@ -53,6 +54,8 @@ def bucket(seg: P.Segment) -> str:
         return "host"
     if name.startswith("attention"):
         return "attn"
+    if name.startswith(P.EXPERT_GEMM_OVERHEAD_NAME):
+        return "xover"
     if name.startswith("expert fc") and "bias" not in name:
         return "xgemm"
     if name.startswith("expert") or "per expert" in name:

@@ -49,7 +49,12 @@ from typing import Any
 
 from .errors import ConfigError
 from .kernel_catalog import architecture, kernel_data
-from .specs import ATTENTION_IMPLS, DEFAULT_ATTENTION, GPUSpec
+from .specs import (
+    ATTENTION_IMPLS,
+    DEFAULT_ATTENTION,
+    GPUSpec,
+    check_attention_arch,
+)
 from .units import DTYPE_BYTES
 
 # Implementations that run another's main loop and take its fitted terms: flash-attn's own Triton
@@ -314,8 +319,7 @@ def resolve_attention(gpu: GPUSpec, attention: str, flash_attention: bool) -> st
     if not flash_attention:
         return "unfused"
     impl = attention or default_attention(gpu)
-    if impl == "fa3" and architecture(gpu.name) not in ("hopper", "blackwell"):
-        raise ConfigError(f"FlashAttention-3 needs a Hopper GPU, not {gpu.name}", key="kernels.attention")
+    check_attention_arch(impl, architecture(gpu.name), gpu.name, "kernels.attention")
     return impl
 
 

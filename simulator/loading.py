@@ -1457,6 +1457,16 @@ def scenario_from_dict(data: Mapping[str, Any], base_dir: Path | None = None, so
 
     precision = _table(data, "precision", "")
     _check_keys(precision, ("dtype", "fp8_param_gather", "fp8_recipe"), "precision")
+    # SPEC's default is bf16; a GPU without BF16 tensor cores (V100) runs FP16 instead, said once,
+    # rather than refusing a scenario that never asked for BF16 (specs.NO_BF16_ARCHS)
+    default_dtype = "bf16"
+    if "dtype" not in precision and _architecture(topology.gpu.name) in specs.NO_BF16_ARCHS:
+        default_dtype = "fp16"
+        topology = replace(
+            topology,
+            notes=topology.notes
+            + (f"precision.dtype not given: fp16 ({topology.gpu.name} has no BF16 tensor cores)",),
+        )
 
     dl = _table(data, "dataloader", "")
     _check_keys(dl, ("microbatch_latency_ms", "workers", "prefetch", "jitter", "seed"), "dataloader")
@@ -1490,7 +1500,7 @@ def scenario_from_dict(data: Mapping[str, Any], base_dir: Path | None = None, so
         topology=topology,
         num_gpus=num_gpus,
         parallel=parallel,
-        dtype=precision.get("dtype", "bf16"),
+        dtype=precision.get("dtype", default_dtype),
         # Megatron-Core's defaults (Megatron-LM@d98e8a64 transformer_config.py:594 fp8_recipe =
         # "delayed", passed to TE as DelayedScaling on every GPU, fp8_utils.py:771; arguments.py:2016
         # --fp8-param-gather off). Megatron-Bridge's MixedPrecisionConfig defaults to "tensorwise"
@@ -1510,17 +1520,16 @@ def scenario_from_dict(data: Mapping[str, Any], base_dir: Path | None = None, so
 
 
 def _check_attention_kernel(scn: Scenario) -> None:
-    """FlashAttention-3 is Hopper/Blackwell code (sm90a/sm100 kernels): refused here, naming the
-    file, rather than mid-simulation (kernels.resolve_attention, which keeps the same rule). The
+    """A fused attention kernel on an architecture it has no kernels for (specs.ATTENTION_ARCHS:
+    FlashAttention-3 off Hopper/Blackwell, FlashAttention-2 and cuDNN's on Volta) is refused here,
+    naming the file, rather than mid-simulation (kernels.resolve_attention, which keeps the same rule). The
     GPU's default implementation (no kernels.attention) is checked against attention sinks and
     unpadding here; a named one already was (Scenario)."""
     k = scn.kernels
     arch = _architecture(scn.gpu.name)
-    if k.flash_attention and k.attention == "fa3":
-        if arch not in ("hopper", "blackwell"):
-            raise ConfigError(
-                f"FlashAttention-3 needs a Hopper GPU, not {scn.gpu.name}", key="kernels.attention"
-            )
+    if k.flash_attention and k.attention:
+        specs.check_attention_arch(k.attention, arch, scn.gpu.name, "kernels.attention")
+    specs.check_dtype_arch(scn.dtype, arch, scn.gpu.name, "precision.dtype")
     if k.flash_attention and not k.attention:
         impl = DEFAULT_ATTENTION.get(arch, "fa2")
         try:
@@ -1595,7 +1604,7 @@ def stack_residuals(stack: str, gpu_name: str) -> tuple[str, dict[str, Any] | No
 
 def with_kernels_stack(scn: Scenario) -> Scenario:
     """`[kernels] stack`: the GPU's system residuals (sustained clock, launch gap, host overhead,
-    NCCL fraction, overlap slowdown) from that stack's fit on the GPU's architecture instead of
+    NCCL fraction, overlap slowdown, the eager expert GEMM residual) from that stack's fit on the GPU's architecture instead of
     the default stack's per-GPU table; refused when the stack was not fitted there. The precision
     recipe's GEMM fraction stays the GPU's (it is not a stack residual)."""
     stack = scn.kernels.stack
@@ -1606,7 +1615,12 @@ def with_kernels_stack(scn: Scenario) -> Scenario:
             key="kernels.stack",
         )
     names = {f.name for f in fields(GPUEfficiency)} - {"fp4_matmul_fraction"}
-    eff = replace(scn.gpu.efficiency, **{k: v for k, v in table.items() if k in names})
+    # a residual the stack was not fitted for (expert_gemm_overhead_s of a stack without MoE rows)
+    # takes the prior, GPUEfficiency's default, as stacks.with_stack does for validate
+    eff = replace(
+        GPUEfficiency(**{k: v for k, v in table.items() if k in names}),
+        fp4_matmul_fraction=scn.gpu.efficiency.fp4_matmul_fraction,
+    )
     gpu = replace(scn.gpu, efficiency=eff)
     return replace(scn, topology=replace(scn.topology, gpu=gpu))
 

@@ -186,7 +186,7 @@ def software_stack(scn: Scenario, program: Program | None = None) -> dict[str, A
 
     k = scn.kernels
     grad_dtype = k.grad_reduce_dtype or ("fp16" if scn.dtype == "fp16" else "fp32")
-    return {
+    out = {
         "architecture": architecture(scn.gpu.name),
         "attention": resolve_attention(scn.gpu, k.attention, k.flash_attention),
         "grad_reduce_dtype": grad_dtype,
@@ -211,4 +211,23 @@ def software_stack(scn: Scenario, program: Program | None = None) -> dict[str, A
             "gpu_speed_spread": gpu_speed_spread(scn),
             "slowest_gpu_factor": slowest_gpu_factor(gpu_speed_spread(scn), scn.num_gpus),
         },
+    }
+    if scn.model.is_moe:
+        out["expert_gemm_overhead"] = expert_gemm_overhead(scn)
+    return out
+
+
+def expert_gemm_overhead(scn: Scenario) -> dict[str, Any]:
+    """The eager per-expert GEMM residual as this MoE step pays it (program.EXPERT_GEMM_OVERHEAD_NOTE):
+    whether the path runs, the time per GEMM, the GEMMs and the time per MoE layer and micro-batch
+    (trace segments named program.EXPERT_GEMM_OVERHEAD_NAME)."""
+    from .program import eager_expert_gemms, eager_expert_path, expert_gemm_overhead_s
+
+    per_gemm = expert_gemm_overhead_s(scn)
+    gemms = eager_expert_gemms(scn)
+    return {
+        "eager_path": eager_expert_path(scn),
+        "per_gemm_s": per_gemm,
+        "gemms_per_moe_layer_microbatch": gemms,
+        "per_moe_layer_microbatch_s": per_gemm * gemms,
     }

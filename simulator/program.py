@@ -200,6 +200,24 @@ QUANT_BYTES_PER_ELEMENT = {"fp8": 3.0, "mxfp8": 2 + 2 * (1 + 1 / 32), "nvfp4": 2
 # MXFP8 write of the 2x-wide gradient instead of a 16-bit write of the narrow one) is charged as a
 # memory pass beside the GEMM, no launch: an upper bound (the epilogue of a persistent GEMM overlaps
 # the next tile's math while the kernel is compute-bound).
+# EXPERT_GEMM_OVERHEAD_NOTE: a level-2 residual of the eager path above (TE_MULTI_STREAM_NOTE), not a
+# kernel: GPUEfficiency.expert_gemm_overhead_s per per-expert cuBLASLt GEMM (each local expert's fc1
+# and fc2, forward, dgrad and wgrad), charged in series on the compute stream as a segment of its
+# own (EXPERT_GEMM_OVERHEAD_NAME) after each GroupedLinear's GEMMs. What it stands for, per GEMM, is
+# the part of multi_stream_cublas_gemm the kernel model does not see: the host loop that builds each
+# GEMM's cuBLASLt descriptors, runs its heuristic and launches it on one of the 4 streams while the
+# GPU waits for it (TE's per-GEMM work is serial on the host inside one pybind call, after the
+# dispatcher's sync has emptied the queue), and the 4-stream event fences. Published brackets
+# (docs/calibration.md, "Level 2"): NVIDIA/TransformerEngine#3134 (SM100, NVFP4, from an idle
+# GPU: 25-33 us per GEMM beyond the GEMMs), TE#2045 (H100, the whole call <= 11.6-25.3 us per GEMM),
+# Megatron-Bridge's HybridEP nsys profile (16 H100 Qwen3-30B-A3B: ~12.5 us of GPU idle per expert
+# GEMM), the cuBLAS documentation (a heuristic-cache miss: tens of us), NVIDIA/raft#1736 (~10 us per
+# cuBLASLt call with per-call descriptors). None prices it alone, so it is fitted per stack and
+# architecture on the MoE rows (benchmarks/calibrate.py --moe-only). Not charged where the path does
+# not run per-expert host work: TE's fused grouped MLP (`fused_grouped_mlp`, grouped-tensor kernels;
+# full-iteration graphs of MoE steps need it), a CUDA graph of the MoE layer (`cuda_graph_modules`
+# "moe": the replay issues no per-GEMM host work), dense layers and the shared experts (one GEMM each).
+EXPERT_GEMM_OVERHEAD_NAME = "eager expert GEMM overhead"
 CUTEDSL_EPILOGUE_DTYPES = ("mxfp8",)
 CUTEDSL_EPILOGUE_ARCHITECTURES = ("blackwell",)  # is_supported: compute capability 10.x
 TE_GEMM_STREAMS = 4
@@ -2052,6 +2070,9 @@ class _Coster:
             and architecture(d.gpu.name) in CUTEDSL_EPILOGUE_ARCHITECTURES
         )
 
+        # the eager path's per-GEMM residual (EXPERT_GEMM_OVERHEAD_NOTE): per GroupedLinear and pass
+        overhead = expert_gemm_overhead_s(scn) * experts_local
+
         def grouped(name: str, n: int, kk: int, input_cast: bool = True, grad_cast: bool = True) -> None:
             # forward, dgrad and wgrad each at its own shape (the wgrad reduces over the tokens);
             # input_cast / grad_cast: whether the input (forward) / output gradient (backward) is
@@ -2066,6 +2087,11 @@ class _Coster:
             fwd.append(Segment("compute", name, tf, f, 0.0))
             b_in.append(Segment("compute", name + " dgrad", td, f, 0.0))
             b_w.append(Segment("compute", name + " wgrad", tw, f, 0.0))
+            if overhead > 0:  # "eager expert GEMM overhead (fc1)", "(fc1 dgrad)", "(fc1 wgrad)"
+                short = name.removeprefix("expert ")
+                fwd.append(Segment("compute", f"{EXPERT_GEMM_OVERHEAD_NAME} ({short})", overhead))
+                b_in.append(Segment("compute", f"{EXPERT_GEMM_OVERHEAD_NAME} ({short} dgrad)", overhead))
+                b_w.append(Segment("compute", f"{EXPERT_GEMM_OVERHEAD_NAME} ({short} wgrad)", overhead))
             quant = quant_bytes_per_element(d, self.scn.fp8_recipe)
             if quant:
                 label = "fp8 cast" if d.dtype == "fp8" else f"{d.dtype} quantize"
@@ -2454,6 +2480,8 @@ class _Coster:
         after an EP kernel waiting beside them, so at equal priority it goes first)."""
         for p in parts:
             if p.category not in ("compute", "recompute") or p.duration_s <= 0:
+                continue
+            if p.name.startswith(EXPERT_GEMM_OVERHEAD_NAME):  # a gap before a kernel, not one
                 continue
             if not self.scn.kernels.fused_grouped_mlp and p.name.startswith(GROUPED_GEMM_SEGMENTS):
                 groups = max(1, self.scn.model.num_experts // self.scn.parallel.ep)
@@ -3176,6 +3204,26 @@ def ep_overlap_pairs(scn: Scenario) -> bool:
     return bool(
         par.ep_comm_overlap and par.ep > 1 and scn.model.is_moe and par.schedule not in PAIRED_SCHEDULES
     )
+
+
+def eager_expert_path(scn: Scenario) -> bool:
+    """Whether this scenario's routed experts run TE GroupedLinear's eager multi-stream path, where
+    `expert_gemm_overhead_s` is charged (EXPERT_GEMM_OVERHEAD_NOTE): a MoE model without TE's fused
+    grouped MLP and without a CUDA graph of the MoE layer."""
+    k = scn.kernels
+    return scn.model.is_moe and not k.fused_grouped_mlp and "moe" not in k.cuda_graph_modules
+
+
+def expert_gemm_overhead_s(scn: Scenario) -> float:
+    """The residual per eager per-expert GEMM this scenario pays: the GPU's
+    `expert_gemm_overhead_s` on the eager path, else 0."""
+    return scn.gpu.efficiency.expert_gemm_overhead_s if eager_expert_path(scn) else 0.0
+
+
+def eager_expert_gemms(scn: Scenario) -> int:
+    """Per-expert GEMMs one MoE layer runs per micro-batch on the eager path (each local expert's
+    fc1 and fc2, forward, dgrad and wgrad); 0 off it."""
+    return 2 * len(GEMM_PASSES) * (scn.model.num_experts // scn.parallel.ep) if eager_expert_path(scn) else 0
 
 
 def ep_sm_fraction(scn: Scenario) -> float:

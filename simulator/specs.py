@@ -450,6 +450,13 @@ class ModelSpec:
 
 
 # ----------------------------------------------------------------------------- GPU
+# The physical range of GPUEfficiency.expert_gemm_overhead_s (docs/calibration.md, "Level 2"): 0 (a
+# host far ahead of the GPU hides all of the path's per-GEMM work) to 35 us, the largest published
+# per-GEMM cost of the multi-stream call (NVIDIA/TransformerEngine#3134: 0.267 ms for 8 GEMMs, 33 us
+# each including the GEMM, from an idle GPU) to the next 5 us.
+EXPERT_GEMM_OVERHEAD_RANGE_S = (0.0, 35e-6)
+
+
 @dataclass(frozen=True, slots=True)
 class GPUEfficiency:
     """System-level residuals of a training job on one GPU type (level 2 of the calibration,
@@ -465,6 +472,12 @@ class GPUEfficiency:
     # NVFP4 GEMMs' achieved efficiency relative to the kernel model's FP8-class one (16-element block
     # scales, the recipe's BF16-kept layers): recipes.toml (issue 13), 1 = not calibrated
     fp4_matmul_fraction: float = 1.0
+    # Time per eager per-expert GEMM of Transformer Engine GroupedLinear's multi-stream cuBLASLt path
+    # (each local expert's fc1 and fc2, forward, dgrad and wgrad; program.EXPERT_GEMM_OVERHEAD_NOTE),
+    # in series on the compute stream; not charged on the fused grouped MLP, in a CUDA graph of the
+    # MoE layer, or on dense layers. Fitted on the MoE rows per stack and architecture within
+    # EXPERT_GEMM_OVERHEAD_RANGE_S (docs/calibration.md); the default is the prior, its middle.
+    expert_gemm_overhead_s: float = 17.5e-6
 
     def __post_init__(self) -> None:
         _check_num(
@@ -475,6 +488,7 @@ class GPUEfficiency:
         _check_num("gpu.efficiency.microbatch_overhead_s", self.microbatch_overhead_s)
         _check_num("gpu.efficiency.overlap_slowdown", self.overlap_slowdown, maximum=1.0)
         _check_num("gpu.efficiency.fp4_matmul_fraction", self.fp4_matmul_fraction, strict=True, maximum=1.0)
+        _check_num("gpu.efficiency.expert_gemm_overhead_s", self.expert_gemm_overhead_s)
 
 
 @dataclass(frozen=True, slots=True)
@@ -942,6 +956,45 @@ ATTENTION_IMPLS = ("fa2", "fa3", "cudnn", "triton", "flash-attn-triton", "unfuse
 # attention on Hopper/Blackwell, FlashAttention-2 on Ampere (no sm80 cuDNN/FA3 path in TE's
 # default priority), none on Volta (kernels.default_attention).
 DEFAULT_ATTENTION = {"volta": "unfused", "ampere": "fa2", "hopper": "cudnn", "blackwell": "cudnn"}
+# Architectures a fused attention kernel is built for (others are refused, check_attention_arch).
+# FlashAttention-2: "Ampere, Ada, or Hopper GPUs" (Dao-AILab/flash-attention README.md@0251105a,
+# "Installation and features"; its kernels are sm80 code, which Blackwell also runs); FlashAttention-3:
+# sm90a/sm100 kernels (Hopper, Blackwell); cuDNN SDPA: "requires SM80 (Ampere) or newer architectures"
+# (cuDNN frontend docs, operations/Attention "Support Matrix"). Not listed (the Triton kernels,
+# unfused): every architecture.
+ATTENTION_ARCHS = {
+    "fa2": ("ampere", "hopper", "blackwell"),
+    "fa3": ("hopper", "blackwell"),
+    "cudnn": ("ampere", "hopper", "blackwell"),
+}
+ATTENTION_NAMES = {"fa2": "FlashAttention-2", "fa3": "FlashAttention-3", "cudnn": "cuDNN fused attention"}
+
+
+# Architectures without BF16 tensor cores: Volta's are FP16-only (NVIDIA V100 datasheet: "Tensor
+# Performance" in FP16; BF16 arrived with Ampere, NVIDIA A100 whitepaper). gpus.toml lists the V100's
+# BF16 peak at its FP16 rate only because every GPU must have one; a BF16 GEMM there is refused.
+NO_BF16_ARCHS = ("volta",)
+
+
+def check_dtype_arch(dtype: str, arch: str, gpu_name: str, key: str) -> None:
+    """Refuse BF16 math on an architecture without BF16 tensor cores (NO_BF16_ARCHS)."""
+    if dtype == "bf16" and arch in NO_BF16_ARCHS:
+        raise ConfigError(
+            f"{gpu_name} ({arch}) has no BF16 tensor cores: use fp16 (its FP16 tensor peak)", key=key
+        )
+
+
+def check_attention_arch(impl: str, arch: str, gpu_name: str, key: str) -> None:
+    """Refuse a fused attention kernel on an architecture it has no kernels for (ATTENTION_ARCHS)."""
+    archs = ATTENTION_ARCHS.get(impl)
+    if archs is not None and arch not in archs:
+        raise ConfigError(
+            f"{ATTENTION_NAMES[impl]} has no kernels for {arch} ({gpu_name}); it needs "
+            f"{' / '.join(a.capitalize() for a in archs)} (unfused attention runs everywhere)",
+            key=key,
+        )
+
+
 # Implementations that take a learnable softmax offset (model.attention_sinks): Transformer Engine
 # disables FlashAttention for softmax_type != "vanilla" and keeps FusedAttention (cuDNN >= 9.13.1)
 # and UnfusedDotProductAttention (transformer_engine/pytorch/attention/dot_product_attention/

@@ -12,6 +12,7 @@ shows such a case (and that the same layout gains when nothing is issued per lay
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -37,8 +38,23 @@ from simulator.specs import Scenario
 
 
 def _scn(
-    on: bool, seq: int = 2048, dispatcher: str = "alltoall", num_gpus: int = 8, **extra: Any
+    on: bool,
+    seq: int = 2048,
+    dispatcher: str = "alltoall",
+    num_gpus: int = 8,
+    expert_overhead_s: float | None = None,
+    **extra: Any,
 ) -> Scenario:
+    """`expert_overhead_s`: the GPU's eager per-expert GEMM residual instead of its fitted one (0
+    isolates the host-issue model, which the fitted 35 us per expert GEMM on the GPU hides here)."""
+    scn = _scn_fitted(on, seq, dispatcher, num_gpus, **extra)
+    if expert_overhead_s is None:
+        return scn
+    eff = replace(scn.gpu.efficiency, expert_gemm_overhead_s=expert_overhead_s)
+    return replace(scn, topology=replace(scn.topology, gpu=replace(scn.gpu, efficiency=eff)))
+
+
+def _scn_fitted(on: bool, seq: int, dispatcher: str, num_gpus: int, **extra: Any) -> Scenario:
     kernels = {"moe_dispatcher": dispatcher, **extra.pop("kernels", {})}
     return scenario_from_dict(
         {
@@ -160,7 +176,8 @@ def test_host_bound_overlap_is_negative_and_graphs_make_it_positive() -> None:
     both schedules, so pairing the passes hides no GPU time but adds the schedule nodes' calls and
     the sync's drain -- the overlap makes the step slower (the GB200 guide's "negative"). With one
     CUDA graph for the step (nothing issued per layer) the same layout gains from it."""
-    off, on = simulate(_scn(False)).report, simulate(_scn(True)).report
+    off = simulate(_scn(False, expert_overhead_s=0.0)).report
+    on = simulate(_scn(True, expert_overhead_s=0.0)).report
     assert off.breakdown_s["host_bound"] > 0 and on.breakdown_s["host_bound"] > 0  # the premise
     assert on.step_time_s > off.step_time_s
     graph = {"moe_dispatcher": "hybridep", "fused_grouped_mlp": True, "cuda_graph_impl": "full_iteration"}
@@ -231,12 +248,12 @@ def test_unsplit_backward_exposes_only_its_joint_issue_excess() -> None:
     its own task, keeps the two apart. Here (micro-batch 1 of 2k tokens) the dgrad is GPU-bound
     and the wgrad host-bound: apart, the wgrad's excess was charged although the joint backward
     keeps the GPU busy."""
-    scn = _scn(False)
+    scn = _scn(False, expert_overhead_s=0.0)
     ops = _eager_ops(scn)
     host_in, gpu_in, host_w, gpu_w = _layer_backward(scn)
     expect = max(0.0, (ops.backward_input + ops.backward_weight) * HOST_OP_S - gpu_in - gpu_w)
     assert host_in == pytest.approx(expect, rel=1e-9, abs=1e-15) and host_w == 0.0
-    zb = _scn(False, num_gpus=16, pp=2, schedule="zb-h1")
+    zb = _scn(False, num_gpus=16, expert_overhead_s=0.0, pp=2, schedule="zb-h1")
     zb_in, zb_gpu_in, zb_w, zb_gpu_w = _layer_backward(zb)
     assert zb_w == pytest.approx(max(0.0, ops.backward_weight * HOST_OP_S - zb_gpu_w), rel=1e-9)
     assert zb_in == pytest.approx(max(0.0, ops.backward_input * HOST_OP_S - zb_gpu_in), rel=1e-9, abs=1e-15)

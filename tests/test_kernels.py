@@ -10,7 +10,7 @@ import pytest
 from simulator import kernels as K
 from simulator.errors import ConfigError
 from simulator.loading import gpu_by_name, load_gpu_catalog
-from simulator.specs import GPUSpec
+from simulator.specs import NO_BF16_ARCHS, GPUSpec
 
 TOLERANCE = 0.10
 
@@ -28,8 +28,11 @@ def test_every_figure_is_cited_and_positive(figures: list[K.Figure]) -> None:
 
 
 def test_shipped_microbenchmarks_within_tolerance(figures: list[K.Figure]) -> None:
-    """Issue 12 target: every kernel within 10% of its microbenchmark. Measured today (550 checked
-    figures): 17 are not, none by more than 15.5%. Added by kfig4 (docs/calibration.md "kfig4"):
+    """Issue 12 target: every kernel within 10% of its microbenchmark. Measured today (667 checked
+    figures): 22 are not, none by more than 15.5%. Added by kfig5 (docs/calibration.md "kfig5"): three
+    of DeepBench's V100 FP16 GEMMs (NT 3072x7435x1024 -10.2%, TN 7680x{24000,48000}x2560 +10.0/+10.3%:
+    no operand layout in the model) and ml-engineering's 8 x A100 all-reduce at 128 / 256 MiB (+11.0 /
+    +11.4%, Azure's A100 dip). Added by kfig4 (docs/calibration.md "kfig4"):
     TransformerEngine's B300 BF16 15872x4096x4096 (-15.5%: ran at the burst clock), flash-attn 2.7.4
     backward at 4k tokens on B200 / GB300 (+12.7 / +11.8%: Hopper's borrowed sequence ramp), cuDNN
     9.13 forward at 32k on B200 (-10.7%), OpenXLA's sm_100 all-to-all on 8 B200 (+11.4%) and
@@ -680,7 +683,8 @@ def test_faster_catalog_gpu_is_never_predicted_slower(name: str) -> None:
         data = {
             **spec,
             "cluster": {"topology": "dgx-h100", "num_gpus": 8, "gpu": gpu},
-            "precision": {"dtype": "bf16"},
+            # Volta has no BF16 tensor cores (refused there): its FP16, at the same listed peak
+            "precision": {"dtype": "fp16" if K.architecture(gpu) in NO_BF16_ARCHS else "bf16"},
         }
         times[gpu] = simulate(scenario_from_dict(data)).report.step_time_s
     checked = 0

@@ -1,7 +1,7 @@
 """`mfusim kernel gemm|attention|memory|allreduce|allgather|reducescatter|alltoall ...`: one
 kernel as the kernel model (simulator/kernels.py) costs it.
 
-    mfusim kernel gemm --gpu h100-sxm --m 8192 --n 8192 --k 8192 [--dtype bf16] [--batch 1] [--json]
+    mfusim kernel gemm --gpu h100-sxm --m 8192 --n 8192 --k 8192 [--dtype bf16|fp16|fp8|...] [--batch 1] [--json]
     mfusim kernel attention --gpu a100-80gb --seq 8192 --heads 32 --head-dim 128 [--batch 1]
                             [--causal] [--impl fa2|fa3|cudnn|unfused] [--pass fwd|bwd|fwd+bwd] [--json]
     mfusim kernel memory --gpu h100-sxm --bytes 1e9 [--kind swiglu_bwd] [--json]
@@ -21,6 +21,7 @@ from typing import Any
 
 from ..errors import ConfigError
 from ..kernels import ATTENTION_IMPLS, MEMORY_KINDS
+from ..specs import NO_BF16_ARCHS, check_attention_arch, check_dtype_arch
 from .common import int_flag, positive_float, positive_int, print_json
 
 COLLECTIVES = ("allreduce", "allgather", "reducescatter", "alltoall")
@@ -47,8 +48,8 @@ def add_parser(sub: Any) -> None:
     g.add_argument(
         "--dtype",
         choices=("bf16", "fp16", "fp8", "mxfp8", "nvfp4", "fp8_blockwise"),
-        default="bf16",
-        help="mxfp8 / nvfp4: block-scaled FP8 / FP4 (Blackwell), as a training step with that "
+        default=None,
+        help="default bf16 (fp16 on Volta, which has no BF16 tensor cores); mxfp8 / nvfp4: block-scaled FP8 / FP4 (Blackwell), as a training step with that "
         "precision.dtype costs its GEMMs; fp8_blockwise: FP8 with 1x128 / 128x128 fp32 block scales "
         '(Hopper), as precision.dtype "fp8" with fp8_recipe "blockwise" costs them',
     )
@@ -115,6 +116,9 @@ def kernel_result(args: argparse.Namespace) -> dict[str, Any]:
                 "recipe as MXFP8: --dtype mxfp8)",
                 key="--dtype",
             )
+        if args.dtype is None:
+            args.dtype = "fp16" if K.architecture(gpu.name) in NO_BF16_ARCHS else "bf16"
+        check_dtype_arch(args.dtype, K.architecture(gpu.name), gpu.name, "--dtype")
         try:
             gpu.peak_flop_per_s(args.dtype)  # refuses a dtype the GPU lacks
         except ConfigError as exc:
@@ -139,10 +143,7 @@ def kernel_result(args: argparse.Namespace) -> dict[str, Any]:
     if kind == "attention":
         gpu = _gpu(args.gpu)
         impl = args.impl or K.default_attention(gpu)
-        if impl == "fa3" and K.architecture(gpu.name) not in ("hopper", "blackwell"):
-            raise ConfigError(
-                f"FlashAttention-3 needs a Hopper or Blackwell GPU, not {gpu.name}", key="--impl"
-            )
+        check_attention_arch(impl, K.architecture(gpu.name), gpu.name, "--impl")
         shape = dict(
             batch=args.batch, seq=args.seq, heads=args.heads, head_dim=args.head_dim, causal=args.causal
         )
