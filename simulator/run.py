@@ -140,12 +140,15 @@ def format_report(scn: Scenario, r: StepReport) -> str:
         lines.append(f"  {cat:<11} {duration_text(sec):>10} {frac:>7.1%} {bar}")
     if par.pp > 1:
         used = [c for c in CATEGORIES if any(st[c] > 0 for st in r.breakdown_by_stage_s)]
-        lines += ["", "  Per stage (% of step):", "  stage " + " ".join(f"{c[:9]:>9}" for c in used)]
+        widths = [max(9, len(c)) for c in used]  # whole category names (gpu_spread, host_bound)
+        header = " ".join(f"{c:>{w}}" for c, w in zip(used, widths, strict=True))
+        lines += ["", "  Per stage (% of step):", "  stage " + header]
         shown = range(par.pp) if par.pp <= 16 else [*range(4), -1, *range(par.pp - 4, par.pp)]
         for i in shown:
             if i < 0:
                 lines.append("  ...")
                 continue
             st = r.breakdown_by_stage_s[i]
-            lines.append(f"  {i:>5} " + " ".join(f"{st[c] / r.step_time_s:>9.1%}" for c in used))
+            cells = (f"{st[c] / r.step_time_s:>{w}.1%}" for c, w in zip(used, widths, strict=True))
+            lines.append(f"  {i:>5} " + " ".join(cells))
     return "\n".join(lines)

@@ -1806,9 +1806,15 @@ def check_parallel_fits(model: ModelSpec, par: ParallelConfig, num_gpus: int) ->
     """Cross-checks between the model, the split and the cluster (raise ConfigError)."""
     p = "parallel"
     if par.num_gpus != num_gpus:
+        rest = par.tp * par.pp * par.cp
+        fix = (
+            f" (dp = {num_gpus // rest} fits; leave dp out to derive it)"
+            if num_gpus % rest == 0 and num_gpus // rest != par.dp
+            else ""
+        )
         raise ConfigError(
             f"tp*pp*dp*cp = {par.tp}*{par.pp}*{par.dp}*{par.cp} = {par.num_gpus} "
-            f"must equal cluster.num_gpus = {num_gpus}",
+            f"must equal cluster.num_gpus = {num_gpus}{fix}",
             key=f"{p}.dp",
         )
     if model.heads % par.tp:

@@ -78,6 +78,27 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.stdout, sys.stderr = real_out, real_err
 
 
+def shipped_label(err: ConfigError) -> ConfigError:
+    """`err` naming a file installed inside the package (a shipped scenario or topology of a
+    wheel install) by its short name: `gpt3-175b-1024-a100.toml (shipped scenario)`, not a
+    site-packages path too long for one line."""
+    if not err.file:
+        return err
+    from pathlib import Path
+
+    package_dir = Path(__file__).resolve().parents[1]  # simulator/
+    path = Path(err.file)
+    try:
+        inside = path.resolve().relative_to(package_dir)
+    except (OSError, ValueError):
+        return err
+    kinds = {"scenarios": "shipped scenario", "topologies": "shipped topology"}
+    if len(inside.parts) != 2 or inside.parts[0] not in kinds:
+        return err
+    label = f"{path.name} ({kinds[inside.parts[0]]})"
+    return ConfigError(err.message, key=err.key, file=label, allowed=err.allowed)
+
+
 def _install(signum: int, handler: Any) -> Any:
     try:
         return signal.signal(signum, handler)
@@ -110,7 +131,7 @@ def _main(argv: Sequence[str] | None) -> int:
     try:
         return COMMANDS[args.command](args)
     except ConfigError as err:
-        _report(f"{name}: error: {err}", sys.stderr)
+        _report(f"{name}: error: {shipped_label(err)}", sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:
         _report("mfusim: interrupted", sys.stderr)

@@ -56,7 +56,7 @@ def add_parser(sub: Any) -> None:
     g.add_argument("--json", action="store_true")
 
     a = kinds.add_parser("attention", help="self-attention kernel (FlashAttention FLOP convention)")
-    a.add_argument("--gpu", required=True)
+    a.add_argument("--gpu", required=True, help="GPU catalog name, e.g. h100-sxm")
     a.add_argument("--seq", type=int_flag("--seq", 1, MAX_DIM), required=True)
     a.add_argument("--heads", type=positive_int("--heads", maximum=4096), required=True)
     a.add_argument("--head-dim", type=positive_int("--head-dim", maximum=1024), required=True)
@@ -67,8 +67,8 @@ def add_parser(sub: Any) -> None:
     a.add_argument("--json", action="store_true")
 
     m = kinds.add_parser("memory", help="a streaming (memory-bound) kernel moving --bytes in total")
-    m.add_argument("--gpu", required=True)
-    m.add_argument("--bytes", type=positive_float("--bytes"), required=True)
+    m.add_argument("--gpu", required=True, help="GPU catalog name, e.g. h100-sxm")
+    m.add_argument("--bytes", type=positive_float("--bytes"), required=True, help="bytes moved in total")
     m.add_argument(
         "--kind",
         dest="memory_kind",
@@ -80,9 +80,21 @@ def add_parser(sub: Any) -> None:
 
     for kind in COLLECTIVES:
         c = kinds.add_parser(kind, help=f"NCCL {kind} (nccl-tests size convention)")
-        c.add_argument("--topology", required=True, help="a shipped topology name or a topology TOML")
-        c.add_argument("--gpus", type=int_flag("--gpus", 2, 1_000_000), required=True)
-        c.add_argument("--bytes", type=positive_float("--bytes"), required=True)
+        c.add_argument(
+            "--topology", required=True, help="a shipped topology name or a topology TOML (it sets the GPU)"
+        )
+        c.add_argument(
+            "--gpus", type=int_flag("--gpus", 2, 1_000_000), required=True, help="ranks in the collective"
+        )
+        c.add_argument(
+            "--bytes",
+            type=positive_float("--bytes"),
+            required=True,
+            help="message size in bytes, as nccl-tests counts it (e.g. 1e9)",
+        )
+        # `--gpu NAME` as on gemm/attention/memory: named here so that it gets a hint, not
+        # argparse's "ambiguous option: --gpu could match --gpus, --gpus-per-node"
+        c.add_argument("--gpu", default=None, help=argparse.SUPPRESS)
         c.add_argument(
             "--algo",
             choices=COLLECTIVE_ALGOS,
@@ -171,6 +183,12 @@ def kernel_result(args: argparse.Namespace) -> dict[str, Any]:
             "time_s": t,
             "GBps": args.bytes / t / 1e9,
         }
+    if getattr(args, "gpu", None) is not None:
+        raise ConfigError(
+            "a collective takes its GPU from --topology, not --gpu (e.g. --topology dgx-h100 --gpus 8); "
+            "the shipped topologies: mfusim presets",
+            key="--gpu",
+        )
     try:
         per_node = getattr(args, "gpus_per_node", None)
         res = K.collective(

@@ -25,6 +25,27 @@ def with_suggestion(message: str) -> str:
     return message + did_you_mean(match.group(1), choices)
 
 
+def _chosen_subparser(parser: argparse.ArgumentParser, ns: argparse.Namespace) -> argparse.ArgumentParser:
+    """The innermost (sub)command parser `ns` selected (`mfusim kernel gemm` -> its parser)."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            chosen = action.choices.get(getattr(ns, action.dest, None) or "")
+            if chosen is not None:
+                return _chosen_subparser(chosen, ns)
+    return parser
+
+
+def flag_suggestion(extras: list[str], parser: argparse.ArgumentParser) -> str:
+    """' (did you mean '--json'?)' for the first unknown flag close to one of `parser`'s flags."""
+    flags = [s for a in parser._actions for s in a.option_strings if s.startswith("--")]
+    for extra in extras:
+        if extra.startswith("--"):
+            hint = did_you_mean(extra.split("=", 1)[0], flags)
+            if hint:
+                return hint
+    return ""
+
+
 class _Parser(argparse.ArgumentParser):
     """argparse that reports a bad flag in one line with exit 2 (no usage dump)."""
 
@@ -32,6 +53,15 @@ class _Parser(argparse.ArgumentParser):
         prog = self.prog
         sys.stderr.write(f"{prog}: error: {with_suggestion(message)}\n")
         raise SystemExit(EXIT_USAGE)
+
+    def parse_args(self, args: Any = None, namespace: Any = None) -> argparse.Namespace:  # type: ignore[override]
+        """As argparse, but an unknown flag is reported by the command that got it, with the
+        closest flag it has (`mfusim run --jsn`: did you mean '--json'?)."""
+        ns, extras = self.parse_known_args(args, namespace)
+        if extras:
+            target = _chosen_subparser(self, ns)
+            target.error(f"unrecognized arguments: {' '.join(extras)}{flag_suggestion(extras, target)}")
+        return ns
 
 
 def _name_in(choices: tuple[str, ...]):

@@ -58,28 +58,33 @@ def cmd_presets(args: argparse.Namespace) -> int:
             }
         )
         return 0
+    # columns as wide as the longest name, so every row lines up (qwen1.5-moe-a2.7b, h100-sxm-96gb)
+    sw = max([22, *map(len, scenarios)])
+    gw = max([10, *(len(s.gpu.name) for s in scenarios.values())])
     print("Shipped scenarios (run by name: mfusim run NAME):")
     for n, s in scenarios.items():
-        print(f"  {n:<22} {s.num_gpus:>6,} x {s.gpu.name:<10} {s.model.name}")
+        print(f"  {n:<{sw}} {s.num_gpus:>6,} x {s.gpu.name:<{gw}} {s.model.name}")
+    mw = max([14, *map(len, models)])
     print("\nModel presets:")
-    print(f"  {'name':<14} {'params':>9} {'layers':>6} {'hidden':>6} {'heads':>5} {'kv':>4} {'seq':>6}")
+    print(f"  {'name':<{mw}} {'params':>9} {'layers':>6} {'hidden':>6} {'heads':>5} {'kv':>4} {'seq':>6}")
     for n, m in models.items():
         active = f"  MoE, {flops.active_params(m) / 1e9:.1f}B active" if m.is_moe else ""
         print(
-            f"  {n:<14} {flops.total_params(m) / 1e9:>8.1f}B {m.layers:>6} {m.hidden:>6} "
+            f"  {n:<{mw}} {flops.total_params(m) / 1e9:>8.1f}B {m.layers:>6} {m.hidden:>6} "
             f"{m.heads:>5} {m.num_kv_heads:>4} {m.seq_len:>6}" + active
         )
     print("\nGPUs (dense peak TFLOP/s):")
     dtypes = ("bf16", "fp16", "fp8", "mxfp8", "nvfp4")
+    nw = max([11, *map(len, gpus)])
     print(
-        f"  {'name':<11} "
+        f"  {'name':<{nw}} "
         + " ".join(f"{d:>7}" for d in dtypes)
         + f" {'HBM GiB':>8} {'HBM TB/s':>9} {'board W':>8}"
     )
     for n, g in gpus.items():
         peaks = " ".join(f"{_peak(g, d) / TERA:>7.0f}" if _peak(g, d) else f"{'-':>7}" for d in dtypes)
         print(
-            f"  {n:<11} {peaks} "
+            f"  {n:<{nw}} {peaks} "
             f"{bytes_to_gib(g.hbm_bytes):>8.0f} {g.hbm_bandwidth_bytes_per_s / TERA:>9.2f} {g.board_power_w:>8.0f}"
         )
     print("\nTopologies:")
