@@ -223,6 +223,19 @@ class MLASpec:
         return self.qk_nope_head_dim + self.qk_rope_head_dim
 
 
+# [model.moe] keys that mean nothing without experts: (key, ModelSpec field, its default)
+_MOE_ONLY_KEYS = (
+    ("expert_ffn_hidden", "expert_ffn_hidden", 0),
+    ("shared_expert_ffn_hidden", "shared_expert_ffn_hidden", 0),
+    ("layer_interval", "moe_layer_interval", 1),
+    ("first_dense_layers", "first_dense_layers", 0),
+    ("routing", "routing", "balanced"),
+    ("load_imbalance", "load_imbalance", 0.0),
+    ("max_nodes_per_token", "max_nodes_per_token", 0),
+    ("dispatch_dtype", "dispatch_dtype", "bf16"),
+)
+
+
 @dataclass(frozen=True, slots=True)
 class ModelSpec:
     """A decoder-only transformer. `kv_heads < heads` is GQA/MQA."""
@@ -339,6 +352,14 @@ class ModelSpec:
                 )
         elif self.top_k:
             raise ConfigError("top_k given without num_experts", key=f"{p}.moe.top_k")
+        else:  # a dense model: an expert key would be silently ignored (exact or refused)
+            for key, field, default in _MOE_ONLY_KEYS:
+                if getattr(self, field) != default:
+                    raise ConfigError(
+                        f"{key} given without num_experts: this model is dense (has no experts); "
+                        "remove it, or set [model.moe] num_experts and top_k",
+                        key=f"{p}.moe.{key}",
+                    )
         if self.approx_params > MAX_PARAMS:
             raise ConfigError(
                 f"describes about {self.approx_params:.2g} parameters, over the simulator's bound of "

@@ -157,3 +157,22 @@ def test_errors_in_installed_shipped_files_name_them_briefly() -> None:
     assert str(shipped_label(inside)) == "x.toml (shipped scenario): key 'parallel.dp': bad"
     elsewhere = ConfigError("bad", key="parallel.dp", file="/tmp/scenarios/x.toml")
     assert str(shipped_label(elsewhere)) == str(elsewhere)
+
+
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [
+        ("routing", '"dropless"'),
+        ("load_imbalance", "1.2"),
+        ("dispatch_dtype", '"fp8"'),
+        ("first_dense_layers", "1"),
+    ],
+)
+def test_expert_key_on_a_dense_model_is_refused(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, key: str, value: str
+) -> None:
+    """Exact or refused: these were silently ignored on a dense model (only top_k was refused)."""
+    path = tmp_path / "s.toml"
+    path.write_text(SCENARIO.replace("[cluster]", f"[model.moe]\n{key} = {value}\n[cluster]"))
+    err = _error(capsys, ["run", str(path)])
+    assert f"s.toml: key 'model.moe.{key}'" in err and "dense" in err and "num_experts" in err
