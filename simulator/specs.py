@@ -345,6 +345,12 @@ class ModelSpec:
                 f"must divide heads ({self.heads}); got {self.num_kv_heads}", key=f"{p}.kv_heads"
             )
         if self.num_experts:
+            if not self.top_k:
+                raise ConfigError(
+                    f"missing: num_experts = {self.num_experts} needs top_k, the experts each token is "
+                    f"routed to (1 to {self.num_experts})",
+                    key=f"{p}.moe.top_k",
+                )
             if not 1 <= self.top_k <= self.num_experts:
                 raise ConfigError(
                     f"must be between 1 and num_experts ({self.num_experts}); got {self.top_k}",

@@ -176,3 +176,11 @@ def test_expert_key_on_a_dense_model_is_refused(
     path.write_text(SCENARIO.replace("[cluster]", f"[model.moe]\n{key} = {value}\n[cluster]"))
     err = _error(capsys, ["run", str(path)])
     assert f"s.toml: key 'model.moe.{key}'" in err and "dense" in err and "num_experts" in err
+
+
+def test_experts_without_top_k_say_it_is_missing(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """Was "must be between 1 and num_experts (8); got 0" for a key the user never wrote."""
+    path = tmp_path / "s.toml"
+    path.write_text(SCENARIO.replace("[cluster]", "[model.moe]\nnum_experts = 8\n[cluster]"))
+    err = _error(capsys, ["run", str(path)])
+    assert "key 'model.moe.top_k': missing" in err and "got 0" not in err

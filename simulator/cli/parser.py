@@ -120,7 +120,9 @@ def _add_run(sub: Any) -> None:
         "--samples",
         type=positive_int("--samples", maximum=MAX_SAMPLES),
         default=1,
-        help="simulate N steps with different seeds",
+        metavar="N",
+        help="simulate N steps with different seeds: mean, p50, p99 of the step time (the steps "
+        "differ only with [variability] or [dataloader] jitter: docs/variability.md)",
     )
     p.add_argument("--seed", type=seed_flag("--seed"), default=None, help="override the scenario's seeds")
     p.add_argument(
