@@ -600,6 +600,7 @@ def sweep_mfu_figure(rows: Sequence[Any], *, top: int = 25, title: str | None = 
             s=12,
             color="#4C72B0",
             label=f"fits in memory ({n_fit})",
+            zorder=3,  # above the crosses: on a busy sweep they hid every fitting point
         )
         ax_rank.scatter(
             [x for x, s in zip(xs, scored, strict=True) if not s[1]],

@@ -184,3 +184,16 @@ def test_experts_without_top_k_say_it_is_missing(capsys: pytest.CaptureFixture[s
     path.write_text(SCENARIO.replace("[cluster]", "[model.moe]\nnum_experts = 8\n[cluster]"))
     err = _error(capsys, ["run", str(path)])
     assert "key 'model.moe.top_k': missing" in err and "got 0" not in err
+
+
+def test_sweep_plot_draws_fitting_configurations_above_the_crosses() -> None:
+    """The red crosses of configurations that do not fit were drawn over the blue points that
+    do, so a busy sweep's plot showed almost no fitting configuration."""
+    from simulator.plots import sweep_mfu_figure
+
+    rows = [{"tp": 1, "pp": 1, "dp": 8, "status": "ok", "mfu": 0.5}]
+    rows += [{"tp": 2, "pp": 1, "dp": 4, "status": "infeasible_memory", "mfu": 0.5}]
+    fig = sweep_mfu_figure(rows)
+    ax = fig.axes[0]
+    fits, nofit = (c for c in ax.collections if c.get_label().startswith(("fits", "does not")))
+    assert fits.get_label().startswith("fits") and fits.get_zorder() > nofit.get_zorder()
