@@ -852,11 +852,11 @@ def headline(base: StepReport, applied: tuple[Lever, ...]) -> str:
     """One sentence: the bottleneck of the baseline and the lever that recovers most of it; for a
     baseline that does not fit in memory, first the cheapest way to make it fit."""
     fits = base.memory is None or base.memory.fits
-    rest = _bottleneck_sentence(base, applied)
+    rest = _bottleneck_sentence(base, applied, baseline_fits=fits)
     return rest if fits else f"{_fit_sentence(base, applied)} {rest}"
 
 
-def _bottleneck_sentence(base: StepReport, applied: tuple[Lever, ...]) -> str:
+def _bottleneck_sentence(base: StepReport, applied: tuple[Lever, ...], baseline_fits: bool = True) -> str:
     cat, frac = bottleneck(base)
     good = _usable(applied)
     pct = f"{100 * frac:.0f}%"
@@ -880,6 +880,11 @@ def _bottleneck_sentence(base: StepReport, applied: tuple[Lever, ...]) -> str:
         return f"{first}; {recovers(targeted[0])}{also}."
     if good:
         return f"{first}; no lever tried removes it, the best overall is: {recovers(good[0])}."
+    if not baseline_fits:  # the ways to fit are in the sentence before; the rest still do not fit
+        return (
+            f"{first}; no other lever raises MFU within the GPU memory on its own "
+            "(apply a way to fit first, then run whatif again)."
+        )
     return f"{first}; none of the levers tried raises MFU within the GPU memory."
 
 

@@ -197,3 +197,21 @@ def test_sweep_plot_draws_fitting_configurations_above_the_crosses() -> None:
     ax = fig.axes[0]
     fits, nofit = (c for c in ax.collections if c.get_label().startswith(("fits", "does not")))
     assert fits.get_label().startswith("fits") and fits.get_zorder() > nofit.get_zorder()
+
+
+def test_whatif_on_a_baseline_that_does_not_fit_does_not_contradict_itself(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """Was: "the cheapest way to fit is ZeRO-1 ... (+1.9 points). ...; none of the levers tried
+    raises MFU within the GPU memory." -- the fit lever does, the sentence meant the others."""
+    config = ROOT / "tests" / "fixtures" / "hf" / "mixtral_8x7b.json"
+    path = tmp_path / "s.toml"
+    path.write_text(
+        f'[model]\nhf_config = "{config}"\nseq_len = 4096\n[cluster]\ntopology = "dgx-h100"\nnum_gpus = 64\n'
+        "[parallel]\ntp = 2\npp = 1\nep = 8\nmicro_batch = 1\nglobal_batch = 256\n"
+    )
+    assert main(["whatif", str(path)]) == 0
+    headline = capsys.readouterr().out.splitlines()[1]
+    assert "the cheapest way to fit is" in headline
+    assert "none of the levers tried raises MFU" not in headline
+    assert "no other lever raises MFU within the GPU memory on its own" in headline
