@@ -479,6 +479,7 @@ def _fit_levers(scn: Scenario) -> Iterator[_Variant]:
             "parallel.sequence_parallel false -> true",
             addr,
             lambda: _par(scn, sequence_parallel=True),
+            note="shards LayerNorm/dropout activations over TP (less memory; AG+RS instead of AR)",
         )
     mem = scn.memory
     if hasattr(mem, "offload_optimizer") and not mem.offload_optimizer:
@@ -705,7 +706,9 @@ def analyze(scenario: Scenario, simulate: SimulateFn | None = None, progress: bo
     skipped: list[Lever] = []
     variants = candidate_variants(scenario)
     if base.memory is not None and not base.memory.fits:
-        variants = fit_variants(scenario) + variants
+        ways_to_fit = fit_variants(scenario)
+        same = {v.change for v in ways_to_fit}  # e.g. sequence parallel: one row, as a way to fit
+        variants = ways_to_fit + [v for v in variants if v.build is None or v.change not in same]
     bar = Progress(len(variants), "whatif", unit="levers", enabled=None if progress else False)
     for v in variants:
         bar.update()

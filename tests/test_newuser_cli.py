@@ -211,7 +211,10 @@ def test_whatif_on_a_baseline_that_does_not_fit_does_not_contradict_itself(
         "[parallel]\ntp = 2\npp = 1\nep = 8\nmicro_batch = 1\nglobal_batch = 256\n"
     )
     assert main(["whatif", str(path)]) == 0
-    headline = capsys.readouterr().out.splitlines()[1]
+    out = capsys.readouterr().out
+    headline = out.splitlines()[1]
+    rows = [line for line in out.splitlines() if re.match(r"\s*\d+\s+\S", line)]
+    assert sum(" sequence parallel " in row for row in rows) == 1, rows  # was listed twice
     assert "the cheapest way to fit is" in headline
     assert "none of the levers tried raises MFU" not in headline
     assert "no other lever raises MFU within the GPU memory on its own" in headline
