@@ -338,6 +338,7 @@ UNMODELED_HF_KEYS = {
     "layer_types": "per-layer attention types (sliding-window or linear attention layers)",
     "sliding_window": "sliding-window attention (shorter than seq_len)",
     "attention_chunk_size": "chunked local attention (shorter than seq_len)",
+    "no_rope_layers": "NoPE layers (no RoPE on them; RoPE costed on every layer)",
     "mlp_only_layers": "dense MLP layers that are not the leading ones",
 }
 UNMODELED_HF_PREFIXES = ("mamba", "ssm_", "linear_attn", "linear_conv")
@@ -383,6 +384,8 @@ def _unmodeled_keys(cfg: Mapping[str, Any], top: Mapping[str, Any]) -> dict[str,
             found[key] = UNMODELED_HF_KEYS[key]  # unless every window covers seq_len (_layer_windows)
         elif key == "sliding_window" and cfg.get("use_sliding_window") is False:
             continue
+        elif key == "no_rope_layers" and isinstance(value, list) and all(v == 1 for v in value):
+            continue  # 1 = RoPE on that layer (HF Llama 4 / SmolLM3): every layer rotates
         elif key in UNMODELED_HF_KEYS:
             found[key] = UNMODELED_HF_KEYS[key]
         elif key.startswith(UNMODELED_HF_PREFIXES):
@@ -529,11 +532,40 @@ def hf_config_fields(path: Path) -> dict[str, Any]:
     if get("num_nextn_predict_layers"):
         out["mtp_layers"] = get("num_nextn_predict_layers")
     drops = {k: get(k) for k in ("hidden_dropout", "attention_dropout", "resid_pdrop", "attn_pdrop")}
+    if model_type not in EXACT_HF_MODEL_TYPES:
+        drops["dropout"] = get("dropout")  # OPTConfig (and BART-style configs): the hidden dropout
     for key, value in drops.items():
         if value is not None and (isinstance(value, bool) or not isinstance(value, int | float)):
             raise ConfigError(f"must be a number, got {value!r}", key=key, file=name)
-    if any(d is not None for d in drops.values()):
-        out["dropout"] = max(float(d) for d in drops.values() if d is not None)
+    # an absent key is the config class's default (transformers configuration_*.py), not
+    # ModelSpec's Megatron 0.1: HF_DROPOUT_DEFAULTS
+    for key, default in HF_DROPOUT_DEFAULTS.get(model_type, {}).items():
+        if drops.get(key) is None:
+            drops[key] = default
+    given = {k: float(d) for k, d in drops.items() if d is not None}
+    if given:
+        out["dropout"] = max(given.values())
+        if len(set(given.values())) > 1:
+            listed = ", ".join(f"{k} {v:g}" for k, v in sorted(given.items()))
+            out.setdefault("_features", []).append(
+                f"dropout: {listed} (one dropout for hidden and attention: {out['dropout']:g} costed "
+                "for both)"
+            )
+    else:
+        out.setdefault("_features", []).append(
+            f"dropout: no dropout key and model_type {model_type or '(none)'!r}'s default is not known "
+            "here: ModelSpec's 0.1 (Megatron's) is costed; set [model] dropout"
+        )
+    if model_type == "llama4_text":
+        # Llama4TextConfig (transformers configuration_llama4.py): absent no_rope_layers / [] =
+        # a NoPE layer every no_rope_layer_interval-th (default 4) layer; absent
+        # attention_chunk_size = 8192 (an explicit null: no chunking)
+        interval = get("no_rope_layer_interval") or 4
+        layers = out["layers"]
+        if not cfg.get("no_rope_layers") and _is_int(interval) and _is_int(layers):
+            cfg = {**cfg, "no_rope_layers": [int((i + 1) % interval != 0) for i in range(layers)]}
+        if "attention_chunk_size" not in cfg:
+            cfg = {**cfg, "attention_chunk_size": 8192}
     # --- experts
     experts = get("num_local_experts", "num_experts", "n_routed_experts")
     if experts:
@@ -740,7 +772,7 @@ HF_READ_KEYS = frozenset(
         "n_shared_experts", "decoder_sparse_step", "moe_layer_freq", "first_k_dense_replace",
         "moe_layers", "n_group", "topk_group", "architectures", "_name_or_path",
         "use_sliding_window", "text_config", "multi_query", "num_kv_heads",
-        "new_decoder_architecture",
+        "new_decoder_architecture", "no_rope_layer_interval", "dropout",
     }
 )  # fmt: skip
 # config.json keys that do not change what a training step computes (ids, init, numerics,
@@ -780,6 +812,29 @@ HF_INT_KEYS = {
     "qk_nope_head_dim": 1,
     "qk_rope_head_dim": 1,
     "v_head_dim": 1,
+}
+
+# transformers config classes' dropout defaults (configuration_<type>.py __init__ / dataclass
+# fields), taken for a key config.json omits. Every exactly-read type has one attention_dropout of
+# 0.0 and no hidden dropout (LlamaConfig, MistralConfig, Qwen2/Qwen3(Moe)Config, MixtralConfig,
+# DeepseekV2/V3Config, Llama4TextConfig, GptOssConfig; Kimi-K2 ships DeepseekV3Config); of the
+# generic ones: GPT2Config / GPTBigCodeConfig resid_pdrop = attn_pdrop = 0.1; OPTConfig dropout 0.1,
+# attention_dropout 0.0; BloomConfig, GPTNeoXConfig, FalconConfig hidden_dropout = attention_dropout
+# = 0.0; GemmaConfig / Gemma2Config / Gemma3TextConfig / StarCoder2Config / NemotronConfig /
+# OlmoeConfig / Glm4MoeConfig attention_dropout 0.0 (Starcoder2Config residual_dropout 0.0 too).
+_ATTN_ZERO = {"attention_dropout": 0.0}
+HF_DROPOUT_DEFAULTS: dict[str, dict[str, float]] = {
+    **{t: _ATTN_ZERO for t in EXACT_HF_MODEL_TYPES},
+    "gpt2": {"resid_pdrop": 0.1, "attn_pdrop": 0.1},
+    "gpt_bigcode": {"resid_pdrop": 0.1, "attn_pdrop": 0.1},
+    "opt": {"dropout": 0.1, "attention_dropout": 0.0},
+    "bloom": {"hidden_dropout": 0.0, "attention_dropout": 0.0},
+    "gpt_neox": {"hidden_dropout": 0.0, "attention_dropout": 0.0},
+    "falcon": {"hidden_dropout": 0.0, "attention_dropout": 0.0},
+    **{
+        t: _ATTN_ZERO
+        for t in ("gemma", "gemma2", "gemma3_text", "starcoder2", "nemotron", "olmoe", "glm4_moe")
+    },
 }
 
 # transformers model types whose config class leaves tie_word_embeddings at PretrainedConfig's
@@ -997,7 +1052,7 @@ HF_SOURCE_KEYS: dict[str, tuple[str, ...]] = {
     "first_dense_layers": ("first_k_dense_replace", "mlp_only_layers"),
     "max_nodes_per_token": ("topk_group",),
     "mtp_layers": ("num_nextn_predict_layers",),
-    "dropout": ("hidden_dropout", "attention_dropout", "resid_pdrop", "attn_pdrop"),
+    "dropout": ("hidden_dropout", "attention_dropout", "resid_pdrop", "attn_pdrop", "dropout"),
     "rope_mscale": ("rope_scaling",),
     "q_lora_rank": ("q_lora_rank",),
     "kv_lora_rank": ("kv_lora_rank",),
