@@ -502,6 +502,17 @@ def hf_config_fields(path: Path) -> dict[str, Any]:
         # its attention sinks (a learnable softmax offset per head, no config.json key: the model
         # type implies them; Megatron-Bridge GPTOSSBridge softmax_type = "learnable")
         out["attention_sinks"] = True
+    elif model_type in EXACT_HF_MODEL_TYPES:
+        # LlamaConfig-style attention_bias (q/k/v/o) and mlp_bias (gate/up/down), default false:
+        # linear_bias is every linear layer or none, so one without the other is not modeled
+        # (Qwen2's q/k/v biases have no key: fused in the GEMM and not counted, as the presets say)
+        # and on MoE models biases the experts too, which these classes' experts never have
+        attn_bias, mlp_bias = get("attention_bias") is True, get("mlp_bias") is True
+        moe = bool(get("num_local_experts", "num_experts", "n_routed_experts"))
+        if attn_bias and mlp_bias and not moe:
+            out["linear_bias"] = True
+        elif attn_bias or mlp_bias:
+            out["_partial_bias"] = "attention_bias" if attn_bias else "mlp_bias"
     elif get("mlp_bias") is True:
         out["linear_bias"] = True
     if model_type in ("qwen3", "qwen3_moe") or get("use_qk_norm") is True:
@@ -586,6 +597,9 @@ def hf_config_fields(path: Path) -> dict[str, Any]:
         n_shared = get("n_shared_experts")
         if shared:
             out["shared_expert_ffn_hidden"] = shared
+            if model_type == "qwen2_moe":
+                # Qwen2MoeSparseMoeBlock: sigmoid(shared_expert_gate(x)) * shared_expert(x)
+                out.setdefault("_features", []).append(QWEN2_MOE_SHARED_GATE)
         elif n_shared and _is_int(n_shared) and _is_int(moe_ffn):
             out["shared_expert_ffn_hidden"] = n_shared * moe_ffn  # n experts of f = one of n·f
         step = get("decoder_sparse_step")  # Qwen: layer i is MoE when (i + 1) % step == 0
@@ -609,7 +623,10 @@ def hf_config_fields(path: Path) -> dict[str, Any]:
             cfg = {k: v for k, v in cfg.items() if k != "mlp_only_layers"}
         _check_moe_layers(get("moe_layers"), out, name)
         n_group, topk_group = get("n_group"), get("topk_group")
-        if _is_int(n_group) and n_group > 1 and _is_int(topk_group):
+        # DeepSeek-V2's MoEGate limits groups only under topk_method "group_limited_greedy"
+        # ("greedy": a top-k over all experts, n_group / topk_group unused; modeling_deepseek.py)
+        greedy = model_type == "deepseek_v2" and get("topk_method") == "greedy"
+        if _is_int(n_group) and n_group > 1 and _is_int(topk_group) and not greedy:
             # DeepSeek-V3 §3.2.1: group-limited routing keeps each token within topk_group of the
             # n_group expert groups -- nodes when the EP group spans n_group nodes or fewer
             # (scenario_from_dict widens it when the groups span several nodes each)
@@ -628,6 +645,12 @@ def hf_config_fields(path: Path) -> dict[str, Any]:
         top.get("_name_or_path") or get("_name_or_path") or arch or model_type or path.parent.name
     )
     out["_unmodeled"] = _unmodeled_keys(cfg, top)
+    if "_partial_bias" in out:
+        key = out.pop("_partial_bias")
+        out["_unmodeled"][key] = (
+            "biases on some linear layers only (attention_bias / mlp_bias; never the experts): "
+            "linear_bias biases every linear layer and expert or none, costed without them"
+        )
     for key in sorted(cfg):
         if (
             MOE_KEY_PATTERN.search(key)
@@ -670,6 +693,12 @@ def hf_config_fields(path: Path) -> dict[str, Any]:
 NO_ACTIVATION_NOTE = (
     "no hidden_act/activation_function: the MLP is read as a plain two-matrix GELU MLP "
     "(set [model] gated_mlp = true for SwiGLU)"
+)
+
+
+# what the qwen2_moe import says it leaves out (as the qwen2-57b-a14b / qwen1.5-moe-a2.7b presets)
+QWEN2_MOE_SHARED_GATE = (
+    "the shared expert's sigmoid output gate (a 1-wide projection and one multiply over the shared output)"
 )
 
 

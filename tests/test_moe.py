@@ -181,7 +181,10 @@ def test_hf_import_hub_configs_match_published(
     assert _close(F.total_params(m), total, t_round), F.total_params(m) / 1e9
     act = F.active_params(m) - (0 if with_input_emb else m.vocab * m.hidden)
     assert _close(act, active, a_round), act / 1e9
-    assert len(m.notes) == len(allow)  # GPT-OSS's sinks are modeled (attention_sinks): no feature line
+    # GPT-OSS's sinks are modeled (attention_sinks): no feature line; Qwen2-MoE's shared-expert
+    # gate is not: one line, as its presets say
+    gate = "qwen2" in config and "moe" in m.name.lower()
+    assert len(m.notes) == len(allow) + gate
     assert m.attention_sinks == (m.activation == "clamped_quick_geglu")
     if allow:  # each allowed key is needed: without it the import is refused naming one
         with pytest.raises(ConfigError) as info:
@@ -1185,3 +1188,14 @@ def test_flex_dispatchers_permute_the_received_tokens(dispatcher: str) -> None:
         assert segs[name][0].message_bytes == pytest.approx((hits + m.top_k) * m.seq_len * m.hidden * a)
     one = _moe_segments(_scn(dict(QWEN30), {**par, "ep": 1}, kernels={"moe_dispatcher": dispatcher}))
     assert one["moe permute"][0].message_bytes == pytest.approx((1 + m.top_k) * m.seq_len * m.hidden * a)
+
+
+def test_hf_import_deepseek_v2_greedy_routing_has_no_group_limit(tmp_path: Path) -> None:
+    """DeepSeek-V2's MoEGate limits groups only under topk_method group_limited_greedy; "greedy"
+    (DeepSeek-V2-Lite's) is a top-k over all experts: n_group / topk_group do not limit it."""
+    limited = _edited_config(
+        tmp_path, "deepseek_v3.json", model_type="deepseek_v2", topk_method="group_limited_greedy"
+    )
+    assert model_from_table({"hf_config": limited, "seq_len": 4096}, tmp_path).max_nodes_per_token == 4
+    greedy = _edited_config(tmp_path, "deepseek_v3.json", model_type="deepseek_v2", topk_method="greedy")
+    assert model_from_table({"hf_config": greedy, "seq_len": 4096}, tmp_path).max_nodes_per_token == 0
