@@ -339,6 +339,9 @@ UNMODELED_HF_KEYS = {
     "sliding_window": "sliding-window attention (shorter than seq_len)",
     "attention_chunk_size": "chunked local attention (shorter than seq_len)",
     "no_rope_layers": "NoPE layers (no RoPE on them; RoPE costed on every layer)",
+    "alibi": "ALiBi position biases (costed as RoPE: a rotation of q and k, no attention bias)",
+    "use_parallel_residual": "parallel attention + MLP (costed as the sequential block: two TP reductions, not one)",
+    "parallel_attn": "parallel attention + MLP (costed as the sequential block: two TP reductions, not one)",
     "mlp_only_layers": "dense MLP layers that are not the leading ones",
 }
 UNMODELED_HF_PREFIXES = ("mamba", "ssm_", "linear_attn", "linear_conv")
@@ -644,6 +647,7 @@ def hf_config_fields(path: Path) -> dict[str, Any]:
     out["name"] = str(
         top.get("_name_or_path") or get("_name_or_path") or arch or model_type or path.parent.name
     )
+    cfg = _family_defaults(cfg, model_type, out)
     out["_unmodeled"] = _unmodeled_keys(cfg, top)
     if "_partial_bias" in out:
         key = out.pop("_partial_bias")
@@ -694,6 +698,45 @@ NO_ACTIVATION_NOTE = (
     "no hidden_act/activation_function: the MLP is read as a plain two-matrix GELU MLP "
     "(set [model] gated_mlp = true for SwiGLU)"
 )
+
+
+# Families read by the common keys whose transformers classes fix, or default, what no key of
+# config.json (or an absent one) says: learned absolute positions (GPT2Model wpe,
+# GPTBigCodeModel wpe, OPTLearnedPositionalEmbedding), biases (GPT-2's Conv1D, GPT-BigCode's and
+# BLOOM's nn.Linear(bias=True), OPTConfig enable_bias = True, GPTNeoXConfig attention_bias = True
+# beside its always-biased MLP, FalconConfig bias = False), ALiBi (BloomModel always;
+# FalconConfig alibi = False) and the parallel attention + MLP block (GPTNeoXConfig
+# use_parallel_residual = True; FalconConfig parallel_attn = True, or new_decoder_architecture).
+LEARNED_POSITION_TYPES = ("gpt2", "gpt_bigcode", "opt")
+ALWAYS_BIASED_TYPES = ("gpt2", "gpt_bigcode", "bloom")
+
+
+def _family_defaults(cfg: dict[str, Any], model_type: str, out: dict[str, Any]) -> dict[str, Any]:
+    """Positions and biases into `out`; the family's defaulted architecture keys into the config
+    the unmodeled check reads (alibi, use_parallel_residual, parallel_attn)."""
+    if model_type in LEARNED_POSITION_TYPES:
+        out["position_embeddings"] = True
+    if model_type in ALWAYS_BIASED_TYPES or (
+        model_type == "opt" and cfg.get("enable_bias", True) is not False
+    ):
+        out["linear_bias"] = True
+    elif model_type == "falcon" and cfg.get("bias") is True:
+        out["linear_bias"] = True
+    elif model_type == "gpt_neox":
+        if cfg.get("attention_bias", True) is not False:
+            out["linear_bias"] = True
+        else:
+            out["_partial_bias"] = "attention_bias"  # its MLP keeps its biases
+    if model_type == "bloom":
+        cfg = {**cfg, "alibi": True}
+    if model_type == "gpt_neox" and "use_parallel_residual" not in cfg:
+        cfg = {**cfg, "use_parallel_residual": True}
+    if model_type == "falcon":
+        if "parallel_attn" not in cfg:
+            cfg = {**cfg, "parallel_attn": True}
+        if cfg.get("new_decoder_architecture") is True and cfg.get("parallel_attn") is False:
+            cfg = {**cfg, "parallel_attn": True}  # the new decoder block is parallel either way
+    return cfg
 
 
 # what the qwen2_moe import says it leaves out (as the qwen2-57b-a14b / qwen1.5-moe-a2.7b presets)
@@ -801,7 +844,7 @@ HF_READ_KEYS = frozenset(
         "n_shared_experts", "decoder_sparse_step", "moe_layer_freq", "first_k_dense_replace",
         "moe_layers", "n_group", "topk_group", "architectures", "_name_or_path",
         "use_sliding_window", "text_config", "multi_query", "num_kv_heads",
-        "new_decoder_architecture", "no_rope_layer_interval", "dropout",
+        "new_decoder_architecture", "no_rope_layer_interval", "dropout", "enable_bias", "bias",
     }
 )  # fmt: skip
 # config.json keys that do not change what a training step computes (ids, init, numerics,

@@ -346,15 +346,22 @@ def _config(tmp_path: Path, **cfg: object) -> Path:
         ("qwen2_moe", {"hidden_act": "silu", "intermediate_size": 512}, 0.0),
         ("gpt_oss", {"intermediate_size": 512}, 0.0),
         ("gpt2", {}, 0.1),  # GPT2Config resid_pdrop = attn_pdrop = 0.1
-        ("gpt_neox", {"hidden_act": "gelu"}, 0.0),  # GPTNeoXConfig hidden/attention dropout 0.0
-        ("bloom", {}, 0.0),
+        # GPTNeoXConfig hidden/attention dropout 0.0 (its parallel block allowed)
+        ("gpt_neox", {"hidden_act": "gelu", "use_parallel_residual": False}, 0.0),
+        ("bloom", {}, 0.0),  # BloomConfig 0.0 (its ALiBi allowed below)
     ],
 )
 def test_hf_import_absent_dropout_is_the_config_class_default(
     tmp_path: Path, model_type: str, extra: dict[str, object], dropout: float
 ) -> None:
+    allow = ["alibi"] if model_type == "bloom" else []
     m = model_from_table(
-        {"hf_config": str(_config(tmp_path, model_type=model_type, **extra)), "seq_len": 512}, tmp_path
+        {
+            "hf_config": str(_config(tmp_path, model_type=model_type, **extra)),
+            "seq_len": 512,
+            "allow_unmodeled": allow,
+        },
+        tmp_path,
     )
     assert m.dropout == dropout
 
@@ -373,3 +380,64 @@ def test_hf_import_unknown_family_without_dropout_says_so(tmp_path: Path) -> Non
     m = model_from_table({"hf_config": str(path), "seq_len": 512}, tmp_path)
     assert m.dropout == 0.1
     assert any("no dropout key" in n and "somefamily" in n for n in m.notes)
+
+
+# ----------------------------------------------------------------------------- families read by common keys
+@pytest.mark.parametrize(
+    ("model_type", "extra", "key"),
+    [
+        ("bloom", {}, "alibi"),  # BloomModel: ALiBi always (no key)
+        ("falcon", {"alibi": True, "parallel_attn": False}, "alibi"),
+        ("gpt_neox", {"hidden_act": "gelu"}, "use_parallel_residual"),  # GPTNeoXConfig default true
+        ("falcon", {}, "parallel_attn"),  # FalconConfig default true
+        ("falcon", {"parallel_attn": False, "new_decoder_architecture": True}, "parallel_attn"),
+    ],
+)
+def test_hf_import_family_architecture_refused_by_key(
+    tmp_path: Path, model_type: str, extra: dict[str, object], key: str
+) -> None:
+    """ALiBi and the parallel attention + MLP block, also where the transformers class implies
+    them without a key (BLOOM) or by default (GPT-NeoX, Falcon), were costed as RoPE and as the
+    sequential block: refused naming the key, one warning line when allowed."""
+    path = str(_config(tmp_path, model_type=model_type, **extra))
+    with pytest.raises(ConfigError) as info:
+        model_from_table({"hf_config": path, "seq_len": 512}, tmp_path)
+    assert info.value.key == key
+    m = model_from_table({"hf_config": path, "seq_len": 512, "allow_unmodeled": [key]}, tmp_path)
+    assert any(f"'{key}'" in n for n in m.notes)
+
+
+@pytest.mark.parametrize(
+    ("model_type", "extra", "positions", "bias"),
+    [
+        ("gpt2", {}, True, True),  # GPT2Model wpe; Conv1D biases
+        ("gpt_bigcode", {}, True, True),
+        ("opt", {"activation_function": "relu"}, True, True),  # OPTConfig enable_bias true
+        ("opt", {"activation_function": "relu", "enable_bias": False}, True, False),
+        ("gpt_neox", {"hidden_act": "gelu", "use_parallel_residual": False}, False, True),
+        ("falcon", {"parallel_attn": False}, False, False),  # FalconConfig bias false
+        ("falcon", {"parallel_attn": False, "bias": True}, False, True),
+    ],
+)
+def test_hf_import_family_positions_and_biases(
+    tmp_path: Path, model_type: str, extra: dict[str, object], positions: bool, bias: bool
+) -> None:
+    path = str(_config(tmp_path, model_type=model_type, **extra))
+    m = model_from_table({"hf_config": path, "seq_len": 512}, tmp_path)
+    assert (m.position_embeddings, m.linear_bias) == (positions, bias)
+
+
+def test_hf_import_gpt_neox_attention_without_bias_refused(tmp_path: Path) -> None:
+    """GPTNeoXConfig attention_bias false leaves its MLP biased: not all or none."""
+    path = str(
+        _config(
+            tmp_path,
+            model_type="gpt_neox",
+            hidden_act="gelu",
+            use_parallel_residual=False,
+            attention_bias=False,
+        )
+    )
+    with pytest.raises(ConfigError) as info:
+        model_from_table({"hf_config": path, "seq_len": 512}, tmp_path)
+    assert info.value.key == "attention_bias"
