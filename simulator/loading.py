@@ -338,6 +338,10 @@ UNMODELED_HF_KEYS = {
     "layer_types": "per-layer attention types (sliding-window or linear attention layers)",
     "sliding_window": "sliding-window attention (shorter than seq_len)",
     "attention_chunk_size": "chunked local attention (shorter than seq_len)",
+    "no_rope_layers": "NoPE layers (no RoPE on them; RoPE costed on every layer)",
+    "alibi": "ALiBi position biases (costed as RoPE: a rotation of q and k, no attention bias)",
+    "use_parallel_residual": "parallel attention + MLP (costed as the sequential block: two TP reductions, not one)",
+    "parallel_attn": "parallel attention + MLP (costed as the sequential block: two TP reductions, not one)",
     "mlp_only_layers": "dense MLP layers that are not the leading ones",
 }
 UNMODELED_HF_PREFIXES = ("mamba", "ssm_", "linear_attn", "linear_conv")
@@ -383,6 +387,8 @@ def _unmodeled_keys(cfg: Mapping[str, Any], top: Mapping[str, Any]) -> dict[str,
             found[key] = UNMODELED_HF_KEYS[key]  # unless every window covers seq_len (_layer_windows)
         elif key == "sliding_window" and cfg.get("use_sliding_window") is False:
             continue
+        elif key == "no_rope_layers" and isinstance(value, list) and all(v == 1 for v in value):
+            continue  # 1 = RoPE on that layer (HF Llama 4 / SmolLM3): every layer rotates
         elif key in UNMODELED_HF_KEYS:
             found[key] = UNMODELED_HF_KEYS[key]
         elif key.startswith(UNMODELED_HF_PREFIXES):
@@ -499,6 +505,17 @@ def hf_config_fields(path: Path) -> dict[str, Any]:
         # its attention sinks (a learnable softmax offset per head, no config.json key: the model
         # type implies them; Megatron-Bridge GPTOSSBridge softmax_type = "learnable")
         out["attention_sinks"] = True
+    elif model_type in EXACT_HF_MODEL_TYPES:
+        # LlamaConfig-style attention_bias (q/k/v/o) and mlp_bias (gate/up/down), default false:
+        # linear_bias is every linear layer or none, so one without the other is not modeled
+        # (Qwen2's q/k/v biases have no key: fused in the GEMM and not counted, as the presets say)
+        # and on MoE models biases the experts too, which these classes' experts never have
+        attn_bias, mlp_bias = get("attention_bias") is True, get("mlp_bias") is True
+        moe = bool(get("num_local_experts", "num_experts", "n_routed_experts"))
+        if attn_bias and mlp_bias and not moe:
+            out["linear_bias"] = True
+        elif attn_bias or mlp_bias:
+            out["_partial_bias"] = "attention_bias" if attn_bias else "mlp_bias"
     elif get("mlp_bias") is True:
         out["linear_bias"] = True
     if model_type in ("qwen3", "qwen3_moe") or get("use_qk_norm") is True:
@@ -529,11 +546,40 @@ def hf_config_fields(path: Path) -> dict[str, Any]:
     if get("num_nextn_predict_layers"):
         out["mtp_layers"] = get("num_nextn_predict_layers")
     drops = {k: get(k) for k in ("hidden_dropout", "attention_dropout", "resid_pdrop", "attn_pdrop")}
+    if model_type not in EXACT_HF_MODEL_TYPES:
+        drops["dropout"] = get("dropout")  # OPTConfig (and BART-style configs): the hidden dropout
     for key, value in drops.items():
         if value is not None and (isinstance(value, bool) or not isinstance(value, int | float)):
             raise ConfigError(f"must be a number, got {value!r}", key=key, file=name)
-    if any(d is not None for d in drops.values()):
-        out["dropout"] = max(float(d) for d in drops.values() if d is not None)
+    # an absent key is the config class's default (transformers configuration_*.py), not
+    # ModelSpec's Megatron 0.1: HF_DROPOUT_DEFAULTS
+    for key, default in HF_DROPOUT_DEFAULTS.get(model_type, {}).items():
+        if drops.get(key) is None:
+            drops[key] = default
+    given = {k: float(d) for k, d in drops.items() if d is not None}
+    if given:
+        out["dropout"] = max(given.values())
+        if len(set(given.values())) > 1:
+            listed = ", ".join(f"{k} {v:g}" for k, v in sorted(given.items()))
+            out.setdefault("_features", []).append(
+                f"dropout: {listed} (one dropout for hidden and attention: {out['dropout']:g} costed "
+                "for both)"
+            )
+    else:
+        out.setdefault("_features", []).append(
+            f"dropout: no dropout key and model_type {model_type or '(none)'!r}'s default is not known "
+            "here: ModelSpec's 0.1 (Megatron's) is costed; set [model] dropout"
+        )
+    if model_type == "llama4_text":
+        # Llama4TextConfig (transformers configuration_llama4.py): absent no_rope_layers / [] =
+        # a NoPE layer every no_rope_layer_interval-th (default 4) layer; absent
+        # attention_chunk_size = 8192 (an explicit null: no chunking)
+        interval = get("no_rope_layer_interval") or 4
+        layers = out["layers"]
+        if not cfg.get("no_rope_layers") and _is_int(interval) and _is_int(layers):
+            cfg = {**cfg, "no_rope_layers": [int((i + 1) % interval != 0) for i in range(layers)]}
+        if "attention_chunk_size" not in cfg:
+            cfg = {**cfg, "attention_chunk_size": 8192}
     # --- experts
     experts = get("num_local_experts", "num_experts", "n_routed_experts")
     if experts:
@@ -554,6 +600,9 @@ def hf_config_fields(path: Path) -> dict[str, Any]:
         n_shared = get("n_shared_experts")
         if shared:
             out["shared_expert_ffn_hidden"] = shared
+            if model_type == "qwen2_moe":
+                # Qwen2MoeSparseMoeBlock: sigmoid(shared_expert_gate(x)) * shared_expert(x)
+                out.setdefault("_features", []).append(QWEN2_MOE_SHARED_GATE)
         elif n_shared and _is_int(n_shared) and _is_int(moe_ffn):
             out["shared_expert_ffn_hidden"] = n_shared * moe_ffn  # n experts of f = one of n·f
         step = get("decoder_sparse_step")  # Qwen: layer i is MoE when (i + 1) % step == 0
@@ -577,7 +626,10 @@ def hf_config_fields(path: Path) -> dict[str, Any]:
             cfg = {k: v for k, v in cfg.items() if k != "mlp_only_layers"}
         _check_moe_layers(get("moe_layers"), out, name)
         n_group, topk_group = get("n_group"), get("topk_group")
-        if _is_int(n_group) and n_group > 1 and _is_int(topk_group):
+        # DeepSeek-V2's MoEGate limits groups only under topk_method "group_limited_greedy"
+        # ("greedy": a top-k over all experts, n_group / topk_group unused; modeling_deepseek.py)
+        greedy = model_type == "deepseek_v2" and get("topk_method") == "greedy"
+        if _is_int(n_group) and n_group > 1 and _is_int(topk_group) and not greedy:
             # DeepSeek-V3 §3.2.1: group-limited routing keeps each token within topk_group of the
             # n_group expert groups -- nodes when the EP group spans n_group nodes or fewer
             # (scenario_from_dict widens it when the groups span several nodes each)
@@ -595,7 +647,14 @@ def hf_config_fields(path: Path) -> dict[str, Any]:
     out["name"] = str(
         top.get("_name_or_path") or get("_name_or_path") or arch or model_type or path.parent.name
     )
+    cfg = _family_defaults(cfg, model_type, out)
     out["_unmodeled"] = _unmodeled_keys(cfg, top)
+    if "_partial_bias" in out:
+        key = out.pop("_partial_bias")
+        out["_unmodeled"][key] = (
+            "biases on some linear layers only (attention_bias / mlp_bias; never the experts): "
+            "linear_bias biases every linear layer and expert or none, costed without them"
+        )
     for key in sorted(cfg):
         if (
             MOE_KEY_PATTERN.search(key)
@@ -638,6 +697,51 @@ def hf_config_fields(path: Path) -> dict[str, Any]:
 NO_ACTIVATION_NOTE = (
     "no hidden_act/activation_function: the MLP is read as a plain two-matrix GELU MLP "
     "(set [model] gated_mlp = true for SwiGLU)"
+)
+
+
+# Families read by the common keys whose transformers classes fix, or default, what no key of
+# config.json (or an absent one) says: learned absolute positions (GPT2Model wpe,
+# GPTBigCodeModel wpe, OPTLearnedPositionalEmbedding), biases (GPT-2's Conv1D, GPT-BigCode's and
+# BLOOM's nn.Linear(bias=True), OPTConfig enable_bias = True, GPTNeoXConfig attention_bias = True
+# beside its always-biased MLP, FalconConfig bias = False), ALiBi (BloomModel always;
+# FalconConfig alibi = False) and the parallel attention + MLP block (GPTNeoXConfig
+# use_parallel_residual = True; FalconConfig parallel_attn = True, or new_decoder_architecture).
+LEARNED_POSITION_TYPES = ("gpt2", "gpt_bigcode", "opt")
+ALWAYS_BIASED_TYPES = ("gpt2", "gpt_bigcode", "bloom")
+
+
+def _family_defaults(cfg: dict[str, Any], model_type: str, out: dict[str, Any]) -> dict[str, Any]:
+    """Positions and biases into `out`; the family's defaulted architecture keys into the config
+    the unmodeled check reads (alibi, use_parallel_residual, parallel_attn)."""
+    if model_type in LEARNED_POSITION_TYPES:
+        out["position_embeddings"] = True
+    if model_type in ALWAYS_BIASED_TYPES or (
+        model_type == "opt" and cfg.get("enable_bias", True) is not False
+    ):
+        out["linear_bias"] = True
+    elif model_type == "falcon" and cfg.get("bias") is True:
+        out["linear_bias"] = True
+    elif model_type == "gpt_neox":
+        if cfg.get("attention_bias", True) is not False:
+            out["linear_bias"] = True
+        else:
+            out["_partial_bias"] = "attention_bias"  # its MLP keeps its biases
+    if model_type == "bloom":
+        cfg = {**cfg, "alibi": True}
+    if model_type == "gpt_neox" and "use_parallel_residual" not in cfg:
+        cfg = {**cfg, "use_parallel_residual": True}
+    if model_type == "falcon":
+        if "parallel_attn" not in cfg:
+            cfg = {**cfg, "parallel_attn": True}
+        if cfg.get("new_decoder_architecture") is True and cfg.get("parallel_attn") is False:
+            cfg = {**cfg, "parallel_attn": True}  # the new decoder block is parallel either way
+    return cfg
+
+
+# what the qwen2_moe import says it leaves out (as the qwen2-57b-a14b / qwen1.5-moe-a2.7b presets)
+QWEN2_MOE_SHARED_GATE = (
+    "the shared expert's sigmoid output gate (a 1-wide projection and one multiply over the shared output)"
 )
 
 
@@ -740,7 +844,7 @@ HF_READ_KEYS = frozenset(
         "n_shared_experts", "decoder_sparse_step", "moe_layer_freq", "first_k_dense_replace",
         "moe_layers", "n_group", "topk_group", "architectures", "_name_or_path",
         "use_sliding_window", "text_config", "multi_query", "num_kv_heads",
-        "new_decoder_architecture",
+        "new_decoder_architecture", "no_rope_layer_interval", "dropout", "enable_bias", "bias",
     }
 )  # fmt: skip
 # config.json keys that do not change what a training step computes (ids, init, numerics,
@@ -780,6 +884,29 @@ HF_INT_KEYS = {
     "qk_nope_head_dim": 1,
     "qk_rope_head_dim": 1,
     "v_head_dim": 1,
+}
+
+# transformers config classes' dropout defaults (configuration_<type>.py __init__ / dataclass
+# fields), taken for a key config.json omits. Every exactly-read type has one attention_dropout of
+# 0.0 and no hidden dropout (LlamaConfig, MistralConfig, Qwen2/Qwen3(Moe)Config, MixtralConfig,
+# DeepseekV2/V3Config, Llama4TextConfig, GptOssConfig; Kimi-K2 ships DeepseekV3Config); of the
+# generic ones: GPT2Config / GPTBigCodeConfig resid_pdrop = attn_pdrop = 0.1; OPTConfig dropout 0.1,
+# attention_dropout 0.0; BloomConfig, GPTNeoXConfig, FalconConfig hidden_dropout = attention_dropout
+# = 0.0; GemmaConfig / Gemma2Config / Gemma3TextConfig / StarCoder2Config / NemotronConfig /
+# OlmoeConfig / Glm4MoeConfig attention_dropout 0.0 (Starcoder2Config residual_dropout 0.0 too).
+_ATTN_ZERO = {"attention_dropout": 0.0}
+HF_DROPOUT_DEFAULTS: dict[str, dict[str, float]] = {
+    **{t: _ATTN_ZERO for t in EXACT_HF_MODEL_TYPES},
+    "gpt2": {"resid_pdrop": 0.1, "attn_pdrop": 0.1},
+    "gpt_bigcode": {"resid_pdrop": 0.1, "attn_pdrop": 0.1},
+    "opt": {"dropout": 0.1, "attention_dropout": 0.0},
+    "bloom": {"hidden_dropout": 0.0, "attention_dropout": 0.0},
+    "gpt_neox": {"hidden_dropout": 0.0, "attention_dropout": 0.0},
+    "falcon": {"hidden_dropout": 0.0, "attention_dropout": 0.0},
+    **{
+        t: _ATTN_ZERO
+        for t in ("gemma", "gemma2", "gemma3_text", "starcoder2", "nemotron", "olmoe", "glm4_moe")
+    },
 }
 
 # transformers model types whose config class leaves tie_word_embeddings at PretrainedConfig's
@@ -997,7 +1124,7 @@ HF_SOURCE_KEYS: dict[str, tuple[str, ...]] = {
     "first_dense_layers": ("first_k_dense_replace", "mlp_only_layers"),
     "max_nodes_per_token": ("topk_group",),
     "mtp_layers": ("num_nextn_predict_layers",),
-    "dropout": ("hidden_dropout", "attention_dropout", "resid_pdrop", "attn_pdrop"),
+    "dropout": ("hidden_dropout", "attention_dropout", "resid_pdrop", "attn_pdrop", "dropout"),
     "rope_mscale": ("rope_scaling",),
     "q_lora_rank": ("q_lora_rank",),
     "kv_lora_rank": ("kv_lora_rank",),

@@ -82,6 +82,9 @@ GEMMA2 = {
 
 
 def _scenario(folder: Path, config: dict[str, object], extra: str = "") -> Path:
+    if config.get("model_type") == "falcon" and "allow_unmodeled" not in extra:
+        # Falcon's parallel attention + MLP block (parallel_attn, default true) is not modeled
+        extra += '\nallow_unmodeled = ["parallel_attn"]'
     (folder / "config.json").write_text(json.dumps(config))
     path = folder / "s.toml"
     path.write_text(

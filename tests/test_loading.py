@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from simulator import flops as F
-from simulator.loading import load_scenario, load_topology, model_preset
+from simulator.errors import ConfigError
+from simulator.loading import load_scenario, load_topology, model_from_table, model_preset
 from simulator.resources import data_dir, topology_names
 
 SHIPPED_TOPOLOGIES = (
@@ -429,3 +430,35 @@ def test_generic_import_without_an_activation_key_says_how_it_read_the_mlp(tmp_p
         _hf_scenario(tmp_path / "c", {**OLMOE_CONFIG, "hidden_act": "silu"}, extra_model="seq_len = 4096")
     )
     assert with_act.model.gated_mlp and not [w for w in with_act.warnings() if "no hidden_act" in w]
+
+
+# ----------------------------------------------------------------------------- exact or refused: biases
+def _llama_config(tmp_path: Path, **extra: object) -> str:
+    cfg = {
+        "model_type": "llama",
+        "hidden_act": "silu",
+        "num_hidden_layers": 2,
+        "hidden_size": 256,
+        "num_attention_heads": 4,
+        "intermediate_size": 512,
+        "vocab_size": 1000,
+        **extra,
+    }
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    return str(tmp_path / "config.json")
+
+
+def test_hf_import_llama_biases_all_or_refused(tmp_path: Path) -> None:
+    """LlamaConfig's attention_bias and mlp_bias: both = every linear layer biased (linear_bias);
+    one alone was silently all (mlp_bias) or nothing (attention_bias): refused naming it."""
+    both = model_from_table(
+        {"hf_config": _llama_config(tmp_path, attention_bias=True, mlp_bias=True), "seq_len": 64}, tmp_path
+    )
+    assert both.linear_bias
+    for key in ("attention_bias", "mlp_bias"):
+        path = _llama_config(tmp_path, **{key: True})
+        with pytest.raises(ConfigError) as info:
+            model_from_table({"hf_config": path, "seq_len": 64}, tmp_path)
+        assert info.value.key == key
+        m = model_from_table({"hf_config": path, "seq_len": 64, "allow_unmodeled": [key]}, tmp_path)
+        assert not m.linear_bias and any(key in n for n in m.notes)

@@ -124,7 +124,7 @@ IMPORTS = [
     ("kimi_k2.json", "kimi-k2", []),
     ("qwen3_moe.json", "qwen3-235b-a22b", []),
     ("mixtral.json", "mixtral-8x22b", []),
-    ("llama4.json", "llama4-maverick", ["vision_config"]),
+    ("llama4.json", "llama4-maverick", ["vision_config", "no_rope_layers"]),
     ("gpt_oss.json", "gpt-oss-120b", ["layer_types", "sliding_window"]),
 ]
 
@@ -161,7 +161,7 @@ HUB_IMPORTS = [
     ("gpt_oss_20b.json", ["layer_types", "sliding_window"], 20.91e9, 0.01e9, 3.61e9, 0.01e9, False),
     # Meta Llama 4 model card: Scout 17B active; its "109B total" counts the vision encoder
     # (34 ViT layers of 1408, ~0.87B) that only the text model here leaves out: 107.8B simulated
-    ("llama4_scout.json", ["vision_config"], 109e9 - 0.87e9, 1e9, 17e9, 1e9, True),
+    ("llama4_scout.json", ["vision_config", "no_rope_layers"], 109e9 - 0.87e9, 1e9, 17e9, 1e9, True),
 ]
 
 
@@ -181,7 +181,10 @@ def test_hf_import_hub_configs_match_published(
     assert _close(F.total_params(m), total, t_round), F.total_params(m) / 1e9
     act = F.active_params(m) - (0 if with_input_emb else m.vocab * m.hidden)
     assert _close(act, active, a_round), act / 1e9
-    assert len(m.notes) == len(allow)  # GPT-OSS's sinks are modeled (attention_sinks): no feature line
+    # GPT-OSS's sinks are modeled (attention_sinks): no feature line; Qwen2-MoE's shared-expert
+    # gate is not: one line, as its presets say
+    gate = "qwen2" in config and "moe" in m.name.lower()
+    assert len(m.notes) == len(allow) + gate
     assert m.attention_sinks == (m.activation == "clamped_quick_geglu")
     if allow:  # each allowed key is needed: without it the import is refused naming one
         with pytest.raises(ConfigError) as info:
@@ -231,11 +234,45 @@ def test_hf_import_window_at_least_seq_len_is_exact(tmp_path: Path) -> None:
     """A sliding window / chunk no shorter than the sequence is plain causal attention."""
     cfg = json.loads((FIXTURES / "llama4.json").read_text())
     del cfg["vision_config"]
+    cfg["text_config"]["no_rope_layers"] = [1] * 48  # RoPE on every layer: no NoPE layer to allow
     (tmp_path / "c.json").write_text(json.dumps(cfg))
     assert model_from_table({"hf_config": "c.json", "seq_len": 8192}, tmp_path).notes == ()
     with pytest.raises(ConfigError) as info:
         model_from_table({"hf_config": "c.json", "seq_len": 16384}, tmp_path)
     assert info.value.key == "attention_chunk_size"
+
+
+@pytest.mark.parametrize("config", ["llama4.json", "llama4_scout.json"])
+def test_hf_import_llama4_nope_layers_refused(config: str) -> None:
+    """Llama 4's NoPE layers (no_rope_layers 0 = no RoPE; an empty list = every 4th layer,
+    transformers Llama4TextConfig no_rope_layer_interval 4) are costed as RoPE layers: refused
+    naming no_rope_layers unless allowed, then one warning line."""
+    with pytest.raises(ConfigError) as info:
+        model_from_table(
+            {"hf_config": config, "seq_len": 4096, "allow_unmodeled": ["vision_config"]}, FIXTURES
+        )
+    assert info.value.key == "no_rope_layers"
+    m = model_from_table(
+        {"hf_config": config, "seq_len": 4096, "allow_unmodeled": ["vision_config", "no_rope_layers"]},
+        FIXTURES,
+    )
+    assert sum("no_rope_layers" in n and "NoPE" in n for n in m.notes) == 1
+
+
+def test_hf_import_llama4_absent_chunk_is_the_class_default(tmp_path: Path) -> None:
+    """Llama4TextConfig's attention_chunk_size defaults to 8192: a config.json without the key
+    still has chunked attention, refused for a longer sequence (an explicit null: none)."""
+    cfg = json.loads((FIXTURES / "llama4.json").read_text())
+    del cfg["vision_config"], cfg["text_config"]["attention_chunk_size"]
+    (tmp_path / "c.json").write_text(json.dumps(cfg))
+    allow = ["no_rope_layers"]
+    model_from_table({"hf_config": "c.json", "seq_len": 8192, "allow_unmodeled": allow}, tmp_path)
+    with pytest.raises(ConfigError) as info:
+        model_from_table({"hf_config": "c.json", "seq_len": 16384, "allow_unmodeled": allow}, tmp_path)
+    assert info.value.key == "attention_chunk_size"
+    cfg["text_config"]["attention_chunk_size"] = None
+    (tmp_path / "c.json").write_text(json.dumps(cfg))
+    model_from_table({"hf_config": "c.json", "seq_len": 16384, "allow_unmodeled": allow}, tmp_path)
 
 
 def test_allow_unmodeled_names_a_key_not_needed() -> None:
@@ -330,7 +367,8 @@ def test_hf_import_layer_types_exact_when_windows_cover_the_sequence(tmp_path: P
         tmp_path, "llama4.json", layer_types=["chunked_attention"] * 3 + ["full_attention"]
     )
     ok = model_from_table(
-        {"hf_config": llama, "seq_len": 8192, "allow_unmodeled": ["vision_config"]}, tmp_path
+        {"hf_config": llama, "seq_len": 8192, "allow_unmodeled": ["vision_config", "no_rope_layers"]},
+        tmp_path,
     )
     assert ok.num_moe_layers == 24
     linear = _edited_config(tmp_path, "gpt_oss.json", layer_types=["linear_attention", "full_attention"] * 18)
@@ -349,7 +387,7 @@ def test_hf_import_deepseek_moe_layer_freq_refused(tmp_path: Path) -> None:
 
 
 def test_hf_import_llama4_moe_layers_must_match_the_interleave(tmp_path: Path) -> None:
-    allow = {"seq_len": 4096, "allow_unmodeled": ["vision_config"]}
+    allow = {"seq_len": 4096, "allow_unmodeled": ["vision_config", "no_rope_layers"]}
     good = _edited_config(tmp_path, "llama4.json", moe_layers=list(range(1, 48, 2)))
     assert model_from_table({"hf_config": good, **allow}, tmp_path).num_moe_layers == 24
     bad = _edited_config(tmp_path, "llama4.json", moe_layers=list(range(0, 48, 2)))
@@ -417,7 +455,10 @@ def test_hf_import_tied_embeddings_defaults(tmp_path: Path) -> None:
     cfg["tie_word_embeddings"] = True
     del cfg["vision_config"]
     (tmp_path / "l.json").write_text(json.dumps(cfg))
-    assert model_from_table({"hf_config": "l.json", "seq_len": 4096}, tmp_path).tied_embeddings
+    allow = ["no_rope_layers"]
+    assert model_from_table(
+        {"hf_config": "l.json", "seq_len": 4096, "allow_unmodeled": allow}, tmp_path
+    ).tied_embeddings
     gpt2 = {"model_type": "gpt2", "n_embd": 768, "n_head": 12, "n_layer": 12, "vocab_size": 50257}
     (tmp_path / "g.json").write_text(json.dumps(gpt2))
     m = model_from_table({"hf_config": "g.json", "seq_len": 1024}, tmp_path)
@@ -1147,3 +1188,14 @@ def test_flex_dispatchers_permute_the_received_tokens(dispatcher: str) -> None:
         assert segs[name][0].message_bytes == pytest.approx((hits + m.top_k) * m.seq_len * m.hidden * a)
     one = _moe_segments(_scn(dict(QWEN30), {**par, "ep": 1}, kernels={"moe_dispatcher": dispatcher}))
     assert one["moe permute"][0].message_bytes == pytest.approx((1 + m.top_k) * m.seq_len * m.hidden * a)
+
+
+def test_hf_import_deepseek_v2_greedy_routing_has_no_group_limit(tmp_path: Path) -> None:
+    """DeepSeek-V2's MoEGate limits groups only under topk_method group_limited_greedy; "greedy"
+    (DeepSeek-V2-Lite's) is a top-k over all experts: n_group / topk_group do not limit it."""
+    limited = _edited_config(
+        tmp_path, "deepseek_v3.json", model_type="deepseek_v2", topk_method="group_limited_greedy"
+    )
+    assert model_from_table({"hf_config": limited, "seq_len": 4096}, tmp_path).max_nodes_per_token == 4
+    greedy = _edited_config(tmp_path, "deepseek_v3.json", model_type="deepseek_v2", topk_method="greedy")
+    assert model_from_table({"hf_config": greedy, "seq_len": 4096}, tmp_path).max_nodes_per_token == 0

@@ -6,6 +6,7 @@ different)."""
 
 from __future__ import annotations
 
+import json
 from dataclasses import fields
 from pathlib import Path
 
@@ -135,14 +136,13 @@ def test_every_added_preset_is_checked() -> None:
 # (fixture, preset, allow_unmodeled); each field of the import equals the preset's (head_dim and
 # the expert width compared as the widths they resolve to)
 IMPORTS = [
-    ("llama4_scout.json", "llama4-scout", ["vision_config"]),
+    ("llama4_scout.json", "llama4-scout", ["vision_config", "no_rope_layers"]),
     ("qwen2_57b_a14b.json", "qwen2-57b-a14b", []),
     ("qwen2_moe.json", "qwen1.5-moe-a2.7b", []),
     ("mixtral_8x7b.json", "mixtral-8x7b", []),
 ]
-# the fixture trimmed of attention_dropout (the hub's Qwen1.5-MoE-A2.7B config.json says 0.0, the
-# transformers Qwen2MoeConfig default too): the import falls back to ModelSpec's 0.1
-DROPOUT_NOT_IN_FIXTURE = ("qwen2_moe.json",)
+# qwen2_moe.json is trimmed of attention_dropout (the hub's Qwen1.5-MoE-A2.7B config.json says
+# 0.0): the import takes transformers Qwen2MoeConfig's default 0.0, equal to the preset's
 
 
 @pytest.mark.parametrize(("config", "preset", "allow"), IMPORTS)
@@ -150,15 +150,16 @@ def test_hf_import_equals_preset(config: str, preset: str, allow: list[str]) -> 
     p = model_preset(preset)
     m = model_from_table({"hf_config": config, "seq_len": p.seq_len, "allow_unmodeled": allow}, FIXTURES)
     skip = {"name", "notes", "head_dim", "expert_ffn_hidden"}
-    if config in DROPOUT_NOT_IN_FIXTURE:
-        skip.add("dropout")
     differ = [f.name for f in fields(p) if f.name not in skip and getattr(m, f.name) != getattr(p, f.name)]
     assert differ == []
     assert (m.dim_per_head, m.expert_ffn) == (p.dim_per_head, p.expert_ffn)
     assert F.total_params(m) == F.total_params(p)
     assert F.active_params(m) == F.active_params(p)
     assert F.model_flops_per_sequence(m) == F.model_flops_per_sequence(p)
-    assert len(m.notes) == len(allow)
+    # one line per allowed key, and the Qwen MoE shared-expert gate said as the preset says it
+    gate = [n for n in m.notes if "shared expert's sigmoid output gate" in n]
+    assert len(gate) == any("sigmoid output gate" in n for n in p.notes)
+    assert len(m.notes) == len(allow) + len(gate)
 
 
 # ----------------------------------------------------------------------------- architecture details
@@ -197,6 +198,15 @@ def test_deepseek_v2_closed_form() -> None:
     ("preset", "activation", "gated", "bias", "tied", "positions"),
     [
         ("opt-175b", "", False, True, True, True),  # ReLU costed as the GELU pass (same bytes)
+        # GPT-3 = GPT-2's block (biased Conv1D projections, logits from wte) and Megatron-LM's GPT
+        # (bias=True parallel linears, logits from the word embedding): biased, tied, learned positions
+        ("gpt3-175b", "", False, True, True, True),
+        ("gpt3-1.3b", "", False, True, True, True),
+        ("gpt3-2.7b", "", False, True, True, True),
+        ("gpt3-6.7b", "", False, True, True, True),
+        ("gpt3-13b", "", False, True, True, True),
+        ("gpt3-530b", "", False, True, True, True),
+        ("megatron-1t", "", False, True, True, True),
         ("bloom-176b", "", False, True, True, False),
         ("gpt-neox-20b", "", False, True, False, False),
         ("nemotron4-15b", "squared_relu", False, False, False, False),
@@ -300,3 +310,134 @@ def test_hf_import_dbrx_refused() -> None:
         model_from_table({"hf_config": "dbrx.json", "seq_len": 4096}, FIXTURES)
     assert info.value.key == "model.hf_config" and "dbrx.json" in str(info.value.file)
     assert (model_preset("dbrx").num_experts, model_preset("dbrx").num_kv_heads) == (16, 8)
+
+
+# ----------------------------------------------------------------------------- exact or said (older presets)
+# the presets before the added ones that leave something out, and what their warning names
+OLDER_UNMODELED = {
+    "mpt-7b": ("ALiBi",),
+    "llama4-maverick": ("attention chunks", "NoPE layers"),
+    "gpt-oss-120b": ("sliding window",),
+    "gpt-oss-20b": ("sliding window",),
+}
+
+
+@pytest.mark.parametrize("preset", sorted(OLDER_UNMODELED))
+def test_older_preset_says_what_it_leaves_out(preset: str) -> None:
+    notes = model_preset(preset).notes
+    said = OLDER_UNMODELED[preset]
+    assert len(notes) == len(said)
+    for what, note in zip(said, notes, strict=True):
+        assert preset in note and "not modeled" in note and what in note
+
+
+# ----------------------------------------------------------------------------- dropout of an import
+def _config(tmp_path: Path, **cfg: object) -> Path:
+    base = {"num_hidden_layers": 2, "hidden_size": 256, "num_attention_heads": 4, "vocab_size": 1000}
+    (tmp_path / "config.json").write_text(json.dumps({**base, **cfg}))
+    return tmp_path
+
+
+@pytest.mark.parametrize(
+    ("model_type", "extra", "dropout"),
+    [
+        # transformers configuration_*.py defaults for a key config.json leaves out
+        ("llama", {"hidden_act": "silu", "intermediate_size": 512}, 0.0),  # LlamaConfig attention_dropout 0.0
+        ("qwen2_moe", {"hidden_act": "silu", "intermediate_size": 512}, 0.0),
+        ("gpt_oss", {"intermediate_size": 512}, 0.0),
+        ("gpt2", {}, 0.1),  # GPT2Config resid_pdrop = attn_pdrop = 0.1
+        # GPTNeoXConfig hidden/attention dropout 0.0 (its parallel block allowed)
+        ("gpt_neox", {"hidden_act": "gelu", "use_parallel_residual": False}, 0.0),
+        ("bloom", {}, 0.0),  # BloomConfig 0.0 (its ALiBi allowed below)
+    ],
+)
+def test_hf_import_absent_dropout_is_the_config_class_default(
+    tmp_path: Path, model_type: str, extra: dict[str, object], dropout: float
+) -> None:
+    allow = ["alibi"] if model_type == "bloom" else []
+    m = model_from_table(
+        {
+            "hf_config": str(_config(tmp_path, model_type=model_type, **extra)),
+            "seq_len": 512,
+            "allow_unmodeled": allow,
+        },
+        tmp_path,
+    )
+    assert m.dropout == dropout
+
+
+def test_hf_import_opt_hidden_dropout_read_and_the_two_said(tmp_path: Path) -> None:
+    """OPT's hidden dropout is `dropout` (0.1), its attention dropout 0.0: both read, the larger
+    costed for both, and said."""
+    path = _config(tmp_path, model_type="opt", activation_function="relu", dropout=0.1, attention_dropout=0.0)
+    m = model_from_table({"hf_config": str(path), "seq_len": 512}, tmp_path)
+    assert m.dropout == 0.1
+    assert any("attention_dropout 0" in n and "dropout 0.1" in n for n in m.notes)
+
+
+def test_hf_import_unknown_family_without_dropout_says_so(tmp_path: Path) -> None:
+    path = _config(tmp_path, model_type="somefamily", hidden_act="gelu")
+    m = model_from_table({"hf_config": str(path), "seq_len": 512}, tmp_path)
+    assert m.dropout == 0.1
+    assert any("no dropout key" in n and "somefamily" in n for n in m.notes)
+
+
+# ----------------------------------------------------------------------------- families read by common keys
+@pytest.mark.parametrize(
+    ("model_type", "extra", "key"),
+    [
+        ("bloom", {}, "alibi"),  # BloomModel: ALiBi always (no key)
+        ("falcon", {"alibi": True, "parallel_attn": False}, "alibi"),
+        ("gpt_neox", {"hidden_act": "gelu"}, "use_parallel_residual"),  # GPTNeoXConfig default true
+        ("falcon", {}, "parallel_attn"),  # FalconConfig default true
+        ("falcon", {"parallel_attn": False, "new_decoder_architecture": True}, "parallel_attn"),
+    ],
+)
+def test_hf_import_family_architecture_refused_by_key(
+    tmp_path: Path, model_type: str, extra: dict[str, object], key: str
+) -> None:
+    """ALiBi and the parallel attention + MLP block, also where the transformers class implies
+    them without a key (BLOOM) or by default (GPT-NeoX, Falcon), were costed as RoPE and as the
+    sequential block: refused naming the key, one warning line when allowed."""
+    path = str(_config(tmp_path, model_type=model_type, **extra))
+    with pytest.raises(ConfigError) as info:
+        model_from_table({"hf_config": path, "seq_len": 512}, tmp_path)
+    assert info.value.key == key
+    m = model_from_table({"hf_config": path, "seq_len": 512, "allow_unmodeled": [key]}, tmp_path)
+    assert any(f"'{key}'" in n for n in m.notes)
+
+
+@pytest.mark.parametrize(
+    ("model_type", "extra", "positions", "bias"),
+    [
+        ("gpt2", {}, True, True),  # GPT2Model wpe; Conv1D biases
+        ("gpt_bigcode", {}, True, True),
+        ("opt", {"activation_function": "relu"}, True, True),  # OPTConfig enable_bias true
+        ("opt", {"activation_function": "relu", "enable_bias": False}, True, False),
+        ("gpt_neox", {"hidden_act": "gelu", "use_parallel_residual": False}, False, True),
+        ("falcon", {"parallel_attn": False}, False, False),  # FalconConfig bias false
+        ("falcon", {"parallel_attn": False, "bias": True}, False, True),
+    ],
+)
+def test_hf_import_family_positions_and_biases(
+    tmp_path: Path, model_type: str, extra: dict[str, object], positions: bool, bias: bool
+) -> None:
+    path = str(_config(tmp_path, model_type=model_type, **extra))
+    m = model_from_table({"hf_config": path, "seq_len": 512}, tmp_path)
+    assert (m.position_embeddings, m.linear_bias) == (positions, bias)
+
+
+def test_hf_import_gpt_neox_attention_without_bias_refused(tmp_path: Path) -> None:
+    """GPTNeoXConfig attention_bias false leaves its MLP biased: not all or none."""
+    path = str(
+        _config(
+            tmp_path,
+            model_type="gpt_neox",
+            hidden_act="gelu",
+            use_parallel_residual=False,
+            attention_bias=False,
+        )
+    )
+    with pytest.raises(ConfigError) as info:
+        model_from_table({"hf_config": path, "seq_len": 512}, tmp_path)
+    assert info.value.key == "attention_bias"
