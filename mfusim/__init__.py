@@ -85,14 +85,14 @@ def load_scenario(source: ScenarioLike, overrides: Overrides = None) -> Scenario
     if isinstance(source, Mapping):
         sets = _overrides(overrides)
         try:
-            return scenario_from_dict(apply_overrides(source, sets))
+            return scenario_from_dict(apply_overrides(source, sets, "overrides"))
         except ConfigError as err:
-            raise attribute_error(err, sets) from None
+            raise attribute_error(err, sets, "overrides") from None
     if not isinstance(source, str | Path):
         raise ConfigError(
             f"expected a scenario path, name or dict of tables, got {type(source).__name__}", key="source"
         )
-    return _load(resolve_scenario_path(source), _overrides(overrides))
+    return _load(resolve_scenario_path(source), _overrides(overrides), "overrides")
 
 
 def _scenario(source: ScenarioLike) -> Scenario:

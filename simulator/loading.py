@@ -1296,7 +1296,9 @@ def resolve_scenario_path(ref: str | Path) -> Path:
     )
 
 
-def load_scenario(path: str | Path, overrides: Sequence[tuple[str, Any]] = ()) -> Scenario:
+def load_scenario(
+    path: str | Path, overrides: Sequence[tuple[str, Any]] = (), overrides_flag: str = "--set"
+) -> Scenario:
     """Read a scenario file; any problem is a ConfigError naming this file.
 
     `overrides` (`--set`, simulator/overrides.py) change the file's values before validation;
@@ -1304,11 +1306,11 @@ def load_scenario(path: str | Path, overrides: Sequence[tuple[str, Any]] = ()) -
     """
     from .overrides import apply_overrides, attribute_error
 
-    data = apply_overrides(read_toml(path), overrides) if overrides else read_toml(path)
+    data = apply_overrides(read_toml(path), overrides, overrides_flag) if overrides else read_toml(path)
     try:
         return scenario_from_dict(data, base_dir=Path(path).resolve().parent, source=str(path))
     except ConfigError as err:
-        raise attribute_error(err, overrides).with_file(str(path)) from None
+        raise attribute_error(err, overrides, overrides_flag).with_file(str(path)) from None
 
 
 def _cluster(data: Mapping[str, Any], base_dir: Path) -> tuple[TopologySpec, int]:

@@ -85,11 +85,15 @@ def canonical(value: object, choices: Iterable[str], aliases: dict[str, str] | N
 
 
 def closest(value: object, choices: Iterable[str]) -> str | None:
-    """The choice most like `value` (difflib ratio >= 0.6 on lower-case names), or None."""
+    """The choice most like `value` (difflib ratio >= 0.6 on lower-case names and on the aliases
+    of the choices, which answer with their target), or None."""
     if not isinstance(value, str) or not value:
         return None
     options = list(choices)
     lowered = {c.lower(): c for c in options}
+    # an alias stands for its target, so a slip on the short name ("h1000" for "h100") finds it
+    targets = set(options)
+    lowered.update({a: t for a, t in ALIASES.items() if t in targets and a not in lowered})
     hits = difflib.get_close_matches(value.lower(), list(lowered), n=1, cutoff=0.6)
     if not hits:  # a name written with other separators, e.g. "nic-gbps" for "nic_Gbps"
         squashed = {_squash(c): c for c in options}

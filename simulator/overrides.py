@@ -43,8 +43,11 @@ def parse_value(raw: str) -> Any:
         return raw
 
 
-def apply_overrides(data: Mapping[str, Any], overrides: Iterable[Override]) -> dict[str, Any]:
-    """A copy of a scenario's tables with each override applied (tables created as needed)."""
+def apply_overrides(
+    data: Mapping[str, Any], overrides: Iterable[Override], flag: str = "--set"
+) -> dict[str, Any]:
+    """A copy of a scenario's tables with each override applied (tables created as needed);
+    `flag` names where the overrides came from in errors (`--set`, or the Python API's `overrides`)."""
     out = copy.deepcopy(dict(data))
     for key, value in overrides:
         parts = key.split(".")
@@ -55,20 +58,21 @@ def apply_overrides(data: Mapping[str, Any], overrides: Iterable[Override]) -> d
                 nxt = table[part] = {}
             if not isinstance(nxt, dict):
                 where = ".".join(parts[: i + 1])
-                raise ConfigError(f"{where} is a value, not a table", key=f"--set {key}")
+                raise ConfigError(f"{where} is a value, not a table", key=f"{flag} {key}")
             table = nxt
         table[parts[-1]] = value
     return out
 
 
-def attribute_error(err: ConfigError, overrides: Iterable[Override]) -> ConfigError:
-    """The error of a scenario with overrides, blamed on the override when it is about its key."""
+def attribute_error(err: ConfigError, overrides: Iterable[Override], flag: str = "--set") -> ConfigError:
+    """The error of a scenario with overrides, blamed on the override when it is about its key
+    (named `flag key`: `--set parallel.tp` on the command line, `overrides parallel.tp` in Python)."""
     keys = [key for key, _ in overrides]
     if err.key:
         for key in keys:
             if err.key == key or err.key.startswith(key + ".") or key.startswith(err.key + "."):
-                return ConfigError(err.message, key=f"--set {key}")
+                return ConfigError(err.message, key=f"{flag} {key}")
     if not keys:
         return err
-    with_sets = ", ".join(f"--set {key}" for key in keys)
+    with_sets = ", ".join(f"{flag} {key}" for key in keys)
     return ConfigError(f"{err.message} (with {with_sets})", key=err.key, file=err.file)

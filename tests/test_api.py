@@ -57,14 +57,15 @@ def test_overrides_are_validated_like_the_file(small: Path) -> None:
     assert (scn.parallel.tp, scn.num_gpus, scn.parallel.dp) == (2, 16, 4)
     with pytest.raises(mfusim.ConfigError) as err:
         mfusim.load_scenario(small, ["parallel.tp=two"])
-    assert err.value.key == "--set parallel.tp" and "integer" in err.value.message
+    # the Python API names its own argument, not the command line's --set flag
+    assert err.value.key == "overrides parallel.tp" and "integer" in err.value.message
     with pytest.raises(mfusim.ConfigError) as err:
         mfusim.load_scenario(small, ["parallel.tpp=2"])
-    assert err.value.key == "--set parallel.tpp" and "unknown key" in err.value.message
+    assert err.value.key == "overrides parallel.tpp" and "unknown key" in err.value.message
     # an error the override causes elsewhere still says which override was in play
     with pytest.raises(mfusim.ConfigError) as err:
         mfusim.load_scenario(small, ["parallel.tp=3"])
-    assert "--set parallel.tp" in str(err.value)
+    assert "overrides parallel.tp" in str(err.value) and "--set" not in str(err.value)
 
 
 # ----------------------------------------------------------------------------- by name
@@ -177,7 +178,7 @@ def test_api_takes_a_dict_of_tables() -> None:
     assert [c.label for c in mfusim.compare(tables)] == ["inline"]
     with pytest.raises(mfusim.ConfigError) as err:
         mfusim.load_scenario(tables, {"parallel.tp": "four"})
-    assert err.value.key == "--set parallel.tp"
+    assert err.value.key == "overrides parallel.tp"
 
 
 def test_api_sweep_rank_by_the_plan_needs_a_run(small: Path) -> None:

@@ -122,6 +122,16 @@ def test_nothing_close_gives_no_suggestion() -> None:
     assert canonical(3, ["bf16"]) is None and did_you_mean(None, ["bf16"]) == ""
 
 
+def test_a_slip_on_an_aliased_short_name_suggests_its_target() -> None:
+    """'h1000' is one key from the alias 'h100', not from 'h800': the suggestion is h100-sxm."""
+    gpus = ["a100-80gb", "a100-40gb", "h100-sxm", "h800", "h200", "b200", "v100-32gb"]
+    assert closest("h1000", gpus) == "h100-sxm"
+    assert closest("a1000", gpus) == "a100-80gb"
+    assert closest("h2000", gpus) == "h200"
+    # an alias whose target is not among the choices is never suggested
+    assert closest("h1000", ["h800", "h200"]) == "h800"
+
+
 def test_misspelled_subcommand_names_the_closest(capsys) -> None:
     from simulator.cli import main
 
