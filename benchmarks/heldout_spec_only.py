@@ -144,9 +144,9 @@ SPEC_KEYS: dict[str, Any] = {
     "run": None,  # §7 [run]: the whole-run plan, not the step
     "sweep": None,
 }
-MOVE_POINTS = 0.03  # runs whose SPEC-only error differs from the full one by more than this
-KEY_POINTS = 0.005
-GIVEN_BACK = " (given back)"  # a mover measured as SPEC-only + that key (refused when dropped alone)  # a dropped key shown as a mover when it alone moves the error by this much
+MOVE_POINTS = 0.03  # runs whose SPEC-only error differs from the full one by more than this (fraction)
+KEY_POINTS = 0.005  # a dropped key shown as a mover when it alone moves the error by this much (fraction)
+GIVEN_BACK = " (given back)"  # a mover measured as SPEC-only + that key (refused when dropped alone)
 
 
 def spec_only(
@@ -388,7 +388,7 @@ def run_table(rows: Sequence[SpecRow]) -> str:
 def summary_table(rows: Sequence[SpecRow], sets: Sequence[str]) -> str:
     lines = [
         "| set | runs | full: mean abs | SPEC-only: mean abs | full: mean signed | SPEC-only: mean signed | "
-        "moved > 3 points | failed |",
+        f"moved > {MOVE_POINTS * 100:g} points | failed |",
         "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
 
@@ -450,7 +450,11 @@ def memory_lines(rows: Sequence[SpecRow]) -> list[str]:
 def docs_block(rows: Sequence[SpecRow], sets: Sequence[str]) -> str:
     """docs/accuracy.md's heldout-spec-only block: the summary, the runs that move, what they move on."""
     moved = [r for r in rows if r.failure or abs(r.moved) > MOVE_POINTS]
-    text = summary_table(rows, sets) + "\nRuns that move by more than 3 points:\n\n" + run_table(moved)
+    text = (
+        summary_table(rows, sets)
+        + f"\nRuns that move by more than {MOVE_POINTS * 100:g} points:\n\n"
+        + run_table(moved)
+    )
     text += "\n" + dropped_counts(rows, movers_only=True)
     flips = memory_lines(rows)
     if flips:

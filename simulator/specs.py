@@ -504,7 +504,7 @@ class GPUEfficiency:
     # in series on the compute stream; not charged on the fused grouped MLP, in a CUDA graph of the
     # MoE layer, or on dense layers. Fitted on the MoE rows per stack and architecture within
     # EXPERT_GEMM_OVERHEAD_RANGE_S (docs/calibration.md); the default is the prior, its middle.
-    expert_gemm_overhead_s: float = 17.5e-6
+    expert_gemm_overhead_s: float = sum(EXPERT_GEMM_OVERHEAD_RANGE_S) / 2
 
     def __post_init__(self) -> None:
         _check_num(
