@@ -13,8 +13,8 @@
                                                         # scenarios/heldout_moe: MoE runs from papers,
                                                         # reports and the Megatron-Core MoE README;
                                                         # scenarios/heldout_papers2: MegaScale's
-                                                        # Megatron-LM baselines, OPT-175B and
-                                                        # Nemotron-4 15B's batch ramp)
+                                                        # Megatron-LM baselines, OPT-175B, GLM-130B
+                                                        # and Nemotron-4 15B's batch ramp)
     python benchmarks/heldout_report.py --set kernels.stack=megatron-2021 --only a100
                                                         # a what-if on the runs of one GPU
 
@@ -48,7 +48,7 @@ TORCHTITAN = ROOT / "scenarios" / "heldout_torchtitan"
 NEMO = ROOT / "scenarios" / "heldout_nemo"  # NeMo 25.04 / 25.07 performance summaries (GB200)
 NEMO_2024 = ROOT / "scenarios" / "heldout_nemo_2024"  # NeMo 25.02's performance summary (24.09/24.12: none)
 MOE = ROOT / "scenarios" / "heldout_moe"  # MoE runs from papers, reports and the Megatron-Core MoE README
-PAPERS2 = ROOT / "scenarios" / "heldout_papers2"  # MegaScale, OPT-175B, Nemotron-4 15B
+PAPERS2 = ROOT / "scenarios" / "heldout_papers2"  # MegaScale, OPT-175B, Nemotron-4 15B, GLM-130B
 # docs/accuracy.md blocks --write-docs rewrites: (directory, block name)
 DOC_BLOCKS: tuple[tuple[Path, str], ...] = (
     (HELDOUT, "heldout"),
@@ -67,7 +67,7 @@ SET_NAMES: dict[str, str] = {
     "heldout-nemo": "NeMo 25.04 / 25.07 performance summaries (GB200)",
     "heldout-nemo-2024": "NeMo 25.02 performance summary (B200, H100)",
     "heldout-moe": "MoE papers and reports (Megatron-Core MoE README, DeepSeek-V2 / V3 reports; H100, H800)",
-    "heldout-papers2": "papers, second set (MegaScale's Megatron-LM baselines on 256-12,288 A100, OPT-175B; Nemotron-4 15B on H100)",
+    "heldout-papers2": "papers, second set (MegaScale's Megatron-LM baselines on 256-12,288 A100, OPT-175B, GLM-130B; Nemotron-4 15B on H100)",
 }
 ACCURACY_MD = ROOT / "docs" / "accuracy.md"
 KINDS = ("step_time_s", "mfu", "hfu_tflops_megatron", "tokens_per_s_per_gpu")
