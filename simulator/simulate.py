@@ -10,10 +10,11 @@ from .comm import CommModel
 from .engine import run_step
 from .engine.noise import is_quiet
 from .errors import ConfigError
+from .gpu_spread import SPREAD_CATEGORY
 from .metrics import StepReport, step_report
 from .program import Program, build_program
 from .specs import Scenario
-from .timeline import Timeline
+from .timeline import Timeline, with_stage_tail
 
 MAX_SEED = 2**63 - 1  # numpy's SeedSequence accepts any non-negative int; TOML integers stop here
 
@@ -51,10 +52,24 @@ def simulate(
 ) -> StepResult:
     """Simulate one training step of `scn`: cost it, replay it, measure it.
     `detail=True` records every op as a span (traces and plots need them); by default only each
-    stage's seconds per category are kept (all the report needs)."""
+    stage's seconds per category are kept (all the report needs).
+
+    The report is the same with or without `detail`: it always comes from the replay without
+    spans (a detailed replay adds its seconds in another order, which moved `run --json` in the
+    last digits when --trace or --plot was given). The detailed timeline then ends with the
+    report's slowest-GPU wait on every stage (`timeline.with_stage_tail`), so a trace or plot
+    tiles the reported step and its per-stage sums are `breakdown_by_stage_s`."""
     scn = with_seed(scn, seed)
     program = build_program(scn, comm_model)
     par = scn.parallel
-    timeline = run_step(program, scn.variability, group_size=par.tp * par.cp, replicas=par.dp, detail=detail)
+
+    def replay(spans: bool) -> Timeline:
+        return run_step(program, scn.variability, group_size=par.tp * par.cp, replicas=par.dp, detail=spans)
+
+    timeline = replay(False)
     report = step_report(scn, program, timeline.step_time_s, tuple(timeline.breakdown_by_stage_s()))
+    if detail:
+        timeline = with_stage_tail(
+            replay(True), SPREAD_CATEGORY, report.step_time_s, "wait for the slowest GPU"
+        )
     return StepResult(report=report, timeline=timeline, program=program)

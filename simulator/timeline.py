@@ -23,7 +23,9 @@ CATEGORIES = (
     "dataloader",
     "optimizer",
     "host_bound",
-    "gpu_spread",  # the expected wait for the slowest GPU (simulator/gpu_spread.py); report-level, no spans
+    # the expected wait for the slowest GPU (simulator/gpu_spread.py): added to the report, not by
+    # the engine; a detailed step shows it as one span closing each stage (`with_stage_tail`)
+    "gpu_spread",
     "other",
 )
 MAIN_STREAM = "compute"
@@ -67,6 +69,29 @@ class Timeline:
             if s.stream == MAIN_STREAM:
                 out[s.stage][s.category] += s.duration_s
         return out
+
+
+def with_stage_tail(timeline: Timeline, category: str, end_s: float, name: str) -> Timeline:
+    """`timeline` lengthened to a step of `end_s`, the time after its own end charged to
+    `category` on every stage's own timeline: a wait the report adds after the replay (the
+    slowest GPU's, `metrics.step_report`), drawn so that traces and plots tile the reported step
+    as the JSON breakdown does. Spans, if any, get one `name` span per stage over that time."""
+    start = timeline.step_time_s
+    if end_s <= start:
+        return timeline
+    spans = timeline.spans
+    if spans:
+        # from where each stage's recorded timeline ends: the step's end, except for the one
+        # recorded step of a longer dataloader cycle whose mean the step is (engine/replay.py)
+        ends = dict.fromkeys(range(timeline.num_stages), start)
+        for s in spans:
+            if s.stream == MAIN_STREAM:
+                ends[s.stage] = max(ends[s.stage], s.end_s)
+        spans = spans + tuple(
+            Span(stage, MAIN_STREAM, category, name, e, e + end_s - start) for stage, e in ends.items()
+        )
+    by_stage = tuple({**d, category: d.get(category, 0.0) + end_s - start} for d in timeline.by_stage_s)
+    return replace(timeline, spans=spans, step_time_s=end_s, by_stage_s=by_stage)
 
 
 def repeat_runs_by_stage(

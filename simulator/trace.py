@@ -10,6 +10,10 @@ per-op statistics in a trace viewer group all micro-batches; the micro-batch is 
 `cat` is always one of the breakdown categories (docs/reference.md); only the compute
 thread tiles the step, so summing `dur` by `cat` over a stage's compute thread gives its
 `breakdown_by_stage_s`, and work on the other threads is marked `args.overlapped = true`.
+The report's wait for the slowest GPU (`gpu_spread`, Hopper and Blackwell), which the engine
+does not replay, closes every compute thread as one span (simulate.py), so the threads end at
+`step_time_s` as the report does. With a jittery dataloader whose steps cycle through
+different lengths the step is the cycle's mean and the trace shows the cycle's first step.
 
 Timestamps are whole nanoseconds: each span's start and end are rounded to integer ns and
 `dur = end - start`, written as microseconds with three decimals. Trace viewers convert

@@ -8,7 +8,7 @@ starts the step from the dataloader's steady state when there is one.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ..program import Program, stage_orders
 from ..schedules import PAIRED_SCHEDULES
@@ -203,15 +203,23 @@ def _loader_cycle_step(
     so it still sums to the step time. One replay when the first step leaves the state it
     started from (a loader that keeps up, or one whose steps are all alike)."""
 
+    starts: list[LoaderState] = []
+
     def step(start: LoaderState) -> tuple[Timeline, LoaderState]:
-        done = replay(start, detail and start is state)
+        starts.append(start)
+        done = replay(start, False)
         assert done.end_state is not None
         return done.timeline, done.end_state
 
     steps, first, cycle_found = loader_cycle(state, step, 1e-9 * program.dataloader_latency_s)
     cycle = steps[first:]
-    if cycle_found and len(cycle) == 1 and (first == 0 or not detail):
-        return cycle[0]
+    # with spans (traces, plots): the cycle's first step replayed again, recording them -- the
+    # step the breakdown is (or, over a longer cycle, the first of those it is the mean of); the
+    # approximate steady state's first step, recorded before, could be a transient one, longer or
+    # shorter than the step reported (a trace of loader jitter ran past its step's end)
+    spans = replay(starts[first], True).timeline.spans if detail else ()
+    if cycle_found and len(cycle) == 1:
+        return replace(cycle[0], spans=spans)
     n = len(cycle)
     by_stage = [t.breakdown_by_stage_s() for t in cycle]
     mean = tuple({c: sum(b[s][c] for b in by_stage) / n for c in CATEGORIES} for s in range(program.pp))
@@ -227,6 +235,5 @@ def _loader_cycle_step(
             for s, cats in enumerate(mean):
                 cats["dataloader" if s == 0 else "bubble"] += bound_s - step_s
             step_s = bound_s
-    # with spans (traces, plots): the first step's spans, the cycle's mean as the breakdown
-    spans = steps[0].spans if detail else ()
+    # with spans: the cycle's first step's, the cycle's mean as the breakdown
     return Timeline(spans, step_s, program.pp, by_stage_s=mean)
