@@ -15,6 +15,7 @@ from simulator.sweep import (
     COLUMNS,
     KEY_COLUMNS,
     SPEC_CONFIG_COLUMNS,
+    _cell,
     plan_sweep,
     run_sweep,
 )
@@ -270,7 +271,7 @@ def test_auto_refines_the_top_with_the_engine(small: Path, tmp_path: Path) -> No
     checked = [r for r in rows if r["engine"] == "des"]
     assert len(checked) >= 5 and len(rows) == 24
     by_mfu = sorted((r for r in rows if r["status"] == "ok"), key=lambda r: -float(r["mfu"]))
-    assert [key(r) for r in by_mfu[:5]] == [tuple(str(v) for v in key(r)) for r in result.ranked[:5]]
+    assert [key(r) for r in by_mfu[:5]] == [tuple(_cell(v) for v in key(r)) for r in result.ranked[:5]]
     gaps = [abs(float(r["closed_form_mfu"]) - float(r["mfu"])) / float(r["mfu"]) for r in checked]
     assert result.largest_gap == pytest.approx(max(gaps), rel=1e-9)
 

@@ -35,6 +35,8 @@ def _is_jsonl(path: Path) -> bool:
 def _cell(value: Any) -> str:
     if value is None:
         return ""
+    if isinstance(value, bool):  # as TOML, --set and docs/reference.md spell them (not "True")
+        return "true" if value else "false"
     if isinstance(value, float):
         return repr(value) if math.isfinite(value) else ""
     return str(value)
@@ -84,8 +86,8 @@ def _parse_cell(column: str, text: str) -> Any:
     """
     if column in TEXT_COLUMNS:
         return text
-    if text in ("True", "False"):
-        return text == "True"
+    if text in ("true", "false", "True", "False"):  # True/False: files written before booleans were lowercase
+        return text in ("true", "True")
     for conv in (int, float):
         try:
             value = conv(text)
