@@ -165,9 +165,15 @@ def sweep(
 
 def compare(*scenarios: ScenarioLike, run: Mapping[str, Any] | None = None) -> tuple[Compared, ...]:
     """Several scenarios side by side; each item has `.label`, `.report` and `.plan` (with a
-    `[run]` table, or the `run` mapping of `[run]` keys given here for all of them)."""
+    `[run]` table, or the `run` mapping of `[run]` keys given here for all of them).
+
+    The `run` keys override each scenario's own `[run]` keys, as `mfusim.plan(**run)` and
+    `mfusim compare --tokens/--set run.KEY=...` do (a scenario's own table used to win, so
+    the API planned another run than the command for such a scenario)."""
+    from dataclasses import replace
+
     from simulator.compare import compare as _compare
-    from simulator.loading import run_from_table
+    from simulator.loading import run_from_table, run_to_table
 
     if not scenarios:
         raise ConfigError("give at least one scenario", key="scenarios")
@@ -176,5 +182,10 @@ def compare(*scenarios: ScenarioLike, run: Mapping[str, Any] | None = None) -> t
         Path(s).stem if isinstance(s, str | Path) else sc.name
         for s, sc in zip(scenarios, loaded, strict=True)
     ]
-    spec = run_from_table(dict(run)) if run is not None else None
-    return _compare(loaded, labels, run=spec)
+    if run is not None:
+        run_from_table(dict(run))  # a bad key or value is refused once, naming it
+        loaded = [
+            replace(sc, run=run_from_table({**(run_to_table(sc.run) if sc.run is not None else {}), **run}))
+            for sc in loaded
+        ]
+    return _compare(loaded, labels)

@@ -133,3 +133,24 @@ def test_sweep_csv_rows_run_as_written(tmp_path, capsys) -> None:
             assert float(row[k]) == pytest.approx(report[k], rel=1e-12), (row, k)
         for cat, seconds in report["breakdown_s"].items():
             assert float(row[f"{cat}_s"]) == pytest.approx(seconds, rel=1e-12, abs=1e-15), (row, cat)
+
+
+def test_api_compare_run_keys_override_like_the_command(tmp_path, capsys) -> None:
+    """`mfusim.compare(..., run={...})` plans the run `mfusim compare --tokens ...` does, also
+    for a scenario with its own [run] table (whose keys the command's flags override; the API
+    kept the scenario's own tokens and price)."""
+    import mfusim
+
+    own = tmp_path / "own.toml"
+    own.write_text(
+        'name = "own"\n' + BASE.format(topo="dgx-a100") + "[parallel]\ntp = 2\npp = 2\nglobal_batch = 32\n"
+        "[run]\ntokens = 1e10\nusd_per_gpu_hour = 2.5\n"
+    )
+    other = _scenario(tmp_path, "h100-1f1b")
+    assert main(["compare", str(own), other, "--json", "--tokens", "1e11", "--usd-per-gpu-hour", "3"]) == 0
+    cli = json.loads(capsys.readouterr().out)["scenarios"]
+    items = mfusim.compare(str(own), other, run={"tokens": 1e11, "usd_per_gpu_hour": 3})
+    for item, shown in zip(items, cli, strict=True):
+        assert item.plan is not None
+        assert item.plan.to_dict() == shown["plan"]
+        assert shown["plan"]["tokens"] == 1e11 and shown["plan"]["usd_per_gpu_hour"] == 3
