@@ -223,7 +223,8 @@ def _round_up(x: int, multiple: int) -> int:
 
 def _latency_change(scn: Scenario, scale: float) -> str:
     lat_ms = scn.dataloader.microbatch_latency_s * 1e3
-    return f", dataloader latency {lat_ms:g} -> {lat_ms * scale:g} ms" if lat_ms > 0 else ""
+    # as the scenario key, so that `run --set` of the change is the lever
+    return f", dataloader.microbatch_latency_ms {lat_ms:.12g} -> {lat_ms * scale:.12g}" if lat_ms > 0 else ""
 
 
 def _microbatch_levers(scn: Scenario) -> Iterator[_Variant]:
@@ -302,14 +303,18 @@ def _schedule_levers(scn: Scenario) -> Iterator[_Variant]:
             yield _skip(key, name, ("bubble",), f"already schedule = {schedule!r}")
             continue
         try:
-            _par(scn, schedule=schedule, vp=1)
+            # the V and DualPipe schedules hold two chunks per stage: vp resolves to 2 for them
+            new_vp = _par(scn, schedule=schedule, vp=1).parallel.vp
         except ConfigError as err:
             yield _skip(key, name, ("bubble",), str(err).split(": ", 1)[-1])
             continue
         yield _Variant(
             key,
             name,
-            f"parallel.schedule {par.schedule} -> {schedule}" + (f", vp {par.vp} -> 1" if par.vp > 2 else ""),
+            # every key the variant changes, so `run --set` of `change` is this lever (zb-h1 from
+            # vp = 2 left out "vp 2 -> 1", and from vp = 4 the V schedules said "-> 1", not 2)
+            f"parallel.schedule {par.schedule} -> {schedule}"
+            + (f", vp {par.vp} -> {new_vp}" if new_vp != par.vp else ""),
             ("bubble",),
             lambda schedule=schedule: _par(scn, schedule=schedule, vp=1),  # type: ignore[misc]
             note=note,

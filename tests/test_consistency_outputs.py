@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import re
 
 import pytest
 
@@ -154,3 +155,41 @@ def test_api_compare_run_keys_override_like_the_command(tmp_path, capsys) -> Non
         assert item.plan is not None
         assert item.plan.to_dict() == shown["plan"]
         assert shown["plan"]["tokens"] == 1e11 and shown["plan"]["usd_per_gpu_hour"] == 3
+
+
+_CHANGE = re.compile(r"([\w.]+)(?: (?:\[[^\]]*\]|'[^']*'|[^,\s]+))? -> (\[[^\]]*\]|'[^']*'|[^,\s]+)")
+
+
+def _sets_of(change: str) -> list[str]:
+    """A lever's `change` ("parallel.vp 1 -> 2, schedule 1f1b -> interleaved") as --set values;
+    a key without a section is in the previous key's."""
+    out, section = [], ""
+    for key, new in _CHANGE.findall(re.sub(r" \(.*?\)$", "", change)):
+        if "." in key:
+            section = key.rsplit(".", 1)[0]
+        else:
+            key = f"{section}.{key}"
+        out.append(f"{key}={new.strip(chr(39))}")
+    return out
+
+
+def test_whatif_lever_changes_rerun_as_the_lever(tmp_path, capsys) -> None:
+    """Each schedule and micro-batch lever's `change` names every key it sets: `run --set` of
+    them gives the lever's step (from vp = 2 the zb-h1 lever left out "vp 2 -> 1" and could not be
+    re-run; micro_batch_x2 said "dataloader latency 10 -> 20 ms", not the key)."""
+    path = tmp_path / "ilv.toml"
+    path.write_text(
+        'name = "ilv"\n' + BASE.format(topo="dgx-h100") + "[parallel]\npp = 4\nvp = 2\nglobal_batch = 32\n"
+        "[dataloader]\nmicrobatch_latency_ms = 10\nworkers = 2\n"
+    )
+    assert main(["whatif", str(path), "--json"]) == 0
+    levers = {lv["key"]: lv for lv in json.loads(capsys.readouterr().out)["levers"]}
+    checked = ["schedule_zb_h1", "schedule_zb_v", "schedule_dualpipe", "micro_batch_x2", "interleave_vp4"]
+    assert set(checked) <= set(levers)
+    for key in checked:
+        lever = levers[key]
+        sets = _sets_of(lever["change"])
+        report = _run_json(capsys, str(path), *(a for s in sets for a in ("--set", s)))
+        for k in ("step_time_s", "mfu", "tokens_per_s"):
+            assert report[k] == pytest.approx(lever[k], rel=1e-9), (key, lever["change"], k)
+        assert report["memory"]["peak_gib_per_gpu"] == pytest.approx(lever["peak_memory_gib"], rel=1e-9), key

@@ -1334,9 +1334,10 @@ JSON_FIELDS: dict[str, dict[str, str]] = {
         "cheapest_fit": "for a baseline that does not fit: the key of the fitting lever that keeps the most MFU "
         "(null when the baseline fits or nothing tried fits)",
         "levers": "every lever simulated, best first (`fit_*` levers: ways to fit an out-of-memory baseline)",
-        "levers[].key": "what the lever changes (a scenario key)",
+        "levers[].key": "the lever's identifier (e.g. interleave_vp2, fit_zero3; the scenario keys it sets are in change)",
         "levers[].name": "the lever in words",
-        "levers[].change": "old -> new value",
+        "levers[].change": "each scenario key it sets, old -> new value (`run --set KEY=NEW` of each simulates the "
+        "lever; pad_shapes' mfu counts the unpadded model's FLOPs)",
         "levers[].addresses": "the categories it acts on (`memory` for a way to fit)",
         "levers[].mfu": "MFU with the lever (0-1)",
         "levers[].gain": "MFU gain over the baseline (0-1, negative = worse)",
@@ -1346,7 +1347,7 @@ JSON_FIELDS: dict[str, dict[str, str]] = {
         "levers[].fits": "fits in GPU memory (with the headroom)",
         "levers[].note": "a caveat (e.g. why it does not fit)",
         "skipped": "levers that do not apply to this scenario",
-        "skipped[].key": "the scenario key",
+        "skipped[].key": "the lever's identifier",
         "skipped[].name": "the lever in words",
         "skipped[].change": "the change it would be",
         "skipped[].addresses": "the categories it would act on",
