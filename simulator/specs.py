@@ -1518,6 +1518,14 @@ class Scenario:
                 f"GPU {self.gpu.name} has no host link bandwidth (host_link_GBps) in the catalog",
                 key="memory",
             )
+        if self.memory.headroom_bytes >= self.gpu.hbm_bytes:
+            # usable memory is the GPU's minus the headroom (memory.py): none or less would be a
+            # negative capacity, not a configuration that merely does not fit
+            raise ConfigError(
+                f"must be below GPU {self.gpu.name}'s memory ({self.gpu.hbm_bytes / 2.0**30:g} GiB), "
+                f"got {self.memory.headroom_bytes / 2.0**30:g}",
+                key="memory.headroom_gib",
+            )
 
     @property
     def gpu(self) -> GPUSpec:
