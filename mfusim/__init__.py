@@ -62,6 +62,12 @@ def _overrides(overrides: Overrides) -> list[tuple[str, Any]]:
         return out
     if isinstance(overrides, str):
         return [parse_override(overrides, flag="overrides")]
+    if not isinstance(overrides, Iterable):
+        raise ConfigError(
+            "expected a mapping {'parallel.tp': 4} or 'key=value' strings, "
+            f"got {type(overrides).__name__}",
+            key="overrides",
+        )
     return [parse_override(str(text), flag="overrides") for text in overrides]
 
 

@@ -198,9 +198,10 @@ def _check_depth(data: Mapping[str, Any], file: str) -> None:
 def _check_keys(table: Mapping[str, Any], allowed: tuple[str, ...], section: str) -> None:
     for key in table:
         if key not in allowed:
-            where = f"{section}.{key}" if section else key
+            name = str(key)  # a Python API dict may have non-string keys (TOML's are strings)
+            where = f"{section}.{name}" if section else name
             what = "section" if isinstance(table[key], dict) else "key"
-            hint = did_you_mean(key, allowed)
+            hint = did_you_mean(name, allowed)
             raise ConfigError(
                 f"unknown {what}{hint}; allowed here: {', '.join(allowed)} (docs/reference.md)",
                 key=where,

@@ -10,7 +10,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
 from conftest import SMALL_SCENARIO, CliResult
+
+import mfusim
 
 
 def _refused(result: CliResult, key: str) -> None:
@@ -34,3 +37,21 @@ def test_headroom_above_the_gpu_memory_is_refused(
     ok = run_cli(["run", str(small), "--json", "--memory-headroom", "79"])
     assert ok.code == 0, ok.err
     assert '"capacity_gib": -' not in ok.out
+
+
+def test_api_dict_with_a_non_string_top_level_key_is_a_config_error() -> None:
+    # a non-string key crashed ConfigError itself (AttributeError: 'int' object has no
+    # attribute 'startswith')
+    with pytest.raises(mfusim.ConfigError) as info:
+        mfusim.load_scenario({1: 2})  # type: ignore[dict-item]
+    assert info.value.key == "1"
+    assert "unknown" in str(info.value)
+
+
+@pytest.mark.parametrize("overrides", [5, 2.5, True])
+def test_api_overrides_of_the_wrong_type_are_a_config_error(overrides: object) -> None:
+    # was TypeError: 'int' object is not iterable, from inside the override parser
+    with pytest.raises(mfusim.ConfigError) as info:
+        mfusim.load_scenario("teaching-pp4", overrides=overrides)  # type: ignore[arg-type]
+    assert info.value.key == "overrides"
+    assert type(overrides).__name__ in str(info.value)
