@@ -55,3 +55,37 @@ def test_api_overrides_of_the_wrong_type_are_a_config_error(overrides: object) -
         mfusim.load_scenario("teaching-pp4", overrides=overrides)  # type: ignore[arg-type]
     assert info.value.key == "overrides"
     assert type(overrides).__name__ in str(info.value)
+
+
+SWEEP_SCENARIO = SMALL_SCENARIO.replace("[variability]", "[sweep]\ntp = [1, 2]\n\n[variability]")
+
+
+@pytest.mark.parametrize(
+    ("argv", "flag"),
+    [
+        (["run", "{s}", "--trace", ""], "--trace"),
+        (["sweep", "{w}", "--jobs", "1", "--out", ""], "--out"),
+        (["sweep", "{w}", "--jobs", "1", "--export-best", ""], "--export-best"),
+        (["sweep", "{w}", "--jobs", "1", "--export-top", "1", ""], "--export-top"),
+        (["sweep", "{w}", "--jobs", "1", "--dask", ""], "--dask"),
+        (["validate", "--out", ""], "--out"),
+    ],
+)
+def test_an_empty_output_flag_is_refused_not_ignored(
+    run_cli: Callable[[list[str]], CliResult], write_file: Callable[..., Path], argv: list[str], flag: str
+) -> None:
+    # each of these ran to exit 0 writing nothing (or exporting into the working directory, or
+    # running locally): the empty value failed the `if args.x:` test and the flag was dropped
+    s, w = write_file(SMALL_SCENARIO), write_file(SWEEP_SCENARIO, name="sweep.toml")
+    result = run_cli([a.format(s=s, w=w) for a in argv])
+    _refused(result, f"flag {flag}")
+
+
+def test_validate_with_an_empty_runs_path_does_not_read_the_published_csv(
+    run_cli: Callable[[list[str]], CliResult],
+) -> None:
+    # `mfusim validate ''` validated the shipped calibration CSV instead of the file asked for
+    result = run_cli(["validate", ""])
+    assert result.code == 2, result.out[:200]
+    assert len(result.err_lines) == 1 and "Traceback" not in result.err
+    assert not result.out
