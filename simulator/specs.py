@@ -317,6 +317,14 @@ class ModelSpec:
         ):
             _check_bool(f"{p}.{key}", getattr(self, key))
         _check_num(f"{p}.rope_mscale", self.rope_mscale, strict=True, maximum=100.0)
+        if self.position_embeddings and self.rope_mscale != 1.0:
+            # the factor scales RoPE's cos/sin (program.py UNFUSED_ROPE_PASSES); with learned
+            # positions there is no RoPE, and the value would be dropped without a word
+            raise ConfigError(
+                "a YaRN attention factor scales RoPE: this model has learned absolute positions "
+                "(position_embeddings = true), no RoPE; leave rope_mscale at 1",
+                key=f"{p}.rope_mscale",
+            )
         _set(self, "activation", _check_choice(f"{p}.activation", self.activation, ACTIVATIONS))
         gated_activation = self.activation in GATED_ACTIVATIONS
         if self.activation and self.gated_mlp != gated_activation:

@@ -7,6 +7,7 @@ the key, or simulated with numbers that keep the SPEC's invariants.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from pathlib import Path
 
@@ -89,3 +90,26 @@ def test_validate_with_an_empty_runs_path_does_not_read_the_published_csv(
     assert result.code == 2, result.out[:200]
     assert len(result.err_lines) == 1 and "Traceback" not in result.err
     assert not result.out
+
+
+def test_rope_mscale_on_learned_positions_is_refused(run_cli: Callable[[list[str]], CliResult]) -> None:
+    # gpt3-1.3b has learned absolute positions: a YaRN factor there changed nothing (the step
+    # time was identical to the letter) and was accepted without a word
+    result = run_cli(["run", "teaching-pp4", "--json", "--set", "model.rope_mscale=1.5"])
+    _refused(result, "model.rope_mscale")
+    # with RoPE it is costed (the unfused YaRN RoPE), and 1 stays legal everywhere
+    rope = run_cli(["run", "teaching-pp4", "--json", "--set", "model.position_embeddings=false"])
+    yarn = run_cli(
+        [
+            "run",
+            "teaching-pp4",
+            "--json",
+            "--set",
+            "model.position_embeddings=false",
+            "--set",
+            "model.rope_mscale=1.5",
+        ]
+    )
+    assert rope.code == yarn.code == 0, (rope.err, yarn.err)
+    assert json.loads(yarn.out)["step_time_s"] > json.loads(rope.out)["step_time_s"]
+    assert run_cli(["run", "teaching-pp4", "--json", "--set", "model.rope_mscale=1"]).code == 0
