@@ -113,3 +113,50 @@ def test_rope_mscale_on_learned_positions_is_refused(run_cli: Callable[[list[str
     assert rope.code == yarn.code == 0, (rope.err, yarn.err)
     assert json.loads(yarn.out)["step_time_s"] > json.loads(rope.out)["step_time_s"]
     assert run_cli(["run", "teaching-pp4", "--json", "--set", "model.rope_mscale=1"]).code == 0
+
+
+MFU_BASE = ["mfu", "--gpus", "8", "--gpu", "h100-sxm"]
+
+
+@pytest.mark.parametrize(
+    ("extra", "flag"),
+    [
+        # 6Ψ has no sequence length: --seq-len with --params and --tokens-per-s was dropped
+        (["--params", "7e9", "--tokens-per-s", "1e5", "--seq-len", "4096"], "--seq-len"),
+        # --global-batch only turns --step-time-s into tokens/s: beside --tokens-per-s it was dropped
+        (["--params", "7e9", "--tokens-per-s", "1e5", "--global-batch", "8"], "--global-batch"),
+        (["--model", "llama3-8b", "--tokens-per-s", "1e5", "--global-batch", "8"], "--global-batch"),
+    ],
+)
+def test_mfu_flags_that_would_be_ignored_are_refused(
+    run_cli: Callable[[list[str]], CliResult], extra: list[str], flag: str
+) -> None:
+    _refused(run_cli(MFU_BASE + extra), f"flag {flag}")
+
+
+def test_mfu_flags_that_are_used_stay_legal(run_cli: Callable[[list[str]], CliResult]) -> None:
+    for extra in (
+        ["--params", "7e9", "--step-time-s", "1", "--global-batch", "8", "--seq-len", "4096"],
+        ["--model", "llama3-8b", "--tokens-per-s", "1e5", "--seq-len", "4096"],
+        ["--model", "llama3-8b", "--step-time-s", "1", "--global-batch", "8"],
+    ):
+        result = run_cli([*MFU_BASE, *extra, "--json"])
+        assert result.code == 0, (extra, result.err)
+
+
+def test_mfu_on_a_gpu_without_bf16_tensor_cores_uses_fp16_or_refuses_bf16(
+    run_cli: Callable[[list[str]], CliResult],
+) -> None:
+    # as scenarios and `mfusim kernel gemm` do: the V100 defaults to fp16 and refuses bf16
+    # (the calculator reported "125 TFLOP/s dense bf16", a BF16 rate the V100 does not have)
+    base = ["mfu", "--params", "7e9", "--tokens-per-s", "1e4", "--gpus", "8", "--gpu", "v100-32gb"]
+    result = run_cli([*base, "--json"])
+    assert result.code == 0, result.err
+    assert json.loads(result.out)["dtype"] == "fp16"
+    _refused(run_cli([*base, "--dtype", "bf16"]), "flag --dtype")
+    assert (
+        json.loads(run_cli(["mfu", "--params", "7e9", "--tokens-per-s", "1e5", *MFU_BASE[1:], "--json"]).out)[
+            "dtype"
+        ]
+        == "bf16"
+    )
