@@ -160,3 +160,24 @@ def test_mfu_on_a_gpu_without_bf16_tensor_cores_uses_fp16_or_refuses_bf16(
         ]
         == "bf16"
     )
+
+
+@pytest.mark.parametrize("jitter", [0.1, 0.5, 1.0])
+def test_a_jittered_loader_never_beats_its_throughput(jitter: float) -> None:
+    # a loader slower than the GPU: 32 batches of 100 ms over 2 workers take 1.6 s per step on
+    # average (the jitter multipliers have mean 1). Every replayed step drew the same latencies,
+    # so the step ran at that one sample's pace: 1.23 s at jitter 1.0, seed 0 (23% faster than the
+    # loader can deliver), and faster the larger the jitter.
+    data = {
+        "name": "loader-bound",
+        "model": {"preset": "gpt3-1.3b", "layers": 2, "seq_len": 128},
+        "cluster": {"topology": "dgx-a100", "num_gpus": 1},
+        "parallel": {"micro_batch": 1, "global_batch": 32},
+        "dataloader": {"microbatch_latency_ms": 100.0, "workers": 2, "prefetch": 1, "jitter": jitter},
+    }
+    bound_s = 32 * 0.100 / 2
+    for seed in (0, 1, 2):
+        data["dataloader"]["seed"] = seed
+        report = mfusim.simulate(data)
+        assert report.step_time_s >= bound_s * (1 - 1e-9), (seed, report.step_time_s)
+        assert sum(report.breakdown_s.values()) == pytest.approx(report.step_time_s, rel=1e-6)
