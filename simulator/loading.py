@@ -406,6 +406,11 @@ def yarn_attention_factor(rope: Mapping[str, Any]) -> float:
         return 1.0
     factor = rope.get("factor")
     given = rope.get("attention_factor")
+    for key, value in (("factor", factor), ("attention_factor", given)):
+        if value is not None and (not isinstance(value, int | float) or isinstance(value, bool)):
+            # transformers' _compute_yarn_parameters fails on it (math.log of a string); read as
+            # "no YaRN" it would drop the attention factor without a word
+            raise ConfigError(f"YaRN {key} must be a number, got {value!r}", key="rope_scaling")
     if isinstance(given, int | float) and not isinstance(given, bool):
         return float(given)
     if not isinstance(factor, int | float) or isinstance(factor, bool) or factor <= 1:
@@ -444,6 +449,14 @@ def hf_config_fields(path: Path) -> dict[str, Any]:
         value = get(key)
         if value is not None and (not _is_int(value) or value < minimum):
             raise ConfigError(f"must be an integer >= {minimum}, got {value!r}", key=key, file=name)
+    # flags and names read below by truth or by text: "false" would read as true, ["silu"] as no
+    # known activation (transformers itself fails on either)
+    for table in (cfg, top):
+        for key, kind in HF_TYPED_KEYS.items():
+            value = table.get(key)
+            if value is not None and not isinstance(value, kind):
+                what = "true or false" if kind is bool else "a string"
+                raise ConfigError(f"must be {what}, got {value!r}", key=key, file=name)
 
     out: dict[str, Any] = {}
     mapping = {
@@ -526,7 +539,10 @@ def hf_config_fields(path: Path) -> dict[str, Any]:
     # --- sequence length: the scenario's; else the pre-training length the config records
     rope_value = cfg.get("rope_scaling") or cfg.get("rope_parameters")  # transformers v5 renamed it
     rope: dict[str, Any] = rope_value if isinstance(rope_value, dict) else {}
-    mscale = yarn_attention_factor(rope)
+    try:
+        mscale = yarn_attention_factor(rope)
+    except ConfigError as err:
+        raise err.with_file(name) from None
     if mscale != 1.0:
         out["rope_mscale"] = mscale
     seq = rope.get("original_max_position_embeddings") or get(
@@ -885,6 +901,19 @@ HF_INT_KEYS = {
     "qk_nope_head_dim": 1,
     "qk_rope_head_dim": 1,
     "v_head_dim": 1,
+}
+
+# config.json keys read as a flag or a name (hf_config_fields), and the JSON type each must have
+HF_TYPED_KEYS: dict[str, type] = {
+    "tie_word_embeddings": bool,
+    "attention_bias": bool,
+    "mlp_bias": bool,
+    "use_qk_norm": bool,
+    "multi_query": bool,
+    "new_decoder_architecture": bool,
+    "hidden_act": str,
+    "activation_function": str,
+    "model_type": str,
 }
 
 # transformers config classes' dropout defaults (configuration_<type>.py __init__ / dataclass

@@ -181,3 +181,47 @@ def test_a_jittered_loader_never_beats_its_throughput(jitter: float) -> None:
         report = mfusim.simulate(data)
         assert report.step_time_s >= bound_s * (1 - 1e-9), (seed, report.step_time_s)
         assert sum(report.breakdown_s.values()) == pytest.approx(report.step_time_s, rel=1e-6)
+
+
+LLAMA_CONFIG = {
+    "architectures": ["LlamaForCausalLM"],
+    "model_type": "llama",
+    "hidden_size": 512,
+    "intermediate_size": 1376,
+    "num_attention_heads": 8,
+    "num_key_value_heads": 4,
+    "num_hidden_layers": 4,
+    "vocab_size": 32000,
+    "max_position_embeddings": 2048,
+    "tie_word_embeddings": False,
+    "hidden_act": "silu",
+}
+
+
+@pytest.mark.parametrize(
+    ("change", "key"),
+    [
+        # bool("false") is True: the string read as tied embeddings, the opposite of what it says
+        ({"tie_word_embeddings": "false"}, "tie_word_embeddings"),
+        ({"hidden_act": ["silu"]}, "hidden_act"),  # read as no known activation
+        ({"model_type": ["llama"]}, "model_type"),
+        # a string YaRN factor was read as "no YaRN": the attention factor dropped
+        ({"rope_scaling": {"rope_type": "yarn", "factor": "4"}}, "rope_scaling"),
+    ],
+)
+def test_hf_config_values_of_the_wrong_json_type_are_refused(
+    run_cli: Callable[[list[str]], CliResult],
+    write_file: Callable[..., Path],
+    change: dict[str, object],
+    key: str,
+) -> None:
+    config = write_file(json.dumps({**LLAMA_CONFIG, **change}), name="config.json")
+    scenario = write_file(
+        f'[model]\nhf_config = "{config}"\nseq_len = 512\n[cluster]\ntopology = "dgx-h100"\nnum_gpus = 8\n'
+        "[parallel]\nmicro_batch = 1\nglobal_batch = 8\n"
+    )
+    result = run_cli(["run", str(scenario), "--json"])
+    _refused(result, key)
+    assert "config.json" in result.err
+    good = write_file(json.dumps(LLAMA_CONFIG), name="config.json")
+    assert good == config and run_cli(["run", str(scenario), "--json"]).code == 0
