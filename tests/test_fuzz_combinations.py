@@ -205,6 +205,7 @@ LLAMA_CONFIG = {
         ({"tie_word_embeddings": "false"}, "tie_word_embeddings"),
         ({"hidden_act": ["silu"]}, "hidden_act"),  # read as no known activation
         ({"model_type": ["llama"]}, "model_type"),
+        ({"alibi": "false"}, "alibi"),  # read as ALiBi present (truthy)
         # a string YaRN factor was read as "no YaRN": the attention factor dropped
         ({"rope_scaling": {"rope_type": "yarn", "factor": "4"}}, "rope_scaling"),
     ],
