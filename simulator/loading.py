@@ -16,7 +16,7 @@ import stat
 import tomllib
 from collections.abc import Mapping, Sequence
 from dataclasses import fields, replace
-from pathlib import Path
+from pathlib import Path, PurePath
 from typing import Any
 
 from . import specs, units
@@ -1075,6 +1075,8 @@ def model_from_table(table: Mapping[str, Any], base_dir: Path) -> ModelSpec:
         name = found
     elif "hf_config" in table:
         ref = table["hf_config"]
+        if isinstance(ref, PurePath):  # a Python API dict may hold a Path
+            ref = str(ref)
         if not isinstance(ref, str) or not ref:
             raise ConfigError("must be a path to a config.json", key="model.hf_config")
         path = _hf_config_path(Path(ref) if Path(ref).is_absolute() else base_dir / ref)
@@ -1256,6 +1258,8 @@ def topology_from_dict(data: Mapping[str, Any]) -> TopologySpec:
 
 
 def resolve_topology_path(ref: object, base_dir: Path, key: str = "cluster.topology") -> Path:
+    if isinstance(ref, PurePath):  # a Python API dict may hold a Path, as "a path" says
+        ref = str(ref)
     if not isinstance(ref, str) or not ref:
         raise ConfigError("must be a topology name or a path to a topology file", key=key)
     is_name = "/" not in ref and not ref.endswith(".toml")

@@ -226,3 +226,29 @@ def test_hf_config_values_of_the_wrong_json_type_are_refused(
     assert "config.json" in result.err
     good = write_file(json.dumps(LLAMA_CONFIG), name="config.json")
     assert good == config and run_cli(["run", str(scenario), "--json"]).code == 0
+
+
+def test_api_plan_refuses_the_step_of_another_scenario() -> None:
+    # the plan took tokens/s from the report and GPUs, batch and power from the scenario: a
+    # 64-GPU step planned as the 4-GPU scenario's run gave GPU-hours for neither
+    scn = mfusim.load_scenario("teaching-pp4")
+    other = mfusim.simulate("seed-7b-64-a100")
+    with pytest.raises(mfusim.ConfigError) as info:
+        mfusim.plan(scn, other, tokens=1e12)
+    assert info.value.key == "report"
+    own = mfusim.plan(scn, mfusim.simulate(scn), tokens=1e12)
+    assert own.gpu_hours == mfusim.plan("teaching-pp4", tokens=1e12).gpu_hours
+
+
+def test_api_dict_takes_a_path_object_where_it_takes_a_path(tmp_path: Path) -> None:
+    # a pathlib.Path topology was refused as "must be a topology name or a path to a topology file"
+    topology = Path(__file__).resolve().parents[1] / "topologies" / "dgx-a100.toml"
+    base = {"model": {"preset": "gpt3-1.3b"}, "parallel": {"micro_batch": 1, "global_batch": 8}}
+    by_path = mfusim.load_scenario({**base, "cluster": {"topology": topology, "num_gpus": 8}})
+    by_text = mfusim.load_scenario({**base, "cluster": {"topology": str(topology), "num_gpus": 8}})
+    assert by_path == by_text
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps(LLAMA_CONFIG))
+    hf = {"hf_config": config, "seq_len": 512}
+    cluster = {"topology": "dgx-h100", "num_gpus": 8}
+    assert mfusim.load_scenario({**base, "model": hf, "cluster": cluster}).model.hidden == 512
