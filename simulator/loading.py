@@ -1320,6 +1320,8 @@ CLUSTER_KEYS = (
 def resolve_scenario_path(ref: str | Path) -> Path:
     """A scenario argument: a file, else a shipped scenario's name (`mfusim run
     llama3-70b-512-h100`). A file of that name wins over a shipped scenario."""
+    if not str(ref):  # Path("") is ".", which would be read as the working directory
+        raise ConfigError("empty scenario path: give a scenario file or a shipped scenario's name")
     path = Path(ref)
     if path_kind(path) != "missing":
         return path

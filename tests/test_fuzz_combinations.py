@@ -252,3 +252,13 @@ def test_api_dict_takes_a_path_object_where_it_takes_a_path(tmp_path: Path) -> N
     hf = {"hf_config": config, "seq_len": 512}
     cluster = {"topology": "dgx-h100", "num_gpus": 8}
     assert mfusim.load_scenario({**base, "model": hf, "cluster": cluster}).model.hidden == 512
+
+
+@pytest.mark.parametrize("command", [["run"], ["sweep"], ["whatif"], ["compare", "teaching-pp4"]])
+def test_an_empty_scenario_path_says_so(
+    run_cli: Callable[[list[str]], CliResult], command: list[str]
+) -> None:
+    # Path("") is "." : the error read ".: is a directory, expected a TOML file"
+    result = run_cli([*command, ""])
+    assert result.code == 2 and len(result.err_lines) == 1
+    assert "empty scenario path" in result.err and ".:" not in result.err
