@@ -1611,6 +1611,34 @@ class Scenario:
                     f"kernels.{', kernels.'.join(moe_only)} change{'s' if len(moe_only) == 1 else ''} "
                     "nothing: the model has no experts"
                 )
+        fsdp_only = [
+            name
+            for name, on in (
+                ("zero3_collectives", k.zero3_collectives != "nccl"),
+                ("zero3_backward_prefetch", k.zero3_backward_prefetch != "pre"),
+            )
+            if on
+        ]
+        if fsdp_only and par.zero != 3:
+            # program.py reads both only for ZeRO-3 / FSDP's per-layer gathers
+            out.append(
+                f"kernels.{', kernels.'.join(fsdp_only)} change{'s' if len(fsdp_only) == 1 else ''} "
+                f"nothing: parallel.zero = {par.zero} gathers no parameters per layer (zero = 3 does)"
+            )
+        tp_only = [
+            name
+            for name, on in (
+                ("sequence_parallel", par.sequence_parallel),
+                ("tp_comm_overlap", par.tp_comm_overlap),
+            )
+            if on
+        ]
+        if tp_only and par.tp == 1:
+            # Megatron-LM turns sequence parallelism off at tp = 1 (and TP overlap needs it)
+            out.append(
+                f"parallel.{', parallel.'.join(tp_only)} = true change{'s' if len(tp_only) == 1 else ''} "
+                "nothing: tp = 1 has no tensor-parallel communication"
+            )
         if k.squared_relu != "compiled" and self.model.activation != "squared_relu":
             out.append(
                 f'kernels.squared_relu = "{k.squared_relu}" changes nothing: the model\'s MLP is not '

@@ -262,3 +262,39 @@ def test_an_empty_scenario_path_says_so(
     result = run_cli([*command, ""])
     assert result.code == 2 and len(result.err_lines) == 1
     assert "empty scenario path" in result.err and ".:" not in result.err
+
+
+@pytest.mark.parametrize(
+    ("sets", "said"),
+    [
+        (["kernels.zero3_collectives=flat"], "kernels.zero3_collectives changes nothing"),
+        (
+            ["kernels.zero3_backward_prefetch=post", "parallel.zero=1"],
+            "kernels.zero3_backward_prefetch changes",
+        ),
+        (["parallel.sequence_parallel=true"], "parallel.sequence_parallel = true changes nothing"),
+        (["parallel.tp_comm_overlap=true"], "parallel.tp_comm_overlap = true changes nothing"),
+    ],
+)
+def test_switches_that_change_nothing_here_say_so(
+    run_cli: Callable[[list[str]], CliResult], sets: list[str], said: str
+) -> None:
+    # each was accepted without a word on teaching-pp4 (tp = 1, zero = 0) and left the step
+    # time identical to the last digit, as the expert-only kernel switches on a dense model,
+    # which already said so
+    argv = ["run", "teaching-pp4", "--json"]
+    base = run_cli(argv)
+    for s in sets:
+        argv += ["--set", s]
+    result = run_cli(argv)
+    assert result.code == 0, result.err
+    assert said in result.err
+    assert said in " ".join(json.loads(result.out)["warnings"])
+    if len(sets) == 1:
+        assert json.loads(result.out)["step_time_s"] == json.loads(base.out)["step_time_s"]
+
+
+def test_fsdp_switches_under_zero_3_are_not_flagged(run_cli: Callable[[list[str]], CliResult]) -> None:
+    sets = ["parallel.zero=3", "kernels.zero3_backward_prefetch=post", "kernels.zero3_collectives=flat"]
+    result = run_cli(["run", "teaching-pp4", "--json", *[x for s in sets for x in ("--set", s)]])
+    assert result.code == 0 and "changes nothing" not in result.err and "change nothing" not in result.err
