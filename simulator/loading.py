@@ -1247,7 +1247,7 @@ def topology_from_dict(data: Mapping[str, Any]) -> TopologySpec:
     if not isinstance(rank_order, list) or not all(isinstance(x, str) for x in rank_order):
         raise ConfigError("must be a list of axis names", key="rank_order")
     name = data.get("name", "topology")
-    return TopologySpec(
+    topo = TopologySpec(
         name=name,
         gpu=gpu_by_name(_required(data, "gpu", "")),
         gpus_per_node=_required(data, "gpus_per_node", ""),
@@ -1255,6 +1255,25 @@ def topology_from_dict(data: Mapping[str, Any]) -> TopologySpec:
         inter_node=_inter_node(_table(data, "inter_node", ""), "inter_node"),
         rank_order=tuple(rank_order),
     )
+    check_nvls_gpu(topo, "intra_node.nvls")
+    return topo
+
+
+# Architectures whose NVSwitch systems have no NVLink SHARP: in-switch reduction (NVLS) arrived
+# with third-generation NVSwitch and Hopper (NVIDIA DGX H100 user guide / H100 whitepaper
+# "NVLink SHARP"; NCCL builds its NVLS algorithm for SM 9.0 and newer only)
+NO_NVLS_ARCHS = ("volta", "ampere")
+
+
+def check_nvls_gpu(topo: TopologySpec, key: str) -> None:
+    """Refuse `nvls = true` where the GPU's NVSwitch generation has no in-switch reduction."""
+    arch = _architecture(topo.gpu.name)
+    if topo.intra_node.nvls and arch in NO_NVLS_ARCHS:
+        raise ConfigError(
+            f"NVLink SHARP needs third-generation NVSwitch and a Hopper or newer GPU; {topo.gpu.name} "
+            f"({arch}) has none: set nvls = false",
+            key=key,
+        )
 
 
 def resolve_topology_path(ref: object, base_dir: Path, key: str = "cluster.topology") -> Path:
@@ -1403,6 +1422,15 @@ def _cluster(data: Mapping[str, Any], base_dir: Path) -> tuple[TopologySpec, int
             raise err.with_key_prefix("cluster") from None
     link_given = "link_GBps_per_direction" in _table_or_empty(cluster, "intra_node")
     topo = cap_nvlink(topo, gpu_swapped="gpu" in cluster, link_given=link_given)
+    if "nvls" in _table_or_empty(cluster, "intra_node"):
+        check_nvls_gpu(topo, "cluster.intra_node.nvls")
+    elif topo.intra_node.nvls and _architecture(topo.gpu.name) in NO_NVLS_ARCHS:
+        # an older GPU swapped onto an NVLS topology (cluster.gpu): its switches reduce nothing
+        note = (
+            f"cluster.gpu: {topo.gpu.name} has no NVLink SHARP; the topology's NVLS (in-switch "
+            "reduction) is off"
+        )
+        topo = replace(topo, intra_node=replace(topo.intra_node, nvls=False), notes=topo.notes + (note,))
     if "gpus_used_per_node" in cluster:
         topo = use_gpus_per_node(topo, cluster["gpus_used_per_node"])
     num_gpus = _required(cluster, "num_gpus", "cluster")

@@ -298,3 +298,42 @@ def test_fsdp_switches_under_zero_3_are_not_flagged(run_cli: Callable[[list[str]
     sets = ["parallel.zero=3", "kernels.zero3_backward_prefetch=post", "kernels.zero3_collectives=flat"]
     result = run_cli(["run", "teaching-pp4", "--json", *[x for s in sets for x in ("--set", s)]])
     assert result.code == 0 and "changes nothing" not in result.err and "change nothing" not in result.err
+
+
+def test_nvls_on_a_gpu_without_nvlink_sharp(
+    run_cli: Callable[[list[str]], CliResult], write_file: Callable[..., Path]
+) -> None:
+    # NVLS on an A100 node (second-generation NVSwitch, no in-switch reduction) reduced in the
+    # switch anyway: an 8-GPU all-reduce at 306 GB/s bus bandwidth, over the A100's 300 GB/s links
+    topology = Path(__file__).resolve().parents[1] / "topologies" / "dgx-a100.toml"
+    a100_nvls = write_file(
+        topology.read_text().replace("[intra_node]", "[intra_node]\nnvls = true"), "t.toml"
+    )
+    _refused(
+        run_cli(["kernel", "allreduce", "--topology", str(a100_nvls), "--gpus", "8", "--bytes", "1e9"]),
+        "nvls",
+    )
+    _refused(
+        run_cli(["run", "teaching-pp4", "--set", "cluster.intra_node.nvls=true"]), "cluster.intra_node.nvls"
+    )
+    # an A100 swapped onto a DGX H100 (NVLS on) runs without it, and says so
+    swapped = run_cli(["run", "llama3-70b-512-h100", "--json", "--set", "cluster.gpu=a100-80gb"])
+    assert swapped.code == 0 and "no NVLink SHARP" in swapped.err
+    off = run_cli(
+        [
+            "run",
+            "llama3-70b-512-h100",
+            "--json",
+            "--set",
+            "cluster.gpu=a100-80gb",
+            "--set",
+            "cluster.intra_node.nvls=false",
+        ]
+    )
+    assert json.loads(swapped.out)["step_time_s"] == json.loads(off.out)["step_time_s"]
+    bus = json.loads(
+        run_cli(
+            ["kernel", "allreduce", "--topology", "dgx-a100", "--gpus", "8", "--bytes", "1e9", "--json"]
+        ).out
+    )
+    assert bus["busbw_GBps"] <= 300.0
