@@ -1266,8 +1266,16 @@ NO_NVLS_ARCHS = ("volta", "ampere")
 
 
 def check_nvls_gpu(topo: TopologySpec, key: str) -> None:
-    """Refuse `nvls = true` where the GPU's NVSwitch generation has no in-switch reduction."""
+    """Refuse `nvls = true` without an NVSwitch, or where the GPU's NVSwitch generation has no
+    in-switch reduction."""
     arch = _architecture(topo.gpu.name)
+    if topo.intra_node.nvls and topo.intra_node.fabric != "nvswitch":
+        # network/collectives.py reduces in the switch on an NVSwitch fabric only
+        raise ConfigError(
+            f"NVLink SHARP reduces inside an NVSwitch; the {topo.intra_node.fabric} fabric has none: "
+            "set nvls = false",
+            key=key,
+        )
     if topo.intra_node.nvls and arch in NO_NVLS_ARCHS:
         raise ConfigError(
             f"NVLink SHARP needs third-generation NVSwitch and a Hopper or newer GPU; {topo.gpu.name} "
