@@ -316,6 +316,10 @@ def test_nvls_on_a_gpu_without_nvlink_sharp(
     _refused(
         run_cli(["run", "teaching-pp4", "--set", "cluster.intra_node.nvls=true"]), "cluster.intra_node.nvls"
     )
+    # nor without an NVSwitch (it was dropped without a word on a PCIe or direct NVLink fabric)
+    pcie = ["run", "llama3-70b-512-h100", "--set", "cluster.intra_node.fabric=pcie"]
+    _refused(run_cli([*pcie, "--set", "cluster.intra_node.nvls=true"]), "cluster.intra_node.nvls")
+    assert run_cli([*pcie, "--json"]).code == 0  # the topology's own NVLS goes with its switch
     # an A100 swapped onto a DGX H100 (NVLS on) runs without it, and says so
     swapped = run_cli(["run", "llama3-70b-512-h100", "--json", "--set", "cluster.gpu=a100-80gb"])
     assert swapped.code == 0 and "no NVLink SHARP" in swapped.err
