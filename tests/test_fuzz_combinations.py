@@ -341,3 +341,39 @@ def test_nvls_on_a_gpu_without_nvlink_sharp(
         ).out
     )
     assert bus["busbw_GBps"] <= 300.0
+
+
+def test_whatif_prints_no_negative_zero_gain(
+    run_cli: Callable[[list[str]], CliResult], write_file: Callable[..., Path]
+) -> None:
+    # levers a hair below the baseline printed their gain as "-0.0" (a negative zero)
+    result = run_cli(["whatif", str(write_file(WHATIF_SCENARIO))])
+    assert result.code == 0, result.err
+    assert " +0.0 " in result.out and " -0.0 " not in result.out, result.out
+
+
+WHATIF_SCENARIO = """\
+name = "whatif gains near zero"
+[model]
+preset = "olmoe-1b-7b"
+layers = 4
+seq_len = 1024
+[model.moe]
+routing = "round_robin"
+load_imbalance = 3.0
+dispatch_dtype = "fp8"
+[cluster]
+topology = "dgx-a100-40gb"
+num_gpus = 16
+gpu = "b300"
+[parallel]
+tp = 2
+pp = 2
+dp = 4
+ep = 8
+micro_batch = 2
+global_batch = 8
+schedule = "zb-v"
+[precision]
+dtype = "mxfp8"
+"""
