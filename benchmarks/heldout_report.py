@@ -11,7 +11,10 @@
                                                         # scenarios/heldout_torchtitan: PyTorch
                                                         # torchtitan's Llama 3 benchmarks;
                                                         # scenarios/heldout_moe: MoE runs from papers,
-                                                        # reports and the Megatron-Core MoE README)
+                                                        # reports and the Megatron-Core MoE README;
+                                                        # scenarios/heldout_papers2: MegaScale's
+                                                        # Megatron-LM baselines, OPT-175B, GLM-130B
+                                                        # and Nemotron-4 15B's batch ramp)
     python benchmarks/heldout_report.py --set kernels.stack=megatron-2021 --only a100
                                                         # a what-if on the runs of one GPU
 
@@ -45,6 +48,7 @@ TORCHTITAN = ROOT / "scenarios" / "heldout_torchtitan"
 NEMO = ROOT / "scenarios" / "heldout_nemo"  # NeMo 25.04 / 25.07 performance summaries (GB200)
 NEMO_2024 = ROOT / "scenarios" / "heldout_nemo_2024"  # NeMo 25.02's performance summary (24.09/24.12: none)
 MOE = ROOT / "scenarios" / "heldout_moe"  # MoE runs from papers, reports and the Megatron-Core MoE README
+PAPERS2 = ROOT / "scenarios" / "heldout_papers2"  # MegaScale, OPT-175B, Nemotron-4 15B, GLM-130B
 # docs/accuracy.md blocks --write-docs rewrites: (directory, block name)
 DOC_BLOCKS: tuple[tuple[Path, str], ...] = (
     (HELDOUT, "heldout"),
@@ -53,6 +57,7 @@ DOC_BLOCKS: tuple[tuple[Path, str], ...] = (
     (NEMO, "heldout-nemo"),
     (NEMO_2024, "heldout-nemo-2024"),
     (MOE, "heldout-moe"),
+    (PAPERS2, "heldout-papers2"),
 )
 # One line per set in the overview block ("heldout-overview"): what each directory holds.
 SET_NAMES: dict[str, str] = {
@@ -62,6 +67,7 @@ SET_NAMES: dict[str, str] = {
     "heldout-nemo": "NeMo 25.04 / 25.07 performance summaries (GB200)",
     "heldout-nemo-2024": "NeMo 25.02 performance summary (B200, H100)",
     "heldout-moe": "MoE papers and reports (Megatron-Core MoE README, DeepSeek-V2 / V3 reports; H100, H800)",
+    "heldout-papers2": "papers, second set (MegaScale's Megatron-LM baselines on 256-12,288 A100, OPT-175B, GLM-130B; Nemotron-4 15B on H100)",
 }
 ACCURACY_MD = ROOT / "docs" / "accuracy.md"
 KINDS = ("step_time_s", "mfu", "hfu_tflops_megatron", "tokens_per_s_per_gpu")

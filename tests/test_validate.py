@@ -77,6 +77,45 @@ def test_megatron_readme_row(shipped):
     assert s.model.ffn == 4 * 8192 and s.model.num_kv_heads == 64 and s.model.vocab == 131072
 
 
+@pytest.mark.parametrize(
+    "run_id",
+    [
+        # Megatron-LM README weak scaling (core_r0.8.0 pretrain_gpt.py defaults) and NeMo 24.07's
+        # GPT3 rows (NeMo 1 launcher configs without a `bias` key): Megatron-Core's
+        # add_bias_linear = True, tied embeddings, learned positions, dropout 0.1
+        "megatronlm_readme_h100_1.7B",
+        "megatronlm_readme_h100_462B",
+        "nemo2407_pretrain_GPT3-5B_64gpu",
+        "nemo2407_pretrain_GPT3-20B_64gpu",
+        "nemo2407_pretrain_GPT3-175B_128gpu",  # through the gpt3-175b preset
+        # Megatron-LM 2021
+        "narayanan21_t1_1.7B",
+        "narayanan21_t2_ptd_174.6B_384gpu",
+    ],
+)
+def test_gpt_rows_are_built_as_their_stacks_built_them(shipped, run_id):
+    case = case_of(shipped, run_id)
+    m = V.scenario_for(case).model
+    assert m.linear_bias and m.tied_embeddings and m.position_embeddings
+    assert m.dropout == 0.1 and not m.gated_mlp
+    assert any("linear biases" in a for a in case.assumptions)
+
+
+def test_gpt_biases_cost_time_on_the_megatron_core_stack(shipped):
+    # the biases' main_grad adds (DDP hook) and parameters are real work: the same row without
+    # them is faster, not equal -- the source rule is not a no-op
+    from dataclasses import replace
+
+    from simulator.simulate import simulate
+
+    case = case_of(shipped, "megatronlm_readme_h100_1.7B")
+    with_bias = V.scenario_for(case)
+    model = {**case.scenario["model"], "linear_bias": False}
+    unbiased = V.scenario_for(replace(case, scenario={**case.scenario, "model": model}))
+    assert with_bias.model.linear_bias and not unbiased.model.linear_bias
+    assert simulate(with_bias).report.step_time_s > simulate(unbiased).report.step_time_s
+
+
 def test_nemo_rows(shipped):
     case = case_of(shipped, "nemo2407_pretrain_LLAMA3-70B_64gpu")
     assert case.metric == V.METRIC_TOKENS and case.measured == 1524 and case.dtype == "fp8"

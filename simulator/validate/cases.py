@@ -194,6 +194,10 @@ def _model_table(run: PublishedRun, rules: SourceRules, notes: list[str]) -> dic
             table["position_embeddings"] = True  # learned absolute positions
     else:
         notes.append(f"model: preset {preset!r} for the fields the row leaves empty")
+    if lname.startswith("gpt") and rules.key in GPT_STACK_MODEL:
+        settings, why = GPT_STACK_MODEL[rules.key]
+        table.update(settings)
+        notes.append(f"model: {why}")
     if rules.key == "mpt":
         # the benchmark runs' MPTConfig, not the released checkpoints' (the mpt-7b preset has ALiBi
         # and no biases): llm-foundry configuration_mpt.py@b2a43a147 defaults, the pretrain yamls
@@ -215,6 +219,43 @@ def _model_table(run: PublishedRun, rules: SourceRules, notes: list[str]) -> dic
         table["dropout"] = 0.0
         notes.append("dropout: 0 (Megatron-Bridge Llama provider: hidden and attention dropout 0.0)")
     return table
+
+
+# The GPT models of the Megatron-Core stacks, as their configurations build them (the CSV has no
+# column for these). Megatron-Core's TransformerConfig defaults add_bias_linear = True and
+# hidden_dropout = attention_dropout = 0.1 (megatron/core/transformer/transformer_config.py:43-63
+# @f2e5db40); GPTModel ties the output layer to the embedding and uses learned absolute positions
+# unless told otherwise. Per source:
+# - "megatron-lm" (README 'Weak Scaling Results', f2e5db40 = core_r0.8.0): the README names only
+#   the overlap flags, so pretrain_gpt.py's defaults hold -- megatron/training/arguments.py@f2e5db40
+#   --disable-bias-linear (store_false, dest add_bias_linear: biases on), --position-embedding-type
+#   'learned_absolute', --untie-embeddings-and-output-weights (off: tied), --normalization
+#   'LayerNorm', --hidden-dropout / --attention-dropout 0.1, --no-bias-gelu-fusion (off: fc1's bias
+#   fused into bias_gelu) and --no-bias-dropout-fusion (off: fused bias-dropout-add).
+# - "nemo" (the 24.07 pre-training table, NeMo 1 + Megatron-Core): NeMo-Framework-Launcher
+#   launcher_scripts/conf/training/gpt3/{5b,20b,175b}.yaml@8325688d (tag 24.07; the table's mbs, tp
+#   and pp are these files', its batch and vp overrides) set hidden_dropout 0.1, attention_dropout 0.1, bias_activation_fusion and
+#   bias_dropout_add_fusion True and no `bias`, `normalization`, `position_embedding_type` or
+#   `share_embeddings_and_output_weights` keys, whose defaults are add_bias_linear = cfg.get('bias',
+#   True), LayerNorm (megatron_base_model.py:486-551), learned_absolute and tied (megatron_gpt_model.py
+#   :458-459) in NVIDIA/NeMo@9c5c5e97 (the commit the row cites). NeMo 2's GPTConfig5B/20B
+#   (nemo/collections/llm/gpt/model/base.py:284-515@8cfedd72) agree: no add_bias_linear override,
+#   share_embeddings_and_output_weights True, learned_absolute (only GPTConfig175B sets dropout 0.0;
+#   the 175B rows are NeMo 1's, dropout 0.1).
+# The simulator's LayerNorm and RMSNorm cost the same (one fused norm kernel), so normalization has
+# no key here. Megatron-LM 2021 ("narayanan21") biases are set below with its own rule.
+GPT_STACK_MODEL: dict[str, tuple[dict[str, Any], str]] = {
+    "megatron-lm": (
+        {"linear_bias": True, "tied_embeddings": True, "position_embeddings": True, "dropout": 0.1},
+        "linear biases, tied embeddings, learned positions, dropout 0.1 (Megatron-LM core_r0.8.0 "
+        "pretrain_gpt.py defaults: the README sets no --disable-bias-linear)",
+    ),
+    "nemo": (
+        {"linear_bias": True, "tied_embeddings": True, "position_embeddings": True, "dropout": 0.1},
+        "linear biases, tied embeddings, learned positions, dropout 0.1 (NeMo 24.07 GPT3 launcher "
+        "configs: no `bias` key -> NeMo's default True)",
+    ),
+}
 
 
 # dropout 0: MPTConfig's resid_pdrop and emb_pdrop and attn_config's attn_pdrop default to 0.0
