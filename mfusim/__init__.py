@@ -62,6 +62,11 @@ def _overrides(overrides: Overrides) -> list[tuple[str, Any]]:
         return out
     if isinstance(overrides, str):
         return [parse_override(overrides, flag="overrides")]
+    if not isinstance(overrides, Iterable):
+        raise ConfigError(
+            f"expected a mapping {{'parallel.tp': 4}} or 'key=value' strings, got {type(overrides).__name__}",
+            key="overrides",
+        )
     return [parse_override(str(text), flag="overrides") for text in overrides]
 
 
@@ -133,6 +138,17 @@ def plan(scenario: ScenarioLike, report: StepReport | None = None, **run: Any) -
     elif not isinstance(report, StepReport):
         raise ConfigError(
             f"expected a StepReport from mfusim.simulate, got {type(report).__name__}", key="report"
+        )
+    elif (report.name, report.num_gpus, report.tokens_per_step) != (
+        scn.name,
+        scn.num_gpus,
+        scn.tokens_per_step,
+    ):
+        # the plan takes tokens/s from the report and GPUs, batch and power from the scenario
+        raise ConfigError(
+            f"is the step of {report.name!r} ({report.num_gpus} GPUs, {report.tokens_per_step} tokens "
+            f"per step), not of {scn.name!r} ({scn.num_gpus} GPUs, {scn.tokens_per_step} tokens per step)",
+            key="report",
         )
     return plan_for(scn, report, spec)
 

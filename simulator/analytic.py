@@ -124,7 +124,7 @@ def _fed_replay(program: Program) -> tuple[Replay, float]:
     played = results[-1][1]
     cycle = steps_s[first_in_cycle:]
     mean_s = sum(cycle) / len(cycle)
-    if not found and program.dataloader_jitter == 0:  # still draining: the loader's rate (engine)
+    if not found or program.dataloader_jitter > 0:  # draining, or jittered: the loader's rate (engine)
         mean_s = max(mean_s, len(requests) * lat / workers)
     return played, mean_s
 

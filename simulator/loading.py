@@ -16,7 +16,7 @@ import stat
 import tomllib
 from collections.abc import Mapping, Sequence
 from dataclasses import fields, replace
-from pathlib import Path
+from pathlib import Path, PurePath
 from typing import Any
 
 from . import specs, units
@@ -198,9 +198,10 @@ def _check_depth(data: Mapping[str, Any], file: str) -> None:
 def _check_keys(table: Mapping[str, Any], allowed: tuple[str, ...], section: str) -> None:
     for key in table:
         if key not in allowed:
-            where = f"{section}.{key}" if section else key
+            name = str(key)  # a Python API dict may have non-string keys (TOML's are strings)
+            where = f"{section}.{name}" if section else name
             what = "section" if isinstance(table[key], dict) else "key"
-            hint = did_you_mean(key, allowed)
+            hint = did_you_mean(name, allowed)
             raise ConfigError(
                 f"unknown {what}{hint}; allowed here: {', '.join(allowed)} (docs/reference.md)",
                 key=where,
@@ -405,6 +406,11 @@ def yarn_attention_factor(rope: Mapping[str, Any]) -> float:
         return 1.0
     factor = rope.get("factor")
     given = rope.get("attention_factor")
+    for key, value in (("factor", factor), ("attention_factor", given)):
+        if value is not None and (not isinstance(value, int | float) or isinstance(value, bool)):
+            # transformers' _compute_yarn_parameters fails on it (math.log of a string); read as
+            # "no YaRN" it would drop the attention factor without a word
+            raise ConfigError(f"YaRN {key} must be a number, got {value!r}", key="rope_scaling")
     if isinstance(given, int | float) and not isinstance(given, bool):
         return float(given)
     if not isinstance(factor, int | float) or isinstance(factor, bool) or factor <= 1:
@@ -443,6 +449,14 @@ def hf_config_fields(path: Path) -> dict[str, Any]:
         value = get(key)
         if value is not None and (not _is_int(value) or value < minimum):
             raise ConfigError(f"must be an integer >= {minimum}, got {value!r}", key=key, file=name)
+    # flags and names read below by truth or by text: "false" would read as true, ["silu"] as no
+    # known activation (transformers itself fails on either)
+    for table in (cfg, top):
+        for key, kind in HF_TYPED_KEYS.items():
+            value = table.get(key)
+            if value is not None and not isinstance(value, kind):
+                what = "true or false" if kind is bool else "a string"
+                raise ConfigError(f"must be {what}, got {value!r}", key=key, file=name)
 
     out: dict[str, Any] = {}
     mapping = {
@@ -525,7 +539,10 @@ def hf_config_fields(path: Path) -> dict[str, Any]:
     # --- sequence length: the scenario's; else the pre-training length the config records
     rope_value = cfg.get("rope_scaling") or cfg.get("rope_parameters")  # transformers v5 renamed it
     rope: dict[str, Any] = rope_value if isinstance(rope_value, dict) else {}
-    mscale = yarn_attention_factor(rope)
+    try:
+        mscale = yarn_attention_factor(rope)
+    except ConfigError as err:
+        raise err.with_file(name) from None
     if mscale != 1.0:
         out["rope_mscale"] = mscale
     seq = rope.get("original_max_position_embeddings") or get(
@@ -886,6 +903,24 @@ HF_INT_KEYS = {
     "v_head_dim": 1,
 }
 
+# config.json keys read as a flag or a name (hf_config_fields), and the JSON type each must have
+HF_TYPED_KEYS: dict[str, type] = {
+    "tie_word_embeddings": bool,
+    "attention_bias": bool,
+    "mlp_bias": bool,
+    "use_qk_norm": bool,
+    "multi_query": bool,
+    "new_decoder_architecture": bool,
+    "enable_bias": bool,
+    "use_sliding_window": bool,
+    "alibi": bool,
+    "parallel_attn": bool,
+    "use_parallel_residual": bool,
+    "hidden_act": str,
+    "activation_function": str,
+    "model_type": str,
+}
+
 # transformers config classes' dropout defaults (configuration_<type>.py __init__ / dataclass
 # fields), taken for a key config.json omits. Every exactly-read type has one attention_dropout of
 # 0.0 and no hidden dropout (LlamaConfig, MistralConfig, Qwen2/Qwen3(Moe)Config, MixtralConfig,
@@ -1040,6 +1075,8 @@ def model_from_table(table: Mapping[str, Any], base_dir: Path) -> ModelSpec:
         name = found
     elif "hf_config" in table:
         ref = table["hf_config"]
+        if isinstance(ref, PurePath):  # a Python API dict may hold a Path
+            ref = str(ref)
         if not isinstance(ref, str) or not ref:
             raise ConfigError("must be a path to a config.json", key="model.hf_config")
         path = _hf_config_path(Path(ref) if Path(ref).is_absolute() else base_dir / ref)
@@ -1210,7 +1247,7 @@ def topology_from_dict(data: Mapping[str, Any]) -> TopologySpec:
     if not isinstance(rank_order, list) or not all(isinstance(x, str) for x in rank_order):
         raise ConfigError("must be a list of axis names", key="rank_order")
     name = data.get("name", "topology")
-    return TopologySpec(
+    topo = TopologySpec(
         name=name,
         gpu=gpu_by_name(_required(data, "gpu", "")),
         gpus_per_node=_required(data, "gpus_per_node", ""),
@@ -1218,9 +1255,38 @@ def topology_from_dict(data: Mapping[str, Any]) -> TopologySpec:
         inter_node=_inter_node(_table(data, "inter_node", ""), "inter_node"),
         rank_order=tuple(rank_order),
     )
+    check_nvls_gpu(topo, "intra_node.nvls")
+    return topo
+
+
+# Architectures whose NVSwitch systems have no NVLink SHARP: in-switch reduction (NVLS) arrived
+# with third-generation NVSwitch and Hopper (NVIDIA DGX H100 user guide / H100 whitepaper
+# "NVLink SHARP"; NCCL builds its NVLS algorithm for SM 9.0 and newer only)
+NO_NVLS_ARCHS = ("volta", "ampere")
+
+
+def check_nvls_gpu(topo: TopologySpec, key: str) -> None:
+    """Refuse `nvls = true` without an NVSwitch, or where the GPU's NVSwitch generation has no
+    in-switch reduction."""
+    arch = _architecture(topo.gpu.name)
+    if topo.intra_node.nvls and topo.intra_node.fabric != "nvswitch":
+        # network/collectives.py reduces in the switch on an NVSwitch fabric only
+        raise ConfigError(
+            f"NVLink SHARP reduces inside an NVSwitch; the {topo.intra_node.fabric} fabric has none: "
+            "set nvls = false",
+            key=key,
+        )
+    if topo.intra_node.nvls and arch in NO_NVLS_ARCHS:
+        raise ConfigError(
+            f"NVLink SHARP needs third-generation NVSwitch and a Hopper or newer GPU; {topo.gpu.name} "
+            f"({arch}) has none: set nvls = false",
+            key=key,
+        )
 
 
 def resolve_topology_path(ref: object, base_dir: Path, key: str = "cluster.topology") -> Path:
+    if isinstance(ref, PurePath):  # a Python API dict may hold a Path, as "a path" says
+        ref = str(ref)
     if not isinstance(ref, str) or not ref:
         raise ConfigError("must be a topology name or a path to a topology file", key=key)
     is_name = "/" not in ref and not ref.endswith(".toml")
@@ -1281,6 +1347,8 @@ CLUSTER_KEYS = (
 def resolve_scenario_path(ref: str | Path) -> Path:
     """A scenario argument: a file, else a shipped scenario's name (`mfusim run
     llama3-70b-512-h100`). A file of that name wins over a shipped scenario."""
+    if not str(ref):  # Path("") is ".", which would be read as the working directory
+        raise ConfigError("empty scenario path: give a scenario file or a shipped scenario's name")
     path = Path(ref)
     if path_kind(path) != "missing":
         return path
@@ -1362,6 +1430,15 @@ def _cluster(data: Mapping[str, Any], base_dir: Path) -> tuple[TopologySpec, int
             raise err.with_key_prefix("cluster") from None
     link_given = "link_GBps_per_direction" in _table_or_empty(cluster, "intra_node")
     topo = cap_nvlink(topo, gpu_swapped="gpu" in cluster, link_given=link_given)
+    if "nvls" in _table_or_empty(cluster, "intra_node"):
+        check_nvls_gpu(topo, "cluster.intra_node.nvls")
+    elif topo.intra_node.nvls and _architecture(topo.gpu.name) in NO_NVLS_ARCHS:
+        # an older GPU swapped onto an NVLS topology (cluster.gpu): its switches reduce nothing
+        note = (
+            f"cluster.gpu: {topo.gpu.name} has no NVLink SHARP; the topology's NVLS (in-switch "
+            "reduction) is off"
+        )
+        topo = replace(topo, intra_node=replace(topo.intra_node, nvls=False), notes=topo.notes + (note,))
     if "gpus_used_per_node" in cluster:
         topo = use_gpus_per_node(topo, cluster["gpus_used_per_node"])
     num_gpus = _required(cluster, "num_gpus", "cluster")

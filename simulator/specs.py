@@ -317,6 +317,14 @@ class ModelSpec:
         ):
             _check_bool(f"{p}.{key}", getattr(self, key))
         _check_num(f"{p}.rope_mscale", self.rope_mscale, strict=True, maximum=100.0)
+        if self.position_embeddings and self.rope_mscale != 1.0:
+            # the factor scales RoPE's cos/sin (program.py UNFUSED_ROPE_PASSES); with learned
+            # positions there is no RoPE, and the value would be dropped without a word
+            raise ConfigError(
+                "a YaRN attention factor scales RoPE: this model has learned absolute positions "
+                "(position_embeddings = true), no RoPE; leave rope_mscale at 1",
+                key=f"{p}.rope_mscale",
+            )
         _set(self, "activation", _check_choice(f"{p}.activation", self.activation, ACTIVATIONS))
         gated_activation = self.activation in GATED_ACTIVATIONS
         if self.activation and self.gated_mlp != gated_activation:
@@ -1518,6 +1526,14 @@ class Scenario:
                 f"GPU {self.gpu.name} has no host link bandwidth (host_link_GBps) in the catalog",
                 key="memory",
             )
+        if self.memory.headroom_bytes >= self.gpu.hbm_bytes:
+            # usable memory is the GPU's minus the headroom (memory.py): none or less would be a
+            # negative capacity, not a configuration that merely does not fit
+            raise ConfigError(
+                f"must be below GPU {self.gpu.name}'s memory ({self.gpu.hbm_bytes / 2.0**30:g} GiB), "
+                f"got {self.memory.headroom_bytes / 2.0**30:g}",
+                key="memory.headroom_gib",
+            )
 
     @property
     def gpu(self) -> GPUSpec:
@@ -1595,6 +1611,34 @@ class Scenario:
                     f"kernels.{', kernels.'.join(moe_only)} change{'s' if len(moe_only) == 1 else ''} "
                     "nothing: the model has no experts"
                 )
+        fsdp_only = [
+            name
+            for name, on in (
+                ("zero3_collectives", k.zero3_collectives != "nccl"),
+                ("zero3_backward_prefetch", k.zero3_backward_prefetch != "pre"),
+            )
+            if on
+        ]
+        if fsdp_only and par.zero != 3:
+            # program.py reads both only for ZeRO-3 / FSDP's per-layer gathers
+            out.append(
+                f"kernels.{', kernels.'.join(fsdp_only)} change{'s' if len(fsdp_only) == 1 else ''} "
+                f"nothing: parallel.zero = {par.zero} gathers no parameters per layer (zero = 3 does)"
+            )
+        tp_only = [
+            name
+            for name, on in (
+                ("sequence_parallel", par.sequence_parallel),
+                ("tp_comm_overlap", par.tp_comm_overlap),
+            )
+            if on
+        ]
+        if tp_only and par.tp == 1:
+            # Megatron-LM turns sequence parallelism off at tp = 1 (and TP overlap needs it)
+            out.append(
+                f"parallel.{', parallel.'.join(tp_only)} = true change{'s' if len(tp_only) == 1 else ''} "
+                "nothing: tp = 1 has no tensor-parallel communication"
+            )
         if k.squared_relu != "compiled" and self.model.activation != "squared_relu":
             out.append(
                 f'kernels.squared_relu = "{k.squared_relu}" changes nothing: the model\'s MLP is not '

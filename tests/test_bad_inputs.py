@@ -659,7 +659,12 @@ def test_messages_are_one_printable_line() -> None:
 # ----------------------------------------------------------------------------- odd paths
 @pytest.mark.parametrize(
     ("arg", "needle"),
-    [("/dev/null", "regular file"), ("/dev/zero", "regular file"), ("", "directory"), ("-", "no such file")],
+    [
+        ("/dev/null", "regular file"),
+        ("/dev/zero", "regular file"),
+        ("", "empty scenario path"),
+        ("-", "no such file"),
+    ],
     ids=["dev-null", "dev-zero", "empty-path", "dash"],
 )
 def test_special_paths(arg: str, needle: str, run_cli) -> None:

@@ -268,7 +268,7 @@ def test_light_selective_recompute_lever_sits_between_selective_and_full() -> No
     step = {k: simulate(s).report.step_time_s for k, s in (("light", light), ("full", full))}
     assert step["light"] < step["full"]
     # dense models get the norms and the attention core only; full recomputation offers nothing
-    dense = scn({**BUBBLE_HEAVY, "memory": {"headroom_gib": 79.5}})
+    dense = scn({**BUBBLE_HEAVY, "memory": {"headroom_gib": 79.2}})  # of 79.26 GiB: does not fit
     dv = {v.key: v for v in fit_variants(dense)}
     assert _built(dv["fit_recompute_light"]).parallel.recompute_modules == ("core_attn", "layernorm")
     full_dense = scn({**BUBBLE_HEAVY, "parallel": {**BUBBLE_HEAVY["parallel"], "recompute": "full"}})

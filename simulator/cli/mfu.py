@@ -16,15 +16,33 @@ if TYPE_CHECKING:
 
 
 def cmd_mfu(args: argparse.Namespace) -> int:
+    from ..kernels import architecture
     from ..loading import gpu_by_name
+    from ..specs import NO_BF16_ARCHS, check_dtype_arch
 
     gpu = gpu_by_name(args.gpu, key="--gpu")
+    arch = architecture(gpu.name)
+    if args.dtype is None:  # bf16, or fp16 on a GPU without BF16 tensor cores (as scenarios do)
+        args.dtype = "fp16" if arch in NO_BF16_ARCHS else "bf16"
+    check_dtype_arch(args.dtype, arch, gpu.name, "--dtype")
     try:
         peak = gpu.peak_flop_per_s(args.dtype)
     except ConfigError as err:
         raise ConfigError(err.message, key="--dtype") from None
     if (args.params is None) == (args.model is None):
         raise ConfigError("give exactly one of --params or --model", key="--params")
+    if args.seq_len is not None and args.model is None and args.step_time_s is None:
+        # 6Ψ per token has no sequence length: it would be dropped without a word
+        raise ConfigError(
+            "sets the sequence length of --model, or with --params turns --step-time-s into tokens/s",
+            key="--seq-len",
+        )
+    if args.global_batch is not None and args.step_time_s is None:
+        raise ConfigError(
+            "goes with --step-time-s (tokens/s = global batch x sequence length / step time); "
+            "--tokens-per-s needs no batch",
+            key="--global-batch",
+        )
     model = _model(args)
     tokens_per_s = _tokens_per_s(args, model)
     result: dict[str, object] = {

@@ -206,7 +206,13 @@ def _add_mfu(sub: Any) -> None:
     )
     p.add_argument("--gpus", type=positive_int("--gpus"), required=True, help="number of GPUs")
     p.add_argument("--gpu", required=True, help="GPU catalog name, e.g. a100-80gb")
-    p.add_argument("--dtype", type=_name_in(DTYPES), choices=DTYPES, default="bf16")
+    p.add_argument(
+        "--dtype",
+        type=_name_in(DTYPES),
+        choices=DTYPES,
+        default=None,
+        help="the peak MFU divides by (default bf16; fp16 on a GPU without BF16 tensor cores)",
+    )
     p.add_argument("--recompute", type=_name_in(RECOMPUTE), choices=RECOMPUTE, default="none")
     p.add_argument("--json", action="store_true")
 

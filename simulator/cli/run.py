@@ -40,7 +40,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     scn = load_cli_scenario(args.scenario, args)
     inputs = scenario_inputs(scenario_path(args.scenario))
-    trace_path = check_writable(args.trace, "--trace", inputs) if args.trace else None
+    trace_path = check_writable(args.trace, "--trace", inputs) if args.trace is not None else None
     plot_path = check_writable(args.plot, "--plot", inputs) if args.plot else None
     if trace_path is not None and plot_path is not None and same_file(trace_path, plot_path):
         raise ConfigError(f"{args.plot} is also the --trace file; give two different files", key="--plot")

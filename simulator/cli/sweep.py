@@ -32,10 +32,12 @@ def _export_targets(
 ) -> tuple[Path | None, tuple[int, Path] | None]:
     from ..outputs import check_output
 
-    best = check_output(args.export_best, "--export-best", inputs) if args.export_best else None
+    best = check_output(args.export_best, "--export-best", inputs) if args.export_best is not None else None
     top = None
     if args.export_top:
         k_text, directory = args.export_top
+        if not directory:
+            raise ConfigError("empty directory name", key="--export-top")
         try:
             k = int(k_text)
         except ValueError:
@@ -108,11 +110,13 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     inputs = scenario_inputs(path)
     export_best, export_top = _export_targets(args, inputs)
     out = None
-    if args.out:
+    if args.out is not None:
         check_suffix(args.out, "--out", SWEEP_OUT_SUFFIXES)
         out = check_writable(args.out, "--out", inputs)
     elif args.resume:
         raise ConfigError("--resume needs --out FILE (the file to continue)", key="--resume")
+    if args.dask is not None and not args.dask.strip():
+        raise ConfigError("empty scheduler address (host:port, or 'local')", key="--dask")
     if args.plot:
         check_writable(args.plot, "--plot", inputs + ([out] if out is not None else []))
     if out is not None and not args.resume and out.is_file() and out.stat().st_size > 0:

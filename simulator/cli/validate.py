@@ -18,9 +18,9 @@ def cmd_validate(args: argparse.Namespace, simulate_fn: SimulateFn | None = None
     from .. import validate
     from ..resources import published_runs_csv
 
-    path = Path(args.runs) if getattr(args, "runs", None) else published_runs_csv()
+    path = Path(args.runs) if getattr(args, "runs", None) is not None else published_runs_csv()
     out = None
-    if getattr(args, "out", None):
+    if getattr(args, "out", None) is not None:
         check_suffix(args.out, "--out", (".csv",))
         out = check_writable(args.out, "--out", [path])
     runs = validate.read_runs_csv(path)

@@ -34,7 +34,8 @@ def _print_table(result: WhatIf, out: Any) -> None:
                 str(i),
                 lv.name,
                 f"{100 * (lv.mfu or 0):.1f}%",
-                f"{100 * (lv.gain or 0):+.1f}",
+                # rounded first, so a tiny loss prints "+0.0" rather than a negative zero "-0.0"
+                f"{round(100 * (lv.gain or 0), 1) + 0.0:+.1f}",
                 f"{lv.step_time_s or 0:.4g}",
                 f"{lv.tokens_per_s or 0:,.0f}",
                 mem,
