@@ -1739,6 +1739,7 @@ def _check_attention_kernel(scn: Scenario) -> None:
     if k.flash_attention and not k.attention:
         impl = DEFAULT_ATTENTION.get(arch, "fa2")
         try:
+            specs.check_attention_head_dim(impl, specs.attention_head_dim(scn.model))
             if scn.model.attention_sinks:
                 specs.check_sink_attention(impl)
             if k.attention_padding == "unpad":

@@ -1470,6 +1470,8 @@ class Scenario:
         _check_load_imbalance(self.model, self.parallel.ep)
         # the attention implementation when the file names it (the GPU's default: loading.py)
         impl = self.kernels.attention if self.kernels.flash_attention else "unfused"
+        if impl:
+            check_attention_head_dim(impl, attention_head_dim(self.model))
         if impl and self.model.attention_sinks:
             check_sink_attention(impl)
         if impl and self.kernels.attention_padding == "unpad":
@@ -1663,6 +1665,33 @@ def check_sink_attention(impl: str) -> None:
             'disables FlashAttention for it): use "cudnn" or "unfused"',
             key="kernels.attention",
         )
+
+
+# The largest head dimension a fused attention kernel takes (Q·K and V alike): FlashAttention-2
+# (Dao-AILab/flash-attention@0251105a csrc/flash_attn/flash_api.cpp:416 "FlashAttention forward only
+# supports head dimension at most 256", :868 backward), FlashAttention-3 (hopper/flash_api.cpp
+# get_max_headdim() = 256), cuDNN's SDPA (NVIDIA/cudnn-frontend@3929da2 include/cudnn_frontend/node/
+# scaled_dot_product_flash_attention.h:1143 "Num hidden_dim should be less than or equal to 256"; 128
+# on other architectures and some Blackwell layouts, not checked here). Above it only the unfused
+# path (or Transformer Engine's fallback to it) runs.
+MAX_FUSED_ATTENTION_HEAD_DIM = 256
+
+
+def check_attention_head_dim(impl: str, head_dim: int, key: str = "kernels.attention") -> None:
+    """A fused attention implementation takes head dimensions up to MAX_FUSED_ATTENTION_HEAD_DIM;
+    `head_dim` is the larger of the query/key and value head dimensions."""
+    if impl != "unfused" and head_dim > MAX_FUSED_ATTENTION_HEAD_DIM:
+        raise ConfigError(
+            f"{impl!r} attention takes head dimensions up to {MAX_FUSED_ATTENTION_HEAD_DIM} (FlashAttention-2/-3 "
+            f'and cuDNN refuse larger ones); this one is {head_dim}, which only "unfused" runs',
+            key=key,
+        )
+
+
+def attention_head_dim(model: ModelSpec) -> int:
+    """The larger of the query/key and the value head dimension (MLA: qk_head_dim vs v_head_dim)."""
+    v = model.mla.v_head_dim if model.mla is not None else model.dim_per_head
+    return max(model.dim_per_head, v)
 
 
 def check_unpad_attention(impl: str) -> None:

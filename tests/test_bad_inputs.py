@@ -677,3 +677,23 @@ def test_special_paths(arg: str, needle: str, run_cli) -> None:
 def test_newline_in_file_name_stays_one_line(tmp_path: Path, run_cli) -> None:
     res = run_cli(["run", str(tmp_path / "a\nb.toml"), "--json"])
     assert_user_error(res, "no such file")
+
+
+def test_fused_attention_refuses_head_dim_above_256() -> None:
+    """FlashAttention-2/-3 and cuDNN take head dimensions up to 256 (specs.MAX_FUSED_ATTENTION_HEAD_DIM):
+    a wider head is refused naming kernels.attention, named or the GPU's default; unfused runs it."""
+    from simulator.loading import scenario_from_dict
+
+    base = {
+        "name": "wide heads",
+        "model": {"layers": 2, "hidden": 1024, "heads": 2, "vocab": 32000, "seq_len": 2048},
+        "cluster": {"topology": "dgx-a100", "num_gpus": 8},
+        "parallel": {"global_batch": 8},
+    }
+    for kernels in ({}, {"attention": "fa2"}, {"attention": "cudnn"}):
+        with pytest.raises(ConfigError) as err:
+            scenario_from_dict({**base, "kernels": kernels})
+        assert err.value.key == "kernels.attention" and "512" in err.value.message
+    assert scenario_from_dict({**base, "kernels": {"attention": "unfused"}}).model.dim_per_head == 512
+    ok = {**base, "model": {**base["model"], "heads": 4}}  # head dim 256: the widest fused one
+    assert scenario_from_dict(ok).model.dim_per_head == 256

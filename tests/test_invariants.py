@@ -493,15 +493,17 @@ def test_steady_state_step_respects_loader_throughput() -> None:
 
 # Found by the fuzz audit: two overlap windows counting the same kernel time twice (a faster
 # GPU or NVLink shortened the window, and both the exposed transfer and the other exposed part
-# grew by the saving, so the step got slower). (upgrade, scenario)
-_MOE_SMALL = {"layers": 2, "hidden": 1024, "heads": 1, "vocab": 1, "seq_len": 1}
+# grew by the saving, so the step got slower). (upgrade, scenario) Found with 1-2 heads of 1024-2048
+# (head dim 512-2048); now 4-8 heads (head dim 256), the widest a fused attention kernel takes
+# (specs.MAX_FUSED_ATTENTION_HEAD_DIM), so the fused attention path they were found on still runs.
+_MOE_SMALL = {"layers": 2, "hidden": 1024, "heads": 4, "vocab": 1, "seq_len": 1}
 DOUBLE_COUNTED = {
     # activation offload copies hidden behind kernels only, while the TP async all-reduce also
     # waited for those kernels (program.py _offload_activations: now beside the whole pass)
     "offload-vs-tp-async": (
         "gpu_peak_x2",
         {
-            "model": {"layers": 2, "hidden": 2048, "heads": 2, "vocab": 1, "seq_len": 1024},
+            "model": {"layers": 2, "hidden": 2048, "heads": 8, "vocab": 1, "seq_len": 1024},
             "cluster": {"topology": "dgx-a100-40gb", "num_gpus": 2},
             "parallel": {"tp": 2, "global_batch": 1},
             "memory": {"offload_activations": 1.0},
@@ -512,7 +514,7 @@ DOUBLE_COUNTED = {
         "gpu_peak_x2",
         {
             "model": {
-                "layers": 2, "hidden": 2048, "heads": 2, "vocab": 1, "seq_len": 4096,
+                "layers": 2, "hidden": 2048, "heads": 8, "vocab": 1, "seq_len": 4096,
                 "moe": {
                     "num_experts": 16, "top_k": 2, "expert_ffn_hidden": 1024, "dispatch_dtype": "fp8",
                     "shared_expert_ffn_hidden": 2048, "first_dense_layers": 1, "load_imbalance": 2.0,
@@ -554,7 +556,7 @@ DOUBLE_COUNTED = {
     "cp-ring-vs-tp-overlap": (
         "gpu_peak_x2",
         {
-            "model": {"layers": 1, "hidden": 1024, "heads": 2, "ffn_hidden": 1, "vocab": 1, "seq_len": 2048},
+            "model": {"layers": 1, "hidden": 1024, "heads": 4, "ffn_hidden": 1, "vocab": 1, "seq_len": 2048},
             "cluster": {"topology": "pcie-a100", "num_gpus": 16},
             "parallel": {"tp": 2, "cp": 2, "global_batch": 4, "tp_comm_overlap": True},
         },

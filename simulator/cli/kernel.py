@@ -21,7 +21,7 @@ from typing import Any
 
 from ..errors import ConfigError
 from ..kernels import ATTENTION_IMPLS, MEMORY_KINDS
-from ..specs import NO_BF16_ARCHS, check_attention_arch, check_dtype_arch
+from ..specs import NO_BF16_ARCHS, check_attention_arch, check_attention_head_dim, check_dtype_arch
 from .common import int_flag, positive_float, positive_int, print_json
 
 COLLECTIVES = ("allreduce", "allgather", "reducescatter", "alltoall")
@@ -156,6 +156,7 @@ def kernel_result(args: argparse.Namespace) -> dict[str, Any]:
         gpu = _gpu(args.gpu)
         impl = args.impl or K.default_attention(gpu)
         check_attention_arch(impl, K.architecture(gpu.name), gpu.name, "--impl")
+        check_attention_head_dim(impl, args.head_dim, "--head-dim")
         shape = dict(
             batch=args.batch, seq=args.seq, heads=args.heads, head_dim=args.head_dim, causal=args.causal
         )
