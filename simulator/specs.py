@@ -1641,6 +1641,16 @@ class Scenario:
                 f"parallel.{', parallel.'.join(tp_only)} = true change{'s' if len(tp_only) == 1 else ''} "
                 "nothing: tp = 1 has no tensor-parallel communication"
             )
+        if par.tp_comm_overlap and par.tp > 1 and not par.sequence_parallel:
+            # Megatron-LM megatron/training/arguments.py asserts it ("Tensor parallel communication/GEMM
+            # overlap can happen only when sequence parallelism is enabled"); torchtitan's async TP
+            # runs on the sequence-parallel layout too
+            out.append(
+                "parallel.tp_comm_overlap = true without parallel.sequence_parallel: Megatron-Core's "
+                "userbuffer overlap and PyTorch's async TP both need sequence parallelism (Megatron-LM "
+                "refuses the pair); costed as all-reduces hidden behind the layer's GEMMs, which no "
+                "framework runs: set sequence_parallel = true"
+            )
         if k.squared_relu != "compiled" and self.model.activation != "squared_relu":
             out.append(
                 f'kernels.squared_relu = "{k.squared_relu}" changes nothing: the model\'s MLP is not '

@@ -377,3 +377,22 @@ schedule = "zb-v"
 [precision]
 dtype = "mxfp8"
 """
+
+
+def test_tp_overlap_without_sequence_parallel_says_so(run_cli: Callable[[list[str]], CliResult]) -> None:
+    # Megatron-LM asserts sequence_parallel for --tp-comm-overlap (arguments.py: "Tensor parallel
+    # communication/GEMM overlap can happen only when sequence parallelism is enabled"); the model
+    # hides the all-reduces behind the layer's GEMMs, an idealisation it now names
+    said = "parallel.tp_comm_overlap = true without parallel.sequence_parallel"
+    argv = ["run", "llama3-70b-512-h100", "--json", "--set", "parallel.tp_comm_overlap=true"]
+    off = run_cli([*argv, "--set", "parallel.sequence_parallel=false"])
+    assert off.code == 0, off.err
+    assert said in " ".join(json.loads(off.out)["warnings"])
+    on = run_cli([*argv, "--set", "parallel.sequence_parallel=true"])
+    assert on.code == 0 and said not in " ".join(json.loads(on.out)["warnings"])
+
+
+@pytest.mark.parametrize("flag", ["--gpu", "--source"])
+def test_validate_empty_filter_is_refused(run_cli: Callable[[list[str]], CliResult], flag: str) -> None:
+    # `validate --gpu ''` matched every row (substring semantics) and ran the whole CSV
+    _refused(run_cli(["validate", flag, ""]), flag)

@@ -23,6 +23,12 @@ def cmd_validate(args: argparse.Namespace, simulate_fn: SimulateFn | None = None
     if getattr(args, "out", None) is not None:
         check_suffix(args.out, "--out", (".csv",))
         out = check_writable(args.out, "--out", [path])
+    for flag in ("gpu", "source"):
+        if getattr(args, flag, None) is not None and not getattr(args, flag).strip():
+            # a substring filter of "" matched every row: the empty value was read as no filter
+            raise ConfigError(
+                "an empty filter matches every row: give a GPU label or source text", key=f"--{flag}"
+            )
     runs = validate.read_runs_csv(path)
     selected = validate.select_runs(
         runs, gpu=getattr(args, "gpu", None), source=getattr(args, "source", None)
