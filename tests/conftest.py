@@ -227,3 +227,20 @@ SMALL_MOE_MODEL = {
     "seq_len": 4096,
     "moe": {"num_experts": 64, "top_k": 4, "expert_ffn_hidden": 2048},
 }
+
+
+def trace_sums_by_stage(events: list[dict]) -> dict[int, dict[str, float]]:
+    """What a user does with the trace: add up `dur` by `cat` on each process's GPU timeline."""
+    names = {e["pid"]: e["args"]["name"] for e in events if e["ph"] == "M" and e["name"] == "process_name"}
+    threads = {
+        (e["pid"], e["tid"]): e["args"]["name"]
+        for e in events
+        if e["ph"] == "M" and e["name"] == "thread_name"
+    }
+    out: dict[int, dict[str, float]] = {}
+    for e in events:
+        if e["ph"] == "X" and threads[(e["pid"], e["tid"])].startswith("compute"):
+            stage = int(names[e["pid"]].split()[1])
+            per = out.setdefault(stage, {})
+            per[e["cat"]] = per.get(e["cat"], 0.0) + e["dur"] * 1e-6
+    return out

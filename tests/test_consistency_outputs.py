@@ -10,6 +10,7 @@ import json
 import re
 
 import pytest
+from conftest import trace_sums_by_stage
 
 from simulator.cli import main
 
@@ -40,22 +41,6 @@ def _run_json(capsys, *args: str) -> dict:
     return json.loads(capsys.readouterr().out)
 
 
-def _compute_thread_sums(events: list[dict]) -> dict[int, dict[str, float]]:
-    """What a user adds up in the trace: `dur` by `cat` on each stage's GPU timeline thread."""
-    procs = {e["pid"]: e["args"]["name"] for e in events if e["ph"] == "M" and e["name"] == "process_name"}
-    threads = {
-        (e["pid"], e["tid"]): e["args"]["name"]
-        for e in events
-        if e["ph"] == "M" and e["name"] == "thread_name"
-    }
-    out: dict[int, dict[str, float]] = {}
-    for e in events:
-        if e["ph"] == "X" and threads[(e["pid"], e["tid"])].startswith("compute"):
-            per = out.setdefault(int(procs[e["pid"]].split()[1]), {})
-            per[e["cat"]] = per.get(e["cat"], 0.0) + e["dur"] * 1e-6
-    return out
-
-
 @pytest.mark.parametrize("name", sorted(SCENARIOS))
 def test_trace_tiles_the_reported_step_and_sums_to_its_breakdown(tmp_path, capsys, name) -> None:
     path = _scenario(tmp_path, name)
@@ -70,7 +55,7 @@ def test_trace_tiles_the_reported_step_and_sums_to_its_breakdown(tmp_path, capsy
     # every span within the step, and the GPU timelines end where the step does (whole-ns edges)
     assert min(e["ts"] for e in xs) >= 0
     assert max(e["ts"] + e["dur"] for e in xs) * 1e-6 == pytest.approx(step, rel=1e-9, abs=2e-9)
-    sums = _compute_thread_sums(data["traceEvents"])
+    sums = trace_sums_by_stage(data["traceEvents"])
     assert sorted(sums) == list(range(report["parallel"]["pp"]))
     for stage, expected in enumerate(report["breakdown_by_stage_s"]):
         assert sum(sums[stage].values()) == pytest.approx(step, rel=1e-9, abs=1e-8), stage
@@ -152,7 +137,6 @@ def test_api_compare_run_keys_override_like_the_command(tmp_path, capsys) -> Non
     cli = json.loads(capsys.readouterr().out)["scenarios"]
     items = mfusim.compare(str(own), other, run={"tokens": 1e11, "usd_per_gpu_hour": 3})
     for item, shown in zip(items, cli, strict=True):
-        assert item.plan is not None
         assert item.plan.to_dict() == shown["plan"]
         assert shown["plan"]["tokens"] == 1e11 and shown["plan"]["usd_per_gpu_hour"] == 3
 

@@ -6,6 +6,7 @@ import json
 import math
 
 import pytest
+from conftest import trace_sums_by_stage
 
 from simulator.metrics import StepReport
 from simulator.specs import ParallelConfig
@@ -169,23 +170,6 @@ def test_engine_trace_sums_match_report(tmp_path) -> None:
     assert max(e["ts"] + e["dur"] for e in xs) == pytest.approx(result.report.step_time_s * 1e6, rel=1e-6)
 
 
-def _sum_by_cat_per_pid(events: list[dict]) -> dict[int, dict[str, float]]:
-    """What a user does with the trace: add up `dur` by `cat` on each process's GPU timeline."""
-    names = {e["pid"]: e["args"]["name"] for e in events if e["ph"] == "M" and e["name"] == "process_name"}
-    threads = {
-        (e["pid"], e["tid"]): e["args"]["name"]
-        for e in events
-        if e["ph"] == "M" and e["name"] == "thread_name"
-    }
-    out: dict[int, dict[str, float]] = {}
-    for e in events:
-        if e["ph"] == "X" and threads[(e["pid"], e["tid"])].startswith("compute"):
-            stage = int(names[e["pid"]].split()[1])
-            per = out.setdefault(stage, {})
-            per[e["cat"]] = per.get(e["cat"], 0.0) + e["dur"] * 1e-6
-    return out
-
-
 def test_cli_trace_summed_against_json(tmp_path, capsys) -> None:
     from simulator.cli import main
 
@@ -199,7 +183,7 @@ def test_cli_trace_summed_against_json(tmp_path, capsys) -> None:
     assert main(["run", str(scn), "--json", "--trace", str(trace)]) == 0
     report = json.loads(capsys.readouterr().out)
     events = json.loads(trace.read_text())["traceEvents"]
-    sums = _sum_by_cat_per_pid(events)
+    sums = trace_sums_by_stage(events)
     assert sorted(sums) == list(range(len(report["breakdown_by_stage_s"])))
     for stage, expected in enumerate(report["breakdown_by_stage_s"]):
         for cat, seconds in expected.items():
