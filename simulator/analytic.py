@@ -245,7 +245,7 @@ def _after_pipeline(program: Program, replayed: Replay | None, pipe_s: float) ->
                 exposed += total_ag
         dp_exposed.append(exposed + waits)
         stage_end_s = replayed.end_s[s][-1] if replayed is not None and replayed.end_s[s] else pipe_s
-        ends.append(stage_end_s + (chain if program.grad_reduce_waits else exposed))
+        ends.append(stage_end_s + (chain if program.grad_reduce_waits else exposed) + st.embedding_sync_s)
     return max(ends) + max(st.optimizer_s for st in program.stages), dp_exposed
 
 
@@ -283,6 +283,7 @@ def estimate_program(program: Program) -> tuple[float, tuple[dict[str, float], .
     for st, cats, exposed in zip(program.stages, work, dp_exposed, strict=True):
         cats = dict(cats)
         cats["dp_comm"] += exposed
+        cats["pp_comm"] += st.embedding_sync_s
         cats["optimizer"] = st.optimizer_s
         busy = sum(cats.values())
         if busy > step_s:  # the closed form under-estimated this stage: stretch to its own work

@@ -449,6 +449,14 @@ DROPOUT_MASK_BYTES = 1.0  # torch bool mask per element
 # gradients as ordinary gradients, and the router is a plain F.linear: one main_grad.add_ kernel per
 # such tensor, every micro-batch (read main_grad and the grad, write main_grad). Tiny tensors: the
 # kernel's fixed cost is what they add.
+# EMBEDDING_SYNC_NOTE: with tied embeddings and pp > 1 the word-embedding table lives on the first
+# stage (the lookup) and a copy on the last (the output layer). After the data-parallel gradient
+# reduction, before the optimizer, the two copies' gradients are all-reduced over the two ranks
+# (Megatron-Core core/distributed/finalize_model_grads.py _allreduce_word_embedding_grads:
+# all_reduce(weight.main_grad, group=embedding_group), in its main_grad dtype; Megatron-LM 2021
+# megatron/optimizer/optimizer.py allreduce_embedding_grads; DeepSpeed's pipeline engine
+# _exec_reduce_tied_grads). Not overlapped: the step's global grad-norm sync waits for it. The
+# V-shaped schedules keep both ends on one rank, where the sum is local (TIED_GRAD_SUM_BYTES_PER_PARAM).
 # EMBEDDING_GRAD_NOTE: the word-embedding weight gradient (Megatron-Core, any release): the lookup is
 # F.embedding (VocabParallelEmbedding.forward, tensor_parallel/layers.py:233-234@core_r0.8.0), whose
 # backward allocates the whole [V/tp, h] gradient as at::zeros in the 16-bit grad dtype and scatters
@@ -1017,6 +1025,10 @@ class StageProgram:
     optimizer_s: float
     p2p_s: float  # activation (or gradient) transfer to the neighbouring stage
     p2p_bytes: float = 0.0  # its message size per GPU (traces' message_bytes)
+    # the tied word-embedding gradient's all-reduce between the first and the last stage
+    # (EMBEDDING_SYNC_NOTE); 0 on every other stage
+    embedding_sync_s: float = 0.0
+    embedding_sync_bytes: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -3139,6 +3151,10 @@ def build_program(scn: Scenario, comm: CommModel | None = None) -> Program:
             optimizer_s = _offloaded_optimizer_s(scn, opt_params)
         act_msg = par.micro_batch * m.seq_len // par.cp * m.hidden * device.activation_bytes / par.tp
         p2p_s = coster.coll("sendrecv", "pp", act_msg, s) if pp > 1 else 0.0
+        holds_output = any(next_chunk(par.schedule, pp, vp, s, c) is None for c in range(vp))
+        sync_b = 0.0
+        if m.tied_embeddings and pp > 1 and holds_embedding != holds_output:
+            sync_b = embed_params * gbytes  # EMBEDDING_SYNC_NOTE
         stages.append(
             StageProgram(
                 stage=s,
@@ -3146,6 +3162,10 @@ def build_program(scn: Scenario, comm: CommModel | None = None) -> Program:
                 optimizer_s=optimizer_s,
                 p2p_s=p2p_s,
                 p2p_bytes=act_msg if pp > 1 else 0.0,
+                # a two-rank ring moves the whole gradient each way: one transfer of it between
+                # pipeline ranks, costed on the stage boundary the last stage receives over
+                embedding_sync_s=coster.coll("sendrecv", "pp", sync_b, pp - 2) if sync_b else 0.0,
+                embedding_sync_bytes=sync_b,
             )
         )
 

@@ -268,6 +268,10 @@ class StageProcess:
         if target > clock.now:
             yield from self._hold(target - clock.now)
             rec.add(s, "dp_comm", "grad reduce (exposed)", t0, clock.now)
+        if self.st.embedding_sync_s > 0:  # program.EMBEDDING_SYNC_NOTE
+            t0 = clock.now
+            yield from self._hold(self.st.embedding_sync_s)
+            rec.add(s, "pp_comm", "tied embedding grad all-reduce (first and last stage)", t0, clock.now)
         # all stages synchronize (global grad-norm), then the optimizer
         t0 = clock.now
         yield clock.barrier()
