@@ -1700,8 +1700,7 @@ def check_attention_head_dim(impl: str, head_dim: int, key: str = "kernels.atten
 
 def attention_head_dim(model: ModelSpec) -> int:
     """The larger of the query/key and the value head dimension (MLA: qk_head_dim vs v_head_dim)."""
-    v = model.mla.v_head_dim if model.mla is not None else model.dim_per_head
-    return max(model.dim_per_head, v)
+    return max(model.dim_per_head, model.v_dim // model.heads)
 
 
 def check_unpad_attention(impl: str) -> None:

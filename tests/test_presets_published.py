@@ -200,13 +200,18 @@ def test_deepseek_v2_closed_form() -> None:
         ("opt-175b", "", False, True, True, True),  # ReLU costed as the GELU pass (same bytes)
         # GPT-3 = GPT-2's block (biased Conv1D projections, logits from wte) and Megatron-LM's GPT
         # (bias=True parallel linears, logits from the word embedding): biased, tied, learned positions
-        ("gpt3-175b", "", False, True, True, True),
-        ("gpt3-1.3b", "", False, True, True, True),
-        ("gpt3-2.7b", "", False, True, True, True),
-        ("gpt3-6.7b", "", False, True, True, True),
-        ("gpt3-13b", "", False, True, True, True),
-        ("gpt3-530b", "", False, True, True, True),
-        ("megatron-1t", "", False, True, True, True),
+        *[
+            (p, "", False, True, True, True)
+            for p in (
+                "gpt3-175b",
+                "gpt3-1.3b",
+                "gpt3-2.7b",
+                "gpt3-6.7b",
+                "gpt3-13b",
+                "gpt3-530b",
+                "megatron-1t",
+            )
+        ],
         ("bloom-176b", "", False, True, True, False),
         ("gpt-neox-20b", "", False, True, False, False),
         ("nemotron4-15b", "squared_relu", False, False, False, False),
