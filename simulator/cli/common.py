@@ -62,6 +62,9 @@ def positive_float(flag: str):
 def check_suffix(path: str, flag: str, suffixes: tuple[str, ...]) -> None:
     """Refuse an output name whose extension says a format mfusim does not write (`.parquet`
     was silently written as CSV)."""
+    from ..outputs import refuse_dash
+
+    refuse_dash(path, flag)
     suffix = Path(path).suffix.lower()
     if suffix not in suffixes:
         raise ConfigError(
@@ -98,6 +101,10 @@ def positive_int(flag: str, maximum: int = 10**7):
 
 def plot_path(flag: str):
     def parse(text: str) -> str:
+        if text == "-":
+            raise argparse.ArgumentTypeError(
+                f"{flag} cannot be '-' (standard output carries the report): give a picture file name"
+            )
         suffix = Path(text).suffix.lower().lstrip(".")
         if suffix not in PLOT_SUFFIXES:
             raise argparse.ArgumentTypeError(

@@ -38,6 +38,8 @@ def _export_targets(
         k_text, directory = args.export_top
         if not directory:
             raise ConfigError("empty directory name", key="--export-top")
+        if directory == "-":
+            raise ConfigError("'-' is not a directory to write scenarios into; give one", key="--export-top")
         try:
             k = int(k_text)
         except ValueError:
