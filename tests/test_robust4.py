@@ -15,6 +15,11 @@ from pathlib import Path
 import pytest
 from conftest import SMALL_PLANNER_SCENARIO, SMALL_SCENARIO, CliResult
 
+from simulator.cli import scenario_path
+from simulator.loading import load_scenario
+from simulator.specs import Scenario
+from simulator.whatif import candidate_variants
+
 
 def _refused(result: CliResult, key: str) -> None:
     assert result.code == 2, (result.code, result.err)
@@ -146,3 +151,112 @@ def test_samples_are_the_same_with_trace_and_plot(
     assert plain.out == traced.out
     other = _json(run_cli(["run", str(path), "--json", "--samples", "5", "--seed", "40"]))
     assert other["samples"] != json.loads(plain.out)["samples"]
+
+
+# ----------------------------------------------------------------------------- whatif schedule levers
+# The tiers whatif.SCHEDULE_TIER documents (and cites), restated: a lever never leads down.
+TIERS = {"gpipe": 0, "1f1b": 0, "interleaved": 1, "zb-h1": 1, "zb-v": 2, "dualpipe": 2, "dualpipev": 2}
+PIPELINE_LEVERS = ("interleave_vp", "schedule_")
+
+
+def _teaching_with(schedule: str, vp: int) -> tuple[Path, list[tuple[str, object]], Scenario]:
+    path = scenario_path("teaching-pp4")
+    sets: list[tuple[str, object]] = [("parallel.schedule", schedule), ("parallel.vp", vp)]
+    return path, sets, load_scenario(path, sets)
+
+
+@pytest.mark.parametrize(
+    ("schedule", "vp", "offered"),
+    [
+        (
+            "1f1b",
+            1,
+            {
+                "interleave_vp2",
+                "interleave_vp3",
+                "interleave_vp4",
+                "schedule_zb_h1",
+                "schedule_zb_v",
+                "schedule_dualpipe",
+                "schedule_dualpipev",
+            },
+        ),
+        (
+            "gpipe",
+            1,
+            {
+                "interleave_vp2",
+                "interleave_vp3",
+                "interleave_vp4",
+                "schedule_zb_h1",
+                "schedule_zb_v",
+                "schedule_dualpipe",
+                "schedule_dualpipev",
+            },
+        ),
+        (
+            "interleaved",
+            2,
+            {
+                "interleave_vp3",
+                "interleave_vp4",
+                "schedule_zb_h1",
+                "schedule_zb_v",
+                "schedule_dualpipe",
+                "schedule_dualpipev",
+            },
+        ),
+        ("interleaved", 4, {"schedule_zb_h1", "schedule_zb_v", "schedule_dualpipe", "schedule_dualpipev"}),
+        (
+            "zb-h1",
+            1,
+            {
+                "interleave_vp2",
+                "interleave_vp3",
+                "interleave_vp4",
+                "schedule_zb_v",
+                "schedule_dualpipe",
+                "schedule_dualpipev",
+            },
+        ),
+        ("zb-v", 2, {"schedule_dualpipe", "schedule_dualpipev"}),
+        ("dualpipe", 2, {"schedule_zb_v", "schedule_dualpipev"}),
+        ("dualpipev", 2, {"schedule_zb_v", "schedule_dualpipe"}),
+    ],
+)
+def test_schedule_levers_never_lead_to_a_lower_tier(schedule: str, vp: int, offered: set[str]) -> None:
+    # whatif on a zb-v baseline offered ZB-H1 and interleaved 1F1B (vp 2-4) as levers: schedules
+    # with a larger bubble than the one it runs (ZB-V: ZB-H1's memory, smaller bubble; Qi et al.
+    # 2024), listed at -2.5 to -4.1 points; from interleaved vp = 4 it offered vp = 2 and 3.
+    path, base_sets, scn = _teaching_with(schedule, vp)
+    variants = [v for v in candidate_variants(scn) if v.key.startswith(PIPELINE_LEVERS)]
+    assert {v.key for v in variants if v.build is not None} == offered
+    for v in variants:
+        if v.build is None:
+            assert v.skipped, v.key  # every lever not offered says why
+            continue
+        built = v.build().parallel
+        assert TIERS[built.schedule] >= TIERS[schedule], v.key
+        if built.schedule == schedule == "interleaved":
+            assert built.vp > vp
+        # the change names every key it sets, each an actual change, and `--set` of it is the lever
+        sets = list(base_sets)
+        section = ""
+        for part in v.change.split(", "):
+            key, old, arrow, new = part.split(" ")
+            assert arrow == "->" and old != new, v.change  # "vp 2 -> 2" is not a change
+            section, _, name = key.rpartition(".") if "." in key else (section, "", key)
+            sets.append((f"{section}.{name}", int(new) if new.isdigit() else new))
+        assert load_scenario(path, sets).parallel == built, v.change
+
+
+def test_zb_v_whatif_names_why_zb_h1_is_not_a_lever(run_cli: Callable[[list[str]], CliResult]) -> None:
+    result = run_cli(["whatif", "teaching-pp4", "--json", "--set", "parallel.schedule=zb-v"])
+    assert result.code == 0, result.err
+    data = json.loads(result.out)
+    assert not any(
+        lv["key"] == "schedule_zb_h1" or lv["key"].startswith("interleave") for lv in data["levers"]
+    )
+    skipped = {lv["key"]: lv["skipped"] for lv in data["skipped"]}
+    assert "smaller pipeline bubble" in skipped["schedule_zb_h1"]
+    assert "smaller pipeline bubble" in skipped["interleave_vp4"]
