@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from collections.abc import Callable
 from pathlib import Path
 
@@ -260,3 +261,28 @@ def test_zb_v_whatif_names_why_zb_h1_is_not_a_lever(run_cli: Callable[[list[str]
     skipped = {lv["key"]: lv["skipped"] for lv in data["skipped"]}
     assert "smaller pipeline bubble" in skipped["schedule_zb_h1"]
     assert "smaller pipeline bubble" in skipped["interleave_vp4"]
+
+
+# ----------------------------------------------------------------------------- topo on small clusters
+@pytest.mark.parametrize(
+    ("gpus", "nodes", "leaves"), [(1, 1, 0), (8, 1, 0), (12, 2, 8), (16, 2, 8), (1024, 128, 32)]
+)
+def test_topo_counts_agree_with_its_tiers(
+    gpus: int, nodes: int, leaves: int, run_cli: Callable[[list[str]], CliResult]
+) -> None:
+    # `topo dgx-h100 --gpus 1` said num_leaf_switches 8 next to tiers[0].switches 0 (one node
+    # needs no switch), tiers[].gpus_per_group 16 for 12 GPUs, and printed "1 = 1 nodes x 8",
+    # "12 = 2 nodes x 8"
+    data = json.loads(run_cli(["topo", "dgx-h100", "--gpus", str(gpus), "--json"]).out)
+    assert (data["num_gpus"], data["num_nodes"]) == (gpus, nodes)
+    assert data["num_leaf_switches"] == data["tiers"][0]["switches"] == leaves
+    assert data["num_spine_switches"] == sum(t["switches"] for t in data["tiers"][1:2])
+    assert data["tiers"][-1]["gpus_per_group"] == gpus  # the top tier holds every GPU, no more
+    text = run_cli(["topo", "dgx-h100", "--gpus", str(gpus)]).out
+    line = next(ln for ln in text.splitlines() if ln.startswith("GPUs"))
+    numbers = [int(x.replace(",", "")) for x in re.findall(r"[\d,]+", line)]
+    assert numbers[0] == gpus
+    if gpus % 8 == 0:
+        assert numbers[1] * numbers[2] == gpus  # "N = nodes x 8" is arithmetic that holds
+    else:
+        assert str(gpus % 8) in line  # the partly used node is named with what it holds
