@@ -286,3 +286,32 @@ def test_topo_counts_agree_with_its_tiers(
         assert numbers[1] * numbers[2] == gpus  # "N = nodes x 8" is arithmetic that holds
     else:
         assert str(gpus % 8) in line  # the partly used node is named with what it holds
+
+
+# ----------------------------------------------------------------------------- sweep --set of a swept key
+def test_sweep_says_when_a_set_value_is_swept_over(
+    run_cli: Callable[[list[str]], CliResult], write_file: Callable[..., Path]
+) -> None:
+    # `sweep --set parallel.tp=2` ran every tp of the default grid without a word: the value the
+    # user typed was replaced per configuration. Now a warning names the axis and the spelling
+    # that pins it; the sweep itself is unchanged (the override may be needed for the base).
+    path = write_file(SMALL_PLANNER_SCENARIO)  # [sweep] tp = [1, 2], pp = [1, 2], micro_batch = [1, 2]
+    argv = ["sweep", str(path), "--json", "--jobs", "1", "--engine", "analytic"]
+    plain = run_cli(argv)
+    pinned = run_cli([*argv, "--set", "parallel.tp=2", "--set", "parallel.dp=2"])
+    assert plain.code == pinned.code == 0, pinned.err
+    warnings = [ln for ln in pinned.err_lines if "warning" in ln]
+    assert len(warnings) == 2, pinned.err
+    assert "--set parallel.tp=2" in warnings[0] and "--set sweep.tp=[2]" in warnings[0]
+    assert "parallel.dp=2" in warnings[1] and "sweep.dp" in warnings[1]
+    assert {r["tp"] for r in json.loads(pinned.out)["top"]} == {1, 2}  # swept over, as it says
+    assert json.loads(pinned.out)["num_configurations"] == json.loads(plain.out)["num_configurations"]
+    # the spelling the warning gives does pin it, and says nothing
+    only = run_cli([*argv, "--set", "sweep.tp=[2]", "--set", "parallel.tp=2", "--set", "parallel.dp=2"])
+    assert only.code == 0, only.err
+    assert [ln for ln in only.err_lines if "warning" in ln and "parallel.tp" in ln] == []
+    assert {r["tp"] for r in json.loads(only.out)["top"]} == {2}
+    # a key the sweep does not vary is applied and not warned about
+    other = run_cli([*argv, "--set", "parallel.recompute=full"])
+    assert not [ln for ln in other.err_lines if "warning" in ln], other.err
+    assert {r["recompute"] for r in json.loads(other.out)["top"]} == {"full"}

@@ -100,6 +100,33 @@ def _announce_grid(scn) -> None:
     sys.stderr.write(f"mfusim sweep: {what} {axes} ({plan.size:,} configurations; docs/reference.md)\n")
 
 
+def _warn_overrides_the_sweep_replaces(args: argparse.Namespace, scn) -> None:
+    """A `--set` of a key the sweep sets per configuration (an axis: tp and pp always, every
+    [sweep] key; dp, derived from num_gpus / (tp·pp·cp) unless swept) does not pin it: say so,
+    with the spelling that does (`--set parallel.tp=2` was silently swept over 1, 2, 4, 8)."""
+    from ..overrides import parse_override
+    from ..sweep.plan import plan_sweep
+
+    axes = dict(plan_sweep(scn).axes)
+    for text in getattr(args, "overrides", None) or []:
+        key, value = parse_override(text)
+        section, _, name = key.partition(".")
+        raw = text.partition("=")[2].strip()
+        if (section == "parallel" or key == "cluster.num_gpus") and name in axes:
+            if tuple(axes[name]) == (value,):
+                continue  # the sweep runs that value only: nothing is lost
+            values = ", ".join(str(v) for v in axes[name])
+            sys.stderr.write(
+                f"mfusim sweep: warning: --set {key}={raw} does not pin {name}: the sweep varies it "
+                f"({name} in {{{values}}}); --set sweep.{name}=[{raw}] sweeps that value only\n"
+            )
+        elif key == "parallel.dp":
+            sys.stderr.write(
+                f"mfusim sweep: warning: --set parallel.dp={raw} only makes the base scenario valid: each "
+                "configuration's dp is num_gpus / (tp·pp·cp); --set sweep.dp=[N] sweeps one dp\n"
+            )
+
+
 def cmd_sweep(args: argparse.Namespace) -> int:
     from ..sweep import format_table, load_sweep_scenario, result_json, run_sweep, write_plot
 
@@ -109,6 +136,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     except ConfigError as err:
         raise flag_names(err) from None
     check_rank_by(scn, args.rank_by, key="--rank-by")
+    _warn_overrides_the_sweep_replaces(args, scn)
     inputs = scenario_inputs(path)
     export_best, export_top = _export_targets(args, inputs)
     out = None
