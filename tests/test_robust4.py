@@ -7,6 +7,7 @@ with exit status 2 and one line naming the flag or key, or handled as documented
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
 import re
@@ -315,3 +316,30 @@ def test_sweep_says_when_a_set_value_is_swept_over(
     other = run_cli([*argv, "--set", "parallel.recompute=full"])
     assert not [ln for ln in other.err_lines if "warning" in ln], other.err
     assert {r["recompute"] for r in json.loads(other.out)["top"]} == {"full"}
+
+
+# ----------------------------------------------------------------------------- --trace file names
+@pytest.mark.parametrize("name", ["t.png", "t.csv", "t", "t.gz", "t.json.txt"])
+def test_trace_name_of_another_format_is_refused(
+    name: str, run_cli: Callable[[list[str]], CliResult], write_file: Callable[..., Path], tmp_path: Path
+) -> None:
+    # `run --trace t.png` wrote the JSON trace into a .png (as `sweep --out x.parquet` once wrote
+    # CSV); the trace is JSON, gzip-compressed on .json.gz
+    small = write_file(SMALL_SCENARIO, name="small.toml")
+    result = run_cli(["run", str(small), "--trace", str(tmp_path / name)])
+    _refused(result, "--trace")
+    assert ".json.gz" in result.err
+    assert not (tmp_path / name).exists()
+
+
+@pytest.mark.parametrize("name", ["T.JSON", "t.json", "STEP.JSON.GZ", "step.json.gz"])
+def test_trace_names_in_any_case_are_written_in_their_format(
+    name: str, run_cli: Callable[[list[str]], CliResult], write_file: Callable[..., Path], tmp_path: Path
+) -> None:
+    # an upper-case .GZ was accepted as gzip by name but written as plain JSON
+    small = write_file(SMALL_SCENARIO, name="small.toml")
+    target = tmp_path / name
+    assert run_cli(["run", str(small), "--trace", str(target)]).code == 0
+    raw = target.read_bytes()
+    text = gzip.decompress(raw) if name.lower().endswith(".gz") else raw
+    assert json.loads(text)["traceEvents"]

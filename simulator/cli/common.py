@@ -61,17 +61,29 @@ def positive_float(flag: str):
 
 def check_suffix(path: str, flag: str, suffixes: tuple[str, ...]) -> None:
     """Refuse an output name whose extension says a format mfusim does not write (`.parquet`
-    was silently written as CSV)."""
+    was silently written as CSV, a `--trace` JSON as `t.png`). A character device such as
+    /dev/null takes any format (simulator.outputs writes it directly)."""
+    import stat
+
     from ..outputs import refuse_dash
 
     refuse_dash(path, flag)
-    suffix = Path(path).suffix.lower()
-    if suffix not in suffixes:
+    try:
+        if stat.S_ISCHR(Path(path).stat().st_mode):
+            return
+    except (OSError, ValueError):
+        pass
+    name = Path(path).name.lower()
+    if not name.endswith(suffixes):
+        suffix = Path(path).suffix.lower()
         raise ConfigError(
-            f"cannot write {suffix or 'a file without an extension'}: give a name ending in "
+            f"cannot write {suffix or 'a file without an extension'} ({path}): give a name ending in "
             + " or ".join(suffixes),
             key=flag,
         )
+
+
+TRACE_SUFFIXES = (".json", ".json.gz")  # Chrome/Perfetto JSON; gzip-compressed on .gz
 
 
 def nonnegative_float(flag: str):

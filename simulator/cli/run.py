@@ -9,6 +9,8 @@ from typing import TYPE_CHECKING
 
 from ..errors import ConfigError
 from .common import (
+    TRACE_SUFFIXES,
+    check_suffix,
     check_writable,
     load_cli_scenario,
     print_json,
@@ -61,6 +63,8 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     scn = load_cli_scenario(args.scenario, args)
     inputs = scenario_inputs(scenario_path(args.scenario))
+    if args.trace is not None:
+        check_suffix(args.trace, "--trace", TRACE_SUFFIXES)
     trace_path = check_writable(args.trace, "--trace", inputs) if args.trace is not None else None
     plot_path = check_writable(args.plot, "--plot", inputs) if args.plot else None
     if trace_path is not None and plot_path is not None and same_file(trace_path, plot_path):
