@@ -343,3 +343,22 @@ def test_trace_names_in_any_case_are_written_in_their_format(
     raw = target.read_bytes()
     text = gzip.decompress(raw) if name.lower().endswith(".gz") else raw
     assert json.loads(text)["traceEvents"]
+
+
+def test_seed_without_randomness_says_it_changes_nothing(
+    run_cli: Callable[[list[str]], CliResult], write_file: Callable[..., Path]
+) -> None:
+    # `run --seed 3` on a step with no random draw printed the same step without a word
+    quiet = write_file(SMALL_PLANNER_SCENARIO.split("[sweep]")[0], name="quiet.toml")
+    plain, seeded = (
+        run_cli(["run", str(quiet), "--json"]),
+        run_cli(["run", str(quiet), "--json", "--seed", "3"]),
+    )
+    assert plain.out == seeded.out and seeded.code == 0
+    assert plain.err_lines == [] and seeded.err_lines == [
+        "note: no [variability] and no dataloader jitter: --seed changes nothing"
+    ]
+    jittery = write_file(SMALL_PLANNER_SCENARIO.split("[sweep]")[0] + LOADER_JITTER, name="jittery.toml")
+    result = run_cli(["run", str(jittery), "--json", "--seed", "4"])
+    assert result.code == 0 and not [ln for ln in result.err_lines if "--seed" in ln]
+    assert result.out != run_cli(["run", str(jittery), "--json"]).out  # there it does change the step

@@ -90,6 +90,9 @@ def cmd_run(args: argparse.Namespace) -> int:
             f"note: no [variability] and no dataloader jitter: the {args.samples} samples are identical "
             "(simulated once)\n"
         )
+    elif args.seed is not None and not seeds_matter(scn):
+        # the step has no random draw: say that the flag changes nothing (it was silently ignored)
+        sys.stderr.write("note: no [variability] and no dataloader jitter: --seed changes nothing\n")
     runs = 1 if identical else args.samples
     check_run(scn, samples=runs, trace=trace_path is not None, plot=plot_path is not None, comm_model=comm)
     steps = runs + (trace_path is not None) + (plot_path is not None)
