@@ -362,3 +362,31 @@ def test_seed_without_randomness_says_it_changes_nothing(
     result = run_cli(["run", str(jittery), "--json", "--seed", "4"])
     assert result.code == 0 and not [ln for ln in result.err_lines if "--seed" in ln]
     assert result.out != run_cli(["run", str(jittery), "--json"]).out  # there it does change the step
+
+
+# ----------------------------------------------------------------------------- --plot x.pgf without TeX
+def test_pgf_plot_without_tex_is_refused_before_the_work(
+    run_cli: Callable[[list[str]], CliResult],
+    write_file: Callable[..., Path],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # `run --plot p.pgf` simulated the step and then died in matplotlib's PGF backend:
+    # "mfusim: internal error: RuntimeError: 'xelatex' not found", exit 1
+    import argparse
+    import shutil
+
+    from simulator.cli.common import plot_path
+
+    small = write_file(SMALL_SCENARIO, name="small.toml")
+    monkeypatch.setattr(shutil, "which", lambda name, *a, **k: None)
+    for argv in (["run", str(small)], ["compare", str(small), str(small)]):
+        result = run_cli([*argv, "--plot", str(tmp_path / "p.pgf")])
+        _refused(result, "--plot")
+        assert "xelatex" in result.err and ".pdf" in result.err
+    assert not (tmp_path / "p.pgf").exists()
+    with pytest.raises(argparse.ArgumentTypeError):
+        plot_path("--plot")("p.pgf")
+    monkeypatch.setattr(shutil, "which", lambda name, *a, **k: f"/usr/bin/{name}")
+    assert plot_path("--plot")("p.pgf") == "p.pgf"  # with TeX installed the name is fine
+    assert plot_path("--plot")("p.png") == "p.png"

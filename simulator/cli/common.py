@@ -122,9 +122,26 @@ def plot_path(flag: str):
             raise argparse.ArgumentTypeError(
                 f"{flag} must be a picture file ({', '.join('.' + s for s in PLOT_SUFFIXES[:4])}, ...), got {text!r}"
             )
+        if suffix == "pgf" and (tex := _missing_tex()):
+            # matplotlib's PGF backend runs TeX to measure text: without it the save failed after
+            # the simulation as "internal error: RuntimeError: 'xelatex' not found"
+            raise argparse.ArgumentTypeError(
+                f"{flag} {text}: a .pgf picture needs {tex} (matplotlib's PGF backend), not found; "
+                "give .pdf or .svg"
+            )
         return text
 
     return parse
+
+
+def _missing_tex() -> str:
+    """The TeX program matplotlib's PGF backend would run, when it is not installed ('' if it is)."""
+    import shutil
+
+    from matplotlib import rcParams
+
+    tex = str(rcParams["pgf.texsystem"])
+    return "" if shutil.which(tex) else tex
 
 
 def seed_flag(flag: str):
