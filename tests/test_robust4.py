@@ -390,3 +390,29 @@ def test_pgf_plot_without_tex_is_refused_before_the_work(
     monkeypatch.setattr(shutil, "which", lambda name, *a, **k: f"/usr/bin/{name}")
     assert plot_path("--plot")("p.pgf") == "p.pgf"  # with TeX installed the name is fine
     assert plot_path("--plot")("p.png") == "p.png"
+
+
+# ----------------------------------------------------------------------------- --set sweep.* outside sweep
+@pytest.mark.parametrize(
+    ("command", "override", "own"),
+    [
+        (["run"], "sweep.tp=[1, 2]", "--set parallel.tp=VALUE"),
+        (["whatif"], "sweep.num_gpus=[8, 16]", "--set cluster.num_gpus=VALUE"),
+        (["compare", "{s}"], "sweep.recompute=['full']", "--set parallel.recompute=VALUE"),
+    ],
+)
+def test_set_of_a_sweep_key_outside_sweep_is_refused(
+    command: list[str],
+    override: str,
+    own: str,
+    run_cli: Callable[[list[str]], CliResult],
+    write_file: Callable[..., Path],
+) -> None:
+    # run, whatif and compare simulated the scenario's own values and dropped `--set sweep.tp=...`
+    # without a word
+    small = str(write_file(SMALL_SCENARIO, name="small.toml"))
+    argv = [command[0], small, *(a.format(s=small) for a in command[1:]), "--json"]
+    assert run_cli(argv).code == 0
+    result = run_cli([*argv, "--set", override])
+    _refused(result, "--set " + override.partition("=")[0])
+    assert own in result.err and "mfusim sweep" in result.err

@@ -222,8 +222,19 @@ def load_cli_scenario(arg: str | None, args: argparse.Namespace):
     from ..loading import load_scenario
 
     path = scenario_path(arg)
+    overrides = scenario_overrides(args)
+    for key, _ in overrides:
+        if key == "sweep" or key.startswith("sweep."):
+            # only `mfusim sweep` reads [sweep]: run, compare and whatif dropped it silently
+            name = key.partition(".")[2]
+            own = "cluster.num_gpus" if name == "num_gpus" else f"parallel.{name}"
+            raise ConfigError(
+                "only `mfusim sweep` reads [sweep]; this command simulates the scenario's own values"
+                + (f" (--set {own}=VALUE)" if name else ""),
+                key=f"--set {key}",
+            )
     try:
-        scn = load_scenario(path, scenario_overrides(args))
+        scn = load_scenario(path, overrides)
     except ConfigError as err:
         raise flag_names(err) from None
     check_fabric(scn, path)
