@@ -233,6 +233,12 @@ def load_cli_scenario(arg: str | None, args: argparse.Namespace):
                 + (f" (--set {own}=VALUE)" if name else ""),
                 key=f"--set {key}",
             )
+        if (key == "run" or key.startswith("run.")) and not hasattr(args, "tokens"):
+            # a command without the plan flags (whatif) plans no run: the value was dropped silently
+            raise ConfigError(
+                "this command does not plan the whole run ([run] is read by run, compare and sweep)",
+                key=f"--set {key}",
+            )
     try:
         scn = load_scenario(path, overrides)
     except ConfigError as err:
