@@ -1351,7 +1351,7 @@ JSON_FIELDS: dict[str, dict[str, str]] = {
         "skipped[].name": "the lever in words",
         "skipped[].change": "the change it would be",
         "skipped[].addresses": "the categories it would act on",
-        "skipped[].skipped": "why it does not apply",
+        "skipped[].skipped": "why it does not apply (a schedule lever towards a larger pipeline bubble is not one)",
     },
     "sweep": {
         "name": "scenario name",
