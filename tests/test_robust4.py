@@ -453,3 +453,21 @@ def test_trace_of_a_jittery_loader_bound_step_tiles_the_reported_step(
         assert sum(sums[stage].values()) == pytest.approx(step, rel=1e-6), stage
         wait = "dataloader" if stage == 0 else "bubble"
         assert sums[stage][wait] == pytest.approx(breakdown[wait], rel=1e-3), stage
+
+
+@pytest.mark.parametrize("engine", ["des", "analytic"])
+def test_sweep_refine_outside_engine_auto_is_refused(
+    engine: str, run_cli: Callable[[list[str]], CliResult], write_file: Callable[..., Path]
+) -> None:
+    # `sweep --engine des --refine 5` dropped --refine silently (des re-simulates nothing; it
+    # simulates every configuration with the engine)
+    path = write_file(SMALL_PLANNER_SCENARIO)
+    argv = ["sweep", str(path), "--json", "--jobs", "1", "--engine", engine]
+    assert run_cli(argv).code == 0
+    result = run_cli([*argv, "--refine", "5"])
+    _refused(result, "--refine")
+    assert "--engine auto" in result.err
+    auto = run_cli(["sweep", str(path), "--json", "--jobs", "1", "--engine", "auto", "--refine", "5"])
+    assert auto.code == 0, auto.err
+    rows = [r for r in json.loads(auto.out)["top"] if r["status"] == "ok"]
+    assert sum(r["engine"] == "des" for r in rows) >= min(5, len(rows))  # there it does what it says

@@ -182,8 +182,8 @@ def _add_sweep(sub: Any) -> None:
     p.add_argument(
         "--refine",
         type=positive_int("--refine"),
-        default=3,
-        help="with --engine auto: how many of the best configurations the engine re-simulates",
+        default=None,
+        help="with --engine auto: how many of the best configurations the engine re-simulates (default 3)",
     )
     p.add_argument("--dask", metavar="ADDRESS", help="run on an existing Dask scheduler ('local' starts one)")
     p.add_argument("--json", action="store_true", help="print the ranked results as JSON")

@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from ..sweep import SweepResult
 
 MAX_EXPORT = 10_000  # --export-top K
+DEFAULT_REFINE = 3  # --engine auto: the best configurations the engine re-simulates
 
 
 def _export_targets(
@@ -151,13 +152,16 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         check_writable(args.plot, "--plot", inputs + ([out] if out is not None else []))
     if out is not None and not args.resume and out.is_file() and out.stat().st_size > 0:
         sys.stderr.write(f"mfusim sweep: overwriting {out} (--resume continues it instead)\n")
+    if args.refine is not None and args.engine != "auto":
+        # --engine des simulates every configuration with the engine, analytic none: the count
+        # was dropped silently
+        raise ConfigError(f"applies to --engine auto only (got --engine {args.engine})", key="--refine")
+    refine = args.refine if args.refine is not None else DEFAULT_REFINE
     from ..budget import check_sweep, step_seconds
     from ..sweep import plan_sweep
 
     jobs = args.jobs or os.cpu_count() or 1
-    check_sweep(
-        plan_sweep(scn).size, engine=args.engine, jobs=jobs, refine=args.refine, step_s=step_seconds(scn)
-    )
+    check_sweep(plan_sweep(scn).size, engine=args.engine, jobs=jobs, refine=refine, step_s=step_seconds(scn))
     progress_stream = sys.stderr
     _announce_grid(scn)
     result = run_sweep(
@@ -166,7 +170,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         jobs=args.jobs or os.cpu_count() or 1,
         top=args.top,
         # exported configurations are the engine's, so the files reproduce their rows exactly
-        refine=max(args.refine, export_top[0] if export_top else 0),
+        refine=max(refine, export_top[0] if export_top else 0),
         rank_by=args.rank_by,
         out=out,
         resume=args.resume,
