@@ -28,6 +28,11 @@ GATED_ACTIVATIONS = ("clamped_quick_geglu",)
 SCHEDULES = ("gpipe", "1f1b", "interleaved", "zb-h1", "zb-v", "dualpipe", "dualpipev")
 TWO_CHUNK_SCHEDULES = ("zb-v", "dualpipe", "dualpipev")  # two model chunks per stage by construction
 RECOMPUTE = ("none", "selective", "full")
+# [parallel] cp_comm_type: how context-parallel attention exchanges K/V (program.CP_COMM_NOTE).
+# Megatron-Core's --cp-comm-type names for Transformer Engine's implementations (p2p: the
+# load-balanced ring, Megatron-Core's default; allgather: TE AttnFuncWithCPAndKVAllGather, the
+# Llama 3 paper's design) and PyTorch's experimental context_parallel with its two rotate methods.
+CP_COMM_TYPES = ("p2p", "allgather", "torch-allgather", "torch-alltoall")
 # Megatron-Core --recompute-modules (transformer_config.py, `recompute_modules`): the modules a
 # selective recomputation re-runs in the backward pass instead of keeping their activations.
 # Megatron's default for --recompute-granularity selective is ["core_attn"].
@@ -738,6 +743,9 @@ class ParallelConfig:
     # them (PipelineStage; program.Program.grad_reduce_waits). 0 = the whole step in one run
     # (Megatron-Core: every micro-batch of the step in one pipeline schedule)
     local_batch: int = 0
+    # context-parallel attention implementation (CP_COMM_TYPES, program.CP_COMM_NOTE): "p2p" =
+    # Transformer Engine's ring (Megatron-Core's default --cp-comm-type)
+    cp_comm_type: str = "p2p"
 
     def __post_init__(self) -> None:
         p = "parallel"
@@ -777,6 +785,7 @@ class ParallelConfig:
             )
         _check_bool(f"{p}.reshard_after_forward", self.reshard_after_forward)
         _check_int(f"{p}.local_batch", self.local_batch, minimum=0, maximum=100 * MAX_DIM)
+        _set(self, "cp_comm_type", _check_choice(f"{p}.cp_comm_type", self.cp_comm_type, CP_COMM_TYPES))
         if self.dp_shard and self.dp % self.dp_shard:
             raise ConfigError(
                 f"must divide dp = {self.dp} (dp = dp_shard x replicas); got {self.dp_shard}",
