@@ -40,7 +40,6 @@ from .ep_dispatch import (
     kernel_algbw_bytes_per_s,
     round_robin_groups_hit,
 )
-from .errors import ConfigError
 from .hostbound import (
     HOST_CALL_S,
     HOST_OP_S,
@@ -71,7 +70,7 @@ from .schedules import (
     prev_chunk,
     stage_tasks,
 )
-from .specs import ModelSpec, ParallelConfig, Scenario
+from .specs import ModelSpec, ParallelConfig, Scenario, check_cp_comm_type
 from .units import DTYPE_BYTES
 
 ADAM_BYTES_PER_PARAM = (
@@ -1912,13 +1911,7 @@ class _Coster:
         head_dim = max(1, round((q_local + v_local) / (2 * heads_local)))
         cp = self.scn.parallel.cp
         name = "attention (unfused)" if impl == "unfused" else f"attention ({impl})"
-        if cp > 1 and impl == "unfused" and self.scn.parallel.cp_comm_type != "p2p":
-            raise ConfigError(
-                f"cp_comm_type = {self.scn.parallel.cp_comm_type!r} runs fused attention kernels only "
-                "(Transformer Engine's all-gather CP: flash or cuDNN; PyTorch's context_parallel: SDPA "
-                "flash, efficient or cuDNN); the unfused path has CP only as 'p2p'",
-                key="parallel.cp_comm_type",
-            )
+        check_cp_comm_type(impl, self.scn.parallel)  # refused at load already (loading.py)
         if cp == 1 or impl == "unfused":
             shape: dict[str, Any] = dict(
                 batch=b, seq_q=s_local, seq_kv=s, heads=heads_local, head_dim=head_dim
