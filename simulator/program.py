@@ -419,6 +419,12 @@ CP_CORRECTION_BYTES_PER_ELEMENT = 10.0
 #   gathered K/V prefix of (j+1) chunks, bottom-right causal (no merge). Memory passes
 #   (CP_AG_PASSES): the index_select reorder of the gathered K/V (forward and backward) and of dK/dV,
 #   the dK/dV zero-fill and the per-chunk add_ into their prefix, the q / out / dout chunk copies.
+# - "a2a": TE AttnFuncWithCPAndQKVOA2A (DeepSpeed-Ulysses, Jacobs et al. 2023): q, k and v
+#   all-to-all'd from sequence to head shards before the attention (flash_attn_a2a_communicate;
+#   each tensor's layout copy and chunk reorder overlap the next one's all-to-all, the all-to-alls
+#   themselves run one after another, exposed), one causal kernel over the whole sequence on
+#   heads/cp heads, the output all-to-all'd back; the backward the same for dout and dq, dk, dv.
+#   Copies (CP_A2A_PASSES): per tensor a layout copy before the all-to-all and a reorder after.
 # - "torch-allgather" / "torch-alltoall": PyTorch's experimental context_parallel
 #   (torch/distributed/tensor/experimental/_attention.py, _templated_ring_attention and
 #   _templated_ring_attention_backward, read at pytorch 0123248a; its options default to
@@ -463,6 +469,9 @@ TORCH_CP_GRAD_STEP_KERNELS = 6  # dq add, dk add, dv add, (partial cats), dkv ca
 # over the chunks' prefixes ((2cp+1)/(2cp) of KVg); q, out, dout selects and the dq copy: 4 of O.
 CP_AG_PASSES = (1.0, 2.0, 2.5, 1.5, 4.0)  # (fwd KVg, fwd O, bwd KVg, bwd prefix, bwd O)
 ATTENTION_BYTES = 2.0  # attention's q, k, v, out and gradients: 16-bit even in FP8 training
+# TE a2a: per tensor all-to-all'd, one 16-bit copy before (movedim + contiguous into [cp, ...]) and
+# one after (reorder_seq_chunks_for_a2a_before_attn / _after_attn: index_select): 2 passes
+CP_A2A_PASSES = 2.0
 TN_ONLY_FP8_ARCHITECTURES = ("hopper",)  # FP8 GEMM operands must be K-major before sm100
 # TE_LAYER_NOTE: the memory-bound kernels of one Megatron-Core + Transformer Engine layer (stack
 # "megatron-core", the default), audited against Megatron-LM core_r0.8.0 (the README weak-scaling
@@ -1923,6 +1932,8 @@ class _Coster:
             bwd += self._sink_grad(impl, b * heads_local * s_local)
             return t_f, t_b, (fwd, bwd)
         comm_type = self.scn.parallel.cp_comm_type
+        if comm_type == "a2a":
+            return self._cp_a2a_attention(impl, name, s_local, s, heads_local, head_dim, model_flops_fwd)
         if comm_type == "allgather":
             return self._cp_allgather_attention(impl, name, s_local, heads_local, head_dim, model_flops_fwd)
         t_f, t_b = cp_ring_attention_s(d, impl, b, s_local, heads_local, head_dim, cp)
@@ -1981,6 +1992,32 @@ class _Coster:
         bwd += self._sink_grad(impl, b * heads * s_local)
         return t_f, t_b, (fwd, bwd)
 
+    def _cp_a2a_attention(
+        self, impl: str, name: str, s_local: int, s: int, heads: int, head_dim: int, model_flops_fwd: float
+    ) -> tuple[float, float, tuple[list[Segment], list[Segment]]]:
+        """Transformer Engine's all-to-all CP (CP_COMM_NOTE "a2a"): one causal kernel over the whole
+        sequence on heads/cp heads, and the layout copies around each all-to-all (CP_A2A_PASSES)
+        of q, k, v, out (forward) and dout, dq, dk, dv (backward). Its all-to-alls: `_cp_exchange`."""
+        d, cp = self.device, self.scn.parallel.cp
+        b = self.scn.parallel.micro_batch
+        shape: dict[str, Any] = dict(batch=b, seq_q=s, seq_kv=s, heads=heads // cp, head_dim=head_dim)
+        t_f = attention_time_s(d, impl, "fwd", **shape)
+        t_b = attention_time_s(d, impl, "bwd", **shape)
+        o = float(b * s_local * heads * head_dim)  # q (and out, dq, dout) per rank
+        kv = 2.0 * b * s_local * kv_local_heads(self.scn) * head_dim  # k and v per rank
+        moved = 2 * ATTENTION_BYTES * CP_A2A_PASSES * (2 * o + kv)  # q, out + k, v (dout, dq + dk, dv)
+        t_m = memory_op_time_s(d, moved, kernels=8)
+        fwd = [
+            Segment("compute", name + " (a2a CP, heads/cp)", t_f, model_flops_fwd, 0.0),
+            Segment("compute", "cp a2a layout copies", t_m, 0.0, moved),
+        ]
+        bwd = [
+            Segment("compute", name + " bwd (a2a CP, heads/cp)", t_b, 2 * model_flops_fwd, 0.0),
+            Segment("compute", "cp a2a grad layout copies", t_m, 0.0, moved),
+        ]
+        bwd += self._sink_grad(impl, b * heads * s_local)
+        return t_f, t_b, (fwd, bwd)
+
     def _cp_torch_attention(
         self,
         impl: str,
@@ -2029,6 +2066,27 @@ class _Coster:
         each). Exposed: what no kernel runs beside."""
         par, d = self.scn.parallel, self.device
         b, cp, a = par.micro_batch, par.cp, ATTENTION_BYTES
+        if par.cp_comm_type == "a2a":  # q, k, v then out; dout then dq, dk, dv: one after another
+            q_msg = b * s_local * q_local * a
+            kv_msg = b * s_local * kv_local * a
+            o_msg = b * s_local * v_local * a
+            t_f = self.coll("alltoall", "cp", q_msg) + 2 * self.coll("alltoall", "cp", kv_msg)
+            t_o = self.coll("alltoall", "cp", o_msg)
+            fwd = [
+                Segment(
+                    "cp_comm", "cp qkv + out all-to-all (exposed)", t_f + t_o, 0.0, q_msg + 2 * kv_msg + o_msg
+                )
+            ]
+            bwd = [
+                Segment(
+                    "cp_comm",
+                    "cp dout + dqkv all-to-all (exposed)",
+                    t_o + t_f,
+                    0.0,
+                    q_msg + 2 * kv_msg + o_msg,
+                )
+            ]
+            return fwd, bwd, 0.0, 0.0
         if par.cp_comm_type == "allgather":  # K and V each gathered, dK and dV each reduce-scattered
             msg = b * s_local * cp * kv_local * a
             t_ag = 2 * self.coll("allgather", "cp", msg)

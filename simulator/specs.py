@@ -31,8 +31,9 @@ RECOMPUTE = ("none", "selective", "full")
 # [parallel] cp_comm_type: how context-parallel attention exchanges K/V (program.CP_COMM_NOTE).
 # Megatron-Core's --cp-comm-type names for Transformer Engine's implementations (p2p: the
 # load-balanced ring, Megatron-Core's default; allgather: TE AttnFuncWithCPAndKVAllGather, the
-# Llama 3 paper's design) and PyTorch's experimental context_parallel with its two rotate methods.
-CP_COMM_TYPES = ("p2p", "allgather", "torch-allgather", "torch-alltoall")
+# Llama 3 paper's design; a2a: TE AttnFuncWithCPAndQKVOA2A, DeepSpeed-Ulysses' all-to-all over
+# heads) and PyTorch's experimental context_parallel with its two rotate methods.
+CP_COMM_TYPES = ("p2p", "allgather", "a2a", "torch-allgather", "torch-alltoall")
 # Megatron-Core --recompute-modules (transformer_config.py, `recompute_modules`): the modules a
 # selective recomputation re-runs in the backward pass instead of keeping their activations.
 # Megatron's default for --recompute-granularity selective is ["core_attn"].
@@ -1983,6 +1984,14 @@ def check_parallel_fits(model: ModelSpec, par: ParallelConfig, num_gpus: int) ->
             f"cp = {par.cp}: seq_len ({model.seq_len}) must be a multiple of 2*cp "
             "(load-balanced causal context parallelism)",
             key=f"{p}.cp",
+        )
+    kv_local = max(model.num_kv_heads // par.tp, 1)
+    if par.cp > 1 and par.cp_comm_type == "a2a" and ((model.heads // par.tp) % par.cp or kv_local % par.cp):
+        raise ConfigError(
+            f"a2a splits the attention heads over cp = {par.cp} ranks (Transformer Engine asserts it): "
+            f"the {model.heads // par.tp} query and {kv_local} key/value heads per TP rank must be "
+            "multiples of cp",
+            key=f"{p}.cp_comm_type",
         )
     if par.sequence_parallel and par.tp > 1 and model.seq_len // par.cp % par.tp:
         raise ConfigError(

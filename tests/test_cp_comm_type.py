@@ -79,7 +79,7 @@ def test_unknown_comm_type_and_unfused_are_refused() -> None:
     with pytest.raises(ConfigError) as err:
         _scn(2, "ring")
     assert err.value.key == "parallel.cp_comm_type"
-    for comm_type in ("allgather", *TORCH):
+    for comm_type in ("allgather", "a2a", *TORCH):
         with pytest.raises(ConfigError) as err:
             _scn(2, comm_type, attention="unfused")
         assert err.value.key == "parallel.cp_comm_type"
@@ -210,3 +210,36 @@ def test_torch_ring_costs_at_least_the_p2p_ring() -> None:
         assert torch_ag > p2p
         extra.append(torch_ag - p2p)
     assert extra == sorted(extra)
+
+
+def test_a2a_splits_heads_and_exposes_its_all_to_alls() -> None:
+    """All-to-all CP (DeepSpeed-Ulysses as Transformer Engine runs it): one causal kernel over the
+    whole sequence on heads/cp heads, the four all-to-alls of each pass exposed; the heads per TP
+    rank must split over cp."""
+    cp, s_local = 4, 8192
+    scn = _scn(cp, "a2a", seq_per_rank=s_local)
+    coster = P._Coster(scn, default_comm_model(scn))
+    secs, fb, _ = _parts(scn)
+    m = scn.model
+    whole = attention_time_s(
+        coster.device,
+        "fa2",
+        "fwd",
+        batch=1,
+        seq_q=m.seq_len,
+        seq_kv=m.seq_len,
+        heads=m.heads // cp,
+        head_dim=128,
+    )
+    assert secs["attention (fa2) (a2a CP, heads/cp)"] == pytest.approx(whole, rel=1e-12)
+    q_msg = s_local * m.heads * m.dim_per_head * 2.0
+    kv_msg = s_local * m.num_kv_heads * m.dim_per_head * 2.0
+    t = 2 * coster.coll("alltoall", "cp", q_msg) + 2 * coster.coll("alltoall", "cp", kv_msg)
+    assert secs["cp qkv + out all-to-all (exposed)"] == pytest.approx(t, rel=1e-12)
+    assert fb["cp qkv + out all-to-all (exposed)"] == pytest.approx(2 * q_msg + 2 * kv_msg, rel=1e-12)
+    # 8 key/value heads do not split over 16 ranks; nor 1 per TP rank (tp 8) over 2
+    with pytest.raises(ConfigError) as err:
+        _scn(16, "a2a", seq_per_rank=1024, num_gpus=16)
+    assert err.value.key == "parallel.cp_comm_type"
+    with pytest.raises(ConfigError):
+        _scn(2, "a2a", num_gpus=16, tp=8)
