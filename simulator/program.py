@@ -442,7 +442,8 @@ CP_CORRECTION_BYTES_PER_ELEMENT = 10.0
 #   for after the loop (exposed).
 # Kernel times come from the kernel model at each sub-block's shape, nothing is fitted.
 # Bytes per element of the rank's attention output O (b·s_local·heads·d) and of its exchanged
-# K+V (KV = 2·b·s_local·kv_heads·d), from the eager ops of torch's ring (fp32 = 4 B, 16-bit = 2 B):
+# K+V (KV = 2·b·s_local·heads·d, expanded to the query heads), from the eager ops of torch's ring
+# (fp32 = 4 B, 16-bit = 2 B); the fp32 log-sum-exp ops (one value per row, 1/d of O) are left out:
 # forward, once: the first block to fp32 (read 2 + write 4) and the result back (read 4 + write 2)
 TORCH_CP_MERGE_ONCE_BYTES = 12.0
 # forward, per step i >= 1 on O (_SDPAMerger._merge_one): block to fp32 (6), out - block (12),
