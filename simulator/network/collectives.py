@@ -23,7 +23,8 @@ taken, as NCCL does per call.
   plus its pipeline fill (`tree_fill_s`: one chunk per channel, NCCL's chunk schedule, across the
   tree's 2((m-1) + floor(log2 k)) hops for Simple, its network hops for LL / LL128).
 - NVLS (AllReduce inside one NVSwitch-3+ node, `intra_node.nvls`): the switch reduces and
-  multicasts, each GPU sends and receives S once (not 2(n-1)/n·S).
+  multicasts, each GPU sends and receives S·(n+1)/n (not 2(n-1)/n·S): its buffer to every
+  head's reduction plus its own share's reduce result and multicast (`nvls_traffic_factor`).
 - NVLSTree (AllReduce across k > 1 NVLS nodes, NCCL >= 2.18, Simple): NVLS inside each node and
   a double binary tree over the nodes per head (a GPU with its own NIC), the stages pipelined
   chunk by chunk, so the slowest of NVLS, the NICs (2S per node and direction, S on two nodes)
@@ -202,11 +203,16 @@ TREE_BW_FRACTION = 0.92
 # NCCL 2.23+ PAT algorithm: busBw *= 0.75 (tuning.cc, PAT refinement).
 PAT_BW_FRACTION = 0.75
 # NVLS AllReduce on NVSwitch gen 3 (H100/H200): nccl-tests all_reduce_perf on one DGX H100 reports
-# about 480 GB/s bus bandwidth with NVLS versus ~360-370 with rings. Each GPU moves S (not
-# 2(n-1)/n·S) per direction, so 480 = 2·7/8 · 450 GB/s · η · f with η = 0.85 gives f ≈ 0.72
-# (prior, to be calibrated). Blackwell scales it by NCCL's nvlsEfficiency ratio 0.74/0.85.
-NVLS_BW_FRACTION = 0.72
+# about 480 GB/s bus bandwidth with NVLS versus ~360-370 with rings. Each head GPU moves S·(h+1)/h
+# per direction through its NVLink port (`nvls_traffic_factor`), so on 8 GPUs
+# 480 = 2·7/8 · 450 GB/s · η · f · 8/9 with η = 0.85 gives f ≈ 0.81 (0.72 · 9/8: the same 8-GPU
+# rate as the earlier S-per-GPU prior 0.72; prior, the kernel model fits its own). Blackwell scales
+# it by NCCL's nvlsEfficiency ratio 0.74/0.85 (src/graph/tuning.cc@5067397c:139-144).
+NVLS_BW_FRACTION = 0.81
 NVLS_BW_FRACTION_BLACKWELL = NVLS_BW_FRACTION * 0.74 / 0.85
+# The most NVLS heads (and NVLS channels of one graph) NCCL builds: NCCL_MAX_NVLS_ARITY
+# (src/include/device.h@5067397c; search.cc: maxChannels = min(NCCL_MAX_NVLS_ARITY, GPUs)).
+NCCL_MAX_NVLS_ARITY = 32
 # NCCL src/transport/nvls.cc: NVLS channels on one node (NVLS_NCHANNELS_SM90 16,
 # NVLS_NCHANNELS_SM100_NVL 24) and the default chunk (NCCL_NVLS_CHUNKSIZE 128 KiB).
 NVLS_CHANNELS = {"hopper": 16, "blackwell": 24}
@@ -805,13 +811,44 @@ def nvls_tree_chunk_bytes(size_bytes: float, concurrent_ops: int, num_nodes: int
     return c
 
 
+def nvls_traffic_factor(heads: int) -> float:
+    """Bytes one NVLS head GPU moves through its NVLink port per direction, per byte of the
+    message: (h + 1) / h with h heads (min(ranks, NCCL_MAX_NVLS_ARITY) in one node, every GPU
+    pulling: search.cc "Force intra-node NVLS algorithm to pull evenly from all GPUs").
+
+    NCCL's NVLS all-reduce (src/device/all_reduce.h@5067397c, RunWorkColl<..., NCCL_ALGO_NVLS,
+    NCCL_PROTO_SIMPLE>, without user-buffer registration as nccl-tests runs it): the scatter and
+    gather warps copy between the user buffers and the GPU's own NVLS buffer in local memory; each
+    head's reduce warps ld_reduce its 1/h of every loop through the multicast address and st it
+    back (directRecvDirectSend on nvls->down). The switch reads a head's share from every member,
+    the requesting GPU included, so a GPU's port sends S (its buffer, to all h reductions) plus the
+    S/h it multicasts, and receives the S/h its reduction returns plus the S that all h heads'
+    multicasts write. NCCL's own graph search charges the same: ncclTopoSearchTryNvls
+    (src/graph/search.cc@5067397c:410-440) takes the channel's bandwidth once on every GPU's
+    NVS->GPU and GPU->NVS path and twice on the head's, one channel per head, so a port's
+    per-channel bandwidth is at most its NVLink rate / (h + 1). The algbw therefore falls with the
+    rank count as h / (h + 1): nccl-tests NVLS busbw 370 / 420 / 440 / 460 / 480 GB/s on 4 / 5 / 6 /
+    7 / 8 H100 (NVIDIA/nccl#1455; 2(n-1)/(n+1) gives 370 / 411 / 441 / 463 / 480 from the 8-GPU
+    figure)."""
+    if heads < 1:
+        raise ValueError(f"NVLS needs at least one head, got {heads}")
+    return (heads + 1) / heads
+
+
+def nvls_heads(ranks_on_switch: int) -> int:
+    """NCCL's NVLS heads on one switch domain: one per GPU, at most NCCL_MAX_NVLS_ARITY."""
+    return min(ranks_on_switch, NCCL_MAX_NVLS_ARITY)
+
+
 def nvls_stream_fill_s(
-    links: Links, n: int, size_bytes: float, chunk_bytes: int | None = None
+    links: Links, n: int, size_bytes: float, chunk_bytes: int | None = None, heads: int | None = None
 ) -> tuple[float, float]:
     """`nvls_time_s` less its latency, as (streaming time, pipeline fill); fill 0 without the
     chunk model. `chunk_bytes`: NCCL's chunk when not the one-node NVLS schedule's
-    (`nvls_chunk_bytes`; NVLSTree cuts its own, `nvls_tree_chunk_bytes`)."""
-    B = links.intra_bytes_per_s * links.nvls_fraction
+    (`nvls_chunk_bytes`; NVLSTree cuts its own, `nvls_tree_chunk_bytes`). `heads`: the NVLS heads
+    (default `nvls_heads(n)`); a head moves `nvls_traffic_factor(heads)` x S per direction."""
+    h = nvls_heads(n) if heads is None else heads
+    B = links.intra_bytes_per_s * links.nvls_fraction / nvls_traffic_factor(h)
     c0 = links.nvls_chunk_overhead_bytes
     if c0 is None:
         return size_bytes / B, 0.0
@@ -895,7 +932,7 @@ def collective_candidates(kind: str, shape: GroupShape, links: Links, size_bytes
             lat = nccl.tree_s(p, n, k, hw) + fill / f_fill
             add("tree", p, lat, parts, TREE_BW_FRACTION, bus_bytes=2 * S)
     if kind == "allreduce" and k == 1 and links.nvls and n > 1:
-        B_nvls = B_i * links.nvls_fraction
+        B_nvls = B_i * links.nvls_fraction / nvls_traffic_factor(nvls_heads(n))
         out.append(Candidate(nvls_time_s(links, n, S), "nvls/Simple", intra, S / B_nvls))
     if kind == "allreduce" and k > 1 and links.nvls and min(m, shape.nics_per_node) >= 2:
         out.append(_nvls_tree(shape, links, S))
@@ -948,7 +985,8 @@ def _nvls_tree(shape: GroupShape, links: Links, S: float) -> Candidate:
     NIC) runs a double binary tree over the nodes on its share, and NCCL's kernel pipelines the
     three chunk by chunk (src/device/all_reduce.h, NVLS_TREE: scatter / reduce / tree-up /
     tree-down / broadcast warps work at once), so the slowest stage sets the rate, not their sum:
-    - NVLS: each GPU moves S through the switch as in one node (`nvls_time_s`, less its latency);
+    - NVLS: each head moves S·(h+1)/h through the switch as in one node (`nvls_time_s`, less its
+      latency; `nvls_traffic_factor`, the heads that the NIC count allows);
     - network: per node and direction 2S (interior in one tree, leaf in the other), S on two nodes,
       where each node is the root of one tree (tuning.cc "Handle 2 node case of NVLSTree": interBw
       x 2), through the node's NICs as the flat tree's bytes;
@@ -957,7 +995,7 @@ def _nvls_tree(shape: GroupShape, links: Links, S: float) -> Candidate:
     n, k, m = shape.size, shape.num_nodes, shape.members_per_node
     heads = min(m, shape.nics_per_node)
     chunk = nvls_tree_chunk_bytes(S, links.nvls_channels * heads, k)
-    t_intra, fill_intra = nvls_stream_fill_s(links, m, S, chunk)
+    t_intra, fill_intra = nvls_stream_fill_s(links, m, S, chunk, heads=min(heads, NCCL_MAX_NVLS_ARITY))
     node_bytes = S if k == 2 else 2 * S
     t_net, neck_net = _inter_time(shape, links, node_bytes, lambda u: u.tree_crossings * S / 2)
     cap = heads * links.nvls_tree_max_bytes_per_s[0 if k <= 2 else 1]
@@ -1013,7 +1051,7 @@ def _hierarchical(
         intra_t = intra_phases * (intra_bw_t + fill_intra / f + nccl.ring_s(p, "allgather", m, 1, hw))
         intra_label = "ring"
         if kind == "allreduce" and links.nvls:
-            nvls_t = S / (B_i * links.nvls_fraction) + nccl.nvls_s
+            nvls_t = S * nvls_traffic_factor(nvls_heads(m)) / (B_i * links.nvls_fraction) + nccl.nvls_s
             if nvls_t < intra_t:
                 intra_t, intra_label = nvls_t, "nvls"
         if kind == "allreduce":
