@@ -622,6 +622,27 @@ def test_nvls_algbw_falls_with_rank_count_as_heads_over_heads_plus_one() -> None
         assert law == pytest.approx(busbw, rel=0.03)
 
 
+def test_nccl_tuner_picks_ring_under_five_hopper_ranks_and_six_blackwell() -> None:
+    """NCCL's tuner (tuning.cc@v2.27.7-1) prices NVLS from its graph search: one channel per
+    head at the largest search speed <= NVLink / (n + 1), algBw = n x speed x 5/6; a ring at
+    channels x speed = 360 (Hopper, 370.8 GB/s) / 720 (Blackwell, 721.8) busBw. So it runs ring on
+    4 H100/H200 (6 x 60 ... 4 x 60 x 5/6 = 200 < 360 x 4/6 = 240 GB/s) and NVLS from 5; ring on
+    up to 5 B200 and NVLS from 6 (mle-net: 4 of 8 H200 NCCL picks ring; p6-b200, NCCL 2.27.7,
+    NVLS from 6). Forcing NVLS (NCCL_ALGO) still costs it."""
+    from simulator.network.collectives import nccl_graph_speed
+
+    assert nccl_graph_speed((60.0, 50.0, 40.0), 18 * 20.6, 5) == 60.0  # 74 GB/s allowed: the top
+    assert nccl_graph_speed((60.0, 50.0, 40.0), 18 * 20.6, 9) == 40.0  # 41.2 allowed
+    for topo, first_nvls in (("dgx-h100", 5), ("dgx-h200", 5), ("dgx-b200", 6)):
+        for n in range(2, 9):
+            algo = K.collective(topo, "allreduce", n, 2**33).algorithm
+            assert algo.startswith("nvls" if n >= first_nvls else "ring"), (topo, n, algo)
+    forced = K.collective("dgx-h100", "allreduce", 4, 2**33, "nvls")
+    assert forced.algorithm == "nvls/Simple"
+    # NCCL's choice, not the fastest modelled: at 4 ranks the model's NVLS is a little faster
+    assert forced.time_s < K.collective("dgx-h100", "allreduce", 4, 2**33).time_s
+
+
 def test_more_nvlink_bandwidth_is_never_slower() -> None:
     """The same collective on a faster NVLink (NVLink 5, 900 GB/s) is never slower than on 450."""
     from simulator.loading import load_topology, scenario_from_dict

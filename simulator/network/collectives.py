@@ -213,6 +213,18 @@ NVLS_BW_FRACTION_BLACKWELL = NVLS_BW_FRACTION * 0.74 / 0.85
 # The most NVLS heads (and NVLS channels of one graph) NCCL builds: NCCL_MAX_NVLS_ARITY
 # (src/include/device.h@5067397c; search.cc: maxChannels = min(NCCL_MAX_NVLS_ARITY, GPUs)).
 NCCL_MAX_NVLS_ARITY = 32
+# NCCL's view of one GPU's NVLink for its graph search and tuner (`nccl_tuner_picks_nvls`): GB/s
+# per link (src/graph/topo.h@v2.27.7-1 SM90_NVLINK_BW 20.6, SM100_NVLINK_BW 40.1) against the
+# link's line rate per direction (NVLink 4: 25 GB/s, 18 links = 450 GB/s on H100/H200; NVLink 5:
+# 50 GB/s, 18 links = 900 GB/s on B200/GB200/B300: NVIDIA H100 / DGX B200 datasheets), and the
+# intra-node search speeds (src/graph/search.cc@v2.27.7-1 sm90SpeedArrayIntra,
+# sm100SpeedArrayIntra; the same at 5067397c but for sm100's 45.0).
+NCCL_NVLINK_GBPS_PER_LINK = {"hopper": 20.6, "blackwell": 40.1}
+NVLINK_LINE_GBPS_PER_LINK = {"hopper": 25.0, "blackwell": 50.0}
+NCCL_SPEED_ARRAY_INTRA = {
+    "hopper": (60.0, 50.0, 40.0, 30.0, 24.0, 20.0, 15.0, 12.0, 11.0, 6.0, 3.0),
+    "blackwell": (90.0, 80.0, 70.0, 60.0, 50.0, 40.0, 30.0, 24.0, 20.0, 19.0, 18.0),
+}
 # NCCL src/transport/nvls.cc: NVLS channels on one node (NVLS_NCHANNELS_SM90 16,
 # NVLS_NCHANNELS_SM100_NVL 24) and the default chunk (NCCL_NVLS_CHUNKSIZE 128 KiB).
 NVLS_CHANNELS = {"hopper": 16, "blackwell": 24}
@@ -334,6 +346,11 @@ class Links:
     p2p_net_fraction: float = field(default_factory=alltoall_net_fraction)
     # NCCL's latency model of collectives (tuning.cc; kernels.toml [nccl_latency])
     nccl: NcclLatency = field(default_factory=NcclLatency.of)
+    # NCCL's own NVLink bandwidth of one GPU (GB/s, links x SM90/SM100_NVLINK_BW) and its search
+    # speeds, for its tuner's ring-or-NVLS choice on one node (`nccl_tuner_picks_nvls`); 0 / ():
+    # not described, the model's fastest candidate is taken
+    nccl_nvlink_gbps: float = 0.0
+    nccl_speeds_intra: tuple[float, ...] = ()
 
     @property
     def intra_hw(self) -> str:
@@ -382,6 +399,13 @@ class Links:
             nvls_channels=NVLS_CHANNELS.get(generation, 16),
             reduce_tail_chunks=reduce_tail_chunks,
             nccl=nccl_latency if nccl_latency is not None else NcclLatency.of(),
+            nccl_nvlink_gbps=round(
+                fabric.intra_bandwidth_bytes_per_s / 1e9 / NVLINK_LINE_GBPS_PER_LINK[generation]
+            )
+            * NCCL_NVLINK_GBPS_PER_LINK[generation]
+            if generation in NCCL_NVLINK_GBPS_PER_LINK and fabric_name == "nvswitch"
+            else 0.0,
+            nccl_speeds_intra=NCCL_SPEED_ARRAY_INTRA.get(generation, ()),
         )
 
     def ll_cap_bytes_per_s(self, num_nodes: int) -> float:
@@ -646,6 +670,9 @@ class Candidate:
     algorithm: str
     bottleneck: str
     bandwidth_time_s: float
+    # False: NCCL's tuner would not pick it here (`nccl_tuner_picks_nvls`); still costed, for
+    # NCCL_ALGO forcing it
+    nccl_choice: bool = True
 
 
 def _inter_time(
@@ -933,7 +960,8 @@ def collective_candidates(kind: str, shape: GroupShape, links: Links, size_bytes
             add("tree", p, lat, parts, TREE_BW_FRACTION, bus_bytes=2 * S)
     if kind == "allreduce" and k == 1 and links.nvls and n > 1:
         B_nvls = B_i * links.nvls_fraction / nvls_traffic_factor(nvls_heads(n))
-        out.append(Candidate(nvls_time_s(links, n, S), "nvls/Simple", intra, S / B_nvls))
+        picks = nccl_tuner_picks_nvls(links, n, S)
+        out.append(Candidate(nvls_time_s(links, n, S), "nvls/Simple", intra, S / B_nvls, picks))
     if kind == "allreduce" and k > 1 and links.nvls and min(m, shape.nics_per_node) >= 2:
         out.append(_nvls_tree(shape, links, S))
     nvls_tree = kind == "allreduce" and k > 1 and links.nvls and min(m, shape.nics_per_node) >= 2
@@ -1081,4 +1109,56 @@ def _hierarchical(
 
 
 def best(cands: list[Candidate]) -> Candidate:
-    return min(cands, key=lambda c: c.time_s)
+    """The fastest candidate NCCL's tuner would run (`Candidate.nccl_choice`), else the fastest."""
+    chosen = [c for c in cands if c.nccl_choice] or cands
+    return min(chosen, key=lambda c: c.time_s)
+
+
+def nccl_graph_speed(speeds: tuple[float, ...], per_gpu_gbps: float, uses_per_channel: float) -> float:
+    """The per-channel bandwidth NCCL's graph search settles on: the largest of its speeds whose
+    channels fit the GPU's NVLink (`uses_per_channel` x speed <= its NCCL bandwidth; search.cc
+    ncclTopoCompute lowers the speed until a solution is found)."""
+    fits = [v for v in speeds if uses_per_channel * v <= per_gpu_gbps]
+    return max(fits) if fits else 0.0
+
+
+def nccl_tuner_picks_nvls(links: Links, n: int, size_bytes: float) -> bool:
+    """Whether NCCL's tuner runs NVLS rather than a ring for an all-reduce of n ranks on one
+    NVSwitch node (src/graph/tuning.cc@v2.27.7-1:267-276, 324; it takes the fastest by its
+    own model, time = latency + size / algBw, not by what the kernels then reach):
+    - NVLS: its graph has one channel per head (all n GPUs, at most 32), each GPU's NVLink path
+      charged (n + 1) x the channel's speed (search.cc ncclTopoSearchTryNvls, the head's twice),
+      so speed = the largest search speed <= NVLink / (n + 1); busBw = channels x speed and
+      algBw = busBw x 5/6.
+    - ring (Simple): as many channels as fit at a search speed, busBw = channels x speed (the
+      largest product over the speeds the search tries, down to 0.49 of its first: search.cc
+      "Decrease bw until we find a solution", speedArray[i+1] / bwInter > .49), algBw = busBw x
+      n / (2(n - 1)).
+    On 4 H100/H200 NVLS prices at 4 x 60 x 5/6 = 200 GB/s algbw (60: the sm90 array's top,
+    370.8 / 5 = 74) against a ring's 360 x 4/6 = 240, so NCCL picks ring there (mle-net: 4 of 8
+    H200, ring, identical with NVLS off) and NVLS from 5 ranks; on B200, ring at 4 and 5, NVLS
+    from 6 (mle-net: p6-b200, NCCL 2.27.7). From v2.28.3 NCCL prices NVLS as channels x speed x
+    nvlsEfficiency x (channels - 1)/channels x 2 x n / (2(n - 1)) instead (tuning.cc@5067397c:
+    307-323): the same choice on Hopper at 2-8 ranks, ring at 6 B200 (docs/calibration.md
+    "kstream"). Without NCCL's NVLink description (`Links.nccl_nvlink_gbps` 0) NVLS is kept."""
+    L, speeds = links.nccl_nvlink_gbps, links.nccl_speeds_intra
+    if L <= 0 or not speeds:
+        return True
+    h = nvls_heads(n)
+    v_nvls = nccl_graph_speed(speeds, L, h + 1)
+    if v_nvls <= 0:
+        return False
+    alg_nvls = h * v_nvls * 5.0 / 6.0
+    fitting = [v for v in speeds if v <= L]
+    window = [v for v in fitting if v > 0.49 * fitting[0]] if fitting else []
+    ring_bus = max((math.floor(L / v) * v for v in window), default=0.0)
+    alg_ring = ring_bus * n / (2 * (n - 1))
+    hw = links.intra_hw
+    # NCCL's time: latency (us) + bytes / (1000 x algBw in GB/s), i.e. seconds here
+    t_nvls = links.nccl.nvls_s + size_bytes / (alg_nvls * 1e9)
+    t_ring = (
+        links.nccl.ring_s(SIMPLE, "allreduce", n, 1, hw) + size_bytes / (alg_ring * 1e9)
+        if alg_ring > 0
+        else math.inf
+    )
+    return t_nvls <= t_ring
