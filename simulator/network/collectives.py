@@ -67,7 +67,8 @@ hosts (the host CPU is not a topology input: every host gets the 1 µs default),
 one InfiniBand ring sweep found, with non-default CTAs, says it charges far too much there:
 docs/calibration.md "NVLSTree"), NCCL's per-size tree correction table (a tuner-side
 correction; the tree's fill is modelled instead), the choice by NCCL's own tuner (the fastest
-modelled candidate is taken: NCCL's graph bandwidths are not modelled), per-channel LL128/tree
+modelled candidate is taken: NCCL's graph bandwidths are not modelled; but for its ring-or-NVLS
+choice on one node, `nccl_tuner_picks_nvls`), per-channel LL128/tree
 caps (ring channel counts are not modelled; a multi-node tree runs on NCCL_TREE_CHANNELS, NVLSTree
 on its NVLS channels and heads), CollNet/SHARP in-network reduction.
 """
