@@ -3248,7 +3248,8 @@ def build_program(scn: Scenario, comm: CommModel | None = None) -> Program:
     # A faster memory or GPU shortens the mix's kernels and can only lower the stage's time: with
     # D = S/T (S tensor-saturated, T total seconds at the boost clock) and the stage at
     # T_mem + T_clocked·(D^(1/3)/(k·r)), d(stage)/d(T_mem) = 1 − (T_clocked/T)·D^(1/3)/(3·k·r) > 0
-    # for every D ≤ 1 and k·r > 1/3 (docs/calibration.md, "power-limited clock").
+    # for every D < (3·k·r)³ (D ≤ 1, or a little above with attention's power weight, kernels.toml
+    # attention_power_factor) and k·r > 1/3 (docs/calibration.md, "power-limited clock").
     activities = [0.0] * pp
     devices = [boost] * pp
     if boost.params.training_gemm_ratio(boost.dtype) < 1.0:
