@@ -40,6 +40,7 @@ from .ep_dispatch import (
     kernel_algbw_bytes_per_s,
     round_robin_groups_hit,
 )
+from .errors import ConfigError
 from .hostbound import (
     HOST_CALL_S,
     HOST_OP_S,
@@ -70,7 +71,7 @@ from .schedules import (
     prev_chunk,
     stage_tasks,
 )
-from .specs import ModelSpec, ParallelConfig, Scenario
+from .specs import FULL_ATTENTION, ModelSpec, ParallelConfig, Scenario
 from .units import DTYPE_BYTES
 
 ADAM_BYTES_PER_PARAM = (
@@ -1231,8 +1232,11 @@ class _Coster:
         return t
 
     # -- one transformer layer
-    def layer(self, moe: bool) -> tuple[_Phase, _Phase, _Phase, _Phase, float]:
-        """(forward, backward-input, backward-weight, recompute, params_local) of one layer."""
+    def layer(
+        self, moe: bool, window: tuple[str, int] = FULL_ATTENTION
+    ) -> tuple[_Phase, _Phase, _Phase, _Phase, float]:
+        """(forward, backward-input, backward-weight, recompute, params_local) of one layer;
+        `window` its attention mask (ModelSpec.attention_window)."""
         scn, d = self.scn, self.device
         m: ModelSpec = scn.model
         par = scn.parallel
@@ -1408,7 +1412,7 @@ class _Coster:
                     b_in.append(
                         Segment("compute", "gqa qkv grad concat", memory_op_time_s(d, qkv_b), 0.0, qkv_b)
                     )
-        attn_fwd, attn_bwd, attn_parts = self._attention(T, s_local, s, heads_local, q_local, v_local)
+        attn_fwd, attn_bwd, attn_parts = self._attention(T, s_local, s, heads_local, q_local, v_local, window)
         start = len(fwd)
         if self.scn.kernels.attention_padding == "unpad":
             self._bert_padding(fwd, b_in, T * (q_local + 2 * kv_local), T * v_local)
@@ -1831,22 +1835,36 @@ class _Coster:
         mem("rope", 2 * T * (heads_local + 1) * mla.qk_rope_head_dim * a)
         span("mla_up_proj", start)
 
-    def _attention(self, T: int, s_local: int, s: int, heads_local: int, q_local: int, v_local: int):
+    def _attention(
+        self,
+        T: int,
+        s_local: int,
+        s: int,
+        heads_local: int,
+        q_local: int,
+        v_local: int,
+        window: tuple[str, int] = FULL_ATTENTION,
+    ):
         """Causal self-attention by the [kernels] implementation (simulator/kernels.py):
         FlashAttention-2/-3, cuDNN or Triton fused kernels, or unfused GEMMs + softmax through memory.
         The kernel model takes one head dim: the mean of the q·k and v head dims (MLA: 192 and 128),
-        which keeps its FLOPs 2·b·s²·(q + v) exact."""
+        which keeps its FLOPs 2·b·s²·(q + v) exact. A sliding-window or chunked layer (`window`)
+        runs the kernel over the keys it sees (kernels.SLIDING_WINDOW_NOTE) and counts its model
+        FLOPs scaled by the share of the causal work its mask keeps (flops.LOCAL_ATTENTION_NOTE)."""
         d = self.device
         b = self.scn.parallel.micro_batch
-        model_flops_fwd = 2.0 * b * s_local * s * (q_local + v_local)  # scores + values, full s×s
+        # scores + values, full s×s (a local layer: scaled by the share its mask keeps)
+        model_flops_fwd = 2.0 * b * s_local * s * (q_local + v_local) * fl.local_attention_share(s, window)
         kern = self.scn.kernels
         impl = resolve_attention(self.scn.gpu, kern.attention, kern.flash_attention)
         head_dim = max(1, round((q_local + v_local) / (2 * heads_local)))
         cp = self.scn.parallel.cp
         name = "attention (unfused)" if impl == "unfused" else f"attention ({impl})"
+        if window != FULL_ATTENTION and cp > 1:  # ParallelConfig refuses it first (LOCAL_CP_NOTE)
+            raise ConfigError("context parallelism over local attention is not modeled", key="parallel.cp")
         if cp == 1 or impl == "unfused":
             shape: dict[str, Any] = dict(
-                batch=b, seq_q=s_local, seq_kv=s, heads=heads_local, head_dim=head_dim
+                batch=b, seq_q=s_local, seq_kv=s, heads=heads_local, head_dim=head_dim, window=window
             )
             t_f = attention_time_s(d, impl, "fwd", **shape)
             t_b = attention_time_s(d, impl, "bwd", **shape)
@@ -2861,9 +2879,20 @@ def power_limited_device(coster: _Coster) -> tuple[Device, float]:
     device = coster.device
     if device.params.training_gemm_ratio(device.dtype) >= 1.0:
         return device, 0.0
-    forward, b_in, b_w, rec, _ = coster.layer(coster.scn.model.is_moe)
+    m = coster.scn.model
+    first = next(i for i in range(m.layers) if m.is_moe_layer(i) == m.is_moe)
+    forward, b_in, b_w, rec, _ = coster.layer(*m.layer_kind(first))
     activity = tensor_activity(device, (forward, b_in, b_w, rec))
     return replace(device, power_clock=power_limited_clock_of(device, activity)), activity
+
+
+def _kind_counts(m: ModelSpec, layers) -> dict[tuple[bool, tuple[str, int]], int]:
+    """How many of `layers` are of each ModelSpec.layer_kind."""
+    out: dict[tuple[bool, tuple[str, int]], int] = {}
+    for i in layers:
+        k = m.layer_kind(i)
+        out[k] = out.get(k, 0) + 1
+    return out
 
 
 def _repeat(phase: _Phase, n: int) -> list:
@@ -2902,10 +2931,9 @@ def build_program(scn: Scenario, comm: CommModel | None = None) -> Program:
         if key not in costed:
             coster.stage = s
             coster.device = device
-            layer = {False: coster.layer(False)}
-            if m.is_moe:
-                layer[True] = coster.layer(True)
-            mtp_cost = coster.mtp(layer[m.is_moe_layer(m.layers - 1)]) if m.mtp_layers else None
+            # one costing per kind of layer: MoE or dense, full or local attention (layer_kind)
+            layer = {kind: coster.layer(*kind) for kind in m.layer_kinds}
+            mtp_cost = coster.mtp(layer[m.layer_kind(m.layers - 1)]) if m.mtp_layers else None
             extras = (
                 coster.embedding(),
                 coster.logits(),
@@ -2932,11 +2960,8 @@ def build_program(scn: Scenario, comm: CommModel | None = None) -> Program:
             return mixes[key][0]
 
         for c in range(vp):
-            n_moe = sum(1 for i in layout[s][c] if m.is_moe_layer(i))
             parts: list[tuple[tuple, int]] = [
-                (layer_cost[moe][:4], n)
-                for moe, n in ((False, len(layout[s][c]) - n_moe), (True, n_moe))
-                if n
+                (layer_cost[kind][:4], n) for kind, n in _kind_counts(m, layout[s][c]).items()
             ]
             if prev_chunk(par.schedule, pp, vp, s, c) is None:
                 parts.append((emb, 1))
@@ -2990,7 +3015,7 @@ def build_program(scn: Scenario, comm: CommModel | None = None) -> Program:
             first = prev_chunk(par.schedule, pp, vp, s, c) is None
             last = next_chunk(par.schedule, pp, vp, s, c) is None
             n_moe = sum(1 for i in layers if m.is_moe_layer(i))
-            counts = {False: len(layers) - n_moe, True: n_moe}
+            counts = _kind_counts(m, layers)
             fwd: list = []
             b_in: list = []
             b_w: list = []
@@ -3005,10 +3030,8 @@ def build_program(scn: Scenario, comm: CommModel | None = None) -> Program:
             if first:
                 fwd += emb_f.parts
                 params += embed_params + (m.seq_len * m.hidden if m.position_embeddings else 0)
-            for moe, n in counts.items():
-                if n == 0:
-                    continue
-                lf, lbi, lbw, lrec, lparams = layer_cost[moe]
+            for (moe, _), n in counts.items():
+                lf, lbi, lbw, lrec, lparams = layer_cost[(moe, _)]
                 fwd += _repeat(lf, n)
                 rec += _repeat(lrec, n)
                 b_in += _repeat(lbi, n)
