@@ -540,16 +540,35 @@ LOCAL_ATTENTION_IMPLS = ("fa2", "fa3", "cudnn", "unfused")  # the Triton kernels
 
 def local_tile_work(seq: int, window: int, block: float, mask_cost: float, every_block: bool) -> float:
     """Mean keys of work per query tile of a causal sliding-window kernel (SLIDING_WINDOW_NOTE):
-    the keys of the KV blocks it streams plus `mask_cost` per key of its masked blocks."""
+    the keys of the KV blocks it streams plus `mask_cost` per key of its masked blocks.
+
+    Query tile i (rows iM .. iM + M - 1, square M x M blocks) with window_left = w - 1 streams
+    blocks floor(max(0, iM - wl)/M) .. i. Masked: all of them (`every_block`, FlashAttention-2's
+    local kernel), or (FlashAttention-3, hopper/block.h@0251105a get_n_block_min_causal_local_mask
+    and get_n_block_min_before_local_mask) the diagonal block plus the blocks below
+    ceil(((i+1)M - wl)/M) -- one block when wl is a multiple of M, two otherwise, none while the
+    window reaches key 0 from every row of the tile."""
     m = max(1, round(block))
     n = math.ceil(seq / m)
-    kb = math.ceil((window - 1) / m)  # blocks left of a tile's own that its window reaches
-    band = min(kb, n - 1)
-    streamed = (band + 1) * (band + 2) // 2 + (n - 1 - band) * (kb + 1)  # blocks over all tiles
-    if every_block:
-        masked = streamed
-    else:  # the diagonal block, and the window's left edge once it is inside the sequence
-        masked = min(streamed, n + max(0, n - 1 - (window - 1) // m))
+    wl = window - 1
+    kb = math.ceil(wl / m)  # blocks left of a tile's own that its window reaches
+
+    def tile(i: int) -> tuple[int, int]:
+        first = max(0, i * m - wl) // m
+        streamed = i - first + 1
+        if every_block:
+            return streamed, streamed
+        edge = max(0, math.ceil(((i + 1) * m - wl) / m) - first) if (i + 1) * m > wl else 0
+        return streamed, min(streamed, 1 + edge)
+
+    early = min(n, kb + 1)  # tiles whose window is clipped at key 0 (or just reaches it)
+    streamed = masked = 0
+    for i in range(early):
+        s_i, m_i = tile(i)
+        streamed, masked = streamed + s_i, masked + m_i
+    if n > early:  # every later tile is alike
+        s_i, m_i = tile(early)
+        streamed, masked = streamed + (n - early) * s_i, masked + (n - early) * m_i
     return block * (streamed + mask_cost * masked) / n
 
 

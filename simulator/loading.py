@@ -1006,7 +1006,7 @@ def _hf_local_attention(
     for key, value in (("sliding_window", window), ("attention_chunk_size", chunk)):
         if value is not None and (not _is_int(value) or value < 1):
             raise ConfigError(f"must be an integer >= 1 or null, got {value!r}", key=key, file=file)
-    if not _is_int(layers):
+    if not isinstance(layers, int) or isinstance(layers, bool):
         return None
     if types is not None:
         if not isinstance(types, list) or not all(k in HF_LAYER_TYPES for k in types):
@@ -1271,7 +1271,7 @@ def _local_attention_layers(values: dict[str, Any], table: Mapping[str, Any]) ->
                 key="model.layer_pattern",
             )
         layers = values.get("layers")
-        if not _is_int(layers) or layers < 1:
+        if not isinstance(layers, int) or isinstance(layers, bool) or layers < 1:
             return  # ModelSpec names the bad layers
         values["layer_types"] = [pattern[i % len(pattern)] for i in range(layers)]
     types = values.get("layer_types")

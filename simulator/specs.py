@@ -421,6 +421,7 @@ class ModelSpec:
         for kind, (key, size) in windows.items():
             if kind in types and not size:
                 raise ConfigError(f"layer_types marks {kind} layers but {key} is not given", key=f"{p}.{key}")
+        for kind, (key, size) in windows.items():
             if types and size and kind not in types:
                 raise ConfigError(
                     f"{key} = {size} but no layer of layer_types is {kind!r}: it would be ignored",
