@@ -2931,14 +2931,21 @@ def build_program(scn: Scenario, comm: CommModel | None = None) -> Program:
         if key not in costed:
             coster.stage = s
             coster.device = device
-            # one costing per kind of layer: MoE or dense, full or local attention (layer_kind)
-            layer = {kind: coster.layer(*kind) for kind in m.layer_kinds}
+            # one costing per kind of layer: MoE or dense, full or local attention (layer_kind);
+            # each MoE kind's combined-1F1B pair (its attention hides a different share of the EP
+            # all-to-all)
+            layer = {}
+            ep_pairs: dict[tuple[bool, tuple[str, int]], EpPair] = {}
+            for kind in m.layer_kinds:
+                layer[kind] = coster.layer(*kind)
+                if kind[0]:
+                    ep_pairs[kind] = coster.ep_pair
             mtp_cost = coster.mtp(layer[m.layer_kind(m.layers - 1)]) if m.mtp_layers else None
             extras = (
                 coster.embedding(),
                 coster.logits(),
                 mtp_cost,
-                coster.ep_pair,
+                ep_pairs,
                 coster.pair_host,
                 coster.zero3_pair,
             )
@@ -3142,7 +3149,12 @@ def build_program(scn: Scenario, comm: CommModel | None = None) -> Program:
             if par.schedule in ("dualpipe", "dualpipev"):
                 paired = overlap_pair(forward, backward, ep_sm_fraction(scn), pair_host, n_pair, zero3_pair)
             elif ep_overlap:
-                paired = _combined_pair(forward, backward, ep_pair, n_pair, zero3_pair)
+                moe_kinds = {k: n for k, n in counts.items() if k[0]}
+                if last and mtp is not None and m.is_moe_layer(m.layers - 1):
+                    tail = m.layer_kind(m.layers - 1)
+                    moe_kinds[tail] = moe_kinds.get(tail, 0) + m.mtp_layers
+                pair = _mean_ep_pair(ep_pair, moe_kinds)
+                paired = _combined_pair(forward, backward, pair, n_pair, zero3_pair)
             chunks.append(
                 ChunkProgram(
                     stage=s,
@@ -3279,6 +3291,23 @@ EP_LAUNCH_WAIT_NAME = "ep launch behind compute (default-priority comm stream)"
 # Transformer Engine GroupedLinear's per-expert GEMM segments (grouped() in _Coster._moe): eager,
 # they run as rounds of TE_GEMM_STREAMS concurrent cuBLAS GEMMs (TE_MULTI_STREAM_NOTE)
 GROUPED_GEMM_SEGMENTS = ("expert fc1", "expert fc2")
+
+
+def _mean_ep_pair(pairs: dict, counts: dict) -> EpPair:
+    """The combined-1F1B pair of a chunk's MoE layers of several kinds (full and local attention):
+    the count-weighted mean of each kind's EpPair. Exact for _combined_pair's use: every MoE
+    layer's EP segments are the same (they do not depend on the attention), so the chunk's exposed
+    EP time Σ n_k·f_k·ep is the mean fraction times Σ n_k·ep, and the per-layer seconds add."""
+    total = sum(counts.values())
+    if not total or not pairs:
+        return EpPair(1.0, 0.0)
+    if len(counts) == 1:
+        return pairs[next(iter(counts))]
+
+    def mean(field: str) -> float:
+        return sum(n * getattr(pairs[k], field) for k, n in counts.items()) / total
+
+    return EpPair(mean("exposed_fraction"), mean("interference_s"), mean("host_s"), mean("launch_wait_s"))
 
 
 def _combined_pair(

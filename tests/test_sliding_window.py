@@ -337,3 +337,17 @@ def test_context_parallel_over_windows_refused() -> None:
     assert info.value.key == "parallel.cp"
     data["model"]["sliding_window"] = 4096
     scenario_from_dict(data)
+
+
+def test_mixed_moe_kinds_pair_is_the_count_weighted_mean() -> None:
+    """A chunk of windowed and full MoE layers in combined 1F1B: each kind's exposed EP share and
+    per-layer seconds, weighted by its layers (every MoE layer's EP segments are the same)."""
+    from simulator.program import EpPair, _mean_ep_pair
+
+    a, b = EpPair(0.5, 1e-3, 2e-3, 0.0), EpPair(0.1, 3e-3, 0.0, 4e-3)
+    ka, kb = (True, ("sliding", 128)), (True, ("full", 0))
+    mean = _mean_ep_pair({ka: a, kb: b}, {ka: 3, kb: 1})
+    assert mean.exposed_fraction == pytest.approx((3 * 0.5 + 0.1) / 4)
+    assert mean.interference_s == pytest.approx((3e-3 + 3e-3) / 4)
+    assert mean.host_s == pytest.approx(6e-3 / 4) and mean.launch_wait_s == pytest.approx(1e-3)
+    assert _mean_ep_pair({ka: a, kb: b}, {kb: 5}) is b
