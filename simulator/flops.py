@@ -206,6 +206,14 @@ def model_summary(m: ModelSpec, load_imbalance: float = 0.0) -> dict[str, object
             "max_nodes_per_token": m.node_limit,
             "dispatch_dtype": m.dispatch_dtype,
         }
+    if m.has_local_attention:
+        kinds = [m.attention_window(i)[0] for i in range(m.layers)]
+        out["local_attention"] = {
+            "sliding_window": m.sliding_window,
+            "attention_chunk_size": m.attention_chunk_size,
+            "sliding_layers": kinds.count("sliding"),
+            "chunked_layers": kinds.count("chunked"),
+        }
     if m.mla is not None:
         out["mla"] = {
             "q_lora_rank": m.mla.q_lora_rank,

@@ -1859,7 +1859,9 @@ class _Coster:
         impl = resolve_attention(self.scn.gpu, kern.attention, kern.flash_attention)
         head_dim = max(1, round((q_local + v_local) / (2 * heads_local)))
         cp = self.scn.parallel.cp
-        name = "attention (unfused)" if impl == "unfused" else f"attention ({impl})"
+        kind, size = window
+        local = {"sliding": f", sliding window {size}", "chunked": f", chunks of {size}"}.get(kind, "")
+        name = f"attention ({impl}{local})"
         if window != FULL_ATTENTION and cp > 1:  # ParallelConfig refuses it first (LOCAL_CP_NOTE)
             raise ConfigError("context parallelism over local attention is not modeled", key="parallel.cp")
         if cp == 1 or impl == "unfused":

@@ -1211,6 +1211,10 @@ COMMON_JSON_FIELDS: dict[str, str] = {
     "model.seq_len": "sequence length [tokens]",
     "model.attention": "attention kind as simulated (mha, gqa, mqa or mla)",
     "model.mla": "MLA ranks and head widths as simulated (MLA models only)",
+    "model.local_attention": (
+        "sliding-window / chunked attention as simulated: the window, the chunk and how many layers use"
+        " each (models with local attention shorter than seq_len only)"
+    ),
     "gpu": "GPU catalog name",
     "topology": "topology name",
     "dtype": "training dtype",
