@@ -1304,6 +1304,9 @@ HF_SOURCE_KEYS: dict[str, tuple[str, ...]] = {
     "qk_nope_head_dim": ("qk_nope_head_dim",),
     "qk_rope_head_dim": ("qk_rope_head_dim",),
     "v_head_dim": ("v_head_dim",),
+    "sliding_window": ("sliding_window",),
+    "attention_chunk_size": ("attention_chunk_size",),
+    "layer_types": ("layer_types", "sliding_window", "attention_chunk_size"),
 }
 
 
