@@ -530,9 +530,13 @@ def _window_share(seq: int, window: int) -> float:
 # Need_masking); FlashAttention-3 masks only the diagonal block and the block at the window's left
 # edge (hopper/mainloop_fwd_sm90_tma_gmma_ws.hpp n_block_min_before_local_mask), as cuDNN is
 # taken to. The block is the implementation's causal tile (`attention_causal_block`, causal_extent).
-# Unfused attention computes and masks the whole score matrix whatever the window (Megatron-LM's
-# CoreAttention and HF's eager_attention_forward: a full Q·Kᵀ, then the mask added), so it is costed
-# as full causal attention. A window of at least `seq` keys is full causal attention (FlashAttention's
+# Unfused attention computes and masks the whole score matrix whatever the window, so it is costed
+# as full causal attention: Megatron-Core's DotProductAttention (megatron/core/transformer/
+# dot_product_attention.py@d98e8a64: torch.baddbmm over the full [sq, sk] scores, then
+# FusedScaleMaskSoftmax with window_size, whose torch path builds get_sliding_window_causal_mask
+# over the whole matrix, fusions/fused_softmax.py:321), Transformer Engine's
+# UnfusedDotProductAttention (attention/dot_product_attention/backends.py:505-522@d0067d0d:
+# get_full_mask(window_size=...), a full s×s mask) and HF's eager_attention_forward alike. A window of at least `seq` keys is full causal attention (FlashAttention's
 # flash_api.cpp drops such a window: window_size_left >= seqlen_k -> -1).
 LOCAL_MASK_EVERY_BLOCK = ("fa2",)
 LOCAL_ATTENTION_IMPLS = ("fa2", "fa3", "cudnn", "unfused")  # the Triton kernels take no window
