@@ -529,7 +529,11 @@ def _window_share(seq: int, window: int) -> float:
 # (flash_fwd_kernel.h:409 apply_mask in the main loop, which masks whenever Is_local: mask.h
 # Need_masking); FlashAttention-3 masks only the diagonal block and the block at the window's left
 # edge (hopper/mainloop_fwd_sm90_tma_gmma_ws.hpp n_block_min_before_local_mask), as cuDNN is
-# taken to. The block is the implementation's causal tile (`attention_causal_block`, causal_extent).
+# taken to. Blocks are taken square, M = N = the implementation's causal tile (`attention_causal_block`,
+# 128: causal_extent): FlashAttention-2's head-dim-64 forward runs 128 x 128
+# (csrc/flash_attn/src/flash_fwd_launch_template.h run_mha_fwd_hdim64), FlashAttention-3's sm90
+# head-dim-128 local kernel 128 x 128 and its head-dim-64 one 192 x 128 (hopper/tile_size.h
+# tile_size_fwd_sm90), which the square 128 block approximates.
 # Unfused attention computes and masks the whole score matrix whatever the window, so it is costed
 # as full causal attention: Megatron-Core's DotProductAttention (megatron/core/transformer/
 # dot_product_attention.py@d98e8a64: torch.baddbmm over the full [sq, sk] scores, then
