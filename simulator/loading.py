@@ -1875,6 +1875,8 @@ def _check_attention_kernel(scn: Scenario) -> None:
     if k.flash_attention and k.attention:
         specs.check_attention_arch(k.attention, arch, scn.gpu.name, "kernels.attention")
     specs.check_dtype_arch(scn.dtype, arch, scn.gpu.name, "precision.dtype")
+    impl = (k.attention or DEFAULT_ATTENTION.get(arch, "fa2")) if k.flash_attention else "unfused"
+    specs.check_cp_comm_type(impl, scn.parallel)
     if k.flash_attention and not k.attention:
         impl = DEFAULT_ATTENTION.get(arch, "fa2")
         try:

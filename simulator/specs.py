@@ -28,6 +28,12 @@ GATED_ACTIVATIONS = ("clamped_quick_geglu",)
 SCHEDULES = ("gpipe", "1f1b", "interleaved", "zb-h1", "zb-v", "dualpipe", "dualpipev")
 TWO_CHUNK_SCHEDULES = ("zb-v", "dualpipe", "dualpipev")  # two model chunks per stage by construction
 RECOMPUTE = ("none", "selective", "full")
+# [parallel] cp_comm_type: how context-parallel attention exchanges K/V (program.CP_COMM_NOTE).
+# Megatron-Core's --cp-comm-type names for Transformer Engine's implementations (p2p: the
+# load-balanced ring, Megatron-Core's default; allgather: TE AttnFuncWithCPAndKVAllGather, the
+# Llama 3 paper's design; a2a: TE AttnFuncWithCPAndQKVOA2A, DeepSpeed-Ulysses' all-to-all over
+# heads) and PyTorch's experimental context_parallel with its two rotate methods.
+CP_COMM_TYPES = ("p2p", "allgather", "a2a", "torch-allgather", "torch-alltoall")
 # Megatron-Core --recompute-modules (transformer_config.py, `recompute_modules`): the modules a
 # selective recomputation re-runs in the backward pass instead of keeping their activations.
 # Megatron's default for --recompute-granularity selective is ["core_attn"].
@@ -834,6 +840,9 @@ class ParallelConfig:
     # them (PipelineStage; program.Program.grad_reduce_waits). 0 = the whole step in one run
     # (Megatron-Core: every micro-batch of the step in one pipeline schedule)
     local_batch: int = 0
+    # context-parallel attention implementation (CP_COMM_TYPES, program.CP_COMM_NOTE): "p2p" =
+    # Transformer Engine's ring (Megatron-Core's default --cp-comm-type)
+    cp_comm_type: str = "p2p"
 
     def __post_init__(self) -> None:
         p = "parallel"
@@ -873,6 +882,7 @@ class ParallelConfig:
             )
         _check_bool(f"{p}.reshard_after_forward", self.reshard_after_forward)
         _check_int(f"{p}.local_batch", self.local_batch, minimum=0, maximum=100 * MAX_DIM)
+        _set(self, "cp_comm_type", _check_choice(f"{p}.cp_comm_type", self.cp_comm_type, CP_COMM_TYPES))
         if self.dp_shard and self.dp % self.dp_shard:
             raise ConfigError(
                 f"must divide dp = {self.dp} (dp = dp_shard x replicas); got {self.dp_shard}",
@@ -1794,6 +1804,19 @@ def check_attention_head_dim(impl: str, head_dim: int, key: str = "kernels.atten
         )
 
 
+def check_cp_comm_type(impl: str, par: ParallelConfig) -> None:
+    """A context-parallel implementation other than the p2p ring runs fused attention kernels only
+    (Transformer Engine's all-gather CP: flash or cuDNN; PyTorch's context_parallel: the SDPA
+    flash, efficient or cuDNN ops); `impl` is the one the scenario runs."""
+    if par.cp > 1 and impl == "unfused" and par.cp_comm_type != "p2p":
+        raise ConfigError(
+            f"cp_comm_type = {par.cp_comm_type!r} runs fused attention kernels only (Transformer Engine's "
+            "all-gather CP: flash or cuDNN; PyTorch's context_parallel: SDPA flash, efficient or cuDNN); "
+            "the unfused path has context parallelism only as 'p2p'",
+            key="parallel.cp_comm_type",
+        )
+
+
 def attention_head_dim(model: ModelSpec) -> int:
     """The larger of the query/key and the value head dimension (MLA: qk_head_dim vs v_head_dim)."""
     return max(model.dim_per_head, model.v_dim // model.heads)
@@ -2061,13 +2084,28 @@ def check_parallel_fits(model: ModelSpec, par: ParallelConfig, num_gpus: int) ->
     if par.cp > 1 and model.has_local_attention:
         # LOCAL_CP_NOTE: Transformer Engine runs sliding-window attention under context parallelism
         # only with cp_comm_type "a2a" or "all_gather" (attention/dot_product_attention/
-        # context_parallel.py:5054-5060@d0067d0d asserts it), and Llama 4's chunks are not
-        # windows at all; mfusim models the p2p ring (program.cp_ring_attention_s) only
+        # context_parallel.py:5054-5060@d0067d0d asserts it); mfusim models the a2a exchange's
+        # whole-sequence kernel with the window (program._cp_a2a_attention), not the all-gather's
+        # windowed chunks; Llama 4's chunks are no window Transformer Engine or Megatron-Core runs
+        chunked = any(model.attention_window(i)[0] == "chunked" for i in range(model.layers))
+        if chunked:
+            raise ConfigError(
+                f"cp = {par.cp} over chunked attention layers is not modeled; use cp = 1", key=f"{p}.cp"
+            )
+        if par.cp_comm_type != "a2a":
+            raise ConfigError(
+                f"cp_comm_type = {par.cp_comm_type!r} over sliding-window layers is not modeled "
+                "(Transformer Engine runs windows under CP with a2a or all_gather only; mfusim models "
+                'a2a): use "a2a" or cp = 1',
+                key=f"{p}.cp_comm_type",
+            )
+    kv_local = max(model.num_kv_heads // par.tp, 1)
+    if par.cp > 1 and par.cp_comm_type == "a2a" and ((model.heads // par.tp) % par.cp or kv_local % par.cp):
         raise ConfigError(
-            f"cp = {par.cp} over sliding-window/chunked attention layers is not modeled (Transformer "
-            "Engine runs it with the a2a or all_gather CP exchange only, not the p2p ring mfusim "
-            "costs); use cp = 1",
-            key=f"{p}.cp",
+            f"a2a splits the attention heads over cp = {par.cp} ranks (Transformer Engine asserts it): "
+            f"the {model.heads // par.tp} query and {kv_local} key/value heads per TP rank must be "
+            "multiples of cp",
+            key=f"{p}.cp_comm_type",
         )
     if par.sequence_parallel and par.tp > 1 and model.seq_len // par.cp % par.tp:
         raise ConfigError(

@@ -324,19 +324,33 @@ def test_inconsistent_windows_refused(model: dict[str, Any], key: str) -> None:
     assert info.value.key == key
 
 
-def test_context_parallel_over_windows_refused() -> None:
-    """Transformer Engine runs sliding windows under CP only with the a2a / all_gather exchange;
-    mfusim costs the p2p ring: refused naming parallel.cp (a covering window is plain causal)."""
+def test_context_parallel_over_windows() -> None:
+    """Transformer Engine runs sliding windows under CP only with the a2a / all_gather exchange
+    (context_parallel.py asserts it): a2a -- the whole sequence on heads/cp heads -- runs the
+    windowed kernel, exactly; the p2p ring and the others are refused naming
+    parallel.cp_comm_type, chunks naming parallel.cp (a covering window is plain causal)."""
     data: dict[str, Any] = {
         "model": {**{k: v for k, v in SMALL.items() if k != "name"}, "sliding_window": 128},
         "cluster": {"topology": "dgx-h100", "num_gpus": 8},
         "parallel": {"global_batch": 16, "cp": 2},
     }
+    for comm in ("p2p", "allgather", "torch-allgather"):
+        data["parallel"]["cp_comm_type"] = comm
+        with pytest.raises(ConfigError) as info:
+            scenario_from_dict(data)
+        assert info.value.key == "parallel.cp_comm_type"
+    data["parallel"]["cp_comm_type"] = "a2a"
+    windowed = simulate(scenario_from_dict(data)).report
+    data["model"]["sliding_window"] = 4096
+    full = simulate(scenario_from_dict(data)).report
+    assert windowed.step_time_s < full.step_time_s and windowed.mfu <= windowed.hfu <= 1.0
+    data["parallel"]["cp_comm_type"] = "p2p"
+    scenario_from_dict(data)  # a covering window: plain causal attention, any exchange
+    data["model"] = {**data["model"], "sliding_window": 0, "attention_chunk_size": 1024}
+    data["parallel"]["cp_comm_type"] = "a2a"
     with pytest.raises(ConfigError) as info:
         scenario_from_dict(data)
     assert info.value.key == "parallel.cp"
-    data["model"]["sliding_window"] = 4096
-    scenario_from_dict(data)
 
 
 def test_mixed_moe_kinds_pair_is_the_count_weighted_mean() -> None:

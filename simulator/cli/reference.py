@@ -319,9 +319,18 @@ KEYS: dict[str, Key] = {
     "parallel.pp": Key("pipeline-parallel stages"),
     "parallel.dp": Key("data-parallel replicas", default="num_gpus / (tp·pp·cp)"),
     "parallel.cp": Key(
-        "context-parallel size (sequence split across GPUs; Transformer Engine's load-balanced ring,"
-        " K/V exchange hidden behind attention -- PyTorch's experimental context_parallel costs far"
-        " more: docs/limits.md)"
+        "context-parallel size (sequence split across GPUs; its implementation: cp_comm_type)"
+    ),
+    "parallel.cp_comm_type": Key(
+        "context-parallel attention implementation: p2p = Transformer Engine's load-balanced ring"
+        " (Megatron-Core's default --cp-comm-type); allgather = TE's all-gather CP (the Llama 3"
+        " paper's design: K/V all-gather and dK/dV reduce-scatter exposed, two kernels per rank);"
+        " a2a = TE's all-to-all CP (DeepSpeed-Ulysses: q/k/v and out all-to-all'd to head shards,"
+        " exposed, one kernel on heads/cp; heads per TP rank must divide by cp);"
+        " torch-allgather / torch-alltoall = PyTorch's experimental context_parallel with that"
+        " rotate method (torchtitan: allgather): fp32 eager merges, K/V expanded to the query heads",
+        allowed=_spec("CP_COMM_TYPES"),
+        since=NEXT,
     ),
     "parallel.ep": Key("expert-parallel size (MoE)"),
     "parallel.etp": Key("expert tensor-parallel size", default="0 (1 with ep > 1, else tp)", since=NEXT),
