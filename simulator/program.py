@@ -40,6 +40,7 @@ from .ep_dispatch import (
     kernel_algbw_bytes_per_s,
     round_robin_groups_hit,
 )
+from .errors import ConfigError
 from .hostbound import (
     HOST_CALL_S,
     HOST_OP_S,
@@ -70,7 +71,7 @@ from .schedules import (
     prev_chunk,
     stage_tasks,
 )
-from .specs import ModelSpec, ParallelConfig, Scenario, check_cp_comm_type
+from .specs import FULL_ATTENTION, ModelSpec, ParallelConfig, Scenario, check_cp_comm_type
 from .units import DTYPE_BYTES
 
 ADAM_BYTES_PER_PARAM = (
@@ -1302,8 +1303,11 @@ class _Coster:
         return t
 
     # -- one transformer layer
-    def layer(self, moe: bool) -> tuple[_Phase, _Phase, _Phase, _Phase, float]:
-        """(forward, backward-input, backward-weight, recompute, params_local) of one layer."""
+    def layer(
+        self, moe: bool, window: tuple[str, int] = FULL_ATTENTION
+    ) -> tuple[_Phase, _Phase, _Phase, _Phase, float]:
+        """(forward, backward-input, backward-weight, recompute, params_local) of one layer;
+        `window` its attention mask (ModelSpec.attention_window)."""
         scn, d = self.scn, self.device
         m: ModelSpec = scn.model
         par = scn.parallel
@@ -1479,7 +1483,7 @@ class _Coster:
                     b_in.append(
                         Segment("compute", "gqa qkv grad concat", memory_op_time_s(d, qkv_b), 0.0, qkv_b)
                     )
-        attn_fwd, attn_bwd, attn_parts = self._attention(T, s_local, s, heads_local, q_local, v_local)
+        attn_fwd, attn_bwd, attn_parts = self._attention(T, s_local, s, heads_local, q_local, v_local, window)
         start = len(fwd)
         if self.scn.kernels.attention_padding == "unpad":
             self._bert_padding(fwd, b_in, T * (q_local + 2 * kv_local), T * v_local)
@@ -1908,23 +1912,46 @@ class _Coster:
         mem("rope", 2 * T * (heads_local + 1) * mla.qk_rope_head_dim * a)
         span("mla_up_proj", start)
 
-    def _attention(self, T: int, s_local: int, s: int, heads_local: int, q_local: int, v_local: int):
+    def _attention(
+        self,
+        T: int,
+        s_local: int,
+        s: int,
+        heads_local: int,
+        q_local: int,
+        v_local: int,
+        window: tuple[str, int] = FULL_ATTENTION,
+    ):
         """Causal self-attention by the [kernels] implementation (simulator/kernels.py):
         FlashAttention-2/-3, cuDNN or Triton fused kernels, or unfused GEMMs + softmax through memory.
         The kernel model takes one head dim: the mean of the q·k and v head dims (MLA: 192 and 128),
-        which keeps its FLOPs 2·b·s²·(q + v) exact."""
+        which keeps its FLOPs 2·b·s²·(q + v) exact. A sliding-window or chunked layer (`window`)
+        runs the kernel over the keys it sees (kernels.SLIDING_WINDOW_NOTE) and counts its model
+        FLOPs scaled by the share of the causal work its mask keeps (flops.LOCAL_ATTENTION_NOTE)."""
         d = self.device
         b = self.scn.parallel.micro_batch
-        model_flops_fwd = 2.0 * b * s_local * s * (q_local + v_local)  # scores + values, full s×s
+        # scores + values, full s×s (a local layer: scaled by the share its mask keeps)
+        model_flops_fwd = 2.0 * b * s_local * s * (q_local + v_local) * fl.local_attention_share(s, window)
         kern = self.scn.kernels
         impl = resolve_attention(self.scn.gpu, kern.attention, kern.flash_attention)
         head_dim = max(1, round((q_local + v_local) / (2 * heads_local)))
         cp = self.scn.parallel.cp
-        name = "attention (unfused)" if impl == "unfused" else f"attention ({impl})"
+        kind, size = window
+        local = {"sliding": f", sliding window {size}", "chunked": f", chunks of {size}"}.get(kind, "")
+        name = f"attention ({impl}{local})"
         check_cp_comm_type(impl, self.scn.parallel)  # refused at load already (loading.py)
+        if (
+            window != FULL_ATTENTION
+            and cp > 1
+            and not (kind == "sliding" and self.scn.parallel.cp_comm_type == "a2a")
+        ):
+            # refused at load already (specs LOCAL_CP_NOTE)
+            raise ConfigError(
+                "context parallelism over local attention is not modeled", key="parallel.cp_comm_type"
+            )
         if cp == 1 or impl == "unfused":
             shape: dict[str, Any] = dict(
-                batch=b, seq_q=s_local, seq_kv=s, heads=heads_local, head_dim=head_dim
+                batch=b, seq_q=s_local, seq_kv=s, heads=heads_local, head_dim=head_dim, window=window
             )
             t_f = attention_time_s(d, impl, "fwd", **shape)
             t_b = attention_time_s(d, impl, "bwd", **shape)
@@ -1934,7 +1961,9 @@ class _Coster:
             return t_f, t_b, (fwd, bwd)
         comm_type = self.scn.parallel.cp_comm_type
         if comm_type == "a2a":
-            return self._cp_a2a_attention(impl, name, s_local, s, heads_local, head_dim, model_flops_fwd)
+            return self._cp_a2a_attention(
+                impl, name, s_local, s, heads_local, head_dim, model_flops_fwd, window
+            )
         if comm_type == "allgather":
             return self._cp_allgather_attention(impl, name, s_local, heads_local, head_dim, model_flops_fwd)
         t_f, t_b = cp_ring_attention_s(d, impl, b, s_local, heads_local, head_dim, cp)
@@ -1994,14 +2023,26 @@ class _Coster:
         return t_f, t_b, (fwd, bwd)
 
     def _cp_a2a_attention(
-        self, impl: str, name: str, s_local: int, s: int, heads: int, head_dim: int, model_flops_fwd: float
+        self,
+        impl: str,
+        name: str,
+        s_local: int,
+        s: int,
+        heads: int,
+        head_dim: int,
+        model_flops_fwd: float,
+        window: tuple[str, int] = FULL_ATTENTION,
     ) -> tuple[float, float, tuple[list[Segment], list[Segment]]]:
         """Transformer Engine's all-to-all CP (CP_COMM_NOTE "a2a"): one causal kernel over the whole
         sequence on heads/cp heads, and the layout copies around each all-to-all (CP_A2A_PASSES)
-        of q, k, v, out (forward) and dout, dq, dk, dv (backward). Its all-to-alls: `_cp_exchange`."""
+        of q, k, v, out (forward) and dout, dq, dk, dv (backward). Its all-to-alls: `_cp_exchange`.
+        A sliding-window layer runs that kernel with its window (the whole sequence is on the rank:
+        exact; the one CP exchange Transformer Engine runs windows with besides all_gather)."""
         d, cp = self.device, self.scn.parallel.cp
         b = self.scn.parallel.micro_batch
-        shape: dict[str, Any] = dict(batch=b, seq_q=s, seq_kv=s, heads=heads // cp, head_dim=head_dim)
+        shape: dict[str, Any] = dict(
+            batch=b, seq_q=s, seq_kv=s, heads=heads // cp, head_dim=head_dim, window=window
+        )
         t_f = attention_time_s(d, impl, "fwd", **shape)
         t_b = attention_time_s(d, impl, "bwd", **shape)
         o = float(b * s_local * heads * head_dim)  # q (and out, dq, dout) per rank
@@ -3153,9 +3194,20 @@ def power_limited_device(coster: _Coster) -> tuple[Device, float]:
     device = coster.device
     if device.params.training_gemm_ratio(device.dtype) >= 1.0:
         return device, 0.0
-    forward, b_in, b_w, rec, _ = coster.layer(coster.scn.model.is_moe)
+    m = coster.scn.model
+    first = next(i for i in range(m.layers) if m.is_moe_layer(i) == m.is_moe)
+    forward, b_in, b_w, rec, _ = coster.layer(*m.layer_kind(first))
     activity = tensor_activity(device, (forward, b_in, b_w, rec))
     return replace(device, power_clock=power_limited_clock_of(device, activity)), activity
+
+
+def _kind_counts(m: ModelSpec, layers) -> dict[tuple[bool, tuple[str, int]], int]:
+    """How many of `layers` are of each ModelSpec.layer_kind."""
+    out: dict[tuple[bool, tuple[str, int]], int] = {}
+    for i in layers:
+        k = m.layer_kind(i)
+        out[k] = out.get(k, 0) + 1
+    return out
 
 
 def _repeat(phase: _Phase, n: int) -> list:
@@ -3194,15 +3246,21 @@ def build_program(scn: Scenario, comm: CommModel | None = None) -> Program:
         if key not in costed:
             coster.stage = s
             coster.device = device
-            layer = {False: coster.layer(False)}
-            if m.is_moe:
-                layer[True] = coster.layer(True)
-            mtp_cost = coster.mtp(layer[m.is_moe_layer(m.layers - 1)]) if m.mtp_layers else None
+            # one costing per kind of layer: MoE or dense, full or local attention (layer_kind);
+            # each MoE kind's combined-1F1B pair (its attention hides a different share of the EP
+            # all-to-all)
+            layer = {}
+            ep_pairs: dict[tuple[bool, tuple[str, int]], EpPair] = {}
+            for kind in m.layer_kinds:
+                layer[kind] = coster.layer(*kind)
+                if kind[0]:
+                    ep_pairs[kind] = coster.ep_pair
+            mtp_cost = coster.mtp(layer[m.layer_kind(m.layers - 1)]) if m.mtp_layers else None
             extras = (
                 coster.embedding(),
                 coster.logits(),
                 mtp_cost,
-                coster.ep_pair,
+                ep_pairs,
                 coster.pair_host,
                 coster.zero3_pair,
             )
@@ -3224,11 +3282,8 @@ def build_program(scn: Scenario, comm: CommModel | None = None) -> Program:
             return mixes[key][0]
 
         for c in range(vp):
-            n_moe = sum(1 for i in layout[s][c] if m.is_moe_layer(i))
             parts: list[tuple[tuple, int]] = [
-                (layer_cost[moe][:4], n)
-                for moe, n in ((False, len(layout[s][c]) - n_moe), (True, n_moe))
-                if n
+                (layer_cost[kind][:4], n) for kind, n in _kind_counts(m, layout[s][c]).items()
             ]
             if prev_chunk(par.schedule, pp, vp, s, c) is None:
                 parts.append((emb, 1))
@@ -3283,7 +3338,7 @@ def build_program(scn: Scenario, comm: CommModel | None = None) -> Program:
             first = prev_chunk(par.schedule, pp, vp, s, c) is None
             last = next_chunk(par.schedule, pp, vp, s, c) is None
             n_moe = sum(1 for i in layers if m.is_moe_layer(i))
-            counts = {False: len(layers) - n_moe, True: n_moe}
+            counts = _kind_counts(m, layers)
             fwd: list = []
             b_in: list = []
             b_w: list = []
@@ -3298,10 +3353,8 @@ def build_program(scn: Scenario, comm: CommModel | None = None) -> Program:
             if first:
                 fwd += emb_f.parts
                 params += embed_params + (m.seq_len * m.hidden if m.position_embeddings else 0)
-            for moe, n in counts.items():
-                if n == 0:
-                    continue
-                lf, lbi, lbw, lrec, lparams = layer_cost[moe]
+            for (moe, _), n in counts.items():
+                lf, lbi, lbw, lrec, lparams = layer_cost[(moe, _)]
                 fwd += _repeat(lf, n)
                 rec += _repeat(lrec, n)
                 b_in += _repeat(lbi, n)
@@ -3412,7 +3465,12 @@ def build_program(scn: Scenario, comm: CommModel | None = None) -> Program:
             if par.schedule in ("dualpipe", "dualpipev"):
                 paired = overlap_pair(forward, backward, ep_sm_fraction(scn), pair_host, n_pair, zero3_pair)
             elif ep_overlap:
-                paired = _combined_pair(forward, backward, ep_pair, n_pair, zero3_pair)
+                moe_kinds = {k: n for k, n in counts.items() if k[0]}
+                if last and mtp is not None and m.is_moe_layer(m.layers - 1):
+                    tail = m.layer_kind(m.layers - 1)
+                    moe_kinds[tail] = moe_kinds.get(tail, 0) + m.mtp_layers
+                pair = _mean_ep_pair(ep_pair, moe_kinds)
+                paired = _combined_pair(forward, backward, pair, n_pair, zero3_pair)
             chunks.append(
                 ChunkProgram(
                     stage=s,
@@ -3549,6 +3607,23 @@ EP_LAUNCH_WAIT_NAME = "ep launch behind compute (default-priority comm stream)"
 # Transformer Engine GroupedLinear's per-expert GEMM segments (grouped() in _Coster._moe): eager,
 # they run as rounds of TE_GEMM_STREAMS concurrent cuBLAS GEMMs (TE_MULTI_STREAM_NOTE)
 GROUPED_GEMM_SEGMENTS = ("expert fc1", "expert fc2")
+
+
+def _mean_ep_pair(pairs: dict, counts: dict) -> EpPair:
+    """The combined-1F1B pair of a chunk's MoE layers of several kinds (full and local attention):
+    the count-weighted mean of each kind's EpPair. Exact for _combined_pair's use: every MoE
+    layer's EP segments are the same (they do not depend on the attention), so the chunk's exposed
+    EP time Σ n_k·f_k·ep is the mean fraction times Σ n_k·ep, and the per-layer seconds add."""
+    total = sum(counts.values())
+    if not total or not pairs:
+        return EpPair(1.0, 0.0)
+    if len(counts) == 1:
+        return pairs[next(iter(counts))]
+
+    def mean(field: str) -> float:
+        return sum(n * getattr(pairs[k], field) for k, n in counts.items()) / total
+
+    return EpPair(mean("exposed_fraction"), mean("interference_s"), mean("host_s"), mean("launch_wait_s"))
 
 
 def _combined_pair(

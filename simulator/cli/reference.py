@@ -248,6 +248,35 @@ KEYS: dict[str, Key] = {
         "(default: Megatron-LM's 0.1; the MoE presets 0 as their configs)",
         since=NEXT,
     ),
+    "model.sliding_window": Key(
+        "sliding-window attention: each query attends to its last N positions, itself included "
+        "(HF sliding_window; Megatron-Core window_size = (N - 1, 0)), on the layers layer_types / "
+        'layer_pattern marks "sliding" (every layer when neither is given); 0 = none; N >= seq_len '
+        "is full causal attention",
+        "integer",
+        "tokens",
+        since=NEXT,
+    ),
+    "model.attention_chunk_size": Key(
+        "chunked local attention (Llama 4): causal within N-token chunks, on the layers layer_types / "
+        'layer_pattern marks "chunked" (every layer when neither is given); 0 = none',
+        "integer",
+        "tokens",
+        since=NEXT,
+    ),
+    "model.layer_types": Key(
+        "each layer's attention, one entry per layer: full, sliding or chunked (HF's full_attention / "
+        "sliding_attention / chunked_attention accepted); empty = every layer uses the window given",
+        "list of strings",
+        since=NEXT,
+    ),
+    "model.layer_pattern": Key(
+        'layer_types as a pattern repeated from layer 0: ["sliding", "full"] = GPT-OSS\'s and Gemma '
+        "2's alternation (give this or layer_types)",
+        "list of strings",
+        default="(none)",
+        since=NEXT,
+    ),
     "model.mtp_layers": Key(
         "DeepSeek multi-token-prediction modules (one layer each)", "integer", since=NEXT
     ),
@@ -1191,6 +1220,10 @@ COMMON_JSON_FIELDS: dict[str, str] = {
     "model.seq_len": "sequence length [tokens]",
     "model.attention": "attention kind as simulated (mha, gqa, mqa or mla)",
     "model.mla": "MLA ranks and head widths as simulated (MLA models only)",
+    "model.local_attention": (
+        "sliding-window / chunked attention as simulated: the window, the chunk and how many layers use"
+        " each (models with local attention shorter than seq_len only)"
+    ),
     "gpu": "GPU catalog name",
     "topology": "topology name",
     "dtype": "training dtype",
