@@ -165,7 +165,10 @@ KINDS = ("gemm", "attention", "memory")
 GROUPS = {
     "attention": lambda n: n.startswith(("fa2_", "fa3_", "cudnn_", "triton_", "attention_")),
     "collective": lambda n: n in COLLECTIVE_FIT,
+    # the NVLS all-reduce's own terms, the ring's (which training steps also use) held as shipped
+    "nvls": lambda n: n in ("nccl_nvls_chunk_overhead_bytes", "nccl_nvls_fraction"),
 }
+COLLECTIVE_GROUPS = ("collective", "nvls")
 
 
 def in_group(name: str, group: str | None) -> bool:
@@ -210,7 +213,7 @@ def fit_architecture(arch: str, base: dict[str, KernelParams], group: str | None
     return make(res.x)
 
 
-def fit_collectives(arch: str, base: dict[str, KernelParams]) -> KernelParams:
+def fit_collectives(arch: str, base: dict[str, KernelParams], group: str | None = None) -> KernelParams:
     """NVLink efficiency and NCCL's bandwidth-ramp windows from the architecture's collective
     figures (nic_bw_fraction stays the maintainers' 0.94, nccl-ib)."""
     from simulator.kernels import architecture, kernel_data
@@ -227,7 +230,9 @@ def fit_collectives(arch: str, base: dict[str, KernelParams]) -> KernelParams:
     mine = [i for i, f in enumerate(figs) if arch_of.get(f.gpu) == arch]
     if not mine:
         return start
-    names = [n for n in COLLECTIVE_FIT if n not in borrowed]
+    names = [n for n in COLLECTIVE_FIT if n not in borrowed and in_group(n, group)]
+    if not names:
+        return start
 
     def make(x: np.ndarray) -> KernelParams:
         return replace(start, **{n: float(v) for n, v in zip(names, x, strict=True)})
@@ -279,11 +284,11 @@ def main(argv: list[str] | None = None) -> int:
     base = {a: params_for_architecture(a) for a in ("hopper", "ampere", "blackwell", "volta")}
     if args.arch:
         base[args.arch] = fit_architecture(args.arch, base, group)
-    elif group != "collective":
+    elif group not in COLLECTIVE_GROUPS:
         base = fit_kernel_parameters(base, group)
     if group != "attention" and not args.arch:
         for arch in ("hopper", "ampere", "hopper", "blackwell", "ampere"):  # borrowing goes both ways
-            base[arch] = fit_collectives(arch, base)
+            base[arch] = fit_collectives(arch, base, group if group in COLLECTIVE_GROUPS else None)
     figs = shipped_figures(base)
     worst = 0.0
     for f in figs:

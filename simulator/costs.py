@@ -183,9 +183,12 @@ def attention_time_s(
     heads: int,
     head_dim: int,
     causal: bool = True,
+    window: tuple[str, int] = ("full", 0),
 ) -> float:
     """Self-attention of `batch`·`heads` heads, `seq_q` queries over `seq_kv` keys (causal by
-    default; a context-parallel ring step between different chunks is not)."""
+    default; a context-parallel ring step between different chunks is not). `window`: the layer's
+    mask (ModelSpec.attention_window): a sliding window or chunks (kernels.SLIDING_WINDOW_NOTE)."""
+    kind, size = window
     t = kernel_model.attention_time_s(
         device.gpu,
         batch=batch,
@@ -197,6 +200,8 @@ def attention_time_s(
         impl=impl,
         pass_=pass_,
         params=device.params,
+        window=size if kind == "sliding" else 0,
+        chunk=size if kind == "chunked" else 0,
     )
     return t / device.clock + device.launch_s
 

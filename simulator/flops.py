@@ -13,6 +13,9 @@ Three conventions for the FLOPs of one token's forward + backward pass:
   this equals 72·B·L·s·h²·(1 + s/(6h) + V/(12·h·L)) per step (Narayanan et al. 2021 eq. 3
   without the recompute pass; their 96 = 72 + 24 includes one extra forward).
 
+Local attention (LOCAL_ATTENTION_NOTE): a sliding-window or chunked layer's score/value matmuls
+are counted as the full layer's scaled by the share of the causal work its mask keeps.
+
 Recomputation adds hardware FLOPs (HFU numerator): `selective` repeats the attention core
 (scores and values) forward; `full` repeats each layer's whole forward (not the logit layer).
 """
@@ -26,6 +29,57 @@ from .specs import RECOMPUTE, ModelSpec, ParallelConfig
 
 FLOP_PER_MAC = 2  # one multiply-accumulate = 2 floating-point operations
 BACKWARD_TO_FORWARD = 2  # dgrad + wgrad, each the size of the forward matmul
+
+
+# LOCAL_ATTENTION_NOTE. A causal layer's query at position p (0-based) attends p + 1 keys: K(s) =
+# s(s+1)/2 over a sequence of s. With a sliding window of w keys (HF's sliding_window: key j is
+# visible to query i when i - w < j <= i, masking_utils.sliding_window_overlay; Megatron-Core
+# window_size = (w - 1, 0)) it attends min(p + 1, w): K_w(s) = s·w − w(w−1)/2 for w < s. Chunked
+# attention (Llama 4 attention_chunk_size c) is causal within each chunk: for s = q·c + r,
+# q·c(c+1)/2 + r(r+1)/2. These are the FLOPs the layer needs and what Megatron-Bridge's FLOP
+# counter charges a sliding-window layer (src/megatron/bridge/training/utils/flop_utils.py
+# @067f987d `calculate_swa_context`: W − W(W−1)/(2T) keys per token, the same K_w(s)/s) and what
+# FlashAttention-3's benchmark counts for a window (hopper/benchmark_attn.py@0251105a `flops`:
+# the mean visible key count per row). mfusim's exact convention counts a full causal layer over the
+# whole s×s score matrix (Megatron / PaLM, the mask not subtracted); a local layer is counted the
+# same way scaled by K_local/K(s): exactly the full layer when the window covers the sequence, ~2·w/s
+# of it for w << s (twice the visible keys, as the full layer's count is twice its visible keys).
+# The exact-causal convention halves both (Megatron-Bridge's count, to 1/s). MFU and HFU therefore
+# never count keys the mask removes: a kernel that skips them (FlashAttention, cuDNN) is not
+# credited with work it did not do, and HFU stays below the hardware's peak. The published
+# conventions that ignore windows (PaLM 6N + 12·L·h·s, MPT, torchtitan, Narayanan) stay as those
+# sources compute them.
+
+
+def causal_keys(seq: int, window: int = 0) -> int:
+    """Σ over the s positions of the keys a causal query sees: min(p + 1, w) (w = 0: no window)."""
+    if window <= 0 or window >= seq:
+        return seq * (seq + 1) // 2
+    return seq * window - window * (window - 1) // 2
+
+
+def chunked_keys(seq: int, chunk: int) -> int:
+    """Σ over the s positions of the keys a query sees when causal within `chunk`-token chunks."""
+    if chunk <= 0 or chunk >= seq:
+        return seq * (seq + 1) // 2
+    q, r = divmod(seq, chunk)
+    return q * chunk * (chunk + 1) // 2 + r * (r + 1) // 2
+
+
+def visible_keys(seq: int, window: tuple[str, int]) -> int:
+    """Σ over positions of the keys a query of a layer with mask `window` (ModelSpec.attention_window)
+    sees."""
+    kind, size = window
+    if kind == "sliding":
+        return causal_keys(seq, size)
+    if kind == "chunked":
+        return chunked_keys(seq, size)
+    return causal_keys(seq)
+
+
+def local_attention_share(seq: int, window: tuple[str, int]) -> float:
+    """The share of a full causal layer's attention work that a layer with mask `window` keeps."""
+    return visible_keys(seq, window) / causal_keys(seq)
 
 
 # ----------------------------------------------------------------------------- parameters
@@ -152,6 +206,14 @@ def model_summary(m: ModelSpec, load_imbalance: float = 0.0) -> dict[str, object
             "max_nodes_per_token": m.node_limit,
             "dispatch_dtype": m.dispatch_dtype,
         }
+    if m.has_local_attention:
+        kinds = [m.attention_window(i)[0] for i in range(m.layers)]
+        out["local_attention"] = {
+            "sliding_window": m.sliding_window,
+            "attention_chunk_size": m.attention_chunk_size,
+            "sliding_layers": kinds.count("sliding"),
+            "chunked_layers": kinds.count("chunked"),
+        }
     if m.mla is not None:
         out["mla"] = {
             "q_lora_rank": m.mla.q_lora_rank,
@@ -268,10 +330,11 @@ def layer_forward_flops(m: ModelSpec, layer: int = 0) -> LayerForwardFlops:
         qkv = float(f * s * (attention_params(m) - m.v_dim * h - a.q_lora_rank - a.kv_lora_rank))
     else:
         qkv = float(f * s * h * (m.q_dim + 2 * m.kv_dim))
+    share = local_attention_share(s, m.attention_window(layer))
     return LayerForwardFlops(
         qkv=qkv,
-        attn_scores=f * s * s * m.qk_dim,
-        attn_values=f * s * s * m.v_dim,
+        attn_scores=f * s * s * m.qk_dim * share,
+        attn_values=f * s * s * m.v_dim * share,
         out_proj=f * s * m.v_dim * h,
         mlp=float(mlp),
         router=float(router),
@@ -284,20 +347,20 @@ def logits_forward_flops(m: ModelSpec) -> float:
 
 
 def _sum_over_layers(m: ModelSpec, per_layer) -> float:
-    """Σ over layers of per_layer(LayerForwardFlops): dense and MoE layers counted once each."""
-    n_moe = m.num_moe_layers
-    total = (
-        (m.layers - n_moe) * per_layer(layer_forward_flops(m, _first_layer(m, moe=False)))
-        if n_moe < m.layers
-        else 0.0
-    )
-    if n_moe:
-        total += n_moe * per_layer(layer_forward_flops(m, _first_layer(m, moe=True)))
-    return total
+    """Σ over layers of per_layer(LayerForwardFlops): each kind of layer (dense or MoE, full or
+    local attention) counted once."""
+    return sum(n * per_layer(layer_forward_flops(m, first)) for first, n in _kind_layers(m))
 
 
-def _first_layer(m: ModelSpec, moe: bool) -> int:
-    return next(i for i in range(m.layers) if m.is_moe_layer(i) == moe)
+def _kind_layers(m: ModelSpec) -> list[tuple[int, int]]:
+    """(first layer, number of layers) of each distinct ModelSpec.layer_kind."""
+    first: dict[object, int] = {}
+    count: dict[object, int] = {}
+    for i in range(m.layers):
+        k = m.layer_kind(i)
+        first.setdefault(k, i)
+        count[k] = count.get(k, 0) + 1
+    return [(first[k], count[k]) for k in first]
 
 
 def mtp_forward_flops_per_sequence(m: ModelSpec) -> float:
@@ -340,12 +403,7 @@ def recompute_flops_per_sequence(m: ModelSpec, recompute: str, modules: tuple[st
         return 0.0
     if recompute == "selective":
         chosen = modules or ("core_attn",)
-        n_moe = m.num_moe_layers
-        total = 0.0
-        for moe, n in ((False, m.layers - n_moe), (True, n_moe)):
-            if n:
-                total += n * _module_flops(m, _first_layer(m, moe=moe), chosen)
-        return total
+        return sum(n * _module_flops(m, first, chosen) for first, n in _kind_layers(m))
     if recompute == "full":
         return _sum_over_layers(m, lambda f: f.total)
     raise ValueError(f"unknown recompute {recompute!r}")

@@ -209,6 +209,11 @@ class KernelParams:
     # (simulator/clocks.py power_limited_clock; 1: no power-limited clock modelled)
     sustained_gemm_ratio_16bit: float = 1.0
     sustained_gemm_ratio_8bit: float = 1.0
+    # a fused attention kernel's board power per unit of its tensor activity relative to a GEMM's
+    # (its softmax exponentials, FP32 rescaling and shared-memory traffic draw power its tensor
+    # FLOP rate does not count): the weight of its tensor-saturated seconds in the step's
+    # activity (simulator/program.py tensor_activity; 1: not measured on this architecture)
+    attention_power_factor: float = 1.0
     # whether a training step's clock follows the activity law of simulator/clocks.py with the
     # ratios above (1), or the power-limited clock stays inside the stack's fitted
     # sustained_clock_fraction as on an architecture without a measured ratio (0). The ratios
@@ -291,6 +296,12 @@ def params_for_architecture(arch: str) -> KernelParams:
         raise ConfigError(
             f"kernels.toml [model.{arch}] activity_law = {table['activity_law']!r}: expected 0 or 1",
             key="activity_law",
+        )
+    if float(table.get("attention_power_factor", 1.0)) <= 0.0:
+        raise ConfigError(
+            f"kernels.toml [model.{arch}] attention_power_factor = {table['attention_power_factor']!r}:"
+            " expected a positive power ratio",
+            key="attention_power_factor",
         )
     return KernelParams(
         **{
@@ -498,10 +509,86 @@ def gemm_time_s(
 
 
 # ----------------------------------------------------------------------------- attention
-def attention_flops(batch: int, seq: int, heads: int, head_dim: int, causal: bool, pass_: str) -> float:
-    """FLOPs in the FlashAttention benchmarks' convention (Dao 2023, benchmark_flash_attention.py)."""
+def attention_flops(
+    batch: int, seq: int, heads: int, head_dim: int, causal: bool, pass_: str, window: int = 0
+) -> float:
+    """FLOPs in the FlashAttention benchmarks' convention (Dao 2023, benchmark_flash_attention.py).
+    A causal sliding window of `window` keys counts the causal FLOPs scaled by the share of the
+    causal work the window keeps (flops.LOCAL_ATTENTION_NOTE; FlashAttention-3's
+    hopper/benchmark_attn.py `flops` counts a window by its visible keys the same way)."""
     f = 4.0 * batch * seq * seq * heads * head_dim / (2 if causal else 1)
+    if window and causal:
+        f *= _window_share(seq, window)
     return {"fwd": f, "bwd": BWD_FLOP_RATIO * f, "fwd+bwd": (1 + BWD_FLOP_RATIO) * f}[pass_]
+
+
+def _window_share(seq: int, window: int) -> float:
+    """Σ min(p + 1, w) / Σ (p + 1) over the s positions (flops.causal_keys)."""
+    if window <= 0 or window >= seq:
+        return 1.0
+    return (seq * window - window * (window - 1) / 2) / (seq * (seq + 1) / 2)
+
+
+# SLIDING_WINDOW_NOTE: a local (sliding-window) fused kernel skips every KV block outside the
+# window: FlashAttention-2 starts query tile m at n_block_min = max(0, (m·kBlockM − window_left) /
+# kBlockN) and stops at its diagonal (csrc/flash_attn/src/flash_fwd_kernel.h:90-95@0251105a), so a
+# query tile of M rows streams M + N·ceil((w − 1)/N) keys once its window is inside the sequence,
+# whole blocks however few of their keys it sees (w = 128 with 128-key blocks: 256 keys streamed
+# for 128 visible). FlashAttention-3 (hopper/block.h n_block_min from window_size_left) and cuDNN
+# (sliding_window_length, hopper/benchmark_attn.py `cudnn_spda_setup`) skip blocks the same way.
+# Masking: FlashAttention-2's local kernel applies the window mask to every block it streams
+# (flash_fwd_kernel.h:409 apply_mask in the main loop, which masks whenever Is_local: mask.h
+# Need_masking); FlashAttention-3 masks only the diagonal block and the block at the window's left
+# edge (hopper/mainloop_fwd_sm90_tma_gmma_ws.hpp n_block_min_before_local_mask), as cuDNN is
+# taken to. Blocks are taken square, M = N = the implementation's causal tile (`attention_causal_block`,
+# 128: causal_extent): FlashAttention-2's head-dim-64 forward runs 128 x 128
+# (csrc/flash_attn/src/flash_fwd_launch_template.h run_mha_fwd_hdim64), FlashAttention-3's sm90
+# head-dim-128 local kernel 128 x 128 and its head-dim-64 one 192 x 128 (hopper/tile_size.h
+# tile_size_fwd_sm90), which the square 128 block approximates.
+# Unfused attention computes and masks the whole score matrix whatever the window, so it is costed
+# as full causal attention: Megatron-Core's DotProductAttention (megatron/core/transformer/
+# dot_product_attention.py@d98e8a64: torch.baddbmm over the full [sq, sk] scores, then
+# FusedScaleMaskSoftmax with window_size, whose torch path builds get_sliding_window_causal_mask
+# over the whole matrix, fusions/fused_softmax.py:321), Transformer Engine's
+# UnfusedDotProductAttention (attention/dot_product_attention/backends.py:505-522@d0067d0d:
+# get_full_mask(window_size=...), a full s×s mask) and HF's eager_attention_forward alike. A window of at least `seq` keys is full causal attention (FlashAttention's
+# flash_api.cpp drops such a window: window_size_left >= seqlen_k -> -1).
+LOCAL_MASK_EVERY_BLOCK = ("fa2",)
+LOCAL_ATTENTION_IMPLS = ("fa2", "fa3", "cudnn", "unfused")  # the Triton kernels take no window
+
+
+def local_tile_work(seq: int, window: int, block: float, mask_cost: float, every_block: bool) -> float:
+    """Mean keys of work per query tile of a causal sliding-window kernel (SLIDING_WINDOW_NOTE):
+    the keys of the KV blocks it streams plus `mask_cost` per key of its masked blocks.
+
+    Query tile i (rows iM .. iM + M - 1, square M x M blocks) with window_left = w - 1 streams
+    blocks floor(max(0, iM - wl)/M) .. i. Masked: all of them (`every_block`, FlashAttention-2's
+    local kernel), or (FlashAttention-3, hopper/block.h@0251105a get_n_block_min_causal_local_mask
+    and get_n_block_min_before_local_mask) the diagonal block plus the blocks below
+    ceil(((i+1)M - wl)/M) -- one block when wl is a multiple of M, two otherwise, none while the
+    window reaches key 0 from every row of the tile."""
+    m = max(1, round(block))
+    n = math.ceil(seq / m)
+    wl = window - 1
+    kb = math.ceil(wl / m)  # blocks left of a tile's own that its window reaches
+
+    def tile(i: int) -> tuple[int, int]:
+        first = max(0, i * m - wl) // m
+        streamed = i - first + 1
+        if every_block:
+            return streamed, streamed
+        edge = max(0, math.ceil(((i + 1) * m - wl) / m) - first) if (i + 1) * m > wl else 0
+        return streamed, min(streamed, 1 + edge)
+
+    early = min(n, kb + 1)  # tiles whose window is clipped at key 0 (or just reaches it)
+    streamed = masked = 0
+    for i in range(early):
+        s_i, m_i = tile(i)
+        streamed, masked = streamed + s_i, masked + m_i
+    if n > early:  # every later tile is alike
+        s_i, m_i = tile(early)
+        streamed, masked = streamed + (n - early) * s_i, masked + (n - early) * m_i
+    return block * (streamed + mask_cost * masked) / n
 
 
 def _check_attention(impl: str, pass_: str) -> None:
@@ -537,13 +624,20 @@ def exposed_exp_share(p: KernelParams, efficiency: float, head_dim: int, pass_: 
 
 
 def fused_attention_efficiency(
-    p: KernelParams, impl: str, pass_: str, seq_kv: int, head_dim: int, causal: bool
+    p: KernelParams, impl: str, pass_: str, seq_kv: int, head_dim: int, causal: bool, window: int = 0
 ) -> float:
     """Achieved fraction of the 16-bit dense peak on the FlashAttention-convention FLOPs."""
     # A CTA streams the kv blocks of one query tile: s/B blocks of work plus a fixed cost of
     # seq_half/B blocks (Q load, O write, pipeline fill), so efficiency s/(s + seq_half).
     sh = p.attention_seq_half(impl, pass_)
-    if causal:
+    if causal and 0 < window < seq_kv:
+        # the convention's keys per query tile, s/2 scaled by the window's share, over the tile's
+        # work (SLIDING_WINDOW_NOTE); causal_extent's terms at w >= s
+        block, c = causal_block(p, impl, pass_, head_dim)
+        work = local_tile_work(seq_kv, window, block, c, impl in LOCAL_MASK_EVERY_BLOCK)
+        useful = 0.5 * seq_kv * _window_share(seq_kv, window)
+        seq_factor = p.attention_causal_scale(impl) * useful / (work + sh)
+    elif causal:
         extent = causal_extent(p, impl, pass_, head_dim)
         seq_factor = p.attention_causal_scale(impl) * seq_kv / (seq_kv + extent + 2 * sh)
     else:
@@ -566,13 +660,19 @@ def causal_extent(p: KernelParams, impl: str, pass_: str, head_dim: int = 128) -
     With c = 0.3 the masked tiles are 40% of the work at s = 512 (M = 128) but 1.6% at 16k: why
     FlashAttention-2's causal forward loses 38% to its non-causal rate at 512 tokens on H100 and
     10% at 16k (fa3-paper Fig. 5c/5d)."""
+    block, c = causal_block(p, impl, pass_, head_dim)
+    return block * (1.0 + 2.0 * c)
+
+
+def causal_block(p: KernelParams, impl: str, pass_: str, head_dim: int = 128) -> tuple[float, float]:
+    """(query-tile height M, mask cost c per masked key) of a causal kernel (causal_extent)."""
     c = p.attention_causal_mask_cost(impl)
     if pass_ == "bwd":
         c /= BWD_FLOP_RATIO
     block = p.attention_causal_block
     if impl == "fa2" and head_dim > 128:
         block = (p.fa2_bwd_wide_head_block if pass_ == "bwd" else p.fa2_fwd_wide_head_block) or block
-    return block * (1.0 + 2.0 * c)
+    return block, c
 
 
 def head_dim_factor(p: KernelParams, impl: str, pass_: str, head_dim: int) -> float:
@@ -606,12 +706,19 @@ def attention_time_s(
     pass_: str,
     seq_kv: int | None = None,
     params: KernelParams | None = None,
+    window: int = 0,
+    chunk: int = 0,
 ) -> float:
     """One attention kernel (or the unfused sequence) over `batch`·`heads` heads of `seq` queries
-    attending to `seq_kv` keys (default `seq`; context parallelism gives each rank seq/cp queries)."""
+    attending to `seq_kv` keys (default `seq`; context parallelism gives each rank seq/cp queries).
+    `window` > 0: a causal sliding window of that many keys (SLIDING_WINDOW_NOTE); `chunk` > 0:
+    causal attention within `chunk`-token chunks (Llama 4), costed as the chunks' causal attention
+    batched in one kernel (a varlen launch)."""
     _check_attention(impl, pass_)
     if pass_ == "fwd+bwd":
-        kw: dict[str, Any] = dict(batch=batch, seq=seq, heads=heads, head_dim=head_dim, causal=causal)
+        kw: dict[str, Any] = dict(
+            batch=batch, seq=seq, heads=heads, head_dim=head_dim, causal=causal, window=window, chunk=chunk
+        )
         return attention_time_s(gpu, **kw, impl=impl, pass_="fwd", seq_kv=seq_kv, params=params) + (
             attention_time_s(gpu, **kw, impl=impl, pass_="bwd", seq_kv=seq_kv, params=params)
         )
@@ -619,13 +726,33 @@ def attention_time_s(
     skv = seq_kv or seq
     if batch <= 0 or seq <= 0 or heads <= 0 or head_dim <= 0:
         return 0.0
+    local = (0 < window < skv) or (0 < chunk < skv)
+    if local:
+        if not causal or skv != seq:
+            raise ValueError("a sliding window or chunk is modeled for causal self-attention only")
+        if impl not in LOCAL_ATTENTION_IMPLS:
+            raise ConfigError(
+                f"attention implementation {impl!r} takes no sliding window or chunk: one of "
+                f"{', '.join(LOCAL_ATTENTION_IMPLS)}",
+                key="kernels.attention",
+            )
     peak = gpu.peak_flop_per_s("bf16")
-    if impl == "unfused":
+    if impl == "unfused":  # the whole score matrix, masked (SLIDING_WINDOW_NOTE)
         return _unfused_attention_s(gpu, p, batch * heads, seq, skv, head_dim, causal, pass_)
+    if 0 < chunk < skv:
+        whole, rest = divmod(seq, chunk)
+        kw = dict(heads=heads, head_dim=head_dim, causal=True, impl=impl, pass_=pass_, params=params)
+        t_chunks = attention_time_s(gpu, batch=batch * whole, seq=chunk, **kw)
+        return t_chunks + (
+            attention_time_s(gpu, batch=batch, seq=rest, **kw) - p.gemm_latency_s if rest else 0.0
+        )
+    window = window if 0 < window < skv else 0
     flops = 4.0 * batch * seq * skv * heads * head_dim / (2 if causal else 1)
+    if window:
+        flops *= _window_share(skv, window)
     if pass_ == "bwd":
         flops *= BWD_FLOP_RATIO
-    eff = fused_attention_efficiency(p, impl, pass_, skv, head_dim, causal)
+    eff = fused_attention_efficiency(p, impl, pass_, skv, head_dim, causal, window)
     t = flops / (peak * eff)
     speedup = sfu_exp_speedup(gpu)
     if speedup != 1.0:  # faster exponentials shorten the exposed softmax share (Blackwell Ultra)

@@ -63,6 +63,9 @@ MODEL_KEYS = (
     "attention_sinks",
     "mtp_layers",
     "dropout",
+    "sliding_window",
+    "attention_chunk_size",
+    "layer_types",
 )
 MOE_KEYS = (
     "num_experts",
@@ -665,6 +668,10 @@ def hf_config_fields(path: Path) -> dict[str, Any]:
         top.get("_name_or_path") or get("_name_or_path") or arch or model_type or path.parent.name
     )
     cfg = _family_defaults(cfg, model_type, out)
+    local = _hf_local_attention(cfg, model_type, out["layers"], name)
+    if local is not None:  # modeled: the window keys are read, not unmodeled
+        out.update(local)
+        cfg = {k: v for k, v in cfg.items() if k not in HF_LOCAL_ATTENTION_KEYS}
     out["_unmodeled"] = _unmodeled_keys(cfg, top)
     if "_partial_bias" in out:
         key = out.pop("_partial_bias")
@@ -959,6 +966,102 @@ TIED_BY_DEFAULT = (
     "gpt_bigcode",
 )
 
+# config.json keys of local attention (_hf_local_attention); HF's layer_types names -> [model]'s
+HF_LOCAL_ATTENTION_KEYS = (
+    "sliding_window",
+    "attention_chunk_size",
+    "layer_types",
+    "use_sliding_window",
+    "max_window_layers",
+    "sliding_window_pattern",
+)
+HF_LAYER_TYPES = {"full_attention": "full", "sliding_attention": "sliding", "chunked_attention": "chunked"}
+# families whose every layer uses sliding_window when config.json has no layer_types
+# (transformers MistralConfig / MixtralConfig / Starcoder2Config / Phi3Config: one sliding_window
+# for all layers, masking_utils.create_sliding_window_causal_mask in every layer)
+SLIDING_EVERY_LAYER_TYPES = ("mistral", "mixtral", "starcoder2", "phi3")
+# Qwen2/Qwen3(-MoE)Config: with use_sliding_window, layer i slides when i >= max_window_layers
+# (configuration_qwen2.py layer_types default; its class default 28)
+MAX_WINDOW_LAYER_TYPES = ("qwen2", "qwen2_moe", "qwen3", "qwen3_moe")
+QWEN_MAX_WINDOW_LAYERS_DEFAULT = 28
+# Gemma2Config: sliding on even layers ("sliding_attention" if (i + 1) % 2); Gemma3TextConfig:
+# sliding unless (i + 1) % sliding_window_pattern == 0 (class default 6)
+GEMMA_SLIDING_PATTERN = {"gemma2": 2, "gemma3_text": 6}
+
+
+def _hf_local_attention(
+    cfg: Mapping[str, Any], model_type: str, layers: object, file: str
+) -> dict[str, Any] | None:
+    """[model] sliding_window / attention_chunk_size / layer_types from config.json (HF layer_types
+    with "sliding_attention" / "chunked_attention", or the family's convention when it has none:
+    SLIDING_EVERY_LAYER_TYPES, MAX_WINDOW_LAYER_TYPES, GEMMA_SLIDING_PATTERN, Llama 4's chunks on
+    its RoPE layers). {} when the config has no local attention; None when it has some that is not
+    modeled (other layer kinds, or a window of a family whose layer pattern is not known here):
+    the keys are then reported by _unmodeled_keys."""
+    window = cfg.get("sliding_window")
+    chunk = cfg.get("attention_chunk_size")
+    types = cfg.get("layer_types")
+    if cfg.get("use_sliding_window") is False:
+        window = None
+    for key, value in (("sliding_window", window), ("attention_chunk_size", chunk)):
+        if value is not None and (not _is_int(value) or value < 1):
+            raise ConfigError(f"must be an integer >= 1 or null, got {value!r}", key=key, file=file)
+    if not isinstance(layers, int) or isinstance(layers, bool):
+        return None
+    if types is not None:
+        if not isinstance(types, list) or not all(k in HF_LAYER_TYPES for k in types):
+            return None  # linear attention, Mamba, ...: not modeled
+        kinds = [HF_LAYER_TYPES[k] for k in types]
+    elif window is None and chunk is None:
+        return {}
+    elif model_type == "llama4_text" and window is None:
+        # Llama4TextAttention: chunked attention on the RoPE layers, global on the NoPE ones
+        no_rope = cfg.get("no_rope_layers")
+        if not (isinstance(no_rope, list) and len(no_rope) == layers):
+            return None
+        kinds = ["chunked" if use_rope else "full" for use_rope in no_rope]
+    elif chunk is not None:
+        return None
+    elif model_type in SLIDING_EVERY_LAYER_TYPES:
+        kinds = ["sliding"] * layers
+    elif model_type in MAX_WINDOW_LAYER_TYPES:
+        if cfg.get("use_sliding_window") is not True:
+            return {}  # Qwen2Config: no sliding window unless use_sliding_window
+        first = cfg.get("max_window_layers", QWEN_MAX_WINDOW_LAYERS_DEFAULT)
+        if not _is_int(first):
+            raise ConfigError(f"must be an integer, got {first!r}", key="max_window_layers", file=file)
+        kinds = ["sliding" if i >= first else "full" for i in range(layers)]
+    elif model_type in GEMMA_SLIDING_PATTERN:
+        period = cfg.get("sliding_window_pattern", GEMMA_SLIDING_PATTERN[model_type])
+        if not _is_int(period) or period < 1:
+            raise ConfigError(
+                f"must be an integer >= 1, got {period!r}", key="sliding_window_pattern", file=file
+            )
+        kinds = ["sliding" if (i + 1) % period else "full" for i in range(layers)]
+    else:
+        return None  # a window whose layers this family's class decides: not known here
+    if len(kinds) != layers:
+        raise ConfigError(f"{len(kinds)} entries for {layers} layers", key="layer_types", file=file)
+    out: dict[str, Any] = {}
+    if "sliding" in kinds:
+        if window is None:
+            raise ConfigError(
+                "layer_types has sliding layers but no sliding_window", key="sliding_window", file=file
+            )
+        out["sliding_window"] = window
+    if "chunked" in kinds:
+        if chunk is None:
+            raise ConfigError(
+                "layer_types has chunked layers but no attention_chunk_size",
+                key="attention_chunk_size",
+                file=file,
+            )
+        out["attention_chunk_size"] = chunk
+    if out:
+        out["layer_types"] = tuple(kinds)
+    return out
+
+
 # layer_types entries that are plain causal attention once their window covers the sequence
 # (HF: "sliding_attention" uses sliding_window, "chunked_attention" attention_chunk_size)
 LOCAL_ATTENTION_WINDOWS = {"sliding_attention": "sliding_window", "chunked_attention": "attention_chunk_size"}
@@ -1043,7 +1146,11 @@ def _unmodeled_rank(key: str) -> tuple[int, bool, str]:
 
 def model_from_table(table: Mapping[str, Any], base_dir: Path) -> ModelSpec:
     """[model]: a preset or hf_config, overridden by explicit keys."""
-    _check_keys(table, ("preset", "hf_config", "name", "moe", "mla", "allow_unmodeled") + MODEL_KEYS, "model")
+    _check_keys(
+        table,
+        ("preset", "hf_config", "name", "moe", "mla", "allow_unmodeled", "layer_pattern") + MODEL_KEYS,
+        "model",
+    )
     values: dict[str, Any] = {}
     name = "custom"
     notes: list[str] = []
@@ -1110,6 +1217,7 @@ def model_from_table(table: Mapping[str, Any], base_dir: Path) -> ModelSpec:
         values["mla"] = {**(values.get("mla") or {}), **mla_table}
     if "name" in table:
         name = table["name"]
+    _local_attention_layers(values, table)
     if hf is not None:
         if "gated_mlp" in table:
             hf["_features"] = [f for f in hf.get("_features", []) if f != NO_ACTIVATION_NOTE]
@@ -1143,6 +1251,34 @@ def model_from_table(table: Mapping[str, Any], base_dir: Path) -> ModelSpec:
     return model
 
 
+def _local_attention_layers(values: dict[str, Any], table: Mapping[str, Any]) -> None:
+    """[model] layer_types (one entry per layer) or layer_pattern (a list repeated from layer 0:
+    ["sliding", "full"] = GPT-OSS's and Gemma 2's alternation) into ModelSpec.layer_types; HF's
+    "full_attention" / "sliding_attention" / "chunked_attention" are accepted for the short names.
+    The scenario's own key wins over a preset's or config.json's, and a scenario that gives one of
+    the two replaces the other."""
+    if "layer_types" in table and "layer_pattern" in table:
+        raise ConfigError("give layer_types or layer_pattern, not both", key="model.layer_pattern")
+    if "layer_types" in table:
+        values.pop("layer_pattern", None)
+    elif "layer_pattern" in table:
+        values["layer_pattern"] = table["layer_pattern"]
+    pattern = values.pop("layer_pattern", None)
+    if pattern is not None:
+        if not isinstance(pattern, list) or not pattern or not all(isinstance(k, str) for k in pattern):
+            raise ConfigError(
+                "must be a non-empty list of full, sliding or chunked, repeated over the layers",
+                key="model.layer_pattern",
+            )
+        layers = values.get("layers")
+        if not isinstance(layers, int) or isinstance(layers, bool) or layers < 1:
+            return  # ModelSpec names the bad layers
+        values["layer_types"] = [pattern[i % len(pattern)] for i in range(layers)]
+    types = values.get("layer_types")
+    if isinstance(types, list | tuple):
+        values["layer_types"] = tuple(HF_LAYER_TYPES.get(k, k) if isinstance(k, str) else k for k in types)
+
+
 # ModelSpec field -> the config.json keys it is read from (hf_config_fields), for errors
 HF_SOURCE_KEYS: dict[str, tuple[str, ...]] = {
     "layers": ("num_hidden_layers", "n_layer", "num_layers"),
@@ -1168,6 +1304,9 @@ HF_SOURCE_KEYS: dict[str, tuple[str, ...]] = {
     "qk_nope_head_dim": ("qk_nope_head_dim",),
     "qk_rope_head_dim": ("qk_rope_head_dim",),
     "v_head_dim": ("v_head_dim",),
+    "sliding_window": ("sliding_window",),
+    "attention_chunk_size": ("attention_chunk_size",),
+    "layer_types": ("layer_types", "sliding_window", "attention_chunk_size"),
 }
 
 
@@ -1736,6 +1875,8 @@ def _check_attention_kernel(scn: Scenario) -> None:
     if k.flash_attention and k.attention:
         specs.check_attention_arch(k.attention, arch, scn.gpu.name, "kernels.attention")
     specs.check_dtype_arch(scn.dtype, arch, scn.gpu.name, "precision.dtype")
+    impl = (k.attention or DEFAULT_ATTENTION.get(arch, "fa2")) if k.flash_attention else "unfused"
+    specs.check_cp_comm_type(impl, scn.parallel)
     if k.flash_attention and not k.attention:
         impl = DEFAULT_ATTENTION.get(arch, "fa2")
         try:

@@ -40,6 +40,7 @@ from .ep_dispatch import (
     kernel_algbw_bytes_per_s,
     round_robin_groups_hit,
 )
+from .errors import ConfigError
 from .hostbound import (
     HOST_CALL_S,
     HOST_OP_S,
@@ -70,7 +71,7 @@ from .schedules import (
     prev_chunk,
     stage_tasks,
 )
-from .specs import ModelSpec, ParallelConfig, Scenario
+from .specs import FULL_ATTENTION, ModelSpec, ParallelConfig, Scenario, check_cp_comm_type
 from .units import DTYPE_BYTES
 
 ADAM_BYTES_PER_PARAM = (
@@ -402,6 +403,77 @@ UNFUSED_BIAS_ADD_PASSES = (2.0, 1, 0.0, 0)
 # step's 16-bit partial, read and write the 16-bit accumulator, and a 16-bit rescaled temporary
 # written and read back: 5 x 2 bytes.
 CP_CORRECTION_BYTES_PER_ELEMENT = 10.0
+# CP_COMM_NOTE: `[parallel] cp_comm_type`, the context-parallel attention as each implementation
+# runs it (load-balanced causal chunks r and 2cp-1-r on rank r in all of them):
+# - "p2p": Transformer Engine AttnFuncWithCPAndKVP2P (Megatron-Core's default --cp-comm-type):
+#   cp kernels per layer, K/V passed around the ring behind them, partial outputs merged per step
+#   (CP_CORRECTION_BYTES_PER_ELEMENT). Every step i >= 1 has ranks of both kinds (ranks < i run
+#   the second half of their queries against the whole received block, ranks >= i all queries
+#   against its first half), so the ring advances at the slower kernel of the two each step
+#   (cp_ring_attention_s).
+# - "allgather": TE AttnFuncWithCPAndKVAllGather ("KV all-gather between CP ranks is exposed",
+#   citing the Llama 3 paper, arXiv 2407.21783 Sec. 3.3.2; transformer_engine/pytorch/attention/
+#   dot_product_attention/context_parallel.py@d0067d0d): K and V all-gathered before the
+#   attention (gather_along_first_dim, exposed), again in the backward, and the dK/dV of the whole
+#   sequence reduce-scattered after it (reduce_scatter_along_first_dim, 16-bit, exposed). Each
+#   rank runs two kernels, one per local chunk j in {r, 2cp-1-r}: its s/(2cp) queries against the
+#   gathered K/V prefix of (j+1) chunks, bottom-right causal (no merge). Memory passes
+#   (CP_AG_PASSES): the index_select reorder of the gathered K/V (forward and backward) and of dK/dV,
+#   the dK/dV zero-fill and the per-chunk add_ into their prefix, the q / out / dout chunk copies.
+# - "a2a": TE AttnFuncWithCPAndQKVOA2A (DeepSpeed-Ulysses, Jacobs et al. 2023): q, k and v
+#   all-to-all'd from sequence to head shards before the attention (flash_attn_a2a_communicate;
+#   each tensor's layout copy and chunk reorder overlap the next one's all-to-all, the all-to-alls
+#   themselves run one after another, exposed), one causal kernel over the whole sequence on
+#   heads/cp heads, the output all-to-all'd back; the backward the same for dout and dq, dk, dv.
+#   Copies (CP_A2A_PASSES): per tensor a layout copy before the all-to-all and a reorder after.
+# - "torch-allgather" / "torch-alltoall": PyTorch's experimental context_parallel
+#   (torch/distributed/tensor/experimental/_attention.py, _templated_ring_attention and
+#   _templated_ring_attention_backward, read at pytorch 0123248a; its options default to
+#   convert_to_f32 = True and enable_load_balance = True, the latter true by default in Nov 2024 as
+#   well: pytorch issue #141429) with set_rotate_method("allgather"), torchtitan's default
+#   (config_manager.py:359-375@9dec370a), or "alltoall". The same ring of SDPA calls on the same
+#   sub-blocks as "p2p"; around them: (1) the K/V the ring exchanges are the ones SDPA receives,
+#   which torchtitan's Llama expands to the query heads first (repeat_kv, models/llama/model.py:
+#   201-202@9dec370a); (2) "allgather": one all-gather of the concatenated K/V issued before the
+#   first step and waited for before the second, so only the first (causal) kernel hides it, in
+#   the forward and again in the backward; "alltoall": one permute per step, hidden behind that
+#   step's kernel; (3) each step's output merged in fp32 by eager ops (_SDPAMerger, TORCH_CP_*);
+#   (4) dQ, dK, dV accumulated in fp32, the dK/dV accumulator passed to the next rank each step by
+#   an fp32 permute (all_to_all_single) hidden behind the next step's kernel, the last one waited
+#   for after the loop (exposed).
+# Kernel times come from the kernel model at each sub-block's shape, nothing is fitted.
+# Bytes per element of the rank's attention output O (b·s_local·heads·d) and of its exchanged
+# K+V (KV = 2·b·s_local·heads·d, expanded to the query heads), from the eager ops of torch's ring
+# (fp32 = 4 B, 16-bit = 2 B); the fp32 log-sum-exp ops (one value per row, 1/d of O) are left out:
+# forward, once: the first block to fp32 (read 2 + write 4) and the result back (read 4 + write 2)
+TORCH_CP_MERGE_ONCE_BYTES = 12.0
+# forward, per step i >= 1 on O (_SDPAMerger._merge_one): block to fp32 (6), out - block (12),
+# sigmoid(dlse) * diff (8), out - that (12) = 38 on a whole block (ranks >= i); ranks < i merge a
+# half block (19 per O element) and rebuild the whole fp32 output by _partial_update's torch.cat
+# (read 4 + write 4): 27. Half the ranks of each kind (the ring's mean).
+TORCH_CP_MERGE_STEP_BYTES = (38.0 + 27.0) / 2
+TORCH_CP_MERGE_STEP_KERNELS = 8  # to, to(lse), sub, sub, sigmoid, mul, sub, logsigmoid (+ cat)
+# per step and K/V element: torch.cat([key.flatten(), value.flatten()]) of the 16-bit K/V (2 + 2)
+TORCH_CP_KV_CAT_BYTES = 4.0
+# backward, per element of dQ and of dK+dV: zeros_like fp32 (4) at the start, to(16-bit) (4 + 2)
+# at the end; step 0 adds the 16-bit step gradient into the fp32 one (read 4 + 2, write 4 = 10)
+TORCH_CP_GRAD_ONCE_BYTES = 4.0 + 6.0 + 10.0
+# per step i >= 1: a whole `+=` (10) or _partial_update's half add (5) and torch.cat (8): 13; the
+# mean 11.5 on dQ and dK/dV alike
+TORCH_CP_GRAD_STEP_BYTES = (10.0 + 13.0) / 2
+# per step (step 0 too) and dK+dV element: torch.cat of the fp32 accumulators before the permute
+TORCH_CP_DKV_CAT_BYTES = 8.0
+TORCH_CP_GRAD_STEP_KERNELS = 6  # dq add, dk add, dv add, (partial cats), dkv cat
+# TE all_gather: 16-bit passes (read + write = 2 per element copied) over the gathered K+V (KVg =
+# 2·b·s·kv_heads·d) and the rank's queries/outputs O: forward: K/V reorder (index_select) 1 pass of
+# KVg; q chunk select().contiguous() and out copy_ 2 of O. Backward: K/V reorder 1, dK/dV zeros
+# (a write: 1/2 pass), dK/dV reorder 1 of KVg; the per-chunk add_ (read both, write: 3/2 pass)
+# over the chunks' prefixes ((2cp+1)/(2cp) of KVg); q, out, dout selects and the dq copy: 4 of O.
+CP_AG_PASSES = (1.0, 2.0, 2.5, 1.5, 4.0)  # (fwd KVg, fwd O, bwd KVg, bwd prefix, bwd O)
+ATTENTION_BYTES = 2.0  # attention's q, k, v, out and gradients: 16-bit even in FP8 training
+# TE a2a: per tensor all-to-all'd, one 16-bit copy before (movedim + contiguous into [cp, ...]) and
+# one after (reorder_seq_chunks_for_a2a_before_attn / _after_attn: index_select): 2 passes
+CP_A2A_PASSES = 2.0
 TN_ONLY_FP8_ARCHITECTURES = ("hopper",)  # FP8 GEMM operands must be K-major before sm100
 # TE_LAYER_NOTE: the memory-bound kernels of one Megatron-Core + Transformer Engine layer (stack
 # "megatron-core", the default), audited against Megatron-LM core_r0.8.0 (the README weak-scaling
@@ -1231,8 +1303,11 @@ class _Coster:
         return t
 
     # -- one transformer layer
-    def layer(self, moe: bool) -> tuple[_Phase, _Phase, _Phase, _Phase, float]:
-        """(forward, backward-input, backward-weight, recompute, params_local) of one layer."""
+    def layer(
+        self, moe: bool, window: tuple[str, int] = FULL_ATTENTION
+    ) -> tuple[_Phase, _Phase, _Phase, _Phase, float]:
+        """(forward, backward-input, backward-weight, recompute, params_local) of one layer;
+        `window` its attention mask (ModelSpec.attention_window)."""
         scn, d = self.scn, self.device
         m: ModelSpec = scn.model
         par = scn.parallel
@@ -1408,7 +1483,7 @@ class _Coster:
                     b_in.append(
                         Segment("compute", "gqa qkv grad concat", memory_op_time_s(d, qkv_b), 0.0, qkv_b)
                     )
-        attn_fwd, attn_bwd, attn_parts = self._attention(T, s_local, s, heads_local, q_local, v_local)
+        attn_fwd, attn_bwd, attn_parts = self._attention(T, s_local, s, heads_local, q_local, v_local, window)
         start = len(fwd)
         if self.scn.kernels.attention_padding == "unpad":
             self._bert_padding(fwd, b_in, T * (q_local + 2 * kv_local), T * v_local)
@@ -1419,7 +1494,13 @@ class _Coster:
             cat_bytes = 2.0 * T * (q_local + 2 * kv_local) * a  # read the three, write the qkv grad
             b_in.append(Segment("compute", "qkv grad cat", memory_op_time_s(d, cat_bytes), 0.0, cat_bytes))
         cp_hidden_f = cp_hidden_b = 0.0
-        if cp > 1:
+        if cp > 1 and par.cp_comm_type != "p2p":
+            cp_f, cp_b, cp_hidden_f, cp_hidden_b = self._cp_exchange(
+                s_local, heads_local, q_local, v_local, kv_local
+            )
+            fwd.extend(cp_f)
+            b_in.extend(cp_b)
+        elif cp > 1:
             kv_msg = 2 * b * s * kv_local * a  # K and V of the whole sequence (AG output)
             t_kv = self.coll("allgather", "cp", kv_msg)
             fwd.append(Segment("cp_comm", "cp kv ring", max(0.0, t_kv - attn_fwd), 0.0, kv_msg))
@@ -1831,22 +1912,46 @@ class _Coster:
         mem("rope", 2 * T * (heads_local + 1) * mla.qk_rope_head_dim * a)
         span("mla_up_proj", start)
 
-    def _attention(self, T: int, s_local: int, s: int, heads_local: int, q_local: int, v_local: int):
+    def _attention(
+        self,
+        T: int,
+        s_local: int,
+        s: int,
+        heads_local: int,
+        q_local: int,
+        v_local: int,
+        window: tuple[str, int] = FULL_ATTENTION,
+    ):
         """Causal self-attention by the [kernels] implementation (simulator/kernels.py):
         FlashAttention-2/-3, cuDNN or Triton fused kernels, or unfused GEMMs + softmax through memory.
         The kernel model takes one head dim: the mean of the q·k and v head dims (MLA: 192 and 128),
-        which keeps its FLOPs 2·b·s²·(q + v) exact."""
+        which keeps its FLOPs 2·b·s²·(q + v) exact. A sliding-window or chunked layer (`window`)
+        runs the kernel over the keys it sees (kernels.SLIDING_WINDOW_NOTE) and counts its model
+        FLOPs scaled by the share of the causal work its mask keeps (flops.LOCAL_ATTENTION_NOTE)."""
         d = self.device
         b = self.scn.parallel.micro_batch
-        model_flops_fwd = 2.0 * b * s_local * s * (q_local + v_local)  # scores + values, full s×s
+        # scores + values, full s×s (a local layer: scaled by the share its mask keeps)
+        model_flops_fwd = 2.0 * b * s_local * s * (q_local + v_local) * fl.local_attention_share(s, window)
         kern = self.scn.kernels
         impl = resolve_attention(self.scn.gpu, kern.attention, kern.flash_attention)
         head_dim = max(1, round((q_local + v_local) / (2 * heads_local)))
         cp = self.scn.parallel.cp
-        name = "attention (unfused)" if impl == "unfused" else f"attention ({impl})"
+        kind, size = window
+        local = {"sliding": f", sliding window {size}", "chunked": f", chunks of {size}"}.get(kind, "")
+        name = f"attention ({impl}{local})"
+        check_cp_comm_type(impl, self.scn.parallel)  # refused at load already (loading.py)
+        if (
+            window != FULL_ATTENTION
+            and cp > 1
+            and not (kind == "sliding" and self.scn.parallel.cp_comm_type == "a2a")
+        ):
+            # refused at load already (specs LOCAL_CP_NOTE)
+            raise ConfigError(
+                "context parallelism over local attention is not modeled", key="parallel.cp_comm_type"
+            )
         if cp == 1 or impl == "unfused":
             shape: dict[str, Any] = dict(
-                batch=b, seq_q=s_local, seq_kv=s, heads=heads_local, head_dim=head_dim
+                batch=b, seq_q=s_local, seq_kv=s, heads=heads_local, head_dim=head_dim, window=window
             )
             t_f = attention_time_s(d, impl, "fwd", **shape)
             t_b = attention_time_s(d, impl, "bwd", **shape)
@@ -1854,7 +1959,18 @@ class _Coster:
             bwd = [Segment("compute", name + " bwd", t_b, 2 * model_flops_fwd, 0.0)]
             bwd += self._sink_grad(impl, b * heads_local * s_local)
             return t_f, t_b, (fwd, bwd)
+        comm_type = self.scn.parallel.cp_comm_type
+        if comm_type == "a2a":
+            return self._cp_a2a_attention(
+                impl, name, s_local, s, heads_local, head_dim, model_flops_fwd, window
+            )
+        if comm_type == "allgather":
+            return self._cp_allgather_attention(impl, name, s_local, heads_local, head_dim, model_flops_fwd)
         t_f, t_b = cp_ring_attention_s(d, impl, b, s_local, heads_local, head_dim, cp)
+        if comm_type != "p2p":
+            return self._cp_torch_attention(
+                impl, name, t_f, t_b, s_local, heads_local, head_dim, model_flops_fwd
+            )
         out_elems = b * s_local * heads_local * head_dim  # this rank's attention output (and dq)
         kv_elems = 2 * b * s_local * max(kv_local_heads(self.scn), 1) * head_dim  # K and V
         corr_f = (cp - 1) * CP_CORRECTION_BYTES_PER_ELEMENT * out_elems
@@ -1871,6 +1987,182 @@ class _Coster:
         ]
         bwd += self._sink_grad(impl, b * heads_local * s_local)
         return t_f, t_b, (fwd, bwd)
+
+    def _cp_head_dim(self, heads_local: int, q_local: int, v_local: int) -> tuple[str, int]:
+        """(attention implementation, the kernel model's head dim) as `_attention` takes them."""
+        kern = self.scn.kernels
+        impl = resolve_attention(self.scn.gpu, kern.attention, kern.flash_attention)
+        return impl, max(1, round((q_local + v_local) / (2 * heads_local)))
+
+    def _cp_allgather_attention(
+        self, impl: str, name: str, s_local: int, heads: int, head_dim: int, model_flops_fwd: float
+    ) -> tuple[float, float, tuple[list[Segment], list[Segment]]]:
+        """Transformer Engine's all-gather CP (CP_COMM_NOTE "allgather"): two kernels per rank, one
+        per local chunk against the gathered K/V prefix, on the slowest rank of each pass, and the
+        reorder/accumulation copies (CP_AG_PASSES). Its collectives: `_cp_exchange`."""
+        d, cp = self.device, self.scn.parallel.cp
+        b = self.scn.parallel.micro_batch
+        t_f, t_b = cp_allgather_attention_s(d, impl, b, s_local, heads, head_dim, cp)
+        kvg = 2.0 * b * s_local * cp * kv_local_heads(self.scn) * head_dim  # gathered K and V
+        o = float(b * s_local * heads * head_dim)  # the rank's queries / outputs
+        prefix = kvg * (2 * cp + 1) / (2 * cp)  # K/V rows the two chunks' prefixes cover
+        kv_f, o_f, kv_b, pre_b, o_b = CP_AG_PASSES
+        bytes_f = 2 * ATTENTION_BYTES * (kv_f * kvg + o_f * o)
+        bytes_b = 2 * ATTENTION_BYTES * (kv_b * kvg + pre_b * prefix + o_b * o)
+        fwd = [
+            Segment("compute", name + " (2 all-gather CP chunks)", t_f, model_flops_fwd, 0.0),
+            Segment("compute", "cp all-gather copies", memory_op_time_s(d, bytes_f, kernels=4), 0.0, bytes_f),
+        ]
+        bwd = [
+            Segment("compute", name + " bwd (2 all-gather CP chunks)", t_b, 2 * model_flops_fwd, 0.0),
+            Segment(
+                "compute", "cp all-gather grad copies", memory_op_time_s(d, bytes_b, kernels=10), 0.0, bytes_b
+            ),
+        ]
+        bwd += self._sink_grad(impl, b * heads * s_local)
+        return t_f, t_b, (fwd, bwd)
+
+    def _cp_a2a_attention(
+        self,
+        impl: str,
+        name: str,
+        s_local: int,
+        s: int,
+        heads: int,
+        head_dim: int,
+        model_flops_fwd: float,
+        window: tuple[str, int] = FULL_ATTENTION,
+    ) -> tuple[float, float, tuple[list[Segment], list[Segment]]]:
+        """Transformer Engine's all-to-all CP (CP_COMM_NOTE "a2a"): one causal kernel over the whole
+        sequence on heads/cp heads, and the layout copies around each all-to-all (CP_A2A_PASSES)
+        of q, k, v, out (forward) and dout, dq, dk, dv (backward). Its all-to-alls: `_cp_exchange`.
+        A sliding-window layer runs that kernel with its window (the whole sequence is on the rank:
+        exact; the one CP exchange Transformer Engine runs windows with besides all_gather)."""
+        d, cp = self.device, self.scn.parallel.cp
+        b = self.scn.parallel.micro_batch
+        shape: dict[str, Any] = dict(
+            batch=b, seq_q=s, seq_kv=s, heads=heads // cp, head_dim=head_dim, window=window
+        )
+        t_f = attention_time_s(d, impl, "fwd", **shape)
+        t_b = attention_time_s(d, impl, "bwd", **shape)
+        o = float(b * s_local * heads * head_dim)  # q (and out, dq, dout) per rank
+        kv = 2.0 * b * s_local * kv_local_heads(self.scn) * head_dim  # k and v per rank
+        moved = 2 * ATTENTION_BYTES * CP_A2A_PASSES * (2 * o + kv)  # q, out + k, v (dout, dq + dk, dv)
+        t_m = memory_op_time_s(d, moved, kernels=8)
+        fwd = [
+            Segment("compute", name + " (a2a CP, heads/cp)", t_f, model_flops_fwd, 0.0),
+            Segment("compute", "cp a2a layout copies", t_m, 0.0, moved),
+        ]
+        bwd = [
+            Segment("compute", name + " bwd (a2a CP, heads/cp)", t_b, 2 * model_flops_fwd, 0.0),
+            Segment("compute", "cp a2a grad layout copies", t_m, 0.0, moved),
+        ]
+        bwd += self._sink_grad(impl, b * heads * s_local)
+        return t_f, t_b, (fwd, bwd)
+
+    def _cp_torch_attention(
+        self,
+        impl: str,
+        name: str,
+        t_f: float,
+        t_b: float,
+        s_local: int,
+        heads: int,
+        head_dim: int,
+        model_flops_fwd: float,
+    ) -> tuple[float, float, tuple[list[Segment], list[Segment]]]:
+        """PyTorch's experimental context_parallel ring (CP_COMM_NOTE "torch-*"): the ring's
+        kernels (`t_f`, `t_b`) and its eager fp32 merges and gradient accumulations (TORCH_CP_*),
+        over the rank's output O and the K/V it exchanges, expanded to the query heads."""
+        d, cp = self.device, self.scn.parallel.cp
+        b = self.scn.parallel.micro_batch
+        o = float(b * s_local * heads * head_dim)
+        kv = 2.0 * o  # K and V as SDPA receives them: repeat_kv to the query heads
+        steps = cp - 1
+        bytes_f = TORCH_CP_MERGE_ONCE_BYTES * o + steps * (
+            TORCH_CP_MERGE_STEP_BYTES * o + TORCH_CP_KV_CAT_BYTES * kv
+        )
+        bytes_b = (
+            TORCH_CP_GRAD_ONCE_BYTES * (o + kv)
+            + cp * TORCH_CP_DKV_CAT_BYTES * kv
+            + steps * (TORCH_CP_GRAD_STEP_BYTES * (o + kv) + TORCH_CP_KV_CAT_BYTES * kv)
+        )
+        t_mf = memory_op_time_s(d, bytes_f, kernels=2 + steps * (TORCH_CP_MERGE_STEP_KERNELS + 1))
+        t_mb = memory_op_time_s(d, bytes_b, kernels=6 + cp * TORCH_CP_GRAD_STEP_KERNELS)
+        fwd = [
+            Segment("compute", name + f" ({cp} ring steps)", t_f, model_flops_fwd, 0.0),
+            Segment("compute", "cp fp32 output merge (eager)", t_mf, 0.0, bytes_f),
+        ]
+        bwd = [
+            Segment("compute", name + f" bwd ({cp} ring steps)", t_b, 2 * model_flops_fwd, 0.0),
+            Segment("compute", "cp fp32 gradient accumulation (eager)", t_mb, 0.0, bytes_b),
+        ]
+        bwd += self._sink_grad(impl, b * heads * s_local)
+        return t_f, t_b, (fwd, bwd)
+
+    def _cp_exchange(
+        self, s_local: int, heads_local: int, q_local: int, v_local: int, kv_local: int
+    ) -> tuple[list[Segment], list[Segment], float, float]:
+        """The K/V exchange of one layer's CP attention for the non-"p2p" `cp_comm_type`s
+        (CP_COMM_NOTE): (forward parts, backward parts, seconds hidden behind the attention in
+        each). Exposed: what no kernel runs beside."""
+        par, d = self.scn.parallel, self.device
+        b, cp, a = par.micro_batch, par.cp, ATTENTION_BYTES
+        if par.cp_comm_type == "a2a":  # q, k, v then out; dout then dq, dk, dv: one after another
+            q_msg = b * s_local * q_local * a
+            kv_msg = b * s_local * kv_local * a
+            o_msg = b * s_local * v_local * a
+            t_f = self.coll("alltoall", "cp", q_msg) + 2 * self.coll("alltoall", "cp", kv_msg)
+            t_o = self.coll("alltoall", "cp", o_msg)
+            fwd = [
+                Segment(
+                    "cp_comm", "cp qkv + out all-to-all (exposed)", t_f + t_o, 0.0, q_msg + 2 * kv_msg + o_msg
+                )
+            ]
+            bwd = [
+                Segment(
+                    "cp_comm",
+                    "cp dout + dqkv all-to-all (exposed)",
+                    t_o + t_f,
+                    0.0,
+                    q_msg + 2 * kv_msg + o_msg,
+                )
+            ]
+            return fwd, bwd, 0.0, 0.0
+        if par.cp_comm_type == "allgather":  # K and V each gathered, dK and dV each reduce-scattered
+            msg = b * s_local * cp * kv_local * a
+            t_ag = 2 * self.coll("allgather", "cp", msg)
+            t_rs = 2 * self.coll("reducescatter", "cp", msg)
+            fwd = [Segment("cp_comm", "cp kv all-gather (exposed)", t_ag, 0.0, 2 * msg)]
+            bwd = [
+                Segment(
+                    "cp_comm", "cp kv all-gather + dkv reduce-scatter (exposed)", t_ag + t_rs, 0.0, 4 * msg
+                )
+            ]
+            return fwd, bwd, 0.0, 0.0
+        impl, head_dim = self._cp_head_dim(heads_local, q_local, v_local)
+        (t0_f, ts_f), (t0_b, ts_b) = cp_ring_step_s(d, impl, b, s_local, heads_local, head_dim)
+        kv_bytes = b * s_local * (q_local + v_local) * a  # this rank's K and V, query heads
+        dkv_bytes = b * s_local * (q_local + v_local) * 4.0  # the fp32 dK/dV accumulator
+        t_dkv = self.coll("sendrecv", "cp", dkv_bytes)
+        if par.cp_comm_type == "torch-allgather":  # one all-gather, hidden by the first kernel only
+            t_kv = self.coll("allgather", "cp", cp * kv_bytes)
+            exp_f, hid_f = max(0.0, t_kv - t0_f), min(t_kv, t0_f)
+            exp_kv_b, hid_kv_b = max(0.0, t_kv - t0_b), min(t_kv, t0_b)
+            kv_msg = cp * kv_bytes
+        else:  # torch-alltoall: one permute per step, each behind that step's kernel
+            t_kv = self.coll("sendrecv", "cp", kv_bytes)
+            exp_f = max(0.0, t_kv - t0_f) + (cp - 2) * max(0.0, t_kv - ts_f)
+            hid_f = min(t_kv, t0_f) + (cp - 2) * min(t_kv, ts_f)
+            exp_kv_b = max(0.0, t_kv - t0_b) + (cp - 2) * max(0.0, t_kv - ts_b)
+            hid_kv_b = min(t_kv, t0_b) + (cp - 2) * min(t_kv, ts_b)
+            kv_msg = (cp - 1) * kv_bytes
+        # dK/dV: step i's permute waits behind step i+1's kernel; the last one after the loop
+        exp_b = exp_kv_b + (cp - 1) * max(0.0, t_dkv - ts_b) + t_dkv
+        hid_b = hid_kv_b + (cp - 1) * min(t_dkv, ts_b)
+        fwd = [Segment("cp_comm", "cp kv exchange (torch)", exp_f, 0.0, kv_msg)]
+        bwd = [Segment("cp_comm", "cp kv + fp32 dkv exchange (torch)", exp_b, 0.0, kv_msg + cp * dkv_bytes)]
+        return fwd, bwd, hid_f, hid_b
 
     def _sink_grad(self, impl: str, rows: int) -> list[Segment]:
         """The attention sinks' gradient (SINK_GRAD_NOTE): one memory-bound pass over the fp32
@@ -2770,6 +3062,18 @@ def cp_ring_attention_s(
     steps of each kind on average. Each kernel runs at the efficiency of its own, shorter,
     sequence (Liu et al. 2023 "Ring Attention"; TE transformer_engine/pytorch/attention.py
     AttnFuncWithCPAndKVP2P)."""
+    (t0_f, ts_f), (t0_b, ts_b) = cp_ring_step_s(device, impl, batch, s_local, heads, head_dim)
+    return t0_f + (cp - 1) * ts_f, t0_b + (cp - 1) * ts_b
+
+
+def cp_ring_step_s(
+    device: Device, impl: str, batch: int, s_local: int, heads: int, head_dim: int
+) -> tuple[tuple[float, float], tuple[float, float]]:
+    """((first, later) forward, (first, later) backward) kernel seconds of one load-balanced ring
+    step: the first causal over the rank's own s_local tokens; each later one the slower of the
+    two unmasked half-work kernels (all queries against the first half of the received K/V, or
+    the second half of the queries against all of it), as every later step has ranks running
+    each kind and the ring advances at the slowest (CP_COMM_NOTE)."""
     half = max(s_local // 2, 1)
     out = []
     for pass_ in ("fwd", "bwd"):
@@ -2787,8 +3091,32 @@ def cp_ring_attention_s(
                 causal=causal,
             )
 
-        t0 = step(s_local, s_local, True)
-        out.append(t0 + (cp - 1) * (step(s_local, half, False) + step(half, s_local, False)) / 2)
+        out.append(
+            (step(s_local, s_local, True), max(step(s_local, half, False), step(half, s_local, False)))
+        )
+    return out[0], out[1]
+
+
+def cp_allgather_attention_s(
+    device: Device, impl: str, batch: int, s_local: int, heads: int, head_dim: int, cp: int
+) -> tuple[float, float]:
+    """(forward, backward) kernel seconds of Transformer Engine's all-gather CP on its slowest
+    rank (CP_COMM_NOTE "allgather"): rank r runs chunks j = r and 2cp-1-r, each its c = s_local/2
+    queries against the (j+1)·c gathered keys before it, bottom-right causal. Chunk 0 is one
+    causal c×c kernel; a later chunk is mostly unmasked: the unmasked kernel of its shape at the
+    share of its work the mask keeps, c·(j+½)c of c·(j+1)c."""
+    c = max(s_local // 2, 1)
+    out = []
+    for pass_ in ("fwd", "bwd"):
+
+        def chunk(j: int, pass_: str = pass_) -> float:
+            kw: dict[str, Any] = dict(batch=batch, seq_q=c, heads=heads, head_dim=head_dim)
+            if j == 0:
+                return attention_time_s(device, impl, pass_, seq_kv=c, causal=True, **kw)
+            full = attention_time_s(device, impl, pass_, seq_kv=(j + 1) * c, causal=False, **kw)
+            return full * (2 * j + 1) / (2 * j + 2)
+
+        out.append(max(chunk(r) + chunk(2 * cp - 1 - r) for r in range(cp)))
     return out[0], out[1]
 
 
@@ -2806,7 +3134,9 @@ LOGITS_SEGMENTS = ("logits", "logits dgrad", "logits wgrad")  # _Coster.logits' 
 
 def _mix_seconds(device: Device, phases: Iterable[_Phase]) -> tuple[float, float]:
     """(kernel seconds, saturated-GEMM seconds of their tensor FLOPs) of a kernel mix, both at
-    the device's clock: the two sums whose ratio is the mix's tensor activity."""
+    the device's clock: the two sums whose ratio is the mix's tensor activity. A fused attention
+    kernel's seconds count `attention_power_factor` times (its power per unit of tensor activity
+    relative to a GEMM's, kernels.toml; simulator/clocks.py)."""
     from .kernels import saturated_gemm_flop_per_s
 
     p, clock = device.params, device.clock
@@ -2822,9 +3152,10 @@ def _mix_seconds(device: Device, phases: Iterable[_Phase]) -> tuple[float, float
                 continue
             if seg.name in LOGITS_SEGMENTS:  # the output layer runs in 16-bit (output_layer_device)
                 saturated_s += seg.flops / rate16
+            elif seg.name.startswith(ATTENTION_SEGMENT + "unfused"):  # 16-bit GEMMs and softmax
+                saturated_s += seg.flops / rate16
             elif seg.name.startswith(ATTENTION_SEGMENT):  # 16-bit, a fused causal kernel skips half
-                half = not seg.name.startswith(ATTENTION_SEGMENT + "unfused")
-                saturated_s += seg.flops / (2 if half else 1) / rate16
+                saturated_s += p.attention_power_factor * seg.flops / 2 / rate16
             else:
                 saturated_s += seg.flops / rate
     return busy_s, saturated_s
@@ -2835,7 +3166,9 @@ def tensor_activity(device: Device, phases: Iterable[_Phase]) -> float:
     compute kernels of their tensor FLOP rate relative to a saturating GEMM of their precision
     (the MAMF ceiling) — Σ FLOPs / saturated rate over Σ time, both at the same clock. Attention
     runs in 16-bit even in FP8 training, as does the output layer (logits), and a fused causal
-    kernel executes half the s×s FLOPs its segment counts; memory-bound kernels and the slowdown
+    kernel executes half the s×s FLOPs its segment counts, weighted by the architecture's
+    `attention_power_factor` (its board power per unit of tensor activity relative to a GEMM's:
+    the softmax work the tensor FLOP rate does not count); memory-bound kernels and the slowdown
     beside overlapped communication count as time without tensor work."""
     busy_s, saturated_s = _mix_seconds(device, phases)
     return saturated_s / busy_s if busy_s > 0 else 0.0
@@ -2861,9 +3194,20 @@ def power_limited_device(coster: _Coster) -> tuple[Device, float]:
     device = coster.device
     if device.params.training_gemm_ratio(device.dtype) >= 1.0:
         return device, 0.0
-    forward, b_in, b_w, rec, _ = coster.layer(coster.scn.model.is_moe)
+    m = coster.scn.model
+    first = next(i for i in range(m.layers) if m.is_moe_layer(i) == m.is_moe)
+    forward, b_in, b_w, rec, _ = coster.layer(*m.layer_kind(first))
     activity = tensor_activity(device, (forward, b_in, b_w, rec))
     return replace(device, power_clock=power_limited_clock_of(device, activity)), activity
+
+
+def _kind_counts(m: ModelSpec, layers) -> dict[tuple[bool, tuple[str, int]], int]:
+    """How many of `layers` are of each ModelSpec.layer_kind."""
+    out: dict[tuple[bool, tuple[str, int]], int] = {}
+    for i in layers:
+        k = m.layer_kind(i)
+        out[k] = out.get(k, 0) + 1
+    return out
 
 
 def _repeat(phase: _Phase, n: int) -> list:
@@ -2902,15 +3246,21 @@ def build_program(scn: Scenario, comm: CommModel | None = None) -> Program:
         if key not in costed:
             coster.stage = s
             coster.device = device
-            layer = {False: coster.layer(False)}
-            if m.is_moe:
-                layer[True] = coster.layer(True)
-            mtp_cost = coster.mtp(layer[m.is_moe_layer(m.layers - 1)]) if m.mtp_layers else None
+            # one costing per kind of layer: MoE or dense, full or local attention (layer_kind);
+            # each MoE kind's combined-1F1B pair (its attention hides a different share of the EP
+            # all-to-all)
+            layer = {}
+            ep_pairs: dict[tuple[bool, tuple[str, int]], EpPair] = {}
+            for kind in m.layer_kinds:
+                layer[kind] = coster.layer(*kind)
+                if kind[0]:
+                    ep_pairs[kind] = coster.ep_pair
+            mtp_cost = coster.mtp(layer[m.layer_kind(m.layers - 1)]) if m.mtp_layers else None
             extras = (
                 coster.embedding(),
                 coster.logits(),
                 mtp_cost,
-                coster.ep_pair,
+                ep_pairs,
                 coster.pair_host,
                 coster.zero3_pair,
             )
@@ -2932,11 +3282,8 @@ def build_program(scn: Scenario, comm: CommModel | None = None) -> Program:
             return mixes[key][0]
 
         for c in range(vp):
-            n_moe = sum(1 for i in layout[s][c] if m.is_moe_layer(i))
             parts: list[tuple[tuple, int]] = [
-                (layer_cost[moe][:4], n)
-                for moe, n in ((False, len(layout[s][c]) - n_moe), (True, n_moe))
-                if n
+                (layer_cost[kind][:4], n) for kind, n in _kind_counts(m, layout[s][c]).items()
             ]
             if prev_chunk(par.schedule, pp, vp, s, c) is None:
                 parts.append((emb, 1))
@@ -2956,7 +3303,8 @@ def build_program(scn: Scenario, comm: CommModel | None = None) -> Program:
     # A faster memory or GPU shortens the mix's kernels and can only lower the stage's time: with
     # D = S/T (S tensor-saturated, T total seconds at the boost clock) and the stage at
     # T_mem + T_clocked·(D^(1/3)/(k·r)), d(stage)/d(T_mem) = 1 − (T_clocked/T)·D^(1/3)/(3·k·r) > 0
-    # for every D ≤ 1 and k·r > 1/3 (docs/calibration.md, "power-limited clock").
+    # for every D < (3·k·r)³ (D ≤ 1, or a little above with attention's power weight, kernels.toml
+    # attention_power_factor) and k·r > 1/3 (docs/calibration.md, "power-limited clock").
     activities = [0.0] * pp
     devices = [boost] * pp
     if boost.params.training_gemm_ratio(boost.dtype) < 1.0:
@@ -2990,7 +3338,7 @@ def build_program(scn: Scenario, comm: CommModel | None = None) -> Program:
             first = prev_chunk(par.schedule, pp, vp, s, c) is None
             last = next_chunk(par.schedule, pp, vp, s, c) is None
             n_moe = sum(1 for i in layers if m.is_moe_layer(i))
-            counts = {False: len(layers) - n_moe, True: n_moe}
+            counts = _kind_counts(m, layers)
             fwd: list = []
             b_in: list = []
             b_w: list = []
@@ -3005,10 +3353,8 @@ def build_program(scn: Scenario, comm: CommModel | None = None) -> Program:
             if first:
                 fwd += emb_f.parts
                 params += embed_params + (m.seq_len * m.hidden if m.position_embeddings else 0)
-            for moe, n in counts.items():
-                if n == 0:
-                    continue
-                lf, lbi, lbw, lrec, lparams = layer_cost[moe]
+            for (moe, _), n in counts.items():
+                lf, lbi, lbw, lrec, lparams = layer_cost[(moe, _)]
                 fwd += _repeat(lf, n)
                 rec += _repeat(lrec, n)
                 b_in += _repeat(lbi, n)
@@ -3119,7 +3465,12 @@ def build_program(scn: Scenario, comm: CommModel | None = None) -> Program:
             if par.schedule in ("dualpipe", "dualpipev"):
                 paired = overlap_pair(forward, backward, ep_sm_fraction(scn), pair_host, n_pair, zero3_pair)
             elif ep_overlap:
-                paired = _combined_pair(forward, backward, ep_pair, n_pair, zero3_pair)
+                moe_kinds = {k: n for k, n in counts.items() if k[0]}
+                if last and mtp is not None and m.is_moe_layer(m.layers - 1):
+                    tail = m.layer_kind(m.layers - 1)
+                    moe_kinds[tail] = moe_kinds.get(tail, 0) + m.mtp_layers
+                pair = _mean_ep_pair(ep_pair, moe_kinds)
+                paired = _combined_pair(forward, backward, pair, n_pair, zero3_pair)
             chunks.append(
                 ChunkProgram(
                     stage=s,
@@ -3256,6 +3607,23 @@ EP_LAUNCH_WAIT_NAME = "ep launch behind compute (default-priority comm stream)"
 # Transformer Engine GroupedLinear's per-expert GEMM segments (grouped() in _Coster._moe): eager,
 # they run as rounds of TE_GEMM_STREAMS concurrent cuBLAS GEMMs (TE_MULTI_STREAM_NOTE)
 GROUPED_GEMM_SEGMENTS = ("expert fc1", "expert fc2")
+
+
+def _mean_ep_pair(pairs: dict, counts: dict) -> EpPair:
+    """The combined-1F1B pair of a chunk's MoE layers of several kinds (full and local attention):
+    the count-weighted mean of each kind's EpPair. Exact for _combined_pair's use: every MoE
+    layer's EP segments are the same (they do not depend on the attention), so the chunk's exposed
+    EP time Σ n_k·f_k·ep is the mean fraction times Σ n_k·ep, and the per-layer seconds add."""
+    total = sum(counts.values())
+    if not total or not pairs:
+        return EpPair(1.0, 0.0)
+    if len(counts) == 1:
+        return pairs[next(iter(counts))]
+
+    def mean(field: str) -> float:
+        return sum(n * getattr(pairs[k], field) for k, n in counts.items()) / total
+
+    return EpPair(mean("exposed_fraction"), mean("interference_s"), mean("host_s"), mean("launch_wait_s"))
 
 
 def _combined_pair(

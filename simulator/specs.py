@@ -28,6 +28,12 @@ GATED_ACTIVATIONS = ("clamped_quick_geglu",)
 SCHEDULES = ("gpipe", "1f1b", "interleaved", "zb-h1", "zb-v", "dualpipe", "dualpipev")
 TWO_CHUNK_SCHEDULES = ("zb-v", "dualpipe", "dualpipev")  # two model chunks per stage by construction
 RECOMPUTE = ("none", "selective", "full")
+# [parallel] cp_comm_type: how context-parallel attention exchanges K/V (program.CP_COMM_NOTE).
+# Megatron-Core's --cp-comm-type names for Transformer Engine's implementations (p2p: the
+# load-balanced ring, Megatron-Core's default; allgather: TE AttnFuncWithCPAndKVAllGather, the
+# Llama 3 paper's design; a2a: TE AttnFuncWithCPAndQKVOA2A, DeepSpeed-Ulysses' all-to-all over
+# heads) and PyTorch's experimental context_parallel with its two rotate methods.
+CP_COMM_TYPES = ("p2p", "allgather", "a2a", "torch-allgather", "torch-alltoall")
 # Megatron-Core --recompute-modules (transformer_config.py, `recompute_modules`): the modules a
 # selective recomputation re-runs in the backward pass instead of keeping their activations.
 # Megatron's default for --recompute-granularity selective is ["core_attn"].
@@ -58,6 +64,9 @@ RANK_AXES = ("tp", "cp", "dp", "pp")
 MAX_GPU_SPEED_SPREAD = 0.5
 MAX_GPUS = 1_000_000  # larger than any cluster built; guards against typos like 1e12
 MAX_DIM = 10_000_000
+# [model] layer_types entries (LOCAL_ATTENTION_NOTE in simulator/flops.py)
+LAYER_TYPES = ("full", "sliding", "chunked")
+FULL_ATTENTION = ("full", 0)
 MAX_LAYERS = 100_000  # ~500x the deepest published transformer; per-layer loops stay fast
 # ~50x the largest published models. Bounds the work of costing a step (DP gradient buckets
 # scale with parameters): a typo like hidden = 9999360 must not run for minutes.
@@ -275,6 +284,13 @@ class ModelSpec:
     # hidden/attention dropout probability (Megatron-LM's default 0.1 for both); 0 = none, and
     # then no dropout masks are stored (torch dropout with p = 0 returns its input)
     dropout: float = 0.1
+    # local attention (LOCAL_ATTENTION_NOTE): a sliding window of `sliding_window` keys (the query
+    # itself included; 0 = none), chunked attention within `attention_chunk_size`-token chunks
+    # (Llama 4; 0 = none), on the layers `layer_types` marks "sliding" / "chunked" (one entry per
+    # layer; empty = every layer uses whichever of the two is given)
+    sliding_window: int = 0
+    attention_chunk_size: int = 0
+    layer_types: tuple[str, ...] = ()
     notes: tuple[str, ...] = field(default=(), compare=False)  # import warnings, shown by the CLI
 
     def __post_init__(self) -> None:
@@ -374,12 +390,98 @@ class ModelSpec:
                         "remove it, or set [model.moe] num_experts and top_k",
                         key=f"{p}.moe.{key}",
                     )
+        self._check_local_attention()
         if self.approx_params > MAX_PARAMS:
             raise ConfigError(
                 f"describes about {self.approx_params:.2g} parameters, over the simulator's bound of "
                 f"{MAX_PARAMS:.0e}; check layers, hidden, ffn_hidden, vocab and the MoE sizes",
                 key=p,
             )
+
+    def _check_local_attention(self) -> None:
+        p = "model"
+        _check_int(f"{p}.sliding_window", self.sliding_window, minimum=0, maximum=MAX_DIM)
+        _check_int(f"{p}.attention_chunk_size", self.attention_chunk_size, minimum=0, maximum=MAX_DIM)
+        types = self.layer_types
+        if isinstance(types, list):
+            types = tuple(types)
+            _set(self, "layer_types", types)
+        if not isinstance(types, tuple) or not all(isinstance(k, str) for k in types):
+            raise ConfigError(
+                f"must be a list of {', '.join(LAYER_TYPES)} (one per layer)", key=f"{p}.layer_types"
+            )
+        for kind in types:
+            if kind not in LAYER_TYPES:
+                raise ConfigError(
+                    f"unknown layer type {kind!r}: expected one of {', '.join(LAYER_TYPES)}",
+                    key=f"{p}.layer_types",
+                )
+        if types and len(types) != self.layers:
+            raise ConfigError(
+                f"{len(types)} entries for {self.layers} layers: give one per layer", key=f"{p}.layer_types"
+            )
+        windows = {
+            "sliding": ("sliding_window", self.sliding_window),
+            "chunked": ("attention_chunk_size", self.attention_chunk_size),
+        }
+        for kind, (key, size) in windows.items():
+            if kind in types and not size:
+                raise ConfigError(f"layer_types marks {kind} layers but {key} is not given", key=f"{p}.{key}")
+        for kind, (key, size) in windows.items():
+            if types and size and kind not in types:
+                raise ConfigError(
+                    f"{key} = {size} but no layer of layer_types is {kind!r}: it would be ignored",
+                    key=f"{p}.{key}",
+                )
+        if not types and self.sliding_window and self.attention_chunk_size:
+            raise ConfigError(
+                "both sliding_window and attention_chunk_size are given: say which layers use which",
+                key=f"{p}.layer_types",
+            )
+
+    def attention_window(self, layer: int) -> tuple[str, int]:
+        """(kind, size) of layer `layer`'s self-attention mask: ("full", 0) causal over the whole
+        sequence, ("sliding", w) each query over its last w positions (itself included), ("chunked",
+        c) causal within c-token chunks. A window or chunk no shorter than seq_len is full causal
+        attention (the same computation) and is returned as such. DeepSeek's MTP modules copy the
+        last layer (layer >= layers reads the last one)."""
+        if self.layer_types:
+            kind = self.layer_types[min(layer, self.layers - 1)]
+        elif self.sliding_window:
+            kind = "sliding"
+        elif self.attention_chunk_size:
+            kind = "chunked"
+        else:
+            return FULL_ATTENTION
+        size = (
+            self.sliding_window
+            if kind == "sliding"
+            else self.attention_chunk_size
+            if kind == "chunked"
+            else 0
+        )
+        if kind == "full" or size >= self.seq_len:
+            return FULL_ATTENTION
+        return (kind, size)
+
+    def layer_kind(self, layer: int) -> tuple[bool, tuple[str, int]]:
+        """What distinguishes one layer's costing from another's: MoE or dense, and its attention
+        mask (attention_window)."""
+        return (self.is_moe_layer(min(layer, self.layers - 1)), self.attention_window(layer))
+
+    @property
+    def layer_kinds(self) -> dict[tuple[bool, tuple[str, int]], int]:
+        """Each distinct layer_kind with its number of layers, in layer order of first appearance."""
+        out: dict[tuple[bool, tuple[str, int]], int] = {}
+        for i in range(self.layers):
+            k = self.layer_kind(i)
+            out[k] = out.get(k, 0) + 1
+        return out
+
+    @property
+    def has_local_attention(self) -> bool:
+        """Some layer's attention is windowed or chunked over a shorter span than seq_len."""
+        return any(self.attention_window(i) != FULL_ATTENTION for i in range(self.layers))
 
     # derived -------------------------------------------------------------
     @property
@@ -738,6 +840,9 @@ class ParallelConfig:
     # them (PipelineStage; program.Program.grad_reduce_waits). 0 = the whole step in one run
     # (Megatron-Core: every micro-batch of the step in one pipeline schedule)
     local_batch: int = 0
+    # context-parallel attention implementation (CP_COMM_TYPES, program.CP_COMM_NOTE): "p2p" =
+    # Transformer Engine's ring (Megatron-Core's default --cp-comm-type)
+    cp_comm_type: str = "p2p"
 
     def __post_init__(self) -> None:
         p = "parallel"
@@ -777,6 +882,7 @@ class ParallelConfig:
             )
         _check_bool(f"{p}.reshard_after_forward", self.reshard_after_forward)
         _check_int(f"{p}.local_batch", self.local_batch, minimum=0, maximum=100 * MAX_DIM)
+        _set(self, "cp_comm_type", _check_choice(f"{p}.cp_comm_type", self.cp_comm_type, CP_COMM_TYPES))
         if self.dp_shard and self.dp % self.dp_shard:
             raise ConfigError(
                 f"must divide dp = {self.dp} (dp = dp_shard x replicas); got {self.dp_shard}",
@@ -1698,6 +1804,19 @@ def check_attention_head_dim(impl: str, head_dim: int, key: str = "kernels.atten
         )
 
 
+def check_cp_comm_type(impl: str, par: ParallelConfig) -> None:
+    """A context-parallel implementation other than the p2p ring runs fused attention kernels only
+    (Transformer Engine's all-gather CP: flash or cuDNN; PyTorch's context_parallel: the SDPA
+    flash, efficient or cuDNN ops); `impl` is the one the scenario runs."""
+    if par.cp > 1 and impl == "unfused" and par.cp_comm_type != "p2p":
+        raise ConfigError(
+            f"cp_comm_type = {par.cp_comm_type!r} runs fused attention kernels only (Transformer Engine's "
+            "all-gather CP: flash or cuDNN; PyTorch's context_parallel: SDPA flash, efficient or cuDNN); "
+            "the unfused path has context parallelism only as 'p2p'",
+            key="parallel.cp_comm_type",
+        )
+
+
 def attention_head_dim(model: ModelSpec) -> int:
     """The larger of the query/key and the value head dimension (MLA: qk_head_dim vs v_head_dim)."""
     return max(model.dim_per_head, model.v_dim // model.heads)
@@ -1961,6 +2080,32 @@ def check_parallel_fits(model: ModelSpec, par: ParallelConfig, num_gpus: int) ->
             f"cp = {par.cp}: seq_len ({model.seq_len}) must be a multiple of 2*cp "
             "(load-balanced causal context parallelism)",
             key=f"{p}.cp",
+        )
+    if par.cp > 1 and model.has_local_attention:
+        # LOCAL_CP_NOTE: Transformer Engine runs sliding-window attention under context parallelism
+        # only with cp_comm_type "a2a" or "all_gather" (attention/dot_product_attention/
+        # context_parallel.py:5054-5060@d0067d0d asserts it); mfusim models the a2a exchange's
+        # whole-sequence kernel with the window (program._cp_a2a_attention), not the all-gather's
+        # windowed chunks; Llama 4's chunks are no window Transformer Engine or Megatron-Core runs
+        chunked = any(model.attention_window(i)[0] == "chunked" for i in range(model.layers))
+        if chunked:
+            raise ConfigError(
+                f"cp = {par.cp} over chunked attention layers is not modeled; use cp = 1", key=f"{p}.cp"
+            )
+        if par.cp_comm_type != "a2a":
+            raise ConfigError(
+                f"cp_comm_type = {par.cp_comm_type!r} over sliding-window layers is not modeled "
+                "(Transformer Engine runs windows under CP with a2a or all_gather only; mfusim models "
+                'a2a): use "a2a" or cp = 1',
+                key=f"{p}.cp_comm_type",
+            )
+    kv_local = max(model.num_kv_heads // par.tp, 1)
+    if par.cp > 1 and par.cp_comm_type == "a2a" and ((model.heads // par.tp) % par.cp or kv_local % par.cp):
+        raise ConfigError(
+            f"a2a splits the attention heads over cp = {par.cp} ranks (Transformer Engine asserts it): "
+            f"the {model.heads // par.tp} query and {kv_local} key/value heads per TP rank must be "
+            "multiples of cp",
+            key=f"{p}.cp_comm_type",
         )
     if par.sequence_parallel and par.tp > 1 and model.seq_len // par.cp % par.tp:
         raise ConfigError(

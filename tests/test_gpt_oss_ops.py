@@ -181,9 +181,10 @@ def test_refusals_name_the_key() -> None:
 
 
 def test_preset_says_what_it_does_not_model() -> None:
-    notes = model_preset("gpt-oss-120b").notes
-    assert any("sliding window" in n for n in notes) and not any("sinks" in n for n in notes)
-    assert model_preset("qwen3-30b-a3b").notes == ()
+    """Sinks and the 128-token window of the even layers are modeled: no warning."""
+    m = model_preset("gpt-oss-120b")
+    assert m.notes == () and model_preset("qwen3-30b-a3b").notes == ()
+    assert [m.attention_window(i) for i in range(3)] == [("sliding", 128), ("full", 0), ("sliding", 128)]
 
 
 def test_fused_grouped_mlp_drops_exactly_the_eager_expert_ops() -> None:
@@ -336,10 +337,7 @@ def test_attention_sinks_add_exactly_the_dsink_reduction() -> None:
 
     m = model_preset("gpt-oss-120b")
     assert m.attention_sinks and not model_preset("qwen3-30b-a3b").attention_sinks
-    allow = ["layer_types", "sliding_window"]
-    imported = model_from_table(
-        {"hf_config": "gpt_oss.json", "seq_len": 4096, "allow_unmodeled": allow}, FIXTURES
-    )
+    imported = model_from_table({"hf_config": "gpt_oss.json", "seq_len": 4096}, FIXTURES)
     assert imported.attention_sinks
     scn = _scn()
     with_sinks, without = _segments(scn), _segments(_scn(attention_sinks=False))

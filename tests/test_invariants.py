@@ -29,7 +29,7 @@ from simulator import flops
 from simulator.errors import ConfigError
 from simulator.loading import scenario_from_dict
 from simulator.simulate import simulate
-from simulator.specs import Scenario
+from simulator.specs import CP_COMM_TYPES, Scenario
 from simulator.timeline import CATEGORIES
 
 TOPOLOGIES = ("dgx-a100", "dgx-a100-40gb", "dgx-h100", "dgx-h200", "pcie-a100")
@@ -177,6 +177,10 @@ def draw_new_keys(draw: st.DrawFn, data: dict[str, Any]) -> None:
         par["recompute_modules"] = draw(
             st.lists(st.sampled_from(modules), min_size=1, max_size=3, unique=True)
         )
+    # [parallel] cp_comm_type: the context-parallel implementation (the unfused path refuses
+    # all but p2p, naming the key: `build` skips those draws)
+    if par.get("cp", 1) > 1 and draw(st.booleans()):
+        par["cp_comm_type"] = draw(st.sampled_from(CP_COMM_TYPES))
     # [precision]: FP8 recipes and FP8-only weights on Hopper and later
     prec = data["precision"]
     if hopper_up and prec["dtype"] in ("bf16", "fp16") and draw(st.integers(0, 2)) == 0:

@@ -591,11 +591,56 @@ def test_nvls_follows_nccl_chunk_schedule() -> None:
     def t(size: float) -> float:
         return K.collective("dgx-h100", "allreduce", 8, size, "nvls").time_s
 
-    # inside one chunk size (64 KiB: 64 MiB .. 1 GiB) the marginal rate is B / (1 + c0/64 KiB)
-    B = 450e9 * p.nccl_bw_fraction * p.nccl_nvls_fraction
+    # inside one chunk size (64 KiB: 64 MiB .. 1 GiB) the marginal rate is B / (1 + c0/64 KiB),
+    # B the port's NVLS rate over the (h + 1) / h bytes a head moves per byte (8 heads)
+    B = 450e9 * p.nccl_bw_fraction * p.nccl_nvls_fraction * 8 / 9
     marginal = (2**29 - 2**28) / (t(2**29) - t(2**28))
     assert marginal == pytest.approx(B / (1 + c0 / 65536), rel=0.02)
     assert (2**33 - 2**32) / (t(2**33) - t(2**32)) > marginal  # 128 KiB chunks stream faster
+
+
+def test_nvls_algbw_falls_with_rank_count_as_heads_over_heads_plus_one() -> None:
+    """NCCL's NVLS all-reduce: each head moves S (h + 1) / h through its NVLink port per
+    direction (search.cc ncclTopoSearchTryNvls charges the head's path twice), so at large
+    messages the algbw is h / (h + 1) of the port's NVLS rate: busbw 2(n-1)/(n+1) x B. The
+    published plateaus (NVIDIA/nccl#1455, NCCL_ALGO=NVLS on 4 .. 8 H100: 370 / 420 / 440 / 460 /
+    480 GB/s) follow it to within 3% once scaled to the 8-GPU figure."""
+    from simulator.network.collectives import nvls_heads, nvls_traffic_factor
+
+    assert nvls_traffic_factor(8) == pytest.approx(9 / 8)
+    assert nvls_heads(72) == 32 and nvls_heads(4) == 4  # NCCL_MAX_NVLS_ARITY
+
+    def algbw(n: int) -> float:
+        return K.collective("dgx-h100", "allreduce", n, 2**33, "nvls").algbw_bytes_per_s
+
+    # the streaming part dominates at 8 GiB: algbw ratios follow n/(n+1) within the fixed costs
+    for n in (4, 5, 6, 7):
+        assert algbw(n) / algbw(8) == pytest.approx((n / (n + 1)) / (8 / 9), rel=0.01)
+    published = {4: 370.0, 5: 420.0, 6: 440.0, 7: 460.0, 8: 480.0}
+    for n, busbw in published.items():
+        law = published[8] * (2 * (n - 1) / (n + 1)) / (2 * 7 / 9)
+        assert law == pytest.approx(busbw, rel=0.03)
+
+
+def test_nccl_tuner_picks_ring_under_five_hopper_ranks_and_six_blackwell() -> None:
+    """NCCL's tuner (tuning.cc@v2.27.7-1) prices NVLS from its graph search: one channel per
+    head at the largest search speed <= NVLink / (n + 1), algBw = n x speed x 5/6; a ring at
+    channels x speed = 360 (Hopper, 370.8 GB/s) / 720 (Blackwell, 721.8) busBw. So it runs ring on
+    4 H100/H200 (6 x 60 ... 4 x 60 x 5/6 = 200 < 360 x 4/6 = 240 GB/s) and NVLS from 5; ring on
+    up to 5 B200 and NVLS from 6 (mle-net: 4 of 8 H200 NCCL picks ring; p6-b200, NCCL 2.27.7,
+    NVLS from 6). Forcing NVLS (NCCL_ALGO) still costs it."""
+    from simulator.network.collectives import nccl_graph_speed
+
+    assert nccl_graph_speed((60.0, 50.0, 40.0), 18 * 20.6, 5) == 60.0  # 74 GB/s allowed: the top
+    assert nccl_graph_speed((60.0, 50.0, 40.0), 18 * 20.6, 9) == 40.0  # 41.2 allowed
+    for topo, first_nvls in (("dgx-h100", 5), ("dgx-h200", 5), ("dgx-b200", 6)):
+        for n in range(2, 9):
+            algo = K.collective(topo, "allreduce", n, 2**33).algorithm
+            assert algo.startswith("nvls" if n >= first_nvls else "ring"), (topo, n, algo)
+    forced = K.collective("dgx-h100", "allreduce", 4, 2**33, "nvls")
+    assert forced.algorithm == "nvls/Simple"
+    # NCCL's choice, not the fastest modelled: at 4 ranks the model's NVLS is a little faster
+    assert forced.time_s < K.collective("dgx-h100", "allreduce", 4, 2**33).time_s
 
 
 def test_more_nvlink_bandwidth_is_never_slower() -> None:

@@ -125,7 +125,7 @@ IMPORTS = [
     ("qwen3_moe.json", "qwen3-235b-a22b", []),
     ("mixtral.json", "mixtral-8x22b", []),
     ("llama4.json", "llama4-maverick", ["vision_config", "no_rope_layers"]),
-    ("gpt_oss.json", "gpt-oss-120b", ["layer_types", "sliding_window"]),
+    ("gpt_oss.json", "gpt-oss-120b", []),
 ]
 
 
@@ -157,8 +157,8 @@ HUB_IMPORTS = [
     # Qwen3 report Table 2 / model card: 30.5B total, 3.3B activated
     ("qwen3_30b_a3b.json", [], 30.5e9, 0.1e9, 3.3e9, 0.1e9, True),
     # OpenAI gpt-oss model card Table 1: gpt-oss-20b 20.91B total, 3.61B active (unembedding
-    # counted, embedding not); its 128-token window on every other layer allowed (not modeled)
-    ("gpt_oss_20b.json", ["layer_types", "sliding_window"], 20.91e9, 0.01e9, 3.61e9, 0.01e9, False),
+    # counted, embedding not); its 128-token window on every other layer modeled
+    ("gpt_oss_20b.json", [], 20.91e9, 0.01e9, 3.61e9, 0.01e9, False),
     # Meta Llama 4 model card: Scout 17B active; its "109B total" counts the vision encoder
     # (34 ViT layers of 1408, ~0.87B) that only the text model here leaves out: 107.8B simulated
     ("llama4_scout.json", ["vision_config", "no_rope_layers"], 109e9 - 0.87e9, 1e9, 17e9, 1e9, True),
@@ -220,7 +220,6 @@ def test_hf_import_deepseek_fields() -> None:
     ("config", "key"),
     [
         ("nemotron_h.json", "hybrid_override_pattern"),
-        ("gpt_oss.json", "layer_types"),
         ("llama4.json", "vision_config"),
     ],
 )
@@ -231,15 +230,16 @@ def test_hf_import_unmodeled_refused(config: str, key: str) -> None:
 
 
 def test_hf_import_window_at_least_seq_len_is_exact(tmp_path: Path) -> None:
-    """A sliding window / chunk no shorter than the sequence is plain causal attention."""
+    """A sliding window / chunk no shorter than the sequence is plain causal attention; a longer
+    sequence chunks the layers Llama 4 chunks (its RoPE layers: here every layer)."""
     cfg = json.loads((FIXTURES / "llama4.json").read_text())
     del cfg["vision_config"]
     cfg["text_config"]["no_rope_layers"] = [1] * 48  # RoPE on every layer: no NoPE layer to allow
     (tmp_path / "c.json").write_text(json.dumps(cfg))
-    assert model_from_table({"hf_config": "c.json", "seq_len": 8192}, tmp_path).notes == ()
-    with pytest.raises(ConfigError) as info:
-        model_from_table({"hf_config": "c.json", "seq_len": 16384}, tmp_path)
-    assert info.value.key == "attention_chunk_size"
+    m = model_from_table({"hf_config": "c.json", "seq_len": 8192}, tmp_path)
+    assert m.notes == () and not m.has_local_attention
+    long = model_from_table({"hf_config": "c.json", "seq_len": 16384}, tmp_path)
+    assert {long.attention_window(i) for i in range(48)} == {("chunked", 8192)}
 
 
 @pytest.mark.parametrize("config", ["llama4.json", "llama4_scout.json"])
@@ -261,18 +261,18 @@ def test_hf_import_llama4_nope_layers_refused(config: str) -> None:
 
 def test_hf_import_llama4_absent_chunk_is_the_class_default(tmp_path: Path) -> None:
     """Llama4TextConfig's attention_chunk_size defaults to 8192: a config.json without the key
-    still has chunked attention, refused for a longer sequence (an explicit null: none)."""
+    still has chunked attention on its RoPE layers (an explicit null: none)."""
     cfg = json.loads((FIXTURES / "llama4.json").read_text())
     del cfg["vision_config"], cfg["text_config"]["attention_chunk_size"]
     (tmp_path / "c.json").write_text(json.dumps(cfg))
     allow = ["no_rope_layers"]
-    model_from_table({"hf_config": "c.json", "seq_len": 8192, "allow_unmodeled": allow}, tmp_path)
-    with pytest.raises(ConfigError) as info:
-        model_from_table({"hf_config": "c.json", "seq_len": 16384, "allow_unmodeled": allow}, tmp_path)
-    assert info.value.key == "attention_chunk_size"
+    m = model_from_table({"hf_config": "c.json", "seq_len": 16384, "allow_unmodeled": allow}, tmp_path)
+    assert m.attention_chunk_size == 8192
+    assert [m.attention_window(i)[0] for i in range(4)] == ["chunked", "chunked", "chunked", "full"]
     cfg["text_config"]["attention_chunk_size"] = None
     (tmp_path / "c.json").write_text(json.dumps(cfg))
-    model_from_table({"hf_config": "c.json", "seq_len": 16384, "allow_unmodeled": allow}, tmp_path)
+    m = model_from_table({"hf_config": "c.json", "seq_len": 16384, "allow_unmodeled": allow}, tmp_path)
+    assert not m.has_local_attention
 
 
 def test_allow_unmodeled_names_a_key_not_needed() -> None:
@@ -356,20 +356,25 @@ def test_hf_import_nemotron_h_refusal_names_the_layer_pattern(tmp_path: Path) ->
 
 def test_hf_import_layer_types_exact_when_windows_cover_the_sequence(tmp_path: Path) -> None:
     """GPT-OSS's sliding/full alternation is plain causal attention when the window covers
-    seq_len; a shorter window is refused naming layer_types; linear attention always is."""
+    seq_len and windowed on the even layers when it does not; a layer_types list that does not
+    give every layer is refused; linear attention always is."""
     name = _edited_config(tmp_path, "gpt_oss.json", sliding_window=8192)
     m = model_from_table({"hf_config": name, "seq_len": 4096}, tmp_path)
     assert F.total_params(m) == F.total_params(model_preset("gpt-oss-120b"))
-    with pytest.raises(ConfigError) as info:
-        model_from_table({"hf_config": name, "seq_len": 16384}, tmp_path)
-    assert info.value.key == "layer_types"
-    llama = _edited_config(
+    assert not m.has_local_attention
+    long = model_from_table({"hf_config": name, "seq_len": 16384}, tmp_path)
+    assert long.attention_window(0) == ("sliding", 8192) and long.attention_window(1) == ("full", 0)
+    allow = ["vision_config", "no_rope_layers"]
+    short = _edited_config(
         tmp_path, "llama4.json", layer_types=["chunked_attention"] * 3 + ["full_attention"]
     )
-    ok = model_from_table(
-        {"hf_config": llama, "seq_len": 8192, "allow_unmodeled": ["vision_config", "no_rope_layers"]},
-        tmp_path,
+    with pytest.raises(ConfigError) as info:
+        model_from_table({"hf_config": short, "seq_len": 8192, "allow_unmodeled": allow}, tmp_path)
+    assert info.value.key == "layer_types"
+    llama = _edited_config(
+        tmp_path, "llama4.json", layer_types=(["chunked_attention"] * 3 + ["full_attention"]) * 12
     )
+    ok = model_from_table({"hf_config": llama, "seq_len": 8192, "allow_unmodeled": allow}, tmp_path)
     assert ok.num_moe_layers == 24
     linear = _edited_config(tmp_path, "gpt_oss.json", layer_types=["linear_attention", "full_attention"] * 18)
     with pytest.raises(ConfigError) as info:

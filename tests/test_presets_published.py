@@ -240,8 +240,7 @@ UNMODELED = {
     "gpt-neox-20b": ("parallel attention + MLP",),
     "opt-175b": ("attention dropout 0",),
     "dbrx": ("clip_qkv",),
-    "mistral-7b": ("sliding window",),
-    "llama4-scout": ("attention chunks", "NoPE layers"),
+    "llama4-scout": ("NoPE layers",),
     "qwen2-57b-a14b": ("shared expert's sigmoid output gate",),
     "qwen1.5-moe-a2.7b": ("shared expert's sigmoid output gate",),
 }
@@ -321,9 +320,7 @@ def test_hf_import_dbrx_refused() -> None:
 # the presets before the added ones that leave something out, and what their warning names
 OLDER_UNMODELED = {
     "mpt-7b": ("ALiBi",),
-    "llama4-maverick": ("attention chunks", "NoPE layers"),
-    "gpt-oss-120b": ("sliding window",),
-    "gpt-oss-20b": ("sliding window",),
+    "llama4-maverick": ("NoPE layers",),
 }
 
 

@@ -62,6 +62,13 @@ def add_parser(sub: Any) -> None:
     a.add_argument("--head-dim", type=positive_int("--head-dim", maximum=1024), required=True)
     a.add_argument("--batch", type=positive_int("--batch", maximum=2**20), default=1)
     a.add_argument("--causal", action="store_true")
+    a.add_argument(
+        "--window",
+        type=int_flag("--window", 1, MAX_DIM),
+        default=None,
+        help="causal sliding window of N keys per query, itself included (implies --causal; "
+        "FlashAttention window_size = (N - 1, 0)); N >= --seq is full causal attention",
+    )
     a.add_argument("--impl", choices=ATTENTION_IMPLS, default=None)
     a.add_argument("--pass", dest="pass_", choices=("fwd", "bwd", "fwd+bwd"), default="fwd")
     a.add_argument("--json", action="store_true")
@@ -157,17 +164,22 @@ def kernel_result(args: argparse.Namespace) -> dict[str, Any]:
         impl = args.impl or K.default_attention(gpu)
         check_attention_arch(impl, K.architecture(gpu.name), gpu.name, "--impl")
         check_attention_head_dim(impl, args.head_dim, "--head-dim")
-        shape = dict(
-            batch=args.batch, seq=args.seq, heads=args.heads, head_dim=args.head_dim, causal=args.causal
-        )
-        t = K.attention_time_s(gpu, **shape, impl=impl, pass_=args.pass_)
-        flops = K.attention_flops(**shape, pass_=args.pass_)
+        causal = args.causal or args.window is not None
+        shape = dict(batch=args.batch, seq=args.seq, heads=args.heads, head_dim=args.head_dim, causal=causal)
+        window = {} if args.window is None else {"window": args.window}
+        if window and impl not in K.LOCAL_ATTENTION_IMPLS:
+            raise ConfigError(
+                f"{impl} takes no sliding window: one of {', '.join(K.LOCAL_ATTENTION_IMPLS)}", key="--impl"
+            )
+        t = K.attention_time_s(gpu, **shape, impl=impl, pass_=args.pass_, **window)
+        flops = K.attention_flops(**shape, pass_=args.pass_, **window)
         return {
             "kernel": "attention",
             "gpu": gpu.name,
             "impl": impl,
             "pass": args.pass_,
             **shape,
+            **window,
             "head_dim": args.head_dim,
             "time_s": t,
             "tflops": flops / t / 1e12,
@@ -223,7 +235,8 @@ def _text(r: dict[str, Any]) -> str:
     elif kind == "attention":
         head = (
             f"attention {r['impl']} {r['pass']} b{r['batch']} s{r['seq']} h{r['heads']} d{r['head_dim']}"
-            f"{' causal' if r['causal'] else ''} on {r['gpu']}"
+            f"{' causal' if r['causal'] else ''}{' window ' + str(r['window']) if 'window' in r else ''}"
+            f" on {r['gpu']}"
         )
         detail = f"{r['tflops']:.1f} TFLOP/s (FlashAttention FLOP convention)"
     elif kind == "memory":

@@ -248,6 +248,35 @@ KEYS: dict[str, Key] = {
         "(default: Megatron-LM's 0.1; the MoE presets 0 as their configs)",
         since=NEXT,
     ),
+    "model.sliding_window": Key(
+        "sliding-window attention: each query attends to its last N positions, itself included "
+        "(HF sliding_window; Megatron-Core window_size = (N - 1, 0)), on the layers layer_types / "
+        'layer_pattern marks "sliding" (every layer when neither is given); 0 = none; N >= seq_len '
+        "is full causal attention",
+        "integer",
+        "tokens",
+        since=NEXT,
+    ),
+    "model.attention_chunk_size": Key(
+        "chunked local attention (Llama 4): causal within N-token chunks, on the layers layer_types / "
+        'layer_pattern marks "chunked" (every layer when neither is given); 0 = none',
+        "integer",
+        "tokens",
+        since=NEXT,
+    ),
+    "model.layer_types": Key(
+        "each layer's attention, one entry per layer: full, sliding or chunked (HF's full_attention / "
+        "sliding_attention / chunked_attention accepted); empty = every layer uses the window given",
+        "list of strings",
+        since=NEXT,
+    ),
+    "model.layer_pattern": Key(
+        'layer_types as a pattern repeated from layer 0: ["sliding", "full"] = GPT-OSS\'s and Gemma '
+        "2's alternation (give this or layer_types)",
+        "list of strings",
+        default="(none)",
+        since=NEXT,
+    ),
     "model.mtp_layers": Key(
         "DeepSeek multi-token-prediction modules (one layer each)", "integer", since=NEXT
     ),
@@ -290,9 +319,18 @@ KEYS: dict[str, Key] = {
     "parallel.pp": Key("pipeline-parallel stages"),
     "parallel.dp": Key("data-parallel replicas", default="num_gpus / (tp·pp·cp)"),
     "parallel.cp": Key(
-        "context-parallel size (sequence split across GPUs; Transformer Engine's load-balanced ring,"
-        " K/V exchange hidden behind attention -- PyTorch's experimental context_parallel costs far"
-        " more: docs/limits.md)"
+        "context-parallel size (sequence split across GPUs; its implementation: cp_comm_type)"
+    ),
+    "parallel.cp_comm_type": Key(
+        "context-parallel attention implementation: p2p = Transformer Engine's load-balanced ring"
+        " (Megatron-Core's default --cp-comm-type); allgather = TE's all-gather CP (the Llama 3"
+        " paper's design: K/V all-gather and dK/dV reduce-scatter exposed, two kernels per rank);"
+        " a2a = TE's all-to-all CP (DeepSpeed-Ulysses: q/k/v and out all-to-all'd to head shards,"
+        " exposed, one kernel on heads/cp; heads per TP rank must divide by cp);"
+        " torch-allgather / torch-alltoall = PyTorch's experimental context_parallel with that"
+        " rotate method (torchtitan: allgather): fp32 eager merges, K/V expanded to the query heads",
+        allowed=_spec("CP_COMM_TYPES"),
+        since=NEXT,
     ),
     "parallel.ep": Key("expert-parallel size (MoE)"),
     "parallel.etp": Key("expert tensor-parallel size", default="0 (1 with ep > 1, else tp)", since=NEXT),
@@ -1182,6 +1220,10 @@ COMMON_JSON_FIELDS: dict[str, str] = {
     "model.seq_len": "sequence length [tokens]",
     "model.attention": "attention kind as simulated (mha, gqa, mqa or mla)",
     "model.mla": "MLA ranks and head widths as simulated (MLA models only)",
+    "model.local_attention": (
+        "sliding-window / chunked attention as simulated: the window, the chunk and how many layers use"
+        " each (models with local attention shorter than seq_len only)"
+    ),
     "gpu": "GPU catalog name",
     "topology": "topology name",
     "dtype": "training dtype",
@@ -1246,7 +1288,7 @@ JSON_FIELDS: dict[str, dict[str, str]] = {
         "kernels.system.nccl_bw_fraction": "achieved fraction of link bandwidth of collectives in the job",
         "kernels.system.overlap_slowdown": "compute slowdown while communication overlaps it",
         "kernels.system.fp4_matmul_fraction": "NVFP4 MMA pipe throughput relative to the kernel model's low-precision main loop (recipes.toml; latency and memory floor unscaled)",
-        "kernels.system.tensor_activity": "tensor FLOP rate of the most power-limited pipeline stage's kernels relative to a saturating GEMM, 0 where no power law applies (simulator/clocks.py)",
+        "kernels.system.tensor_activity": "tensor FLOP rate of the most power-limited pipeline stage's kernels relative to a saturating GEMM, fused attention weighted by its power per unit of it (kernels.toml attention_power_factor), 0 where no power law applies (simulator/clocks.py)",
         "kernels.system.power_limited_clock": "clock the board power limit allows for that stage's kernel mix (the lowest stage clock), relative to the benchmarks' boost clock (simulator/clocks.py)",
         "kernels.system.gpu_speed_spread": "coefficient of variation of the per-GPU speed ([cluster] gpu_speed_spread or the architecture's, simulator/gpu_spread.py)",
         "kernels.system.slowest_gpu_factor": "expected extra time of the slowest of num_gpus GPUs, as a fraction of compute + recompute + bubble (sigma x E[max of N normals])",

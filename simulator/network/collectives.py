@@ -23,7 +23,8 @@ taken, as NCCL does per call.
   plus its pipeline fill (`tree_fill_s`: one chunk per channel, NCCL's chunk schedule, across the
   tree's 2((m-1) + floor(log2 k)) hops for Simple, its network hops for LL / LL128).
 - NVLS (AllReduce inside one NVSwitch-3+ node, `intra_node.nvls`): the switch reduces and
-  multicasts, each GPU sends and receives S once (not 2(n-1)/n·S).
+  multicasts, each GPU sends and receives S·(n+1)/n (not 2(n-1)/n·S): its buffer to every
+  head's reduction plus its own share's reduce result and multicast (`nvls_traffic_factor`).
 - NVLSTree (AllReduce across k > 1 NVLS nodes, NCCL >= 2.18, Simple): NVLS inside each node and
   a double binary tree over the nodes per head (a GPU with its own NIC), the stages pipelined
   chunk by chunk, so the slowest of NVLS, the NICs (2S per node and direction, S on two nodes)
@@ -66,7 +67,8 @@ hosts (the host CPU is not a topology input: every host gets the 1 µs default),
 one InfiniBand ring sweep found, with non-default CTAs, says it charges far too much there:
 docs/calibration.md "NVLSTree"), NCCL's per-size tree correction table (a tuner-side
 correction; the tree's fill is modelled instead), the choice by NCCL's own tuner (the fastest
-modelled candidate is taken: NCCL's graph bandwidths are not modelled), per-channel LL128/tree
+modelled candidate is taken: NCCL's graph bandwidths are not modelled; but for its ring-or-NVLS
+choice on one node, `nccl_tuner_picks_nvls`), per-channel LL128/tree
 caps (ring channel counts are not modelled; a multi-node tree runs on NCCL_TREE_CHANNELS, NVLSTree
 on its NVLS channels and heads), CollNet/SHARP in-network reduction.
 """
@@ -202,11 +204,28 @@ TREE_BW_FRACTION = 0.92
 # NCCL 2.23+ PAT algorithm: busBw *= 0.75 (tuning.cc, PAT refinement).
 PAT_BW_FRACTION = 0.75
 # NVLS AllReduce on NVSwitch gen 3 (H100/H200): nccl-tests all_reduce_perf on one DGX H100 reports
-# about 480 GB/s bus bandwidth with NVLS versus ~360-370 with rings. Each GPU moves S (not
-# 2(n-1)/n·S) per direction, so 480 = 2·7/8 · 450 GB/s · η · f with η = 0.85 gives f ≈ 0.72
-# (prior, to be calibrated). Blackwell scales it by NCCL's nvlsEfficiency ratio 0.74/0.85.
-NVLS_BW_FRACTION = 0.72
+# about 480 GB/s bus bandwidth with NVLS versus ~360-370 with rings. Each head GPU moves S·(h+1)/h
+# per direction through its NVLink port (`nvls_traffic_factor`), so on 8 GPUs
+# 480 = 2·7/8 · 450 GB/s · η · f · 8/9 with η = 0.85 gives f ≈ 0.81 (0.72 · 9/8: the same 8-GPU
+# rate as the earlier S-per-GPU prior 0.72; prior, the kernel model fits its own). Blackwell scales
+# it by NCCL's nvlsEfficiency ratio 0.74/0.85 (src/graph/tuning.cc@5067397c:139-144).
+NVLS_BW_FRACTION = 0.81
 NVLS_BW_FRACTION_BLACKWELL = NVLS_BW_FRACTION * 0.74 / 0.85
+# The most NVLS heads (and NVLS channels of one graph) NCCL builds: NCCL_MAX_NVLS_ARITY
+# (src/include/device.h@5067397c; search.cc: maxChannels = min(NCCL_MAX_NVLS_ARITY, GPUs)).
+NCCL_MAX_NVLS_ARITY = 32
+# NCCL's view of one GPU's NVLink for its graph search and tuner (`nccl_tuner_picks_nvls`): GB/s
+# per link (src/graph/topo.h@v2.27.7-1 SM90_NVLINK_BW 20.6, SM100_NVLINK_BW 40.1) against the
+# link's line rate per direction (NVLink 4: 25 GB/s, 18 links = 450 GB/s on H100/H200; NVLink 5:
+# 50 GB/s, 18 links = 900 GB/s on B200/GB200/B300: NVIDIA H100 / DGX B200 datasheets), and the
+# intra-node search speeds (src/graph/search.cc@v2.27.7-1 sm90SpeedArrayIntra,
+# sm100SpeedArrayIntra; the same at 5067397c but for sm100's 45.0).
+NCCL_NVLINK_GBPS_PER_LINK = {"hopper": 20.6, "blackwell": 40.1}
+NVLINK_LINE_GBPS_PER_LINK = {"hopper": 25.0, "blackwell": 50.0}
+NCCL_SPEED_ARRAY_INTRA = {
+    "hopper": (60.0, 50.0, 40.0, 30.0, 24.0, 20.0, 15.0, 12.0, 11.0, 6.0, 3.0),
+    "blackwell": (90.0, 80.0, 70.0, 60.0, 50.0, 40.0, 30.0, 24.0, 20.0, 19.0, 18.0),
+}
 # NCCL src/transport/nvls.cc: NVLS channels on one node (NVLS_NCHANNELS_SM90 16,
 # NVLS_NCHANNELS_SM100_NVL 24) and the default chunk (NCCL_NVLS_CHUNKSIZE 128 KiB).
 NVLS_CHANNELS = {"hopper": 16, "blackwell": 24}
@@ -328,6 +347,11 @@ class Links:
     p2p_net_fraction: float = field(default_factory=alltoall_net_fraction)
     # NCCL's latency model of collectives (tuning.cc; kernels.toml [nccl_latency])
     nccl: NcclLatency = field(default_factory=NcclLatency.of)
+    # NCCL's own NVLink bandwidth of one GPU (GB/s, links x SM90/SM100_NVLINK_BW) and its search
+    # speeds, for its tuner's ring-or-NVLS choice on one node (`nccl_tuner_picks_nvls`); 0 / ():
+    # not described, the model's fastest candidate is taken
+    nccl_nvlink_gbps: float = 0.0
+    nccl_speeds_intra: tuple[float, ...] = ()
 
     @property
     def intra_hw(self) -> str:
@@ -376,6 +400,13 @@ class Links:
             nvls_channels=NVLS_CHANNELS.get(generation, 16),
             reduce_tail_chunks=reduce_tail_chunks,
             nccl=nccl_latency if nccl_latency is not None else NcclLatency.of(),
+            nccl_nvlink_gbps=round(
+                fabric.intra_bandwidth_bytes_per_s / 1e9 / NVLINK_LINE_GBPS_PER_LINK[generation]
+            )
+            * NCCL_NVLINK_GBPS_PER_LINK[generation]
+            if generation in NCCL_NVLINK_GBPS_PER_LINK and fabric_name == "nvswitch"
+            else 0.0,
+            nccl_speeds_intra=NCCL_SPEED_ARRAY_INTRA.get(generation, ()),
         )
 
     def ll_cap_bytes_per_s(self, num_nodes: int) -> float:
@@ -640,6 +671,9 @@ class Candidate:
     algorithm: str
     bottleneck: str
     bandwidth_time_s: float
+    # False: NCCL's tuner would not pick it here (`nccl_tuner_picks_nvls`); still costed, for
+    # NCCL_ALGO forcing it
+    nccl_choice: bool = True
 
 
 def _inter_time(
@@ -805,13 +839,44 @@ def nvls_tree_chunk_bytes(size_bytes: float, concurrent_ops: int, num_nodes: int
     return c
 
 
+def nvls_traffic_factor(heads: int) -> float:
+    """Bytes one NVLS head GPU moves through its NVLink port per direction, per byte of the
+    message: (h + 1) / h with h heads (min(ranks, NCCL_MAX_NVLS_ARITY) in one node, every GPU
+    pulling: search.cc "Force intra-node NVLS algorithm to pull evenly from all GPUs").
+
+    NCCL's NVLS all-reduce (src/device/all_reduce.h@5067397c, RunWorkColl<..., NCCL_ALGO_NVLS,
+    NCCL_PROTO_SIMPLE>, without user-buffer registration as nccl-tests runs it): the scatter and
+    gather warps copy between the user buffers and the GPU's own NVLS buffer in local memory; each
+    head's reduce warps ld_reduce its 1/h of every loop through the multicast address and st it
+    back (directRecvDirectSend on nvls->down). The switch reads a head's share from every member,
+    the requesting GPU included, so a GPU's port sends S (its buffer, to all h reductions) plus the
+    S/h it multicasts, and receives the S/h its reduction returns plus the S that all h heads'
+    multicasts write. NCCL's own graph search charges the same: ncclTopoSearchTryNvls
+    (src/graph/search.cc@5067397c:410-440) takes the channel's bandwidth once on every GPU's
+    NVS->GPU and GPU->NVS path and twice on the head's, one channel per head, so a port's
+    per-channel bandwidth is at most its NVLink rate / (h + 1). The algbw therefore falls with the
+    rank count as h / (h + 1): nccl-tests NVLS busbw 370 / 420 / 440 / 460 / 480 GB/s on 4 / 5 / 6 /
+    7 / 8 H100 (NVIDIA/nccl#1455; 2(n-1)/(n+1) gives 370 / 411 / 441 / 463 / 480 from the 8-GPU
+    figure)."""
+    if heads < 1:
+        raise ValueError(f"NVLS needs at least one head, got {heads}")
+    return (heads + 1) / heads
+
+
+def nvls_heads(ranks_on_switch: int) -> int:
+    """NCCL's NVLS heads on one switch domain: one per GPU, at most NCCL_MAX_NVLS_ARITY."""
+    return min(ranks_on_switch, NCCL_MAX_NVLS_ARITY)
+
+
 def nvls_stream_fill_s(
-    links: Links, n: int, size_bytes: float, chunk_bytes: int | None = None
+    links: Links, n: int, size_bytes: float, chunk_bytes: int | None = None, heads: int | None = None
 ) -> tuple[float, float]:
     """`nvls_time_s` less its latency, as (streaming time, pipeline fill); fill 0 without the
     chunk model. `chunk_bytes`: NCCL's chunk when not the one-node NVLS schedule's
-    (`nvls_chunk_bytes`; NVLSTree cuts its own, `nvls_tree_chunk_bytes`)."""
-    B = links.intra_bytes_per_s * links.nvls_fraction
+    (`nvls_chunk_bytes`; NVLSTree cuts its own, `nvls_tree_chunk_bytes`). `heads`: the NVLS heads
+    (default `nvls_heads(n)`); a head moves `nvls_traffic_factor(heads)` x S per direction."""
+    h = nvls_heads(n) if heads is None else heads
+    B = links.intra_bytes_per_s * links.nvls_fraction / nvls_traffic_factor(h)
     c0 = links.nvls_chunk_overhead_bytes
     if c0 is None:
         return size_bytes / B, 0.0
@@ -895,8 +960,9 @@ def collective_candidates(kind: str, shape: GroupShape, links: Links, size_bytes
             lat = nccl.tree_s(p, n, k, hw) + fill / f_fill
             add("tree", p, lat, parts, TREE_BW_FRACTION, bus_bytes=2 * S)
     if kind == "allreduce" and k == 1 and links.nvls and n > 1:
-        B_nvls = B_i * links.nvls_fraction
-        out.append(Candidate(nvls_time_s(links, n, S), "nvls/Simple", intra, S / B_nvls))
+        B_nvls = B_i * links.nvls_fraction / nvls_traffic_factor(nvls_heads(n))
+        picks = nccl_tuner_picks_nvls(links, n, S)
+        out.append(Candidate(nvls_time_s(links, n, S), "nvls/Simple", intra, S / B_nvls, picks))
     if kind == "allreduce" and k > 1 and links.nvls and min(m, shape.nics_per_node) >= 2:
         out.append(_nvls_tree(shape, links, S))
     nvls_tree = kind == "allreduce" and k > 1 and links.nvls and min(m, shape.nics_per_node) >= 2
@@ -948,7 +1014,8 @@ def _nvls_tree(shape: GroupShape, links: Links, S: float) -> Candidate:
     NIC) runs a double binary tree over the nodes on its share, and NCCL's kernel pipelines the
     three chunk by chunk (src/device/all_reduce.h, NVLS_TREE: scatter / reduce / tree-up /
     tree-down / broadcast warps work at once), so the slowest stage sets the rate, not their sum:
-    - NVLS: each GPU moves S through the switch as in one node (`nvls_time_s`, less its latency);
+    - NVLS: each head moves S·(h+1)/h through the switch as in one node (`nvls_time_s`, less its
+      latency; `nvls_traffic_factor`, the heads that the NIC count allows);
     - network: per node and direction 2S (interior in one tree, leaf in the other), S on two nodes,
       where each node is the root of one tree (tuning.cc "Handle 2 node case of NVLSTree": interBw
       x 2), through the node's NICs as the flat tree's bytes;
@@ -957,7 +1024,7 @@ def _nvls_tree(shape: GroupShape, links: Links, S: float) -> Candidate:
     n, k, m = shape.size, shape.num_nodes, shape.members_per_node
     heads = min(m, shape.nics_per_node)
     chunk = nvls_tree_chunk_bytes(S, links.nvls_channels * heads, k)
-    t_intra, fill_intra = nvls_stream_fill_s(links, m, S, chunk)
+    t_intra, fill_intra = nvls_stream_fill_s(links, m, S, chunk, heads=min(heads, NCCL_MAX_NVLS_ARITY))
     node_bytes = S if k == 2 else 2 * S
     t_net, neck_net = _inter_time(shape, links, node_bytes, lambda u: u.tree_crossings * S / 2)
     cap = heads * links.nvls_tree_max_bytes_per_s[0 if k <= 2 else 1]
@@ -1013,7 +1080,7 @@ def _hierarchical(
         intra_t = intra_phases * (intra_bw_t + fill_intra / f + nccl.ring_s(p, "allgather", m, 1, hw))
         intra_label = "ring"
         if kind == "allreduce" and links.nvls:
-            nvls_t = S / (B_i * links.nvls_fraction) + nccl.nvls_s
+            nvls_t = S * nvls_traffic_factor(nvls_heads(m)) / (B_i * links.nvls_fraction) + nccl.nvls_s
             if nvls_t < intra_t:
                 intra_t, intra_label = nvls_t, "nvls"
         if kind == "allreduce":
@@ -1043,4 +1110,56 @@ def _hierarchical(
 
 
 def best(cands: list[Candidate]) -> Candidate:
-    return min(cands, key=lambda c: c.time_s)
+    """The fastest candidate NCCL's tuner would run (`Candidate.nccl_choice`), else the fastest."""
+    chosen = [c for c in cands if c.nccl_choice] or cands
+    return min(chosen, key=lambda c: c.time_s)
+
+
+def nccl_graph_speed(speeds: tuple[float, ...], per_gpu_gbps: float, uses_per_channel: float) -> float:
+    """The per-channel bandwidth NCCL's graph search settles on: the largest of its speeds whose
+    channels fit the GPU's NVLink (`uses_per_channel` x speed <= its NCCL bandwidth; search.cc
+    ncclTopoCompute lowers the speed until a solution is found)."""
+    fits = [v for v in speeds if uses_per_channel * v <= per_gpu_gbps]
+    return max(fits) if fits else 0.0
+
+
+def nccl_tuner_picks_nvls(links: Links, n: int, size_bytes: float) -> bool:
+    """Whether NCCL's tuner runs NVLS rather than a ring for an all-reduce of n ranks on one
+    NVSwitch node (src/graph/tuning.cc@v2.27.7-1:267-276, 324; it takes the fastest by its
+    own model, time = latency + size / algBw, not by what the kernels then reach):
+    - NVLS: its graph has one channel per head (all n GPUs, at most 32), each GPU's NVLink path
+      charged (n + 1) x the channel's speed (search.cc ncclTopoSearchTryNvls, the head's twice),
+      so speed = the largest search speed <= NVLink / (n + 1); busBw = channels x speed and
+      algBw = busBw x 5/6.
+    - ring (Simple): as many channels as fit at a search speed, busBw = channels x speed (the
+      largest product over the speeds the search tries, down to 0.49 of its first: search.cc
+      "Decrease bw until we find a solution", speedArray[i+1] / bwInter > .49), algBw = busBw x
+      n / (2(n - 1)).
+    On 4 H100/H200 NVLS prices at 4 x 60 x 5/6 = 200 GB/s algbw (60: the sm90 array's top,
+    370.8 / 5 = 74) against a ring's 360 x 4/6 = 240, so NCCL picks ring there (mle-net: 4 of 8
+    H200, ring, identical with NVLS off) and NVLS from 5 ranks; on B200, ring at 4 and 5, NVLS
+    from 6 (mle-net: p6-b200, NCCL 2.27.7). From v2.28.3 NCCL prices NVLS as channels x speed x
+    nvlsEfficiency x (channels - 1)/channels x 2 x n / (2(n - 1)) instead (tuning.cc@5067397c:
+    307-323): the same choice on Hopper at 2-8 ranks, ring at 6 B200 (docs/calibration.md
+    "kstream"). Without NCCL's NVLink description (`Links.nccl_nvlink_gbps` 0) NVLS is kept."""
+    L, speeds = links.nccl_nvlink_gbps, links.nccl_speeds_intra
+    if L <= 0 or not speeds:
+        return True
+    h = nvls_heads(n)
+    v_nvls = nccl_graph_speed(speeds, L, h + 1)
+    if v_nvls <= 0:
+        return False
+    alg_nvls = h * v_nvls * 5.0 / 6.0
+    fitting = [v for v in speeds if v <= L]
+    window = [v for v in fitting if v > 0.49 * fitting[0]] if fitting else []
+    ring_bus = max((math.floor(L / v) * v for v in window), default=0.0)
+    alg_ring = ring_bus * n / (2 * (n - 1))
+    hw = links.intra_hw
+    # NCCL's time: latency (us) + bytes / (1000 x algBw in GB/s), i.e. seconds here
+    t_nvls = links.nccl.nvls_s + size_bytes / (alg_nvls * 1e9)
+    t_ring = (
+        links.nccl.ring_s(SIMPLE, "allreduce", n, 1, hw) + size_bytes / (alg_ring * 1e9)
+        if alg_ring > 0
+        else math.inf
+    )
+    return t_nvls <= t_ring

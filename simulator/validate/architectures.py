@@ -85,15 +85,15 @@ KNOWN_ARCHITECTURES: tuple[tuple[str, dict[str, Any], str], ...] = (
     (
         r"gpt[-_ ]?oss[-_ ]?20b",
         {"preset": "gpt-oss-20b"},
-        "preset gpt-oss-20b (openai/gpt-oss-20b config.json); its 128-token sliding window on every "
-        "other layer is not modeled",
+        "preset gpt-oss-20b (openai/gpt-oss-20b config.json) with its 128-token sliding window on "
+        "every other layer",
     ),
     (
         r"gpt[-_ ]?oss[-_ ]?120b",
         {"preset": "gpt-oss-120b"},
-        "preset gpt-oss-120b (openai/gpt-oss-120b config.json); its 128-token sliding window on every "
-        "other layer is not modeled: attention costed as full causal cuDNN fused attention with its "
-        "sinks' gradient reduction, the backend every GPT-OSS container ran (Transformer Engine disables "
+        "preset gpt-oss-120b (openai/gpt-oss-120b config.json) with its 128-token sliding window on "
+        "every other layer: attention costed as cuDNN fused attention (windowed on those layers) with "
+        "its sinks' gradient reduction, the backend every GPT-OSS container ran (Transformer Engine disables "
         "FlashAttention for sinks, cuDNN >= 9.13.1 takes them; the containers ship cuDNN 9.13.1-9.21.1, "
         "docs/accuracy.md)",
     ),
