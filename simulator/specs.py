@@ -1100,12 +1100,15 @@ DEFAULT_ATTENTION = {"volta": "unfused", "ampere": "fa2", "hopper": "cudnn", "bl
 # Architectures a fused attention kernel is built for (others are refused, check_attention_arch).
 # FlashAttention-2: "Ampere, Ada, or Hopper GPUs" (Dao-AILab/flash-attention README.md@0251105a,
 # "Installation and features"; its kernels are sm80 code, which Blackwell also runs); FlashAttention-3:
-# sm90a/sm100 kernels (Hopper, Blackwell); cuDNN SDPA: "requires SM80 (Ampere) or newer architectures"
+# "optimized for Hopper GPUs", "Requirements: H100 / H800 GPU" (README.md@0251105a), and its hopper/
+# package builds only sm80 and sm90a instantiations (hopper/setup.py@0251105a sources_fwd_sm80/_sm90;
+# the one *_sm100.cu file is not in the source list, and sm_90a code does not run on sm_100), so
+# Blackwell runs FlashAttention-4 (CuTe DSL) or cuDNN, not FA3; cuDNN SDPA: "requires SM80 (Ampere) or newer architectures"
 # (cuDNN frontend docs, operations/Attention "Support Matrix"). Not listed (the Triton kernels,
 # unfused): every architecture.
 ATTENTION_ARCHS = {
     "fa2": ("ampere", "hopper", "blackwell"),
-    "fa3": ("hopper", "blackwell"),
+    "fa3": ("hopper",),
     "cudnn": ("ampere", "hopper", "blackwell"),
 }
 ATTENTION_NAMES = {"fa2": "FlashAttention-2", "fa3": "FlashAttention-3", "cudnn": "cuDNN fused attention"}

@@ -29,7 +29,7 @@ def _kernel(*argv: str) -> tuple[int, str, str]:
 
 @pytest.mark.parametrize("impl", ["fa2", "fa3", "cudnn"])
 def test_fused_attention_kernels_are_refused_on_volta(impl: str) -> None:
-    """FlashAttention-2 is Ampere/Ada/Hopper code, FlashAttention-3 Hopper/Blackwell, cuDNN's SDPA
+    """FlashAttention-2 is Ampere/Ada/Hopper code, FlashAttention-3 Hopper only, cuDNN's SDPA
     needs SM80+ (specs.ATTENTION_ARCHS): on a V100 they are an error naming the key, not a number."""
     with pytest.raises(ConfigError) as err:
         K.resolve_attention(gpu_by_name(V100), impl, True)
@@ -42,13 +42,16 @@ def test_fused_attention_kernels_are_refused_on_volta(impl: str) -> None:
         "attention", "--gpu", V100, "--seq", "2048", "--heads", "16", "--head-dim", "128", "--impl", impl
     )
     assert code == 2 and not out and "--impl" in msg and "volta" in msg
-    # Ampere runs FlashAttention-2 and cuDNN's, not FlashAttention-3
-    a100 = gpu_by_name("a100-80gb")
-    if impl == "fa3":
-        with pytest.raises(ConfigError):
-            K.resolve_attention(a100, impl, True)
-    else:
-        assert K.resolve_attention(a100, impl, True) == impl
+    # Ampere and Blackwell run FlashAttention-2 and cuDNN's, not FlashAttention-3 (sm80/sm90a builds
+    # only: flash-attention hopper/setup.py@0251105a); Hopper runs all three
+    assert K.resolve_attention(gpu_by_name("h100-sxm"), impl, True) == impl
+    for other in ("a100-80gb", "b200", "gb200"):
+        if impl == "fa3":
+            with pytest.raises(ConfigError) as err:
+                K.resolve_attention(gpu_by_name(other), impl, True)
+            assert err.value.key == "kernels.attention" and "needs Hopper" in err.value.message
+        else:
+            assert K.resolve_attention(gpu_by_name(other), impl, True) == impl
 
 
 def test_fused_attention_on_volta_is_refused_when_the_scenario_loads() -> None:
