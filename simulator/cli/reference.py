@@ -1258,6 +1258,8 @@ JSON_FIELDS: dict[str, dict[str, str]] = {
         "parallel.num_microbatches": "micro-batches per step per pipeline = global_batch / (micro_batch · dp)",
         "parallel.pipeline_layout": "layers per virtual stage as simulated from [parallel] pipeline_layout; "
         "[] = the even split",
+        "parallel.cp_comm_type": "the context-parallel implementation (p2p, allgather, a2a, torch-allgather, "
+        "torch-alltoall); only at cp > 1, where it moves the step",
         "step_time_s": "simulated step time [s]",
         "tokens_per_s": "tokens per second, whole job",
         "tokens_per_s_per_gpu": "tokens per second per GPU",
