@@ -426,11 +426,14 @@ class ModelSpec:
         }
         for kind, (key, size) in windows.items():
             if kind in types and not size:
-                raise ConfigError(f"layer_types marks {kind} layers but {key} is not given", key=f"{p}.{key}")
+                raise ConfigError(
+                    f"layer_types / layer_pattern marks {kind} layers but {key} is not given",
+                    key=f"{p}.{key}",
+                )
         for kind, (key, size) in windows.items():
             if types and size and kind not in types:
                 raise ConfigError(
-                    f"{key} = {size} but no layer of layer_types is {kind!r}: it would be ignored",
+                    f"{key} = {size} but no layer of layer_types / layer_pattern is {kind!r}: it would be ignored",
                     key=f"{p}.{key}",
                 )
         if not types and self.sliding_window and self.attention_chunk_size:

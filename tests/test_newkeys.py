@@ -140,3 +140,31 @@ def test_sweep_over_cp_refuses_p2p_windows_per_row(
     assert rows[1]["status"] == "ok"
     assert rows[2]["status"] == "invalid" and "parallel.cp_comm_type" in rows[2]["reason"]
     assert rows[2]["cp_comm_type"] == "p2p" and rows[2]["mfu"] == ""
+
+
+@pytest.mark.parametrize(
+    ("override", "key", "words"),
+    [
+        # an unknown entry of a pattern is the pattern's key (it was blamed on layer_types, not given)
+        ('model.layer_pattern=["sliding","bogus"]', "model.layer_pattern", "unknown layer type 'bogus'"),
+        (
+            "model.sliding_window=0",
+            "model.sliding_window",
+            "layer_types / layer_pattern marks sliding layers",
+        ),
+        ('model.layer_pattern=["full"]', "model.sliding_window", "no layer of layer_types / layer_pattern"),
+        ("parallel.cp_comm_type=bogus", "parallel.cp_comm_type", "must be one of p2p, allgather, a2a"),
+        ("parallel.cp_comm_type=p2p", "parallel.cp_comm_type", "over sliding-window layers is not modeled"),
+    ],
+)
+def test_set_errors_on_the_new_keys_name_them(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, override: str, key: str, words: str
+) -> None:
+    window = 'sliding_window = 1024\nlayer_pattern = ["sliding", "full"]'
+    path = _write(tmp_path, "swa", comm="a2a", model_extra=window)
+    assert main(["run", str(path), "--set", override]) == 2
+    err = capsys.readouterr().err
+    assert key in err and words in err, err
+    if "bogus" in override:
+        assert "model.layer_types" not in err  # the key the user did not write
+    assert len(err.strip().splitlines()) == 1  # one line, no traceback
