@@ -1809,12 +1809,13 @@ def check_attention_head_dim(impl: str, head_dim: int, key: str = "kernels.atten
 
 def check_cp_comm_type(impl: str, par: ParallelConfig) -> None:
     """A context-parallel implementation other than the p2p ring runs fused attention kernels only
-    (Transformer Engine's all-gather CP: flash or cuDNN; PyTorch's context_parallel: the SDPA
+    (Transformer Engine's all-gather and all-to-all CP: flash or cuDNN; PyTorch's context_parallel: the SDPA
     flash, efficient or cuDNN ops); `impl` is the one the scenario runs."""
     if par.cp > 1 and impl == "unfused" and par.cp_comm_type != "p2p":
         raise ConfigError(
             f"cp_comm_type = {par.cp_comm_type!r} runs fused attention kernels only (Transformer Engine's "
-            "all-gather CP: flash or cuDNN; PyTorch's context_parallel: SDPA flash, efficient or cuDNN); "
+            "all-gather and all-to-all CP: flash or cuDNN; PyTorch's context_parallel: SDPA flash, efficient "
+            "or cuDNN); "
             "the unfused path has context parallelism only as 'p2p'",
             key="parallel.cp_comm_type",
         )

@@ -168,3 +168,11 @@ def test_set_errors_on_the_new_keys_name_them(
     if "bogus" in override:
         assert "model.layer_types" not in err  # the key the user did not write
     assert len(err.strip().splitlines()) == 1  # one line, no traceback
+
+
+def test_unfused_a2a_refusal_names_the_all_to_all(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """The refusal of a2a on unfused attention cited only TE's all-gather CP."""
+    path = _write(tmp_path, "a2a", comm="a2a")
+    assert main(["run", str(path), "--set", "kernels.attention=unfused"]) == 2
+    err = capsys.readouterr().err
+    assert "parallel.cp_comm_type" in err and "all-to-all CP" in err, err
