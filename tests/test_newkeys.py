@@ -176,3 +176,25 @@ def test_unfused_a2a_refusal_names_the_all_to_all(capsys: pytest.CaptureFixture[
     assert main(["run", str(path), "--set", "kernels.attention=unfused"]) == 2
     err = capsys.readouterr().err
     assert "parallel.cp_comm_type" in err and "all-to-all CP" in err, err
+
+
+def test_sweep_names_the_cp_implementation_of_a_configuration() -> None:
+    """The sweep's one-line configuration names (largest closed-form gap, faster OOM rows) left out
+    cp_comm_type, so a sweep over it named two different configurations alike."""
+    from simulator.sweep.report import config_name
+
+    row = {
+        "tp": 1,
+        "pp": 1,
+        "dp": 4,
+        "cp": 2,
+        "ep": 1,
+        "vp": 1,
+        "micro_batch": 1,
+        "recompute": "none",
+        "zero": 0,
+    }
+    assert config_name({**row, "cp_comm_type": "a2a"}) != config_name({**row, "cp_comm_type": "allgather"})
+    assert config_name({**row, "cp_comm_type": "a2a"}).endswith("cp_comm_type a2a")
+    one = {**row, "cp": 1, "dp": 8}
+    assert config_name({**one, "cp_comm_type": "a2a"}) == config_name({**one, "cp_comm_type": "p2p"})
