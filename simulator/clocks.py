@@ -52,6 +52,19 @@ warm-up and five timed runs per shape; MAMF: 50 warm-up and 100 timed iterations
 step's kernels run at this fraction of them. The static and memory power are taken as
 independent of the kernel mix (they cancel out of the ratio), and D is a property of the step's
 kernel mix, not of one kernel: GPU Boost's power loop averages over many kernels.
+
+Attention's power (issue 12, attnpower). The tensor FLOP rate under-counts a fused attention
+kernel: its softmax exponentials (MUFU), FP32 rescaling and shared-memory and register traffic
+draw power a GEMM at the same tensor rate does not. The mix's activity therefore counts a fused
+attention kernel's tensor-saturated seconds `attention_power_factor` times (kernels.toml
+[model.*]; simulator/program.py tensor_activity), the ratio of its power activity to its tensor
+activity measured at the power limit and inverted through the same law: FlashAttention-4 BF16 on
+B200 (flashinfer-ai/flashinfer PR #2899) runs at 1,450 TFLOP/s at the boost clock, D = 0.830,
+and 1,237 at the 1,000 W limit, 0.853 of it where a = D would hold 0.875, so a = (0.8223 /
+0.853)^3 = 0.896 = 1.078 · D. Hopper has no published attention-power figure and keeps 1. The
+factor scales with the kernel's tensor rate (the exponentials per MMA FLOP are fixed by the head
+dim), so it is a lower bound for a slower kernel: power that follows the time a kernel keeps its
+SMs busy rather than its tensor rate is not in it (docs/calibration.md, "Attention's power").
 """
 
 from __future__ import annotations

@@ -209,6 +209,11 @@ class KernelParams:
     # (simulator/clocks.py power_limited_clock; 1: no power-limited clock modelled)
     sustained_gemm_ratio_16bit: float = 1.0
     sustained_gemm_ratio_8bit: float = 1.0
+    # a fused attention kernel's board power per unit of its tensor activity relative to a GEMM's
+    # (its softmax exponentials, FP32 rescaling and shared-memory traffic draw power its tensor
+    # FLOP rate does not count): the weight of its tensor-saturated seconds in the step's
+    # activity (simulator/program.py tensor_activity; 1: not measured on this architecture)
+    attention_power_factor: float = 1.0
     # whether a training step's clock follows the activity law of simulator/clocks.py with the
     # ratios above (1), or the power-limited clock stays inside the stack's fitted
     # sustained_clock_fraction as on an architecture without a measured ratio (0). The ratios
@@ -291,6 +296,12 @@ def params_for_architecture(arch: str) -> KernelParams:
         raise ConfigError(
             f"kernels.toml [model.{arch}] activity_law = {table['activity_law']!r}: expected 0 or 1",
             key="activity_law",
+        )
+    if float(table.get("attention_power_factor", 1.0)) <= 0.0:
+        raise ConfigError(
+            f"kernels.toml [model.{arch}] attention_power_factor = {table['attention_power_factor']!r}:"
+            " expected a positive power ratio",
+            key="attention_power_factor",
         )
     return KernelParams(
         **{

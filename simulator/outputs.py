@@ -64,6 +64,21 @@ def same_file(a: str | Path, b: str | Path) -> bool:
     return sa is not None and sb is not None and (sa.st_dev, sa.st_ino) == (sb.st_dev, sb.st_ino)
 
 
+STDOUT_DASH = "-"
+
+
+def refuse_dash(name: str, flag: str) -> None:
+    """Refuse `-` as an output name. Unix tools read it as standard output, but mfusim's standard
+    output carries the report (or the `--json` object), so writing the file there would mix two
+    documents; and writing a file literally named '-' is never what was meant."""
+    if name == STDOUT_DASH:
+        raise ConfigError(
+            "'-' (standard output) is not an output file here: standard output carries the report; "
+            "give a file name",
+            key=flag,
+        )
+
+
 def check_output(path: str | Path, flag: str, inputs: Iterable[str | Path] = ()) -> Path:
     """Check, before any work, that `path` can be written by flag `flag` without harming an
     input. Creates nothing. Returns the path."""
@@ -71,6 +86,7 @@ def check_output(path: str | Path, flag: str, inputs: Iterable[str | Path] = ())
     name = str(path)
     if not name:
         raise ConfigError("empty file name", key=flag)
+    refuse_dash(name, flag)
     for inp in inputs:
         if inp is not None and same_file(p, inp):
             raise ConfigError(

@@ -3134,7 +3134,9 @@ LOGITS_SEGMENTS = ("logits", "logits dgrad", "logits wgrad")  # _Coster.logits' 
 
 def _mix_seconds(device: Device, phases: Iterable[_Phase]) -> tuple[float, float]:
     """(kernel seconds, saturated-GEMM seconds of their tensor FLOPs) of a kernel mix, both at
-    the device's clock: the two sums whose ratio is the mix's tensor activity."""
+    the device's clock: the two sums whose ratio is the mix's tensor activity. A fused attention
+    kernel's seconds count `attention_power_factor` times (its power per unit of tensor activity
+    relative to a GEMM's, kernels.toml; simulator/clocks.py)."""
     from .kernels import saturated_gemm_flop_per_s
 
     p, clock = device.params, device.clock
@@ -3150,9 +3152,10 @@ def _mix_seconds(device: Device, phases: Iterable[_Phase]) -> tuple[float, float
                 continue
             if seg.name in LOGITS_SEGMENTS:  # the output layer runs in 16-bit (output_layer_device)
                 saturated_s += seg.flops / rate16
+            elif seg.name.startswith(ATTENTION_SEGMENT + "unfused"):  # 16-bit GEMMs and softmax
+                saturated_s += seg.flops / rate16
             elif seg.name.startswith(ATTENTION_SEGMENT):  # 16-bit, a fused causal kernel skips half
-                half = not seg.name.startswith(ATTENTION_SEGMENT + "unfused")
-                saturated_s += seg.flops / (2 if half else 1) / rate16
+                saturated_s += p.attention_power_factor * seg.flops / 2 / rate16
             else:
                 saturated_s += seg.flops / rate
     return busy_s, saturated_s
@@ -3163,7 +3166,9 @@ def tensor_activity(device: Device, phases: Iterable[_Phase]) -> float:
     compute kernels of their tensor FLOP rate relative to a saturating GEMM of their precision
     (the MAMF ceiling) — Σ FLOPs / saturated rate over Σ time, both at the same clock. Attention
     runs in 16-bit even in FP8 training, as does the output layer (logits), and a fused causal
-    kernel executes half the s×s FLOPs its segment counts; memory-bound kernels and the slowdown
+    kernel executes half the s×s FLOPs its segment counts, weighted by the architecture's
+    `attention_power_factor` (its board power per unit of tensor activity relative to a GEMM's:
+    the softmax work the tensor FLOP rate does not count); memory-bound kernels and the slowdown
     beside overlapped communication count as time without tensor work."""
     busy_s, saturated_s = _mix_seconds(device, phases)
     return saturated_s / busy_s if busy_s > 0 else 0.0
@@ -3298,7 +3303,8 @@ def build_program(scn: Scenario, comm: CommModel | None = None) -> Program:
     # A faster memory or GPU shortens the mix's kernels and can only lower the stage's time: with
     # D = S/T (S tensor-saturated, T total seconds at the boost clock) and the stage at
     # T_mem + T_clocked·(D^(1/3)/(k·r)), d(stage)/d(T_mem) = 1 − (T_clocked/T)·D^(1/3)/(3·k·r) > 0
-    # for every D ≤ 1 and k·r > 1/3 (docs/calibration.md, "power-limited clock").
+    # for every D < (3·k·r)³ (D ≤ 1, or a little above with attention's power weight, kernels.toml
+    # attention_power_factor) and k·r > 1/3 (docs/calibration.md, "power-limited clock").
     activities = [0.0] * pp
     devices = [boost] * pp
     if boost.params.training_gemm_ratio(boost.dtype) < 1.0:

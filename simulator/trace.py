@@ -271,14 +271,15 @@ def write_chrome_trace(
     timeline: Timeline, report: StepReport, path: str | Path, *, max_events: int | None = MAX_EVENTS
 ) -> Path:
     """Write the trace of one simulated step to `path` (open it in ui.perfetto.dev);
-    gzip-compressed when the name ends in `.gz` (`step.json.gz`).
+    gzip-compressed when the name ends in `.gz` (`step.json.gz`, any case: `STEP.JSON.GZ` was
+    written as plain JSON under a gzip name).
 
     Every span is an event unless there are more than `max_events` (None: no limit); then
     per-op spans are merged per task and category, which keeps every sum.
     """
     out = Path(path)
     text = json.dumps(chrome_trace(timeline, report, max_events=max_events), separators=(",", ":")) + "\n"
-    if out.suffix == ".gz":
+    if out.suffix.lower() == ".gz":
         out.write_bytes(gzip.compress(text.encode("utf-8"), mtime=0))
     else:
         out.write_text(text, encoding="utf-8")

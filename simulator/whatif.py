@@ -262,6 +262,56 @@ def _microbatch_levers(scn: Scenario) -> Iterator[_Variant]:
         )
 
 
+# Which pipeline schedules a schedule lever may lead to: only to a tier above the baseline's, or
+# to a peer of the same tier, never down (a downgrade is not a lever; `run --set
+# parallel.schedule=...` still simulates it). Tier 0: GPipe and 1F1B, the bubble the levers
+# shrink. Tier 1: interleaved 1F1B (Narayanan et al. 2021 §2.2.2) and ZB-H1 (Qi et al. 2023
+# §2.1), peers: ZB-H1 keeps 1F1B's memory and fills the cool-down with W's, interleaving shrinks
+# the whole ramp by v at more memory and P2P, and neither bubble is below the other's for every
+# v (ZB-H1 (p-1)(F+B-W), interleaved (p-1)(F+B+W)/v): between them the smaller closed form
+# decides (`_downgrade`). Tier 2: ZB-V (Qi et al. 2024 §6: the
+# V-shaped zero-bubble schedule at ZB-H1's memory with a smaller bubble), DualPipe and
+# DualPipeV (DeepSeek-V3 report Table 2: below ZB1P's bubble), peers trading parameter memory,
+# in-flight chunks and P2P. From tier 2 the tier-1 schedules are downgrades: whatif on a zb-v
+# baseline offered ZB-H1 and interleaved 1F1B as levers.
+SCHEDULE_TIER = {
+    "gpipe": 0,
+    "1f1b": 0,
+    "interleaved": 1,
+    "zb-h1": 1,
+    "zb-v": 2,
+    "dualpipe": 2,
+    "dualpipev": 2,
+}
+
+
+def _downgrade(scn: Scenario, target: str, target_vp: int) -> str:
+    """Why `target` (with `target_vp` chunks) is not a lever from the baseline's schedule ('' when
+    it is one): a lower tier, or, between the tier-1 peers interleaved and ZB-H1, a closed-form
+    bubble (schedules.bubble_closed_form_s at T_F = T_B = T_W) that is not smaller: interleaved
+    with v >= 3 already beats ZB-H1's (p-1)(F+B-W) (an interleaved vp = 5 baseline was offered
+    ZB-H1 at -3.4 points)."""
+    par = scn.parallel
+    current = par.schedule
+    if SCHEDULE_TIER[target] < SCHEDULE_TIER[current]:
+        return (
+            f"schedule = {current!r} already has a smaller pipeline bubble than {target!r}: not a lever "
+            f"(`--set parallel.schedule={target}` simulates it)"
+        )
+    if {current, target} == {"interleaved", "zb-h1"}:
+        m = par.num_microbatches
+        now = bubble_closed_form_s(current, par.pp, par.vp, m, 1.0, 1.0, 1.0)
+        then = bubble_closed_form_s(target, par.pp, target_vp, m, 1.0, 1.0, 1.0)
+        if then >= now:
+            vp_note = f" with vp = {par.vp}" if current == "interleaved" else ""
+            target_note = f" at vp = {target_vp}" if target == "interleaved" else ""
+            return (
+                f"schedule = {current!r}{vp_note} has a pipeline bubble no larger than {target!r}{target_note} "
+                f"((p-1)(F+B+W)/v against (p-1)(F+B-W)): not a lever"
+            )
+    return ""
+
+
 def _interleave_levers(scn: Scenario) -> Iterator[_Variant]:
     par = scn.parallel
     for vp in (2, 3, 4):
@@ -269,14 +319,25 @@ def _interleave_levers(scn: Scenario) -> Iterator[_Variant]:
         if par.pp == 1:
             yield _skip(key, name, ("bubble",), "pp = 1: interleaving needs a pipeline")
             continue
-        if vp == par.vp and par.schedule == "interleaved":
-            yield _skip(key, name, ("bubble",), f"already vp = {vp}")
+        if par.schedule == "interleaved" and vp <= par.vp:
+            # fewer chunks per stage is a larger bubble, the opposite of the lever
+            reason = (
+                f"already vp = {vp}"
+                if vp == par.vp
+                else f"already vp = {par.vp}: fewer chunks per stage is a larger bubble, not a lever"
+            )
+            yield _skip(key, name, ("bubble",), reason)
             continue
+        if reason := _downgrade(scn, "interleaved", vp):
+            yield _skip(key, name, ("bubble",), reason)
+            continue
+        changes = [f"parallel.vp {par.vp} -> {vp}"] if vp != par.vp else []
+        if par.schedule != "interleaved":
+            changes.append(f"{'schedule' if changes else 'parallel.schedule'} {par.schedule} -> interleaved")
         yield _Variant(
             key,
             name,
-            f"parallel.vp {par.vp} -> {vp}"
-            + ("" if par.schedule == "interleaved" else f", schedule {par.schedule} -> interleaved"),
+            ", ".join(changes),
             ("bubble",),
             lambda vp=vp: _par(scn, vp=vp, schedule="interleaved"),  # type: ignore[misc]
             note="more P2P traffic; more in-flight activations",
@@ -301,6 +362,9 @@ def _schedule_levers(scn: Scenario) -> Iterator[_Variant]:
             continue
         if par.schedule == schedule:
             yield _skip(key, name, ("bubble",), f"already schedule = {schedule!r}")
+            continue
+        if reason := _downgrade(scn, schedule, 2 if schedule in ("zb-v", "dualpipe", "dualpipev") else 1):
+            yield _skip(key, name, ("bubble",), reason)
             continue
         try:
             # the V and DualPipe schedules hold two chunks per stage: vp resolves to 2 for them

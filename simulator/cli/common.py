@@ -61,14 +61,29 @@ def positive_float(flag: str):
 
 def check_suffix(path: str, flag: str, suffixes: tuple[str, ...]) -> None:
     """Refuse an output name whose extension says a format mfusim does not write (`.parquet`
-    was silently written as CSV)."""
-    suffix = Path(path).suffix.lower()
-    if suffix not in suffixes:
+    was silently written as CSV, a `--trace` JSON as `t.png`). A character device such as
+    /dev/null takes any format (simulator.outputs writes it directly)."""
+    import stat
+
+    from ..outputs import refuse_dash
+
+    refuse_dash(path, flag)
+    try:
+        if stat.S_ISCHR(Path(path).stat().st_mode):
+            return
+    except (OSError, ValueError):
+        pass
+    name = Path(path).name.lower()
+    if not name.endswith(suffixes):
+        suffix = Path(path).suffix.lower()
         raise ConfigError(
-            f"cannot write {suffix or 'a file without an extension'}: give a name ending in "
+            f"cannot write {suffix or 'a file without an extension'} ({path}): give a name ending in "
             + " or ".join(suffixes),
             key=flag,
         )
+
+
+TRACE_SUFFIXES = (".json", ".json.gz")  # Chrome/Perfetto JSON; gzip-compressed on .gz
 
 
 def nonnegative_float(flag: str):
@@ -98,14 +113,35 @@ def positive_int(flag: str, maximum: int = 10**7):
 
 def plot_path(flag: str):
     def parse(text: str) -> str:
+        if text == "-":
+            raise argparse.ArgumentTypeError(
+                f"{flag} cannot be '-' (standard output carries the report): give a picture file name"
+            )
         suffix = Path(text).suffix.lower().lstrip(".")
         if suffix not in PLOT_SUFFIXES:
             raise argparse.ArgumentTypeError(
                 f"{flag} must be a picture file ({', '.join('.' + s for s in PLOT_SUFFIXES[:4])}, ...), got {text!r}"
             )
+        if suffix == "pgf" and (tex := _missing_tex()):
+            # matplotlib's PGF backend runs TeX to measure text: without it the save failed after
+            # the simulation as "internal error: RuntimeError: 'xelatex' not found"
+            raise argparse.ArgumentTypeError(
+                f"{flag} {text}: a .pgf picture needs {tex} (matplotlib's PGF backend), not found; "
+                "give .pdf or .svg"
+            )
         return text
 
     return parse
+
+
+def _missing_tex() -> str:
+    """The TeX program matplotlib's PGF backend would run, when it is not installed ('' if it is)."""
+    import shutil
+
+    from matplotlib import rcParams
+
+    tex = str(rcParams["pgf.texsystem"])
+    return "" if shutil.which(tex) else tex
 
 
 def seed_flag(flag: str):
@@ -186,8 +222,25 @@ def load_cli_scenario(arg: str | None, args: argparse.Namespace):
     from ..loading import load_scenario
 
     path = scenario_path(arg)
+    overrides = scenario_overrides(args)
+    for key, _ in overrides:
+        if key == "sweep" or key.startswith("sweep."):
+            # only `mfusim sweep` reads [sweep]: run, compare and whatif dropped it silently
+            name = key.partition(".")[2]
+            own = "cluster.num_gpus" if name == "num_gpus" else f"parallel.{name}"
+            raise ConfigError(
+                "only `mfusim sweep` reads [sweep]; this command simulates the scenario's own values"
+                + (f" (--set {own}=VALUE)" if name else ""),
+                key=f"--set {key}",
+            )
+        if (key == "run" or key.startswith("run.")) and not hasattr(args, "tokens"):
+            # a command without the plan flags (whatif) plans no run: the value was dropped silently
+            raise ConfigError(
+                "this command does not plan the whole run ([run] is read by run, compare and sweep)",
+                key=f"--set {key}",
+            )
     try:
-        scn = load_scenario(path, scenario_overrides(args))
+        scn = load_scenario(path, overrides)
     except ConfigError as err:
         raise flag_names(err) from None
     check_fabric(scn, path)

@@ -109,7 +109,11 @@ def _add_run(sub: Any) -> None:
         help="scenario TOML or a shipped scenario's name (default: built-in GPT-3 175B on 1024 A100)",
     )
     p.add_argument("--json", action="store_true", help=f"print the JSON object only ({REFERENCE})")
-    p.add_argument("--trace", metavar="FILE.json", help="write a Chrome/Perfetto trace of the step")
+    p.add_argument(
+        "--trace",
+        metavar="FILE.json",
+        help="write a Chrome/Perfetto trace of the step (FILE.json, or FILE.json.gz gzip-compressed)",
+    )
     p.add_argument(
         "--plot",
         metavar="FILE.png",
@@ -178,8 +182,8 @@ def _add_sweep(sub: Any) -> None:
     p.add_argument(
         "--refine",
         type=positive_int("--refine"),
-        default=3,
-        help="with --engine auto: how many of the best configurations the engine re-simulates",
+        default=None,
+        help="with --engine auto: how many of the best configurations the engine re-simulates (default 3)",
     )
     p.add_argument("--dask", metavar="ADDRESS", help="run on an existing Dask scheduler ('local' starts one)")
     p.add_argument("--json", action="store_true", help="print the ranked results as JSON")

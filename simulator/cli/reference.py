@@ -1306,7 +1306,7 @@ JSON_FIELDS: dict[str, dict[str, str]] = {
         "kernels.system.nccl_bw_fraction": "achieved fraction of link bandwidth of collectives in the job",
         "kernels.system.overlap_slowdown": "compute slowdown while communication overlaps it",
         "kernels.system.fp4_matmul_fraction": "NVFP4 MMA pipe throughput relative to the kernel model's low-precision main loop (recipes.toml; latency and memory floor unscaled)",
-        "kernels.system.tensor_activity": "tensor FLOP rate of the most power-limited pipeline stage's kernels relative to a saturating GEMM, 0 where no power law applies (simulator/clocks.py)",
+        "kernels.system.tensor_activity": "tensor FLOP rate of the most power-limited pipeline stage's kernels relative to a saturating GEMM, fused attention weighted by its power per unit of it (kernels.toml attention_power_factor), 0 where no power law applies (simulator/clocks.py)",
         "kernels.system.power_limited_clock": "clock the board power limit allows for that stage's kernel mix (the lowest stage clock), relative to the benchmarks' boost clock (simulator/clocks.py)",
         "kernels.system.gpu_speed_spread": "coefficient of variation of the per-GPU speed ([cluster] gpu_speed_spread or the architecture's, simulator/gpu_spread.py)",
         "kernels.system.slowest_gpu_factor": "expected extra time of the slowest of num_gpus GPUs, as a fraction of compute + recompute + bubble (sigma x E[max of N normals])",
@@ -1411,7 +1411,7 @@ JSON_FIELDS: dict[str, dict[str, str]] = {
         "skipped[].name": "the lever in words",
         "skipped[].change": "the change it would be",
         "skipped[].addresses": "the categories it would act on",
-        "skipped[].skipped": "why it does not apply",
+        "skipped[].skipped": "why it does not apply (a schedule lever towards a larger pipeline bubble is not one)",
     },
     "sweep": {
         "name": "scenario name",

@@ -4,9 +4,13 @@ from __future__ import annotations
 
 import argparse
 import sys
+from dataclasses import replace
+from typing import TYPE_CHECKING
 
 from ..errors import ConfigError
 from .common import (
+    TRACE_SUFFIXES,
+    check_suffix,
     check_writable,
     load_cli_scenario,
     print_json,
@@ -15,18 +19,37 @@ from .common import (
     scenario_path,
 )
 
+if TYPE_CHECKING:
+    from ..specs import Scenario
+
 MAX_SEED = 2**63 - 1
 
 
 def check_sample_seeds(base_seed: int, samples: int, key: str) -> None:
-    """`--samples N` uses seeds base, base+1, ..., base+N-1: all must be valid seeds, and the
-    error blames the flag (or key) that set the base."""
+    """`--samples N` offsets the seeds by 0, 1, ..., N-1: all must be valid seeds, and the error
+    blames the flag (or key) that set the base."""
     if base_seed + samples - 1 > MAX_SEED:
         raise ConfigError(
             f"with --samples {samples} the seeds run from {base_seed} to {base_seed + samples - 1}, "
             f"over the largest seed {MAX_SEED}; use a seed of at most {MAX_SEED - samples + 1}",
             key=key,
         )
+
+
+def sample_scenario(scn: Scenario, seed: int | None, i: int) -> Scenario:
+    """Sample `i`'s scenario (docs/variability.md): both generators seeded `seed + i` under
+    `--seed`, else each of the file's two seeds (`[variability]`, `[dataloader]`) plus `i`.
+    Sample 0 is the file's own step, and no two samples share both seeds (with one base for
+    both, `[dataloader] seed = 3` made sample 3 a copy of sample 0)."""
+    from ..simulate import with_seed
+
+    if seed is not None:
+        return with_seed(scn, seed + i)
+    return replace(
+        scn,
+        dataloader=replace(scn.dataloader, seed=scn.dataloader.seed + i),
+        variability=replace(scn.variability, seed=scn.variability.seed + i),
+    )
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -40,6 +63,8 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     scn = load_cli_scenario(args.scenario, args)
     inputs = scenario_inputs(scenario_path(args.scenario))
+    if args.trace is not None:
+        check_suffix(args.trace, "--trace", TRACE_SUFFIXES)
     trace_path = check_writable(args.trace, "--trace", inputs) if args.trace is not None else None
     plot_path = check_writable(args.plot, "--plot", inputs) if args.plot else None
     if trace_path is not None and plot_path is not None and same_file(trace_path, plot_path):
@@ -48,14 +73,26 @@ def cmd_run(args: argparse.Namespace) -> int:
         comm = comm_model_for(scn, getattr(args, "comm_model", "topology"))
     except ConfigError as err:  # a refusal found while building the network names the file
         raise scenario_error(err, scenario_path(args.scenario)) from None
-    base_seed = args.seed if args.seed is not None else scn.variability.seed
-    check_sample_seeds(base_seed, args.samples, "--seed" if args.seed is not None else "variability.seed")
+    if args.seed is not None:
+        check_sample_seeds(args.seed, args.samples, "--seed")
+    else:
+        for key, file_seed in (
+            ("variability.seed", scn.variability.seed),
+            ("dataloader.seed", scn.dataloader.seed),
+        ):
+            try:
+                check_sample_seeds(file_seed, args.samples, key)
+            except ConfigError as err:
+                raise err.with_file(str(scenario_path(args.scenario))) from None
     identical = args.samples > 1 and not seeds_matter(scn)  # every seed gives the same step
     if identical:
         sys.stderr.write(
             f"note: no [variability] and no dataloader jitter: the {args.samples} samples are identical "
             "(simulated once)\n"
         )
+    elif args.seed is not None and not seeds_matter(scn):
+        # the step has no random draw: say that the flag changes nothing (it was silently ignored)
+        sys.stderr.write("note: no [variability] and no dataloader jitter: --seed changes nothing\n")
     runs = 1 if identical else args.samples
     check_run(scn, samples=runs, trace=trace_path is not None, plot=plot_path is not None, comm_model=comm)
     steps = runs + (trace_path is not None) + (plot_path is not None)
@@ -68,7 +105,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     progress.update()
     samples = [report] * args.samples if identical else [report]
     for i in range(1, runs):
-        samples.append(simulate(scn, comm, seed=base_seed + i).report)
+        samples.append(simulate(sample_scenario(scn, args.seed, i), comm).report)
         progress.update()
 
     # the plan runs at the mean step time when steps are sampled (jitter, stragglers)

@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from ..sweep import SweepResult
 
 MAX_EXPORT = 10_000  # --export-top K
+DEFAULT_REFINE = 3  # --engine auto: the best configurations the engine re-simulates
 
 
 def _export_targets(
@@ -38,6 +39,8 @@ def _export_targets(
         k_text, directory = args.export_top
         if not directory:
             raise ConfigError("empty directory name", key="--export-top")
+        if directory == "-":
+            raise ConfigError("'-' is not a directory to write scenarios into; give one", key="--export-top")
         try:
             k = int(k_text)
         except ValueError:
@@ -98,6 +101,33 @@ def _announce_grid(scn) -> None:
     sys.stderr.write(f"mfusim sweep: {what} {axes} ({plan.size:,} configurations; docs/reference.md)\n")
 
 
+def _warn_overrides_the_sweep_replaces(args: argparse.Namespace, scn) -> None:
+    """A `--set` of a key the sweep sets per configuration (an axis: tp and pp always, every
+    [sweep] key; dp, derived from num_gpus / (tp·pp·cp) unless swept) does not pin it: say so,
+    with the spelling that does (`--set parallel.tp=2` was silently swept over 1, 2, 4, 8)."""
+    from ..overrides import parse_override
+    from ..sweep.plan import plan_sweep
+
+    axes = dict(plan_sweep(scn).axes)
+    for text in getattr(args, "overrides", None) or []:
+        key, value = parse_override(text)
+        section, _, name = key.partition(".")
+        raw = text.partition("=")[2].strip()
+        if (section == "parallel" or key == "cluster.num_gpus") and name in axes:
+            if tuple(axes[name]) == (value,):
+                continue  # the sweep runs that value only: nothing is lost
+            values = ", ".join(str(v) for v in axes[name])
+            sys.stderr.write(
+                f"mfusim sweep: warning: --set {key}={raw} does not pin {name}: the sweep varies it "
+                f"({name} in {{{values}}}); --set sweep.{name}=[{raw}] sweeps that value only\n"
+            )
+        elif key == "parallel.dp":
+            sys.stderr.write(
+                f"mfusim sweep: warning: --set parallel.dp={raw} only makes the base scenario valid: each "
+                "configuration's dp is num_gpus / (tp·pp·cp); --set sweep.dp=[N] sweeps one dp\n"
+            )
+
+
 def cmd_sweep(args: argparse.Namespace) -> int:
     from ..sweep import format_table, load_sweep_scenario, result_json, run_sweep, write_plot
 
@@ -107,6 +137,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     except ConfigError as err:
         raise flag_names(err) from None
     check_rank_by(scn, args.rank_by, key="--rank-by")
+    _warn_overrides_the_sweep_replaces(args, scn)
     inputs = scenario_inputs(path)
     export_best, export_top = _export_targets(args, inputs)
     out = None
@@ -121,13 +152,16 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         check_writable(args.plot, "--plot", inputs + ([out] if out is not None else []))
     if out is not None and not args.resume and out.is_file() and out.stat().st_size > 0:
         sys.stderr.write(f"mfusim sweep: overwriting {out} (--resume continues it instead)\n")
+    if args.refine is not None and args.engine != "auto":
+        # --engine des simulates every configuration with the engine, analytic none: the count
+        # was dropped silently
+        raise ConfigError(f"applies to --engine auto only (got --engine {args.engine})", key="--refine")
+    refine = args.refine if args.refine is not None else DEFAULT_REFINE
     from ..budget import check_sweep, step_seconds
     from ..sweep import plan_sweep
 
     jobs = args.jobs or os.cpu_count() or 1
-    check_sweep(
-        plan_sweep(scn).size, engine=args.engine, jobs=jobs, refine=args.refine, step_s=step_seconds(scn)
-    )
+    check_sweep(plan_sweep(scn).size, engine=args.engine, jobs=jobs, refine=refine, step_s=step_seconds(scn))
     progress_stream = sys.stderr
     _announce_grid(scn)
     result = run_sweep(
@@ -136,7 +170,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         jobs=args.jobs or os.cpu_count() or 1,
         top=args.top,
         # exported configurations are the engine's, so the files reproduce their rows exactly
-        refine=max(args.refine, export_top[0] if export_top else 0),
+        refine=max(refine, export_top[0] if export_top else 0),
         rank_by=args.rank_by,
         out=out,
         resume=args.resume,

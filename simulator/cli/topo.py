@@ -13,10 +13,21 @@ from .common import print_json
 DEFAULT_SCALABLE_UNITS = 4  # summary size when --gpus is not given: four SUs (a small SuperPOD)
 
 
+def _gpus_line(s: dict[str, Any]) -> str:
+    """'1,024 = 128 nodes x 8'; a partly used node said so (12 GPUs printed '12 = 2 nodes x 8')."""
+    gpus, nodes, per_node = s["num_gpus"], s["num_nodes"], s["gpus_per_node"]
+    if gpus == nodes * per_node:
+        return f"{gpus:,} = {nodes:,} node{'s' if nodes != 1 else ''} x {per_node}"
+    last = gpus - (nodes - 1) * per_node
+    if nodes == 1:
+        return f"{gpus:,} of one node's {per_node}"
+    return f"{gpus:,} on {nodes:,} nodes of {per_node} (the last uses {last})"
+
+
 def _text(s: dict[str, Any]) -> str:
     rows = [
         ("topology", f"{s['name']}  ({s['gpu']})"),
-        ("GPUs", f"{s['num_gpus']:,} = {s['num_nodes']:,} nodes x {s['gpus_per_node']}"),
+        ("GPUs", _gpus_line(s)),
         (
             "intra-node",
             f"{s['intra_node_fabric']}{' + NVLS' if s['nvls'] else ''}, "
@@ -30,7 +41,9 @@ def _text(s: dict[str, Any]) -> str:
         ),
         (
             "switches",
-            f"{s['num_scalable_units']} scalable unit(s) of {s['nodes_per_leaf']} nodes, "
+            "none (one node: no inter-node network)"
+            if s["num_nodes"] < 2
+            else f"{s['num_scalable_units']} scalable unit(s) of {s['nodes_per_leaf']} nodes, "
             f"{s['num_leaf_switches']} leaf, {s['num_spine_switches']} spine"
             + (f", {s['num_core_switches']} core" if s["num_core_switches"] else "")
             + f" ({s['switch_radix']}-port"

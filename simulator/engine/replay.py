@@ -13,7 +13,7 @@ from dataclasses import dataclass, replace
 from ..program import Program, stage_orders
 from ..schedules import PAIRED_SCHEDULES
 from ..specs import VariabilitySpec
-from ..timeline import CATEGORIES, Timeline, repeat_runs
+from ..timeline import CATEGORIES, MAIN_STREAM, Span, Timeline, repeat_runs
 from .clock import BARRIER, LocalClock, LocalMailbox, Pending, SimpyBarrier, SimpyClock, SimpyMailbox
 from .dataloader import LoaderState, SimpyLoader, loader_cycle, steady_loader_state
 from .noise import Noise
@@ -239,4 +239,27 @@ def _loader_cycle_step(
                 cats["dataloader" if s == 0 else "bubble"] += bound_s - step_s
             step_s = bound_s
     # with spans: the cycle's first step's, the cycle's mean as the breakdown
-    return Timeline(spans, step_s, program.pp, by_stage_s=mean)
+    return Timeline(_pad_to_step(spans, step_s, program.pp), step_s, program.pp, by_stage_s=mean)
+
+
+LOADER_WAIT_SPAN = "wait for data (the loader's mean pace)"
+
+
+def _pad_to_step(spans: tuple[Span, ...], step_s: float, stages: int) -> tuple[Span, ...]:
+    """The recorded step's spans, each stage's main timeline lengthened to the reported step with
+    the time it waits for data (stage 0: dataloader; later stages wait for stage 0: bubble), as
+    the breakdown charges it. The step the loader's mean pace holds a jittery loader-bound
+    pipeline to is longer than the one replayed step recorded: its trace ended 1.4% before the
+    step it reported, and the trace's per-stage sums missed that time."""
+    if not spans:
+        return spans
+    ends = dict.fromkeys(range(stages), 0.0)
+    for sp in spans:
+        if sp.stream == MAIN_STREAM:
+            ends[sp.stage] = max(ends[sp.stage], sp.end_s)
+    pads = tuple(
+        Span(stage, MAIN_STREAM, "dataloader" if stage == 0 else "bubble", LOADER_WAIT_SPAN, end, step_s)
+        for stage, end in ends.items()
+        if end < step_s
+    )
+    return spans + pads

@@ -276,7 +276,8 @@ class Fabric:
                     "switches": counts[t],
                     "radix": self.switch_ports,
                     "nodes_per_group": nodes,
-                    "gpus_per_group": nodes * self.gpus_per_node,
+                    # a partly used last node holds fewer (12 GPUs on 8-GPU nodes: 12, not 16)
+                    "gpus_per_group": min(nodes * self.gpus_per_node, self.num_gpus),
                     "oversubscription": over if t < n - 1 else 1.0,
                 }
             )

@@ -31,7 +31,9 @@ def topology_summary(fabric: Fabric) -> dict[str, Any]:
         "inter_node_latency_us": inter.latency_s / units.US_S,
         "nodes_per_leaf": fabric.nodes_per_leaf,
         "num_scalable_units": fabric.num_scalable_units,
-        "num_leaf_switches": fabric.num_leaves,
+        # the leaves the tiers count: none for one node (fabric.num_leaves, the leaves one scalable
+        # unit would have, said 8 on a single DGX while `tiers` said 0)
+        "num_leaf_switches": fabric.switch_counts()[0],
         "num_spine_switches": fabric.num_spines,
         "num_core_switches": fabric.num_core_switches,
         "switch_radix": fabric.switch_ports,
