@@ -85,6 +85,15 @@ def _row(name: str, cells: Sequence[str]) -> str:
     return f"  {name:<24}" + "".join(f" {c:>20}" for c in cells)
 
 
+def _local(scn: Scenario) -> str:
+    """`window 128 x 18`, `chunk 8192 x 36` or `-`: a scenario's local-attention layers."""
+    m = scn.model
+    kinds = [m.attention_window(i)[0] for i in range(m.layers)]
+    parts = [f"window {m.sliding_window} x {kinds.count('sliding')}"] if "sliding" in kinds else []
+    parts += [f"chunk {m.attention_chunk_size} x {kinds.count('chunked')}"] if "chunked" in kinds else []
+    return ", ".join(parts) or "-"
+
+
 def format_comparison(items: Sequence[Compared]) -> str:
     """One column per scenario: configuration, throughput, memory, breakdown (% of step), plan."""
     reps = [c.report for c in items]
@@ -99,6 +108,16 @@ def format_comparison(items: Sequence[Compared]) -> str:
         _row("model", [s.model.name[:20] for s in scns]),
         _row("GPUs", [f"{s.num_gpus:,} x {s.gpu.name}"[:20] for s in scns]),
         _row("tp/pp/dp/cp/ep", [par(r) for r in reps]),
+        *(  # the CP implementation moves the step: shown when some scenario runs cp > 1
+            [_row("cp_comm_type", [r.parallel.cp_comm_type if r.parallel.cp > 1 else "-" for r in reps])]
+            if any(r.parallel.cp > 1 for r in reps)
+            else []
+        ),
+        *(  # local attention (sliding windows / chunks) moves the step too
+            [_row("local attention", [_local(s) for s in scns])]
+            if any(s.model.has_local_attention for s in scns)
+            else []
+        ),
         _row("micro x count", [f"{r.parallel.micro_batch} x {r.parallel.num_microbatches}" for r in reps]),
         _row(
             "schedule",

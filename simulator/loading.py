@@ -1270,6 +1270,12 @@ def _local_attention_layers(values: dict[str, Any], table: Mapping[str, Any]) ->
                 "must be a non-empty list of full, sliding or chunked, repeated over the layers",
                 key="model.layer_pattern",
             )
+        for kind in pattern:  # named here: ModelSpec sees only the layer_types it expands to
+            if HF_LAYER_TYPES.get(kind, kind) not in specs.LAYER_TYPES:
+                raise ConfigError(
+                    f"unknown layer type {kind!r}: expected one of {', '.join(specs.LAYER_TYPES)}",
+                    key="model.layer_pattern",
+                )
         layers = values.get("layers")
         if not isinstance(layers, int) or isinstance(layers, bool) or layers < 1:
             return  # ModelSpec names the bad layers

@@ -100,6 +100,8 @@ class StepReport:
                 "etp": par.expert_tp,
                 "ep_comm_overlap": par.ep_comm_overlap,
                 "pipeline_layout": list(par.pipeline_layout),
+                # the context-parallel implementation (no effect at cp = 1, so shown only above it)
+                **({"cp_comm_type": par.cp_comm_type} if par.cp > 1 else {}),
             },
             "step_time_s": self.step_time_s,
             "tokens_per_s": self.tokens_per_s,

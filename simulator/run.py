@@ -100,6 +100,7 @@ def format_report(scn: Scenario, r: StepReport) -> str:
         f"{r.name}",
         f"  {r.num_gpus} x {scn.gpu.name} ({scn.topology.name}), {scn.model.name}, {scn.dtype}",
         f"  tp {par.tp} · pp {par.pp} · dp {par.dp} · cp {par.cp}"
+        + (f" ({par.cp_comm_type})" if par.cp > 1 else "")  # the CP implementation, as run --json
         + (f" · ep {par.ep}" if par.ep > 1 else "")
         + ";  "
         + batch_arithmetic(par.micro_batch, par.num_microbatches, par.dp, par.global_batch)

@@ -426,11 +426,14 @@ class ModelSpec:
         }
         for kind, (key, size) in windows.items():
             if kind in types and not size:
-                raise ConfigError(f"layer_types marks {kind} layers but {key} is not given", key=f"{p}.{key}")
+                raise ConfigError(
+                    f"layer_types / layer_pattern marks {kind} layers but {key} is not given",
+                    key=f"{p}.{key}",
+                )
         for kind, (key, size) in windows.items():
             if types and size and kind not in types:
                 raise ConfigError(
-                    f"{key} = {size} but no layer of layer_types is {kind!r}: it would be ignored",
+                    f"{key} = {size} but no layer of layer_types / layer_pattern is {kind!r}: it would be ignored",
                     key=f"{p}.{key}",
                 )
         if not types and self.sliding_window and self.attention_chunk_size:
@@ -1809,12 +1812,13 @@ def check_attention_head_dim(impl: str, head_dim: int, key: str = "kernels.atten
 
 def check_cp_comm_type(impl: str, par: ParallelConfig) -> None:
     """A context-parallel implementation other than the p2p ring runs fused attention kernels only
-    (Transformer Engine's all-gather CP: flash or cuDNN; PyTorch's context_parallel: the SDPA
+    (Transformer Engine's all-gather and all-to-all CP: flash or cuDNN; PyTorch's context_parallel: the SDPA
     flash, efficient or cuDNN ops); `impl` is the one the scenario runs."""
     if par.cp > 1 and impl == "unfused" and par.cp_comm_type != "p2p":
         raise ConfigError(
             f"cp_comm_type = {par.cp_comm_type!r} runs fused attention kernels only (Transformer Engine's "
-            "all-gather CP: flash or cuDNN; PyTorch's context_parallel: SDPA flash, efficient or cuDNN); "
+            "all-gather and all-to-all CP: flash or cuDNN; PyTorch's context_parallel: SDPA flash, efficient "
+            "or cuDNN); "
             "the unfused path has context parallelism only as 'p2p'",
             key="parallel.cp_comm_type",
         )

@@ -307,7 +307,7 @@ def test_hf_window_of_unknown_layout_is_refused(tmp_path: Path) -> None:
     ("model", "key"),
     [
         ({"sliding_window": 128, "layer_types": ["sliding", "full"]}, "model.layer_types"),  # 2 for 8
-        ({"sliding_window": 128, "layer_pattern": ["sliding", "global"]}, "model.layer_types"),
+        ({"sliding_window": 128, "layer_pattern": ["sliding", "global"]}, "model.layer_pattern"),
         ({"layer_pattern": ["sliding", "full"]}, "model.sliding_window"),
         ({"sliding_window": 128, "attention_chunk_size": 1024}, "model.layer_types"),
         ({"sliding_window": 128, "layer_pattern": ["chunked", "full"]}, "model.attention_chunk_size"),

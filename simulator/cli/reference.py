@@ -992,6 +992,22 @@ JSON_EXAMPLES: dict[str, tuple[str, ...]] = {
     "validate": ("validate", "{tmp}/runs.csv", "--json"),
     "topo": ("topo", "dgx-h100", "--json"),
     "presets": ("presets", "--json"),
+    # one kind shown; the other kinds' fields are documented below all the same (JSON_FIELDS)
+    "kernel": (
+        "kernel",
+        "attention",
+        "--gpu",
+        "h100-sxm",
+        "--seq",
+        "8192",
+        "--heads",
+        "64",
+        "--head-dim",
+        "64",
+        "--window",
+        "128",
+        "--json",
+    ),
 }
 # Keys of a JSON map that are names from a list rather than fixed fields: shown as `<what>`.
 _NAME_SETS: dict[str, Callable[[], tuple[str, ...]]] = {
@@ -1258,6 +1274,8 @@ JSON_FIELDS: dict[str, dict[str, str]] = {
         "parallel.num_microbatches": "micro-batches per step per pipeline = global_batch / (micro_batch · dp)",
         "parallel.pipeline_layout": "layers per virtual stage as simulated from [parallel] pipeline_layout; "
         "[] = the even split",
+        "parallel.cp_comm_type": "the context-parallel implementation (p2p, allgather, a2a, torch-allgather, "
+        "torch-alltoall); only at cp > 1, where it moves the step",
         "step_time_s": "simulated step time [s]",
         "tokens_per_s": "tokens per second, whole job",
         "tokens_per_s_per_gpu": "tokens per second per GPU",
@@ -1532,6 +1550,40 @@ JSON_FIELDS: dict[str, dict[str, str]] = {
         "best_mfu": "label of the scenario with the highest MFU",
         "best_tokens_per_s": "label of the scenario with the most tokens per second",
         "fastest_run": "label of the scenario whose whole run ([run]) finishes first",
+    },
+    "kernel": {
+        "kernel": "the kind: gemm, attention, memory, allreduce, allgather, reducescatter or alltoall",
+        "gpu": "GPU catalog name (gemm, attention, memory)",
+        "impl": "attention kernel run: fa2, fa3, cudnn, triton, flash-attn-triton or unfused",
+        "pass": "attention pass: fwd, bwd or fwd+bwd",
+        "batch": "batch (gemm: batched GEMMs; attention: sequences)",
+        "seq": "attention sequence length",
+        "heads": "attention heads",
+        "head_dim": "attention head dimension",
+        "causal": "causal mask (true with --window)",
+        "window": "sliding window of keys per query, itself included; only with --window (>= seq: full causal)",
+        "time_s": "kernel time [s]",
+        "tflops": "achieved TFLOP/s (attention: FlashAttention's FLOP convention, the mask's and window's "
+        "useful work)",
+        "flops": "FLOPs counted",
+        "dtype": "GEMM dtype",
+        "m": "GEMM rows",
+        "n": "GEMM columns",
+        "k": "GEMM inner dimension",
+        "tile": "GEMM tile chosen (rows x columns)",
+        "split_k": "GEMM split-K factor, or stream-k",
+        "waves": "GEMM waves of tiles over the SMs",
+        "kind": "memory access kind",
+        "bytes": "bytes moved (collectives: the message, as nccl-tests counts it)",
+        "GBps": "memory bandwidth achieved [GB/s]",
+        "topology": "topology of a collective",
+        "gpus": "ranks in a collective",
+        "gpus_per_node": "ranks per node of a collective (only with --gpus-per-node)",
+        "algbw_GBps": "collective algorithm bandwidth = bytes / time [GB/s]",
+        "busbw_GBps": "collective bus bandwidth, nccl-tests' convention [GB/s]",
+        "algorithm": "NCCL algorithm/protocol the time is for (e.g. ring/Simple, nvls/Simple): NCCL's tuner "
+        "choice unless --algo",
+        "bottleneck": "the link that bounds it (nvlink, nic, ...)",
     },
     "presets": {
         "scenarios": "shipped scenarios (usable by name)",

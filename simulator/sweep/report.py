@@ -118,7 +118,10 @@ def _checked(result: SweepResult) -> int:
 def config_name(row: Mapping[str, Any]) -> str:
     """`tp 8, pp 16, dp 8, cp 1, ep 1, vp 1, micro_batch 1, recompute selective, zero 1`."""
     keys = ("tp", "pp", "dp", "cp", "ep", "vp", "micro_batch", "recompute", "zero")
-    return ", ".join(f"{k} {row.get(k)}" for k in keys)
+    name = ", ".join(f"{k} {row.get(k)}" for k in keys)
+    if row.get("cp_comm_type") and str(row.get("cp")) not in ("1", "None"):  # it moves the step at cp > 1
+        name += f", cp_comm_type {row['cp_comm_type']}"
+    return name
 
 
 def _reason_kind(reason: str) -> str:
