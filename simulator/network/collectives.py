@@ -815,9 +815,35 @@ def nvls_time_s(links: Links, n: int, size_bytes: float) -> float:
     through the switch), so the streaming rate is B / (1 + c0/c); and the reduce and broadcast
     stages fill a pipeline of one round of chunks, 2 x ops x c / B, of which a message smaller than
     the round pays its share S / (S + ops x c). Reproduces nccl-tests' NVLS sweeps on 8 H100/H200
-    (azure-bench, kernels.toml) from 1 MiB up: the bandwidth climbs in steps at NCCL's chunk sizes."""
+    (azure-bench, kernels.toml) from 1 MiB up: the bandwidth climbs in steps at NCCL's chunk sizes.
+
+    Monotone in the message size: just above a chunk threshold the larger chunk's lower overhead
+    would make the call up to ~3% *faster* than one just below it (8 H100: 4,181 us at 1.069 GB,
+    4,054 us at 1.081 GB). The published sweeps are at powers of two and cannot show such a drop,
+    and a longer message never finishing sooner is the contract every cost here keeps (DESIGN.md
+    invariants), so the time is held at the threshold's until the larger chunk catches up
+    (`nvls_threshold_floor_s`)."""
     stream, fill = nvls_stream_fill_s(links, n, size_bytes)
-    return links.nccl.nvls_s + stream + fill
+    return links.nccl.nvls_s + max(stream + fill, nvls_threshold_floor_s(links, n, size_bytes))
+
+
+def nvls_chunk_thresholds(concurrent_ops: int) -> tuple[tuple[float, int], ...]:
+    """(size, chunk used just below it) at each step of `nvls_chunk_bytes`: 16 -> 32 KiB at
+    2 x ops x 32 KiB, 32 -> 64 KiB at 8 x ops x 64 KiB, 64 -> 128 KiB at 64 x ops x 128 KiB."""
+    ops = concurrent_ops
+    return ((2 * ops * 32768, 16384), (8 * ops * 65536, 32768), (64 * ops * NVLS_CHUNK_BYTES, 65536))
+
+
+def nvls_threshold_floor_s(links: Links, n: int, size_bytes: float) -> float:
+    """The slowest one-node NVLS time (less latency) at any chunk threshold at or below
+    `size_bytes`, with the smaller chunk NCCL uses just below it; 0 without the chunk model."""
+    if links.nvls_chunk_overhead_bytes is None:
+        return 0.0
+    floor = 0.0
+    for threshold, chunk in nvls_chunk_thresholds(links.nvls_channels * n):
+        if threshold <= size_bytes:
+            floor = max(floor, sum(nvls_stream_fill_s(links, n, threshold, chunk)))
+    return floor
 
 
 def nvls_tree_chunk_bytes(size_bytes: float, concurrent_ops: int, num_nodes: int) -> int:
