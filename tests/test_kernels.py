@@ -463,7 +463,9 @@ def test_collective_busbw_below_the_line_rate() -> None:
     assert nvls.algorithm.startswith("nvls") and nvls.busbw_bytes_per_s > 450e9
 
 
-@pytest.mark.parametrize(("topology", "gpus"), [("dgx-h100", 5), ("dgx-h100", 8), ("dgx-b200", 6), ("dgx-b200", 8)])
+@pytest.mark.parametrize(
+    ("topology", "gpus"), [("dgx-h100", 5), ("dgx-h100", 8), ("dgx-b200", 6), ("dgx-b200", 8)]
+)
 def test_collective_time_never_falls_as_the_message_grows(topology: str, gpus: int) -> None:
     """A longer message never finishes sooner, across NCCL's NVLS chunk steps too (8 H100 read
     4,181 us at 1.069 GB and 4,054 us at 1.081 GB before the threshold floor) and the ring/NVLS
