@@ -188,6 +188,24 @@ def _grad_exposed_s(program: Program, stage: int, r: Replay) -> float:
     return max(0.0, free - ends[-1]) if ends else 0.0
 
 
+def _grad_exposed_closed_s(program: Program, stage: int, end_s: float) -> float:
+    """`_grad_exposed_s` without a replay (1F1B / GPipe: one chunk per stage): the stage's last
+    backward ends at `end_s`, its buckets launch spread over that backward and run one after
+    another on the DP stream, behind the ZeRO gathers launched at the step's start, as the engine
+    runs them (chunks' last backwards back to back, chunk 0's last)."""
+    st = program.stages[stage]
+    free = 0.0
+    if program.gathers_per_step and program.overlap_param_gather:
+        free = sum(sum(c.param_gather_s) for c in st.chunks)
+    start = end_s - sum(c.backward.duration_s for c in st.chunks)
+    for c in reversed(st.chunks):
+        bwd, buckets = c.backward.duration_s, c.grad_bucket_s
+        for j, d in enumerate(buckets):
+            free = max(start + bwd * (j + 1) / len(buckets), free) + d
+        start += bwd
+    return max(0.0, free - end_s)
+
+
 def _blocks_run(program: Program, stage: int) -> dict[Block, int]:
     """How often the stage runs each block under its order (overlapped F&B pairs use their own
     blocks; a split backward its B and W parts)."""
@@ -222,14 +240,12 @@ def _after_pipeline(program: Program, replayed: Replay | None, pipe_s: float) ->
     chain = sum(sum(c.grad_bucket_s) for st in program.stages for c in st.chunks)
     for s, st in enumerate(program.stages):
         grads = sum(sum(c.grad_bucket_s) for c in st.chunks)
-        last_bwd = st.chunks[0].backward.duration_s if st.chunks else 0.0
         if program.grad_reduce_waits:
             exposed = grads
         elif replayed is not None and program.overlap_grad_reduce:
             exposed = _grad_exposed_s(program, s, replayed)
         elif program.overlap_grad_reduce:
-            last_bucket = max((c.grad_bucket_s[-1] for c in st.chunks if c.grad_bucket_s), default=0.0)
-            exposed = max(0.0, grads - last_bwd * len(st.chunks)) + last_bucket if grads else 0.0
+            exposed = _grad_exposed_closed_s(program, s, pipe_s) if grads else 0.0
         else:
             exposed = grads
         gathers = [c.param_gather_s for c in st.chunks if c.param_gather_s]
