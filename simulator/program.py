@@ -1184,6 +1184,28 @@ class _Phase:
     parts: tuple[Segment, ...]
 
 
+def _ring_segments(
+    name: str,
+    cp: int,
+    times_s: tuple[float, float],
+    model_flops_fwd: float,
+    fwd_extra: tuple[str, float, float],
+    bwd_extra: tuple[str, float, float],
+) -> tuple[list[Segment], list[Segment]]:
+    """A ring CP attention's forward and backward segments: the `cp` ring steps' kernels (backward
+    2x the forward's model FLOPs) and each pass's memory-bound (name, seconds, bytes) pass."""
+    t_f, t_b = times_s
+    fwd = [
+        Segment("compute", name + f" ({cp} ring steps)", t_f, model_flops_fwd, 0.0),
+        Segment("compute", fwd_extra[0], fwd_extra[1], 0.0, fwd_extra[2]),
+    ]
+    bwd = [
+        Segment("compute", name + f" bwd ({cp} ring steps)", t_b, 2 * model_flops_fwd, 0.0),
+        Segment("compute", bwd_extra[0], bwd_extra[1], 0.0, bwd_extra[2]),
+    ]
+    return fwd, bwd
+
+
 @dataclass
 class _Coster:
     """Costs one scenario's layers; records the distinct collectives it asked for."""
@@ -1977,14 +1999,14 @@ class _Coster:
         corr_b = (cp - 1) * CP_CORRECTION_BYTES_PER_ELEMENT * (out_elems + kv_elems)
         t_cf = memory_op_time_s(d, corr_f, kernels=cp - 1)
         t_cb = memory_op_time_s(d, corr_b, kernels=cp - 1)
-        fwd = [
-            Segment("compute", name + f" ({cp} ring steps)", t_f, model_flops_fwd, 0.0),
-            Segment("compute", "cp output correction", t_cf, 0.0, corr_f),
-        ]
-        bwd = [
-            Segment("compute", name + f" bwd ({cp} ring steps)", t_b, 2 * model_flops_fwd, 0.0),
-            Segment("compute", "cp gradient correction", t_cb, 0.0, corr_b),
-        ]
+        fwd, bwd = _ring_segments(
+            name,
+            cp,
+            (t_f, t_b),
+            model_flops_fwd,
+            ("cp output correction", t_cf, corr_f),
+            ("cp gradient correction", t_cb, corr_b),
+        )
         bwd += self._sink_grad(impl, b * heads_local * s_local)
         return t_f, t_b, (fwd, bwd)
 
@@ -2089,14 +2111,14 @@ class _Coster:
         )
         t_mf = memory_op_time_s(d, bytes_f, kernels=2 + steps * (TORCH_CP_MERGE_STEP_KERNELS + 1))
         t_mb = memory_op_time_s(d, bytes_b, kernels=6 + cp * TORCH_CP_GRAD_STEP_KERNELS)
-        fwd = [
-            Segment("compute", name + f" ({cp} ring steps)", t_f, model_flops_fwd, 0.0),
-            Segment("compute", "cp fp32 output merge (eager)", t_mf, 0.0, bytes_f),
-        ]
-        bwd = [
-            Segment("compute", name + f" bwd ({cp} ring steps)", t_b, 2 * model_flops_fwd, 0.0),
-            Segment("compute", "cp fp32 gradient accumulation (eager)", t_mb, 0.0, bytes_b),
-        ]
+        fwd, bwd = _ring_segments(
+            name,
+            cp,
+            (t_f, t_b),
+            model_flops_fwd,
+            ("cp fp32 output merge (eager)", t_mf, bytes_f),
+            ("cp fp32 gradient accumulation (eager)", t_mb, bytes_b),
+        )
         bwd += self._sink_grad(impl, b * heads * s_local)
         return t_f, t_b, (fwd, bwd)
 
