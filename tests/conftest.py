@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import json
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
@@ -244,3 +245,21 @@ def trace_sums_by_stage(events: list[dict]) -> dict[int, dict[str, float]]:
             per = out.setdefault(stage, {})
             per[e["cat"]] = per.get(e["cat"], 0.0) + e["dur"] * 1e-6
     return out
+
+
+@contextlib.contextmanager
+def kernel_model_with(arch: str, **values: object) -> Iterator[None]:
+    """The kernel model with `values` in kernels.toml's `[model.<arch>]` table (its cached
+    parameters cleared before and after), e.g. to check that a bad value is refused naming it."""
+    from simulator import kernel_catalog
+    from simulator import kernels as K
+
+    data = kernel_catalog.kernel_data()
+    patched = {**data, "model": {**data["model"], arch: {**data["model"][arch], **values}}}
+    K.params_for_architecture.cache_clear()
+    try:
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(K, "kernel_data", lambda: patched)
+            yield
+    finally:
+        K.params_for_architecture.cache_clear()

@@ -23,6 +23,7 @@ from simulator import kernels as K
 from simulator import program as P
 from simulator.costs import Device
 from simulator.loading import gpu_by_name
+from tests.conftest import kernel_model_with
 
 
 @contextmanager
@@ -150,17 +151,8 @@ def test_a_step_with_more_attention_power_is_never_faster() -> None:
 
 
 def test_non_positive_factor_is_refused() -> None:
-    from simulator import kernel_catalog
     from simulator.errors import ConfigError
 
-    data = kernel_catalog.kernel_data()
-    bw = data["model"]["blackwell"]
-    bad = {**data, "model": {**data["model"], "blackwell": {**bw, "attention_power_factor": 0.0}}}
-    K.params_for_architecture.cache_clear()
-    try:
-        with pytest.MonkeyPatch.context() as mp:
-            mp.setattr(K, "kernel_data", lambda: bad)
-            with pytest.raises(ConfigError, match="attention_power_factor"):
-                K.params_for_architecture("blackwell")
-    finally:
-        K.params_for_architecture.cache_clear()
+    with kernel_model_with("blackwell", attention_power_factor=0.0):
+        with pytest.raises(ConfigError, match="attention_power_factor"):
+            K.params_for_architecture("blackwell")

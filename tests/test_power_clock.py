@@ -17,6 +17,7 @@ from simulator import program as P
 from simulator.costs import Device
 from simulator.loading import gpu_by_name, scenario_from_dict
 from simulator.specs import Scenario
+from tests.conftest import kernel_model_with
 
 
 # ----------------------------------------------------------------------------- the law
@@ -182,19 +183,11 @@ def test_ampere_training_steps_keep_the_boost_clock_of_the_mix() -> None:
     prog = P.build_program(_scn(8192, 2, 64, 28672, 8, gpu="a100-80gb", dtype="bf16"))
     assert prog.power_clock == 1.0 and prog.tensor_activity == 0.0  # the law is not evaluated
     # a switch, not a weight: anything but 0 or 1 is refused
-    from simulator import kernel_catalog
     from simulator.errors import ConfigError
 
-    data = kernel_catalog.kernel_data()
-    bad = {**data, "model": {**data["model"], "ampere": {**data["model"]["ampere"], "activity_law": 0.5}}}
-    K.params_for_architecture.cache_clear()
-    try:
-        with pytest.MonkeyPatch.context() as mp:
-            mp.setattr(K, "kernel_data", lambda: bad)
-            with pytest.raises(ConfigError, match="activity_law"):
-                K.params_for_architecture("ampere")
-    finally:
-        K.params_for_architecture.cache_clear()
+    with kernel_model_with("ampere", activity_law=0.5):
+        with pytest.raises(ConfigError, match="activity_law"):
+            K.params_for_architecture("ampere")
     # Hopper and Blackwell apply it: their training ratio is the measured one
     for arch in ("hopper", "blackwell"):
         q = K.params_for_architecture(arch)
