@@ -123,6 +123,9 @@ FIT: dict[str, tuple[str, ...]] = {
             "gemm_memory_bw_scale",
             # not fitted: FA2's mma.sync rate over the peak, from the instruction rates (KernelParams)
             "fa2_mma_rate_scale",
+            # not fitted: a power weight in the clock model, from a published power-limited
+            # attention run (kernels.toml [model.blackwell]; 1 where no figure exists)
+            "attention_power_factor",
         )
         and f.name not in COLLECTIVE_FIT
         and not f.name.startswith("triton")
