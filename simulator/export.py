@@ -70,7 +70,7 @@ def _row_header(row: Mapping[str, Any], rank: int, rank_by: str, source: str) ->
         return format(v, fmt) if isinstance(v, int | float) else "-"
 
     return [
-        f"Exported by `mfusim sweep --export` from {source}: rank {rank} by {rank_by}.",
+        f"Exported by `mfusim sweep --export-best/--export-top` from {source}: rank {rank} by {rank_by}.",
         f"Predicted ({row.get('engine', '?')}): MFU {num('mfu', '.4f')}, step {num('step_time_s', '.4g')} s, "
         f"{num('tokens_per_s', ',.0f')} tokens/s, {num('peak_memory_gib', '.1f')} GiB per GPU.",
     ]

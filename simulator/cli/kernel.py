@@ -28,6 +28,7 @@ COLLECTIVES = ("allreduce", "allgather", "reducescatter", "alltoall")
 # = kernels.COLLECTIVE_ALGORITHMS
 COLLECTIVE_ALGOS = ("ring", "tree", "nvls", "nvlstree", "pat", "hierarchical", "p2p")
 KINDS = ("gemm", "attention", "memory", *COLLECTIVES)
+JSON_HELP = "print the JSON object only (docs/reference.md)"
 MAX_DIM = 2**24  # one GEMM dimension / sequence length: beyond any real kernel
 
 
@@ -41,10 +42,12 @@ def add_parser(sub: Any) -> None:
 
     g = kinds.add_parser("gemm", help="C[m,n] = A[m,k] B[k,n] (batched with --batch)")
     g.add_argument("--gpu", required=True, help="GPU catalog name, e.g. h100-sxm")
-    g.add_argument("--m", type=int_flag("--m", 1, MAX_DIM), required=True)
-    g.add_argument("--n", type=int_flag("--n", 1, MAX_DIM), required=True)
-    g.add_argument("--k", type=int_flag("--k", 1, MAX_DIM), required=True)
-    g.add_argument("--batch", type=positive_int("--batch", maximum=2**20), default=1)
+    g.add_argument("--m", type=int_flag("--m", 1, MAX_DIM), required=True, help="rows of A and C")
+    g.add_argument("--n", type=int_flag("--n", 1, MAX_DIM), required=True, help="columns of B and C")
+    g.add_argument("--k", type=int_flag("--k", 1, MAX_DIM), required=True, help="the reduced dimension")
+    g.add_argument(
+        "--batch", type=positive_int("--batch", maximum=2**20), default=1, help="GEMMs in the batch (default 1)"
+    )
     g.add_argument(
         "--dtype",
         choices=("bf16", "fp16", "fp8", "mxfp8", "nvfp4", "fp8_blockwise"),
@@ -53,15 +56,25 @@ def add_parser(sub: Any) -> None:
         "precision.dtype costs its GEMMs; fp8_blockwise: FP8 with 1x128 / 128x128 fp32 block scales "
         '(Hopper), as precision.dtype "fp8" with fp8_recipe "blockwise" costs them',
     )
-    g.add_argument("--json", action="store_true")
+    g.add_argument("--json", action="store_true", help=JSON_HELP)
 
     a = kinds.add_parser("attention", help="self-attention kernel (FlashAttention FLOP convention)")
     a.add_argument("--gpu", required=True, help="GPU catalog name, e.g. h100-sxm")
-    a.add_argument("--seq", type=int_flag("--seq", 1, MAX_DIM), required=True)
-    a.add_argument("--heads", type=positive_int("--heads", maximum=4096), required=True)
-    a.add_argument("--head-dim", type=positive_int("--head-dim", maximum=1024), required=True)
-    a.add_argument("--batch", type=positive_int("--batch", maximum=2**20), default=1)
-    a.add_argument("--causal", action="store_true")
+    a.add_argument("--seq", type=int_flag("--seq", 1, MAX_DIM), required=True, help="sequence length [tokens]")
+    a.add_argument(
+        "--heads", type=positive_int("--heads", maximum=4096), required=True, help="query heads (on one GPU)"
+    )
+    a.add_argument(
+        "--head-dim", type=positive_int("--head-dim", maximum=1024), required=True, help="per-head width"
+    )
+    a.add_argument(
+        "--batch", type=positive_int("--batch", maximum=2**20), default=1, help="sequences (default 1)"
+    )
+    a.add_argument(
+        "--causal",
+        action="store_true",
+        help="causal mask, as decoder training runs it (default: full non-causal attention)",
+    )
     a.add_argument(
         "--window",
         type=int_flag("--window", 1, MAX_DIM),
@@ -69,9 +82,16 @@ def add_parser(sub: Any) -> None:
         help="causal sliding window of N keys per query, itself included (implies --causal; "
         "FlashAttention window_size = (N - 1, 0)); N >= --seq is full causal attention",
     )
-    a.add_argument("--impl", choices=ATTENTION_IMPLS, default=None)
-    a.add_argument("--pass", dest="pass_", choices=("fwd", "bwd", "fwd+bwd"), default="fwd")
-    a.add_argument("--json", action="store_true")
+    a.add_argument(
+        "--impl",
+        choices=ATTENTION_IMPLS,
+        default=None,
+        help="attention kernel (default: what a training step on this GPU runs, as kernels.attention = \"\")",
+    )
+    a.add_argument(
+        "--pass", dest="pass_", choices=("fwd", "bwd", "fwd+bwd"), default="fwd", help="which pass (default fwd)"
+    )
+    a.add_argument("--json", action="store_true", help=JSON_HELP)
 
     m = kinds.add_parser("memory", help="a streaming (memory-bound) kernel moving --bytes in total")
     m.add_argument("--gpu", required=True, help="GPU catalog name, e.g. h100-sxm")
@@ -83,7 +103,7 @@ def add_parser(sub: Any) -> None:
         default="copy",
         help="kernel kind: copy (streaming) or a framework kernel with its own measured bandwidth",
     )
-    m.add_argument("--json", action="store_true")
+    m.add_argument("--json", action="store_true", help=JSON_HELP)
 
     for kind in COLLECTIVES:
         c = kinds.add_parser(kind, help=f"NCCL {kind} (nccl-tests size convention)")
@@ -114,7 +134,7 @@ def add_parser(sub: Any) -> None:
             default=None,
             help="ranks on only this many GPUs of each node (default: whole nodes)",
         )
-        c.add_argument("--json", action="store_true")
+        c.add_argument("--json", action="store_true", help=JSON_HELP)
 
 
 def _gpu(name: str) -> Any:

@@ -217,14 +217,20 @@ def _add_mfu(sub: Any) -> None:
         default=None,
         help="the peak MFU divides by (default bf16; fp16 on a GPU without BF16 tensor cores)",
     )
-    p.add_argument("--recompute", type=_name_in(RECOMPUTE), choices=RECOMPUTE, default="none")
-    p.add_argument("--json", action="store_true")
+    p.add_argument(
+        "--recompute",
+        type=_name_in(RECOMPUTE),
+        choices=RECOMPUTE,
+        default="none",
+        help="the run's activation recomputation: HFU counts the recomputed FLOPs (default none)",
+    )
+    p.add_argument("--json", action="store_true", help=f"print the JSON object only ({REFERENCE})")
 
 
 def _add_validate(sub: Any) -> None:
     p = sub.add_parser("validate", help="predicted vs published measured runs")
     p.add_argument("runs", nargs="?", help="CSV of published runs (default: the shipped calibration set)")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true", help=f"print the JSON object only ({REFERENCE})")
     p.add_argument("--out", metavar="FILE.csv", help="write the per-row table")
     p.add_argument("--gpu", help="only rows of this GPU label (substring match)")
     p.add_argument("--source", help="only rows whose source contains this text")
@@ -243,7 +249,7 @@ def _add_whatif(sub: Any) -> None:
         nargs="?",
         help="scenario TOML or a shipped scenario's name (default: the built-in default)",
     )
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true", help=f"print the JSON object only ({REFERENCE})")
     add_override_flags(p, plan=False)
 
 
@@ -251,7 +257,7 @@ def _add_topo(sub: Any) -> None:
     p = sub.add_parser("topo", help="summarize a topology")
     p.add_argument("topology", help="a shipped topology name or a topology TOML")
     p.add_argument("--gpus", type=positive_int("--gpus"), default=None, help="cluster size for the summary")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true", help=f"print the JSON object only ({REFERENCE})")
 
 
 def _add_kernel(sub: Any) -> None:
@@ -262,7 +268,7 @@ def _add_kernel(sub: Any) -> None:
 
 def _add_presets(sub: Any) -> None:
     p = sub.add_parser("presets", help="list shipped scenarios, model presets, GPUs and topologies")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true", help=f"print the JSON object only ({REFERENCE})")
 
 
 def _add_schema(sub: Any) -> None:

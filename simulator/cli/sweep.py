@@ -182,8 +182,11 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         sys.stderr.write(
             f"mfusim sweep: warning: {failed} configurations failed in the simulator (see their reason)\n"
         )
+    if out is not None:  # as run's --trace/--plot: say where every configuration went
+        sys.stderr.write(f"wrote {len(result.rows)} configurations to {out}\n")
     if args.plot:
         write_plot(args.plot, scn, result, args.top)
+        sys.stderr.write(f"wrote plot {args.plot}\n")
     if export_best is not None or export_top is not None:
         _export(args, path, scn, result, export_best, export_top)
     if args.json:
