@@ -46,7 +46,10 @@ def add_parser(sub: Any) -> None:
     g.add_argument("--n", type=int_flag("--n", 1, MAX_DIM), required=True, help="columns of B and C")
     g.add_argument("--k", type=int_flag("--k", 1, MAX_DIM), required=True, help="the reduced dimension")
     g.add_argument(
-        "--batch", type=positive_int("--batch", maximum=2**20), default=1, help="GEMMs in the batch (default 1)"
+        "--batch",
+        type=positive_int("--batch", maximum=2**20),
+        default=1,
+        help="GEMMs in the batch (default 1)",
     )
     g.add_argument(
         "--dtype",
@@ -60,7 +63,9 @@ def add_parser(sub: Any) -> None:
 
     a = kinds.add_parser("attention", help="self-attention kernel (FlashAttention FLOP convention)")
     a.add_argument("--gpu", required=True, help="GPU catalog name, e.g. h100-sxm")
-    a.add_argument("--seq", type=int_flag("--seq", 1, MAX_DIM), required=True, help="sequence length [tokens]")
+    a.add_argument(
+        "--seq", type=int_flag("--seq", 1, MAX_DIM), required=True, help="sequence length [tokens]"
+    )
     a.add_argument(
         "--heads", type=positive_int("--heads", maximum=4096), required=True, help="query heads (on one GPU)"
     )
@@ -86,10 +91,14 @@ def add_parser(sub: Any) -> None:
         "--impl",
         choices=ATTENTION_IMPLS,
         default=None,
-        help="attention kernel (default: what a training step on this GPU runs, as kernels.attention = \"\")",
+        help='attention kernel (default: what a training step on this GPU runs, as kernels.attention = "")',
     )
     a.add_argument(
-        "--pass", dest="pass_", choices=("fwd", "bwd", "fwd+bwd"), default="fwd", help="which pass (default fwd)"
+        "--pass",
+        dest="pass_",
+        choices=("fwd", "bwd", "fwd+bwd"),
+        default="fwd",
+        help="which pass (default fwd)",
     )
     a.add_argument("--json", action="store_true", help=JSON_HELP)
 

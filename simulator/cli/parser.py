@@ -77,7 +77,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="mfusim",
         description="Distributed-training bottleneck simulator: MFU, HFU and where the time goes.",
-        epilog=f"Every scenario key, --json field and CSV column: {REFERENCE} (shipped with mfusim; "
+        epilog=f"Every scenario key, --json field, CSV column and flag: {REFERENCE} (shipped with mfusim; "
         "`mfusim schema` prints the scenario JSON Schema).",
     )
     from .. import __version__
