@@ -128,7 +128,7 @@ def format_comparison(items: Sequence[Compared]) -> str:
         "",
         _row("MFU", [f"{r.mfu:.1%}" for r in reps]),
         _row("HFU", [f"{r.hfu:.1%}" for r in reps]),
-        _row("step time (s)", [f"{r.step_time_s:.4g}" for r in reps]),
+        _row("step time (s)", [f"{r.step_time_s:#.4g}" for r in reps]),
         _row("tokens/s", [f"{r.tokens_per_s:,.0f}" for r in reps]),
         _row("tokens/s per GPU", [f"{r.tokens_per_s_per_gpu:,.1f}" for r in reps]),
         _row(

@@ -111,7 +111,7 @@ def format_report(scn: Scenario, r: StepReport) -> str:
         f"  MFU  {r.mfu:6.1%}     HFU {r.hfu:6.1%}     MFU(6Ψ) {r.mfu_6psi:6.1%}     "
         f"{r.model_tflops_per_gpu:.1f} model TFLOP/s per GPU",
         f"  ({METRICS_LINE})",
-        f"  step time {r.step_time_s:.4g} s     {r.tokens_per_s:,.0f} tokens/s ({r.tokens_per_s_per_gpu:,.1f} per GPU)",
+        f"  step time {r.step_time_s:#.4g} s     {r.tokens_per_s:,.0f} tokens/s ({r.tokens_per_s_per_gpu:,.1f} per GPU)",
         f"  {accuracy_line(scn)}",
     ]
     if r.memory is not None:
@@ -125,7 +125,7 @@ def format_report(scn: Scenario, r: StepReport) -> str:
             if headroom > 0
             else f"{bytes_to_gib(mem.capacity_bytes):.0f} GiB per GPU"
         )
-        lines.append(f"  memory {bytes_to_gib(mem.peak_bytes):.1f} GiB of {usable} ({fit}): {parts}")
+        lines.append(f"  memory {bytes_to_gib(mem.peak_bytes):.1f} GiB of {usable} ({fit}), in GiB: {parts}")
     lines += [
         "",
         "  Where the time goes (mean over pipeline stages):",

@@ -5,6 +5,7 @@ command writes are named on stderr."""
 from __future__ import annotations
 
 import argparse
+import json
 import re
 import shlex
 from pathlib import Path
@@ -112,3 +113,25 @@ def test_sweep_names_the_files_it_writes(tmp_path: Path, capsys: pytest.CaptureF
     sweep_flags = _options(command_parsers()["sweep"][1])
     named = re.findall(r"--[a-z-]+", header)
     assert named and set(named) <= sweep_flags, header
+
+
+def test_out_of_memory_run_says_what_to_do(capsys: pytest.CaptureFixture[str]) -> None:
+    """The warning said 79.9 GiB do not fit, not how to fit them: a hint names the command that
+    ranks the ways to fit, with this scenario, and that command finds a fitting lever."""
+    argv = ["llama3-70b-512-h100", "--set", "parallel.tp=4", "--set", "cluster.num_gpus=1024"]
+    assert main(["run", *argv]) == 0
+    out, err = capsys.readouterr()
+    assert "DOES NOT FIT" in out and "does not fit in GPU memory" in err
+    assert "hint: `mfusim whatif llama3-70b-512-h100` (same --set flags)" in err
+    assert main(["whatif", *argv, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["cheapest_fit"]
+
+
+def test_text_step_times_keep_four_significant_digits(capsys: pytest.CaptureFixture[str]) -> None:
+    """`step time 20 s` (20.0003 s by `.4g`) read as a rounded guess next to whatif's 18.46:
+    every text step time carries four significant digits, and the memory parts say their unit."""
+    assert main(["run", "gpt3-175b-1024-a100"]) == 0
+    out = capsys.readouterr().out
+    step = re.search(r"step time ([0-9.]+) s", out)
+    assert step is not None and len(step.group(1).replace(".", "").lstrip("0")) == 4, out[:600]
+    assert re.search(r"\((fits|DOES NOT FIT)\), in GiB: weights [0-9.]+, ", out)

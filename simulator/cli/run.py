@@ -116,6 +116,13 @@ def cmd_run(args: argparse.Namespace) -> int:
     warnings = list(report.warnings) + (list(plan.warnings) if plan is not None else [])
     for w in warnings:
         sys.stderr.write(f"warning: {w}\n")
+    if report.memory is not None and not report.memory.fits:
+        # the warning said what does not fit, not what to do about it
+        target = f" {args.scenario}" if args.scenario else ""
+        sys.stderr.write(
+            f"hint: `mfusim whatif{target}` (same --set flags) simulates the ways to fit (ZeRO stage, "
+            "recomputation, pipeline stages, micro-batch) and ranks them by MFU\n"
+        )
     # --- trace and plot hooks (simulator/trace.py, simulator/plots.py)
     if trace_path is not None:
         from ..trace import write_chrome_trace

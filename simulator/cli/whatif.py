@@ -22,7 +22,7 @@ def _print_table(result: WhatIf, out: Any) -> None:
     )
     out.write(
         f"{result.scenario_name}: baseline MFU {100 * base.mfu:.1f}%, HFU {100 * base.hfu:.1f}%, "
-        f"step {step:.4g} s, {base.tokens_per_s:,.0f} tokens/s on {base.num_gpus:,} GPUs\n"
+        f"step {step:#.4g} s, {base.tokens_per_s:,.0f} tokens/s on {base.num_gpus:,} GPUs\n"
     )
     out.write(result.headline + "\n")
     out.write("breakdown: " + ", ".join(f"{k} {100 * f:.1f}%" for f, k in bd) + "\n\n")
@@ -36,7 +36,7 @@ def _print_table(result: WhatIf, out: Any) -> None:
                 f"{100 * (lv.mfu or 0):.1f}%",
                 # rounded first, so a tiny loss prints "+0.0" rather than a negative zero "-0.0"
                 f"{round(100 * (lv.gain or 0), 1) + 0.0:+.1f}",
-                f"{lv.step_time_s or 0:.4g}",
+                f"{lv.step_time_s or 0:#.4g}",
                 f"{lv.tokens_per_s or 0:,.0f}",
                 mem,
                 lv.change,
