@@ -1950,10 +1950,13 @@ def _architecture(gpu_name: str) -> str:
 def stack_residuals(stack: str, gpu_name: str) -> tuple[str, dict[str, Any] | None]:
     """(architecture, `[stacks.<stack>.<architecture>]` of efficiency.toml or None) for a GPU; the
     architecture from kernels.toml [architectures] (a user-defined GPU counts as Hopper-class,
-    as in simulator/kernels.py)."""
+    as in simulator/kernels.py). A stack with no fit of its own reads the one it borrows
+    (stacks.RESIDUALS_OF)."""
+    from .stacks import residuals_stack
+
     arch = _architecture(gpu_name)
     tables = _parsed(_file_version(catalog_file("efficiency.toml"))).get("stacks", {})
-    return arch, tables.get(stack, {}).get(arch)
+    return arch, tables.get(residuals_stack(stack), {}).get(arch)
 
 
 def with_kernels_stack(scn: Scenario) -> Scenario:

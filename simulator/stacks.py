@@ -29,6 +29,16 @@ STACK_OF_SOURCE = {
     "narayanan21": "megatron-2021",  # Megatron-LM 2021: fp16, unfused attention, synchronous TP
 }
 STACKS = tuple(sorted(set(STACK_OF_SOURCE.values())))
+# Stacks with no run in the calibration data, and the fitted stack whose system residuals they
+# take: Megatron-DeepSpeed runs the 2021-22 Megatron-LM kernels (its megatron/model and mpu are
+# Megatron-LM's) under DeepSpeed's pipeline engine, whose own mechanisms program.py costs from the
+# source (DS_PIPE_NOTE). A default for a stack not in the data, not a fit (docs/calibration.md).
+RESIDUALS_OF = {"megatron-deepspeed": "megatron-2021"}
+
+
+def residuals_stack(stack: str) -> str:
+    """The stack whose fitted `[stacks.*]` table `stack` uses (itself unless RESIDUALS_OF says)."""
+    return RESIDUALS_OF.get(stack, stack)
 
 
 def stack_of_source(source_key: str) -> str:
@@ -45,7 +55,7 @@ def _stack_tables() -> dict[str, Any]:
 
 def stack_efficiency(stack: str, architecture: str) -> GPUEfficiency | None:
     """The fitted residuals of `stack` on `architecture`, or None when not fitted."""
-    table = _stack_tables().get(stack, {}).get(architecture)
+    table = _stack_tables().get(residuals_stack(stack), {}).get(architecture)
     if not table:
         return None
     names = {f.name for f in fields(GPUEfficiency)}
