@@ -1967,8 +1967,12 @@ def with_kernels_stack(scn: Scenario) -> Scenario:
     stack = scn.kernels.stack
     arch, table = stack_residuals(stack, scn.gpu.name)
     if not table:
+        from .stacks import residuals_stack
+
+        borrowed = residuals_stack(stack)
+        via = f" (it takes {borrowed}'s residuals)" if borrowed != stack else ""
         raise ConfigError(
-            f"kernels.stack = {stack!r} has no fitted residuals on {arch} GPUs ({scn.gpu.name})",
+            f"kernels.stack = {stack!r} has no fitted residuals on {arch} GPUs ({scn.gpu.name}){via}",
             key="kernels.stack",
         )
     names = {f.name for f in fields(GPUEfficiency)} - {"fp4_matmul_fraction"}

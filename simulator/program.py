@@ -132,6 +132,8 @@ TIED_GRAD_SUM_BYTES_PER_PARAM = 6
 #   `hp_grad.add_(lp.grad.to(fp32))` for every parameter after every backward
 #   (bf16_optimizer.py:390-400, pipe/engine.py _exec_backward_pass): a cast (read 2, write 4) and
 #   an add (read 4 + 4, write 4), two kernels per tensor.
+# - synchronous TP all-reduces and the qkv bias add of the 2021 Megatron layers (tp_comm_async,
+#   QKV_BIAS_ADD_NOTE): Megatron-DeepSpeed's megatron/mpu/layers.py is the 2021 one.
 # Left out (no source-backed size, or under 0.1% of the held-out steps): the rendezvous of a
 # blocking send with its receiver's recv, the partition copy before a send, the fp32 flatten /
 # cast / copy-back around each all-reduce bucket and clear_hp_grads, the per-step loss and
@@ -144,6 +146,14 @@ DS_BF16_HP_GRAD_BYTES_PER_PARAM = WEIGHT_BYTES + 4 + 3 * 4  # cast to fp32, then
 def deepspeed_pipe(scn: Scenario) -> bool:
     """Whether DeepSpeed's PipelineEngine runs the step (stack "megatron-deepspeed", DS_PIPE_NOTE)."""
     return scn.kernels.stack == DEEPSPEED_STACK
+
+
+def tp_comm_async(scn: Scenario) -> bool:
+    """Whether the TP backward all-reduces run beside the GEMMs (`[kernels] tp_comm_async`).
+    Not under Megatron-DeepSpeed: its ColumnParallelLinear is the 2021 one,
+    copy_to_tensor_model_parallel_region then F.linear (megatron/mpu/layers.py:289-300@0c58dbb3,
+    no LinearWithGradAccumulationAndAsyncAllreduce), whose input-gradient all-reduce is synchronous."""
+    return scn.kernels.tp_comm_async and not deepspeed_pipe(scn)
 
 
 def main_grad_hook_bytes_per_param(scn: Scenario) -> float:
@@ -1515,7 +1525,7 @@ class _Coster:
                 ub_ag_msg,
             )
             mm("qkv", T, q_local + 2 * kv_local, h, ln_fused=True)
-            if m.linear_bias and scn.kernels.stack == "megatron-2021":
+            if m.linear_bias and scn.kernels.stack in ("megatron-2021", DEEPSPEED_STACK):
                 # QKV_BIAS_ADD_NOTE: the column-parallel qkv adds its bias in a kernel of its own
                 self._eager(
                     fwd,
@@ -2259,7 +2269,7 @@ class _Coster:
         if par.tp == 1:
             return
         dgrad_s, wgrad_s = gemm_s
-        if par.tp_comm_overlap or not self.scn.kernels.tp_comm_async:
+        if par.tp_comm_overlap or not tp_comm_async(self.scn):
             # hidden by _overlap_tp instead (never hide twice), or a stack without Megatron's
             # asynchronous TP backward communication (2021-22 Megatron-LM): all of it exposed
             dgrad_s = wgrad_s = 0.0
