@@ -1867,7 +1867,41 @@ def scenario_from_dict(data: Mapping[str, Any], base_dir: Path | None = None, so
         run=run,
     )
     _check_attention_kernel(scn)
+    _check_deepspeed_overlaps(kernels.stack, par_table, kern)
     return with_kernels_stack(scn) if kernels.stack else scn
+
+
+# What DeepSpeed's pipeline engine and the 2021 Megatron layers of stack "megatron-deepspeed" do
+# not overlap (program.DS_PIPE_NOTE): a file that asks for the overlap explicitly is refused, not
+# silently run without it (the keys' defaults, true, are taken as "whatever the stack does").
+_DS_NO_OVERLAP = (
+    (
+        "parallel",
+        "overlap_grad_reduce",
+        "the gradient reduce runs after the last backward (TrainSchedule ReduceGrads)",
+    ),
+    ("parallel", "overlap_param_gather", "the parameters are gathered inside the optimizer step"),
+    (
+        "kernels",
+        "tp_comm_async",
+        "its 2021 ColumnParallelLinear all-reduces the input gradient synchronously",
+    ),
+)
+
+
+def _check_deepspeed_overlaps(stack: str, par_table: Mapping[str, Any], kern: Mapping[str, Any]) -> None:
+    from .program import DEEPSPEED_STACK
+
+    if stack != DEEPSPEED_STACK:
+        return
+    tables = {"parallel": par_table, "kernels": kern}
+    for table, key, why in _DS_NO_OVERLAP:
+        if tables[table].get(key) is True:
+            raise ConfigError(
+                f'{table}.{key} = true cannot run under stack "megatron-deepspeed": {why}; drop the key '
+                "or set it false",
+                key=f"{table}.{key}",
+            )
 
 
 def _check_attention_kernel(scn: Scenario) -> None:

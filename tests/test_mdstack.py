@@ -190,3 +190,44 @@ def test_tp_all_reduces_are_synchronous_as_in_the_2021_layers() -> None:
     )
     assert tp_bwd(ds) == pytest.approx(tp_bwd(build_program(sync)), rel=1e-12)
     assert tp_bwd(ds) > tp_bwd(build_program(_scn(stack="megatron-2021", dtype="fp16")))
+
+
+@pytest.mark.parametrize(
+    ("table", "key"),
+    [("parallel", "overlap_grad_reduce"), ("parallel", "overlap_param_gather"), ("kernels", "tp_comm_async")],
+)
+def test_an_explicit_overlap_the_engine_does_not_have_is_refused(table: str, key: str) -> None:
+    """Exact or refused: asking for an overlap DeepSpeed's engine (or its 2021 layers) does not do
+    is an error naming the key; setting it false is what the stack runs anyway."""
+    data: dict[str, Any] = {
+        "model": {"preset": "gpt3-1.3b", "layers": 8},
+        "cluster": {"topology": "dgx-a100", "num_gpus": 16},
+        "parallel": {"tp": 2, "pp": 2, "global_batch": 16},
+        "kernels": {"attention": "unfused", "stack": DS},
+    }
+    data[table] = {**data[table], key: True}
+    with pytest.raises(ConfigError) as err:
+        scenario_from_dict(data)
+    assert err.value.key == f"{table}.{key}"
+    data[table][key] = False
+    off = build_program(scenario_from_dict(data))
+    assert not off.overlap_grad_reduce and not off.overlap_param_gather
+
+
+def test_run_json_names_the_mechanisms(run_cli: Any, write_file: Any) -> None:
+    """`run --json` reports what the stack ran: synchronous TP, 16-bit wire, blocking p2p time."""
+    import json
+
+    path = write_file(
+        'name = "ds"\n[model]\npreset = "gpt3-1.3b"\nlayers = 8\n[cluster]\ntopology = "dgx-a100"\n'
+        'num_gpus = 16\n[parallel]\ntp = 2\npp = 2\nglobal_batch = 16\n[kernels]\nattention = "unfused"\n'
+        f'stack = "{DS}"\n',
+        "ds.toml",
+    )
+    result = run_cli(["run", str(path), "--json"])
+    assert result.code == 0, result.err
+    out = json.loads(result.out)
+    assert out["kernels"]["stack"] == DS
+    assert out["kernels"]["tp_comm_async"] is False
+    assert out["kernels"]["grad_reduce_dtype"] == "bf16"
+    assert out["breakdown_s"]["pp_comm"] > 0
