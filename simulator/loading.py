@@ -25,6 +25,7 @@ from .names import canonical, did_you_mean
 from .resources import catalog_file, data_dir, scenario_names, topology_names
 from .schedules import num_virtual_stages
 from .specs import (
+    DEEPSPEED_STACK,
     DEFAULT_ATTENTION,
     MAX_GPUS,
     DataloaderSpec,
@@ -40,6 +41,7 @@ from .specs import (
     Scenario,
     TopologySpec,
     VariabilitySpec,
+    residuals_stack,
 )
 
 MAX_FILE_BYTES = 16 * 2**20
@@ -1890,8 +1892,6 @@ _DS_NO_OVERLAP = (
 
 
 def _check_deepspeed_overlaps(stack: str, par_table: Mapping[str, Any], kern: Mapping[str, Any]) -> None:
-    from .program import DEEPSPEED_STACK
-
     if stack != DEEPSPEED_STACK:
         return
     tables = {"parallel": par_table, "kernels": kern}
@@ -1985,9 +1985,7 @@ def stack_residuals(stack: str, gpu_name: str) -> tuple[str, dict[str, Any] | No
     """(architecture, `[stacks.<stack>.<architecture>]` of efficiency.toml or None) for a GPU; the
     architecture from kernels.toml [architectures] (a user-defined GPU counts as Hopper-class,
     as in simulator/kernels.py). A stack with no fit of its own reads the one it borrows
-    (stacks.RESIDUALS_OF)."""
-    from .stacks import residuals_stack
-
+    (specs.RESIDUALS_OF)."""
     arch = _architecture(gpu_name)
     tables = _parsed(_file_version(catalog_file("efficiency.toml"))).get("stacks", {})
     return arch, tables.get(residuals_stack(stack), {}).get(arch)
@@ -2001,8 +1999,6 @@ def with_kernels_stack(scn: Scenario) -> Scenario:
     stack = scn.kernels.stack
     arch, table = stack_residuals(stack, scn.gpu.name)
     if not table:
-        from .stacks import residuals_stack
-
         borrowed = residuals_stack(stack)
         via = f" (it takes {borrowed}'s residuals)" if borrowed != stack else ""
         raise ConfigError(

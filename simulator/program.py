@@ -71,7 +71,7 @@ from .schedules import (
     prev_chunk,
     stage_tasks,
 )
-from .specs import FULL_ATTENTION, ModelSpec, ParallelConfig, Scenario, check_cp_comm_type
+from .specs import DEEPSPEED_STACK, FULL_ATTENTION, ModelSpec, ParallelConfig, Scenario, check_cp_comm_type
 from .units import DTYPE_BYTES
 
 ADAM_BYTES_PER_PARAM = (
@@ -138,7 +138,6 @@ TIED_GRAD_SUM_BYTES_PER_PARAM = 6
 # blocking send with its receiver's recv, the partition copy before a send, the fp32 flatten /
 # cast / copy-back around each all-reduce bucket and clear_hp_grads, the per-step loss and
 # overflow all-reduces of scalars.
-DEEPSPEED_STACK = "megatron-deepspeed"
 DS_ALLREDUCE_BUCKET_PARAMS = 500_000_000  # MEMORY_OPT_ALLREDUCE_SIZE (runtime/pipe/engine.py@50893458)
 DS_BF16_HP_GRAD_BYTES_PER_PARAM = WEIGHT_BYTES + 4 + 3 * 4  # cast to fp32, then add into hp_grad
 

@@ -1158,6 +1158,19 @@ ZERO3_COLLECTIVES = ("nccl", "flat")
 # software stacks (simulator/stacks.py): fitted residuals in efficiency.toml [stacks.*], or borrowed
 # from a fitted stack (stacks.RESIDUALS_OF: "megatron-deepspeed" has no run in the calibration data)
 STACK_NAMES = ("megatron-core", "megatron-2021", "composer-fsdp", "megatron-deepspeed")
+DEEPSPEED_STACK = "megatron-deepspeed"  # DeepSpeed's PipelineEngine (program.DS_PIPE_NOTE)
+# Stacks with no run in the calibration data, and the fitted stack whose system residuals they
+# take: Megatron-DeepSpeed runs the 2021-22 Megatron-LM kernels (its megatron/model and mpu are
+# Megatron-LM's) under DeepSpeed's pipeline engine, whose own mechanisms program.py costs from the
+# source (DS_PIPE_NOTE). A default for a stack not in the data, not a fit (docs/calibration.md).
+RESIDUALS_OF = {DEEPSPEED_STACK: "megatron-2021"}
+
+
+def residuals_stack(stack: str) -> str:
+    """The stack whose fitted `[stacks.*]` table `stack` uses (itself unless RESIDUALS_OF says)."""
+    return RESIDUALS_OF.get(stack, stack)
+
+
 ZERO3_BACKWARD_PREFETCH = ("pre", "post")
 # How q, k, v reach the attention kernel: "none" = as the layer holds them; "unpad" = through
 # flash-attn's bert_padding (unpad_input of q, k and v, pad_input of the output) around

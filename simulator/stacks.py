@@ -16,7 +16,9 @@ from dataclasses import fields, replace
 from functools import lru_cache
 from typing import Any
 
-from .specs import GPUEfficiency, Scenario
+from .specs import RESIDUALS_OF, GPUEfficiency, Scenario, residuals_stack
+
+__all__ = ["RESIDUALS_OF", "residuals_stack"]
 
 DEFAULT_STACK = "megatron-core"
 # Each shipped source's stack (docs/validate-assumptions.md).
@@ -29,16 +31,7 @@ STACK_OF_SOURCE = {
     "narayanan21": "megatron-2021",  # Megatron-LM 2021: fp16, unfused attention, synchronous TP
 }
 STACKS = tuple(sorted(set(STACK_OF_SOURCE.values())))
-# Stacks with no run in the calibration data, and the fitted stack whose system residuals they
-# take: Megatron-DeepSpeed runs the 2021-22 Megatron-LM kernels (its megatron/model and mpu are
-# Megatron-LM's) under DeepSpeed's pipeline engine, whose own mechanisms program.py costs from the
-# source (DS_PIPE_NOTE). A default for a stack not in the data, not a fit (docs/calibration.md).
-RESIDUALS_OF = {"megatron-deepspeed": "megatron-2021"}
-
-
-def residuals_stack(stack: str) -> str:
-    """The stack whose fitted `[stacks.*]` table `stack` uses (itself unless RESIDUALS_OF says)."""
-    return RESIDUALS_OF.get(stack, stack)
+# stacks with no calibration run borrow a fitted stack's residuals: specs.RESIDUALS_OF
 
 
 def stack_of_source(source_key: str) -> str:
