@@ -72,7 +72,7 @@ def accuracy_line(scn: Scenario) -> str:
     if not acc["rows"]:
         return f"accuracy: no published {acc['group']} run in the validation set (docs/accuracy.md)"
     return (
-        f"accuracy: mean error {acc['mape_pct']:.1f}% (bias {acc['bias_pct']:+.1f}%) on "
+        f"accuracy: mean error {acc['mape_pct']:.1f}% (bias {acc['bias_pct']:+.1f}%, > 0: predicted too fast) on "
         f"{acc['rows']} published {acc['group']} calibration runs (docs/accuracy.md)"
     )
 

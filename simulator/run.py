@@ -59,6 +59,7 @@ def format_samples(stats: dict[str, Any]) -> str:
     return (
         f"\nOver {stats['n']} sampled steps: step time mean {st['mean']:.3f} s, p50 {st['p50']:.3f} s, "
         f"p99 {st['p99']:.3f} s; MFU mean {mf['mean']:.1%}, p50 {mf['p50']:.1%}, worst-1% {mf['p1']:.1%}"
+        " (the report above is sample 0's step)"
     )
 
 

@@ -135,3 +135,13 @@ def test_text_step_times_keep_four_significant_digits(capsys: pytest.CaptureFixt
     step = re.search(r"step time ([0-9.]+) s", out)
     assert step is not None and len(step.group(1).replace(".", "").lstrip("0")) == 4, out[:600]
     assert re.search(r"\((fits|DOES NOT FIT)\), in GiB: weights [0-9.]+, ", out)
+
+
+def test_sampled_run_and_accuracy_line_say_how_to_read_them(capsys: pytest.CaptureFixture[str]) -> None:
+    """With --samples and jitter the headline is one jittered step (sample 0), not the mean the
+    last line gives; the accuracy line's signed bias says which way it leans."""
+    argv = ["run", "teaching-pp4", "--samples", "3", "--set", "variability.compute_jitter=0.05"]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert "Over 3 sampled steps" in out and "the report above is sample 0's step" in out
+    assert re.search(r"\(bias [+-][0-9.]+%, > 0: predicted too fast\)", out)
