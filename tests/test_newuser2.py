@@ -145,3 +145,23 @@ def test_sampled_run_and_accuracy_line_say_how_to_read_them(capsys: pytest.Captu
     out = capsys.readouterr().out
     assert "Over 3 sampled steps" in out and "the report above is sample 0's step" in out
     assert re.search(r"\(bias [+-][0-9.]+%, > 0: predicted too fast\)", out)
+
+
+def test_scenario_format_examples_load(tmp_path: Path) -> None:
+    """The TOML a new user copies from docs/scenario-format.md is a valid scenario, and every
+    scenario key its recipe table names is one the loader accepts."""
+    from simulator.cli.reference import accepted_keys
+    from simulator.loading import load_scenario
+
+    text = (ROOT / "docs" / "scenario-format.md").read_text(encoding="utf-8")
+    blocks = re.findall(r"```toml\n(.*?)```", text, flags=re.S)
+    assert blocks
+    for i, block in enumerate(blocks):
+        path = tmp_path / f"example{i}.toml"
+        path.write_text(block, encoding="utf-8")
+        scn = load_scenario(path)
+        assert scn.num_gpus > 0 and scn.parallel.global_batch > 0
+    keys = set(accepted_keys("scenario"))
+    recipe = text.split("## From a published recipe to a scenario", 1)[1].split("\n## ", 1)[0]
+    named = re.findall(r"`((?:parallel|kernels|precision|memory|model|cluster)\.[a-z_]+)", recipe)
+    assert named and not [k for k in named if k not in keys]
