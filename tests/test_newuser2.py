@@ -165,3 +165,17 @@ def test_scenario_format_examples_load(tmp_path: Path) -> None:
     recipe = text.split("## From a published recipe to a scenario", 1)[1].split("\n## ", 1)[0]
     named = re.findall(r"`((?:parallel|kernels|precision|memory|model|cluster)\.[a-z_]+)", recipe)
     assert named and not [k for k in named if k not in keys]
+
+
+def test_every_docs_page_ships_in_the_wheel() -> None:
+    """The text output points at docs/accuracy.md, docs/variability.md, docs/plan.md ...; only
+    reference.md was package data, so a pip-installed user had none of them."""
+    import fnmatch
+    import tomllib
+
+    setuptools = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["setuptools"]
+    assert setuptools["package-dir"]["simulator.docs"] == "docs"
+    patterns = setuptools["package-data"]["simulator.docs"]
+    pages = sorted(p.name for p in (ROOT / "docs").glob("*.md"))
+    assert "accuracy.md" in pages and "variability.md" in pages
+    assert [p for p in pages if not any(fnmatch.fnmatch(p, pat) for pat in patterns)] == []

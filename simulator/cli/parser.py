@@ -9,6 +9,7 @@ from typing import Any
 
 from ..errors import EXIT_USAGE
 from ..names import canonical, did_you_mean
+from ..resources import data_dir
 from ..specs import DTYPES, RECOMPUTE
 from .common import MAX_SAMPLES, add_override_flags, plot_path, positive_float, positive_int, seed_flag
 
@@ -77,8 +78,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="mfusim",
         description="Distributed-training bottleneck simulator: MFU, HFU and where the time goes.",
-        epilog=f"Every scenario key, --json field, CSV column and flag: {REFERENCE} (shipped with mfusim; "
-        "`mfusim schema` prints the scenario JSON Schema).",
+        epilog=f"Every scenario key, --json field, CSV column and flag: {REFERENCE}. Every docs/ page "
+        f"the output names ships with mfusim, here: {data_dir('docs')}. `mfusim schema` prints the "
+        "scenario JSON Schema.",
     )
     from .. import __version__
 
