@@ -1517,11 +1517,16 @@ def load_scenario(
     `overrides` (`--set`, simulator/overrides.py) change the file's values before validation;
     an error about an overridden key names the override.
     """
-    from .overrides import apply_overrides, attribute_error
+    from .overrides import apply_overrides, attribute_error, check_unsets
 
     data = apply_overrides(read_toml(path), overrides, overrides_flag) if overrides else read_toml(path)
+    base_dir = Path(path).resolve().parent
     try:
-        return scenario_from_dict(data, base_dir=Path(path).resolve().parent, source=str(path))
+        check_unsets(data, overrides, lambda d: scenario_from_dict(d, base_dir=base_dir), overrides_flag)
+    except ConfigError as err:
+        raise err.with_file(str(path)) from None
+    try:
+        return scenario_from_dict(data, base_dir=base_dir, source=str(path))
     except ConfigError as err:
         raise attribute_error(err, overrides, overrides_flag).with_file(str(path)) from None
 

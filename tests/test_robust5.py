@@ -1,0 +1,178 @@
+"""Small contract gaps a demanding user hits (robust5): `--unset`, nullable `--json` fields,
+attention head dims the fused kernels cannot run as given, `sweep --dask` with `--jobs`, enum
+case, and a fuzz pass over odd inputs. Every check is on behaviour: what is simulated, or the
+one-line refusal (exit 2, naming the flag or file and key, no traceback)."""
+
+from __future__ import annotations
+
+import json
+import tomllib
+from pathlib import Path
+
+import pytest
+from conftest import SMALL_PLANNER_SCENARIO, dump_toml
+
+import mfusim
+from simulator.errors import ConfigError
+from simulator.loading import load_scenario
+
+
+def assert_refused(res, *needles: str) -> str:
+    """Exit 2, one line on stderr naming every needle, no traceback."""
+    assert res.code == 2, (res.code, res.err)
+    assert "Traceback" not in res.err + res.out
+    lines = res.err_lines
+    assert len(lines) == 1, res.err
+    for needle in needles:
+        assert needle in lines[0], (needle, lines[0])
+    return lines[0]
+
+
+def _write(tmp_path: Path, data: dict, name: str) -> Path:
+    folder = tmp_path / name
+    folder.mkdir()
+    path = folder / "scenario.toml"
+    path.write_text(dump_toml(data), encoding="utf-8")
+    return path
+
+
+def _planner() -> dict:
+    data = tomllib.loads(SMALL_PLANNER_SCENARIO)
+    del data["sweep"]
+    return data
+
+
+# ----------------------------------------------------------------------------- 1. --unset
+def test_unset_is_the_file_without_the_key(tmp_path: Path) -> None:
+    """`--unset K` loads exactly the scenario whose file never set K: dp derived from the GPUs
+    again, kv_heads back to the preset's (GQA: fewer K/V heads than query heads)."""
+    data = _planner()
+    data["model"]["kv_heads"] = 32  # llama3-8b has 8 K/V heads; the file makes it MHA
+    data["model"]["preset"] = "llama3-8b"
+    data["parallel"]["dp"] = 4
+    with_keys = _write(tmp_path, data, "with")
+    without = {**data, "model": {"preset": "llama3-8b"}, "parallel": dict(data["parallel"])}
+    del without["parallel"]["dp"]
+    plain = _write(tmp_path, without, "without")
+
+    unset = load_scenario(with_keys, [("model.kv_heads", None), ("parallel.dp", None)], "--set")
+    reference = load_scenario(plain)
+    assert unset.model == reference.model and unset.parallel == reference.parallel
+    assert unset.model.kv_heads < unset.model.heads  # the preset's GQA, not the file's 32
+    assert load_scenario(with_keys).model.kv_heads == 32
+
+
+def test_unset_on_the_command_line_simulates_the_default(tmp_path: Path, run_cli) -> None:
+    data = _planner()
+    data["parallel"]["dp"] = 4
+    data["run"] = {"tokens": 1e9, "gpu_failures_per_year": 0.0}
+    with_keys = _write(tmp_path, data, "with")
+    plain_data = {**data, "parallel": {k: v for k, v in data["parallel"].items() if k != "dp"}}
+    del plain_data["run"]
+    plain = _write(tmp_path, plain_data, "without")
+
+    res = run_cli(["run", str(with_keys), "--unset", "parallel.dp", "--unset", "run", "--json"])
+    assert res.code == 0, res.err
+    got = json.loads(res.out)
+    ref = json.loads(run_cli(["run", str(plain), "--json"]).out)
+    assert "plan" not in got  # the whole [run] table unset: no plan
+    assert got["parallel"]["dp"] == ref["parallel"]["dp"] == 8 // (data["parallel"]["pp"])
+    assert got["mfu"] == pytest.approx(ref["mfu"], rel=1e-12)
+
+    # unsets apply before sets: a fresh [run] with every other key at its default (failures on)
+    res = run_cli(["run", str(with_keys), "--unset", "run", "--set", "run.tokens=1e9", "--json"])
+    assert res.code == 0, res.err
+    plan = json.loads(res.out)["plan"]
+    assert plan["job_mtbf_hours"] is not None  # the file's gpu_failures_per_year = 0 is gone
+
+
+@pytest.mark.parametrize(
+    ("argv", "needles"),
+    [
+        (
+            ["--unset", "parallel.dpp"],
+            ["--unset parallel.dpp", "unknown key", "did you mean", "scenario.toml"],
+        ),
+        (["--unset", "model.moe.bogus"], ["--unset model.moe.bogus", "unknown key"]),
+        (["--unset", "cluster.num_gpus"], ["--unset cluster.num_gpus", "required", "cannot be unset"]),
+        (["--unset", "model"], ["--unset model", "required", "cannot be unset"]),
+        (["--unset", "parallel.tp", "--set", "parallel.tp=2"], ["--unset parallel.tp", "both set and unset"]),
+        (["--unset", "parallel.tp=2"], ["--unset", "without a value"]),
+        (["--unset", ""], ["--unset", "dotted key"]),
+        (["--unset", "parallel.tp.x"], ["--unset parallel.tp.x", "not a table"]),
+        (["--unset", "sweep.tp"], ["--unset sweep.tp", "only `mfusim sweep`"]),
+        (["--tokens", "1e9", "--unset", "run.tokens"], ["run.tokens", "both set and unset"]),
+    ],
+)
+def test_unset_refusals_name_the_flag(tmp_path: Path, run_cli, argv, needles) -> None:
+    path = _write(tmp_path, _planner(), "s")
+    assert_refused(run_cli(["run", str(path), *argv]), *needles)
+
+
+def test_unset_on_every_scenario_command(tmp_path: Path, run_cli) -> None:
+    data = tomllib.loads(SMALL_PLANNER_SCENARIO)
+    data["parallel"]["dp"] = 4
+    path = _write(tmp_path, data, "s")
+    for command in (["whatif"], ["compare", str(path)], ["sweep", "--jobs", "1", "--engine", "analytic"]):
+        res = run_cli([command[0], str(path), *command[1:], "--unset", "parallel.dpx"])
+        assert_refused(res, "--unset parallel.dpx", "'dp'")
+    assert_refused(run_cli(["whatif", str(path), "--unset", "run"]), "--unset run", "does not plan")
+    res = run_cli(
+        ["sweep", str(path), "--jobs", "1", "--engine", "analytic", "--unset", "sweep.tp", "--json"]
+    )
+    assert res.code == 0, res.err
+    assert {row["tp"] for row in json.loads(res.out)["top"]} <= {1, 2, 4, 8}
+
+
+def test_unset_in_the_python_api(tmp_path: Path) -> None:
+    data = _planner()
+    data["parallel"]["dp"] = 4
+    path = _write(tmp_path, data, "s")
+    assert (
+        mfusim.load_scenario(path, overrides={"parallel.dp": None}).parallel.dp == 8 // data["parallel"]["pp"]
+    )
+    with pytest.raises(ConfigError, match="overrides parallel.dq.*unknown key"):
+        mfusim.load_scenario(path, overrides={"parallel.dq": None})
+    with pytest.raises(ConfigError, match="overrides cluster.num_gpus.*cannot be unset"):
+        mfusim.load_scenario(data, overrides={"cluster.num_gpus": None})
+
+
+# ----------------------------------------------------------------------------- 3. nullable --json fields
+def test_every_null_in_the_examples_is_documented_as_nullable() -> None:
+    """docs/reference.md never gives a field the bare type `null` (the example's value): each
+    field an example prints as null is declared with its type and when it is null."""
+    from simulator.cli.reference import NULLABLE, all_json_fields, reference_markdown
+
+    fields = all_json_fields()
+    for command, paths in fields.items():
+        for path, type_name in paths.items():
+            if type_name == "null":
+                assert path in NULLABLE.get(command, {}), (command, path)
+    for command, paths in NULLABLE.items():
+        for path in paths:
+            assert path in fields[command], (command, path)  # no stale declaration
+    text = reference_markdown(fields)
+    assert "| null |" not in text
+    assert "| `plan.cost_usd` | number or null |" in text
+
+
+def test_plan_fields_are_null_exactly_when_documented(tmp_path: Path, run_cli) -> None:
+    """Run the plan both ways: without a price and failures, the declared fields are null; with
+    them, none of the plan's fields is."""
+    from simulator.cli.reference import NULLABLE
+
+    path = _write(tmp_path, _planner(), "s")
+    plan_paths = {p.removeprefix("plan."): t for p, (t, _) in NULLABLE["run"].items()}
+    res = run_cli(
+        ["run", str(path), "--set", "run.tokens=1e9", "--set", "run.gpu_failures_per_year=0", "--json"]
+    )
+    plan = json.loads(res.out)["plan"]
+    nulls = {k for k, v in plan.items() if v is None}
+    assert nulls == set(plan_paths) - {"energy_mwh", "facility_power_mw", "it_power_w_per_gpu"}
+    assert plan["checkpoint_interval_source"] == "none"
+    res = run_cli(["run", str(path), "--tokens", "1e9", "--usd-per-gpu-hour", "2", "--json"])
+    plan = json.loads(res.out)["plan"]
+    assert all(v is not None for v in plan.values())
+    json_types = {"number": (int, float), "integer": (int,), "string": (str,)}
+    for name, type_name in plan_paths.items():
+        assert isinstance(plan[name], json_types[type_name]), (name, plan[name])
