@@ -1892,6 +1892,7 @@ def _check_attention_kernel(scn: Scenario) -> None:
         impl = DEFAULT_ATTENTION.get(arch, "fa2")
         try:
             specs.check_attention_head_dim(impl, specs.attention_head_dim(scn.model))
+            specs.check_attention_head_alignment(impl, specs.attention_head_dims(scn.model))
             if scn.model.attention_sinks:
                 specs.check_sink_attention(impl)
             if k.attention_padding == "unpad":

@@ -176,3 +176,75 @@ def test_plan_fields_are_null_exactly_when_documented(tmp_path: Path, run_cli) -
     json_types = {"number": (int, float), "integer": (int,), "string": (str,)}
     for name, type_name in plan_paths.items():
         assert isinstance(plan[name], json_types[type_name]), (name, plan[name])
+
+
+# ----------------------------------------------------------------------------- 2. unaligned head dims
+def _kernel(run_cli, *args: str) -> dict:
+    res = run_cli(
+        ["kernel", "attention", "--gpu", "h100-sxm", "--seq", "4096", "--heads", "16", *args, "--json"]
+    )
+    assert res.code == 0, res.err
+    return json.loads(res.out)
+
+
+@pytest.mark.parametrize("pass_", ["fwd", "bwd"])
+def test_fa2_runs_an_unaligned_head_dim_padded_to_8(run_cli, pass_) -> None:
+    """FlashAttention-2 zero-pads q, k, v to the next multiple of 8 (flash_attn_interface.py): the
+    kernel takes the padded head dim's time, while the FLOPs counted stay the model's."""
+    for dim, padded in ((125, 128), (63, 64), (81, 88)):
+        odd = _kernel(run_cli, "--head-dim", str(dim), "--impl", "fa2", "--pass", pass_)
+        pad = _kernel(run_cli, "--head-dim", str(padded), "--impl", "fa2", "--pass", pass_)
+        assert odd["time_s"] == pytest.approx(pad["time_s"], rel=1e-12)
+        assert odd["flops"] == pytest.approx(pad["flops"] * dim / padded, rel=1e-12)
+        assert odd["head_dim"] == dim
+    # the unfused path runs the head dim as given: no padding, less time than the padded dim
+    odd = _kernel(run_cli, "--head-dim", "125", "--impl", "unfused", "--pass", pass_)
+    pad = _kernel(run_cli, "--head-dim", "128", "--impl", "unfused", "--pass", pass_)
+    assert odd["time_s"] < pad["time_s"]
+
+
+@pytest.mark.parametrize("impl", ["fa3", "cudnn"])
+def test_fa3_and_cudnn_refuse_an_unaligned_head_dim(run_cli, impl, tmp_path: Path) -> None:
+    line = assert_refused(
+        run_cli(
+            [
+                "kernel",
+                "attention",
+                "--gpu",
+                "h100-sxm",
+                "--seq",
+                "4096",
+                "--heads",
+                "16",
+                "--head-dim",
+                "125",
+                "--impl",
+                impl,
+            ]
+        ),
+        "--head-dim",
+        "multiples of 8",
+        "125",
+    )
+    assert '"fa2" pads it to 128' in line
+    assert _kernel(run_cli, "--head-dim", "120", "--impl", impl)["head_dim"] == 120  # aligned: runs
+    data = {
+        "model": {
+            "layers": 2,
+            "hidden": 2000,
+            "heads": 16,
+            "ffn_hidden": 8000,
+            "vocab": 32000,
+            "seq_len": 2048,
+        },
+        "cluster": {"topology": "dgx-h100", "num_gpus": 8},
+        "parallel": {"global_batch": 16},
+        "kernels": {"attention": impl},
+    }
+    path = _write(tmp_path, data, "s")
+    assert_refused(run_cli(["run", str(path)]), "scenario.toml", "kernels.attention", "125")
+    res = run_cli(["run", str(path), "--set", "kernels.attention=fa2", "--json"])
+    assert res.code == 0, res.err
+    # the GPU's default implementation (cuDNN on H100) is refused the same way, naming the key to set
+    del data["kernels"]
+    assert_refused(run_cli(["run", str(_write(tmp_path, data, "default"))]), "kernels.attention", "125")
