@@ -248,3 +248,15 @@ def test_fa3_and_cudnn_refuse_an_unaligned_head_dim(run_cli, impl, tmp_path: Pat
     # the GPU's default implementation (cuDNN on H100) is refused the same way, naming the key to set
     del data["kernels"]
     assert_refused(run_cli(["run", str(_write(tmp_path, data, "default"))]), "kernels.attention", "125")
+
+
+# ----------------------------------------------------------------------------- 4. sweep --dask with --jobs
+def test_sweep_refuses_jobs_with_a_dask_scheduler(tmp_path: Path, run_cli) -> None:
+    """--jobs sets local processes (or a LocalCluster's workers with --dask local); a remote
+    scheduler's own workers run the sweep, so the count was dropped silently: refused before
+    any connection is tried, naming both flags."""
+    path = _write(tmp_path, tomllib.loads(SMALL_PLANNER_SCENARIO), "s")
+    line = assert_refused(
+        run_cli(["sweep", str(path), "--dask", "tcp://127.0.0.1:1", "--jobs", "4"]), "--jobs", "--dask"
+    )
+    assert "tcp://127.0.0.1:1" in line
