@@ -260,3 +260,61 @@ def test_sweep_refuses_jobs_with_a_dask_scheduler(tmp_path: Path, run_cli) -> No
         run_cli(["sweep", str(path), "--dask", "tcp://127.0.0.1:1", "--jobs", "4"]), "--jobs", "--dask"
     )
     assert "tcp://127.0.0.1:1" in line
+
+
+# ----------------------------------------------------------------------------- 5. enum case
+def _schema_enums(node: dict, path: tuple[str, ...] = ()):
+    for key, sub in node.get("properties", {}).items():
+        if "anyOf" in sub and "enum" in sub["anyOf"][0]:
+            yield (*path, key), tuple(sub["anyOf"][0]["enum"])
+        yield from _schema_enums(sub, (*path, key))
+
+
+def _variants(name: str) -> set[str]:
+    from simulator.names import ALIASES
+
+    out = {name.upper(), name.title(), name.replace("-", "_"), name.replace("-", "").upper(), f" {name} "}
+    out |= {alias.upper() for alias, target in ALIASES.items() if target == name}
+    return out - {name}
+
+
+def _outcome(path: tuple[str, ...], value: str):
+    from simulator.cli.reference import MINIMAL_SCENARIO
+
+    data = json.loads(json.dumps(MINIMAL_SCENARIO))
+    node = data
+    for part in path[:-1]:
+        node = node.setdefault(part, {})
+    node[path[-1]] = value
+    try:
+        return mfusim.load_scenario(data)
+    except ConfigError as err:
+        return ("refused", err.key)
+
+
+def test_schema_and_loader_agree_on_the_spelling_of_names() -> None:
+    """The loader takes every enum value in any case, with separators either way, and by its
+    aliases (simulator/names.py); the schema says the same with a pattern beside the enum (kept
+    for completion). Every variant the schema accepts loads exactly as the canonical name does
+    (the same Scenario, or the same refusal for reasons of context); a name that is none is
+    refused by both."""
+    jsonschema = pytest.importorskip("jsonschema")
+    from simulator.cli.reference import scenario_schema
+
+    schema = scenario_schema()
+    enums = list(_schema_enums(schema))
+    assert {"precision.dtype", "parallel.schedule", "cluster.gpu", "kernels.attention"} <= {
+        ".".join(p) for p, _ in enums
+    }
+    for path, allowed in enums:
+        sub = schema
+        for part in path:
+            sub = sub["properties"][part]
+        validator = jsonschema.Draft202012Validator(sub)
+        for name in allowed:
+            canonical = _outcome(path, name)
+            for variant in _variants(name):
+                assert validator.is_valid(variant), (path, variant)
+                assert _outcome(path, variant) == canonical, (path, variant)
+        assert not validator.is_valid("zz-not-a-name")
+        assert _outcome(path, "zz-not-a-name") == ("refused", ".".join(path))

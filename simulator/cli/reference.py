@@ -918,6 +918,28 @@ _JSON_TYPES = {
 }
 
 
+NAME_MATCH_NOTE = "any case, with -, _ or spaces either way, or an alias listed under Names in docs/reference.md"
+
+
+def _any_case(text: str) -> str:
+    """An ECMA-262 regex (JSON Schema `pattern`) matching `text` in any case."""
+    import re
+
+    return "".join(f"[{c.lower()}{c.upper()}]" if c.lower() != c.upper() else re.escape(c) for c in text)
+
+
+def name_pattern(allowed: tuple[str, ...]) -> str:
+    """The spellings `names.canonical` accepts for `allowed`, as one anchored pattern: each
+    choice in any case with separators (-, _, space) anywhere or nowhere, and each alias of a
+    choice in any case (as written, or squashed when the squashed form is itself an alias)."""
+    from ..names import ALIASES, _squash
+
+    sep = "[-_ ]*"
+    alternatives = {sep + sep.join(_any_case(c) for c in _squash(name)) + sep for name in allowed}
+    alternatives |= {_any_case(alias) for alias, target in ALIASES.items() if target in allowed}
+    return "^(?:" + "|".join(sorted(alternatives)) + ")$"
+
+
 def scenario_schema() -> dict[str, Any]:
     """JSON Schema (draft 2020-12) of a scenario file, for editors (taplo, Even Better TOML)."""
     root: dict[str, Any] = {
@@ -945,7 +967,11 @@ def scenario_schema() -> dict[str, Any]:
             if json_type == "array" and row.type == "list of strings":
                 node["items"] = {"type": "string"}
         if row.allowed and json_type == "string":
-            node["enum"] = list(row.allowed)
+            # the loader matches names as simulator/names.py `canonical` does; a plain enum
+            # refused "BF16" or "1F1B" in an editor while mfusim ran them: the enum stays for
+            # completion, the pattern accepts exactly the other spellings the loader does
+            node["anyOf"] = [{"enum": list(row.allowed)}, {"pattern": name_pattern(row.allowed)}]
+            node["description"] += f" ({NAME_MATCH_NOTE})"
         if row.default not in ("—", "") and json_type in ("integer", "number", "boolean"):
             with contextlib.suppress(ValueError):
                 node["default"] = json.loads(row.default.replace(",", "").replace("_", ""))
