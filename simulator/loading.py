@@ -1144,6 +1144,27 @@ def _unmodeled_rank(key: str) -> tuple[int, bool, str]:
     return (order.index(key), False, key) if key in order else (len(order), "expert" not in key, key)
 
 
+# Sizes whose 0 in ModelSpec means "derive it" (specs.py): a file's explicit 0 was silently read as
+# the default (kv_heads = 0 ran as many K/V heads as heads). The default is had by leaving the key out
+# (or `--unset model.KEY`); a 0 asks for no heads or no width, which no model has.
+DERIVED_SIZES = {
+    "kv_heads": "heads",
+    "ffn_hidden": "4 × hidden (the preset's or config.json's when given)",
+    "head_dim": "hidden / heads",
+    "expert_ffn_hidden": "ffn_hidden",
+}
+
+
+def _refuse_zero_size(table: Mapping[str, Any], key: str, section: str) -> None:
+    value = table.get(key)
+    if key in DERIVED_SIZES and isinstance(value, int) and not isinstance(value, bool) and value == 0:
+        raise ConfigError(
+            f"must be >= 1, got 0; leave the key out (or --unset {section}.{key}) for the default: "
+            f"{DERIVED_SIZES[key]}",
+            key=f"{section}.{key}",
+        )
+
+
 def model_from_table(table: Mapping[str, Any], base_dir: Path) -> ModelSpec:
     """[model]: a preset or hf_config, overridden by explicit keys."""
     _check_keys(
@@ -1206,10 +1227,12 @@ def model_from_table(table: Mapping[str, Any], base_dir: Path) -> ModelSpec:
             )
     for key in MODEL_KEYS:
         if key in table:
+            _refuse_zero_size(table, key, "model")
             values[key] = table[key]
     if "moe" in table:
         moe_table = _table(table, "moe", "model")
         _check_keys(moe_table, MOE_KEYS, "model.moe")
+        _refuse_zero_size(moe_table, "expert_ffn_hidden", "model.moe")
         values.update(_moe_fields(moe_table))
     if "mla" in table:
         mla_table = _table(table, "mla", "model")

@@ -311,10 +311,38 @@ def test_schema_and_loader_agree_on_the_spelling_of_names() -> None:
         for part in path:
             sub = sub["properties"][part]
         validator = jsonschema.Draft202012Validator(sub)
-        for name in allowed:
+        if "" in allowed:  # documented default "": the schema and the loader take it as leaving the key out
+            assert validator.is_valid("") and not isinstance(_outcome(path, ""), tuple), path
+        else:
+            assert not validator.is_valid(""), path
+        for name in (a for a in allowed if a):
             canonical = _outcome(path, name)
             for variant in _variants(name):
                 assert validator.is_valid(variant), (path, variant)
                 assert _outcome(path, variant) == canonical, (path, variant)
         assert not validator.is_valid("zz-not-a-name")
         assert _outcome(path, "zz-not-a-name") == ("refused", ".".join(path))
+
+
+# ----------------------------------------------------------------------------- 6. fuzz findings
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [
+        ("model.kv_heads", 0),
+        ("model.ffn_hidden", 0),
+        ("model.head_dim", 0),
+        ("model.moe.expert_ffn_hidden", 0),
+    ],
+)
+def test_an_explicit_zero_size_is_refused_not_read_as_the_default(
+    tmp_path: Path, run_cli, key, value
+) -> None:
+    """kv_heads = 0 ran as many K/V heads as query heads (ModelSpec's 0 = derive): a file's 0 asks
+    for a model without heads or width, so it is refused, pointing at leaving the key out."""
+    data = _planner()
+    if key.startswith("model.moe."):
+        data["model"] = {"preset": "mixtral-8x7b", "layers": 2}
+    path = _write(tmp_path, data, "s")
+    line = assert_refused(run_cli(["run", str(path), "--set", f"{key}={value}"]), f"--set {key}", ">= 1")
+    assert f"--unset {key}" in line
+    assert run_cli(["run", str(path), "--unset", key, "--json"]).code == 0

@@ -918,7 +918,9 @@ _JSON_TYPES = {
 }
 
 
-NAME_MATCH_NOTE = "any case, with -, _ or spaces either way, or an alias listed under Names in docs/reference.md"
+NAME_MATCH_NOTE = (
+    "any case, with -, _ or spaces either way, or an alias listed under Names in docs/reference.md"
+)
 
 
 def _any_case(text: str) -> str:
@@ -970,7 +972,9 @@ def scenario_schema() -> dict[str, Any]:
             # the loader matches names as simulator/names.py `canonical` does; a plain enum
             # refused "BF16" or "1F1B" in an editor while mfusim ran them: the enum stays for
             # completion, the pattern accepts exactly the other spellings the loader does
-            node["anyOf"] = [{"enum": list(row.allowed)}, {"pattern": name_pattern(row.allowed)}]
+            # (an empty string, where it is the default, says "the default" as the loader reads it)
+            empty = [""] if row.default == '""' else []
+            node["anyOf"] = [{"enum": list(row.allowed) + empty}, {"pattern": name_pattern(row.allowed)}]
             node["description"] += f" ({NAME_MATCH_NOTE})"
         if row.default not in ("—", "") and json_type in ("integer", "number", "boolean"):
             with contextlib.suppress(ValueError):
