@@ -346,3 +346,17 @@ def test_an_explicit_zero_size_is_refused_not_read_as_the_default(
     line = assert_refused(run_cli(["run", str(path), "--set", f"{key}={value}"]), f"--set {key}", ">= 1")
     assert f"--unset {key}" in line
     assert run_cli(["run", str(path), "--unset", key, "--json"]).code == 0
+
+
+@pytest.mark.parametrize(
+    ("argv", "flag"),
+    [
+        (["--set", "run.tokens=1e9", "--tokens", "2e9"], "--tokens"),
+        (["--set", "run.usd_per_gpu_hour=1", "--usd-per-gpu-hour", "2"], "--usd-per-gpu-hour"),
+        (["--set", "memory.headroom_gib=1", "--memory-headroom", "2"], "--memory-headroom"),
+    ],
+)
+def test_a_shorthand_and_its_set_key_together_are_refused(tmp_path: Path, run_cli, argv, flag) -> None:
+    """`--tokens 2e9` silently won over `--set run.tokens=1e9`: two flags giving one key are refused."""
+    path = _write(tmp_path, _planner(), "s")
+    assert_refused(run_cli(["run", str(path), *argv]), flag, "--set")

@@ -213,6 +213,10 @@ def scenario_overrides(args: argparse.Namespace) -> list[tuple[str, object]]:
     for attr, key in {**PLAN_FLAGS, **MEMORY_FLAGS}.items():
         value = getattr(args, attr, None)
         if value is not None:
+            flag = "--" + attr.replace("_", "-")
+            if any(k == key and v is not None for k, v in out):
+                # `--set run.tokens=1e9 --tokens 2e9`: the shorthand silently won
+                raise ConfigError(f"sets {key}, which --set {key} also sets; give one", key=flag)
             out.append((key, value))
     return out
 
