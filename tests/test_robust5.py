@@ -320,6 +320,10 @@ def test_schema_and_loader_agree_on_the_spelling_of_names() -> None:
             for variant in _variants(name):
                 assert validator.is_valid(variant), (path, variant)
                 assert _outcome(path, variant) == canonical, (path, variant)
+        # ECMA-262 (u flag) allows escaping syntax characters only: `\-` breaks strict validators
+        pattern = sub["anyOf"][1]["pattern"]
+        escaped = [pattern[i + 1] for i, c in enumerate(pattern) if c == "\\"]
+        assert set(escaped) <= set("^$\\.*+?()[]{}|/"), (path, set(escaped))
         assert not validator.is_valid("zz-not-a-name")
         assert _outcome(path, "zz-not-a-name") == ("refused", ".".join(path))
 

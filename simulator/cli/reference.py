@@ -924,10 +924,15 @@ NAME_MATCH_NOTE = (
 
 
 def _any_case(text: str) -> str:
-    """An ECMA-262 regex (JSON Schema `pattern`) matching `text` in any case."""
-    import re
-
-    return "".join(f"[{c.lower()}{c.upper()}]" if c.lower() != c.upper() else re.escape(c) for c in text)
+    """An ECMA-262 regex (JSON Schema `pattern`) matching `text` in any case. Only syntax
+    characters are escaped: ECMA-262 with the `u` flag refuses other escapes (`\\-`), which
+    Python's `re.escape` writes."""
+    return "".join(
+        f"[{c.lower()}{c.upper()}]"
+        if c.lower() != c.upper()
+        else ("\\" + c if c in "^$\\.*+?()[]{}|/" else c)
+        for c in text
+    )
 
 
 def name_pattern(allowed: tuple[str, ...]) -> str:
