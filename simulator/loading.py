@@ -25,6 +25,7 @@ from .names import canonical, did_you_mean
 from .resources import catalog_file, data_dir, scenario_names, topology_names
 from .schedules import num_virtual_stages
 from .specs import (
+    DEEPSPEED_STACK,
     DEFAULT_ATTENTION,
     MAX_GPUS,
     DataloaderSpec,
@@ -40,6 +41,7 @@ from .specs import (
     Scenario,
     TopologySpec,
     VariabilitySpec,
+    residuals_stack,
 )
 
 MAX_FILE_BYTES = 16 * 2**20
@@ -1895,7 +1897,39 @@ def scenario_from_dict(data: Mapping[str, Any], base_dir: Path | None = None, so
         run=run,
     )
     _check_attention_kernel(scn)
+    _check_deepspeed_overlaps(kernels.stack, par_table, kern)
     return with_kernels_stack(scn) if kernels.stack else scn
+
+
+# What DeepSpeed's pipeline engine and the 2021 Megatron layers of stack "megatron-deepspeed" do
+# not overlap (program.DS_PIPE_NOTE): a file that asks for the overlap explicitly is refused, not
+# silently run without it (the keys' defaults, true, are taken as "whatever the stack does").
+_DS_NO_OVERLAP = (
+    (
+        "parallel",
+        "overlap_grad_reduce",
+        "the gradient reduce runs after the last backward (TrainSchedule ReduceGrads)",
+    ),
+    ("parallel", "overlap_param_gather", "the parameters are gathered inside the optimizer step"),
+    (
+        "kernels",
+        "tp_comm_async",
+        "its 2021 ColumnParallelLinear all-reduces the input gradient synchronously",
+    ),
+)
+
+
+def _check_deepspeed_overlaps(stack: str, par_table: Mapping[str, Any], kern: Mapping[str, Any]) -> None:
+    if stack != DEEPSPEED_STACK:
+        return
+    tables = {"parallel": par_table, "kernels": kern}
+    for table, key, why in _DS_NO_OVERLAP:
+        if tables[table].get(key) is True:
+            raise ConfigError(
+                f'{table}.{key} = true cannot run under stack "megatron-deepspeed": {why}; drop the key '
+                "or set it false",
+                key=f"{table}.{key}",
+            )
 
 
 def _check_attention_kernel(scn: Scenario) -> None:
@@ -1979,10 +2013,11 @@ def _architecture(gpu_name: str) -> str:
 def stack_residuals(stack: str, gpu_name: str) -> tuple[str, dict[str, Any] | None]:
     """(architecture, `[stacks.<stack>.<architecture>]` of efficiency.toml or None) for a GPU; the
     architecture from kernels.toml [architectures] (a user-defined GPU counts as Hopper-class,
-    as in simulator/kernels.py)."""
+    as in simulator/kernels.py). A stack with no fit of its own reads the one it borrows
+    (specs.RESIDUALS_OF)."""
     arch = _architecture(gpu_name)
     tables = _parsed(_file_version(catalog_file("efficiency.toml"))).get("stacks", {})
-    return arch, tables.get(stack, {}).get(arch)
+    return arch, tables.get(residuals_stack(stack), {}).get(arch)
 
 
 def with_kernels_stack(scn: Scenario) -> Scenario:
@@ -1993,8 +2028,10 @@ def with_kernels_stack(scn: Scenario) -> Scenario:
     stack = scn.kernels.stack
     arch, table = stack_residuals(stack, scn.gpu.name)
     if not table:
+        borrowed = residuals_stack(stack)
+        via = f" (it takes {borrowed}'s residuals)" if borrowed != stack else ""
         raise ConfigError(
-            f"kernels.stack = {stack!r} has no fitted residuals on {arch} GPUs ({scn.gpu.name})",
+            f"kernels.stack = {stack!r} has no fitted residuals on {arch} GPUs ({scn.gpu.name}){via}",
             key="kernels.stack",
         )
     names = {f.name for f in fields(GPUEfficiency)} - {"fp4_matmul_fraction"}

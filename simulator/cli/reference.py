@@ -621,9 +621,11 @@ KEYS: dict[str, Key] = {
     "kernels.stack": Key(
         "software stack whose fitted system residuals (sustained clock, launch gap, host overhead"
         " per micro-batch, NCCL fraction, overlap slowdown) replace the GPU's default-stack table;"
-        " empty = Megatron-Core + TE; refused on an architecture the stack was not fitted on",
+        " empty = Megatron-Core + TE; megatron-deepspeed (no calibration run) takes megatron-2021's"
+        " residuals and adds DeepSpeed's pipeline-engine mechanisms; refused on an architecture the"
+        " stack was not fitted on",
         default='""',
-        allowed=lambda: ("megatron-core", "megatron-2021", "composer-fsdp"),
+        allowed=_spec("STACK_NAMES"),
         since=NEXT,
     ),
     # [memory]
