@@ -1146,6 +1146,27 @@ def _unmodeled_rank(key: str) -> tuple[int, bool, str]:
     return (order.index(key), False, key) if key in order else (len(order), "expert" not in key, key)
 
 
+# Sizes whose 0 in ModelSpec means "derive it" (specs.py): a file's explicit 0 was silently read as
+# the default (kv_heads = 0 ran as many K/V heads as heads). The default is had by leaving the key out
+# (or `--unset model.KEY`); a 0 asks for no heads or no width, which no model has.
+DERIVED_SIZES = {
+    "kv_heads": "heads",
+    "ffn_hidden": "4 × hidden (the preset's or config.json's when given)",
+    "head_dim": "hidden / heads",
+    "expert_ffn_hidden": "ffn_hidden",
+}
+
+
+def _refuse_zero_size(table: Mapping[str, Any], key: str, section: str) -> None:
+    value = table.get(key)
+    if key in DERIVED_SIZES and isinstance(value, int) and not isinstance(value, bool) and value == 0:
+        raise ConfigError(
+            f"must be >= 1, got 0; leave the key out (or --unset {section}.{key}) for the default: "
+            f"{DERIVED_SIZES[key]}",
+            key=f"{section}.{key}",
+        )
+
+
 def model_from_table(table: Mapping[str, Any], base_dir: Path) -> ModelSpec:
     """[model]: a preset or hf_config, overridden by explicit keys."""
     _check_keys(
@@ -1208,10 +1229,12 @@ def model_from_table(table: Mapping[str, Any], base_dir: Path) -> ModelSpec:
             )
     for key in MODEL_KEYS:
         if key in table:
+            _refuse_zero_size(table, key, "model")
             values[key] = table[key]
     if "moe" in table:
         moe_table = _table(table, "moe", "model")
         _check_keys(moe_table, MOE_KEYS, "model.moe")
+        _refuse_zero_size(moe_table, "expert_ffn_hidden", "model.moe")
         values.update(_moe_fields(moe_table))
     if "mla" in table:
         mla_table = _table(table, "mla", "model")
@@ -1519,11 +1542,16 @@ def load_scenario(
     `overrides` (`--set`, simulator/overrides.py) change the file's values before validation;
     an error about an overridden key names the override.
     """
-    from .overrides import apply_overrides, attribute_error
+    from .overrides import apply_overrides, attribute_error, check_unsets
 
     data = apply_overrides(read_toml(path), overrides, overrides_flag) if overrides else read_toml(path)
+    base_dir = Path(path).resolve().parent
     try:
-        return scenario_from_dict(data, base_dir=Path(path).resolve().parent, source=str(path))
+        check_unsets(data, overrides, lambda d: scenario_from_dict(d, base_dir=base_dir), overrides_flag)
+    except ConfigError as err:
+        raise err.with_file(str(path)) from None
+    try:
+        return scenario_from_dict(data, base_dir=base_dir, source=str(path))
     except ConfigError as err:
         raise attribute_error(err, overrides, overrides_flag).with_file(str(path)) from None
 
@@ -1921,6 +1949,7 @@ def _check_attention_kernel(scn: Scenario) -> None:
         impl = DEFAULT_ATTENTION.get(arch, "fa2")
         try:
             specs.check_attention_head_dim(impl, specs.attention_head_dim(scn.model))
+            specs.check_attention_head_alignment(impl, specs.attention_head_dims(scn.model))
             if scn.model.attention_sinks:
                 specs.check_sink_attention(impl)
             if k.attention_padding == "unpad":

@@ -1599,6 +1599,7 @@ class Scenario:
         impl = self.kernels.attention if self.kernels.flash_attention else "unfused"
         if impl:
             check_attention_head_dim(impl, attention_head_dim(self.model))
+            check_attention_head_alignment(impl, attention_head_dims(self.model))
         if impl and self.model.attention_sinks:
             check_sink_attention(impl)
         if impl and self.kernels.attention_padding == "unpad":
@@ -1823,6 +1824,43 @@ def check_attention_head_dim(impl: str, head_dim: int, key: str = "kernels.atten
             f'and cuDNN refuse larger ones); this one is {head_dim}, which only "unfused" runs',
             key=key,
         )
+
+
+# Head dimensions that are not a multiple of 8 (16-bit elements: 16-byte rows for the kernels' vector
+# loads and TMA). FlashAttention-2 pads them: flash_attn/flash_attn_interface.py (Dao-AILab/flash-
+# attention@0251105a) :481-484 (FlashAttnFunc :851-854, the varlen and packed functions alike) pads q,
+# k, v with zeros to the next multiple of 8 before the kernel, whose C++ entry refuses anything else
+# (csrc/flash_attn/flash_api.cpp:417 "head_size that is a multiple of 8"), and slices the output back
+# (:507); the kernel's time is that of the padded head dim (kernels.attention_time_s), its useful FLOPs
+# the model's. FlashAttention-3 does not pad: hopper/flash_api.cpp:854-856 refuses ("head_size should be
+# a multiple of 8", 16 for FP8) and hopper/flash_attn_interface.py passes q, k, v through unpadded.
+# cuDNN's SDPA refuses too (NVIDIA/cudnn-frontend@3929da2 include/cudnn_frontend/node/
+# scaled_dot_product_flash_attention.h:1143-1145 "hidden_dim should be multiple of 8",
+# sdpa_support_surface.h:222).
+ATTENTION_HEAD_DIM_ALIGN = 8
+ALIGNED_HEAD_DIM_IMPLS = ("fa3", "cudnn")  # refuse an unaligned head dim; fa2 pads it
+
+
+def attention_head_dims(model: ModelSpec) -> tuple[int, int]:
+    """The query/key and the value head dimension (equal but for MLA)."""
+    return model.dim_per_head, model.v_dim // model.heads
+
+
+def check_attention_head_alignment(
+    impl: str, head_dims: tuple[int, ...], key: str = "kernels.attention"
+) -> None:
+    """FlashAttention-3 and cuDNN run head dimensions that are multiples of 8 only (see
+    ATTENTION_HEAD_DIM_ALIGN: FlashAttention-2 pads the others, the unfused path takes any)."""
+    if impl not in ALIGNED_HEAD_DIM_IMPLS:
+        return
+    for dim in head_dims:
+        if dim % ATTENTION_HEAD_DIM_ALIGN:
+            raise ConfigError(
+                f"{impl!r} attention takes head dimensions that are multiples of {ATTENTION_HEAD_DIM_ALIGN} only "
+                f'(FlashAttention-3 and cuDNN refuse others); this one is {dim}: "fa2" pads it to '
+                f'{-(-dim // ATTENTION_HEAD_DIM_ALIGN) * ATTENTION_HEAD_DIM_ALIGN}, "unfused" runs it as is',
+                key=key,
+            )
 
 
 def check_cp_comm_type(impl: str, par: ParallelConfig) -> None:
