@@ -78,3 +78,24 @@ def test_write_keeps_unproduced_terms(fk: types.ModuleType, tmp_path: Path) -> N
                 assert fk.written(float(table[arch][name])) == fk.written(getattr(moved[arch], name))
             elif name in table[arch]:
                 assert float(table[arch][name]) == getattr(shipped[arch], name), (arch, name)
+
+
+def test_held_terms_never_move(fk: types.ModuleType, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An optimizer that sends every term it is given to its upper bound: the HELD terms (earlier
+    fits the default run keeps, docs/calibration.md) and what borrows them stay as shipped."""
+
+    def to_upper(fun: object, x0: np.ndarray, bounds: tuple[np.ndarray, np.ndarray], **_: object) -> object:
+        return types.SimpleNamespace(x=np.asarray(bounds[1], dtype=float))
+
+    monkeypatch.setattr(fk, "least_squares", to_upper)
+    shipped = {a: params_for_architecture(a) for a in ARCHS}
+    out = fk.fit_all(dict(shipped))
+    assert fk.HELD["hopper"]
+    for arch, names in fk.HELD.items():
+        for name in names:
+            assert getattr(out[arch], name) == getattr(shipped[arch], name), (arch, name)
+    for arch in ("ampere", "blackwell"):
+        for name in set(fk.borrowed_terms(arch)) & set(fk.HELD["hopper"]):
+            assert getattr(out[arch], name) == getattr(shipped["hopper"], name), (arch, name)
+    # the rest did go to the bound: the stub reached the optimizer
+    assert out["hopper"].fa2_fwd_fraction == fk.RANGES["fa2_fwd_fraction"][1]
