@@ -75,11 +75,12 @@ def load_scenario(source: ScenarioLike, overrides: Overrides = None) -> Scenario
     a dict of the file's tables (`{"model": {"preset": "llama3-8b"}, "cluster": {...}, ...}`).
 
     `overrides` change file values before validation, as `--set` does: a mapping
-    `{"parallel.tp": 4}` or strings `["parallel.tp=4"]`.
+    `{"parallel.tp": 4}` or strings `["parallel.tp=4"]`. A mapping value `None` removes the key
+    (or table) so its default applies, as `--unset` does: `{"parallel.dp": None}`.
     """
     from simulator.loading import load_scenario as _load
     from simulator.loading import resolve_scenario_path, scenario_from_dict
-    from simulator.overrides import apply_overrides, attribute_error
+    from simulator.overrides import apply_overrides, attribute_error, check_unsets
 
     if isinstance(source, Scenario):
         if overrides:
@@ -90,7 +91,9 @@ def load_scenario(source: ScenarioLike, overrides: Overrides = None) -> Scenario
     if isinstance(source, Mapping):
         sets = _overrides(overrides)
         try:
-            return scenario_from_dict(apply_overrides(source, sets, "overrides"))
+            data = apply_overrides(source, sets, "overrides")
+            check_unsets(data, sets, scenario_from_dict, "overrides")
+            return scenario_from_dict(data)
         except ConfigError as err:
             raise attribute_error(err, sets, "overrides") from None
     if not isinstance(source, str | Path):

@@ -51,6 +51,7 @@ from typing import Any
 from .errors import ConfigError
 from .kernel_catalog import architecture, kernel_data
 from .specs import (
+    ATTENTION_HEAD_DIM_ALIGN,
     ATTENTION_IMPLS,
     DEFAULT_ATTENTION,
     GPUSpec,
@@ -716,6 +717,12 @@ def attention_time_s(
     causal attention within `chunk`-token chunks (Llama 4), costed as the chunks' causal attention
     batched in one kernel (a varlen launch)."""
     _check_attention(impl, pass_)
+    if impl == "fa2" and head_dim % ATTENTION_HEAD_DIM_ALIGN:
+        # FlashAttention-2 zero-pads q, k, v to a multiple of 8 before its kernel (specs.py
+        # ATTENTION_HEAD_DIM_ALIGN: flash_attn_interface.py:481-484): the kernel runs, and is timed,
+        # at the padded head dim; callers count the model's FLOPs. (A caller's averaged MLA head
+        # dim pads to at most max(qk, v), the dim the kernel runs at.)
+        head_dim = -(-head_dim // ATTENTION_HEAD_DIM_ALIGN) * ATTENTION_HEAD_DIM_ALIGN
     if pass_ == "fwd+bwd":
         kw: dict[str, Any] = dict(
             batch=batch, seq=seq, heads=heads, head_dim=head_dim, causal=causal, window=window, chunk=chunk

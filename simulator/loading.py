@@ -25,6 +25,7 @@ from .names import canonical, did_you_mean
 from .resources import catalog_file, data_dir, scenario_names, topology_names
 from .schedules import num_virtual_stages
 from .specs import (
+    DEEPSPEED_STACK,
     DEFAULT_ATTENTION,
     MAX_GPUS,
     DataloaderSpec,
@@ -40,6 +41,7 @@ from .specs import (
     Scenario,
     TopologySpec,
     VariabilitySpec,
+    residuals_stack,
 )
 
 MAX_FILE_BYTES = 16 * 2**20
@@ -1144,6 +1146,27 @@ def _unmodeled_rank(key: str) -> tuple[int, bool, str]:
     return (order.index(key), False, key) if key in order else (len(order), "expert" not in key, key)
 
 
+# Sizes whose 0 in ModelSpec means "derive it" (specs.py): a file's explicit 0 was silently read as
+# the default (kv_heads = 0 ran as many K/V heads as heads). The default is had by leaving the key out
+# (or `--unset model.KEY`); a 0 asks for no heads or no width, which no model has.
+DERIVED_SIZES = {
+    "kv_heads": "heads",
+    "ffn_hidden": "4 × hidden (the preset's or config.json's when given)",
+    "head_dim": "hidden / heads",
+    "expert_ffn_hidden": "ffn_hidden",
+}
+
+
+def _refuse_zero_size(table: Mapping[str, Any], key: str, section: str) -> None:
+    value = table.get(key)
+    if key in DERIVED_SIZES and isinstance(value, int) and not isinstance(value, bool) and value == 0:
+        raise ConfigError(
+            f"must be >= 1, got 0; leave the key out (or --unset {section}.{key}) for the default: "
+            f"{DERIVED_SIZES[key]}",
+            key=f"{section}.{key}",
+        )
+
+
 def model_from_table(table: Mapping[str, Any], base_dir: Path) -> ModelSpec:
     """[model]: a preset or hf_config, overridden by explicit keys."""
     _check_keys(
@@ -1206,10 +1229,12 @@ def model_from_table(table: Mapping[str, Any], base_dir: Path) -> ModelSpec:
             )
     for key in MODEL_KEYS:
         if key in table:
+            _refuse_zero_size(table, key, "model")
             values[key] = table[key]
     if "moe" in table:
         moe_table = _table(table, "moe", "model")
         _check_keys(moe_table, MOE_KEYS, "model.moe")
+        _refuse_zero_size(moe_table, "expert_ffn_hidden", "model.moe")
         values.update(_moe_fields(moe_table))
     if "mla" in table:
         mla_table = _table(table, "mla", "model")
@@ -1517,11 +1542,16 @@ def load_scenario(
     `overrides` (`--set`, simulator/overrides.py) change the file's values before validation;
     an error about an overridden key names the override.
     """
-    from .overrides import apply_overrides, attribute_error
+    from .overrides import apply_overrides, attribute_error, check_unsets
 
     data = apply_overrides(read_toml(path), overrides, overrides_flag) if overrides else read_toml(path)
+    base_dir = Path(path).resolve().parent
     try:
-        return scenario_from_dict(data, base_dir=Path(path).resolve().parent, source=str(path))
+        check_unsets(data, overrides, lambda d: scenario_from_dict(d, base_dir=base_dir), overrides_flag)
+    except ConfigError as err:
+        raise err.with_file(str(path)) from None
+    try:
+        return scenario_from_dict(data, base_dir=base_dir, source=str(path))
     except ConfigError as err:
         raise attribute_error(err, overrides, overrides_flag).with_file(str(path)) from None
 
@@ -1867,7 +1897,39 @@ def scenario_from_dict(data: Mapping[str, Any], base_dir: Path | None = None, so
         run=run,
     )
     _check_attention_kernel(scn)
+    _check_deepspeed_overlaps(kernels.stack, par_table, kern)
     return with_kernels_stack(scn) if kernels.stack else scn
+
+
+# What DeepSpeed's pipeline engine and the 2021 Megatron layers of stack "megatron-deepspeed" do
+# not overlap (program.DS_PIPE_NOTE): a file that asks for the overlap explicitly is refused, not
+# silently run without it (the keys' defaults, true, are taken as "whatever the stack does").
+_DS_NO_OVERLAP = (
+    (
+        "parallel",
+        "overlap_grad_reduce",
+        "the gradient reduce runs after the last backward (TrainSchedule ReduceGrads)",
+    ),
+    ("parallel", "overlap_param_gather", "the parameters are gathered inside the optimizer step"),
+    (
+        "kernels",
+        "tp_comm_async",
+        "its 2021 ColumnParallelLinear all-reduces the input gradient synchronously",
+    ),
+)
+
+
+def _check_deepspeed_overlaps(stack: str, par_table: Mapping[str, Any], kern: Mapping[str, Any]) -> None:
+    if stack != DEEPSPEED_STACK:
+        return
+    tables = {"parallel": par_table, "kernels": kern}
+    for table, key, why in _DS_NO_OVERLAP:
+        if tables[table].get(key) is True:
+            raise ConfigError(
+                f'{table}.{key} = true cannot run under stack "megatron-deepspeed": {why}; drop the key '
+                "or set it false",
+                key=f"{table}.{key}",
+            )
 
 
 def _check_attention_kernel(scn: Scenario) -> None:
@@ -1887,6 +1949,7 @@ def _check_attention_kernel(scn: Scenario) -> None:
         impl = DEFAULT_ATTENTION.get(arch, "fa2")
         try:
             specs.check_attention_head_dim(impl, specs.attention_head_dim(scn.model))
+            specs.check_attention_head_alignment(impl, specs.attention_head_dims(scn.model))
             if scn.model.attention_sinks:
                 specs.check_sink_attention(impl)
             if k.attention_padding == "unpad":
@@ -1950,10 +2013,11 @@ def _architecture(gpu_name: str) -> str:
 def stack_residuals(stack: str, gpu_name: str) -> tuple[str, dict[str, Any] | None]:
     """(architecture, `[stacks.<stack>.<architecture>]` of efficiency.toml or None) for a GPU; the
     architecture from kernels.toml [architectures] (a user-defined GPU counts as Hopper-class,
-    as in simulator/kernels.py)."""
+    as in simulator/kernels.py). A stack with no fit of its own reads the one it borrows
+    (specs.RESIDUALS_OF)."""
     arch = _architecture(gpu_name)
     tables = _parsed(_file_version(catalog_file("efficiency.toml"))).get("stacks", {})
-    return arch, tables.get(stack, {}).get(arch)
+    return arch, tables.get(residuals_stack(stack), {}).get(arch)
 
 
 def with_kernels_stack(scn: Scenario) -> Scenario:
@@ -1964,8 +2028,10 @@ def with_kernels_stack(scn: Scenario) -> Scenario:
     stack = scn.kernels.stack
     arch, table = stack_residuals(stack, scn.gpu.name)
     if not table:
+        borrowed = residuals_stack(stack)
+        via = f" (it takes {borrowed}'s residuals)" if borrowed != stack else ""
         raise ConfigError(
-            f"kernels.stack = {stack!r} has no fitted residuals on {arch} GPUs ({scn.gpu.name})",
+            f"kernels.stack = {stack!r} has no fitted residuals on {arch} GPUs ({scn.gpu.name}){via}",
             key="kernels.stack",
         )
     names = {f.name for f in fields(GPUEfficiency)} - {"fp4_matmul_fraction"}

@@ -187,12 +187,16 @@ def software_stack(scn: Scenario, program: Program | None = None) -> dict[str, A
     from .kernels import architecture, resolve_attention
 
     k = scn.kernels
-    grad_dtype = k.grad_reduce_dtype or ("fp16" if scn.dtype == "fp16" else "fp32")
+    from .program import deepspeed_pipe, tp_comm_async
+
+    # DeepSpeed reduces in its 16-bit communication_data_type (program.DS_PIPE_NOTE)
+    wide = "bf16" if deepspeed_pipe(scn) else "fp32"
+    grad_dtype = k.grad_reduce_dtype or ("fp16" if scn.dtype == "fp16" else wide)
     out = {
         "architecture": architecture(scn.gpu.name),
         "attention": resolve_attention(scn.gpu, k.attention, k.flash_attention),
         "grad_reduce_dtype": grad_dtype,
-        "tp_comm_async": k.tp_comm_async,
+        "tp_comm_async": tp_comm_async(scn),
         "cross_entropy": k.cross_entropy or "unfused",
         "zero3_collectives": k.zero3_collectives,
         "stack": k.stack,

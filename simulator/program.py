@@ -71,7 +71,7 @@ from .schedules import (
     prev_chunk,
     stage_tasks,
 )
-from .specs import FULL_ATTENTION, ModelSpec, ParallelConfig, Scenario, check_cp_comm_type
+from .specs import DEEPSPEED_STACK, FULL_ATTENTION, ModelSpec, ParallelConfig, Scenario, check_cp_comm_type
 from .units import DTYPE_BYTES
 
 ADAM_BYTES_PER_PARAM = (
@@ -104,9 +104,63 @@ FP16_UNSCALE_BYTES_PER_PARAM = 8
 TIED_GRAD_SUM_BYTES_PER_PARAM = 6
 
 
+# DS_PIPE_NOTE: stack "megatron-deepspeed" = Megatron-LM's 2021-22 model code (Megatron-DeepSpeed's
+# megatron/model, mpu) run by DeepSpeed's PipelineEngine. What the engine does differently, from
+# the source (DeepSpeed 50893458, May 2022, v0.6 era; Megatron-DeepSpeed 0c58dbb3, Aug 2022):
+# - gradient reduce after the last backward: PipelineEngine sets enable_backward_allreduce = False
+#   ("We schedule the all-reduces", pipe/engine.py:74) and TrainSchedule appends ReduceTiedGrads,
+#   ReduceGrads, OptimizerStep after the last step (pipe/schedule.py TrainSchedule.steps): nothing
+#   of the data-parallel reduce hides behind the backward (Program.overlap_grad_reduce = False).
+#   In 16 bits on the wire: allreduce_bucket casts to communication_data_type, fp16 under fp16 or
+#   ZeRO, bf16 under bf16 (runtime/engine.py communication_data_type, allreduce_bucket), in
+#   buckets of MEMORY_OPT_ALLREDUCE_SIZE = 5e8 elements. bf16 (+ the BF16_Optimizer's own
+#   DP-sharded fp32 master, BLOOM's "zero = 1") all-reduces the whole gradient
+#   (_bf16_reduce_grads -> buffered_allreduce_fallback), fp16 with ZeRO-1 reduces each rank's
+#   partition (stage2 reduce_gradients(pipeline_parallel=True)); the 16-bit parameters are then
+#   all-gathered inside the optimizer step (BF16_Optimizer.step all_gather_dp_groups, stage2
+#   step), not overlapped with the next forward (Program.overlap_param_gather = False).
+# - blocking point-to-point: p2p.send/recv are torch.distributed.send/recv with async_op False
+#   (pipe/p2p.py:47-85), issued between the compute commands of TrainSchedule (RecvActivation,
+#   SendGrad, ForwardPass / SendActivation, RecvGrad, BackwardPass), so each transfer holds the
+#   stage's stream: costed as a pp_comm segment inside the sending block (the transfer ends with
+#   the block; no asynchronous post). With tp > 1 the stage sends 1/tp of its output
+#   (is_pipe_partitioned = is_model_parallel, PartitionedTensor) and the receiver rebuilds the full
+#   tensor with an all-gather over the tensor-parallel group (PartitionedTensor.full,
+#   runtime/utils.py: dist.all_gather) before its forward (activation) or backward (gradient).
+# - gradient accumulation: fp16 grads accumulate in param.grad (autograd AccumulateGrad, read
+#   2 + 2, write 2, as MAIN_GRAD_HOOK_NOTE); bf16's BF16_Optimizer.update_hp_grads runs
+#   `hp_grad.add_(lp.grad.to(fp32))` for every parameter after every backward
+#   (bf16_optimizer.py:390-400, pipe/engine.py _exec_backward_pass): a cast (read 2, write 4) and
+#   an add (read 4 + 4, write 4), two kernels per tensor.
+# - synchronous TP all-reduces and the qkv bias add of the 2021 Megatron layers (tp_comm_async,
+#   QKV_BIAS_ADD_NOTE): Megatron-DeepSpeed's megatron/mpu/layers.py is the 2021 one.
+# Left out (no source-backed size, or under 0.1% of the held-out steps): the rendezvous of a
+# blocking send with its receiver's recv, the partition copy before a send, the fp32 flatten /
+# cast / copy-back around each all-reduce bucket and clear_hp_grads, the per-step loss and
+# overflow all-reduces of scalars.
+DS_ALLREDUCE_BUCKET_PARAMS = 500_000_000  # MEMORY_OPT_ALLREDUCE_SIZE (runtime/pipe/engine.py@50893458)
+DS_BF16_HP_GRAD_BYTES_PER_PARAM = WEIGHT_BYTES + 4 + 3 * 4  # cast to fp32, then add into hp_grad
+
+
+def deepspeed_pipe(scn: Scenario) -> bool:
+    """Whether DeepSpeed's PipelineEngine runs the step (stack "megatron-deepspeed", DS_PIPE_NOTE)."""
+    return scn.kernels.stack == DEEPSPEED_STACK
+
+
+def tp_comm_async(scn: Scenario) -> bool:
+    """Whether the TP backward all-reduces run beside the GEMMs (`[kernels] tp_comm_async`).
+    Not under Megatron-DeepSpeed: its ColumnParallelLinear is the 2021 one,
+    copy_to_tensor_model_parallel_region then F.linear (megatron/mpu/layers.py:289-300@0c58dbb3,
+    no LinearWithGradAccumulationAndAsyncAllreduce), whose input-gradient all-reduce is synchronous."""
+    return scn.kernels.tp_comm_async and not deepspeed_pipe(scn)
+
+
 def main_grad_hook_bytes_per_param(scn: Scenario) -> float:
     """HBM bytes per parameter and micro-batch of the megatron-2021 DDP hook's main_grad add
-    (MAIN_GRAD_HOOK_NOTE); 0 for stacks whose weight-gradient GEMMs accumulate themselves."""
+    (MAIN_GRAD_HOOK_NOTE) or of DeepSpeed's gradient accumulation (DS_PIPE_NOTE); 0 for stacks
+    whose weight-gradient GEMMs accumulate themselves."""
+    if deepspeed_pipe(scn):
+        return DS_BF16_HP_GRAD_BYTES_PER_PARAM if scn.dtype == "bf16" else 3.0 * WEIGHT_BYTES
     if scn.kernels.stack != "megatron-2021" or scn.parallel.zero >= 3:
         return 0.0  # ZeRO-3 rows ran DeepSpeed's engine, which accumulates its own shard
     main = grad_reduce_bytes_per_param(scn.dtype, scn.kernels.grad_reduce_dtype)
@@ -1470,7 +1524,7 @@ class _Coster:
                 ub_ag_msg,
             )
             mm("qkv", T, q_local + 2 * kv_local, h, ln_fused=True)
-            if m.linear_bias and scn.kernels.stack == "megatron-2021":
+            if m.linear_bias and scn.kernels.stack in ("megatron-2021", DEEPSPEED_STACK):
                 # QKV_BIAS_ADD_NOTE: the column-parallel qkv adds its bias in a kernel of its own
                 self._eager(
                     fwd,
@@ -2214,7 +2268,7 @@ class _Coster:
         if par.tp == 1:
             return
         dgrad_s, wgrad_s = gemm_s
-        if par.tp_comm_overlap or not self.scn.kernels.tp_comm_async:
+        if par.tp_comm_overlap or not tp_comm_async(self.scn):
             # hidden by _overlap_tp instead (never hide twice), or a stack without Megatron's
             # asynchronous TP backward communication (2021-22 Megatron-LM): all of it exposed
             dgrad_s = wgrad_s = 0.0
@@ -3339,6 +3393,13 @@ def build_program(scn: Scenario, comm: CommModel | None = None) -> Program:
     host_s = scn.gpu.efficiency.microbatch_overhead_s
     ep_overlap = ep_overlap_pairs(scn)
     bucket_params = max(par.grad_bucket_params, 1_000_000 * par.dp)  # Megatron DDP bucket rule
+    ds = deepspeed_pipe(scn)
+    dp_wire_bytes = gbytes
+    if ds:  # DS_PIPE_NOTE: 16-bit communication_data_type unless the scenario names one
+        bucket_params = DS_ALLREDUCE_BUCKET_PARAMS
+        dp_wire_bytes = grad_reduce_bytes_per_param(scn.dtype, scn.kernels.grad_reduce_dtype or "bf16")
+    # the micro-batch's activation (or its gradient) at a stage boundary, per TP rank
+    act_msg = par.micro_batch * m.seq_len // par.cp * m.hidden * boost.activation_bytes / par.tp
     embed_params = m.vocab * m.hidden / par.tp
     # the first chunk's embedding parameters (word and learned position tables), one DP bucket
     embedding_params = embed_params + (m.seq_len * m.hidden if m.position_embeddings else 0)
@@ -3410,8 +3471,42 @@ def build_program(scn: Scenario, comm: CommModel | None = None) -> Program:
                 if first and last and m.tied_embeddings:
                     hook_b += TIED_GRAD_SUM_BYTES_PER_PARAM * embed_params
                     tensors += 1
+                name = "main_grad accumulate (ddp hook)"
+                if ds and scn.dtype == "bf16":  # DS_PIPE_NOTE: cast and add, two kernels per tensor
+                    name, tensors = "hp_grad accumulate (deepspeed bf16 optimizer)", 2 * tensors
+                elif ds:
+                    name = "grad accumulate (autograd, deepspeed fp16)"
                 t_hook = memory_op_time_s(device, hook_b, kernels=tensors)
-                b_w.append(Segment("compute", "main_grad accumulate (ddp hook)", t_hook, 0.0, hook_b))
+                b_w.append(Segment("compute", name, t_hook, 0.0, hook_b))
+            if ds and pp > 1:  # DS_PIPE_NOTE: blocking sends, TP all-gather of the partitioned tensor
+                t_send = coster.coll("sendrecv", "pp", act_msg, s)
+                t_full = coster.coll("allgather", "tp", act_msg * par.tp) if par.tp > 1 else 0.0
+                if not first:
+                    fwd.insert(
+                        0,
+                        Segment(
+                            "pp_comm",
+                            "activation all-gather (tp, partitioned p2p)",
+                            t_full,
+                            0.0,
+                            act_msg * par.tp,
+                        ),
+                    )
+                    b_w.append(
+                        Segment("pp_comm", "blocking send of the input gradient", t_send, 0.0, act_msg)
+                    )
+                if not last:
+                    fwd.append(Segment("pp_comm", "blocking send of the activation", t_send, 0.0, act_msg))
+                    rec.insert(
+                        0,
+                        Segment(
+                            "pp_comm",
+                            "gradient all-gather (tp, partitioned p2p)",
+                            t_full,
+                            0.0,
+                            act_msg * par.tp,
+                        ),
+                    )
             stage_params += params
             stage_expert_params += expert_params
             dp_grad_s: list[float] = []
@@ -3467,12 +3562,17 @@ def build_program(scn: Scenario, comm: CommModel | None = None) -> Program:
                                 if head <= 0:
                                     break
                     for i, n_params in enumerate(buckets):
+                        if ds and group == "dp":
+                            gb = dp_wire_bytes
                         dp_grad_b.append(n_params * gb)
                         gather_b = (n_params - wide[i]) * coster.param_gather_bytes + wide[i] * WEIGHT_BYTES
-                        if par.zero == 0:
+                        # DS_PIPE_NOTE: bf16 under DeepSpeed all-reduces the whole gradient even
+                        # with the BF16_Optimizer's sharded master
+                        if par.zero == 0 or (ds and scn.dtype == "bf16"):
                             dp_grad_s.append(ratio * coster.coll("allreduce", axis, n_params * gb, s))
                         else:
                             dp_grad_s.append(ratio * coster.coll("reducescatter", axis, n_params * gb, s))
+                        if par.zero > 0:
                             dp_param_s.append(ratio * coster.coll("allgather", axis, gather_b, s))
                             dp_param_b.append(gather_b)
                     if emb > 0 and par.zero > 0 and buckets:  # forward order: the embedding's first
@@ -3522,12 +3622,12 @@ def build_program(scn: Scenario, comm: CommModel | None = None) -> Program:
         optimizer_s = memory_op_time_s(device, opt_bytes, kernels=5)  # grad norm, clip, fused Adam
         if scn.memory.offload_optimizer:
             optimizer_s = _offloaded_optimizer_s(scn, opt_params)
-        act_msg = par.micro_batch * m.seq_len // par.cp * m.hidden * device.activation_bytes / par.tp
-        p2p_s = coster.coll("sendrecv", "pp", act_msg, s) if pp > 1 else 0.0
+        # DS_PIPE_NOTE: DeepSpeed's blocking sends sit in the sending blocks instead
+        p2p_s = coster.coll("sendrecv", "pp", act_msg, s) if pp > 1 and not ds else 0.0
         holds_output = any(next_chunk(par.schedule, pp, vp, s, c) is None for c in range(vp))
         sync_b = 0.0
         if m.tied_embeddings and pp > 1 and holds_embedding != holds_output:
-            sync_b = embed_params * gbytes  # EMBEDDING_SYNC_NOTE
+            sync_b = embed_params * gbytes  # EMBEDDING_SYNC_NOTE (DeepSpeed: ReduceTiedGrads, same bytes)
         stages.append(
             StageProgram(
                 stage=s,
@@ -3553,8 +3653,10 @@ def build_program(scn: Scenario, comm: CommModel | None = None) -> Program:
         schedule=par.schedule,
         zero=par.zero,
         reshard_after_forward=par.reshard_after_forward,
-        overlap_grad_reduce=par.overlap_grad_reduce,
-        overlap_param_gather=par.overlap_param_gather,
+        # DS_PIPE_NOTE: DeepSpeed's pipeline engine reduces after the last backward and gathers
+        # the parameters inside its optimizer step
+        overlap_grad_reduce=par.overlap_grad_reduce and not deepspeed_pipe(scn),
+        overlap_param_gather=par.overlap_param_gather and not deepspeed_pipe(scn),
         dataloader_latency_s=dl.microbatch_latency_s,
         dataloader_workers=dl.workers,
         dataloader_prefetch=dl.prefetch,

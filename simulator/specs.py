@@ -1155,8 +1155,22 @@ SINK_ATTENTION_IMPLS = ("cudnn", "unfused")
 UNPAD_ATTENTION_IMPLS = ("fa2", "fa3")
 CROSS_ENTROPY_IMPLS = ("unfused", "fused", "te", "torch")
 ZERO3_COLLECTIVES = ("nccl", "flat")
-# software stacks with fitted residuals (simulator/stacks.py, efficiency.toml [stacks.*])
-STACK_NAMES = ("megatron-core", "megatron-2021", "composer-fsdp")
+# software stacks (simulator/stacks.py): fitted residuals in efficiency.toml [stacks.*], or borrowed
+# from a fitted stack (stacks.RESIDUALS_OF: "megatron-deepspeed" has no run in the calibration data)
+STACK_NAMES = ("megatron-core", "megatron-2021", "composer-fsdp", "megatron-deepspeed")
+DEEPSPEED_STACK = "megatron-deepspeed"  # DeepSpeed's PipelineEngine (program.DS_PIPE_NOTE)
+# Stacks with no run in the calibration data, and the fitted stack whose system residuals they
+# take: Megatron-DeepSpeed runs the 2021-22 Megatron-LM kernels (its megatron/model and mpu are
+# Megatron-LM's) under DeepSpeed's pipeline engine, whose own mechanisms program.py costs from the
+# source (DS_PIPE_NOTE). A default for a stack not in the data, not a fit (docs/calibration.md).
+RESIDUALS_OF = {DEEPSPEED_STACK: "megatron-2021"}
+
+
+def residuals_stack(stack: str) -> str:
+    """The stack whose fitted `[stacks.*]` table `stack` uses (itself unless RESIDUALS_OF says)."""
+    return RESIDUALS_OF.get(stack, stack)
+
+
 ZERO3_BACKWARD_PREFETCH = ("pre", "post")
 # How q, k, v reach the attention kernel: "none" = as the layer holds them; "unpad" = through
 # flash-attn's bert_padding (unpad_input of q, k and v, pad_input of the output) around
@@ -1577,6 +1591,7 @@ class Scenario:
                 "which needs a deterministic step: no [variability] and no dataloader latency",
                 key="parallel.local_batch",
             )
+        _check_deepspeed_stack(self.parallel, self.kernels)
         _check_ep_overlap(self.parallel, self.kernels, self.gpu)
         _check_shared_expert_overlap(self.model, self.parallel, self.kernels)
         _check_load_imbalance(self.model, self.parallel.ep)
@@ -1584,6 +1599,7 @@ class Scenario:
         impl = self.kernels.attention if self.kernels.flash_attention else "unfused"
         if impl:
             check_attention_head_dim(impl, attention_head_dim(self.model))
+            check_attention_head_alignment(impl, attention_head_dims(self.model))
         if impl and self.model.attention_sinks:
             check_sink_attention(impl)
         if impl and self.kernels.attention_padding == "unpad":
@@ -1810,6 +1826,43 @@ def check_attention_head_dim(impl: str, head_dim: int, key: str = "kernels.atten
         )
 
 
+# Head dimensions that are not a multiple of 8 (16-bit elements: 16-byte rows for the kernels' vector
+# loads and TMA). FlashAttention-2 pads them: flash_attn/flash_attn_interface.py (Dao-AILab/flash-
+# attention@0251105a) :481-484 (FlashAttnFunc :851-854, the varlen and packed functions alike) pads q,
+# k, v with zeros to the next multiple of 8 before the kernel, whose C++ entry refuses anything else
+# (csrc/flash_attn/flash_api.cpp:417 "head_size that is a multiple of 8"), and slices the output back
+# (:507); the kernel's time is that of the padded head dim (kernels.attention_time_s), its useful FLOPs
+# the model's. FlashAttention-3 does not pad: hopper/flash_api.cpp:854-856 refuses ("head_size should be
+# a multiple of 8", 16 for FP8) and hopper/flash_attn_interface.py passes q, k, v through unpadded.
+# cuDNN's SDPA refuses too (NVIDIA/cudnn-frontend@3929da2 include/cudnn_frontend/node/
+# scaled_dot_product_flash_attention.h:1143-1145 "hidden_dim should be multiple of 8",
+# sdpa_support_surface.h:222).
+ATTENTION_HEAD_DIM_ALIGN = 8
+ALIGNED_HEAD_DIM_IMPLS = ("fa3", "cudnn")  # refuse an unaligned head dim; fa2 pads it
+
+
+def attention_head_dims(model: ModelSpec) -> tuple[int, int]:
+    """The query/key and the value head dimension (equal but for MLA)."""
+    return model.dim_per_head, model.v_dim // model.heads
+
+
+def check_attention_head_alignment(
+    impl: str, head_dims: tuple[int, ...], key: str = "kernels.attention"
+) -> None:
+    """FlashAttention-3 and cuDNN run head dimensions that are multiples of 8 only (see
+    ATTENTION_HEAD_DIM_ALIGN: FlashAttention-2 pads the others, the unfused path takes any)."""
+    if impl not in ALIGNED_HEAD_DIM_IMPLS:
+        return
+    for dim in head_dims:
+        if dim % ATTENTION_HEAD_DIM_ALIGN:
+            raise ConfigError(
+                f"{impl!r} attention takes head dimensions that are multiples of {ATTENTION_HEAD_DIM_ALIGN} only "
+                f'(FlashAttention-3 and cuDNN refuse others); this one is {dim}: "fa2" pads it to '
+                f'{-(-dim // ATTENTION_HEAD_DIM_ALIGN) * ATTENTION_HEAD_DIM_ALIGN}, "unfused" runs it as is',
+                key=key,
+            )
+
+
 def check_cp_comm_type(impl: str, par: ParallelConfig) -> None:
     """A context-parallel implementation other than the p2p ring runs fused attention kernels only
     (Transformer Engine's all-gather and all-to-all CP: flash or cuDNN; PyTorch's context_parallel: the SDPA
@@ -1873,6 +1926,33 @@ def _check_recompute_modules(model: ModelSpec, modules: tuple[str, ...]) -> None
         has, what = need.get(name, (True, ""))
         if not has:
             raise ConfigError(f"{name!r} recomputes nothing in {what}", key="parallel.recompute_modules")
+
+
+def _check_deepspeed_stack(par: ParallelConfig, kern: KernelOptions) -> None:
+    """`stack = "megatron-deepspeed"` runs DeepSpeed's PipelineEngine (program.DS_PIPE_NOTE), which
+    has one schedule, TrainSchedule (1F1B, no interleaving: deepspeed/runtime/pipe/schedule.py
+    @50893458), refuses ZeRO-2/3 ("ZeRO-2 and ZeRO-3 are incompatible with pipeline parallelism",
+    pipe/engine.py:73@50893458) and is not torch.distributed.pipelining."""
+    if kern.stack != "megatron-deepspeed":
+        return
+    if par.zero >= 2:
+        raise ConfigError(
+            f"DeepSpeed's pipeline engine refuses ZeRO-{par.zero} (pipe/engine.py: 'ZeRO-2 and ZeRO-3 "
+            "are incompatible with pipeline parallelism'): use zero = 0 or 1",
+            key="kernels.stack",
+        )
+    if par.schedule != "1f1b" or par.vp > 1:
+        raise ConfigError(
+            "DeepSpeed's pipeline engine runs only its TrainSchedule (1F1B without interleaving): "
+            f'schedule = "1f1b", vp = 1 (got schedule = {par.schedule!r}, vp = {par.vp})',
+            key="kernels.stack",
+        )
+    if par.local_batch > 0:
+        raise ConfigError(
+            "local_batch is torch.distributed.pipelining's gradient accumulation, not DeepSpeed's "
+            "pipeline engine",
+            key="kernels.stack",
+        )
 
 
 def _check_shared_expert_overlap(model: ModelSpec, par: ParallelConfig, kern: KernelOptions) -> None:

@@ -16,7 +16,9 @@ from dataclasses import fields, replace
 from functools import lru_cache
 from typing import Any
 
-from .specs import GPUEfficiency, Scenario
+from .specs import RESIDUALS_OF, GPUEfficiency, Scenario, residuals_stack
+
+__all__ = ["RESIDUALS_OF", "residuals_stack"]
 
 DEFAULT_STACK = "megatron-core"
 # Each shipped source's stack (docs/validate-assumptions.md).
@@ -29,6 +31,7 @@ STACK_OF_SOURCE = {
     "narayanan21": "megatron-2021",  # Megatron-LM 2021: fp16, unfused attention, synchronous TP
 }
 STACKS = tuple(sorted(set(STACK_OF_SOURCE.values())))
+# stacks with no calibration run borrow a fitted stack's residuals: specs.RESIDUALS_OF
 
 
 def stack_of_source(source_key: str) -> str:
@@ -45,7 +48,7 @@ def _stack_tables() -> dict[str, Any]:
 
 def stack_efficiency(stack: str, architecture: str) -> GPUEfficiency | None:
     """The fitted residuals of `stack` on `architecture`, or None when not fitted."""
-    table = _stack_tables().get(stack, {}).get(architecture)
+    table = _stack_tables().get(residuals_stack(stack), {}).get(architecture)
     if not table:
         return None
     names = {f.name for f in fields(GPUEfficiency)}

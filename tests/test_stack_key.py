@@ -12,7 +12,7 @@ from simulator.errors import ConfigError
 from simulator.loading import scenario_from_dict
 from simulator.simulate import simulate
 from simulator.specs import STACK_NAMES
-from simulator.stacks import STACKS, with_stack
+from simulator.stacks import RESIDUALS_OF, STACKS, with_stack
 
 MODEL = {"name": "t", "layers": 8, "hidden": 4096, "heads": 32, "vocab": 51200, "seq_len": 2048}
 
@@ -29,7 +29,10 @@ def scn(topology: str = "dgx-a100", **kernels: object):
 
 
 def test_the_key_lists_every_stack_with_residuals() -> None:
-    assert set(STACK_NAMES) == set(STACKS)
+    """Every stack a source ran, plus those without calibration runs that borrow a fitted one's
+    residuals (megatron-deepspeed), and a borrowed stack is itself fitted from some source."""
+    assert set(STACK_NAMES) == set(STACKS) | set(RESIDUALS_OF)
+    assert set(RESIDUALS_OF.values()) <= set(STACKS)
 
 
 @pytest.mark.parametrize("stack", ["megatron-2021", "composer-fsdp"])

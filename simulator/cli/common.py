@@ -174,6 +174,16 @@ def add_override_flags(p: argparse.ArgumentParser, plan: bool = True) -> None:
         default=[],
         help="change a scenario value, validated like the file (e.g. parallel.tp=4); repeatable",
     )
+    p.add_argument(
+        "--unset",
+        dest="unsets",
+        metavar="KEY",
+        action="append",
+        default=[],
+        help="remove a scenario key (or table, e.g. run) so its default applies, as if the file never "
+        "set it (e.g. parallel.dp); repeatable; applied before --set; unknown and required keys are "
+        "refused",
+    )
     if plan:
         p.add_argument(
             "--tokens",
@@ -195,13 +205,18 @@ def add_override_flags(p: argparse.ArgumentParser, plan: bool = True) -> None:
 
 
 def scenario_overrides(args: argparse.Namespace) -> list[tuple[str, object]]:
-    """The `--set` overrides of a command line, then its plan flags."""
-    from ..overrides import parse_override
+    """The `--unset` and `--set` overrides of a command line, then its plan flags."""
+    from ..overrides import parse_override, parse_unset
 
-    out = [parse_override(text) for text in getattr(args, "overrides", None) or []]
+    out = [parse_unset(text) for text in getattr(args, "unsets", None) or []]
+    out += [parse_override(text) for text in getattr(args, "overrides", None) or []]
     for attr, key in {**PLAN_FLAGS, **MEMORY_FLAGS}.items():
         value = getattr(args, attr, None)
         if value is not None:
+            flag = "--" + attr.replace("_", "-")
+            if any(k == key and v is not None for k, v in out):
+                # `--set run.tokens=1e9 --tokens 2e9`: the shorthand silently won
+                raise ConfigError(f"sets {key}, which --set {key} also sets; give one", key=flag)
             out.append((key, value))
     return out
 
@@ -220,10 +235,12 @@ def flag_names(err: ConfigError) -> ConfigError:
 def load_cli_scenario(arg: str | None, args: argparse.Namespace):
     """The command's scenario: a file or a shipped name (or the default), with its overrides."""
     from ..loading import load_scenario
+    from ..overrides import override_label
 
     path = scenario_path(arg)
     overrides = scenario_overrides(args)
-    for key, _ in overrides:
+    for key, value in overrides:
+        label = override_label(key, value)
         if key == "sweep" or key.startswith("sweep."):
             # only `mfusim sweep` reads [sweep]: run, compare and whatif dropped it silently
             name = key.partition(".")[2]
@@ -231,13 +248,13 @@ def load_cli_scenario(arg: str | None, args: argparse.Namespace):
             raise ConfigError(
                 "only `mfusim sweep` reads [sweep]; this command simulates the scenario's own values"
                 + (f" (--set {own}=VALUE)" if name else ""),
-                key=f"--set {key}",
+                key=label,
             )
         if (key == "run" or key.startswith("run.")) and not hasattr(args, "tokens"):
             # a command without the plan flags (whatif) plans no run: the value was dropped silently
             raise ConfigError(
                 "this command does not plan the whole run ([run] is read by run, compare and sweep)",
-                key=f"--set {key}",
+                key=label,
             )
     try:
         scn = load_scenario(path, overrides)

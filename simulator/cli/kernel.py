@@ -21,7 +21,13 @@ from typing import Any
 
 from ..errors import ConfigError
 from ..kernels import ATTENTION_IMPLS, MEMORY_KINDS
-from ..specs import NO_BF16_ARCHS, check_attention_arch, check_attention_head_dim, check_dtype_arch
+from ..specs import (
+    NO_BF16_ARCHS,
+    check_attention_arch,
+    check_attention_head_alignment,
+    check_attention_head_dim,
+    check_dtype_arch,
+)
 from .common import int_flag, positive_float, positive_int, print_json
 
 COLLECTIVES = ("allreduce", "allgather", "reducescatter", "alltoall")
@@ -164,6 +170,7 @@ def kernel_result(args: argparse.Namespace) -> dict[str, Any]:
         impl = args.impl or K.default_attention(gpu)
         check_attention_arch(impl, K.architecture(gpu.name), gpu.name, "--impl")
         check_attention_head_dim(impl, args.head_dim, "--head-dim")
+        check_attention_head_alignment(impl, (args.head_dim,), "--head-dim")
         causal = args.causal or args.window is not None
         shape = dict(batch=args.batch, seq=args.seq, heads=args.heads, head_dim=args.head_dim, causal=causal)
         window = {} if args.window is None else {"window": args.window}

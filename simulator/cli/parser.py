@@ -154,7 +154,8 @@ def _add_sweep(sub: Any) -> None:
         "--jobs",
         type=positive_int("--jobs"),
         default=None,
-        help="local worker processes (default: one per CPU core)",
+        help="local worker processes (default: one per CPU core); with --dask local, the LocalCluster's "
+        "workers; not with --dask ADDRESS (that cluster's own workers run the sweep)",
     )
     p.add_argument("--resume", action="store_true", help="continue a sweep whose --out already holds rows")
     p.add_argument(
@@ -185,7 +186,12 @@ def _add_sweep(sub: Any) -> None:
         default=None,
         help="with --engine auto: how many of the best configurations the engine re-simulates (default 3)",
     )
-    p.add_argument("--dask", metavar="ADDRESS", help="run on an existing Dask scheduler ('local' starts one)")
+    p.add_argument(
+        "--dask",
+        metavar="ADDRESS",
+        help="run on an existing Dask scheduler (its workers; --jobs is refused), or 'local': start a "
+        "LocalCluster of --jobs workers",
+    )
     p.add_argument("--json", action="store_true", help="print the ranked results as JSON")
     add_override_flags(p)
 

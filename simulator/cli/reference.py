@@ -621,9 +621,11 @@ KEYS: dict[str, Key] = {
     "kernels.stack": Key(
         "software stack whose fitted system residuals (sustained clock, launch gap, host overhead"
         " per micro-batch, NCCL fraction, overlap slowdown) replace the GPU's default-stack table;"
-        " empty = Megatron-Core + TE; refused on an architecture the stack was not fitted on",
+        " empty = Megatron-Core + TE; megatron-deepspeed (no calibration run) takes megatron-2021's"
+        " residuals and adds DeepSpeed's pipeline-engine mechanisms; refused on an architecture the"
+        " stack was not fitted on",
         default='""',
-        allowed=lambda: ("megatron-core", "megatron-2021", "composer-fsdp"),
+        allowed=_spec("STACK_NAMES"),
         since=NEXT,
     ),
     # [memory]
@@ -918,6 +920,35 @@ _JSON_TYPES = {
 }
 
 
+NAME_MATCH_NOTE = (
+    "any case, with -, _ or spaces either way, or an alias listed under Names in docs/reference.md"
+)
+
+
+def _any_case(text: str) -> str:
+    """An ECMA-262 regex (JSON Schema `pattern`) matching `text` in any case. Only syntax
+    characters are escaped: ECMA-262 with the `u` flag refuses other escapes (`\\-`), which
+    Python's `re.escape` writes."""
+    return "".join(
+        f"[{c.lower()}{c.upper()}]"
+        if c.lower() != c.upper()
+        else ("\\" + c if c in "^$\\.*+?()[]{}|/" else c)
+        for c in text
+    )
+
+
+def name_pattern(allowed: tuple[str, ...]) -> str:
+    """The spellings `names.canonical` accepts for `allowed`, as one anchored pattern: each
+    choice in any case with separators (-, _, space) anywhere or nowhere, and each alias of a
+    choice in any case (as written, or squashed when the squashed form is itself an alias)."""
+    from ..names import ALIASES, _squash
+
+    sep = "[-_ ]*"
+    alternatives = {sep + sep.join(_any_case(c) for c in _squash(name)) + sep for name in allowed}
+    alternatives |= {_any_case(alias) for alias, target in ALIASES.items() if target in allowed}
+    return "^(?:" + "|".join(sorted(alternatives)) + ")$"
+
+
 def scenario_schema() -> dict[str, Any]:
     """JSON Schema (draft 2020-12) of a scenario file, for editors (taplo, Even Better TOML)."""
     root: dict[str, Any] = {
@@ -945,7 +976,13 @@ def scenario_schema() -> dict[str, Any]:
             if json_type == "array" and row.type == "list of strings":
                 node["items"] = {"type": "string"}
         if row.allowed and json_type == "string":
-            node["enum"] = list(row.allowed)
+            # the loader matches names as simulator/names.py `canonical` does; a plain enum
+            # refused "BF16" or "1F1B" in an editor while mfusim ran them: the enum stays for
+            # completion, the pattern accepts exactly the other spellings the loader does
+            # (an empty string, where it is the default, says "the default" as the loader reads it)
+            empty = [""] if row.default == '""' else []
+            node["anyOf"] = [{"enum": list(row.allowed) + empty}, {"pattern": name_pattern(row.allowed)}]
+            node["description"] += f" ({NAME_MATCH_NOTE})"
         if row.default not in ("—", "") and json_type in ("integer", "number", "boolean"):
             with contextlib.suppress(ValueError):
                 node["default"] = json.loads(row.default.replace(",", "").replace("_", ""))
@@ -1351,8 +1388,8 @@ JSON_FIELDS: dict[str, dict[str, str]] = {
         "plan.optimal_checkpoint_interval_s": "the Young/Daly optimum interval [s]",
         "plan.checkpoint_every_steps": "steps between checkpoints (the interval rounded to whole steps)",
         "plan.gpu_hours": "GPU-hours of the run (wall time × GPUs)",
-        "plan.cost_usd": "cost, when usd_per_gpu_hour is given (else null)",
-        "plan.usd_per_gpu_hour": "price used (null when not given)",
+        "plan.cost_usd": "cost of the run at run.usd_per_gpu_hour",
+        "plan.usd_per_gpu_hour": "price per GPU-hour used",
         "plan.energy_mwh": "facility energy [MWh] (GPU power × utilization × PUE)",
         "plan.facility_power_mw": "facility power while training [MW]",
         "plan.goodput": "share of wall time spent on useful training (0-1)",
@@ -1362,7 +1399,9 @@ JSON_FIELDS: dict[str, dict[str, str]] = {
         "plan.time_fractions.restart": "restarting after failures",
         "plan.time_fractions.lost_work": "training redone after a failure",
         "plan.checkpoint_interval_s": "time between checkpoints [s]",
-        "plan.checkpoint_interval_source": "young-daly (the optimum) or the [run] key",
+        "plan.checkpoint_interval_source": "young-daly (the optimum), storage-bound (an asynchronous "
+        "checkpoint's write outlasts the optimum), given (run.checkpoint_interval_min) or none (no "
+        "failures and no interval given: no checkpoints)",
         "plan.checkpoint_bytes": "size of one checkpoint [bytes]",
         "plan.checkpoint_write_s": "time to write one checkpoint [s]",
         "plan.checkpoint_stall_s": "training time lost per checkpoint [s]",
@@ -1391,8 +1430,7 @@ JSON_FIELDS: dict[str, dict[str, str]] = {
         "baseline.attributed_fraction": "share of the step attributed to each category",
         "baseline.attributed_fraction.<category>": "share attributed",
         "baseline.memory_fits": "the baseline fits in GPU memory",
-        "cheapest_fit": "for a baseline that does not fit: the key of the fitting lever that keeps the most MFU "
-        "(null when the baseline fits or nothing tried fits)",
+        "cheapest_fit": "for a baseline that does not fit: the key of the fitting lever that keeps the most MFU",
         "levers": "every lever simulated, best first (`fit_*` levers: ways to fit an out-of-memory baseline)",
         "levers[].key": "the lever's identifier (e.g. interleave_vp2, fit_zero3; the scenario keys it sets are in change)",
         "levers[].name": "the lever in words",
@@ -1422,7 +1460,7 @@ JSON_FIELDS: dict[str, dict[str, str]] = {
         "counts.invalid": "not a valid configuration (the reason column says why)",
         "rank_by": "the quantity ranked by (--rank-by)",
         "engines": "which engine produced the numbers",
-        "largest_closed_form_engine_gap": "largest |closed form − engine| / engine MFU over the rows the engine checked (--engine auto; null when none)",
+        "largest_closed_form_engine_gap": "largest |closed form − engine| / engine MFU over the rows the engine checked (--engine auto)",
         "top": "the best --top rows",
     },
     "mfu": {
@@ -1616,11 +1654,46 @@ JSON_FIELDS: dict[str, dict[str, str]] = {
 }
 
 
+# --json fields that can be null: (their type otherwise, when they are null). The example run
+# of each command shows one of the two cases only, so the reference says both; a test checks
+# that every field an example prints as null is listed here.
+_NO_POWER = "the GPU's catalog entry has no board_power_w (energy not reported, with a warning)"
+_NO_CHECKPOINTS = "run.gpu_failures_per_year = 0 and no run.checkpoint_interval_min: no checkpoints"
+_NO_MOE = "no MoE row was simulated"
+NULLABLE: dict[str, dict[str, tuple[str, str]]] = {
+    "run": {
+        "plan.cost_usd": ("number", "run.usd_per_gpu_hour (--usd-per-gpu-hour) is not given"),
+        "plan.usd_per_gpu_hour": ("number", "not given"),
+        "plan.energy_mwh": ("number", _NO_POWER),
+        "plan.facility_power_mw": ("number", _NO_POWER),
+        "plan.it_power_w_per_gpu": ("number", _NO_POWER),
+        "plan.job_mtbf_hours": ("number", "run.gpu_failures_per_year = 0: no interruptions"),
+        "plan.checkpoint_interval_s": ("number", _NO_CHECKPOINTS),
+        "plan.checkpoint_every_steps": ("integer", _NO_CHECKPOINTS),
+        "plan.optimal_checkpoint_interval_s": ("number", "run.gpu_failures_per_year = 0: no optimum"),
+    },
+    "whatif": {"cheapest_fit": ("string", "the baseline fits, or no lever tried fits")},
+    "sweep": {"largest_closed_form_engine_gap": ("number", "the engine checked no row")},
+    "validate": {
+        f"summary.moe.{group}.{name}": ("number", _NO_MOE)
+        for group in ("all", "newest_release")
+        for name in ("mape_pct", "bias_pct", "spread_floor_pct")
+    },
+}
+
+
+def json_type_cell(command: str, path: str, example_type: str) -> str:
+    """The type column of a --json field: `number or null` for the fields that can be null."""
+    nullable = NULLABLE.get(command, {}).get(path)
+    return example_type if nullable is None else f"{nullable[0]} or null"
+
+
 def json_meaning(command: str, path: str) -> str:
     """A --json field's meaning: written above, or a [parallel] key's own (run's `parallel.tp`)."""
     docs = {**JSON_FIELDS.get(command, {}), **JSON_STOP.get(command, {})}
+    nullable = NULLABLE.get(command, {}).get(path)
     if path in docs:
-        return docs[path]
+        return docs[path] + ("" if nullable is None else f"; null when {nullable[1]}")
     if path in COMMON_JSON_FIELDS:
         return COMMON_JSON_FIELDS[path]
     head, _, name = path.rpartition(".")
@@ -1688,6 +1761,15 @@ def reference_markdown(json_fields_by_command: Mapping[str, Mapping[str, str]] |
         "`_Gbps` = Gb/s decimal bits, `_gib` = GiB binary). Unknown keys are errors naming the file",
         "and the key, with the closest allowed key.",
         "",
+        "`run`, `compare`, `whatif` and `sweep` change any key from the command line, checked like",
+        "the file: `--set section.key=VALUE` (a TOML literal, or a bare word as a string) gives a",
+        "value; `--unset section.key` removes the key, or a whole table (`--unset run`), so its",
+        "default applies as if the file never set it (`--unset parallel.dp`: dp derived from the",
+        "GPUs again). Both repeat; unsets apply first, so `--unset run --set run.tokens=1e12` plans",
+        "a run with every other `[run]` key at its default. An unknown key, a required key (no",
+        "default: `cluster.num_gpus`) and a key both set and unset are refused, naming the flag. In",
+        'Python, `mfusim.load_scenario(..., overrides={"parallel.dp": None})` unsets the same way.',
+        "",
         "## Contents",
         "",
         "- [Scenario file](#scenario-file)",
@@ -1739,7 +1821,8 @@ def reference_markdown(json_fields_by_command: Mapping[str, Mapping[str, str]] |
     lines += [
         "## `--json` output of each command",
         "",
-        "Every `--json` prints one strict JSON object (no NaN or Infinity) on stdout. Paths are",
+        "Every `--json` prints one strict JSON object (no NaN or Infinity) on stdout; a type",
+        "`X or null` is a field that is null in the case its meaning states. Paths are",
         "dotted; `[]` is each element of an array; `<category>` stands for each breakdown category",
         "(" + ", ".join(CATEGORIES) + "; host_bound: the GPU waits for the CPU to issue",
         "kernels, simulator/hostbound.py), `<preset>` / `<gpu>` for each catalog name, `<name>` for",
@@ -1752,7 +1835,8 @@ def reference_markdown(json_fields_by_command: Mapping[str, Mapping[str, str]] |
         lines += [f"### `mfusim {command}`", "", f"Example: `mfusim {example}`", ""]
         lines += ["| field | type | meaning |", "|---|---|---|"]
         for path, type_name in paths.items():
-            lines.append(f"| `{path}` | {type_name} | {_cell(json_meaning(command, path))} |")
+            cell = json_type_cell(command, path, type_name)
+            lines.append(f"| `{path}` | {cell} | {_cell(json_meaning(command, path))} |")
         lines.append("")
     lines += ["## CSV files", ""]
     for name, columns in csv_columns().items():

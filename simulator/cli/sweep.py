@@ -148,6 +148,13 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         raise ConfigError("--resume needs --out FILE (the file to continue)", key="--resume")
     if args.dask is not None and not args.dask.strip():
         raise ConfigError("empty scheduler address (host:port, or 'local')", key="--dask")
+    if args.dask is not None and args.dask.strip() != "local" and args.jobs is not None:
+        # the scheduler's own workers run the chunks: the count was dropped silently
+        raise ConfigError(
+            f"sets local worker processes; with --dask {args.dask} the Dask cluster's own workers run the "
+            "sweep (--jobs N with --dask local starts a LocalCluster of N workers)",
+            key="--jobs",
+        )
     if args.plot:
         check_writable(args.plot, "--plot", inputs + ([out] if out is not None else []))
     if out is not None and not args.resume and out.is_file() and out.stat().st_size > 0:
@@ -174,7 +181,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         rank_by=args.rank_by,
         out=out,
         resume=args.resume,
-        dask=args.dask,
+        dask=args.dask.strip() if args.dask is not None else None,
         progress=progress_stream,
     )
     failed = sum(1 for r in result.rows if str(r.get("reason") or "").startswith("simulation failed"))
