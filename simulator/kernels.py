@@ -43,6 +43,7 @@ network NICs; NCCL's own algorithm choice unless a figure names the one it was f
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import MISSING, dataclass, fields
 from functools import lru_cache
 from typing import Any
@@ -976,9 +977,11 @@ class Figure:
 def shipped_figures(
     overrides: dict[str, KernelParams] | None = None,
     kinds: tuple[str, ...] = ("gemm", "attention", "memory", "collective"),
+    where: Callable[[str, dict[str, Any]], bool] | None = None,
 ) -> list[Figure]:
     """Every figure of kernels.toml next to the model's prediction (`overrides`: architecture ->
-    parameters to use instead of the shipped ones, for the fitting script)."""
+    parameters to use instead of the shipped ones, for the fitting script; `where(kind, row)`:
+    only the rows it accepts, so that a fit evaluates only the figures its residuals use)."""
     from .loading import load_gpu_catalog, load_topology
 
     catalog = load_gpu_catalog()
@@ -994,6 +997,8 @@ def shipped_figures(
         return (overrides or {}).get(arch) or params_for_architecture(arch)
 
     for row in data.get("gemm", []) if "gemm" in kinds else []:
+        if where is not None and not where("gemm", row):
+            continue
         gpu = gpu_by_name(row["gpu"])
         b, m, n, k = int(row["batch"]), int(row["m"]), int(row["n"]), int(row["k"])
         t = gemm_time_s(gpu, row["dtype"], m, n, k, b, params(gpu))
@@ -1022,6 +1027,8 @@ def shipped_figures(
             )
         )
     for row in data.get("attention", []) if "attention" in kinds else []:
+        if where is not None and not where("attention", row):
+            continue
         gpu = gpu_by_name(row["gpu"])
         kw = dict(
             batch=int(row["batch"]),
@@ -1048,6 +1055,8 @@ def shipped_figures(
             )
         )
     for row in data.get("memory", []) if "memory" in kinds else []:
+        if where is not None and not where("memory", row):
+            continue
         gpu = gpu_by_name(row["gpu"])
         kind = row.get("kind", "copy")
         t = memory_time_s(gpu, float(row["bytes"]), params(gpu), kind, int(row.get("kernels", 1)))
@@ -1064,6 +1073,8 @@ def shipped_figures(
             )
         )
     for row in data.get("collective", []) if "collective" in kinds else []:
+        if where is not None and not where("collective", row):
+            continue
         algo = row.get("algorithm")
         topo_gpu = load_topology(row["topology"]).gpu
         per_node = row.get("gpus_per_node")
