@@ -263,11 +263,12 @@ def accuracy_toml(report: V.ValidationReport) -> str:
     from simulator.validate.runner import scenario_for
 
     groups: dict[tuple[str, str, str], list[float]] = {}
+    by_stack: dict[tuple[str, str, str, str], list[float]] = {}
     for r in report.results:
         scn = scenario_for(r.case)
-        groups.setdefault(accuracy_group_of(scn.gpu.name, scn.model.is_moe, scn.dtype), []).append(
-            r.error_pct
-        )
+        group = accuracy_group_of(scn.gpu.name, scn.model.is_moe, scn.dtype)
+        groups.setdefault(group, []).append(r.error_pct)
+        by_stack.setdefault((stack_of_source(r.case.source_key), *group), []).append(r.error_pct)
     lines = [
         "# Written by benchmarks/accuracy_report.py from `mfusim validate` on the shipped published runs",
         "# (scenarios/published/calibration_runs.csv; docs/accuracy.md). Do not edit by hand.",
@@ -275,12 +276,16 @@ def accuracy_toml(report: V.ValidationReport) -> str:
         "# error (bias_pct, + = predicted faster than measured) of the throughput each source publishes, per",
         "# GPU architecture, dense or mixture-of-experts model, and precision class (16bit: bf16/fp16, fp8:",
         "# fp8/mxfp8, fp4: nvfp4).",
-        "# `mfusim run` reports its scenario's group as `accuracy` (simulator/describe.py).",
+        "# [stacks.stack.architecture.kind.precision]: the same, over the rows of one software stack",
+        "# (simulator/stacks.py STACK_OF_SOURCE); a stack with no table has no published run.",
+        "# `mfusim run` reports its scenario's stack's group as `accuracy` (simulator/describe.py).",
     ]
-    for (arch, kind, precision), errors in sorted(groups.items()):
+    tables = [((arch, kind, precision), errors) for (arch, kind, precision), errors in sorted(groups.items())]
+    tables += [(("stacks", *key), errors) for key, errors in sorted(by_stack.items())]
+    for key, errors in tables:
         lines += [
             "",
-            f"[{arch}.{kind}.{precision}]",
+            f"[{'.'.join(key)}]",
             f"rows = {len(errors)}",
             f"mape_pct = {_mape(errors):.1f}",
             f"bias_pct = {_bias(errors):.1f}",

@@ -13,7 +13,7 @@ from typing import Any
 
 from .metrics import StepReport
 from .plan import Plan, RunSpec, plan_for
-from .specs import Scenario
+from .specs import Scenario, schedule_label
 from .timeline import CATEGORIES
 from .units import DAY_S, GIB_BYTES
 
@@ -121,7 +121,7 @@ def format_comparison(items: Sequence[Compared]) -> str:
         _row("micro x count", [f"{r.parallel.micro_batch} x {r.parallel.num_microbatches}" for r in reps]),
         _row(
             "schedule",
-            [r.parallel.schedule + (f" vp={r.parallel.vp}" if r.parallel.vp > 1 else "") for r in reps],
+            [schedule_label(r.parallel.schedule, r.parallel.pp, r.parallel.vp) for r in reps],
         ),
         _row("recompute / ZeRO", [f"{r.parallel.recompute} / {r.parallel.zero}" for r in reps]),
         _row("dtype", [s.dtype for s in scns]),

@@ -22,7 +22,8 @@ PRECISION_CLASS = {
 }
 ACCURACY_NOTE = (
     "mean absolute / signed error of `mfusim validate` on the shipped published runs of this GPU "
-    "architecture, model kind and precision class (docs/accuracy.md); bias > 0: predicted faster "
+    "architecture, model kind and precision class on this software stack (all_stacks: of every "
+    "stack) (docs/accuracy.md); bias > 0: predicted faster "
     "than measured. These are the runs the model is calibrated on (half of each group fitted, half "
     "held out); published runs outside them err more, mostly optimistic (docs/accuracy.md, held-out runs)"
 )
@@ -52,29 +53,60 @@ def accuracy_group_of(gpu_name: str, is_moe: bool, dtype: str) -> tuple[str, str
     return arch, "moe" if is_moe else "dense", PRECISION_CLASS.get(dtype, dtype)
 
 
+def _figures(group: dict[str, Any] | None) -> dict[str, Any]:
+    if not group:
+        return {"rows": 0, "mape_pct": None, "bias_pct": None}
+    return {
+        "rows": int(group["rows"]),
+        "mape_pct": float(group["mape_pct"]),
+        "bias_pct": float(group["bias_pct"]),
+    }
+
+
 def accuracy_summary(scn: Scenario) -> dict[str, Any]:
-    """`accuracy`: how far the model lands from measured throughput on comparable published runs
-    (the validation set's group of this scenario; rows 0 where it has none)."""
+    """`accuracy`: how far the model lands from measured throughput on comparable published runs:
+    the validation set's rows of this scenario's group run on its software stack (`[kernels]
+    stack`; rows 0 where there are none), and the group's rows of all stacks (`all_stacks`). A stack
+    with no calibration run of its own names the stack whose residuals it borrows (`residuals_of`)."""
+    from .specs import residuals_stack
+    from .stacks import DEFAULT_STACK
+
     arch, kind, precision = accuracy_group_of(scn.gpu.name, scn.model.is_moe, scn.dtype)
-    group = accuracy_table().get(arch, {}).get(kind, {}).get(precision)
-    out: dict[str, Any] = {"group": f"{arch} {kind} {precision}", "rows": 0}
-    if group:
-        out.update(
-            rows=int(group["rows"]), mape_pct=float(group["mape_pct"]), bias_pct=float(group["bias_pct"])
-        )
+    table = accuracy_table()
+    stack = scn.kernels.stack or DEFAULT_STACK
+    out: dict[str, Any] = {"group": f"{arch} {kind} {precision}", "stack": stack}
+    out["residuals_of"] = residuals_stack(stack)
+    out.update(_figures(table.get("stacks", {}).get(stack, {}).get(arch, {}).get(kind, {}).get(precision)))
+    out["all_stacks"] = _figures(table.get(arch, {}).get(kind, {}).get(precision))
     out["note"] = ACCURACY_NOTE
     return out
+
+
+def _error_text(fig: dict[str, Any]) -> str:
+    return f"mean error {fig['mape_pct']:.1f}% (bias {fig['bias_pct']:+.1f}%, > 0: predicted too fast)"
 
 
 def accuracy_line(scn: Scenario) -> str:
     """The text report's line for `accuracy_summary`."""
     acc = accuracy_summary(scn)
-    if not acc["rows"]:
-        return f"accuracy: no published {acc['group']} run in the validation set (docs/accuracy.md)"
-    return (
-        f"accuracy: mean error {acc['mape_pct']:.1f}% (bias {acc['bias_pct']:+.1f}%, > 0: predicted too fast) on "
-        f"{acc['rows']} published {acc['group']} calibration runs (docs/accuracy.md)"
-    )
+    group, stack, pooled = acc["group"], acc["stack"], acc["all_stacks"]
+    if acc["rows"]:
+        return (
+            f"accuracy: {_error_text(acc)} on {acc['rows']} published {group} calibration runs of the "
+            f"{stack} stack (docs/accuracy.md)"
+        )
+    if acc["residuals_of"] != stack:
+        head = (
+            f"accuracy: no published run of the {stack} stack in the calibration data; residuals "
+            f"borrowed from {acc['residuals_of']} (docs/calibration.md)"
+        )
+    elif pooled["rows"]:
+        head = f"accuracy: no published {group} run of the {stack} stack in the calibration data"
+    else:
+        return f"accuracy: no published {group} run in the calibration data (docs/accuracy.md)"
+    if not pooled["rows"]:
+        return head
+    return f"{head}; other stacks' {pooled['rows']} {group} runs: {_error_text(pooled)} (docs/accuracy.md)"
 
 
 def scenario_summary(scn: Scenario, warnings: tuple[str, ...] | list[str] | None = None) -> dict[str, Any]:

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from typing import Any
 
 from .describe import accuracy_line
 from .metrics import StepReport
-from .specs import Scenario
+from .specs import Scenario, schedule_label
 from .timeline import CATEGORIES
 from .units import bytes_to_gib
 
@@ -90,15 +91,22 @@ def _three_digits(x: float) -> str:
     return f"{x:.{digits}f}" if abs(x) >= 1e-3 else f"{x:.3g}"
 
 
-def format_report(scn: Scenario, r: StepReport) -> str:
+def overrides_line(overrides: Sequence[str]) -> str:
+    """`overrides: cluster.num_gpus=1024, --unset parallel.dp` ('' without overrides): under the
+    scenario's name, which is its file's while the values simulated are the overridden ones."""
+    return "overrides: " + ", ".join(overrides) if overrides else ""
+
+
+def format_report(scn: Scenario, r: StepReport, overrides: Sequence[str] = ()) -> str:
     par = r.parallel
-    flags = [par.schedule + (f" vp={par.vp}" if par.vp > 1 else ""), f"recompute {par.recompute}"]
+    flags = [schedule_label(par.schedule, par.pp, par.vp), f"recompute {par.recompute}"]
     if par.sequence_parallel:
         flags.append("SP")
     if par.zero:
         flags.append(f"ZeRO-{par.zero}")
     lines = [
         f"{r.name}",
+        *([f"  {overrides_line(overrides)}"] if overrides else []),
         f"  {r.num_gpus} x {scn.gpu.name} ({scn.topology.name}), {scn.model.name}, {scn.dtype}",
         f"  tp {par.tp} · pp {par.pp} · dp {par.dp} · cp {par.cp}"
         + (f" ({par.cp_comm_type})" if par.cp > 1 else "")  # the CP implementation, as run --json

@@ -159,6 +159,17 @@ def scenario_path(arg: str | None) -> Path:
     return resolve_scenario_path(arg)
 
 
+def scenario_label(arg: str | None) -> str:
+    """A scenario argument as the user named it: the path as given, or a shipped scenario's
+    name (`llama3-70b-512-h100.toml (shipped scenario)`, as the errors name it: cli/app.py
+    shipped_label), never the installed copy's site-packages path."""
+    from ..loading import path_kind
+
+    if arg is not None and path_kind(Path(arg)) != "missing":
+        return arg
+    return f"{scenario_path(arg).name} (shipped scenario)"
+
+
 # `run --tokens N --usd-per-gpu-hour P` are shorthands for these `--set` keys
 PLAN_FLAGS = {"tokens": "run.tokens", "usd_per_gpu_hour": "run.usd_per_gpu_hour"}
 MEMORY_FLAGS = {"memory_headroom": "memory.headroom_gib"}
@@ -218,6 +229,20 @@ def scenario_overrides(args: argparse.Namespace) -> list[tuple[str, object]]:
                 # `--set run.tokens=1e9 --tokens 2e9`: the shorthand silently won
                 raise ConfigError(f"sets {key}, which --set {key} also sets; give one", key=flag)
             out.append((key, value))
+    return out
+
+
+def override_texts(args: argparse.Namespace) -> list[str]:
+    """The command line's overrides as the user gave them, for the report's header: the scenario's
+    name is its file's, the values simulated are the file's with these applied."""
+    out = [f"--unset {text.strip()}" for text in getattr(args, "unsets", None) or []]
+    for text in getattr(args, "overrides", None) or []:
+        key, _, raw = text.partition("=")
+        out.append(f"{key.strip()}={raw.strip()}")
+    for attr in {**PLAN_FLAGS, **MEMORY_FLAGS}:
+        value = getattr(args, attr, None)
+        if value is not None:
+            out.append(f"--{attr.replace('_', '-')} {value:g}")
     return out
 
 

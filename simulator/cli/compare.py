@@ -7,7 +7,14 @@ import sys
 from pathlib import Path
 
 from ..errors import ConfigError
-from .common import check_writable, load_cli_scenario, print_json, scenario_inputs, scenario_path
+from .common import (
+    check_writable,
+    load_cli_scenario,
+    override_texts,
+    print_json,
+    scenario_inputs,
+    scenario_path,
+)
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
@@ -31,6 +38,11 @@ def cmd_compare(args: argparse.Namespace) -> int:
     if args.json:
         print_json(comparison_json(items))
     else:
+        overrides = override_texts(args)
+        if overrides:  # the same for every scenario (their names are their files')
+            from ..run import overrides_line
+
+            print(overrides_line(overrides) + " (every scenario)\n")
         print(format_comparison(items))
     return 0
 

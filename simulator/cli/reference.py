@@ -1283,12 +1283,22 @@ COMMON_JSON_FIELDS: dict[str, str] = {
     "seq_len": "sequence length [tokens]",
     "accuracy": (
         "how far the model lands from measured throughput on comparable published runs: `mfusim validate`'s"
-        " rows of this GPU architecture, model kind and precision class (simulator/catalog/accuracy.toml)"
+        " rows of this GPU architecture, model kind and precision class run on the scenario's software stack"
+        " (simulator/catalog/accuracy.toml)"
     ),
     "accuracy.group": "architecture, dense or moe, and precision class (16bit, fp8, fp4)",
-    "accuracy.rows": "published runs in the group (0: none; then no error is given)",
+    "accuracy.stack": "the software stack simulated ([kernels] stack; megatron-core when not set)",
+    "accuracy.residuals_of": (
+        "the stack whose fitted residuals the simulation uses: the stack itself, or the one a stack with no"
+        " published run of its own borrows (docs/calibration.md)"
+    ),
+    "accuracy.rows": "published runs of the group on this stack (0: none; then the errors are null)",
     "accuracy.mape_pct": "their mean absolute error [%]",
     "accuracy.bias_pct": "their mean signed error [%] (> 0: the model predicted faster than measured)",
+    "accuracy.all_stacks": "the same over the group's published runs of every stack",
+    "accuracy.all_stacks.rows": "published runs in the group (0: none; then the errors are null)",
+    "accuracy.all_stacks.mape_pct": "their mean absolute error [%]",
+    "accuracy.all_stacks.bias_pct": "their mean signed error [%] (> 0: the model predicted faster than measured)",
     "accuracy.note": "what the figures are",
     "mfusim_version": "the mfusim version that produced this output",
     "warnings": "what the simulation approximated or assumed (also printed on stderr)",
@@ -1305,7 +1315,11 @@ JSON_STOP: dict[str, dict[str, str]] = {
 }
 JSON_FIELDS: dict[str, dict[str, str]] = {
     "run": {
-        "name": "scenario name",
+        "name": "scenario name (the file's, also under overrides)",
+        "overrides": (
+            "the command line's --set / --unset / --tokens / --usd-per-gpu-hour / --memory-headroom as given,"
+            " in order of application ([] without): the values simulated are the scenario's with these applied"
+        ),
         "num_gpus": "GPUs in the job",
         "parallel": _RUN_PARALLEL,
         "parallel.num_microbatches": "micro-batches per step per pipeline = global_batch / (micro_batch · dp)",
@@ -1660,8 +1674,14 @@ JSON_FIELDS: dict[str, dict[str, str]] = {
 _NO_POWER = "the GPU's catalog entry has no board_power_w (energy not reported, with a warning)"
 _NO_CHECKPOINTS = "run.gpu_failures_per_year = 0 and no run.checkpoint_interval_min: no checkpoints"
 _NO_MOE = "no MoE row was simulated"
+_NO_ACCURACY_ROWS = {
+    f"accuracy.{group}{name}": ("number", "rows = 0 (no published run of the group)")
+    for group in ("", "all_stacks.")
+    for name in ("mape_pct", "bias_pct")
+}
 NULLABLE: dict[str, dict[str, tuple[str, str]]] = {
     "run": {
+        **_NO_ACCURACY_ROWS,
         "plan.cost_usd": ("number", "run.usd_per_gpu_hour (--usd-per-gpu-hour) is not given"),
         "plan.usd_per_gpu_hour": ("number", "not given"),
         "plan.energy_mwh": ("number", _NO_POWER),
@@ -1672,8 +1692,8 @@ NULLABLE: dict[str, dict[str, tuple[str, str]]] = {
         "plan.checkpoint_every_steps": ("integer", _NO_CHECKPOINTS),
         "plan.optimal_checkpoint_interval_s": ("number", "run.gpu_failures_per_year = 0: no optimum"),
     },
-    "whatif": {"cheapest_fit": ("string", "the baseline fits, or no lever tried fits")},
-    "sweep": {"largest_closed_form_engine_gap": ("number", "the engine checked no row")},
+    "whatif": {"cheapest_fit": ("string", "the baseline fits, or no lever tried fits"), **_NO_ACCURACY_ROWS},
+    "sweep": {"largest_closed_form_engine_gap": ("number", "the engine checked no row"), **_NO_ACCURACY_ROWS},
     "validate": {
         f"summary.moe.{group}.{name}": ("number", _NO_MOE)
         for group in ("all", "newest_release")

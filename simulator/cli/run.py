@@ -13,6 +13,7 @@ from .common import (
     check_suffix,
     check_writable,
     load_cli_scenario,
+    override_texts,
     print_json,
     scenario_error,
     scenario_inputs,
@@ -144,6 +145,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     stats = sample_stats(samples) if args.samples > 1 else None
     if args.json:
         out = add_summary(report.to_dict(), scn)
+        out["overrides"] = override_texts(args)
         out["warnings"] = warnings  # the step's and the plan's
         if plan is not None:
             out["plan"] = plan.to_dict()
@@ -151,7 +153,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             out["samples"] = stats
         print_json(out)
     else:
-        print(format_report(scn, report))
+        print(format_report(scn, report, override_texts(args)))
         if plan is not None:
             print(format_plan(plan))
         if stats is not None:

@@ -8,14 +8,17 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from ..console import one_line
 from ..errors import ConfigError
 from ..plan import check_rank_by
 from .common import (
     check_suffix,
     check_writable,
     flag_names,
+    override_texts,
     print_json,
     scenario_inputs,
+    scenario_label,
     scenario_overrides,
     scenario_path,
 )
@@ -70,17 +73,18 @@ def _export(
             key="--export-best" if best else "--export-top",
         )
     data = apply_overrides(read_toml(path), scenario_overrides(args))
+    # the scenario as the user named it, and the overrides the exported values include
+    texts = override_texts(args)
+    source = one_line(scenario_label(args.scenario) + (f" with {', '.join(texts)}" if texts else ""))
     base_dir = path.resolve().parent
     if best is not None:
-        export_rows(data, base_dir, result.ranked[:1], [best], rank_by=args.rank_by, source=str(path))
+        export_rows(data, base_dir, result.ranked[:1], [best], rank_by=args.rank_by, source=source)
         sys.stderr.write(f"wrote {best} (rank 1 by {args.rank_by}; run it with `mfusim run {best}`)\n")
     if top is not None:
         k, directory = top
         rows = list(result.ranked[:k])
         targets = top_targets(directory, rows)
-        export_rows(
-            data, base_dir, rows, targets, rank_by=args.rank_by, source=str(path), flag="--export-top"
-        )
+        export_rows(data, base_dir, rows, targets, rank_by=args.rank_by, source=source, flag="--export-top")
         sys.stderr.write(f"wrote {len(targets)} scenarios to {directory}\n")
 
 

@@ -4,15 +4,16 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from .common import load_cli_scenario, print_json
+from .common import load_cli_scenario, override_texts, print_json
 
 if TYPE_CHECKING:
     from ..whatif import WhatIf
 
 
-def _print_table(result: WhatIf, out: Any) -> None:
+def _print_table(result: WhatIf, out: Any, overrides: Sequence[str] = ()) -> None:
     base = result.baseline
     step = base.step_time_s
     bd = (
@@ -24,6 +25,10 @@ def _print_table(result: WhatIf, out: Any) -> None:
         f"{result.scenario_name}: baseline MFU {100 * base.mfu:.1f}%, HFU {100 * base.hfu:.1f}%, "
         f"step {step:#.4g} s, {base.tokens_per_s:,.0f} tokens/s on {base.num_gpus:,} GPUs\n"
     )
+    if overrides:  # the name is the file's; the values simulated are the overridden ones
+        from ..run import overrides_line
+
+        out.write(overrides_line(overrides) + "\n")
     out.write(result.headline + "\n")
     out.write("breakdown: " + ", ".join(f"{k} {100 * f:.1f}%" for f, k in bd) + "\n\n")
     rows = [("#", "lever", "MFU", "gain", "step (s)", "tokens/s", "mem", "change")]
@@ -82,5 +87,5 @@ def cmd_whatif(args: argparse.Namespace) -> int:
     if getattr(args, "json", False):
         print_json(add_summary(result.to_dict(), scenario))
     else:
-        _print_table(result, sys.stdout)
+        _print_table(result, sys.stdout, override_texts(args))
     return 0

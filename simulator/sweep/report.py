@@ -7,7 +7,7 @@ from collections import Counter
 from collections.abc import Mapping
 from typing import Any
 
-from ..specs import Scenario
+from ..specs import Scenario, schedule_label
 from ..timeline import CATEGORIES
 from .columns import SPEC_CONFIG_COLUMNS, STATUS_INVALID, STATUS_OK, STATUS_OOM
 from .driver import SweepResult
@@ -76,7 +76,7 @@ def format_table(scn: Scenario, result: SweepResult, top: int, rank_by: str) -> 
             step = r.get("step_time_s") or 0.0
             line = (
                 f"{i:>3} {r['tp']:>3} {r['pp']:>3} {r['dp']:>5} {r['cp']:>2} {r['ep']:>2} {r['vp']:>2} "
-                f"{r['micro_batch']:>3} {r['schedule']:<11} {r['recompute']:<9} "
+                f"{r['micro_batch']:>3} {schedule_label(r['schedule'], r['pp'], 1):<11} {r['recompute']:<9} "
                 f"{'y' if r['sequence_parallel'] else 'n':<2} {r['zero']:>1} "
                 + "".join(f"{r.get(k)!s:>{max(len(k), 6)}} " for k in extra)
                 + f"{r.get('engine') or '':<8} {100 * r['mfu']:>5.1f}% {100 * r['hfu']:>5.1f}% "
