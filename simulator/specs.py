@@ -27,20 +27,21 @@ ACTIVATIONS = ("", "squared_relu", "clamped_quick_geglu")
 GATED_ACTIVATIONS = ("clamped_quick_geglu",)
 SCHEDULES = ("gpipe", "1f1b", "interleaved", "zb-h1", "zb-v", "dualpipe", "dualpipev")
 TWO_CHUNK_SCHEDULES = ("zb-v", "dualpipe", "dualpipev")  # two model chunks per stage by construction
-# Pipeline schedules at pp = 1, where there is no pipeline (Scenario.warnings): the step time of
-# these is 1F1B's; of the second also, but its activation memory is counted at its own in-flight
-# chunks (memory.py); GPipe and dualpipe (refused at pp = 1: odd pp) are neither
-NO_PIPELINE_SAME_AS_1F1B = ("interleaved", "zb-h1", "zb-v")
-NO_PIPELINE_OWN_MEMORY = ("dualpipev",)
+# Pipeline schedules at pp = 1, where there is no pipeline (Scenario.warnings): "interleaved" (vp
+# = 1 there) runs 1F1B's step exactly; the zero-bubble ones still defer the weight-gradient passes
+# behind the input-gradient ones (less of the gradient reduce hidden: their step is not 1F1B's);
+# GPipe's order (all forwards first, every micro-batch's activations held) is a real choice at
+# pp = 1; dualpipe is refused there (it needs an even pp)
+NO_PIPELINE_SAME_AS_1F1B = ("interleaved",)
+NO_PIPELINE_DEFERRED_WGRAD = ("zb-h1", "zb-v", "dualpipev")
 
 
 def schedule_label(schedule: str, pp: int, vp: int) -> str:
     """The schedule as the text outputs show it: "no pipeline" at pp = 1 (with the schedule whose
-    order still shapes the memory, GPipe's or DualPipeV's), else the schedule and vp."""
+    order of passes still shapes the step: GPipe's, the zero-bubble ones'), else the schedule and vp."""
     if pp == 1:
-        return (
-            "no pipeline" if schedule in ("1f1b", *NO_PIPELINE_SAME_AS_1F1B) else f"no pipeline ({schedule})"
-        )
+        same = schedule in ("1f1b", *NO_PIPELINE_SAME_AS_1F1B)
+        return "no pipeline" if same else f"no pipeline ({schedule} order)"
     return schedule + (f" vp={vp}" if vp > 1 else "")
 
 
@@ -1728,19 +1729,17 @@ class Scenario:
                 f"{' per pipeline run' if par.local_batch else ''} for pp = {par.pp}: "
                 "the pipeline never fills (bubble > 50%)"
             )
-        if par.pp == 1 and par.schedule in NO_PIPELINE_SAME_AS_1F1B + NO_PIPELINE_OWN_MEMORY:
-            # one stage: the micro-batches run one forward-backward after another whatever the
-            # schedule says (the step time is 1F1B's); GPipe's order is a real choice at pp = 1 (all
-            # forwards first: every micro-batch's activations held) and is not warned about
-            chunks = f" (vp = {par.vp})" if par.vp > 1 else ""
-            memory = (
-                f" (only the activation memory is counted at {par.schedule}'s in-flight chunks)"
-                if par.schedule in NO_PIPELINE_OWN_MEMORY
-                else ""
-            )
+        if par.pp == 1 and par.schedule in NO_PIPELINE_SAME_AS_1F1B:
             out.append(
-                f'parallel.schedule = "{par.schedule}"{chunks} has no pipeline to schedule at pp = 1: '
-                f"the step runs as 1F1B's{memory}"
+                f'parallel.schedule = "{par.schedule}" changes nothing at pp = 1: there is no pipeline, '
+                "the step runs as 1F1B's"
+            )
+        if par.pp == 1 and par.schedule in NO_PIPELINE_DEFERRED_WGRAD:
+            # one stage: no bubble to fill; what remains of the schedule is its pass order
+            out.append(
+                f'parallel.schedule = "{par.schedule}" (vp = {par.vp}) has no pipeline bubble to fill at '
+                "pp = 1: only its deferral of the weight-gradient passes remains (it can leave more of the "
+                "gradient reduce exposed than 1F1B does)"
             )
         if par.ep_comm_overlap and par.schedule in ("dualpipe", "dualpipev"):
             out.append(

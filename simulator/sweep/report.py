@@ -62,8 +62,11 @@ def format_table(scn: Scenario, result: SweepResult, top: int, rank_by: str) -> 
     else:
         cats = [k for k in CATEGORIES if any((r.get(f"{k}_s") or 0.0) > 0 for r in best)]
         extra = [k for k in result.swept_keys if k not in TABLE_KEYS]
+        # "no pipeline" at pp = 1 (with the order of passes that still shapes the step, if any)
+        sched = [schedule_label(r["schedule"], r["pp"], 1) for r in best]
+        sw = max(11, *(len(x) for x in sched))
         head = (
-            f"{'#':>3} {'tp':>3} {'pp':>3} {'dp':>5} {'cp':>2} {'ep':>2} {'vp':>2} {'mb':>3} {'sched':<11} "
+            f"{'#':>3} {'tp':>3} {'pp':>3} {'dp':>5} {'cp':>2} {'ep':>2} {'vp':>2} {'mb':>3} {'sched':<{sw}} "
             f"{'recomp':<9} {'sp':<2} {'z':>1} "
             + "".join(f"{k:>{max(len(k), 6)}} " for k in extra)
             + f"{'engine':<8} {'MFU':>6} {'HFU':>6} {'tokens/s':>10} {'step s':>8} {'GiB':>5} |"
@@ -76,7 +79,7 @@ def format_table(scn: Scenario, result: SweepResult, top: int, rank_by: str) -> 
             step = r.get("step_time_s") or 0.0
             line = (
                 f"{i:>3} {r['tp']:>3} {r['pp']:>3} {r['dp']:>5} {r['cp']:>2} {r['ep']:>2} {r['vp']:>2} "
-                f"{r['micro_batch']:>3} {schedule_label(r['schedule'], r['pp'], 1):<11} {r['recompute']:<9} "
+                f"{r['micro_batch']:>3} {sched[i - 1]:<{sw}} {r['recompute']:<9} "
                 f"{'y' if r['sequence_parallel'] else 'n':<2} {r['zero']:>1} "
                 + "".join(f"{r.get(k)!s:>{max(len(k), 6)}} " for k in extra)
                 + f"{r.get('engine') or '':<8} {100 * r['mfu']:>5.1f}% {100 * r['hfu']:>5.1f}% "
