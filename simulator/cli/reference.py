@@ -1318,7 +1318,7 @@ JSON_FIELDS: dict[str, dict[str, str]] = {
         "name": "scenario name (the file's, also under overrides)",
         "overrides": (
             "the command line's --set / --unset / --tokens / --usd-per-gpu-hour / --memory-headroom as given,"
-            " in order of application ([] without): the values simulated are the scenario's with these applied"
+            " in order of application (absent without): the values simulated are the scenario's with these applied"
         ),
         "num_gpus": "GPUs in the job",
         "parallel": _RUN_PARALLEL,

@@ -145,7 +145,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     stats = sample_stats(samples) if args.samples > 1 else None
     if args.json:
         out = add_summary(report.to_dict(), scn)
-        out["overrides"] = override_texts(args)
+        overrides = override_texts(args)
+        if overrides:  # the name is the file's; the values simulated are these overrides'
+            out["overrides"] = overrides
         out["warnings"] = warnings  # the step's and the plan's
         if plan is not None:
             out["plan"] = plan.to_dict()
