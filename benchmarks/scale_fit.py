@@ -25,6 +25,7 @@ from __future__ import annotations
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -88,19 +89,16 @@ def heldout_points(directory: Path, ids: tuple[str, ...]) -> list[Point]:
     for run_id in ids:
         scn = mfusim.load_scenario(directory / f"{run_id}.toml")
         r = rows[run_id]
-        par = scn.parallel
-        out.append(
-            Point(
-                run_id,
-                scn.num_gpus,
-                par.dp,
-                par.microbatches_per_run,
-                layout_of(scn),
-                r.predicted_step_s,
-                r.measured_step_s,
-            )
-        )
+        out.append(point(run_id, scn, r.predicted_step_s, r.measured_step_s))
     return out
+
+
+def point(run_id: str, scn: Any, predicted_s: float, measured_s: float) -> Point:
+    """One run of a series: its layout and replica count from the scenario, the two step times."""
+    par = scn.parallel
+    return Point(
+        run_id, scn.num_gpus, par.dp, par.microbatches_per_run, layout_of(scn), predicted_s, measured_s
+    )
 
 
 def csv_points(ids: tuple[str, ...]) -> list[Point]:
@@ -122,18 +120,7 @@ def csv_points(ids: tuple[str, ...]) -> list[Point]:
             measured = case.measured
         else:  # a throughput: step time is inversely proportional to it
             measured = row.step_time_s * row.predicted / case.measured
-        par = scn.parallel
-        out.append(
-            Point(
-                run_id,
-                scn.num_gpus,
-                par.dp,
-                par.microbatches_per_run,
-                layout_of(scn),
-                row.step_time_s,
-                measured,
-            )
-        )
+        out.append(point(run_id, scn, row.step_time_s, measured))
     return out
 
 

@@ -100,18 +100,24 @@ def apply_overrides(
         if isinstance(holder, dict):
             holder.pop(parts[-1], None)
     for key, value in (o for o in overrides if o[1] is not UNSET):
-        parts = key.split(".")
-        table: Any = out
-        for i, part in enumerate(parts[:-1]):
-            nxt = table.get(part)
-            if nxt is None:
-                nxt = table[part] = {}
-            if not isinstance(nxt, dict):
-                where = ".".join(parts[: i + 1])
-                raise ConfigError(f"{where} is a value, not a table", key=override_label(key, value, flag))
-            table = nxt
-        table[parts[-1]] = value
+        _parent_table(out, key, value, flag)[key.split(".")[-1]] = value
     return out
+
+
+def _parent_table(data: dict[str, Any], key: str, value: object, flag: str) -> dict[str, Any]:
+    """The table of `data` that holds `key`'s last part, created where missing; a value in the
+    way is refused naming the override (`flag key=value`)."""
+    parts = key.split(".")
+    table: Any = data
+    for i, part in enumerate(parts[:-1]):
+        nxt = table.get(part)
+        if nxt is None:
+            nxt = table[part] = {}
+        if not isinstance(nxt, dict):
+            where = ".".join(parts[: i + 1])
+            raise ConfigError(f"{where} is a value, not a table", key=override_label(key, value, flag))
+        table = nxt
+    return table  # type: ignore[no-any-return]
 
 
 def attribute_error(err: ConfigError, overrides: Iterable[Override], flag: str = "--set") -> ConfigError:
@@ -152,16 +158,7 @@ def check_unsets(
             continue
         parts = key.split(".")
         probe = copy.deepcopy(dict(data))
-        table: Any = probe
-        for i, part in enumerate(parts[:-1]):
-            nxt = table.get(part)
-            if nxt is None:
-                nxt = table[part] = {}
-            if not isinstance(nxt, dict):
-                where = ".".join(parts[: i + 1])
-                raise ConfigError(f"{where} is a value, not a table", key=override_label(key, value, flag))
-            table = nxt
-        table[PROBE] = 1
+        _parent_table(probe, key, value, flag)[PROBE] = 1
         try:
             build(probe)
         except ConfigError as err:
