@@ -167,6 +167,14 @@ def main_grad_hook_bytes_per_param(scn: Scenario) -> float:
     return 2.0 * main + WEIGHT_BYTES
 
 
+def grad_buffer_reduce_dtype(scn: Scenario) -> str:
+    """`[kernels] grad_reduce_dtype` as it sizes the gradient buffers the optimizer reads and the
+    tied-embedding sync reduces. Under DeepSpeed's engine the key names only its
+    communication_data_type, the dtype allreduce_bucket casts to for the DP wire (DS_PIPE_NOTE):
+    the buffers stay fp16 `param.grad` or the BF16_Optimizer's fp32 hp_grads whatever it says."""
+    return "" if deepspeed_pipe(scn) else scn.kernels.grad_reduce_dtype
+
+
 def adam_bytes_per_param(scn: Scenario) -> float:
     """ADAM_BYTES_PER_PARAM with each moment read and written in its [memory] storage format
     (Megatron's precision-aware optimizer: BF16 moments move 2 + 2 bytes each instead of 4 + 4),
@@ -177,7 +185,7 @@ def adam_bytes_per_param(scn: Scenario) -> float:
     # in its post-backward hook, on the reduce-scatter's stream beside the backward: the optimizer
     # reads fp32 gradients and makes no copy (memory._model_state_bytes)
     fsdp_fp32_shard = scn.parallel.zero >= 2 and scn.memory.sharded_grad_dtype == "fp32"
-    if grad_reduce_bytes_per_param(scn.dtype, scn.kernels.grad_reduce_dtype) == 2 and not fsdp_fp32_shard:
+    if grad_reduce_bytes_per_param(scn.dtype, grad_buffer_reduce_dtype(scn)) == 2 and not fsdp_fp32_shard:
         out += GRAD_16BIT_COPY_BYTES_PER_PARAM
     if scn.parallel.zero >= 3 and scn.memory.sharded_param_dtype == "fp32":
         out -= WEIGHT_BYTES  # PyTorch FSDP: Adam updates the fp32 shard only, no 16-bit param write
@@ -3389,7 +3397,7 @@ def build_program(scn: Scenario, comm: CommModel | None = None) -> Program:
             activities[s] = saturated / busy if busy > 0 else 0.0
             devices[s] = replace(boost, power_clock=power_limited_clock_of(boost, activities[s]))
 
-    gbytes = grad_reduce_bytes_per_param(scn.dtype, scn.kernels.grad_reduce_dtype)
+    gbytes = grad_reduce_bytes_per_param(scn.dtype, grad_buffer_reduce_dtype(scn))
     host_s = scn.gpu.efficiency.microbatch_overhead_s
     ep_overlap = ep_overlap_pairs(scn)
     bucket_params = max(par.grad_bucket_params, 1_000_000 * par.dp)  # Megatron DDP bucket rule
