@@ -3476,7 +3476,9 @@ def build_program(scn: Scenario, comm: CommModel | None = None) -> Program:
                     + 2 * last
                     + first * (1 + m.position_embeddings)
                 )
-                if first and last and m.tied_embeddings:
+                if last and holds_embedding and m.tied_embeddings:
+                    # the stage's one shared matrix (as `params` counts it), also when a V-shaped
+                    # schedule puts the first and the last chunk on it
                     hook_b += TIED_GRAD_SUM_BYTES_PER_PARAM * embed_params
                     tensors += 1
                 name = "main_grad accumulate (ddp hook)"
