@@ -92,7 +92,7 @@ from typing import Any
 
 from . import flops
 from .schedules import chunk_layers, next_chunk, peak_inflight, prev_chunk, stage_tasks
-from .specs import ModelSpec, ParallelConfig, Scenario
+from .specs import DEEPSPEED_STACK, ModelSpec, ParallelConfig, Scenario
 from .units import GIB_BYTES
 
 
@@ -778,7 +778,8 @@ def memory_footprint(scn: Scenario) -> MemoryReport:
             par,
             scn.dtype,
             scn.memory.optimizer_bytes_per_param,
-            scn.kernels.grad_reduce_dtype,
+            # under DeepSpeed's engine the key is only the wire's dtype (program.grad_buffer_reduce_dtype)
+            "" if scn.kernels.stack == DEEPSPEED_STACK else scn.kernels.grad_reduce_dtype,
             scn.fp8_param_gather,
             scn.memory.sharded_grad_dtype,
             scn.memory.sharded_param_dtype,

@@ -94,16 +94,19 @@ def test_deepspeed_grad_reduce_dtype_sets_only_the_wire(dtype: str) -> None:
     """Under DeepSpeed `grad_reduce_dtype` is communication_data_type: the DP all-reduce's bytes.
     The optimizer's gradients (fp16 param.grad, BF16_Optimizer's fp32 hp_grad) and the tied-
     embedding sync keep their dtype (regression: "bf16" used to add the 16-bit-grad copy to the
-    optimizer and halve the embedding sync, "fp32" to drop fp16's copy)."""
+    optimizer and halve the embedding sync and the gradient memory, "fp32" to drop fp16's copy)."""
     data = CASES[0] | {
         "model": {"preset": "gpt3-1.3b", "layers": 8},
         "cluster": {"topology": "dgx-a100", "num_gpus": 16},
         "parallel": {"tp": 2, "pp": 2, "micro_batch": 1, "global_batch": 16},
         "precision": {"dtype": dtype},
     }
-    base = _sim(data).breakdown_s
+    ref = _sim(data)
+    base = ref.breakdown_s
     for wire in ("bf16", "fp32"):
-        other = _sim(data, {"kernels.grad_reduce_dtype": wire}).breakdown_s
+        report = _sim(data, {"kernels.grad_reduce_dtype": wire})
+        assert report.memory.parts_bytes == ref.memory.parts_bytes, wire  # nor their memory
+        other = report.breakdown_s
         for category in ("compute", "optimizer", "pp_comm"):
             assert other[category] == pytest.approx(base[category], rel=1e-12), (wire, category)
         # the wire: 16 bits by default, twice the bytes in fp32
