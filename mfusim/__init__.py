@@ -46,7 +46,7 @@ Overrides = Mapping[str, Any] | Iterable[str] | None
 
 
 def _overrides(overrides: Overrides) -> list[tuple[str, Any]]:
-    from simulator.overrides import parse_override
+    from simulator.overrides import parse_override, parse_unset
 
     if overrides is None:
         return []
@@ -57,7 +57,7 @@ def _overrides(overrides: Overrides) -> list[tuple[str, Any]]:
                 raise ConfigError(
                     f"override keys are dotted strings like 'parallel.tp', got {key!r}", key="overrides"
                 )
-            parse_override(f"{key}=0", flag="overrides")  # checks the key's shape
+            parse_unset(key, flag="overrides")  # checks the key's shape (a key, no "=value")
             out.append((key, value))
         return out
     if isinstance(overrides, str):

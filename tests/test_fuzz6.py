@@ -214,3 +214,16 @@ def test_pp1_schedules_are_labelled_and_never_faster_than_1f1b(i: int) -> None:
     assert any("no pipeline bubble to fill" in w for w in zb.warnings)
     assert schedule_label("interleaved", 1, 1) == schedule_label("1f1b", 1, 1) == "no pipeline"
     assert schedule_label("zb-h1", 1, 1) == "no pipeline (zb-h1 order)"
+
+
+@pytest.mark.parametrize("key", ["", "parallel.tp=4", "parallel.", "a..b"])
+def test_api_override_mapping_names_a_malformed_key_as_given(key: str) -> None:
+    """overrides={key: value}: a key that is no dotted key is refused quoting the key itself
+    (regression: the empty key was reported as "expected KEY=VALUE, got '=0'", text the caller
+    never wrote, and "parallel.tp=4" passed the shape check)."""
+    data = _scenario(random.Random(SEED))
+    for value in (None, 2):
+        with pytest.raises(ConfigError) as err:
+            mfusim.load_scenario(data, overrides={key: value})
+        assert err.value.key == "overrides"
+        assert repr(key) in err.value.message and "=0" not in err.value.message
