@@ -67,7 +67,7 @@ def test_residuals_are_megatron_2021s_and_refused_where_it_has_no_fit() -> None:
     field for field (the precision recipe's fp4 fraction stays the GPU's); no Hopper fit exists."""
     eff = _scn().gpu.efficiency
     ref = stack_efficiency("megatron-2021", "ampere")
-    assert ref is not None
+    assert ref is not None and ref.kernel_launch_s > 0  # megatron-2021 has a fitted Ampere table
     assert eff == replace(ref, fp4_matmul_fraction=eff.fp4_matmul_fraction)
     assert stack_efficiency(DS, "ampere") == ref
     with pytest.raises(ConfigError) as err:
