@@ -1897,7 +1897,7 @@ def scenario_from_dict(data: Mapping[str, Any], base_dir: Path | None = None, so
         run=run,
     )
     _check_attention_kernel(scn)
-    _check_deepspeed_overlaps(kernels.stack, par_table, kern)
+    _check_deepspeed_overlaps(kernels.stack, par_table, kern, scn.parallel.cp)
     return with_kernels_stack(scn) if kernels.stack else scn
 
 
@@ -1916,12 +1916,27 @@ _DS_NO_OVERLAP = (
         "tp_comm_async",
         "its 2021 ColumnParallelLinear all-reduces the input gradient synchronously",
     ),
+    (
+        "parallel",
+        "tp_comm_overlap",
+        "its 2021 layers run every TP all-reduce synchronously (no userbuffers overlap)",
+    ),
 )
 
 
-def _check_deepspeed_overlaps(stack: str, par_table: Mapping[str, Any], kern: Mapping[str, Any]) -> None:
+def _check_deepspeed_overlaps(
+    stack: str, par_table: Mapping[str, Any], kern: Mapping[str, Any], cp: int = 1
+) -> None:
     if stack != DEEPSPEED_STACK:
         return
+    if cp > 1:
+        # Megatron-DeepSpeed 2021-22 (0c58dbb3) has no context parallelism; its later sequence
+        # parallelism (DeepSpeed-Ulysses, 2023) is another exchange than the ring this models
+        raise ConfigError(
+            f'parallel.cp = {cp} cannot run under stack "megatron-deepspeed": its 2021-22 '
+            "pipeline engine and layers have no context parallelism; set cp = 1",
+            key="parallel.cp",
+        )
     tables = {"parallel": par_table, "kernels": kern}
     for table, key, why in _DS_NO_OVERLAP:
         if tables[table].get(key) is True:

@@ -231,3 +231,18 @@ def test_run_json_names_the_mechanisms(run_cli: Any, write_file: Any) -> None:
     assert out["kernels"]["tp_comm_async"] is False
     assert out["kernels"]["grad_reduce_dtype"] == "bf16"
     assert out["breakdown_s"]["pp_comm"] > 0
+
+
+@pytest.mark.parametrize(
+    ("parallel", "key"),
+    [
+        ({"tp_comm_overlap": True, "sequence_parallel": True}, "parallel.tp_comm_overlap"),
+        ({"cp": 2}, "parallel.cp"),
+    ],
+)
+def test_inputs_the_2022_stack_did_not_have_are_refused(parallel: dict, key: str) -> None:
+    """TP communication overlap and context parallelism did not exist in Megatron-DeepSpeed
+    2021-22: refused naming the key, not run as if they did (or silently without them)."""
+    with pytest.raises(ConfigError) as err:
+        _scn(**parallel)
+    assert err.value.key == key
