@@ -209,20 +209,7 @@ def test_fa2_runs_an_unaligned_head_dim_padded_to_8(run_cli, pass_) -> None:
 def test_fa3_and_cudnn_refuse_an_unaligned_head_dim(run_cli, impl, tmp_path: Path) -> None:
     line = assert_refused(
         run_cli(
-            [
-                "kernel",
-                "attention",
-                "--gpu",
-                "h100-sxm",
-                "--seq",
-                "4096",
-                "--heads",
-                "16",
-                "--head-dim",
-                "125",
-                "--impl",
-                impl,
-            ]
+            [*"kernel attention --gpu h100-sxm --seq 4096 --heads 16 --head-dim 125 --impl".split(), impl]
         ),
         "--head-dim",
         "multiples of 8",
